@@ -1,0 +1,5 @@
+import sys
+
+from berth.cli import main
+
+sys.exit(main())
