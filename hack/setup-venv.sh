@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Creates (or refreshes) the project's virtualenv at .venv with berth and its
+# development tools installed in editable mode. Idempotent: skips pip when
+# pyproject.toml has not changed since the last install.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv="${BERTH_VENV:-$root/.venv}"
+py="${PYTHON:-python3}"
+
+if ! command -v "$py" >/dev/null 2>&1; then
+  echo "setup-venv: $py not found; install Python 3.11+ (Debian: apt-get install python3 python3-venv)" >&2
+  exit 1
+fi
+if [ ! -x "$venv/bin/python" ]; then
+  echo "[setup-venv] creating virtualenv at $venv"
+  "$py" -m venv "$venv" || {
+    echo "setup-venv: could not create a virtualenv; on Debian: apt-get install python3-venv" >&2
+    exit 1
+  }
+fi
+stamp="$venv/.berth-installed"
+want=$(sha256sum "$root/pyproject.toml" | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+echo "[setup-venv] installing berth and dev tools into $venv (pip, a minute or two on first run)"
+"$venv/bin/python" -m pip install --quiet --upgrade pip
+"$venv/bin/python" -m pip install --quiet -e "$root[dev]"
+echo "$want" > "$stamp"
+echo "[setup-venv] ready: $venv"
