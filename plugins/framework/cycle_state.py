@@ -1,0 +1,151 @@
+"""CycleState: data one plugin writes and later calls of the same cycle read.
+
+Upstream keeps CycleState in memory for a cycle
+(pkg/scheduler/framework/cycle_state.go). Berth's server keeps nothing between
+RPCs, so each entry must also travel to the caller and back: a plugin declares
+a typed ``StateKey`` whose value type is a ``msgspec.Struct`` (or another type
+msgspec can encode), and the framework encodes entries as msgpack on the way
+out and decodes them lazily on first read. Decoding is typed, never pickle:
+a caller cannot make the server build arbitrary objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+
+
+class StateError(KeyError):
+    """A state key was read before it was written, or held the wrong type."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "cycle state error"
+
+
+class StateKey(Generic[T]):
+    """A typed CycleState key. Create one per plugin datum at module level."""
+
+    __slots__ = ("_decoder", "name", "type")
+
+    def __init__(self, name: str, type_: type[T]) -> None:
+        self.name = name
+        self.type = type_
+        self._decoder: msgspec.msgpack.Decoder[T] = msgspec.msgpack.Decoder(type_)
+
+    def decode(self, data: bytes) -> T:
+        try:
+            return self._decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            raise StateError(
+                f"cycle state {self.name!r} does not decode as {self.type.__name__}: {exc}"
+            ) from exc
+
+    def __repr__(self) -> str:
+        return f"StateKey({self.name!r}, {self.type.__name__})"
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+
+
+class CycleState:
+    """The state of one scheduling cycle.
+
+    Values written in this process stay Python objects; values received from a
+    caller stay encoded until a plugin reads them with their key.
+    """
+
+    __slots__ = (
+        "_encoded",
+        "_values",
+        "permit_signals",
+        "skip_filter_plugins",
+        "skip_score_plugins",
+    )
+
+    def __init__(self) -> None:
+        self._values: dict[str, object] = {}
+        self._encoded: dict[str, bytes] = {}
+        self.skip_filter_plugins: set[str] = set()
+        self.skip_score_plugins: set[str] = set()
+        # (pod uid, plugin, allow, message) signals raised by Permit plugins
+        # for pods that are already waiting; the caller applies them.
+        self.permit_signals: list[tuple[str, str, bool, str]] = []
+
+    def write(self, key: StateKey[T], value: T) -> None:
+        self._values[key.name] = value
+        self._encoded.pop(key.name, None)
+
+    def read(self, key: StateKey[T]) -> T:
+        """The value under ``key``; StateError when it was never written."""
+        value = self._values.get(key.name, _MISSING)
+        if value is _MISSING:
+            raw = self._encoded.pop(key.name, None)
+            if raw is None:
+                raise StateError(
+                    f"cycle state has no {key.name!r}: its PreFilter/PreScore did not run"
+                )
+            value = key.decode(raw)
+            self._values[key.name] = value
+        if not isinstance(value, key.type):
+            raise StateError(
+                f"cycle state {key.name!r} holds {type(value).__name__}, not {key.type.__name__}"
+            )
+        return value
+
+    def get(self, key: StateKey[T]) -> T | None:
+        """The value under ``key``, or None when it was never written."""
+        try:
+            return self.read(key)
+        except StateError:
+            if key.name in self._values or key.name in self._encoded:
+                raise
+            return None
+
+    def delete(self, key: StateKey[Any]) -> None:
+        self._values.pop(key.name, None)
+        self._encoded.pop(key.name, None)
+
+    def __contains__(self, key: StateKey[Any]) -> bool:
+        return key.name in self._values or key.name in self._encoded
+
+    def clone(self) -> CycleState:
+        """A copy for what-if evaluation (upstream's Clone, used by preemption).
+
+        Python values are shared, so plugins must treat written values as
+        immutable and write a new value instead of changing one in place.
+        """
+        other = CycleState()
+        other._values = dict(self._values)
+        other._encoded = dict(self._encoded)
+        other.skip_filter_plugins = set(self.skip_filter_plugins)
+        other.skip_score_plugins = set(self.skip_score_plugins)
+        return other
+
+    # -- wire form ---------------------------------------------------------
+
+    def encode(self) -> dict[str, bytes]:
+        """Every entry as bytes, for the response."""
+        out = dict(self._encoded)
+        for name, value in self._values.items():
+            out[name] = _ENCODER.encode(value)
+        return out
+
+    @classmethod
+    def decode(
+        cls,
+        data: Mapping[str, bytes],
+        skip_filter: Iterable[str] = (),
+        skip_score: Iterable[str] = (),
+    ) -> CycleState:
+        state = cls()
+        state._encoded = dict(data)
+        state.skip_filter_plugins = set(skip_filter)
+        state.skip_score_plugins = set(skip_score)
+        return state
+
+
+_MISSING = object()

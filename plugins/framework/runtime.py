@@ -1,0 +1,790 @@
+"""The runtime: runs one profile's plugins at each extension point.
+
+Semantics follow pkg/scheduler/framework/runtime/framework.go (RunXPlugins)
+and pkg/scheduler/schedule_one.go (schedulePod, findNodesThatFitPod,
+numFeasibleNodesToFind, prioritizeNodes, selectHost). Each function cites the
+upstream function it mirrors. Timing, metrics and tracing wrap plugin calls
+here, never inside plugins.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+
+from plugins.framework import observe
+from plugins.framework.cycle_state import CycleState
+from plugins.framework.handle import Handle
+from plugins.framework.interfaces import (
+    MAX_NODE_SCORE,
+    MIN_NODE_SCORE,
+    BindPlugin,
+    FilterPlugin,
+    NodeVerdicts,
+    PermitPlugin,
+    Plugin,
+    PostBindPlugin,
+    PostFilterPlugin,
+    PostFilterResult,
+    PreBindPlugin,
+    PreEnqueuePlugin,
+    PreFilterPlugin,
+    PreFilterResult,
+    PreScorePlugin,
+    QueuedPodInfo,
+    QueueSortPlugin,
+    ReservePlugin,
+    ScoreArray,
+    ScorePlugin,
+    SortKey,
+)
+from plugins.framework.model import PodInfo
+from plugins.framework.profile import ProfileConfig
+from plugins.framework.snapshot import NodeBatch, Snapshot
+from plugins.framework.status import SUCCESS, Code, Status
+
+log = logging.getLogger(__name__)
+
+# schedule_one.go: minFeasibleNodesToFind, minFeasibleNodesPercentageToFind.
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+# framework.go: maxTimeout for Permit waits.
+MAX_PERMIT_TIMEOUT_SECONDS = 15 * 60.0
+
+P = TypeVar("P", bound=Plugin)
+
+
+class ProfileError(ValueError):
+    """A profile the runtime cannot run (upstream's NewFramework errors)."""
+
+
+def num_feasible_nodes_to_find(percentage: int, num_all_nodes: int) -> int:
+    """How many feasible nodes a cycle looks for before it stops filtering
+    (schedule_one.go, numFeasibleNodesToFind). ``percentage`` 0 is the
+    adaptive default: 50% minus 1% per 125 nodes, at least 5%."""
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return num_all_nodes
+    if percentage == 0:
+        percentage = 50 - num_all_nodes // 125
+        percentage = max(percentage, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    num = num_all_nodes * percentage // 100
+    return max(num, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+def fit_error_message(
+    num_all_nodes: int,
+    rejected: Mapping[str, Status],
+    pre_filter_msg: str = "",
+    post_filter_msg: str = "",
+    absent_status: Status | None = None,
+) -> str:
+    """Upstream's FitError.Error (pkg/scheduler/framework/types.go): "0/N nodes
+    are available: <PreFilterMsg>. <reason histogram>. <PostFilterMsg>"."""
+    msg = f"0/{num_all_nodes} nodes are available:"
+    if pre_filter_msg:
+        msg += f" {pre_filter_msg}."
+    else:
+        counts: dict[str, int] = {}
+        for st in rejected.values():
+            for reason in st.reasons:
+                counts[reason] = counts.get(reason, 0) + 1
+        if absent_status is not None and len(rejected) < num_all_nodes:
+            for reason in absent_status.reasons:
+                counts[reason] = counts.get(reason, 0) + num_all_nodes - len(rejected)
+        histogram = sorted(f"{n} {reason}" for reason, n in counts.items())
+        if histogram:
+            msg += " " + ", ".join(histogram) + "."
+    if post_filter_msg:
+        msg += f" {post_filter_msg}"
+    return msg
+
+
+class CycleError(Exception):
+    """A plugin failed with an Error status: the cycle stops."""
+
+    def __init__(self, status: Status) -> None:
+        super().__init__(str(status))
+        self.status = status
+
+
+@dataclass(slots=True)
+class FilterOutcome:
+    """Result of filtering: feasible candidates and the rejected nodes."""
+
+    feasible: NodeBatch
+    rejected: dict[str, Status]
+    # How many candidates were evaluated (for nextStartNodeIndex).
+    processed: int
+
+
+@dataclass(slots=True)
+class ScoreOutcome:
+    nodes: NodeBatch
+    # Plugin name to its final (normalised, weighted) scores.
+    weighted: dict[str, ScoreArray]
+    totals: ScoreArray
+
+
+@dataclass(slots=True)
+class ScheduleResult:
+    status: Status
+    node: str = ""
+    evaluated: int = 0
+    feasible: int = 0
+    next_start_index: int = 0
+    rejected: dict[str, Status] = field(default_factory=dict)
+    unschedulable_plugins: set[str] = field(default_factory=set)
+    pre_filter_status: Status | None = None
+    message: str = ""
+    scores: ScoreOutcome | None = None
+    reserve_status: Status | None = None
+    permit_status: Status | None = None
+    permit_timeouts: dict[str, float] = field(default_factory=dict)
+    post_filter_status: Status | None = None
+    nominated_node: str = ""
+
+
+class Framework:
+    """One profile's plugins, built and checked once; serves many requests."""
+
+    def __init__(
+        self,
+        profile: ProfileConfig,
+        registry: Mapping[str, type[Plugin]],
+        percentage_of_nodes_to_score: int = 0,
+    ) -> None:
+        self.profile = profile
+        self.name = profile.scheduler_name
+        self.handle = Handle(profile.scheduler_name)
+        pct = profile.percentage_of_nodes_to_score
+        self.percentage_of_nodes_to_score = percentage_of_nodes_to_score if pct is None else pct
+        self.instances: dict[str, Plugin] = {}
+        for refs in profile.plugins.values():
+            for ref in refs:
+                if ref.name in self.instances:
+                    continue
+                cls = registry.get(ref.name)
+                if cls is None:
+                    raise ProfileError(
+                        f"profile {self.name}: plugin {ref.name!r} is not registered"
+                    )
+                self.instances[ref.name] = cls(profile.plugin_args.get(ref.name), self.handle)
+
+        self.pre_enqueue = self._at("preEnqueue", PreEnqueuePlugin)
+        queue_sort = self._at("queueSort", QueueSortPlugin)
+        self.pre_filter = self._at("preFilter", PreFilterPlugin)
+        self.filter = self._at("filter", FilterPlugin)
+        self.post_filter = self._at("postFilter", PostFilterPlugin)
+        self.pre_score = self._at("preScore", PreScorePlugin)
+        self.score = self._at("score", ScorePlugin)
+        self.reserve = self._at("reserve", ReservePlugin)
+        self.permit = self._at("permit", PermitPlugin)
+        self.pre_bind = self._at("preBind", PreBindPlugin)
+        self.bind = self._at("bind", BindPlugin)
+        self.post_bind = self._at("postBind", PostBindPlugin)
+
+        # framework.go, NewFramework: exactly one QueueSort, at least one Bind.
+        if len(queue_sort) != 1:
+            raise ProfileError(
+                f"profile {self.name}: exactly one queueSort plugin must be enabled, "
+                f"found {len(queue_sort)}"
+            )
+        self.queue_sort = queue_sort[0]
+        if not self.bind:
+            raise ProfileError(f"profile {self.name}: at least one bind plugin is needed")
+        # A weight of 0 in the config means 1 (NewFramework); negative is
+        # refused by config validation.
+        self.score_weights: dict[str, int] = {}
+        for ref in profile.enabled("score"):
+            if ref.weight < 0:
+                raise ProfileError(f"profile {self.name}: score plugin {ref.name} has weight < 0")
+            self.score_weights[ref.name] = ref.weight or 1
+
+    def _at(self, point: str, kind: type[P]) -> list[P]:
+        out: list[P] = []
+        for ref in self.profile.enabled(point):
+            plugin = self.instances[ref.name]
+            if not isinstance(plugin, kind):
+                raise ProfileError(
+                    f"profile {self.name}: plugin {ref.name} does not extend {point} plugin"
+                )
+            out.append(plugin)
+        return out
+
+    def plugins_at(self, point: str) -> list[tuple[str, int]]:
+        """(name, weight) of the plugins at an extension point, in order."""
+        if point == "score":
+            return [(p.name, self.score_weights[p.name]) for p in self.score]
+        if point == "queueSort":
+            return [(self.queue_sort.name, 0)]
+        return [(r.name, 0) for r in self.profile.enabled(point)]
+
+    # -- plumbing -------------------------------------------------------------
+
+    @contextmanager
+    def _plugin(self, point: str, plugin: Plugin) -> Iterator[list[Status]]:
+        """Times and traces one plugin call. The body appends its status to
+        the yielded list so the metric can carry it."""
+        box: list[Status] = []
+        start = time.perf_counter()
+        with observe.plugin_span(point, plugin.name):
+            try:
+                yield box
+            except CycleError:
+                box.append(Status(Code.ERROR))
+                raise
+            except Exception as exc:
+                log.exception("plugin %s failed at %s", plugin.name, point)
+                box.append(Status(Code.ERROR))
+                raise CycleError(
+                    Status.error(f"running {point} plugin {plugin.name!r}: {exc!r}", plugin.name)
+                ) from exc
+            finally:
+                status = box[0] if box else SUCCESS
+                observe.observe_plugin(point, plugin.name, status.code, time.perf_counter() - start)
+
+    @contextmanager
+    def extension_point(self, point: str) -> Iterator[list[Status]]:
+        box: list[Status] = []
+        start = time.perf_counter()
+        with observe.extension_point_span(point, self.name):
+            try:
+                yield box
+            finally:
+                status = box[0] if box else SUCCESS
+                observe.observe_extension_point(
+                    point, self.name, status.code, time.perf_counter() - start
+                )
+
+    # -- queueing -------------------------------------------------------------
+
+    def run_pre_enqueue(self, pod: PodInfo) -> Status:
+        """framework.go, RunPreEnqueuePlugins: the first non-success wins."""
+        with self.extension_point("PreEnqueue") as ep:
+            for pl in self.pre_enqueue:
+                with self._plugin("PreEnqueue", pl) as box:
+                    st = pl.pre_enqueue(pod)
+                    box.append(st)
+                if not st.is_success:
+                    st = st.with_plugin(pl.name)
+                    ep.append(st)
+                    return st
+            return SUCCESS
+
+    def queue_sort_keys(self, pods: list[QueuedPodInfo]) -> list[SortKey]:
+        pl = self.queue_sort
+        with self.extension_point("QueueSort"), self._plugin("QueueSort", pl):
+            return [pl.sort_key(p) for p in pods]
+
+    # -- scheduling cycle -----------------------------------------------------
+
+    def run_pre_filter(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
+    ) -> tuple[PreFilterResult | None, Status]:
+        """framework.go, RunPreFilterPlugins."""
+        with self.extension_point("PreFilter") as ep:
+            result: PreFilterResult | None = None
+            with_nodes: list[str] = []
+            skip: set[str] = set()
+            for pl in self.pre_filter:
+                with self._plugin("PreFilter", pl) as box:
+                    r, st = pl.pre_filter(state, pod, nodes)
+                    box.append(st)
+                if st.is_skip:
+                    skip.add(pl.name)
+                    continue
+                if not st.is_success:
+                    st = st.with_plugin(pl.name)
+                    if not st.is_rejected:
+                        st = Status.error(
+                            f"running PreFilter plugin {pl.name!r}: {st.message}", pl.name
+                        )
+                    ep.append(st)
+                    return None, st
+                if r is not None and not r.all_nodes():
+                    with_nodes.append(pl.name)
+                result = r if result is None else result.merge(r)
+                if result is not None and result.node_names is not None and not result.node_names:
+                    if len(with_nodes) == 1:
+                        msg = f"node(s) didn't satisfy plugin {with_nodes[0]}"
+                    else:
+                        msg = f"node(s) didn't satisfy plugin(s) [{' '.join(with_nodes)}] simultaneously"
+                    st = Status.unresolvable(msg)
+                    ep.append(st)
+                    return result, st
+            state.skip_filter_plugins = skip
+            return result, SUCCESS
+
+    def run_filter(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
+        """framework.go, RunFilterPlugins, over a batch: each node stops at its
+        first rejection; an Error from any plugin fails the cycle."""
+        n = len(nodes)
+        index = np.full(n, -1, dtype=np.int32)
+        statuses: list[Status] = []
+        remaining = np.arange(n, dtype=np.int64)
+        for pl in self.filter:
+            if pl.name in state.skip_filter_plugins or remaining.size == 0:
+                continue
+            with self._plugin("Filter", pl) as box:
+                verdicts = pl.filter_nodes(state, pod, nodes.take(remaining))
+                failed = verdicts.status_index >= 0
+                box.append(verdicts.statuses[0] if failed.any() and verdicts.statuses else SUCCESS)
+            if not failed.any():
+                continue
+            base = len(statuses)
+            for st in verdicts.statuses:
+                if not st.is_rejected and not st.is_success:
+                    raise CycleError(
+                        Status.error(f"running {pl.name!r} filter plugin: {st.message}", pl.name)
+                    )
+                statuses.append(st.with_plugin(pl.name))
+            index[remaining[failed]] = verdicts.status_index[failed] + base
+            remaining = remaining[~failed]
+        return NodeVerdicts(index, statuses)
+
+    def find_feasible(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        candidates: NodeBatch,
+        start_index: int,
+        num_to_find: int,
+    ) -> FilterOutcome:
+        """schedule_one.go, findNodesThatPassFilters: walk candidates from
+        start_index (wrapping), stop once num_to_find nodes pass. Evaluates in
+        chunks so that per-node plugins do not visit every node."""
+        n = len(candidates)
+        if n == 0:
+            return FilterOutcome(candidates.take([]), {}, 0)
+        order = np.roll(np.arange(n, dtype=np.int64), -(start_index % n))
+        if not self.filter:
+            chosen = order[:num_to_find]
+            return FilterOutcome(candidates.take(chosen), {}, len(chosen))
+        feasible_parts: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+        found = 0
+        rejected: dict[str, Status] = {}
+        pos = 0
+        chunk = max(num_to_find, 64)
+        with self.extension_point("Filter"):
+            while pos < n and found < num_to_find:
+                part = order[pos : pos + chunk]
+                batch = candidates.take(part)
+                verdicts = self.run_filter(state, pod, batch)
+                ok = verdicts.passed()
+                ok_pos = np.flatnonzero(ok)
+                need = num_to_find - found
+                if len(ok_pos) >= need:
+                    # Stop at the node that completed the set, like upstream's
+                    # early cancel; later nodes in this chunk count as unprocessed.
+                    cut = int(ok_pos[need - 1]) + 1
+                    ok_pos = ok_pos[:need]
+                else:
+                    cut = len(part)
+                feasible_parts.append(part[ok_pos])
+                found += len(ok_pos)
+                bad = np.flatnonzero(~ok[:cut])
+                if len(bad):
+                    names = batch.take(bad).names
+                    for name, k in zip(names, bad.tolist(), strict=True):
+                        rejected[name] = verdicts.status_of(k)
+                pos += cut
+                chunk = max(chunk * 2, 64)
+        feasible = np.concatenate(feasible_parts) if feasible_parts else np.empty(0, np.int64)
+        return FilterOutcome(candidates.take(feasible), rejected, pos)
+
+    def run_post_filter(
+        self, state: CycleState, pod: PodInfo, rejected: Mapping[str, Status]
+    ) -> tuple[PostFilterResult | None, Status]:
+        """framework.go, RunPostFilterPlugins: the first Success wins; an
+        Error stops; otherwise the rejections are combined."""
+        with self.extension_point("PostFilter") as ep:
+            reasons: list[str] = []
+            rejector = ""
+            for pl in self.post_filter:
+                with self._plugin("PostFilter", pl) as box:
+                    r, st = pl.post_filter(state, pod, rejected)
+                    box.append(st)
+                if st.is_success:
+                    return r, st.with_plugin(pl.name)
+                if st.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                    st = st.with_plugin(pl.name)
+                    ep.append(st)
+                    return r, st
+                if not st.is_rejected:
+                    st = Status.error(st.message, pl.name)
+                    ep.append(st)
+                    return None, st
+                reasons.extend(st.reasons)
+                rejector = rejector or pl.name
+            st = Status(Code.UNSCHEDULABLE, tuple(reasons), rejector)
+            ep.append(st)
+            return None, st
+
+    def run_pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> Status:
+        """framework.go, RunPreScorePlugins."""
+        with self.extension_point("PreScore") as ep:
+            skip: set[str] = set()
+            for pl in self.pre_score:
+                with self._plugin("PreScore", pl) as box:
+                    st = pl.pre_score(state, pod, nodes)
+                    box.append(st)
+                if st.is_skip:
+                    skip.add(pl.name)
+                    continue
+                if not st.is_success:
+                    st = Status.error(f"running PreScore plugin {pl.name!r}: {st.message}", pl.name)
+                    ep.append(st)
+                    return st
+            state.skip_score_plugins = skip
+            return SUCCESS
+
+    def run_score_raw(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
+    ) -> dict[str, ScoreArray]:
+        """Phase 1 of framework.go RunScorePlugins: each plugin's raw scores."""
+        raw: dict[str, ScoreArray] = {}
+        for pl in self.score:
+            if pl.name in state.skip_score_plugins:
+                continue
+            with self._plugin("Score", pl) as box:
+                scores = np.asarray(pl.score_nodes(state, pod, nodes), dtype=np.int64)
+                box.append(SUCCESS)
+            if scores.shape != (len(nodes),):
+                raise CycleError(
+                    Status.error(
+                        f"plugin {pl.name!r} returned {scores.shape[0] if scores.ndim else 0} "
+                        f"scores for {len(nodes)} nodes",
+                        pl.name,
+                    )
+                )
+            raw[pl.name] = scores
+        return raw
+
+    def normalize_and_weigh(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch, raw: Mapping[str, ScoreArray]
+    ) -> dict[str, ScoreArray]:
+        """Phases 2 and 3 of RunScorePlugins: NormalizeScore, then the
+        [0, 100] range check, then the weight."""
+        by_name = {p.name: p for p in self.score}
+        weighted: dict[str, ScoreArray] = {}
+        for name, scores in raw.items():
+            pl = by_name.get(name)
+            if pl is None:
+                raise CycleError(
+                    Status.error(f"plugin {name!r} is not a score plugin of {self.name}")
+                )
+            scores = np.array(scores, dtype=np.int64)
+            if pl.has_normalize():
+                with self._plugin("NormalizeScore", pl) as box:
+                    st = pl.normalize_score(state, pod, nodes, scores)
+                    box.append(st)
+                if not st.is_success:
+                    raise CycleError(
+                        Status.error(f"running Normalize on Score plugins: {st.message}", name)
+                    )
+            bad = np.flatnonzero((scores < MIN_NODE_SCORE) | (scores > MAX_NODE_SCORE))
+            if len(bad):
+                k = int(bad[0])
+                raise CycleError(
+                    Status.error(
+                        f"plugin {name!r} returns an invalid score {int(scores[k])} for node "
+                        f"{nodes.take([k]).names[0]!r}, it should in the range of "
+                        f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
+                        name,
+                    )
+                )
+            weighted[name] = scores * self.score_weights[name]
+        return weighted
+
+    def run_score(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> ScoreOutcome:
+        with self.extension_point("Score"):
+            raw = self.run_score_raw(state, pod, nodes)
+            weighted = self.normalize_and_weigh(state, pod, nodes, raw)
+        totals = np.zeros(len(nodes), dtype=np.int64)
+        for scores in weighted.values():
+            totals += scores
+        return ScoreOutcome(nodes, weighted, totals)
+
+    def run_reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """framework.go, RunReservePluginsReserve: the first failure stops;
+        the caller then runs Unreserve on every Reserve plugin."""
+        with self.extension_point("Reserve") as ep:
+            for pl in self.reserve:
+                with self._plugin("Reserve", pl) as box:
+                    st = pl.reserve(state, pod, node)
+                    box.append(st)
+                if not st.is_success:
+                    st = st.with_plugin(pl.name)
+                    if not st.is_rejected:
+                        st = Status.error(
+                            f"running Reserve plugin {pl.name!r}: {st.message}", pl.name
+                        )
+                    ep.append(st)
+                    return st
+            return SUCCESS
+
+    def run_unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        """framework.go, RunReservePluginsUnreserve: every plugin, in reverse."""
+        with self.extension_point("Unreserve"):
+            for pl in reversed(self.reserve):
+                try:
+                    with self._plugin("Unreserve", pl):
+                        pl.unreserve(state, pod, node)
+                except CycleError as exc:
+                    log.error("unreserve of %s failed (ignored, as upstream): %s", pl.name, exc)
+
+    def run_permit(
+        self, state: CycleState, pod: PodInfo, node: str
+    ) -> tuple[Status, dict[str, float]]:
+        """framework.go, RunPermitPlugins: a rejection stops; Wait from any
+        plugin makes the pod wait, each timeout capped at 15 minutes."""
+        with self.extension_point("Permit") as ep:
+            waits: dict[str, float] = {}
+            for pl in self.permit:
+                with self._plugin("Permit", pl) as box:
+                    st, timeout = pl.permit(state, pod, node)
+                    box.append(st)
+                if st.is_success:
+                    continue
+                if st.is_rejected:
+                    st = st.with_plugin(pl.name)
+                    ep.append(st)
+                    return st, {}
+                if st.is_wait:
+                    waits[pl.name] = min(max(timeout, 0.0), MAX_PERMIT_TIMEOUT_SECONDS)
+                    continue
+                st = Status.error(f"running Permit plugin {pl.name!r}: {st.message}", pl.name)
+                ep.append(st)
+                return st, {}
+            if waits:
+                st = Status(
+                    Code.WAIT, ("one or more plugins asked to wait and no plugin rejected pod",)
+                )
+                ep.append(st)
+                return st, waits
+            return SUCCESS, {}
+
+    def run_pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """framework.go, RunPreBindPlugins."""
+        with self.extension_point("PreBind") as ep:
+            for pl in self.pre_bind:
+                with self._plugin("PreBind", pl) as box:
+                    st = pl.pre_bind(state, pod, node)
+                    box.append(st)
+                if st.is_skip:
+                    continue
+                if not st.is_success:
+                    st = st.with_plugin(pl.name)
+                    if not st.is_rejected:
+                        st = Status.error(
+                            f"running PreBind plugin {pl.name!r}: {st.message}", pl.name
+                        )
+                    ep.append(st)
+                    return st
+            return SUCCESS
+
+    def run_bind(
+        self, state: CycleState, pod: PodInfo, node: str
+    ) -> tuple[Status, BindPlugin | None]:
+        """framework.go, RunBindPlugins: the first plugin that does not Skip
+        decides; all skipping is Skip."""
+        with self.extension_point("Bind") as ep:
+            for pl in self.bind:
+                with self._plugin("Bind", pl) as box:
+                    st = pl.bind(state, pod, node)
+                    box.append(st)
+                if st.is_skip:
+                    continue
+                if not st.is_success:
+                    st = st.with_plugin(pl.name)
+                    if not st.is_rejected:
+                        st = Status.error(f"running Bind plugin {pl.name!r}: {st.message}", pl.name)
+                    ep.append(st)
+                    return st, None
+                return st.with_plugin(pl.name), pl
+            ep.append(Status(Code.SKIP))
+            return Status(Code.SKIP), None
+
+    def run_post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        with self.extension_point("PostBind"):
+            for pl in self.post_bind:
+                try:
+                    with self._plugin("PostBind", pl):
+                        pl.post_bind(state, pod, node)
+                except CycleError as exc:
+                    log.error("post-bind of %s failed (ignored, as upstream): %s", pl.name, exc)
+
+    # -- the whole scheduling cycle ---------------------------------------
+
+    def schedule(
+        self,
+        snapshot: Snapshot,
+        state: CycleState,
+        pod: PodInfo,
+        start_index: int = 0,
+        reserve_and_permit: bool = False,
+        rng: random.Random | None = None,
+        explain: bool = False,
+    ) -> ScheduleResult:
+        """schedule_one.go, schedulePod: filter, score, select a host;
+        optionally Reserve and Permit (schedulingCycle)."""
+        self.handle.bind_snapshot(snapshot)
+        try:
+            return self._schedule(
+                snapshot, state, pod, start_index, reserve_and_permit, rng, explain
+            )
+        except CycleError as exc:
+            return ScheduleResult(
+                exc.status, message=exc.status.message, next_start_index=start_index
+            )
+        finally:
+            self.handle.bind_snapshot(None)
+
+    def _schedule(
+        self,
+        snapshot: Snapshot,
+        state: CycleState,
+        pod: PodInfo,
+        start_index: int,
+        reserve_and_permit: bool,
+        rng: random.Random | None,
+        explain: bool,
+    ) -> ScheduleResult:
+        all_nodes = snapshot.all_nodes()
+        num_all = len(all_nodes)
+        if num_all == 0:
+            st = Status.unschedulable("no nodes available to schedule pods")
+            return ScheduleResult(st, message=st.message, next_start_index=start_index)
+
+        pf_result, st = self.run_pre_filter(state, pod, all_nodes)
+        if not st.is_success:
+            if not st.is_rejected:
+                return ScheduleResult(st, message=st.message, next_start_index=start_index)
+            # Every node takes the PreFilter rejection (findNodesThatFitPod).
+            result = ScheduleResult(
+                Status(st.code, st.reasons, st.plugin),
+                next_start_index=start_index,
+                pre_filter_status=st,
+                unschedulable_plugins={st.plugin} if st.plugin else set(),
+            )
+            self._post_filter(state, pod, result, {n: st for n in all_nodes.names})
+            result.message = fit_error_message(
+                num_all, {}, st.message, self._post_filter_msg(result)
+            )
+            return result
+
+        candidates = all_nodes
+        if pf_result is not None and pf_result.node_names is not None:
+            keep = [k for k, name in enumerate(all_nodes.names) if name in pf_result.node_names]
+            candidates = all_nodes.take(keep)
+        num_to_find = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, len(candidates))
+        outcome = self.find_feasible(state, pod, candidates, start_index, num_to_find)
+        next_start = (start_index + outcome.processed) % max(len(candidates), 1)
+        feasible = outcome.feasible
+
+        if len(feasible) == 0:
+            plugins = {s.plugin for s in outcome.rejected.values() if s.plugin and s.is_rejected}
+            code = Code.UNSCHEDULABLE
+            if outcome.rejected and all(
+                s.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE for s in outcome.rejected.values()
+            ):
+                code = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+            result = ScheduleResult(
+                Status(code, ("no node passed Filter",)),
+                evaluated=outcome.processed,
+                next_start_index=next_start,
+                rejected=outcome.rejected,
+                unschedulable_plugins=plugins,
+            )
+            absent = None
+            if len(candidates) < num_all:
+                # Nodes PreFilterResult excluded count as unresolvable.
+                absent = Status.unresolvable("node(s) didn't satisfy the PreFilter result")
+            self._post_filter(state, pod, result, outcome.rejected)
+            result.message = fit_error_message(
+                num_all, outcome.rejected, "", self._post_filter_msg(result), absent
+            )
+            result.status = Status(result.status.code, (result.message,), result.status.plugin)
+            return result
+
+        result = ScheduleResult(
+            SUCCESS,
+            evaluated=outcome.processed,
+            feasible=len(feasible),
+            next_start_index=next_start,
+            rejected=outcome.rejected if explain else {},
+        )
+        if len(feasible) == 1 and not explain:
+            # schedulePod: one feasible node needs no scoring.
+            result.node = feasible.names[0]
+        else:
+            st = self.run_pre_score(state, pod, feasible)
+            if not st.is_success:
+                result.status = st
+                result.message = st.message
+                return result
+            scores = self.run_score(state, pod, feasible)
+            result.scores = scores
+            result.node = select_host(feasible, scores.totals, rng)
+
+        if reserve_and_permit:
+            self._reserve_and_permit(state, pod, result)
+        return result
+
+    def _post_filter(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        result: ScheduleResult,
+        rejected: Mapping[str, Status],
+    ) -> None:
+        if not self.post_filter:
+            return
+        pf, st = self.run_post_filter(state, pod, rejected)
+        result.post_filter_status = st
+        if pf is not None:
+            result.nominated_node = pf.nominated_node_name
+
+    @staticmethod
+    def _post_filter_msg(result: ScheduleResult) -> str:
+        st = result.post_filter_status
+        if st is None or st.is_success:
+            return ""
+        return st.message
+
+    def _reserve_and_permit(self, state: CycleState, pod: PodInfo, result: ScheduleResult) -> None:
+        """schedule_one.go, schedulingCycle after host selection."""
+        st = self.run_reserve(state, pod, result.node)
+        result.reserve_status = st
+        if not st.is_success:
+            self.run_unreserve(state, pod, result.node)
+            return
+        st, waits = self.run_permit(state, pod, result.node)
+        result.permit_status = st
+        result.permit_timeouts = waits
+        if not st.is_success and not st.is_wait:
+            self.run_unreserve(state, pod, result.node)
+
+
+def select_host(nodes: NodeBatch, totals: ScoreArray, rng: random.Random | None = None) -> str:
+    """schedule_one.go, selectHost: the highest total; among equal totals one
+    at random (upstream's reservoir sampling gives each an equal chance)."""
+    best = np.flatnonzero(totals == totals.max())
+    pick = int(best[0]) if len(best) == 1 else int(best[(rng or random).randrange(len(best))])
+    return nodes.take([pick]).names[0]
+
+
+def run_with_snapshot(framework: Framework, snapshot: Snapshot, fn: Callable[[], Any]) -> Any:
+    """Runs ``fn`` with the framework handle pointing at ``snapshot``."""
+    framework.handle.bind_snapshot(snapshot)
+    try:
+        return fn()
+    finally:
+        framework.handle.bind_snapshot(None)

@@ -1,0 +1,298 @@
+"""The cluster snapshot plugins read during a cycle.
+
+Two views of the same facts:
+
+* ``NodeInfo`` objects (per node, with its pods), for plugins written per node;
+* ``NodeColumns``: one numpy array per fact with a row per node slot, for
+  plugins that compute over all candidate nodes at once.
+
+Both are kept current incrementally: applying a delta costs O(objects in the
+delta), never O(cluster) (DESIGN.md, principle 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from berth.v1 import cluster_pb2 as pb
+from plugins.framework.model import NodeInfo, PodInfo
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+class SnapshotError(ValueError):
+    """A delta that cannot be applied; ``field`` names the offending field."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+_INT_COLUMNS = (
+    "alloc_cpu",
+    "alloc_mem",
+    "alloc_eph",
+    "alloc_pods",
+    "req_cpu",
+    "req_mem",
+    "req_eph",
+    "nz_cpu",
+    "nz_mem",
+    "pod_count",
+)
+
+
+class NodeColumns:
+    """Numpy columns with one row per node slot. Rows of deleted nodes are
+    reused; ``valid`` marks live rows."""
+
+    alloc_cpu: IntArray
+    alloc_mem: IntArray
+    alloc_eph: IntArray
+    alloc_pods: IntArray
+    req_cpu: IntArray
+    req_mem: IntArray
+    req_eph: IntArray
+    nz_cpu: IntArray
+    nz_mem: IntArray
+    pod_count: IntArray
+    unschedulable: BoolArray
+    valid: BoolArray
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = capacity
+        for name in _INT_COLUMNS:
+            setattr(self, name, np.zeros(capacity, dtype=np.int64))
+        self.unschedulable = np.zeros(capacity, dtype=np.bool_)
+        self.valid = np.zeros(capacity, dtype=np.bool_)
+        # Extended resources: name -> (allocatable, requested).
+        self.scalar: dict[str, tuple[IntArray, IntArray]] = {}
+
+    def grow(self, needed: int) -> None:
+        if needed <= self.capacity:
+            return
+        new = max(needed, self.capacity * 2)
+        for name in (*_INT_COLUMNS, "unschedulable", "valid"):
+            old = getattr(self, name)
+            arr = np.zeros(new, dtype=old.dtype)
+            arr[: self.capacity] = old
+            setattr(self, name, arr)
+        for name, (alloc, req) in list(self.scalar.items()):
+            a = np.zeros(new, dtype=np.int64)
+            r = np.zeros(new, dtype=np.int64)
+            a[: self.capacity] = alloc
+            r[: self.capacity] = req
+            self.scalar[name] = (a, r)
+        self.capacity = new
+
+    def scalar_columns(self, name: str) -> tuple[IntArray, IntArray]:
+        cols = self.scalar.get(name)
+        if cols is None:
+            cols = (
+                np.zeros(self.capacity, dtype=np.int64),
+                np.zeros(self.capacity, dtype=np.int64),
+            )
+            self.scalar[name] = cols
+        return cols
+
+    def write(self, ni: NodeInfo) -> None:
+        i = ni.index
+        a = ni.allocatable
+        r = ni.requested
+        self.alloc_cpu[i] = a.milli_cpu
+        self.alloc_mem[i] = a.memory
+        self.alloc_eph[i] = a.ephemeral_storage
+        self.alloc_pods[i] = a.allowed_pod_number
+        self.req_cpu[i] = r.milli_cpu
+        self.req_mem[i] = r.memory
+        self.req_eph[i] = r.ephemeral_storage
+        self.nz_cpu[i] = ni.non_zero_requested[0]
+        self.nz_mem[i] = ni.non_zero_requested[1]
+        self.pod_count[i] = len(ni.pods)
+        self.unschedulable[i] = ni.node.unschedulable
+        self.valid[i] = True
+        for name, (alloc, req) in self.scalar.items():
+            alloc[i] = a.scalar.get(name, 0)
+            req[i] = r.scalar.get(name, 0)
+        for name in a.scalar.keys() | r.scalar.keys():
+            if name not in self.scalar:
+                alloc, req = self.scalar_columns(name)
+                alloc[i] = a.scalar.get(name, 0)
+                req[i] = r.scalar.get(name, 0)
+
+    def clear(self, i: int) -> None:
+        for name in _INT_COLUMNS:
+            getattr(self, name)[i] = 0
+        self.unschedulable[i] = False
+        self.valid[i] = False
+        for alloc, req in self.scalar.values():
+            alloc[i] = 0
+            req[i] = 0
+
+
+class Snapshot:
+    """Nodes and the pods that occupy them, as of one generation."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[str, PodInfo] = {}
+        self.columns = NodeColumns()
+        self._slots: list[NodeInfo | None] = []
+        self._free: list[int] = []
+        # Pods bound to a node the snapshot does not (yet) have.
+        self._orphans: dict[str, dict[str, PodInfo]] = {}
+        self._order: IntArray | None = None
+
+    # -- reading -------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def node_order(self) -> IntArray:
+        """Slots of live nodes, in the order cycles walk them."""
+        if self._order is None:
+            self._order = np.flatnonzero(self.columns.valid[: len(self._slots)]).astype(np.int64)
+        return self._order
+
+    def slot(self, i: int) -> NodeInfo:
+        ni = self._slots[i]
+        assert ni is not None
+        return ni
+
+    def all_nodes(self) -> NodeBatch:
+        return NodeBatch(self, self.node_order())
+
+    def batch(self, names: Iterable[str]) -> NodeBatch:
+        """The named nodes; KeyError names the first unknown one."""
+        idx = [self.nodes[n].index for n in names]
+        return NodeBatch(self, np.asarray(idx, dtype=np.int64))
+
+    # -- writing -------------------------------------------------------------
+
+    def apply(self, delta: pb.ClusterDelta) -> None:
+        """Apply a delta. Validates every entry first, so a bad delta changes
+        nothing."""
+        for i, node in enumerate(delta.upsert_nodes):
+            if not node.name:
+                raise SnapshotError(f"delta.upsert_nodes[{i}].name", "must not be empty")
+        for i, name in enumerate(delta.delete_nodes):
+            if not name:
+                raise SnapshotError(f"delta.delete_nodes[{i}]", "must not be empty")
+        for i, pod in enumerate(delta.upsert_pods):
+            if not pod.uid:
+                raise SnapshotError(f"delta.upsert_pods[{i}].uid", "must not be empty")
+        for name in delta.delete_nodes:
+            self._delete_node(name)
+        for node in delta.upsert_nodes:
+            self._upsert_node(node)
+        for uid in delta.delete_pods:
+            self._delete_pod(uid)
+        for pod in delta.upsert_pods:
+            self._upsert_pod(pod)
+
+    def _upsert_node(self, node: pb.Node) -> None:
+        ni = self.nodes.get(node.name)
+        if ni is not None:
+            ni.set_node(node)
+            self.columns.write(ni)
+            return
+        if self._free:
+            index = self._free.pop()
+        else:
+            index = len(self._slots)
+            self._slots.append(None)
+            self.columns.grow(len(self._slots))
+        ni = NodeInfo(node, index)
+        ni.owner = self
+        self._slots[index] = ni
+        self.nodes[node.name] = ni
+        for pod in self._orphans.pop(node.name, {}).values():
+            ni.add_pod(pod)
+        self.columns.write(ni)
+        self._order = None
+
+    def _delete_node(self, name: str) -> None:
+        ni = self.nodes.pop(name, None)
+        if ni is None:
+            return
+        # Pods stay known: they may still be bound there (upstream keeps a
+        # node's pods until they are deleted, see cache.RemoveNode).
+        if ni.pods:
+            self._orphans[name] = dict(ni.pods)
+        self._slots[ni.index] = None
+        self._free.append(ni.index)
+        self.columns.clear(ni.index)
+        self._order = None
+
+    def _upsert_pod(self, pod: pb.Pod) -> None:
+        self._delete_pod(pod.uid)
+        info = PodInfo(pod)
+        self.pods[pod.uid] = info
+        if not pod.node_name:
+            return
+        ni = self.nodes.get(pod.node_name)
+        if ni is None:
+            self._orphans.setdefault(pod.node_name, {})[pod.uid] = info
+            return
+        ni.add_pod(info)
+        self.columns.write(ni)
+
+    def _delete_pod(self, uid: str) -> None:
+        old = self.pods.pop(uid, None)
+        if old is None or not old.node_name:
+            return
+        ni = self.nodes.get(old.node_name)
+        if ni is not None:
+            ni.remove_pod(uid)
+            self.columns.write(ni)
+            return
+        orphans = self._orphans.get(old.node_name)
+        if orphans is not None:
+            orphans.pop(uid, None)
+            if not orphans:
+                del self._orphans[old.node_name]
+
+
+@dataclass(slots=True)
+class NodeBatch:
+    """A set of candidate nodes, addressed by slot: ``idx[k]`` is the row of
+    the k-th candidate in every column."""
+
+    snapshot: Snapshot
+    idx: IntArray
+
+    def __len__(self) -> int:
+        return len(self.idx)
+
+    def __iter__(self) -> Iterator[NodeInfo]:
+        slot = self.snapshot.slot
+        for i in self.idx.tolist():
+            yield slot(i)
+
+    @property
+    def infos(self) -> list[NodeInfo]:
+        return list(self)
+
+    @property
+    def names(self) -> list[str]:
+        slot = self.snapshot.slot
+        return [slot(i).name for i in self.idx.tolist()]
+
+    @property
+    def columns(self) -> NodeColumns:
+        return self.snapshot.columns
+
+    def col(self, name: str) -> npt.NDArray[np.generic]:
+        """Column ``name`` restricted to this batch, aligned with it."""
+        arr: npt.NDArray[np.generic] = getattr(self.snapshot.columns, name)[self.idx]
+        return arr
+
+    def take(self, positions: npt.NDArray[np.integer] | Sequence[int]) -> NodeBatch:
+        """The candidates at ``positions`` (indices into this batch)."""
+        return NodeBatch(self.snapshot, self.idx[np.asarray(positions, dtype=np.int64)])

@@ -1,0 +1,101 @@
+"""Status: the result of every plugin call.
+
+The codes and their meaning are upstream's framework.Code
+(staging/src/k8s.io/kube-scheduler/framework/interface.go): the integer
+values are the same, and they equal berth.v1.Code on the wire.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Code(enum.IntEnum):
+    # The plugin ran correctly and found the pod schedulable (or had nothing to say).
+    SUCCESS = 0
+    # An internal error: the pod is retried with backoff.
+    ERROR = 1
+    # The plugin found the pod unschedulable on this node; preemption may help.
+    UNSCHEDULABLE = 2
+    # Unschedulable, and preempting pods on this node would not help.
+    UNSCHEDULABLE_AND_UNRESOLVABLE = 3
+    # Permit only: the pod waits for an allow or a rejection.
+    WAIT = 4
+    # PreFilter/PreScore: this plugin has nothing to do for the pod; its
+    # Filter/Score is skipped. Bind: this plugin does not bind the pod.
+    SKIP = 5
+    # The pod waits for something outside the scheduler; it is not retried
+    # until an event moves it.
+    PENDING = 6
+
+
+_REJECTED = frozenset({Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE, Code.PENDING})
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """A plugin's verdict, with the reasons a user reads in events."""
+
+    code: Code = Code.SUCCESS
+    reasons: tuple[str, ...] = ()
+    plugin: str = ""
+
+    @classmethod
+    def success(cls) -> Status:
+        return SUCCESS
+
+    @classmethod
+    def error(cls, message: str, plugin: str = "") -> Status:
+        return cls(Code.ERROR, (message,), plugin)
+
+    @classmethod
+    def unschedulable(cls, *reasons: str, plugin: str = "") -> Status:
+        return cls(Code.UNSCHEDULABLE, reasons, plugin)
+
+    @classmethod
+    def unresolvable(cls, *reasons: str, plugin: str = "") -> Status:
+        return cls(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reasons, plugin)
+
+    @classmethod
+    def skip(cls) -> Status:
+        return SKIP
+
+    @property
+    def is_success(self) -> bool:
+        return self.code is Code.SUCCESS
+
+    @property
+    def is_skip(self) -> bool:
+        return self.code is Code.SKIP
+
+    @property
+    def is_wait(self) -> bool:
+        return self.code is Code.WAIT
+
+    @property
+    def is_rejected(self) -> bool:
+        """Unschedulable, UnschedulableAndUnresolvable or Pending (upstream's IsRejected)."""
+        return self.code in _REJECTED
+
+    @property
+    def message(self) -> str:
+        """The reasons joined with ", " (upstream's Status.Message)."""
+        return ", ".join(self.reasons)
+
+    def with_plugin(self, plugin: str) -> Status:
+        if self.plugin == plugin:
+            return self
+        return Status(self.code, self.reasons, plugin)
+
+    def __str__(self) -> str:
+        text = self.code.name
+        if self.plugin:
+            text += f" from {self.plugin}"
+        if self.reasons:
+            text += f": {self.message}"
+        return text
+
+
+SUCCESS = Status()
+SKIP = Status(Code.SKIP)
