@@ -56,6 +56,10 @@ class Resources(_message.Message):
     PODS_FIELD_NUMBER: _builtins.int
     SCALAR_FIELD_NUMBER: _builtins.int
     milli_cpu: _builtins.int
+    """CPU and memory are optional so that "not requested" and "requested 0"
+    differ: upstream scores a container with no CPU/memory request as if it
+    asked for 100m and 200Mi (pkg/scheduler/util, GetNonzeroRequests).
+    """
     memory: _builtins.int
     ephemeral_storage: _builtins.int
     pods: _builtins.int
@@ -67,17 +71,24 @@ class Resources(_message.Message):
     def __init__(
         self,
         *,
-        milli_cpu: _builtins.int = ...,
-        memory: _builtins.int = ...,
+        milli_cpu: _builtins.int | None = ...,
+        memory: _builtins.int | None = ...,
         ephemeral_storage: _builtins.int = ...,
         pods: _builtins.int = ...,
         scalar: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_memory", b"_memory", "_milli_cpu", b"_milli_cpu", "memory", b"memory", "milli_cpu", b"milli_cpu"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ephemeral_storage", b"ephemeral_storage", "memory", b"memory", "milli_cpu", b"milli_cpu", "pods", b"pods", "scalar", b"scalar"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_memory", b"_memory", "_milli_cpu", b"_milli_cpu", "ephemeral_storage", b"ephemeral_storage", "memory", b"memory", "milli_cpu", b"milli_cpu", "pods", b"pods", "scalar", b"scalar"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__memory: _TypeAlias = _typing.Literal["memory"]  # noqa: Y015
+    _WhichOneofArgType__memory: _TypeAlias = _typing.Literal["_memory", b"_memory"]  # noqa: Y015
+    _WhichOneofReturnType__milli_cpu: _TypeAlias = _typing.Literal["milli_cpu"]  # noqa: Y015
+    _WhichOneofArgType__milli_cpu: _TypeAlias = _typing.Literal["_milli_cpu", b"_milli_cpu"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__memory) -> _WhichOneofReturnType__memory | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__milli_cpu) -> _WhichOneofReturnType__milli_cpu | None: ...
 
 Global___Resources: _TypeAlias = Resources  # noqa: Y015
 

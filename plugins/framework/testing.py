@@ -75,7 +75,9 @@ class PodWrapper:
 
     def req(self, **requests: str | int) -> PodWrapper:
         """Adds a container requesting ``requests``."""
-        return self.container(**requests)
+        c = self.pod.containers.add(name=f"c{len(self.pod.containers)}")
+        c.requests.CopyFrom(resources(**requests))
+        return self
 
     def init_req(self, restartable: bool = False, **requests: str | int) -> PodWrapper:
         c = self.pod.init_containers.add(
