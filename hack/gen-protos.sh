@@ -24,7 +24,7 @@ mkdir -p "$out/berth/v1"
   --plugin=protoc-gen-mypy_grpc="$venv/bin/protoc-gen-mypy_grpc" \
   --mypy_out="$out" \
   --mypy_grpc_out="$out" \
-  "$root"/protos/berth/v1/*.proto
+  "$root"/protos/berth/v1/*.proto 2> >(grep -v "^Writing mypy to" >&2)
 
 if [ $check = 1 ]; then
   status=0

@@ -1036,7 +1036,9 @@ class ScheduleRequest(_message.Message):
     reserve_and_permit: _builtins.bool
     """Also run Reserve and Permit on the chosen node."""
     explain: _builtins.bool
-    """Return every node's filter result and every plugin's score."""
+    """Evaluate every node (percentageOfNodesToScore does not apply) and return
+    every node's filter result and every plugin's score.
+    """
     seed: _builtins.int
     """Seeds the tie-break among equal top scores (upstream picks one at
     random); 0 means unseeded.

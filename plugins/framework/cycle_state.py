@@ -26,6 +26,11 @@ class StateError(KeyError):
         return str(self.args[0]) if self.args else "cycle state error"
 
 
+class StateDecodeError(StateError):
+    """An entry sent by the caller does not decode as its key's type: bad
+    input, answered with INVALID_ARGUMENT."""
+
+
 class StateKey(Generic[T]):
     """A typed CycleState key. Create one per plugin datum at module level."""
 
@@ -40,7 +45,7 @@ class StateKey(Generic[T]):
         try:
             return self._decoder.decode(data)
         except msgspec.DecodeError as exc:
-            raise StateError(
+            raise StateDecodeError(
                 f"cycle state {self.name!r} does not decode as {self.type.__name__}: {exc}"
             ) from exc
 

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from plugins.framework import observe
-from plugins.framework.cycle_state import CycleState
+from plugins.framework.cycle_state import CycleState, StateDecodeError
 from plugins.framework.handle import Handle
 from plugins.framework.interfaces import (
     MAX_NODE_SCORE,
@@ -237,7 +237,7 @@ class Framework:
         with observe.plugin_span(point, plugin.name):
             try:
                 yield box
-            except CycleError:
+            except (CycleError, StateDecodeError):
                 box.append(Status(Code.ERROR))
                 raise
             except Exception as exc:
@@ -685,6 +685,9 @@ class Framework:
             keep = [k for k, name in enumerate(all_nodes.names) if name in pf_result.node_names]
             candidates = all_nodes.take(keep)
         num_to_find = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, len(candidates))
+        if explain:
+            # A what-if explanation evaluates every node.
+            num_to_find = len(candidates)
         outcome = self.find_feasible(state, pod, candidates, start_index, num_to_find)
         next_start = (start_index + outcome.processed) % max(len(candidates), 1)
         feasible = outcome.feasible

@@ -1,0 +1,195 @@
+"""``berth bench cycle``: composite-RPC scheduling cycles over real gRPC.
+
+Starts ``berth serve`` in its own process (or uses ``--server``), gives it a
+cluster of N nodes, then runs scheduling cycles the way the shim does: one
+Schedule call per pod, serially; after each placement the pod is added to
+the cluster as bound, so every request carries a one-pod delta. Prints
+cycles/s and latency percentiles per cluster size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+
+from berth.client import ClusterStateLog, SchedulingClient
+from berth.v1 import cluster_pb2 as cpb
+
+
+@dataclass
+class CycleStats:
+    nodes: int
+    cycles: int
+    seconds: float
+    latencies_ms: list[float]
+    scheduled: int
+    resyncs: int
+
+    @property
+    def rate(self) -> float:
+        return self.cycles / self.seconds if self.seconds else 0.0
+
+    def pct(self, q: float) -> float:
+        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else 0.0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="benchmarks (figures, not pass/fail)",
+        description="Benchmarks that print figures. See docs/benchmarks.md for recorded runs.",
+    )
+    bsub = p.add_subparsers(dest="bench", metavar="BENCH")
+    c = bsub.add_parser(
+        "cycle",
+        help="composite Schedule RPC cycles/s and latency at given cluster sizes",
+        description=(
+            "Runs serial composite-RPC scheduling cycles (Schedule) against a plugin server "
+            "over real gRPC, as the shim does, and prints cycles/s and p50/p90/p99 latency "
+            "for each cluster size."
+        ),
+    )
+    c.add_argument(
+        "--nodes",
+        type=int,
+        action="append",
+        metavar="N",
+        help="cluster size; repeat for several (default: 500 and 5000)",
+    )
+    c.add_argument("--cycles", type=int, default=2000, help="cycles per size (default %(default)s)")
+    c.add_argument(
+        "--warmup", type=int, default=200, help="untimed cycles first (default %(default)s)"
+    )
+    c.add_argument("--server", metavar="ADDR", help="use a running server instead of starting one")
+    c.add_argument("--config", metavar="FILE", help="config for the server started here")
+    c.add_argument("--profile", default="default-scheduler", help="profile (default %(default)s)")
+    c.set_defaults(func=run_cycle)
+    def usage(_: argparse.Namespace) -> int:
+        p.print_help()
+        return 2
+
+    p.set_defaults(func=usage)
+
+
+def make_node(i: int) -> cpb.Node:
+    """scheduler_perf's default node: 4 CPU, 32Gi, 110 pods."""
+    n = cpb.Node(name=f"node-{i:05d}", uid=f"uid-node-{i}")
+    for r in (n.capacity, n.allocatable):
+        r.milli_cpu = 4000
+        r.memory = 32 * 2**30
+        r.pods = 110
+    n.labels["kubernetes.io/hostname"] = n.name
+    n.labels["topology.kubernetes.io/zone"] = f"zone-{i % 3}"
+    return n
+
+
+def make_pod(i: int) -> cpb.Pod:
+    p = cpb.Pod(uid=f"uid-pod-{i}", name=f"pod-{i}", namespace="bench")
+    p.scheduler_name = "default-scheduler"
+    c = p.containers.add(name="c", image="registry.k8s.io/pause:3.10")
+    c.requests.milli_cpu = 100
+    c.requests.memory = 500 * 2**20
+    return p
+
+
+@contextlib.contextmanager
+def spawn_server(config: str | None) -> Iterator[str]:
+    cmd = [sys.executable, "-m", "berth", "serve", "--listen", "127.0.0.1:0"]
+    if config:
+        cmd += ["--config", config]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=os.environ.copy()
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if "listening on port" not in line:
+            raise RuntimeError(f"berth serve did not start (exit {proc.poll()}): {line.strip()}")
+        yield f"127.0.0.1:{int(line.rsplit(' ', 1)[1])}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+async def bench_cycles(
+    address: str, profile: str, num_nodes: int, cycles: int, warmup: int
+) -> CycleStats:
+    log = ClusterStateLog()
+    for i in range(num_nodes):
+        log.upsert_node(make_node(i))
+    log.commit()
+    async with grpc.aio.insecure_channel(
+        address,
+        options=[
+            ("grpc.max_send_message_length", 256 * 2**20),
+            ("grpc.max_receive_message_length", 256 * 2**20),
+        ],
+    ) as channel:
+        client = SchedulingClient(channel, log)
+        await client.sync()
+        start_index = 0
+        lat: list[float] = []
+        scheduled = 0
+        t_start = 0.0
+        for i in range(warmup + cycles):
+            if i == warmup:
+                t_start = time.perf_counter()
+            pod = make_pod(i)
+            t0 = time.perf_counter()
+            resp = await client.schedule(profile, pod, start_index=start_index)
+            if i >= warmup:
+                lat.append((time.perf_counter() - t0) * 1000)
+            start_index = resp.next_start_index
+            if resp.node:
+                # Assume the pod on its node, as the shim does after Reserve.
+                bound = cpb.Pod()
+                bound.CopyFrom(pod)
+                bound.node_name = resp.node
+                log.upsert_pod(bound)
+                log.commit()
+                if i >= warmup:
+                    scheduled += 1
+        elapsed = time.perf_counter() - t_start
+    return CycleStats(num_nodes, cycles, elapsed, lat, scheduled, client.resyncs)
+
+
+def run_cycle(args: argparse.Namespace) -> int:
+    sizes = args.nodes or [500, 5000]
+    results: list[CycleStats] = []
+    with contextlib.ExitStack() as stack:
+        address = args.server
+        if address is None:
+            print("[bench] starting berth serve ...", flush=True)
+            address = stack.enter_context(spawn_server(args.config))
+        print(f"[bench] server at {address}; {args.cycles} timed cycles per size", flush=True)
+        for n in sizes:
+            print(f"[bench] {n} nodes: warming up ({args.warmup} cycles) ...", flush=True)
+            stats = asyncio.run(bench_cycles(address, args.profile, n, args.cycles, args.warmup))
+            results.append(stats)
+            print(
+                f"[bench] {n} nodes: {stats.rate:.0f} cycles/s, p50 {stats.pct(50):.2f} ms, "
+                f"p99 {stats.pct(99):.2f} ms",
+                flush=True,
+            )
+    print()
+    print("| nodes | cycles | cycles/s | p50 ms | p90 ms | p99 ms | placed | resyncs |")
+    print("|------:|-------:|---------:|-------:|-------:|-------:|-------:|--------:|")
+    for s in results:
+        print(
+            f"| {s.nodes} | {s.cycles} | {s.rate:.0f} | {s.pct(50):.2f} | {s.pct(90):.2f} | "
+            f"{s.pct(99):.2f} | {s.scheduled} | {s.resyncs} |"
+        )
+    return 0

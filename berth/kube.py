@@ -1,0 +1,307 @@
+"""Kubernetes objects (as decoded from JSON or YAML) to berth.v1 records.
+
+The shim decodes watch events with a fast JSON decoder and converts them
+here; ``berth place`` does the same for ``kubectl get -o yaml`` output. Only
+the facts plugins read are kept (DESIGN.md, principle 4).
+
+Where the API server would have defaulted a field that a hand-written
+manifest may lack, the default is applied here the same way (namespace
+"default", schedulerName "default-scheduler", requests taken from limits when
+only limits are given: pkg/apis/core/v1/defaults.go SetDefaults_Pod).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from berth.v1 import cluster_pb2 as pb
+from plugins.framework.units import QuantityError, parse_quantity
+
+Obj = Mapping[str, Any]
+
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+class ObjectError(ValueError):
+    """An object that cannot be converted; the message names the field."""
+
+
+def _map(obj: Obj, key: str) -> Mapping[str, Any]:
+    v = obj.get(key)
+    return v if isinstance(v, Mapping) else {}
+
+
+def _list(obj: Obj, key: str) -> list[Any]:
+    v = obj.get(key)
+    return v if isinstance(v, list) else []
+
+
+def resources(rl: Mapping[str, Any], where: str) -> pb.Resources:
+    """A ResourceList ({"cpu": "500m", ...}) as decoded integers."""
+    r = pb.Resources()
+    for name, raw in rl.items():
+        try:
+            q = parse_quantity(str(raw))
+        except QuantityError as exc:
+            raise ObjectError(f"{where}.{name}: {exc}") from exc
+        if name == "cpu":
+            r.milli_cpu = q.milli()
+        elif name == "memory":
+            r.memory = q.value()
+        elif name == "ephemeral-storage":
+            r.ephemeral_storage = q.value()
+        elif name == "pods":
+            r.pods = q.value()
+        elif name == "storage":
+            continue
+        else:
+            # Extended resources, hugepages-*, attachable-volumes-*: upstream's
+            # IsScalarResourceName.
+            r.scalar[name] = q.value()
+    return r
+
+
+def parse_time_micros(value: Any) -> int:
+    if not value:
+        return 0
+    text = str(value).replace("Z", "+00:00")
+    try:
+        return int(dt.datetime.fromisoformat(text).timestamp() * 1_000_000)
+    except ValueError:
+        return 0
+
+
+def node_record(obj: Obj) -> pb.Node:
+    meta = _map(obj, "metadata")
+    spec = _map(obj, "spec")
+    status = _map(obj, "status")
+    name = meta.get("name")
+    if not name:
+        raise ObjectError("Node metadata.name: required")
+    n = pb.Node(
+        name=str(name), uid=str(meta.get("uid", "")), unschedulable=bool(spec.get("unschedulable"))
+    )
+    n.labels.update({str(k): str(v) for k, v in _map(meta, "labels").items()})
+    n.annotations.update({str(k): str(v) for k, v in _map(meta, "annotations").items()})
+    where = f"Node {name} status"
+    n.capacity.CopyFrom(resources(_map(status, "capacity"), f"{where}.capacity"))
+    alloc = _map(status, "allocatable") or _map(status, "capacity")
+    n.allocatable.CopyFrom(resources(alloc, f"{where}.allocatable"))
+    for t in _list(spec, "taints"):
+        n.taints.add(
+            key=str(t.get("key", "")),
+            value=str(t.get("value", "")),
+            effect=str(t.get("effect", "")),
+        )
+    for img in _list(status, "images"):
+        n.images.add(
+            names=[str(x) for x in img.get("names") or []],
+            size_bytes=int(img.get("sizeBytes") or 0),
+        )
+    return n
+
+
+def _container(c: Obj, where: str, restartable: bool = False) -> pb.Container:
+    res = _map(c, "resources")
+    requests = dict(_map(res, "requests"))
+    limits = _map(res, "limits")
+    # SetDefaults_Pod: a resource with a limit and no request requests its limit.
+    for name, value in limits.items():
+        requests.setdefault(name, value)
+    out = pb.Container(
+        name=str(c.get("name", "")), image=str(c.get("image", "")), restartable=restartable
+    )
+    out.requests.CopyFrom(resources(requests, f"{where}.resources.requests"))
+    out.limits.CopyFrom(resources(limits, f"{where}.resources.limits"))
+    for p in _list(c, "ports"):
+        out.ports.add(
+            container_port=int(p.get("containerPort") or 0),
+            host_port=int(p.get("hostPort") or 0),
+            protocol=str(p.get("protocol") or "TCP"),
+            host_ip=str(p.get("hostIP") or ""),
+        )
+    return out
+
+
+def _label_selector(sel: Obj | None, into: pb.LabelSelector) -> None:
+    if not sel:
+        return
+    into.match_labels.update({str(k): str(v) for k, v in _map(sel, "matchLabels").items()})
+    for e in _list(sel, "matchExpressions"):
+        into.match_expressions.add(
+            key=str(e.get("key", "")),
+            operator=str(e.get("operator", "")),
+            values=[str(v) for v in e.get("values") or []],
+        )
+
+
+def _node_selector_term(term: Obj, into: pb.NodeSelectorTerm) -> None:
+    for e in _list(term, "matchExpressions"):
+        into.match_expressions.add(
+            key=str(e.get("key", "")),
+            operator=str(e.get("operator", "")),
+            values=[str(v) for v in e.get("values") or []],
+        )
+    for e in _list(term, "matchFields"):
+        into.match_fields.add(
+            key=str(e.get("key", "")),
+            operator=str(e.get("operator", "")),
+            values=[str(v) for v in e.get("values") or []],
+        )
+
+
+def _pod_affinity_term(term: Obj, into: pb.PodAffinityTerm) -> None:
+    if term.get("labelSelector") is not None:
+        into.label_selector.SetInParent()
+        _label_selector(_map(term, "labelSelector"), into.label_selector)
+    into.namespaces.extend(str(x) for x in term.get("namespaces") or [])
+    into.topology_key = str(term.get("topologyKey", ""))
+    if term.get("namespaceSelector") is not None:
+        into.namespace_selector.SetInParent()
+        _label_selector(_map(term, "namespaceSelector"), into.namespace_selector)
+    into.match_label_keys.extend(str(x) for x in term.get("matchLabelKeys") or [])
+    into.mismatch_label_keys.extend(str(x) for x in term.get("mismatchLabelKeys") or [])
+
+
+def _pod_affinity(src: Obj, into: pb.PodAffinity) -> None:
+    into.SetInParent()
+    for t in _list(src, "requiredDuringSchedulingIgnoredDuringExecution"):
+        _pod_affinity_term(t, into.required.add())
+    for w in _list(src, "preferredDuringSchedulingIgnoredDuringExecution"):
+        wt = into.preferred.add(weight=int(w.get("weight") or 0))
+        _pod_affinity_term(_map(w, "podAffinityTerm"), wt.term)
+
+
+def _affinity(aff: Obj, into: pb.Affinity) -> None:
+    na = aff.get("nodeAffinity")
+    if isinstance(na, Mapping):
+        into.node_affinity.SetInParent()
+        req = na.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if isinstance(req, Mapping):
+            into.node_affinity.required.SetInParent()
+            for term in _list(req, "nodeSelectorTerms"):
+                _node_selector_term(term, into.node_affinity.required.terms.add())
+        for p in _list(na, "preferredDuringSchedulingIgnoredDuringExecution"):
+            pt = into.node_affinity.preferred.add(weight=int(p.get("weight") or 0))
+            _node_selector_term(_map(p, "preference"), pt.preference)
+    if isinstance(aff.get("podAffinity"), Mapping):
+        _pod_affinity(_map(aff, "podAffinity"), into.pod_affinity)
+    if isinstance(aff.get("podAntiAffinity"), Mapping):
+        _pod_affinity(_map(aff, "podAntiAffinity"), into.pod_anti_affinity)
+
+
+def pod_record(obj: Obj, *, assign_uid: bool = False) -> pb.Pod:
+    """A Pod object as a record. ``assign_uid`` gives a pod that was never
+    created (a manifest) a random uid."""
+    meta = _map(obj, "metadata")
+    spec = _map(obj, "spec")
+    status = _map(obj, "status")
+    name = meta.get("name") or meta.get("generateName")
+    if not name:
+        raise ObjectError("Pod metadata.name: required")
+    uid = str(meta.get("uid") or "")
+    if not uid:
+        if not assign_uid:
+            raise ObjectError(f"Pod {name} metadata.uid: required")
+        uid = str(uuid.uuid4())
+    where = f"Pod {name} spec"
+    p = pb.Pod(
+        uid=uid,
+        name=str(name),
+        namespace=str(meta.get("namespace") or "default"),
+        node_name=str(spec.get("nodeName") or ""),
+        scheduler_name=str(spec.get("schedulerName") or DEFAULT_SCHEDULER),
+        priority=int(spec.get("priority") or 0),
+        phase=str(status.get("phase") or ""),
+        creation_unix_micros=parse_time_micros(meta.get("creationTimestamp")),
+        terminating=bool(meta.get("deletionTimestamp")),
+        nominated_node_name=str(status.get("nominatedNodeName") or ""),
+        preemption_policy=str(spec.get("preemptionPolicy") or "PreemptLowerPriority"),
+    )
+    p.labels.update({str(k): str(v) for k, v in _map(meta, "labels").items()})
+    p.annotations.update({str(k): str(v) for k, v in _map(meta, "annotations").items()})
+    for i, c in enumerate(_list(spec, "containers")):
+        p.containers.append(_container(c, f"{where}.containers[{i}]"))
+    for i, c in enumerate(_list(spec, "initContainers")):
+        p.init_containers.append(
+            _container(
+                c, f"{where}.initContainers[{i}]", restartable=c.get("restartPolicy") == "Always"
+            )
+        )
+    if spec.get("overhead"):
+        p.overhead.CopyFrom(resources(_map(spec, "overhead"), f"{where}.overhead"))
+    p.node_selector.update({str(k): str(v) for k, v in _map(spec, "nodeSelector").items()})
+    if isinstance(spec.get("affinity"), Mapping):
+        p.affinity.SetInParent()
+        _affinity(_map(spec, "affinity"), p.affinity)
+    for t in _list(spec, "tolerations"):
+        tol = p.tolerations.add(
+            key=str(t.get("key") or ""),
+            operator=str(t.get("operator") or ""),
+            value=str(t.get("value") or ""),
+            effect=str(t.get("effect") or ""),
+        )
+        if t.get("tolerationSeconds") is not None:
+            tol.toleration_seconds = int(t["tolerationSeconds"])
+    for c in _list(spec, "topologySpreadConstraints"):
+        tsc = p.topology_spread_constraints.add(
+            max_skew=int(c.get("maxSkew") or 0),
+            topology_key=str(c.get("topologyKey") or ""),
+            when_unsatisfiable=str(c.get("whenUnsatisfiable") or ""),
+            node_affinity_policy=str(c.get("nodeAffinityPolicy") or ""),
+            node_taints_policy=str(c.get("nodeTaintsPolicy") or ""),
+        )
+        if c.get("labelSelector") is not None:
+            tsc.label_selector.SetInParent()
+            _label_selector(_map(c, "labelSelector"), tsc.label_selector)
+        if c.get("minDomains") is not None:
+            tsc.min_domains = int(c["minDomains"])
+        tsc.match_label_keys.extend(str(x) for x in c.get("matchLabelKeys") or [])
+    p.scheduling_gates.extend(str(g.get("name", "")) for g in _list(spec, "schedulingGates"))
+    for v in _list(spec, "volumes"):
+        claim = _map(v, "persistentVolumeClaim")
+        if claim.get("claimName"):
+            p.pvc_names.append(str(claim["claimName"]))
+    for ref in _list(meta, "ownerReferences"):
+        if ref.get("controller"):
+            p.owner_kind = str(ref.get("kind", ""))
+            p.owner_name = str(ref.get("name", ""))
+    return p
+
+
+def occupies_node(pod: pb.Pod) -> bool:
+    """Does the pod count against its node's resources? Bound and not
+    finished (upstream's cache skips Succeeded/Failed pods)."""
+    return bool(pod.node_name) and pod.phase not in ("Succeeded", "Failed")
+
+
+def split_objects(docs: Iterable[Any]) -> tuple[list[Obj], list[Obj]]:
+    """Nodes and pods from YAML documents: single objects, ``kind: List``
+    (``kubectl get nodes,pods -o yaml``) or plain lists."""
+    nodes: list[Obj] = []
+    pods: list[Obj] = []
+
+    def visit(obj: Any) -> None:
+        if obj is None:
+            return
+        if isinstance(obj, list):
+            for x in obj:
+                visit(x)
+            return
+        if not isinstance(obj, Mapping):
+            raise ObjectError(f"expected a Kubernetes object, got {type(obj).__name__}")
+        kind = obj.get("kind")
+        if kind in ("List", "NodeList", "PodList") or (kind is None and "items" in obj):
+            visit(obj.get("items") or [])
+        elif kind == "Node":
+            nodes.append(obj)
+        elif kind == "Pod":
+            pods.append(obj)
+        # Other kinds are not cluster state the plugins read yet.
+
+    for d in docs:
+        visit(d)
+    return nodes, pods

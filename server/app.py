@@ -1,0 +1,113 @@
+"""Builds and runs the gRPC server: SchedulingService, grpc.health.v1,
+reflection, metrics, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from berth.v1 import scheduling_pb2, scheduling_pb2_grpc
+from plugins.framework.interfaces import Plugin
+from plugins.framework.profile import SchedulerConfig
+from plugins.framework.runtime import Framework, ProfileError
+from server import telemetry
+from server.service import SchedulingService
+from server.state import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = scheduling_pb2.DESCRIPTOR.services_by_name["SchedulingService"].full_name
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+def build_frameworks(
+    config: SchedulerConfig, registry: Mapping[str, type[Plugin]]
+) -> dict[str, Framework]:
+    """One Framework per profile; ProfileError names the profile at fault."""
+    out: dict[str, Framework] = {}
+    for profile in config.profiles:
+        try:
+            out[profile.scheduler_name] = Framework(
+                profile, registry, config.percentage_of_nodes_to_score
+            )
+        except ProfileError as exc:
+            raise ProfileError(f"{config.source}: {exc}") from exc
+    return out
+
+
+@dataclass
+class RunningServer:
+    server: grpc.aio.Server
+    port: int
+    health: health.aio.HealthServicer
+    service: SchedulingService
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop taking work, let in-flight RPCs finish within ``grace``."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+
+
+async def start_server(
+    config: SchedulerConfig,
+    registry: Mapping[str, type[Plugin]],
+    listen: str = "127.0.0.1:50051",
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_clusters: int = 16,
+    trace: bool = True,
+) -> RunningServer:
+    frameworks = build_frameworks(config, registry)
+    service = SchedulingService(config, frameworks, SnapshotStore(max_clusters))
+    interceptors = [telemetry.server_interceptor()] if trace else []
+    server = grpc.aio.server(
+        interceptors=interceptors,
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    scheduling_pb2_grpc.add_SchedulingServiceServicer_to_server(service, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (
+            SERVICE_NAME,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ),
+        server,
+    )
+    port = server.add_insecure_port(listen)
+    if port == 0:
+        raise OSError(f"cannot listen on {listen}: address in use or not available")
+    await server.start()
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info(
+        "serving %s on %s (port %d); profiles: %s",
+        SERVICE_NAME,
+        listen,
+        port,
+        ", ".join(frameworks),
+    )
+    return RunningServer(server, port, health_servicer, service)
+
+
+async def serve_forever(running: RunningServer, grace: float) -> None:
+    """Runs until SIGTERM/SIGINT, then shuts down gracefully."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.warning("signal received: draining in-flight requests (grace %.1fs)", grace)
+    await running.stop(grace)
+    log.warning("server stopped")

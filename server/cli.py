@@ -1,0 +1,110 @@
+"""``berth serve``: run the plugin server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+log = logging.getLogger("berth.serve")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run the gRPC plugin server",
+        description=(
+            "Run the stateless gRPC plugin server (berth.v1.SchedulingService) for the "
+            "profiles of a KubeSchedulerConfiguration file. Replicas are interchangeable: "
+            "run as many as load needs behind one Service."
+        ),
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) file; "
+        "default: one profile 'default-scheduler' with the default plugins",
+    )
+    p.add_argument(
+        "--listen",
+        metavar="ADDR",
+        default="127.0.0.1:50051",
+        help="gRPC address to listen on (default %(default)s; use 0.0.0.0:50051 in a pod)",
+    )
+    p.add_argument(
+        "--metrics-listen",
+        metavar="ADDR",
+        default="",
+        help="serve Prometheus metrics over HTTP at ADDR (host:port), e.g. 0.0.0.0:10261; "
+        "off by default",
+    )
+    p.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        default=None,
+        help="send OpenTelemetry traces to this OTLP/gRPC endpoint "
+        "(default: $OTEL_EXPORTER_OTLP_ENDPOINT; no tracing when neither is set)",
+    )
+    p.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=64 * 1024 * 1024,
+        metavar="N",
+        help="largest request or response accepted (default %(default)s); larger ones get "
+        "RESOURCE_EXHAUSTED",
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="on SIGTERM, time in-flight requests get to finish (default %(default)s)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # Logging at INFO unless asked otherwise: a server should say what it does.
+    if args.verbose == 0:
+        logging.getLogger().setLevel(logging.INFO)
+    from plugins.framework.config import ConfigError, default_config, load_config
+    from plugins.framework.runtime import ProfileError
+    from plugins.registry import REGISTRY
+    from server import telemetry
+    from server.app import serve_forever, start_server
+
+    try:
+        config = load_config(args.config, REGISTRY) if args.config else default_config(REGISTRY)
+    except ConfigError as exc:
+        print(f"berth serve: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    telemetry.setup_tracing("berth-server", args.otlp_endpoint)
+    if args.metrics_listen:
+        from prometheus_client import start_http_server
+
+        host, _, port = args.metrics_listen.rpartition(":")
+        try:
+            start_http_server(int(port), addr=host or "0.0.0.0")
+        except (OSError, ValueError) as exc:
+            print(
+                f"berth serve: cannot serve metrics on {args.metrics_listen!r}: {exc}",
+                file=sys.stderr,
+            )
+            return 2
+        log.info("metrics on http://%s/metrics", args.metrics_listen)
+
+    async def main() -> int:
+        try:
+            running = await start_server(
+                config, REGISTRY, args.listen, max_message_bytes=args.max_message_bytes
+            )
+        except (OSError, ProfileError) as exc:
+            print(f"berth serve: {exc}", file=sys.stderr)
+            return 2
+        # A line scripts can wait for.
+        print(f"berth serve: listening on port {running.port}", flush=True)
+        await serve_forever(running, args.grace)
+        return 0
+
+    return asyncio.run(main())
