@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from plugins.framework.cycle_state import CycleState, StateDecodeError, StateError, StateKey
+
+
+class Data(msgspec.Struct):
+    cpu: int
+    names: list[str]
+
+
+KEY = StateKey("Test/data", Data)
+OTHER = StateKey("Test/other", Data)
+
+
+def test_values_round_trip_through_the_wire_form() -> None:
+    s = CycleState()
+    s.write(KEY, Data(5, ["a"]))
+    s.skip_filter_plugins.add("X")
+    wire = s.encode()
+    back = CycleState.decode(wire, skip_filter=["X"])
+    assert back.read(KEY) == Data(5, ["a"])
+    assert back.skip_filter_plugins == {"X"}
+
+
+def test_missing_key_fails_loudly() -> None:
+    with pytest.raises(StateError, match="Test/data"):
+        CycleState().read(KEY)
+    assert CycleState().get(KEY) is None
+
+
+def test_malformed_entry_is_a_decode_error_naming_the_key() -> None:
+    back = CycleState.decode({"Test/data": b"\x93not-msgpack-of-Data"})
+    with pytest.raises(StateDecodeError, match="Test/data"):
+        back.read(KEY)
+
+
+def test_clone_is_independent() -> None:
+    s = CycleState()
+    s.write(KEY, Data(1, []))
+    c = s.clone()
+    c.write(KEY, Data(2, []))
+    c.skip_score_plugins.add("Y")
+    assert s.read(KEY).cpu == 1
+    assert not s.skip_score_plugins
