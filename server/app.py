@@ -8,12 +8,15 @@ import logging
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
+from google.protobuf import message as pb_message
+from google.protobuf import symbol_database
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from berth.v1 import scheduling_pb2, scheduling_pb2_grpc
+from berth.v1 import scheduling_pb2
 from plugins.framework.interfaces import Plugin
 from plugins.framework.profile import SchedulerConfig
 from plugins.framework.runtime import Framework, ProfileError
@@ -25,6 +28,40 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = scheduling_pb2.DESCRIPTOR.services_by_name["SchedulingService"].full_name
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+def service_handler(service: SchedulingService) -> grpc.GenericRpcHandler:
+    """Handlers for every RPC of the service descriptor. Requests arrive as
+    bytes and are parsed here, so a malformed message is answered
+    INVALID_ARGUMENT naming the expected type (grpc's own deserializer would
+    answer INTERNAL)."""
+    desc = scheduling_pb2.DESCRIPTOR.services_by_name["SchedulingService"]
+    db = symbol_database.Default()
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    for method in desc.methods:
+        req_cls = db.GetSymbol(method.input_type.full_name)
+        resp_cls = db.GetSymbol(method.output_type.full_name)
+        impl = getattr(service, method.name)
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            _parsing(impl, req_cls, method.input_type.full_name),
+            request_deserializer=None,
+            response_serializer=resp_cls.SerializeToString,
+        )
+    return grpc.method_handlers_generic_handler(desc.full_name, handlers)
+
+
+def _parsing(impl: Any, req_cls: Any, type_name: str) -> Any:
+    async def handler(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            request = req_cls.FromString(raw)
+        except pb_message.DecodeError as exc:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"request is not a valid {type_name} message: {exc}",
+            )
+        return await impl(request, context)
+
+    return handler
 
 
 def build_frameworks(
@@ -74,7 +111,7 @@ async def start_server(
             ("grpc.so_reuseport", 0),
         ],
     )
-    scheduling_pb2_grpc.add_SchedulingServiceServicer_to_server(service, server)
+    server.add_generic_rpc_handlers((service_handler(service),))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

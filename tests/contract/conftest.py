@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from server.app import RunningServer, start_server
+from tests.contract.fakes import CONFIG, REGISTRY
+
+MAX_MESSAGE = 1024 * 1024
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[RunningServer]:
+    running = await start_server(CONFIG, REGISTRY, "127.0.0.1:0", max_message_bytes=MAX_MESSAGE)
+    try:
+        yield running
+    finally:
+        await running.stop(0)
+
+
+@pytest.fixture
+async def channel(server: RunningServer) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        yield ch
