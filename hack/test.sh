@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The project's test command (README.md; .ci/run calls it). On a fresh
+# machine it installs everything it needs: the Python venv, the upstream
+# control-plane binaries built from Go modules (cached), the Go example
+# client. Then: generated-code check, ruff, mypy --strict, and pytest over
+# unit, contract and integration tests.
+#
+#   hack/test.sh                 everything
+#   hack/test.sh -k resync       extra arguments go to pytest
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+venv="${BERTH_VENV:-$root/.venv}"
+step() { echo; echo "=== [test] $* ==="; }
+
+step "1/6 Python environment"
+./hack/setup-venv.sh
+
+step "2/6 generated protobuf code matches protos/"
+./hack/gen-protos.sh --check
+
+step "3/6 ruff (lint and format)"
+"$venv/bin/ruff" check .
+"$venv/bin/ruff" format --check .
+
+step "4/6 mypy --strict"
+"$venv/bin/mypy"
+
+step "5/6 upstream kube-apiserver, kube-scheduler, kubectl, etcd (built from Go modules, cached)"
+./hack/build-k8s.sh
+
+step "6/6 pytest: unit, contract, integration"
+"$venv/bin/python" -m pytest -p no:cacheprovider "$@"
