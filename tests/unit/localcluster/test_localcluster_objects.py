@@ -1,0 +1,104 @@
+"""Fake object builders and bulk-request error reporting (no API server needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from berth.localcluster import objects
+from berth.localcluster.rest import ApiError
+
+
+def test_node_has_ready_status_and_allocatable_equal_to_capacity_by_default() -> None:
+    n = objects.node("n1", cpu="8", memory="32Gi", pods=50, extended={"nvidia.com/gpu": "4"})
+    status = n["status"]
+    assert status["capacity"] == {
+        "cpu": "8",
+        "memory": "32Gi",
+        "pods": "50",
+        "ephemeral-storage": "100Gi",
+        "nvidia.com/gpu": "4",
+    }
+    assert status["allocatable"] == status["capacity"]
+    assert [(c["type"], c["status"]) for c in status["conditions"]] == [("Ready", "True")]
+    assert n["metadata"]["labels"]["kubernetes.io/hostname"] == "n1"
+    assert n["metadata"]["labels"][objects.FAKE_NODE_LABEL] == "true"
+
+
+def test_node_allocatable_override_taints_labels_and_not_ready() -> None:
+    n = objects.node(
+        "n2",
+        cpu="4",
+        allocatable={"cpu": "3500m"},
+        labels={"zone": "a"},
+        taints=[objects.taint("dedicated", "gpu", "NoExecute")],
+        ready=False,
+        unschedulable=True,
+    )
+    assert n["status"]["allocatable"]["cpu"] == "3500m"
+    assert n["status"]["capacity"]["cpu"] == "4"
+    assert n["metadata"]["labels"]["zone"] == "a"
+    assert n["spec"] == {
+        "taints": [{"key": "dedicated", "value": "gpu", "effect": "NoExecute"}],
+        "unschedulable": True,
+    }
+    assert n["status"]["conditions"][0]["status"] == "False"
+
+
+def test_pod_requests_scheduler_and_placement_fields() -> None:
+    p = objects.pod(
+        "p",
+        namespace="ns",
+        cpu="2",
+        memory=None,
+        extended={"nvidia.com/gpu": "1"},
+        scheduler_name="berth",
+        node_selector={"zone": "a"},
+        tolerations=[objects.toleration("dedicated", "gpu", "NoExecute")],
+    )
+    container = p["spec"]["containers"][0]
+    assert container["resources"] == {
+        "requests": {"cpu": "2", "nvidia.com/gpu": "1"},
+        "limits": {"nvidia.com/gpu": "1"},
+    }
+    assert p["spec"]["schedulerName"] == "berth"
+    assert p["spec"]["nodeSelector"] == {"zone": "a"}
+    assert p["spec"]["tolerations"] == [
+        {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}
+    ]
+    assert p["metadata"]["namespace"] == "ns"
+    assert "nodeName" not in p["spec"]
+
+
+def test_toleration_without_value_uses_exists() -> None:
+    assert objects.toleration("k") == {"key": "k", "operator": "Exists"}
+
+
+def test_run_concurrently_returns_results_and_collects_every_failure() -> None:
+    assert sorted(objects.run_concurrently(lambda x: x * 2, [1, 2, 3], what="doublings")) == [
+        2,
+        4,
+        6,
+    ]
+
+    def fail_odd(x: int) -> int:
+        if x % 2:
+            raise ValueError(f"odd {x}")
+        return x
+
+    with pytest.raises(objects.BulkError) as info:
+        objects.run_concurrently(fail_odd, range(10), what="things", concurrency=4)
+    assert len(info.value.failures) == 5
+    assert str(info.value).startswith("5/10 things failed: 1: odd 1; 3: odd 3; 5: odd 5")
+    assert "(and 2 more)" in str(info.value)
+
+
+def test_api_error_carries_status_reason_and_message() -> None:
+    body = b'{"kind":"Status","reason":"AlreadyExists","message":"nodes \\"n1\\" already exists"}'
+    err = ApiError("POST", "/api/v1/nodes", 409, body)
+    assert (err.status, err.reason) == (409, "AlreadyExists")
+    assert str(err) == 'POST /api/v1/nodes -> HTTP 409 AlreadyExists: nodes "n1" already exists'
+
+
+def test_api_error_with_a_non_json_body() -> None:
+    err = ApiError("GET", "/x", 502, b"bad gateway")
+    assert err.message == "bad gateway"

@@ -1,0 +1,104 @@
+"""Process records: stop only what we started, never a pid that now belongs to another program."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from berth.localcluster.errors import StateError
+from berth.localcluster.process import (
+    ProcessRecord,
+    cmdline,
+    is_ours,
+    spawn,
+    start_ticks,
+    stop,
+    wait_until,
+)
+
+SLEEP = shutil.which("sleep") or "/bin/sleep"
+
+
+@pytest.fixture
+def sleeper(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], ProcessRecord]]:
+    proc, record = spawn("sleeper", [SLEEP, "300"], tmp_path / "sleeper.log")
+    yield proc, record
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def test_spawned_process_is_recognised_as_ours(
+    sleeper: tuple[subprocess.Popen[bytes], ProcessRecord],
+) -> None:
+    _, record = sleeper
+    assert is_ours(record)
+    assert cmdline(record.pid)[0] == SLEEP
+    assert start_ticks(record.pid) == record.start_ticks
+
+
+def test_stop_terminates_and_reaps_our_process(
+    sleeper: tuple[subprocess.Popen[bytes], ProcessRecord],
+) -> None:
+    proc, record = sleeper
+    assert stop(record, grace=5) == f"stopped sleeper (pid {record.pid})"
+    assert proc.poll() is not None
+    assert not Path(f"/proc/{record.pid}").exists()
+
+
+def test_stop_leaves_a_recycled_pid_alone(
+    sleeper: tuple[subprocess.Popen[bytes], ProcessRecord],
+) -> None:
+    """Same pid, different start time: it is not the process we recorded."""
+    proc, record = sleeper
+    recycled = dataclasses.replace(record, start_ticks=record.start_ticks - 1)
+    assert not is_ours(recycled)
+    message = stop(recycled)
+    assert "belongs to another program" in message
+    assert proc.poll() is None  # still running
+
+
+def test_stop_leaves_a_different_binary_alone(
+    sleeper: tuple[subprocess.Popen[bytes], ProcessRecord],
+) -> None:
+    proc, record = sleeper
+    other = dataclasses.replace(record, binary="/usr/local/bin/etcd")
+    assert "left it alone" in stop(other)
+    assert proc.poll() is None
+
+
+def test_stop_of_an_exited_process_says_so(tmp_path: Path) -> None:
+    proc, record = spawn("quick", ["/bin/true"], tmp_path / "quick.log")
+    proc.wait()
+    assert "already exited" in stop(record)
+
+
+def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:
+    script = "trap '' TERM; echo ready; while true; do sleep 0.1; done"
+    sh = shutil.which("sh") or "/bin/sh"
+    proc, record = spawn("stubborn", [sh, "-c", script], tmp_path / "stubborn.log")
+    ready, _ = wait_until(
+        lambda: "ready" in (tmp_path / "stubborn.log").read_text(), timeout=10, interval=0.05
+    )
+    assert ready
+    assert "killed stubborn" in stop(record, grace=0.5)
+    assert proc.poll() is not None
+
+
+def test_malformed_record_is_a_state_error() -> None:
+    with pytest.raises(StateError):
+        ProcessRecord.from_json({"name": "etcd", "pid": "x"})
+
+
+def test_wait_until_reports_the_abort_reason() -> None:
+    ready, why = wait_until(lambda: False, timeout=5, abort=lambda: "etcd exited with code 1")
+    assert (ready, why) == (False, "etcd exited with code 1")
+
+
+def test_wait_until_times_out() -> None:
+    assert wait_until(lambda: False, timeout=0.2, interval=0.05) == (False, None)
