@@ -35,6 +35,33 @@ class ProfileConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaderElectionConfig:
+    """KubeSchedulerConfiguration.leaderElection with upstream's defaults
+    (component-base RecommendedDefaultLeaderElectionConfiguration and
+    SetDefaults_KubeSchedulerConfiguration)."""
+
+    leader_elect: bool = True
+    lease_duration_seconds: float = 15.0
+    renew_deadline_seconds: float = 10.0
+    retry_period_seconds: float = 2.0
+    resource_lock: str = "leases"
+    resource_name: str = "kube-scheduler"
+    resource_namespace: str = "kube-system"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConnectionConfig:
+    """KubeSchedulerConfiguration.clientConnection with the scheduler's
+    defaults (QPS 50, burst 100)."""
+
+    kubeconfig: str = ""
+    accept_content_types: str = ""
+    content_type: str = "application/vnd.kubernetes.protobuf"
+    qps: float = 50.0
+    burst: int = 100
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     profiles: tuple[ProfileConfig, ...]
     # 0 means upstream's adaptive default.
@@ -43,6 +70,12 @@ class SchedulerConfig:
     pod_max_backoff_seconds: int = 10
     # Where the configuration came from, for messages.
     source: str = "<defaults>"
+    parallelism: int = 16
+    leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
+    client_connection: ClientConnectionConfig = field(default_factory=ClientConnectionConfig)
+    enable_profiling: bool = True
+    enable_contention_profiling: bool = True
+    delay_cache_until_active: bool = False
 
     def profile(self, scheduler_name: str) -> ProfileConfig | None:
         for p in self.profiles:
