@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"berth serve: invalid configuration: {exc}", file=sys.stderr)
         return 2
-    telemetry.setup_tracing("berth-server", args.otlp_endpoint)
+    tracing = telemetry.setup_tracing("berth-server", args.otlp_endpoint) is not None
     if args.metrics_listen:
         from prometheus_client import start_http_server
 
@@ -97,7 +97,11 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> int:
         try:
             running = await start_server(
-                config, REGISTRY, args.listen, max_message_bytes=args.max_message_bytes
+                config,
+                REGISTRY,
+                args.listen,
+                max_message_bytes=args.max_message_bytes,
+                trace=tracing,
             )
         except (OSError, ProfileError) as exc:
             print(f"berth serve: {exc}", file=sys.stderr)

@@ -9,8 +9,8 @@ per plugin, under whatever span is current (the server's RPC span).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
+from typing import Any
 
 from opentelemetry import trace
 from prometheus_client import Histogram
@@ -49,25 +49,43 @@ PLUGIN_EXECUTION_DURATION = Histogram(
 _tracer = trace.get_tracer("berth.plugins")
 
 
+# Labelled children, looked up once: .labels() costs a lock and a dict
+# lookup per call, on the hot path.
+_plugin_children: dict[tuple[str, str, Code], Any] = {}
+_point_children: dict[tuple[str, str, Code], Any] = {}
+
+
 def observe_plugin(point: str, plugin: str, code: Code, seconds: float) -> None:
-    PLUGIN_EXECUTION_DURATION.labels(plugin, point, CODE_LABEL[code]).observe(seconds)
+    key = (point, plugin, code)
+    child = _plugin_children.get(key)
+    if child is None:
+        child = PLUGIN_EXECUTION_DURATION.labels(plugin, point, CODE_LABEL[code])
+        _plugin_children[key] = child
+    child.observe(seconds)
 
 
 def observe_extension_point(point: str, profile: str, code: Code, seconds: float) -> None:
-    FRAMEWORK_EXTENSION_POINT_DURATION.labels(point, CODE_LABEL[code], profile).observe(seconds)
+    key = (point, profile, code)
+    child = _point_children.get(key)
+    if child is None:
+        child = FRAMEWORK_EXTENSION_POINT_DURATION.labels(point, CODE_LABEL[code], profile)
+        _point_children[key] = child
+    child.observe(seconds)
 
 
-@contextmanager
-def extension_point_span(point: str, profile: str) -> Iterator[None]:
-    with _tracer.start_as_current_span(
+def tracing_active() -> bool:
+    """Is the current span recorded? Plugin spans under an unrecorded (or
+    absent) parent would cost time and show nowhere."""
+    return trace.get_current_span().is_recording()
+
+
+def extension_point_span(point: str, profile: str) -> AbstractContextManager[Any]:
+    return _tracer.start_as_current_span(
         point, attributes={"berth.extension_point": point, "berth.profile": profile}
-    ):
-        yield
+    )
 
 
-@contextmanager
-def plugin_span(point: str, plugin: str) -> Iterator[None]:
-    with _tracer.start_as_current_span(
+def plugin_span(point: str, plugin: str) -> AbstractContextManager[Any]:
+    return _tracer.start_as_current_span(
         f"{point}/{plugin}", attributes={"berth.extension_point": point, "berth.plugin": plugin}
-    ):
-        yield
+    )

@@ -12,8 +12,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -55,6 +54,8 @@ log = logging.getLogger(__name__)
 # schedule_one.go: minFeasibleNodesToFind, minFeasibleNodesPercentageToFind.
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+# schedule_one.go: pluginMetricsSamplePercent.
+PLUGIN_METRICS_SAMPLE_RATE = 0.10
 # framework.go: maxTimeout for Permit waits.
 MAX_PERMIT_TIMEOUT_SECONDS = 15 * 60.0
 
@@ -165,6 +166,7 @@ class Framework:
         self.handle = Handle(profile.scheduler_name)
         pct = profile.percentage_of_nodes_to_score
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score if pct is None else pct
+        self.record_plugin_metrics = False
         self.instances: dict[str, Plugin] = {}
         for refs in profile.plugins.values():
             for ref in refs:
@@ -228,40 +230,19 @@ class Framework:
 
     # -- plumbing -------------------------------------------------------------
 
-    @contextmanager
-    def _plugin(self, point: str, plugin: Plugin) -> Iterator[list[Status]]:
+    def begin_request(self) -> None:
+        """Called once per request: decides whether this request's plugin
+        calls are timed (upstream samples 10% of cycles,
+        pluginMetricsSamplePercent in schedule_one.go)."""
+        self.record_plugin_metrics = random.random() < PLUGIN_METRICS_SAMPLE_RATE
+
+    def _plugin(self, point: str, plugin: Plugin) -> _PluginCall:
         """Times and traces one plugin call. The body appends its status to
         the yielded list so the metric can carry it."""
-        box: list[Status] = []
-        start = time.perf_counter()
-        with observe.plugin_span(point, plugin.name):
-            try:
-                yield box
-            except (CycleError, StateDecodeError):
-                box.append(Status(Code.ERROR))
-                raise
-            except Exception as exc:
-                log.exception("plugin %s failed at %s", plugin.name, point)
-                box.append(Status(Code.ERROR))
-                raise CycleError(
-                    Status.error(f"running {point} plugin {plugin.name!r}: {exc!r}", plugin.name)
-                ) from exc
-            finally:
-                status = box[0] if box else SUCCESS
-                observe.observe_plugin(point, plugin.name, status.code, time.perf_counter() - start)
+        return _PluginCall(self, point, plugin)
 
-    @contextmanager
-    def extension_point(self, point: str) -> Iterator[list[Status]]:
-        box: list[Status] = []
-        start = time.perf_counter()
-        with observe.extension_point_span(point, self.name):
-            try:
-                yield box
-            finally:
-                status = box[0] if box else SUCCESS
-                observe.observe_extension_point(
-                    point, self.name, status.code, time.perf_counter() - start
-                )
+    def extension_point(self, point: str) -> _ExtensionPointCall:
+        return _ExtensionPointCall(self, point)
 
     # -- queueing -------------------------------------------------------------
 
@@ -636,6 +617,7 @@ class Framework:
         """schedule_one.go, schedulePod: filter, score, select a host;
         optionally Reserve and Permit (schedulingCycle)."""
         self.handle.bind_snapshot(snapshot)
+        self.begin_request()
         try:
             return self._schedule(
                 snapshot, state, pod, start_index, reserve_and_permit, rng, explain
@@ -774,6 +756,84 @@ class Framework:
         result.permit_timeouts = waits
         if not st.is_success and not st.is_wait:
             self.run_unreserve(state, pod, result.node)
+
+
+class _PluginCall:
+    """Context for one plugin call: converts a raised exception into an Error
+    status (CycleError); when sampled or traced, times and spans the call."""
+
+    __slots__ = ("box", "fw", "plugin", "point", "span", "start")
+
+    def __init__(self, fw: Framework, point: str, plugin: Plugin) -> None:
+        self.fw = fw
+        self.point = point
+        self.plugin = plugin
+        self.box: list[Status] = []
+        self.span: Any = None
+        self.start = 0.0
+
+    def __enter__(self) -> list[Status]:
+        if observe.tracing_active():
+            self.span = observe.plugin_span(self.point, self.plugin.name)
+            self.span.__enter__()
+        if self.fw.record_plugin_metrics:
+            self.start = time.perf_counter()
+        return self.box
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> bool:
+        err: CycleError | None = None
+        if exc is not None:
+            self.box.insert(0, Status(Code.ERROR))
+            if not isinstance(exc, (CycleError, StateDecodeError)) and isinstance(exc, Exception):
+                log.exception("plugin %s failed at %s", self.plugin.name, self.point)
+                err = CycleError(
+                    Status.error(
+                        f"running {self.point} plugin {self.plugin.name!r}: {exc!r}",
+                        self.plugin.name,
+                    )
+                )
+        if self.start:
+            status = self.box[0] if self.box else SUCCESS
+            observe.observe_plugin(
+                self.point, self.plugin.name, status.code, time.perf_counter() - self.start
+            )
+        if self.span is not None:
+            self.span.__exit__(kind, exc, tb)
+        if err is not None:
+            raise err from exc
+
+
+class _ExtensionPointCall:
+    """Context for one extension point: always timed (upstream records
+    extension point durations for every cycle), spanned when traced."""
+
+    __slots__ = ("box", "fw", "point", "span", "start")
+
+    def __init__(self, fw: Framework, point: str) -> None:
+        self.fw = fw
+        self.point = point
+        self.box: list[Status] = []
+        self.span: Any = None
+        self.start = 0.0
+
+    def __enter__(self) -> list[Status]:
+        if observe.tracing_active():
+            self.span = observe.extension_point_span(self.point, self.fw.name)
+            self.span.__enter__()
+        self.start = time.perf_counter()
+        return self.box
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        status = self.box[0] if self.box else (SUCCESS if exc is None else Status(Code.ERROR))
+        observe.observe_extension_point(
+            self.point, self.fw.name, status.code, time.perf_counter() - self.start
+        )
+        if self.span is not None:
+            self.span.__exit__(kind, exc, tb)
 
 
 def select_host(nodes: NodeBatch, totals: ScoreArray, rng: random.Random | None = None) -> str:
