@@ -125,9 +125,13 @@ run_logged() {
 
 # has_version BINARY EXPECTED ARGS...: the cached binary runs and reports EXPECTED.
 has_version() {
-  local bin="$1" expected="$2"
+  local bin="$1" expected="$2" out
   shift 2
-  [[ -x $bin ]] && "$bin" "$@" 2>/dev/null | grep -qF "$expected"
+  [[ -x $bin ]] || return 1
+  # Capture first: `| grep -q` would exit at the first match, and with pipefail the binary's
+  # SIGPIPE on its next line (kubectl prints two) would read as a mismatch.
+  out="$("$bin" "$@" 2>/dev/null)" || return 1
+  [[ $out == *"$expected"* ]]
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -257,7 +261,10 @@ build_one() {
   local tmp="$BIN_DIR/.$name.tmp"
   run_logged "$dir" "$LOG_DIR/build-$name.log" go build -v -trimpath -ldflags="$ldflags" -o "$tmp" "$pkg"
   if ! has_version "$tmp" "$expected" "$@"; then
-    fail "the freshly built $name does not report '$expected' (got: $("$tmp" "$@" 2>&1 | head -n1))"
+    local got
+    got="$("$tmp" "$@" 2>&1 | head -n1 || true)"
+    rm -f "$tmp"
+    fail "the freshly built $name does not report '$expected' (got: $got)"
   fi
   mv -f "$tmp" "$BIN_DIR/$name"
   say "  $BIN_DIR/$name ($(du -h "$BIN_DIR/$name" | cut -f1))"

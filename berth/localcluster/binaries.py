@@ -116,9 +116,12 @@ def build_binaries() -> Path:
 
 
 def ensure_binaries(bin_dir: Path | None = None, *, build: bool = False) -> Path:
-    """Return a directory holding all four binaries, building them first if ``build`` is set."""
+    """Return a directory holding all four binaries; with ``build`` (and no explicit
+    ``bin_dir``), run hack/build-k8s.sh first."""
     directory = bin_dir or default_bin_dir()
-    if missing_binaries(directory) and build and bin_dir is None:
+    if build and bin_dir is None:
+        # The script is quick when its cache is good (it checks each binary's version) and
+        # rebuilds what is missing or stale, e.g. after a version bump of etcd alone.
         directory = build_binaries()
     require_binaries(directory)
     return directory

@@ -13,7 +13,7 @@ from berth.localcluster import binaries
 
 VERSIONS = binaries.parse_versions(binaries.VERSIONS_FILE.read_text())
 TOOLS = (
-    "bash", "cat", "cut", "date", "df", "dirname", "du", "flock", "grep", "head", "mkdir",
+    "bash", "cat", "cut", "yes", "sh", "date", "df", "dirname", "du", "flock", "grep", "head", "mkdir",
     "mv", "sed", "sleep", "sort", "tail", "wc", "awk",
 )  # fmt: skip
 
@@ -53,7 +53,9 @@ def fake_binaries(bin_dir: Path, k8s: str, etcd: str) -> None:
     }
     for name, text in outputs.items():
         exe = bin_dir / name
-        exe.write_text(f"#!/bin/sh\necho '{text}'\n")
+        # Like kubectl, say more after the version line: plenty, so a reader that stops at
+        # the first match would make this writer die of SIGPIPE.
+        exe.write_text(f"#!/bin/sh\necho '{text}'\nyes 'more output' | head -c 200000\n")
         exe.chmod(0o755)
 
 
