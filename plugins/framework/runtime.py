@@ -782,7 +782,7 @@ class _PluginCall:
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
-    ) -> bool:
+    ) -> None:
         err: CycleError | None = None
         if exc is not None:
             self.box.insert(0, Status(Code.ERROR))
