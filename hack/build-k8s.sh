@@ -160,10 +160,12 @@ GO_HAVE="${GO_HAVE#go}"
 
 mkdir -p "$BIN_DIR" "$LOG_DIR" ||
   fail "cannot create $BIN_DIR" "set BERTH_CACHE to a writable directory"
-exec 9>"$VERSION_DIR/.build.lock"
-if ! flock -n 9; then
-  say "another build-k8s is running for $K8S_VERSION; waiting for it to finish"
-  flock 9
+if command -v flock >/dev/null 2>&1; then # util-linux; without it, builds are not serialised
+  exec 9>"$VERSION_DIR/.build.lock"
+  if ! flock -n 9; then
+    say "another build-k8s is running for $K8S_VERSION; waiting for it to finish"
+    flock 9
+  fi
 fi
 
 for dir in "$CACHE_ROOT" "$(go env GOMODCACHE)" "$(go env GOCACHE)"; do

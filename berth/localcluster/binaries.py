@@ -92,22 +92,24 @@ def require_binaries(bin_dir: Path, names: tuple[str, ...] = BINARY_NAMES) -> No
 
 
 def build_binaries() -> Path:
-    """Run hack/build-k8s.sh (output streams to this process's stdout/stderr); return bin dir."""
+    """Run hack/build-k8s.sh, its progress streamed to our stderr; return the bin dir."""
     if not BUILD_SCRIPT.is_file():
         raise BinaryMissingError(
             f"{BUILD_SCRIPT} not found; run berth from a source checkout or set BERTH_K8S_BIN_DIR"
         )
     log.info("building upstream binaries with %s", BUILD_SCRIPT)
-    last = ""
+    pending = ""  # the script's last line is the bin dir, for us rather than for the user
     with subprocess.Popen(
         ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, bufsize=1
     ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:  # progress goes to stderr; stdout stays for KUBECONFIG=...
-            sys.stderr.write(line)
-            if line.strip():
-                last = line.strip()
+            if pending:
+                sys.stderr.write(pending)
+            pending = line
+    last = pending.strip()
     if proc.returncode != 0 or not last:
+        sys.stderr.write(pending)
         raise BinaryMissingError(
             f"{BUILD_SCRIPT} failed (exit {proc.returncode}); its message above says which "
             "step failed and why"

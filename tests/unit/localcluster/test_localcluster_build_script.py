@@ -118,3 +118,20 @@ def test_unknown_argument_is_refused() -> None:
     )
     assert result.returncode == 2
     assert "unknown argument '--frobnicate'" in result.stderr
+
+
+def test_ensure_binaries_runs_the_script_and_keeps_stdout_clean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    bin_dir = tmp_path / "cache" / "k8s" / VERSIONS.kubernetes / "bin"
+    fake_binaries(bin_dir, VERSIONS.kubernetes, VERSIONS.etcd)
+    monkeypatch.setenv("BERTH_CACHE", str(tmp_path / "cache"))
+    for name in ("BERTH_K8S_BIN_DIR", "K8S_VERSION", "ETCD_VERSION"):
+        monkeypatch.delenv(name, raising=False)
+
+    assert binaries.ensure_binaries(build=True) == bin_dir
+
+    out, err = capfd.readouterr()
+    assert out == ""  # stdout is kept for `KUBECONFIG=...`
+    assert "nothing to build" in err
+    assert str(bin_dir) + "\n" not in err.splitlines(keepends=True)
