@@ -34,6 +34,7 @@ class CycleStats:
     latencies_ms: list[float]
     scheduled: int
     resyncs: int
+    transport: str
 
     @property
     def rate(self) -> float:
@@ -73,7 +74,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c.add_argument("--server", metavar="ADDR", help="use a running server instead of starting one")
     c.add_argument("--config", metavar="FILE", help="config for the server started here")
     c.add_argument("--profile", default="default-scheduler", help="profile (default %(default)s)")
+    c.add_argument(
+        "--transport",
+        choices=("stream", "unary", "both"),
+        default="both",
+        help="ScheduleStream (the shim's path), unary Schedule, or both (default %(default)s)",
+    )
     c.set_defaults(func=run_cycle)
+
     def usage(_: argparse.Namespace) -> int:
         p.print_help()
         return 2
@@ -125,7 +133,7 @@ def spawn_server(config: str | None) -> Iterator[str]:
 
 
 async def bench_cycles(
-    address: str, profile: str, num_nodes: int, cycles: int, warmup: int
+    address: str, profile: str, num_nodes: int, cycles: int, warmup: int, transport: str
 ) -> CycleStats:
     log = ClusterStateLog()
     for i in range(num_nodes):
@@ -140,6 +148,7 @@ async def bench_cycles(
     ) as channel:
         client = SchedulingClient(channel, log)
         await client.sync()
+        call = client.schedule_streamed if transport == "stream" else client.schedule
         start_index = 0
         lat: list[float] = []
         scheduled = 0
@@ -149,7 +158,7 @@ async def bench_cycles(
                 t_start = time.perf_counter()
             pod = make_pod(i)
             t0 = time.perf_counter()
-            resp = await client.schedule(profile, pod, start_index=start_index)
+            resp = await call(profile, pod, start_index=start_index)
             if i >= warmup:
                 lat.append((time.perf_counter() - t0) * 1000)
             start_index = resp.next_start_index
@@ -163,7 +172,8 @@ async def bench_cycles(
                 if i >= warmup:
                     scheduled += 1
         elapsed = time.perf_counter() - t_start
-    return CycleStats(num_nodes, cycles, elapsed, lat, scheduled, client.resyncs)
+        await client.close()
+    return CycleStats(num_nodes, cycles, elapsed, lat, scheduled, client.resyncs, transport)
 
 
 def run_cycle(args: argparse.Namespace) -> int:
@@ -175,21 +185,29 @@ def run_cycle(args: argparse.Namespace) -> int:
             print("[bench] starting berth serve ...", flush=True)
             address = stack.enter_context(spawn_server(args.config))
         print(f"[bench] server at {address}; {args.cycles} timed cycles per size", flush=True)
+        transports = ["stream", "unary"] if args.transport == "both" else [args.transport]
         for n in sizes:
-            print(f"[bench] {n} nodes: warming up ({args.warmup} cycles) ...", flush=True)
-            stats = asyncio.run(bench_cycles(address, args.profile, n, args.cycles, args.warmup))
-            results.append(stats)
-            print(
-                f"[bench] {n} nodes: {stats.rate:.0f} cycles/s, p50 {stats.pct(50):.2f} ms, "
-                f"p99 {stats.pct(99):.2f} ms",
-                flush=True,
-            )
+            for transport in transports:
+                print(
+                    f"[bench] {n} nodes, {transport}: warming up ({args.warmup} cycles) ...",
+                    flush=True,
+                )
+                stats = asyncio.run(
+                    bench_cycles(address, args.profile, n, args.cycles, args.warmup, transport)
+                )
+                results.append(stats)
+                print(
+                    f"[bench] {n} nodes, {transport}: {stats.rate:.0f} cycles/s, "
+                    f"p50 {stats.pct(50):.2f} ms, p99 {stats.pct(99):.2f} ms",
+                    flush=True,
+                )
     print()
-    print("| nodes | cycles | cycles/s | p50 ms | p90 ms | p99 ms | placed | resyncs |")
-    print("|------:|-------:|---------:|-------:|-------:|-------:|-------:|--------:|")
+    print("| nodes | RPC | cycles | cycles/s | p50 ms | p90 ms | p99 ms | placed | resyncs |")
+    print("|------:|-----|-------:|---------:|-------:|-------:|-------:|-------:|--------:|")
     for s in results:
+        rpc = "ScheduleStream" if s.transport == "stream" else "Schedule (unary)"
         print(
-            f"| {s.nodes} | {s.cycles} | {s.rate:.0f} | {s.pct(50):.2f} | {s.pct(90):.2f} | "
-            f"{s.pct(99):.2f} | {s.scheduled} | {s.resyncs} |"
+            f"| {s.nodes} | {rpc} | {s.cycles} | {s.rate:.0f} | {s.pct(50):.2f} | "
+            f"{s.pct(90):.2f} | {s.pct(99):.2f} | {s.scheduled} | {s.resyncs} |"
         )
     return 0

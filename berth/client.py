@@ -105,9 +105,12 @@ class ClusterStateLog:
     def _merge(self, base: int) -> cpb.ClusterDelta:
         nodes: dict[str, cpb.Node | None] = {}
         pods: dict[str, cpb.Pod | None] = {}
-        for gen, d in self._log:
+        newer: list[cpb.ClusterDelta] = []
+        for gen, d in reversed(self._log):
             if gen <= base:
-                continue
+                break
+            newer.append(d)
+        for d in reversed(newer):
             for name in d.delete_nodes:
                 nodes[name] = None
             for n in d.upsert_nodes:
@@ -148,6 +151,19 @@ def replica_generation(err: grpc.aio.AioRpcError) -> int:
     return -1
 
 
+class RequestRefused(Exception):
+    """The server refused a streamed request (what the unary RPC would have
+    raised as a gRPC error)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
 class SchedulingClient:
     """Async client: one channel, one cluster state log."""
 
@@ -164,6 +180,7 @@ class SchedulingClient:
         # The generation the server last confirmed holding.
         self.acked = 0
         self.resyncs = 0
+        self._stream: Any = None
 
     async def call(
         self,
@@ -208,6 +225,71 @@ class SchedulingClient:
             )
 
         return await self.call(self.stub.Schedule, build)
+
+    async def schedule_streamed(
+        self,
+        profile: str,
+        pod: cpb.Pod,
+        *,
+        start_index: int = 0,
+        explain: bool = False,
+        reserve_and_permit: bool = False,
+        seed: int = 0,
+    ) -> pb.ScheduleResponse:
+        """``schedule`` over the ScheduleStream RPC: one stream is opened on
+        first use and kept. A refused request raises RequestRefused; a broken
+        stream raises grpc.aio.AioRpcError and the next call opens a new one."""
+
+        def build(st: cpb.ClusterState) -> pb.ScheduleRequest:
+            return pb.ScheduleRequest(
+                profile=profile,
+                state=st,
+                pod=pod,
+                start_index=start_index,
+                explain=explain,
+                reserve_and_permit=reserve_and_permit,
+                seed=seed,
+            )
+
+        st = self.state.state_since(self.acked)
+        resp = await self._exchange(build(st))
+        if (
+            resp.HasField("error")
+            and resp.error.grpc_code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+        ):
+            have = resp.error.replica_generation
+            self.resyncs += 1
+            log.info("replica behind (at generation %d, want %d): resending", have, st.generation)
+            st = self.state.state_since(have) if have > 0 else self.state.full_state()
+            resp = await self._exchange(build(st))
+        if resp.HasField("error"):
+            raise RequestRefused(
+                _CODES.get(resp.error.grpc_code, grpc.StatusCode.UNKNOWN), resp.error.message
+            )
+        self.acked = max(self.acked, st.generation)
+        return resp
+
+    async def _exchange(self, request: pb.ScheduleRequest) -> pb.ScheduleResponse:
+        if self._stream is None:
+            self._stream = self.stub.ScheduleStream()
+        call = self._stream
+        try:
+            await call.write(request)
+            resp = await call.read()
+        except grpc.aio.AioRpcError:
+            self._stream = None
+            raise
+        if resp is grpc.aio.EOF:
+            self._stream = None
+            code = await call.code()
+            raise RequestRefused(code, await call.details() or "stream closed by the server")
+        assert isinstance(resp, pb.ScheduleResponse)
+        return resp
+
+    async def close(self) -> None:
+        if self._stream is not None:
+            await self._stream.done_writing()
+            self._stream = None
 
     async def sync(self) -> pb.SyncResponse:
         return await self.call(self.stub.Sync, lambda st: pb.SyncRequest(state=st))

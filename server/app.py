@@ -42,6 +42,13 @@ def service_handler(service: SchedulingService) -> grpc.GenericRpcHandler:
         req_cls = db.GetSymbol(method.input_type.full_name)
         resp_cls = db.GetSymbol(method.output_type.full_name)
         impl = getattr(service, method.name)
+        if method.client_streaming:
+            # Stream messages stay bytes; the service parses each and answers
+            # a malformed one in-stream (ScheduleResponse.error).
+            handlers[method.name] = grpc.stream_stream_rpc_method_handler(
+                impl, request_deserializer=None, response_serializer=resp_cls.SerializeToString
+            )
+            continue
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
             _parsing(impl, req_cls, method.input_type.full_name),
             request_deserializer=None,

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from berth.v1 import cluster_pb2 as cpb
 from berth.v1 import scheduling_pb2 as pb
@@ -466,30 +467,70 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
 
         return await self._run(context, run)
 
-    async def Schedule(self, request: pb.ScheduleRequest, context: Any) -> pb.ScheduleResponse:
-        def run() -> pb.ScheduleResponse:
-            fw = self._framework(request.profile)
-            snap, gen = self._snapshot(request.HasField("state"), request.state)
-            pod = self._pod(request.HasField("pod"), request.pod)
-            if request.start_index < 0:
-                raise ServiceError(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"start_index: must be >= 0, got {request.start_index}",
-                )
-            state = CycleState()
-            rng = random.Random(request.seed) if request.seed else None
-            result = fw.schedule(
-                snap,
-                state,
-                pod,
-                start_index=request.start_index,
-                reserve_and_permit=request.reserve_and_permit,
-                rng=rng,
-                explain=request.explain,
+    def _schedule(self, request: pb.ScheduleRequest) -> pb.ScheduleResponse:
+        fw = self._framework(request.profile)
+        snap, gen = self._snapshot(request.HasField("state"), request.state)
+        pod = self._pod(request.HasField("pod"), request.pod)
+        if request.start_index < 0:
+            raise ServiceError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"start_index: must be >= 0, got {request.start_index}",
             )
-            return schedule_response(result, state, gen, request.explain)
+        state = CycleState()
+        rng = random.Random(request.seed) if request.seed else None
+        result = fw.schedule(
+            snap,
+            state,
+            pod,
+            start_index=request.start_index,
+            reserve_and_permit=request.reserve_and_permit,
+            rng=rng,
+            explain=request.explain,
+        )
+        return schedule_response(result, state, gen, request.explain)
 
-        return await self._run(context, run)
+    async def Schedule(self, request: pb.ScheduleRequest, context: Any) -> pb.ScheduleResponse:
+        return await self._run(context, lambda: self._schedule(request))
+
+    async def ScheduleStream(
+        self, requests: AsyncIterator[pb.ScheduleRequest | bytes], context: Any
+    ) -> AsyncIterator[pb.ScheduleResponse]:
+        async for item in requests:
+            yield self.schedule_or_error(item)
+
+    def schedule_or_error(self, item: pb.ScheduleRequest | bytes) -> pb.ScheduleResponse:
+        """One stream message: a response, or the refusal as ``error``."""
+        try:
+            if isinstance(item, bytes):
+                try:
+                    item = pb.ScheduleRequest.FromString(item)
+                except DecodeError as exc:
+                    raise ServiceError(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"request is not a valid berth.v1.ScheduleRequest message: {exc}",
+                    ) from exc
+            return self._schedule(item)
+        except ServiceError as exc:
+            err = pb.RequestError(grpc_code=exc.code.value[0], message=exc.message)
+            for key, value in exc.trailers:
+                if key == GENERATION_TRAILER:
+                    err.replica_generation = int(value)
+            return pb.ScheduleResponse(error=err)
+        except StateDecodeError as exc:
+            return pb.ScheduleResponse(
+                error=pb.RequestError(
+                    grpc_code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
+                    message=f"cycle.data: {exc}",
+                )
+            )
+        except Exception:
+            log.exception("internal error serving a stream request")
+            return pb.ScheduleResponse(
+                error=pb.RequestError(
+                    grpc_code=grpc.StatusCode.INTERNAL.value[0],
+                    message="internal error in the plugin server; see its log",
+                )
+            )
 
 
 def schedule_response(

@@ -1157,6 +1157,37 @@ class Diagnosis(_message.Message):
 Global___Diagnosis: _TypeAlias = Diagnosis  # noqa: Y015
 
 @_typing.final
+class RequestError(_message.Message):
+    """A refused request on a stream: what the unary RPC would have answered."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GRPC_CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    REPLICA_GENERATION_FIELD_NUMBER: _builtins.int
+    grpc_code: _builtins.int
+    """A gRPC status code (google.rpc.Code numbering), e.g. 9 FAILED_PRECONDITION."""
+    message: _builtins.str
+    replica_generation: _builtins.int
+    """With FAILED_PRECONDITION: the replica's generation (-1: none), as the
+    unary RPC's trailing metadata berth-replica-generation.
+    """
+    def __init__(
+        self,
+        *,
+        grpc_code: _builtins.int = ...,
+        message: _builtins.str = ...,
+        replica_generation: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["grpc_code", b"grpc_code", "message", b"message", "replica_generation", b"replica_generation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RequestError: _TypeAlias = RequestError  # noqa: Y015
+
+@_typing.final
 class ScheduleResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1172,6 +1203,7 @@ class ScheduleResponse(_message.Message):
     SCORES_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     POST_FILTER_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     evaluated_nodes: _builtins.int
     feasible_nodes: _builtins.int
@@ -1201,6 +1233,10 @@ class ScheduleResponse(_message.Message):
     def post_filter(self) -> Global___PostFilterResponse:
         """PostFilter's result when filtering left no node."""
 
+    @_builtins.property
+    def error(self) -> Global___RequestError:
+        """ScheduleStream only: the request was refused; the other fields are unset."""
+
     def __init__(
         self,
         *,
@@ -1216,10 +1252,11 @@ class ScheduleResponse(_message.Message):
         scores: _abc.Iterable[Global___NodeScore] | None = ...,
         generation: _builtins.int = ...,
         post_filter: Global___PostFilterResponse | None = ...,
+        error: Global___RequestError | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "diagnosis", b"diagnosis", "permit", b"permit", "post_filter", b"post_filter", "reserve_status", b"reserve_status", "status", b"status"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "diagnosis", b"diagnosis", "error", b"error", "permit", b"permit", "post_filter", b"post_filter", "reserve_status", b"reserve_status", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "diagnosis", b"diagnosis", "evaluated_nodes", b"evaluated_nodes", "feasible_nodes", b"feasible_nodes", "generation", b"generation", "next_start_index", b"next_start_index", "node", b"node", "permit", b"permit", "post_filter", b"post_filter", "reserve_status", b"reserve_status", "scores", b"scores", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "diagnosis", b"diagnosis", "error", b"error", "evaluated_nodes", b"evaluated_nodes", "feasible_nodes", b"feasible_nodes", "generation", b"generation", "next_start_index", b"next_start_index", "node", b"node", "permit", b"permit", "post_filter", b"post_filter", "reserve_status", b"reserve_status", "scores", b"scores", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

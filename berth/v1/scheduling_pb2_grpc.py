@@ -119,6 +119,11 @@ class SchedulingServiceStub:
                 request_serializer=berth_dot_v1_dot_scheduling__pb2.ScheduleRequest.SerializeToString,
                 response_deserializer=berth_dot_v1_dot_scheduling__pb2.ScheduleResponse.FromString,
                 _registered_method=True)
+        self.ScheduleStream = channel.stream_stream(
+                '/berth.v1.SchedulingService/ScheduleStream',
+                request_serializer=berth_dot_v1_dot_scheduling__pb2.ScheduleRequest.SerializeToString,
+                response_deserializer=berth_dot_v1_dot_scheduling__pb2.ScheduleResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulingServiceServicer:
@@ -239,6 +244,17 @@ class SchedulingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ScheduleStream(self, request_iterator, context):
+        """Schedule over one long-lived stream, for a caller that runs cycle after
+        cycle (the shim): one response per request, in order. A request the unary
+        Schedule would refuse with a gRPC status is answered with `error` set and
+        the stream stays open. Streams skip per-call setup, which in Python gRPC
+        costs more than a 5000-node cycle.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -324,6 +340,11 @@ def add_SchedulingServiceServicer_to_server(servicer, server):
             ),
             'Schedule': grpc.unary_unary_rpc_method_handler(
                     servicer.Schedule,
+                    request_deserializer=berth_dot_v1_dot_scheduling__pb2.ScheduleRequest.FromString,
+                    response_serializer=berth_dot_v1_dot_scheduling__pb2.ScheduleResponse.SerializeToString,
+            ),
+            'ScheduleStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ScheduleStream,
                     request_deserializer=berth_dot_v1_dot_scheduling__pb2.ScheduleRequest.FromString,
                     response_serializer=berth_dot_v1_dot_scheduling__pb2.ScheduleResponse.SerializeToString,
             ),
@@ -785,6 +806,33 @@ class SchedulingService:
             request,
             target,
             '/berth.v1.SchedulingService/Schedule',
+            berth_dot_v1_dot_scheduling__pb2.ScheduleRequest.SerializeToString,
+            berth_dot_v1_dot_scheduling__pb2.ScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScheduleStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/berth.v1.SchedulingService/ScheduleStream',
             berth_dot_v1_dot_scheduling__pb2.ScheduleRequest.SerializeToString,
             berth_dot_v1_dot_scheduling__pb2.ScheduleResponse.FromString,
             options,

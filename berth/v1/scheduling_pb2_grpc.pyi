@@ -72,6 +72,13 @@ class SchedulingServiceStub:
     PostFilter on failure), PreScore, Score, NormalizeScore, host selection,
     and optionally Reserve and Permit on the chosen node.
     """
+    ScheduleStream: _grpc.StreamStreamMultiCallable[_scheduling_pb2.ScheduleRequest, _scheduling_pb2.ScheduleResponse]
+    """Schedule over one long-lived stream, for a caller that runs cycle after
+    cycle (the shim): one response per request, in order. A request the unary
+    Schedule would refuse with a gRPC status is answered with `error` set and
+    the stream stays open. Streams skip per-call setup, which in Python gRPC
+    costs more than a 5000-node cycle.
+    """
 
 @_typing.type_check_only
 class SchedulingServiceAsyncStub(SchedulingServiceStub):
@@ -108,6 +115,13 @@ class SchedulingServiceAsyncStub(SchedulingServiceStub):
     """A whole scheduling cycle in one round trip: PreFilter, Filter (with
     PostFilter on failure), PreScore, Score, NormalizeScore, host selection,
     and optionally Reserve and Permit on the chosen node.
+    """
+    ScheduleStream: _aio.StreamStreamMultiCallable[_scheduling_pb2.ScheduleRequest, _scheduling_pb2.ScheduleResponse]  # type: ignore[assignment]
+    """Schedule over one long-lived stream, for a caller that runs cycle after
+    cycle (the shim): one response per request, in order. A request the unary
+    Schedule would refuse with a gRPC status is answered with `error` set and
+    the stream stays open. Streams skip per-call setup, which in Python gRPC
+    costs more than a 5000-node cycle.
     """
 
 class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -244,6 +258,19 @@ class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
         """A whole scheduling cycle in one round trip: PreFilter, Filter (with
         PostFilter on failure), PreScore, Score, NormalizeScore, host selection,
         and optionally Reserve and Permit on the chosen node.
+        """
+
+    @_abc_1.abstractmethod
+    def ScheduleStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_scheduling_pb2.ScheduleRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_scheduling_pb2.ScheduleResponse], _abc.AsyncIterator[_scheduling_pb2.ScheduleResponse]]:
+        """Schedule over one long-lived stream, for a caller that runs cycle after
+        cycle (the shim): one response per request, in order. A request the unary
+        Schedule would refuse with a gRPC status is answered with `error` set and
+        the stream stays open. Streams skip per-call setup, which in Python gRPC
+        costs more than a 5000-node cycle.
         """
 
 def add_SchedulingServiceServicer_to_server(servicer: SchedulingServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

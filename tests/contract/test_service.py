@@ -6,7 +6,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from berth.client import ClusterStateLog, SchedulingClient
+from berth.client import ClusterStateLog, RequestRefused, SchedulingClient
 from berth.v1 import cluster_pb2 as cpb
 from berth.v1 import scheduling_pb2 as pb
 from berth.v1 import scheduling_pb2_grpc as pb_grpc
@@ -321,3 +321,60 @@ async def test_oversized_message_is_resource_exhausted(channel: grpc.aio.Channel
     assert "larger than max" in (err.value.details() or "")
     resp = await SchedulingClient(channel, log).schedule("contract", make_pod().obj())
     assert resp.node == "c"
+
+
+async def test_schedule_stream_answers_in_order_and_survives_bad_requests(
+    channel: grpc.aio.Channel,
+) -> None:
+    """ScheduleStream: a refused request is answered in-stream with the error
+    the unary RPC would give, and the next request on the same stream works."""
+    log = cluster()
+    client = SchedulingClient(channel, log)
+    first = await client.schedule_streamed("contract", make_pod().obj())
+    assert first.node == "c"
+    call = client._stream
+    with pytest.raises(RequestRefused) as err:
+        await client.schedule_streamed("nope", make_pod().obj())
+    assert err.value.code == grpc.StatusCode.NOT_FOUND
+    assert "profile 'nope' is not configured" in err.value.message
+    with pytest.raises(RequestRefused) as err:
+        await client.schedule_streamed("contract", cpb.Pod(name="no-uid"))
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.message == "pod.uid: must not be empty"
+    again = await client.schedule_streamed("contract", make_pod().obj())
+    assert again.node == "c"
+    assert client._stream is call  # the same stream throughout
+    await client.close()
+
+
+async def test_schedule_stream_resyncs_a_replica_that_lost_its_snapshot(
+    server: RunningServer, channel: grpc.aio.Channel
+) -> None:
+    log = cluster()
+    client = SchedulingClient(channel, log)
+    await client.schedule_streamed("contract", make_pod().obj())
+    server.service.store._entries.clear()  # as if the replica restarted
+    log.upsert_pod(make_pod("p").req(cpu="1").node("c").obj())
+    log.commit()
+    resp = await client.schedule_streamed("contract", make_pod().obj())
+    assert resp.node == "c"
+    assert client.resyncs == 1
+    assert server.service.store.generation(log.cluster_id) == log.generation
+    await client.close()
+
+
+async def test_malformed_message_on_the_stream_is_answered_in_stream(
+    server: RunningServer,
+) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        call = ch.stream_stream("/berth.v1.SchedulingService/ScheduleStream")()
+        await call.write(b"\xff\xff\xff")
+        raw = await call.read()
+        resp = pb.ScheduleResponse.FromString(raw)
+        assert resp.error.grpc_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert "not a valid berth.v1.ScheduleRequest" in resp.error.message
+        log = cluster()
+        good = pb.ScheduleRequest(profile="contract", state=log.full_state(), pod=make_pod().obj())
+        await call.write(good.SerializeToString())
+        assert pb.ScheduleResponse.FromString(await call.read()).node == "c"
+        await call.done_writing()
