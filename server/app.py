@@ -129,9 +129,16 @@ async def start_server(
         ),
         server,
     )
-    port = server.add_insecure_port(listen)
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError as exc:
+        port = 0
+        log.debug("bind failed: %s", exc)
     if port == 0:
-        raise OSError(f"cannot listen on {listen}: address in use or not available")
+        raise OSError(
+            f"cannot listen on {listen}: the address is in use or not available here; "
+            "pick another with --listen HOST:PORT"
+        )
     await server.start()
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

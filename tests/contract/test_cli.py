@@ -1,0 +1,198 @@
+"""The ``berth`` commands as a user runs them: separate processes, real gRPC."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from berth.client import ClusterStateLog
+from berth.v1 import scheduling_pb2 as pb
+from berth.v1 import scheduling_pb2_grpc as pb_grpc
+from plugins.framework.testing import make_node, make_pod
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "cluster"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def berth(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "berth", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+class Served:
+    def __init__(self, proc: subprocess.Popen[str], port: int, metrics: int) -> None:
+        self.proc = proc
+        self.port = port
+        self.metrics = metrics
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    port, metrics = free_port(), free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "berth",
+            "serve",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--metrics-listen",
+            f"127.0.0.1:{metrics}",
+            "--grace",
+            "5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert "listening on port" in line, proc.stderr.read() if proc.stderr else ""
+    yield Served(proc, port, metrics)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def test_place_on_the_example_cluster_explains_every_node() -> None:
+    out = berth(
+        "place", "--cluster", str(EXAMPLE / "cluster.yaml"), "--pod", str(EXAMPLE / "pod.yaml")
+    )
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "Placement: node-a" in text
+    assert "Filter: 3 of 5 nodes feasible" in text
+    assert (
+        "node-c  UnschedulableAndUnresolvable by NodeUnschedulable: node(s) were unschedulable"
+        in text
+    )
+    assert "node-d  Unschedulable by NodeResourcesFit: Insufficient cpu" in text
+    assert "node-a                79     79  <- chosen" in text
+
+
+def test_place_reports_an_unschedulable_pod_like_upstream(tmp_path: Path) -> None:
+    pod = tmp_path / "big.yaml"
+    pod.write_text(
+        "kind: Pod\nmetadata: {name: big}\nspec:\n  containers:\n  - name: c\n"
+        "    resources: {requests: {cpu: '64'}}\n"
+    )
+    out = berth("place", "--cluster", str(EXAMPLE / "cluster.yaml"), "--pod", str(pod))
+    assert out.returncode == 1, out.stderr
+    assert (
+        "0/5 nodes are available: 1 node(s) were unschedulable, 4 Insufficient cpu." in out.stdout
+    )
+
+
+def test_place_with_a_missing_file_says_which() -> None:
+    out = berth("place", "--cluster", "nope.yaml", "--pod", str(EXAMPLE / "pod.yaml"))
+    assert out.returncode == 2
+    assert "cluster file 'nope.yaml' does not exist" in out.stderr
+
+
+def test_serve_refuses_a_bad_config_naming_file_and_field(tmp_path: Path) -> None:
+    cfg = tmp_path / "sched.yaml"
+    cfg.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+        "profiles:\n- schedulerName: s\n  plugins:\n    filter:\n      enabled:\n"
+        "      - name: NoSuchPlugin\n"
+    )
+    out = berth("serve", "--config", str(cfg), "--listen", f"127.0.0.1:{free_port()}", timeout=30)
+    assert out.returncode == 2
+    assert str(cfg) in out.stderr
+    assert "profiles[0].plugins.filter.enabled[0].name" in out.stderr
+    assert "NoSuchPlugin" in out.stderr
+
+
+def test_serve_refuses_a_taken_port() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        out = berth("serve", "--listen", f"127.0.0.1:{port}", timeout=30)
+    assert out.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in out.stderr
+
+
+def test_serve_exposes_upstream_metric_names(served: Served) -> None:
+    log = ClusterStateLog()
+    log.upsert_node(make_node("a").capacity(cpu="4", memory="8Gi").obj())
+    log.commit()
+    with grpc.insecure_channel(f"127.0.0.1:{served.port}") as ch:
+        resp = pb_grpc.SchedulingServiceStub(ch).Schedule(
+            pb.ScheduleRequest(
+                profile="default-scheduler", state=log.full_state(), pod=make_pod().obj()
+            )
+        )
+    assert resp.node == "a"
+    body = (
+        urllib.request.urlopen(f"http://127.0.0.1:{served.metrics}/metrics", timeout=10)
+        .read()
+        .decode()
+    )
+    assert (
+        'scheduler_framework_extension_point_duration_seconds_count{extension_point="Filter",'
+        'profile="default-scheduler",status="Success"} 1.0' in body
+    )
+    assert "scheduler_plugin_execution_duration_seconds" in body
+
+
+def test_serve_offers_reflection_and_health(served: Served) -> None:
+    with grpc.insecure_channel(f"127.0.0.1:{served.port}") as ch:
+        stub = reflection_pb2_grpc.ServerReflectionStub(ch)
+        responses = stub.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+        )
+        names = {s.name for r in responses for s in r.list_services_response.service}
+    assert {"berth.v1.SchedulingService", "grpc.health.v1.Health"} <= names
+
+
+def test_sigterm_lets_in_flight_requests_finish_then_exits(served: Served) -> None:
+    """Graceful shutdown: after SIGTERM the server stops taking new calls,
+    answers those in flight, and exits 0."""
+    log = ClusterStateLog()
+    for i in range(2000):
+        log.upsert_node(make_node(f"n{i}").capacity(cpu="4", memory="8Gi").obj())
+    log.commit()
+    with grpc.insecure_channel(f"127.0.0.1:{served.port}") as ch:
+        stub = pb_grpc.SchedulingServiceStub(ch)
+        future = stub.Schedule.future(
+            pb.ScheduleRequest(
+                profile="default-scheduler",
+                state=log.full_state(),
+                pod=make_pod().obj(),
+                explain=True,
+            )
+        )
+        time.sleep(0.05)
+        served.proc.send_signal(signal.SIGTERM)
+        resp = future.result(timeout=30)
+    assert resp.node
+    assert served.proc.wait(timeout=30) == 0
+    assert served.proc.stderr is not None
+    assert "server stopped" in served.proc.stderr.read()
