@@ -100,6 +100,8 @@ class ClusterConfig:
     data_root: Path = field(default_factory=default_data_root)
     ready_timeout: float = DEFAULT_READY_TIMEOUT  # per component
     apiserver_ready_timeout: float | None = None  # None: ready_timeout
+    # Processes get SIGTERM if the Python process that started them dies (tests, benchmarks).
+    die_with_parent: bool = False
     apiserver_args: tuple[str, ...] = ()
     etcd_args: tuple[str, ...] = ()
 
@@ -216,7 +218,7 @@ class _Starter:
         self.data_dir: Path | None = None
 
     def spawn(self, name: str, argv: list[str], log_path: Path) -> ProcessRecord:
-        proc, record = spawn(name, argv, log_path)
+        proc, record = spawn(name, argv, log_path, die_with_parent=self.config.die_with_parent)
         self.spawned.append((proc, record))
         return record
 

@@ -9,6 +9,7 @@ signal, so a recycled pid belonging to someone else is never touched.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -91,14 +92,30 @@ def is_ours(record: ProcessRecord) -> bool:
     return bool(argv) and argv[0] == record.binary and start_ticks(record.pid) == record.start_ticks
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the process that started us dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
 def spawn(
     name: str,
     argv: Sequence[str],
     log_path: Path,
     *,
     env: dict[str, str] | None = None,
+    die_with_parent: bool = False,
 ) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
-    """Start ``argv`` detached from our terminal, stdout+stderr appended to ``log_path``."""
+    """Start ``argv`` detached from our terminal, stdout+stderr appended to ``log_path``.
+
+    ``die_with_parent``: the kernel sends it SIGTERM if this process dies first (even by
+    SIGKILL), for tests and benchmarks whose cluster must not outlive them. `berth cluster up`
+    leaves it off: its cluster outlives the command by design.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
@@ -109,6 +126,7 @@ def spawn(
             start_new_session=True,
             env=env,
             close_fds=True,
+            preexec_fn=_die_with_parent if die_with_parent else None,
         )
     _CHILDREN[proc.pid] = proc
     ticks = start_ticks(proc.pid)

@@ -130,6 +130,7 @@ def start_kube_scheduler(
 
     ``scheduler_name`` names the single default profile when ``config`` is None. Raises
     BinaryMissingError, ProcessExitedError or NotReadyError (the process is stopped then).
+    The scheduler gets SIGTERM if the calling process dies without stopping it.
     """
     directory = bin_dir or binaries.default_bin_dir()
     binaries.require_binaries(directory, ("kube-scheduler",))
@@ -163,6 +164,7 @@ def start_kube_scheduler(
             *extra_args,
         ],
         log_path,
+        die_with_parent=True,
     )
     url = f"https://{LOOPBACK}:{port}/readyz"
     ready, why = wait_until(

@@ -44,7 +44,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     require_binaries(directory)
     state_dir = tmp_path_factory.mktemp("berth-cluster")
     assert state_dir != default_state_dir()  # never touch a developer's `berth cluster up`
-    local = LocalCluster(ClusterConfig(state_dir=state_dir, bin_dir=directory))
+    # die_with_parent: a pytest killed by a CI timeout takes its cluster with it.
+    local = LocalCluster(
+        ClusterConfig(state_dir=state_dir, bin_dir=directory, die_with_parent=True)
+    )
     local.start()
     try:
         yield local.cluster

@@ -41,7 +41,10 @@ def held_port() -> Iterator[int]:
 def config(tmp_path: Path, k8s_bin_dir: Path) -> ClusterConfig:
     """A cluster config confined to this test's temp dir (state, and etcd data)."""
     return ClusterConfig(
-        state_dir=tmp_path / "state", bin_dir=k8s_bin_dir, data_root=tmp_path / "shm"
+        state_dir=tmp_path / "state",
+        bin_dir=k8s_bin_dir,
+        data_root=tmp_path / "shm",
+        die_with_parent=True,
     )
 
 

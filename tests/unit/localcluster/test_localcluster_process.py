@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,3 +103,25 @@ def test_wait_until_reports_the_abort_reason() -> None:
 
 def test_wait_until_times_out() -> None:
     assert wait_until(lambda: False, timeout=0.2, interval=0.05) == (False, None)
+
+
+def test_die_with_parent_takes_the_child_down_when_its_starter_is_killed(tmp_path: Path) -> None:
+    """A starter killed by SIGKILL (e.g. a CI timeout) cannot clean up; the kernel does."""
+    starter = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from berth.localcluster.process import spawn\n"
+        f"_, rec = spawn('sleeper', ['{SLEEP}', '300'], Path(sys.argv[1]), die_with_parent=True)\n"
+        "print(rec.pid, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", starter, str(tmp_path / "s.log")], stdout=subprocess.PIPE, text=True
+    )
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    assert cmdline(child) == [SLEEP, "300"]
+    parent.kill()
+    parent.wait()
+    gone, _ = wait_until(lambda: cmdline(child) == [], timeout=10, interval=0.05)
+    assert gone, f"pid {child} outlived its starter"
