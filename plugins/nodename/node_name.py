@@ -1,0 +1,46 @@
+"""NodeName: a pod that names a node (spec.nodeName) fits only that node.
+
+Port of pkg/scheduler/framework/plugins/nodename/node_name.go (Filter, Fits).
+Upstream's EnqueueExtensions (requeue hints) belong to the caller's queue and
+are not served here.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from plugins.framework.cycle_state import CycleState
+from plugins.framework.interfaces import FilterPlugin, NodeVerdicts
+from plugins.framework.model import NodeInfo, PodInfo
+from plugins.framework.snapshot import NodeBatch
+from plugins.framework.status import SUCCESS, Status
+
+__all__ = ["ERR_REASON", "NodeName", "fits"]
+
+# node_name.go, ErrReason.
+ERR_REASON = "node(s) didn't match the requested node name"
+
+# One shared rejection: preemption cannot move a pod to another node name.
+_REJECTED = Status.unresolvable(ERR_REASON)
+
+
+def fits(pod: PodInfo, node: NodeInfo) -> bool:
+    """node_name.go, Fits: no node name asked for, or this node's."""
+    return not pod.node_name or pod.node_name == node.name
+
+
+class NodeName(FilterPlugin):
+    name: ClassVar[str] = "NodeName"
+
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        return SUCCESS if fits(pod, node) else _REJECTED
+
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
+        wanted = pod.node_name
+        if not wanted:
+            return NodeVerdicts.all_pass(len(nodes))
+        target = nodes.snapshot.nodes.get(wanted)
+        if target is None:
+            return NodeVerdicts.uniform(len(nodes), _REJECTED)
+        # Compare slots, not names: one integer comparison per candidate.
+        return NodeVerdicts.from_mask(nodes.idx != target.index, _REJECTED)
