@@ -1,0 +1,56 @@
+"""NodeUnschedulable: keep pods off cordoned nodes (``spec.unschedulable``).
+
+Port of pkg/scheduler/framework/plugins/nodeunschedulable/node_unschedulable.go
+(Filter). A pod that tolerates the ``node.kubernetes.io/unschedulable:NoSchedule``
+taint also tolerates ``spec.unschedulable`` (DaemonSet pods do). Upstream's
+EnqueueExtensions (requeue hints) belong to the caller's queue.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from berth.v1 import cluster_pb2 as pb
+from plugins.framework.cycle_state import CycleState
+from plugins.framework.interfaces import FilterPlugin, NodeVerdicts
+from plugins.framework.model import NodeInfo, PodInfo
+from plugins.framework.snapshot import NodeBatch
+from plugins.framework.status import SUCCESS, Status
+from plugins.framework.tolerations import (
+    EFFECT_NO_SCHEDULE,
+    TAINT_NODE_UNSCHEDULABLE,
+    tolerations_tolerate_taint,
+)
+
+__all__ = ["ERR_REASON_UNSCHEDULABLE", "NodeUnschedulable", "tolerates_unschedulable"]
+
+# node_unschedulable.go, ErrReasonUnschedulable.
+ERR_REASON_UNSCHEDULABLE = "node(s) were unschedulable"
+
+_REJECTED = Status.unresolvable(ERR_REASON_UNSCHEDULABLE)
+_UNSCHEDULABLE_TAINT = pb.Taint(key=TAINT_NODE_UNSCHEDULABLE, effect=EFFECT_NO_SCHEDULE)
+
+
+def tolerates_unschedulable(pod: PodInfo) -> bool:
+    """Does the pod tolerate ``node.kubernetes.io/unschedulable:NoSchedule``?"""
+    return tolerations_tolerate_taint(pod.proto.tolerations, _UNSCHEDULABLE_TAINT)
+
+
+class NodeUnschedulable(FilterPlugin):
+    name: ClassVar[str] = "NodeUnschedulable"
+
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        if node.node.unschedulable and not tolerates_unschedulable(pod):
+            return _REJECTED
+        return SUCCESS
+
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
+        # The toleration is a property of the pod: decide it once per call.
+        if tolerates_unschedulable(pod):
+            return NodeVerdicts.all_pass(len(nodes))
+        cordoned = nodes.columns.unschedulable[nodes.idx]
+        if not np.any(cordoned):
+            return NodeVerdicts.all_pass(len(nodes))
+        return NodeVerdicts.from_mask(cordoned, _REJECTED)
