@@ -1,0 +1,5 @@
+"""Bind plugin DefaultBinder (upstream pkg/scheduler/framework/plugins/defaultbinder)."""
+
+from plugins.defaultbinder.default_binder import DefaultBinder
+
+__all__ = ["DefaultBinder"]
