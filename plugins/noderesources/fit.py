@@ -1,0 +1,389 @@
+"""NodeResourcesFit: does the node have room for the pod's requests, and how
+full will it be?
+
+Port of pkg/scheduler/framework/plugins/noderesources/fit.go:
+
+* PreFilter computes the pod's effective requests once (computePodResourceRequest:
+  containers summed, init containers and sidecars by step, overhead added) and
+  writes them to CycleState. Like upstream it never Skips: even a pod that
+  requests nothing must pass the pod-count check.
+* Filter (fitsRequest) rejects a node for every resource that does not fit:
+  "Too many pods", "Insufficient cpu", "Insufficient memory",
+  "Insufficient ephemeral-storage", "Insufficient <name>". The code is
+  Unschedulable, or UnschedulableAndUnresolvable when some request exceeds
+  the node's whole allocatable (no preemption can make room). Requests of 0
+  and ignored extended resources are not checked.
+* PreScore/Score rate the node with the configured strategy (LeastAllocated by
+  default, MostAllocated, RequestedToCapacityRatio) over CPU and memory with
+  non-zero defaults, like upstream.
+
+``filter_nodes``/``score_nodes`` are the hot path: numpy over the snapshot's
+columns, one shared Status per distinct set of reasons. ``filter``/``score``
+work on one NodeInfo with plain integers, exactly like upstream's Filter and
+Score; they also serve nodes that are not in the snapshot's columns (e.g. a
+what-if NodeInfo with pods removed) and are the reference the batch forms are
+tested against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from plugins.framework.cycle_state import CycleState, StateKey
+from plugins.framework.interfaces import (
+    FilterPlugin,
+    NodeVerdicts,
+    PreFilterPlugin,
+    PreFilterResult,
+    PreScorePlugin,
+    ScoreArray,
+    ScorePlugin,
+)
+from plugins.framework.model import NodeInfo, PodInfo
+from plugins.framework.snapshot import IntArray, NodeBatch
+from plugins.framework.status import SUCCESS, Code, Status
+from plugins.noderesources.args import (
+    LEAST_ALLOCATED,
+    MOST_ALLOCATED,
+    NodeResourcesFitArgs,
+    ScoringStrategy,
+)
+from plugins.noderesources.least_allocated import least_resource_scorer
+from plugins.noderesources.most_allocated import most_resource_scorer
+from plugins.noderesources.requested_to_capacity_ratio import requested_to_capacity_ratio_scorer
+from plugins.noderesources.resource_allocation import ResourceAllocationScorer, ScoreFunctions
+from plugins.noderesources.resource_names import (
+    CPU,
+    EPHEMERAL_STORAGE,
+    MEMORY,
+    PODS,
+    is_extended_resource_name,
+)
+
+if TYPE_CHECKING:
+    from plugins.framework.handle import Handle
+
+__all__ = [
+    "PRE_FILTER_STATE_KEY",
+    "PRE_SCORE_STATE_KEY",
+    "REASON_TOO_MANY_PODS",
+    "Fit",
+    "InsufficientResource",
+    "PreFilterState",
+    "PreScoreState",
+    "compute_pod_resource_request",
+    "fits",
+    "fits_request",
+    "insufficient_reason",
+]
+
+NAME = "NodeResourcesFit"
+
+# fit.go, fitsRequest: the reasons users read in FailedScheduling events.
+REASON_TOO_MANY_PODS = "Too many pods"
+
+
+def insufficient_reason(resource: str) -> str:
+    return f"Insufficient {resource}"
+
+
+_REASON_CPU = insufficient_reason(CPU)
+_REASON_MEMORY = insufficient_reason(MEMORY)
+_REASON_EPHEMERAL = insufficient_reason(EPHEMERAL_STORAGE)
+
+
+class PreFilterState(msgspec.Struct, frozen=True):
+    """The pod's effective requests (fit.go, preFilterState)."""
+
+    milli_cpu: int = 0
+    memory: int = 0
+    ephemeral_storage: int = 0
+    scalar: dict[str, int] = msgspec.field(default_factory=dict)
+
+    @property
+    def is_zero(self) -> bool:
+        return (
+            self.milli_cpu == 0
+            and self.memory == 0
+            and self.ephemeral_storage == 0
+            and not self.scalar
+        )
+
+
+class PreScoreState(msgspec.Struct, frozen=True):
+    """The pod's request of each scored resource, in the order of the
+    strategy's resources (fit.go, preScoreState)."""
+
+    pod_requests: list[int]
+
+
+# Upstream's keys: "PreFilter" / "PreScore" + the plugin name.
+PRE_FILTER_STATE_KEY = StateKey("PreFilter" + NAME, PreFilterState)
+PRE_SCORE_STATE_KEY = StateKey("PreScore" + NAME, PreScoreState)
+
+
+def compute_pod_resource_request(pod: PodInfo) -> PreFilterState:
+    """fit.go, computePodResourceRequest."""
+    r = pod.requests
+    return PreFilterState(r.milli_cpu, r.memory, r.ephemeral_storage, dict(r.scalar))
+
+
+@dataclass(frozen=True, slots=True)
+class InsufficientResource:
+    """fit.go, InsufficientResource: one resource that does not fit."""
+
+    resource_name: str
+    reason: str
+    requested: int
+    used: int
+    capacity: int
+    # No preemption on this node can help: the request alone exceeds it.
+    unresolvable: bool = False
+
+
+def _is_ignored(name: str, ignored: frozenset[str], ignored_groups: frozenset[str]) -> bool:
+    if not is_extended_resource_name(name):
+        return False
+    return name in ignored or (bool(ignored_groups) and name.split("/")[0] in ignored_groups)
+
+
+def _checked_scalars(
+    request: PreFilterState, ignored: frozenset[str], ignored_groups: frozenset[str]
+) -> list[tuple[str, int]]:
+    """The scalar requests Filter checks, in name order. (Upstream walks a Go
+    map, so its order varies from run to run; sorted keeps messages stable.)"""
+    return [
+        (name, quantity)
+        for name, quantity in sorted(request.scalar.items())
+        if quantity != 0 and not _is_ignored(name, ignored, ignored_groups)
+    ]
+
+
+def fits_request(
+    request: PreFilterState,
+    node: NodeInfo,
+    ignored: frozenset[str] = frozenset(),
+    ignored_groups: frozenset[str] = frozenset(),
+) -> list[InsufficientResource]:
+    """fit.go, fitsRequest: every resource of ``node`` the request does not
+    fit in; empty when it fits."""
+    out: list[InsufficientResource] = []
+    alloc = node.allocatable
+    used = node.requested
+    pods = len(node.pods)
+    if pods + 1 > alloc.allowed_pod_number:
+        out.append(
+            InsufficientResource(PODS, REASON_TOO_MANY_PODS, 1, pods, alloc.allowed_pod_number)
+        )
+    if request.is_zero:
+        return out
+    for name, reason, want, have, capacity in (
+        (CPU, _REASON_CPU, request.milli_cpu, used.milli_cpu, alloc.milli_cpu),
+        (MEMORY, _REASON_MEMORY, request.memory, used.memory, alloc.memory),
+        (
+            EPHEMERAL_STORAGE,
+            _REASON_EPHEMERAL,
+            request.ephemeral_storage,
+            used.ephemeral_storage,
+            alloc.ephemeral_storage,
+        ),
+    ):
+        if want > 0 and want > capacity - have:
+            out.append(InsufficientResource(name, reason, want, have, capacity, want > capacity))
+    for name, want in _checked_scalars(request, ignored, ignored_groups):
+        have = used.scalar.get(name, 0)
+        capacity = alloc.scalar.get(name, 0)
+        if want > capacity - have:
+            out.append(
+                InsufficientResource(
+                    name, insufficient_reason(name), want, have, capacity, want > capacity
+                )
+            )
+    return out
+
+
+def fits(pod: PodInfo, node: NodeInfo) -> list[InsufficientResource]:
+    """fit.go, Fits: the pod against the node with no resources ignored."""
+    return fits_request(compute_pod_resource_request(pod), node)
+
+
+def _status_of(insufficient: list[InsufficientResource]) -> Status:
+    """fit.go, Filter: all reasons kept; unresolvable if any one is."""
+    if not insufficient:
+        return SUCCESS
+    code = (
+        Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+        if any(r.unresolvable for r in insufficient)
+        else Code.UNSCHEDULABLE
+    )
+    return Status(code, tuple(r.reason for r in insufficient))
+
+
+def _scorer_for(strategy: ScoringStrategy) -> ResourceAllocationScorer:
+    """fit.go, nodeResourceStrategyTypeMap."""
+    weights = [r.weight for r in strategy.resources]
+    functions: ScoreFunctions
+    if strategy.type == LEAST_ALLOCATED:
+        functions = least_resource_scorer(weights)
+    elif strategy.type == MOST_ALLOCATED:
+        functions = most_resource_scorer(weights)
+    else:
+        assert strategy.requested_to_capacity_ratio is not None  # validate() checked
+        functions = requested_to_capacity_ratio_scorer(
+            weights, strategy.requested_to_capacity_ratio.shape
+        )
+    return ResourceAllocationScorer(strategy.type, strategy.resources, functions)
+
+
+# A batch rejection is a bit set in an int64 (see filter_nodes): room for 60
+# checked resources. A pod asking for more takes the per-node path.
+_MAX_BATCH_CHECKS = 60
+
+
+class Fit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+    """The NodeResourcesFit plugin (upstream's noderesources.Fit)."""
+
+    name: ClassVar[str] = NAME
+    Args: ClassVar[type[Any] | None] = NodeResourcesFitArgs
+
+    def __init__(
+        self, args: NodeResourcesFitArgs | None = None, handle: Handle | None = None
+    ) -> None:
+        fit_args = NodeResourcesFitArgs() if args is None else args
+        # NewFit validates too, so a plugin built in code is checked like one
+        # built from a configuration file.
+        fit_args.validate()
+        super().__init__(fit_args, handle)
+        self.fit_args = fit_args
+        self.ignored_resources = frozenset(fit_args.ignored_resources)
+        self.ignored_resource_groups = frozenset(fit_args.ignored_resource_groups)
+        self.scorer = _scorer_for(fit_args.strategy)
+
+    # -- PreFilter ------------------------------------------------------------
+
+    def pre_filter(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
+    ) -> tuple[PreFilterResult | None, Status]:
+        state.write(PRE_FILTER_STATE_KEY, compute_pod_resource_request(pod))
+        return None, SUCCESS
+
+    def _missing_pre_filter(self) -> Status:
+        # fit.go, getPreFilterState: Filter without PreFilter is an error.
+        return Status.error(
+            f'error reading "{PRE_FILTER_STATE_KEY.name}" from cycleState: not found', NAME
+        )
+
+    # -- Filter ---------------------------------------------------------------
+
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        request = state.get(PRE_FILTER_STATE_KEY)
+        if request is None:
+            return self._missing_pre_filter()
+        return _status_of(
+            fits_request(request, node, self.ignored_resources, self.ignored_resource_groups)
+        )
+
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
+        n = len(nodes)
+        request = state.get(PRE_FILTER_STATE_KEY)
+        if request is None:
+            return NodeVerdicts.uniform(n, self._missing_pre_filter())
+        cols = nodes.columns
+        idx = nodes.idx
+
+        # (reason, allocatable column, requested column, request); None
+        # columns: no node has the resource.
+        checks: list[tuple[str, IntArray | None, IntArray | None, int]] = []
+        if not request.is_zero:
+            if request.milli_cpu > 0:
+                checks.append((_REASON_CPU, cols.alloc_cpu, cols.req_cpu, request.milli_cpu))
+            if request.memory > 0:
+                checks.append((_REASON_MEMORY, cols.alloc_mem, cols.req_mem, request.memory))
+            if request.ephemeral_storage > 0:
+                checks.append(
+                    (_REASON_EPHEMERAL, cols.alloc_eph, cols.req_eph, request.ephemeral_storage)
+                )
+            for name, want in _checked_scalars(
+                request, self.ignored_resources, self.ignored_resource_groups
+            ):
+                scalar = cols.scalar.get(name)
+                alloc_col, used_col = scalar if scalar is not None else (None, None)
+                checks.append((insufficient_reason(name), alloc_col, used_col, want))
+        if len(checks) > _MAX_BATCH_CHECKS:
+            return NodeVerdicts.from_statuses([self.filter(state, pod, ni) for ni in nodes])
+
+        # One int64 key per candidate: bit 0 "unresolvable", bit 1 "Too many
+        # pods" (len(pods)+1 > allowed), bit 2+i the i-th check.
+        key = np.left_shift(cols.pod_count[idx] >= cols.alloc_pods[idx], 1, dtype=np.int64)
+        unresolvable: npt.NDArray[np.bool_] | None = None
+        reasons = [REASON_TOO_MANY_PODS]
+        for bit, (reason, alloc_col, used_col, want) in enumerate(checks, start=2):
+            reasons.append(reason)
+            if alloc_col is None or used_col is None:
+                key |= (1 << bit) | 1  # short everywhere, and beyond allocatable
+                continue
+            alloc = alloc_col[idx]
+            short = alloc - used_col[idx] < want
+            if not short.any():
+                continue
+            key |= np.left_shift(short, bit, dtype=np.int64)
+            beyond = short & (alloc < want)
+            unresolvable = beyond if unresolvable is None else unresolvable | beyond
+        if unresolvable is not None:
+            key |= unresolvable
+        return _verdicts_from_keys(key, reasons)
+
+    # -- Score ----------------------------------------------------------------
+
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> Status:
+        state.write(PRE_SCORE_STATE_KEY, PreScoreState(self.scorer.pod_requests(pod)))
+        return SUCCESS
+
+    def _pod_requests(self, state: CycleState, pod: PodInfo) -> list[int]:
+        # fit.go, Score: recompute when PreScore did not run.
+        pre = state.get(PRE_SCORE_STATE_KEY)
+        if pre is not None and len(pre.pod_requests) == len(self.scorer.resources):
+            return pre.pod_requests
+        return self.scorer.pod_requests(pod)
+
+    def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
+        return self.scorer.score_node(node, self._pod_requests(state, pod))
+
+    def score_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> ScoreArray:
+        return self.scorer.score_batch(nodes, self._pod_requests(state, pod))
+
+
+# Keys below 2**16 are tallied with bincount; wider ones are sorted.
+_BINCOUNT_BITS = 16
+
+
+def _verdicts_from_keys(key: npt.NDArray[np.int64], reasons: list[str]) -> NodeVerdicts:
+    """NodeVerdicts with one Status per distinct non-zero key."""
+    n = key.size
+    bits = len(reasons) + 1
+    if bits <= _BINCOUNT_BITS:
+        counts = np.bincount(key, minlength=2)
+        distinct = np.flatnonzero(counts[1:]) + 1
+        if distinct.size == 0:
+            return NodeVerdicts.all_pass(n)
+        table = np.full(counts.size, -1, dtype=np.int32)
+        table[distinct] = np.arange(distinct.size, dtype=np.int32)
+        index = table[key]
+    else:
+        rejected = np.flatnonzero(key)
+        if rejected.size == 0:
+            return NodeVerdicts.all_pass(n)
+        distinct, inverse = np.unique(key[rejected], return_inverse=True)
+        index = np.full(n, -1, dtype=np.int32)
+        index[rejected] = inverse
+    return NodeVerdicts(index, [_status_of_bits(int(k), reasons) for k in distinct.tolist()])
+
+
+def _status_of_bits(key: int, reasons: list[str]) -> Status:
+    code = Code.UNSCHEDULABLE_AND_UNRESOLVABLE if key & 1 else Code.UNSCHEDULABLE
+    return Status(code, tuple(r for i, r in enumerate(reasons) if key >> (i + 1) & 1))

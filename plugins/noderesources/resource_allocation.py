@@ -1,0 +1,273 @@
+"""What resource scores are computed from: a node's allocatable and requested
+amount of each configured resource, the pod's request added.
+
+Port of pkg/scheduler/framework/plugins/noderesources/resource_allocation.go
+(resourceAllocationScorer: score, calculateResourceAllocatableRequest,
+calculatePodResourceRequest, calculatePodResourceRequestList). The strategies
+(least_allocated.py, most_allocated.py, requested_to_capacity_ratio.py) turn
+those amounts into a 0..100 score; NodeResourcesFit uses this with
+"non-zero" CPU/memory requests, BalancedAllocation will use it with the plain
+requests (``use_requested``).
+
+Each strategy comes in two forms that must agree:
+
+* ``one``: one node, plain Python integers with Go's int64 rounding (the
+  per-node Score, and the reference the batch form is tested against);
+* ``many``: every candidate at once over numpy columns (the hot path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from plugins.framework.model import NodeInfo, PodInfo
+from plugins.framework.snapshot import NodeBatch
+from plugins.noderesources.args import ResourceSpec
+from plugins.noderesources.resource_names import (
+    CPU,
+    EPHEMERAL_STORAGE,
+    MEMORY,
+    is_scalar_resource_name,
+)
+
+__all__ = [
+    "IntArray",
+    "ResourceAllocationScorer",
+    "ResourceColumns",
+    "ScoreFunctions",
+    "WeightedMean",
+    "go_div",
+    "go_div_array",
+    "presence",
+]
+
+IntArray = npt.NDArray[np.int64]
+# Per configured resource: (requested, allocatable) over the candidates, or
+# None when the resource is left out of the score for every candidate.
+ResourceColumns = Sequence[tuple[IntArray, IntArray] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreFunctions:
+    """A scoring strategy in its two forms.
+
+    ``one(requested, allocatable)``: per configured resource, with
+    allocatable 0 meaning "not scored on this node".
+    ``many(columns, n)``: the same over n candidates.
+    """
+
+    one: Callable[[Sequence[int], Sequence[int]], int]
+    many: Callable[[ResourceColumns, int], IntArray]
+
+
+def go_div(a: int, b: int) -> int:
+    """int64 division as Go does it: the quotient truncated toward zero."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def go_div_array(a: IntArray, b: IntArray) -> IntArray:
+    """Elementwise Go division (truncating); numpy's ``//`` floors, which
+    differs when the signs differ and the division is inexact."""
+    q: IntArray = a // b
+    inexact_negative = (q < 0) & (q * b != a)
+    if inexact_negative.any():
+        q = q + inexact_negative
+    return q
+
+
+class WeightedMean:
+    """Upstream's per-node weighted mean of resource scores,
+    ``sum(score * weight) / sum(weight)`` over the resources a node has
+    (allocatable != 0), in int64 division; 0 for a node with none.
+
+    Resources every candidate has add a constant to the divisor, so the common
+    case needs no per-node weight column.
+    """
+
+    __slots__ = ("_const_weight", "_n", "_non_negative", "_total", "_weights")
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+        self._total = np.zeros(n, dtype=np.int64)
+        self._weights: IntArray | None = None
+        self._const_weight = 0
+        self._non_negative = True
+
+    def add(self, score: IntArray, weight: int, has: npt.NDArray[np.bool_] | None) -> None:
+        """Add one resource's scores; ``has`` marks the nodes that have the
+        resource (None: all of them). ``score`` may be overwritten."""
+        if has is None:
+            if weight != 1:
+                score *= weight
+            self._total += score
+            self._const_weight += weight
+            return
+        per_node = has * weight
+        score *= per_node
+        self._total += score
+        if self._weights is None:
+            self._weights = per_node
+        else:
+            self._weights += per_node
+
+    def mark_signed(self) -> None:
+        """Some score may be negative: divide like Go, not like numpy."""
+        self._non_negative = False
+
+    def result(self) -> IntArray:
+        if self._weights is None:
+            if self._const_weight == 0:
+                return np.zeros(self._n, dtype=np.int64)
+            divisor: IntArray | int = self._const_weight
+        else:
+            divisor = self._weights + self._const_weight
+            np.maximum(divisor, 1, out=divisor)  # no resource: total is 0 anyway
+        if self._non_negative:
+            # Non-negative by positive: floor division is Go's division.
+            out: IntArray = self._total // divisor
+            return out
+        return go_div_array(self._total, np.broadcast_to(divisor, self._total.shape))
+
+
+def presence(alloc: IntArray) -> npt.NDArray[np.bool_] | Literal[False] | None:
+    """Which nodes have a resource: None when all do, False when none does,
+    else the mask of nodes with allocatable != 0."""
+    present = int(np.count_nonzero(alloc))
+    if present == alloc.size:
+        return None
+    if present == 0:
+        return False
+    mask: npt.NDArray[np.bool_] = alloc != 0
+    return mask
+
+
+_CPU, _MEMORY, _EPHEMERAL, _SCALAR = range(4)
+_KINDS = {CPU: _CPU, MEMORY: _MEMORY, EPHEMERAL_STORAGE: _EPHEMERAL}
+
+
+class ResourceAllocationScorer:
+    """Gathers per-resource (requested, allocatable) amounts and hands them
+    to a strategy."""
+
+    __slots__ = ("_kinds", "_scalar", "functions", "resources", "strategy", "use_requested")
+
+    def __init__(
+        self,
+        strategy: str,
+        resources: Sequence[ResourceSpec],
+        functions: ScoreFunctions,
+        use_requested: bool = False,
+    ) -> None:
+        if not resources:
+            # resource_allocation.go, score: "resources not found".
+            raise ValueError("a resource allocation score needs at least one resource")
+        self.strategy = strategy
+        self.resources = tuple(resources)
+        self.functions = functions
+        # False: CPU and memory count requests with upstream's non-zero
+        # defaults (100m, 200Mi) for containers that request none.
+        self.use_requested = use_requested
+        self._kinds = tuple(_KINDS.get(r.name, _SCALAR) for r in self.resources)
+        self._scalar = tuple(is_scalar_resource_name(r.name) for r in self.resources)
+
+    # -- the pod ----------------------------------------------------------
+
+    def pod_request(self, pod: PodInfo, resource: str) -> int:
+        """calculatePodResourceRequest: the pod's effective request of one
+        resource (init containers, sidecars and overhead included)."""
+        kind = _KINDS.get(resource, _SCALAR)
+        if kind == _CPU:
+            return pod.requests.milli_cpu if self.use_requested else pod.non_zero_requests[0]
+        if kind == _MEMORY:
+            return pod.requests.memory if self.use_requested else pod.non_zero_requests[1]
+        if kind == _EPHEMERAL:
+            return pod.requests.ephemeral_storage
+        return pod.requests.scalar.get(resource, 0)
+
+    def pod_requests(self, pod: PodInfo) -> list[int]:
+        """calculatePodResourceRequestList, in the order of ``resources``."""
+        return [self.pod_request(pod, r.name) for r in self.resources]
+
+    # -- one node ---------------------------------------------------------
+
+    def allocatable_requested(
+        self, node: NodeInfo, position: int, pod_request: int
+    ) -> tuple[int, int]:
+        """calculateResourceAllocatableRequest for ``resources[position]``:
+        (allocatable, requested with the pod). (0, 0) leaves it unscored."""
+        if pod_request == 0 and self._scalar[position]:
+            # An extended resource the pod does not ask for is not scored.
+            return 0, 0
+        kind = self._kinds[position]
+        alloc = node.allocatable
+        if kind == _CPU:
+            used = node.requested.milli_cpu if self.use_requested else node.non_zero_requested[0]
+            return alloc.milli_cpu, used + pod_request
+        if kind == _MEMORY:
+            used = node.requested.memory if self.use_requested else node.non_zero_requested[1]
+            return alloc.memory, used + pod_request
+        if kind == _EPHEMERAL:
+            return alloc.ephemeral_storage, node.requested.ephemeral_storage + pod_request
+        name = self.resources[position].name
+        if name in alloc.scalar:
+            return alloc.scalar[name], node.requested.scalar.get(name, 0) + pod_request
+        return 0, 0
+
+    def score_node(self, node: NodeInfo, pod_requests: Sequence[int]) -> int:
+        """resourceAllocationScorer.score for one node."""
+        k = len(self.resources)
+        requested = [0] * k
+        allocatable = [0] * k
+        for i in range(k):
+            alloc, req = self.allocatable_requested(node, i, pod_requests[i])
+            if alloc == 0:
+                continue
+            allocatable[i] = alloc
+            requested[i] = req
+        return self.functions.one(requested, allocatable)
+
+    # -- every candidate ----------------------------------------------------
+
+    def columns(
+        self, nodes: NodeBatch, pod_requests: Sequence[int]
+    ) -> list[tuple[IntArray, IntArray] | None]:
+        """(requested, allocatable) columns per resource over ``nodes``."""
+        cols = nodes.columns
+        idx = nodes.idx
+        out: list[tuple[IntArray, IntArray] | None] = []
+        for i, spec in enumerate(self.resources):
+            pod_request = pod_requests[i]
+            if pod_request == 0 and self._scalar[i]:
+                out.append(None)
+                continue
+            kind = self._kinds[i]
+            if kind == _CPU:
+                used_col = cols.req_cpu if self.use_requested else cols.nz_cpu
+                out.append((used_col[idx] + pod_request, cols.alloc_cpu[idx]))
+            elif kind == _MEMORY:
+                used_col = cols.req_mem if self.use_requested else cols.nz_mem
+                out.append((used_col[idx] + pod_request, cols.alloc_mem[idx]))
+            elif kind == _EPHEMERAL:
+                out.append((cols.req_eph[idx] + pod_request, cols.alloc_eph[idx]))
+            else:
+                # No column: no node has this resource, so none scores it.
+                # Nodes without it hold 0 allocatable and are left out below.
+                scalar = cols.scalar.get(spec.name)
+                if scalar is None:
+                    out.append(None)
+                else:
+                    alloc_col, req_col = scalar
+                    out.append((req_col[idx] + pod_request, alloc_col[idx]))
+        return out
+
+    def score_batch(self, nodes: NodeBatch, pod_requests: Sequence[int]) -> IntArray:
+        """resourceAllocationScorer.score for every candidate at once."""
+        if len(nodes) == 0:
+            return np.zeros(0, dtype=np.int64)
+        return self.functions.many(self.columns(nodes, pod_requests), len(nodes))
