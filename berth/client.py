@@ -164,6 +164,28 @@ class RequestRefused(Exception):
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 
+def _schedule_request(
+    profile: str,
+    pod: cpb.Pod,
+    start_index: int,
+    explain: bool,
+    reserve_and_permit: bool,
+    seed: int,
+) -> Callable[[cpb.ClusterState], pb.ScheduleRequest]:
+    def build(st: cpb.ClusterState) -> pb.ScheduleRequest:
+        return pb.ScheduleRequest(
+            profile=profile,
+            state=st,
+            pod=pod,
+            start_index=start_index,
+            explain=explain,
+            reserve_and_permit=reserve_and_permit,
+            seed=seed,
+        )
+
+    return build
+
+
 class SchedulingClient:
     """Async client: one channel, one cluster state log."""
 
@@ -213,17 +235,7 @@ class SchedulingClient:
         reserve_and_permit: bool = False,
         seed: int = 0,
     ) -> pb.ScheduleResponse:
-        def build(st: cpb.ClusterState) -> pb.ScheduleRequest:
-            return pb.ScheduleRequest(
-                profile=profile,
-                state=st,
-                pod=pod,
-                start_index=start_index,
-                explain=explain,
-                reserve_and_permit=reserve_and_permit,
-                seed=seed,
-            )
-
+        build = _schedule_request(profile, pod, start_index, explain, reserve_and_permit, seed)
         return await self.call(self.stub.Schedule, build)
 
     async def schedule_streamed(
@@ -239,18 +251,7 @@ class SchedulingClient:
         """``schedule`` over the ScheduleStream RPC: one stream is opened on
         first use and kept. A refused request raises RequestRefused; a broken
         stream raises grpc.aio.AioRpcError and the next call opens a new one."""
-
-        def build(st: cpb.ClusterState) -> pb.ScheduleRequest:
-            return pb.ScheduleRequest(
-                profile=profile,
-                state=st,
-                pod=pod,
-                start_index=start_index,
-                explain=explain,
-                reserve_and_permit=reserve_and_permit,
-                seed=seed,
-            )
-
+        build = _schedule_request(profile, pod, start_index, explain, reserve_and_permit, seed)
         st = self.state.state_since(self.acked)
         resp = await self._exchange(build(st))
         if (

@@ -15,12 +15,10 @@ import numpy as np
 from plugins.framework.interfaces import MAX_NODE_SCORE
 from plugins.noderesources.resource_allocation import (
     IntArray,
-    ResourceColumns,
     ScoreFunctions,
-    WeightedMean,
     go_div,
     go_div_array,
-    presence,
+    weighted_mean_scorer,
 )
 
 __all__ = ["most_requested_score", "most_resource_scorer"]
@@ -46,30 +44,4 @@ def most_requested_scores(requested: IntArray, capacity: IntArray) -> tuple[IntA
 
 def most_resource_scorer(weights: Sequence[int]) -> ScoreFunctions:
     """mostResourceScorer over resources with these weights."""
-    weights = tuple(weights)
-
-    def one(requested: Sequence[int], allocatable: Sequence[int]) -> int:
-        node_score = weight_sum = 0
-        for req, alloc, weight in zip(requested, allocatable, weights, strict=True):
-            if alloc == 0:
-                continue
-            node_score += most_requested_score(req, alloc) * weight
-            weight_sum += weight
-        return 0 if weight_sum == 0 else go_div(node_score, weight_sum)
-
-    def many(columns: ResourceColumns, n: int) -> IntArray:
-        mean = WeightedMean(n)
-        for col, weight in zip(columns, weights, strict=True):
-            if col is None:
-                continue
-            req, alloc = col
-            has = presence(alloc)
-            if has is False:
-                continue
-            score, non_negative = most_requested_scores(req, alloc)
-            if not non_negative:
-                mean.mark_signed()
-            mean.add(score, weight, has)
-        return mean.result()
-
-    return ScoreFunctions(one, many)
+    return weighted_mean_scorer(weights, most_requested_score, most_requested_scores)

@@ -151,6 +151,45 @@ _CPU, _MEMORY, _EPHEMERAL, _SCALAR = range(4)
 _KINDS = {CPU: _CPU, MEMORY: _MEMORY, EPHEMERAL_STORAGE: _EPHEMERAL}
 
 
+def weighted_mean_scorer(
+    weights: Sequence[int],
+    per_resource: Callable[[int, int], int],
+    per_resource_columns: Callable[[IntArray, IntArray], tuple[IntArray, bool]],
+) -> ScoreFunctions:
+    """The weighted mean over resources that leastResourceScorer and
+    mostResourceScorer share: a resource the node has 0 of is left out of the
+    mean; the mean is int64 division. ``per_resource`` scores one resource on
+    one node; ``per_resource_columns`` does the same over columns and says
+    whether every score is >= 0."""
+    weights = tuple(weights)
+
+    def one(requested: Sequence[int], allocatable: Sequence[int]) -> int:
+        node_score = weight_sum = 0
+        for req, alloc, weight in zip(requested, allocatable, weights, strict=True):
+            if alloc == 0:
+                continue
+            node_score += per_resource(req, alloc) * weight
+            weight_sum += weight
+        return 0 if weight_sum == 0 else go_div(node_score, weight_sum)
+
+    def many(columns: ResourceColumns, n: int) -> IntArray:
+        mean = WeightedMean(n)
+        for col, weight in zip(columns, weights, strict=True):
+            if col is None:
+                continue
+            req, alloc = col
+            has = presence(alloc)
+            if has is False:
+                continue
+            score, non_negative = per_resource_columns(req, alloc)
+            if not non_negative:
+                mean.mark_signed()
+            mean.add(score, weight, has)
+        return mean.result()
+
+    return ScoreFunctions(one, many)
+
+
 class ResourceAllocationScorer:
     """Gathers per-resource (requested, allocatable) amounts and hands them
     to a strategy."""
