@@ -23,6 +23,7 @@ import shutil
 import ssl
 import subprocess
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -39,7 +40,15 @@ from berth.localcluster.errors import (
     StateError,
 )
 from berth.localcluster.ports import LOOPBACK, PortRequest, choose_ports
-from berth.localcluster.process import ProcessRecord, is_ours, log_tail, spawn, stop, wait_until
+from berth.localcluster.process import (
+    ProcessRecord,
+    cmdline,
+    is_ours,
+    log_tail,
+    spawn,
+    stop,
+    wait_until,
+)
 from berth.localcluster.rest import KubeClient
 
 log = logging.getLogger(__name__)
@@ -100,7 +109,7 @@ class ClusterConfig:
     data_root: Path = field(default_factory=default_data_root)
     ready_timeout: float = DEFAULT_READY_TIMEOUT  # per component
     apiserver_ready_timeout: float | None = None  # None: ready_timeout
-    # Processes get SIGTERM if the Python process that started them dies (tests, benchmarks).
+    # Processes get SIGKILL if the Python process that started them dies (tests, benchmarks).
     die_with_parent: bool = False
     apiserver_args: tuple[str, ...] = ()
     etcd_args: tuple[str, ...] = ()
@@ -207,6 +216,36 @@ def admin_ssl_context(ca: Path, cert: Path, key: Path) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=str(ca))
     ctx.load_cert_chain(str(cert), str(key))
     return ctx
+
+
+ETCD_DATA_PREFIX = "berth-etcd-"
+
+
+def remove_orphaned_data_dirs(data_root: Path, *, min_age: float = 60.0) -> list[Path]:
+    """Delete ``berth-etcd-*`` dirs in ``data_root`` that no running process names.
+
+    They are left behind when a cluster's owner died without stopping it (its processes were
+    killed with it, see ClusterConfig.die_with_parent) and would otherwise hold tmpfs memory.
+    Dirs younger than ``min_age`` seconds are spared: another cluster may be starting.
+    """
+    if not data_root.is_dir():
+        return []
+    in_use = "".join(" ".join(cmdline(pid)) + " " for pid in _all_pids())
+    now = time.time()
+    removed = []
+    for candidate in data_root.glob(f"{ETCD_DATA_PREFIX}*"):
+        try:
+            age = now - candidate.stat().st_mtime
+        except FileNotFoundError:
+            continue
+        if candidate.is_dir() and age >= min_age and f"--data-dir={candidate} " not in in_use:
+            shutil.rmtree(candidate, ignore_errors=True)
+            removed.append(candidate)
+    return removed
+
+
+def _all_pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
 
 
 class _Starter:
@@ -318,7 +357,9 @@ def start_cluster(config: ClusterConfig) -> ClusterState:
     starter = _Starter(config)
     try:
         config.data_root.mkdir(parents=True, exist_ok=True)
-        starter.data_dir = Path(tempfile.mkdtemp(prefix="berth-etcd-", dir=config.data_root))
+        for orphan in remove_orphaned_data_dirs(config.data_root):
+            log.warning("removed %s, left behind by a cluster whose owner died", orphan)
+        starter.data_dir = Path(tempfile.mkdtemp(prefix=ETCD_DATA_PREFIX, dir=config.data_root))
         etcd_url = f"http://{LOOPBACK}:{etcd_client}"
         peer_url = f"http://{LOOPBACK}:{etcd_peer}"
         etcd = starter.spawn(

@@ -93,12 +93,18 @@ def is_ours(record: ProcessRecord) -> bool:
 
 
 _PR_SET_PDEATHSIG = 1
+# Resolved here, not in the forked child: loading a library after fork can deadlock.
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the process that started us dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+    """In the child, before exec: get SIGKILL when the thread that started us ends (when
+    the process dies, for a thread that lives as long as the process, e.g. the main one).
+
+    SIGKILL, not SIGTERM: kube-apiserver's graceful shutdown hangs for minutes when etcd goes
+    away at the same moment, and an orphaned test cluster has nothing worth shutting down
+    gracefully (`remove_orphaned_data_dirs` clears etcd's data later)."""
+    if _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
 
 
@@ -112,8 +118,8 @@ def spawn(
 ) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
     """Start ``argv`` detached from our terminal, stdout+stderr appended to ``log_path``.
 
-    ``die_with_parent``: the kernel sends it SIGTERM if this process dies first (even by
-    SIGKILL), for tests and benchmarks whose cluster must not outlive them. `berth cluster up`
+    ``die_with_parent``: the kernel sends it SIGKILL if this process dies first (even by
+    SIGKILL; strictly: if the calling thread ends, so call from a long-lived thread), for tests and benchmarks whose cluster must not outlive them. `berth cluster up`
     leaves it off: its cluster outlives the command by design.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -130,7 +130,7 @@ def start_kube_scheduler(
 
     ``scheduler_name`` names the single default profile when ``config`` is None. Raises
     BinaryMissingError, ProcessExitedError or NotReadyError (the process is stopped then).
-    The scheduler gets SIGTERM if the calling process dies without stopping it.
+    The scheduler is killed if the calling process dies without stopping it.
     """
     directory = bin_dir or binaries.default_bin_dir()
     binaries.require_binaries(directory, ("kube-scheduler",))

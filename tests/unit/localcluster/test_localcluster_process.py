@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import subprocess
 import sys
@@ -125,3 +126,29 @@ def test_die_with_parent_takes_the_child_down_when_its_starter_is_killed(tmp_pat
     parent.wait()
     gone, _ = wait_until(lambda: cmdline(child) == [], timeout=10, interval=0.05)
     assert gone, f"pid {child} outlived its starter"
+
+
+def test_orphaned_etcd_data_dirs_are_removed_and_used_or_fresh_ones_kept(
+    tmp_path: Path,
+) -> None:
+    from berth.localcluster.cluster import remove_orphaned_data_dirs
+
+    orphan, used, fresh, other = (
+        tmp_path / name for name in ("berth-etcd-orphan", "berth-etcd-used", "berth-etcd-new", "x")
+    )
+    for d in (orphan, used, fresh, other):
+        d.mkdir()
+    for d in (orphan, used, other):
+        os.utime(d, (0, 0))  # long ago
+    sh = shutil.which("sh") or "/bin/sh"
+    proc, _ = spawn("user", [sh, "-c", "sleep 300; true", f"--data-dir={used}"], tmp_path / "u.log")
+    try:
+        assert remove_orphaned_data_dirs(tmp_path) == [orphan]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [
+        "berth-etcd-new",
+        "berth-etcd-used",
+        "x",
+    ]
