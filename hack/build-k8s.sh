@@ -186,7 +186,7 @@ SRC_DIR="$VERSION_DIR/src"
 ETCD_SRC_DIR="$VERSION_DIR/etcd-src"
 mkdir -p "$SRC_DIR" "$ETCD_SRC_DIR"
 meta_log="$LOG_DIR/resolve.log"
-(cd "$SRC_DIR" && GOFLAGS= go list -m -json "k8s.io/kubernetes@$K8S_VERSION") >"$meta_log" 2>&1 ||
+(cd "$SRC_DIR" && GOFLAGS='' go list -m -json "k8s.io/kubernetes@$K8S_VERSION") >"$meta_log" 2>&1 ||
   diagnose "$meta_log"
 K8S_GOMOD="$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' "$meta_log")"
 GO_REQUIRED="$(sed -n 's/.*"GoVersion": "\(.*\)".*/\1/p' "$meta_log")"
