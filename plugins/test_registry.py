@@ -79,7 +79,10 @@ def test_a_pod_that_fits_nowhere_gets_an_upstream_style_message() -> None:
     snap = snapshot_of(cluster())
     pod = make_pod("huge").req(cpu="16", memory="1Gi").info()
     result = fw.schedule(snap, CycleState(), pod)
-    assert result.status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    # schedulingCycle: a FitError is Unschedulable even when every node is
+    # unresolvable; the per-node codes stay in the diagnosis.
+    assert result.status.code is Code.UNSCHEDULABLE
+    assert {s.code for s in result.rejected.values()} == {Code.UNSCHEDULABLE_AND_UNRESOLVABLE}
     assert result.message == (
         "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu."
     )

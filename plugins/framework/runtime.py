@@ -270,6 +270,14 @@ class Framework:
         self, state: CycleState, pod: PodInfo, nodes: NodeBatch
     ) -> tuple[PreFilterResult | None, Status]:
         """framework.go, RunPreFilterPlugins."""
+        result, status, _ = self.run_pre_filter_with_plugins(state, pod, nodes)
+        return result, status
+
+    def run_pre_filter_with_plugins(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
+    ) -> tuple[PreFilterResult | None, Status, list[str]]:
+        """RunPreFilterPlugins, also returning the plugins whose
+        PreFilterResult restricted the nodes (upstream's unscheduledPlugins)."""
         with self.extension_point("PreFilter") as ep:
             result: PreFilterResult | None = None
             with_nodes: list[str] = []
@@ -288,7 +296,7 @@ class Framework:
                             f"running PreFilter plugin {pl.name!r}: {st.message}", pl.name
                         )
                     ep.append(st)
-                    return None, st
+                    return None, st, with_nodes
                 if r is not None and not r.all_nodes():
                     with_nodes.append(pl.name)
                 result = r if result is None else result.merge(r)
@@ -299,9 +307,9 @@ class Framework:
                         msg = f"node(s) didn't satisfy plugin(s) [{' '.join(with_nodes)}] simultaneously"
                     st = Status.unresolvable(msg)
                     ep.append(st)
-                    return result, st
+                    return result, st, with_nodes
             state.skip_filter_plugins = skip
-            return result, SUCCESS
+            return result, SUCCESS, with_nodes
 
     def run_filter(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
         """framework.go, RunFilterPlugins, over a batch: each node stops at its
@@ -642,16 +650,19 @@ class Framework:
         all_nodes = snapshot.all_nodes()
         num_all = len(all_nodes)
         if num_all == 0:
-            st = Status.unschedulable("no nodes available to schedule pods")
+            # schedulingCycle: ErrNoNodesAvailable is UnschedulableAndUnresolvable.
+            st = Status.unresolvable("no nodes available to schedule pods")
             return ScheduleResult(st, message=st.message, next_start_index=start_index)
 
-        pf_result, st = self.run_pre_filter(state, pod, all_nodes)
+        pf_result, st, restricting = self.run_pre_filter_with_plugins(state, pod, all_nodes)
         if not st.is_success:
             if not st.is_rejected:
                 return ScheduleResult(st, message=st.message, next_start_index=start_index)
-            # Every node takes the PreFilter rejection (findNodesThatFitPod).
+            # Every node takes the PreFilter rejection (findNodesThatFitPod);
+            # the cycle's status is Unschedulable with the FitError text
+            # (schedulingCycle).
             result = ScheduleResult(
-                Status(st.code, st.reasons, st.plugin),
+                Status(Code.UNSCHEDULABLE, st.reasons, st.plugin),
                 next_start_index=start_index,
                 pre_filter_status=st,
                 unschedulable_plugins={st.plugin} if st.plugin else set(),
@@ -660,6 +671,7 @@ class Framework:
             result.message = fit_error_message(
                 num_all, {}, st.message, self._post_filter_msg(result)
             )
+            result.status = Status(Code.UNSCHEDULABLE, (result.message,), st.plugin)
             return result
 
         candidates = all_nodes
@@ -676,13 +688,10 @@ class Framework:
 
         if len(feasible) == 0:
             plugins = {s.plugin for s in outcome.rejected.values() if s.plugin and s.is_rejected}
-            code = Code.UNSCHEDULABLE
-            if outcome.rejected and all(
-                s.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE for s in outcome.rejected.values()
-            ):
-                code = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+            # A FitError is Unschedulable whatever the per-node codes
+            # (schedulingCycle); those stay in the diagnosis for PostFilter.
             result = ScheduleResult(
-                Status(code, ("no node passed Filter",)),
+                Status(Code.UNSCHEDULABLE, ("no node passed Filter",)),
                 evaluated=outcome.processed,
                 next_start_index=next_start,
                 rejected=outcome.rejected,
@@ -691,7 +700,9 @@ class Framework:
             absent = None
             if len(candidates) < num_all:
                 # Nodes PreFilterResult excluded count as unresolvable.
-                absent = Status.unresolvable("node(s) didn't satisfy the PreFilter result")
+                absent = Status.unresolvable(
+                    f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(restricting))}]"
+                )
             self._post_filter(state, pod, result, outcome.rejected)
             result.message = fit_error_message(
                 num_all, outcome.rejected, "", self._post_filter_msg(result), absent

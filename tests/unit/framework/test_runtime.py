@@ -261,3 +261,27 @@ def test_permit_wait_is_capped_at_fifteen_minutes() -> None:
     )
     assert r.permit_status is not None and r.permit_status.code is Code.WAIT
     assert r.permit_timeouts == {"WaitPermit": 900.0}
+
+
+def test_nodes_excluded_by_prefilter_result_count_in_the_fit_error() -> None:
+    """findNodesThatFitPod: nodes outside PreFilterResult get an absent-node
+    status naming the restricting plugins; FitError counts them."""
+    snap = snapshot_of(nodes(("a", {"reject": "RejectLabel"}), ("b", {}), ("c", {})))
+    f = fw(pre_filter=("OnlyNodes",), filter=("RejectLabel",))
+    r = f.schedule(snap, CycleState(), make_pod().label("OnlyNodes", "a").info())
+    assert r.status.code is Code.UNSCHEDULABLE
+    assert r.message == (
+        "0/3 nodes are available: 1 rejected by RejectLabel, "
+        "2 node(s) didn't satisfy plugin(s) [OnlyNodes]."
+    )
+
+
+def test_no_nodes_is_unresolvable_and_a_fit_error_is_unschedulable() -> None:
+    """schedulingCycle: ErrNoNodesAvailable -> UnschedulableAndUnresolvable;
+    a FitError -> Unschedulable, even when every node was unresolvable."""
+    empty = fw().schedule(snapshot_of([]), CycleState(), make_pod().info())
+    assert empty.status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert empty.message == "no nodes available to schedule pods"
+    snap = snapshot_of(nodes(("a", {"reject": "SkipPreFilter"})))
+    r = fw(filter=("SkipPreFilter",)).schedule(snap, CycleState(), make_pod().info())
+    assert r.status.code is Code.UNSCHEDULABLE
