@@ -352,9 +352,16 @@ class Framework:
         n = len(candidates)
         if n == 0:
             return FilterOutcome(candidates.take([]), {}, 0)
-        order = np.roll(np.arange(n, dtype=np.int64), -(start_index % n))
+        start = start_index % n
+
+        def order(lo: int, hi: int) -> np.ndarray[Any, np.dtype[np.int64]]:
+            """Positions lo..hi of the walk that starts at ``start`` and wraps."""
+            idx = np.arange(start + lo, start + min(hi, n), dtype=np.int64)
+            idx[idx >= n] -= n
+            return idx
+
         if not self.filter:
-            chosen = order[:num_to_find]
+            chosen = order(0, num_to_find)
             return FilterOutcome(candidates.take(chosen), {}, len(chosen))
         feasible_parts: list[np.ndarray[Any, np.dtype[np.int64]]] = []
         found = 0
@@ -363,7 +370,7 @@ class Framework:
         chunk = max(num_to_find, 64)
         with self.extension_point("Filter"):
             while pos < n and found < num_to_find:
-                part = order[pos : pos + chunk]
+                part = order(pos, pos + chunk)
                 batch = candidates.take(part)
                 verdicts = self.run_filter(state, pod, batch)
                 ok = verdicts.passed()
