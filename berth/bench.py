@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -35,6 +36,10 @@ class CycleStats:
     scheduled: int
     resyncs: int
     transport: str
+    # CPU milliseconds per cycle; wall time on a shared host is noisy, CPU
+    # time says what the work costs.
+    client_cpu_ms: float
+    server_cpu_ms: float
 
     @property
     def rate(self) -> float:
@@ -110,8 +115,23 @@ def make_pod(i: int) -> cpb.Pod:
     return p
 
 
+def cpu_seconds(pid: int) -> float:
+    """User+system CPU time of a process (Linux /proc), 0.0 where unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+@dataclass
+class Server:
+    address: str
+    pid: int | None = None
+
+
 @contextlib.contextmanager
-def spawn_server(config: str | None) -> Iterator[str]:
+def spawn_server(config: str | None) -> Iterator[Server]:
     cmd = [sys.executable, "-m", "berth", "serve", "--listen", "127.0.0.1:0"]
     if config:
         cmd += ["--config", config]
@@ -123,7 +143,7 @@ def spawn_server(config: str | None) -> Iterator[str]:
         line = proc.stdout.readline()
         if "listening on port" not in line:
             raise RuntimeError(f"berth serve did not start (exit {proc.poll()}): {line.strip()}")
-        yield f"127.0.0.1:{int(line.rsplit(' ', 1)[1])}"
+        yield Server(f"127.0.0.1:{int(line.rsplit(' ', 1)[1])}", proc.pid)
     finally:
         proc.terminate()
         try:
@@ -133,8 +153,9 @@ def spawn_server(config: str | None) -> Iterator[str]:
 
 
 async def bench_cycles(
-    address: str, profile: str, num_nodes: int, cycles: int, warmup: int, transport: str
+    server: Server, profile: str, num_nodes: int, cycles: int, warmup: int, transport: str
 ) -> CycleStats:
+    address = server.address
     log = ClusterStateLog()
     for i in range(num_nodes):
         log.upsert_node(make_node(i))
@@ -153,9 +174,12 @@ async def bench_cycles(
         lat: list[float] = []
         scheduled = 0
         t_start = 0.0
+        cpu_client = cpu_server = 0.0
         for i in range(warmup + cycles):
             if i == warmup:
                 t_start = time.perf_counter()
+                cpu_client = time.process_time()
+                cpu_server = cpu_seconds(server.pid) if server.pid else 0.0
             pod = make_pod(i)
             t0 = time.perf_counter()
             resp = await call(profile, pod, start_index=start_index)
@@ -172,19 +196,33 @@ async def bench_cycles(
                 if i >= warmup:
                     scheduled += 1
         elapsed = time.perf_counter() - t_start
+        cpu_client = time.process_time() - cpu_client
+        cpu_server = cpu_seconds(server.pid) - cpu_server if server.pid else float("nan")
         await client.close()
-    return CycleStats(num_nodes, cycles, elapsed, lat, scheduled, client.resyncs, transport)
+    return CycleStats(
+        num_nodes,
+        cycles,
+        elapsed,
+        lat,
+        scheduled,
+        client.resyncs,
+        transport,
+        cpu_client * 1000 / cycles,
+        cpu_server * 1000 / cycles,
+    )
 
 
 def run_cycle(args: argparse.Namespace) -> int:
     sizes = args.nodes or [500, 5000]
     results: list[CycleStats] = []
     with contextlib.ExitStack() as stack:
-        address = args.server
-        if address is None:
+        server = Server(args.server) if args.server else None
+        if server is None:
             print("[bench] starting berth serve ...", flush=True)
-            address = stack.enter_context(spawn_server(args.config))
-        print(f"[bench] server at {address}; {args.cycles} timed cycles per size", flush=True)
+            server = stack.enter_context(spawn_server(args.config))
+        print(
+            f"[bench] server at {server.address}; {args.cycles} timed cycles per size", flush=True
+        )
         transports = ["stream", "unary"] if args.transport == "both" else [args.transport]
         for n in sizes:
             for transport in transports:
@@ -193,7 +231,7 @@ def run_cycle(args: argparse.Namespace) -> int:
                     flush=True,
                 )
                 stats = asyncio.run(
-                    bench_cycles(address, args.profile, n, args.cycles, args.warmup, transport)
+                    bench_cycles(server, args.profile, n, args.cycles, args.warmup, transport)
                 )
                 results.append(stats)
                 print(
@@ -202,12 +240,16 @@ def run_cycle(args: argparse.Namespace) -> int:
                     flush=True,
                 )
     print()
-    print("| nodes | RPC | cycles | cycles/s | p50 ms | p90 ms | p99 ms | placed | resyncs |")
-    print("|------:|-----|-------:|---------:|-------:|-------:|-------:|-------:|--------:|")
+    print(
+        "| nodes | RPC | cycles | cycles/s | p50 ms | p90 ms | p99 ms "
+        "| server CPU ms/cycle | client CPU ms/cycle | placed | resyncs |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s in results:
         rpc = "ScheduleStream" if s.transport == "stream" else "Schedule (unary)"
         print(
             f"| {s.nodes} | {rpc} | {s.cycles} | {s.rate:.0f} | {s.pct(50):.2f} | "
-            f"{s.pct(90):.2f} | {s.pct(99):.2f} | {s.scheduled} | {s.resyncs} |"
+            f"{s.pct(90):.2f} | {s.pct(99):.2f} | {s.server_cpu_ms:.2f} | "
+            f"{s.client_cpu_ms:.2f} | {s.scheduled} | {s.resyncs} |"
         )
     return 0
