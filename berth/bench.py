@@ -118,6 +118,24 @@ def make_pod(i: int) -> cpb.Pod:
     return p
 
 
+def bench_cluster(num_nodes: int) -> ClusterStateLog:
+    log = ClusterStateLog()
+    for i in range(num_nodes):
+        log.upsert_node(make_node(i))
+    log.commit()
+    return log
+
+
+def assume(log: ClusterStateLog, pod: cpb.Pod, node: str) -> None:
+    """The pod counts on its node from the next cycle on, as the shim's
+    cache assumes a pod after Reserve."""
+    bound = cpb.Pod()
+    bound.CopyFrom(pod)
+    bound.node_name = node
+    log.upsert_pod(bound)
+    log.commit()
+
+
 def cpu_seconds(pid: int) -> float:
     """User+system CPU time of a process (Linux /proc), 0.0 where unknown."""
     try:
@@ -159,10 +177,7 @@ async def bench_cycles(
     server: Server, profile: str, num_nodes: int, cycles: int, warmup: int, transport: str
 ) -> CycleStats:
     address = server.address
-    log = ClusterStateLog()
-    for i in range(num_nodes):
-        log.upsert_node(make_node(i))
-    log.commit()
+    log = bench_cluster(num_nodes)
     async with grpc.aio.insecure_channel(
         address,
         options=[
@@ -190,12 +205,7 @@ async def bench_cycles(
                 lat.append((time.perf_counter() - t0) * 1000)
             start_index = resp.next_start_index
             if resp.node:
-                # Assume the pod on its node, as the shim does after Reserve.
-                bound = cpb.Pod()
-                bound.CopyFrom(pod)
-                bound.node_name = resp.node
-                log.upsert_pod(bound)
-                log.commit()
+                assume(log, pod, resp.node)
                 if i >= warmup:
                     scheduled += 1
         elapsed = time.perf_counter() - t_start
@@ -227,10 +237,7 @@ def bench_inprocess(
 
     config = load_config(config_path, REGISTRY) if config_path else default_config(REGISTRY)
     service = SchedulingService(config, build_frameworks(config, REGISTRY))
-    log = ClusterStateLog()
-    for i in range(num_nodes):
-        log.upsert_node(make_node(i))
-    log.commit()
+    log = bench_cluster(num_nodes)
     acked = 0
     start_index = 0
     lat: list[float] = []
@@ -252,11 +259,7 @@ def bench_inprocess(
         out = pb.ScheduleResponse.FromString(resp)
         start_index = out.next_start_index
         if out.node:
-            bound = cpb.Pod()
-            bound.CopyFrom(pod)
-            bound.node_name = out.node
-            log.upsert_pod(bound)
-            log.commit()
+            assume(log, pod, out.node)
             if i >= warmup:
                 scheduled += 1
     elapsed = time.perf_counter() - t_start
