@@ -82,11 +82,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c.add_argument("--profile", default="default-scheduler", help="profile (default %(default)s)")
     c.add_argument(
         "--transport",
-        choices=("stream", "unary", "inprocess", "all"),
+        choices=("stream", "unary", "batch", "inprocess", "all"),
         default="all",
-        help="ScheduleStream (the shim's path), unary Schedule, the same service called "
-        "in-process without gRPC (what the plugins and protocol cost alone), or all "
-        "(default %(default)s)",
+        help="ScheduleStream (the shim's path), unary Schedule, ScheduleBatch (--batch pods "
+        "per call), the same service called in-process without gRPC (what the plugins and "
+        "protocol cost alone), or all (default %(default)s)",
+    )
+    c.add_argument(
+        "--batch",
+        type=int,
+        default=16,
+        metavar="K",
+        help="pods per ScheduleBatch call (default %(default)s)",
     )
     c.set_defaults(func=run_cycle)
 
@@ -126,14 +133,15 @@ def bench_cluster(num_nodes: int) -> ClusterStateLog:
     return log
 
 
-def assume(log: ClusterStateLog, pod: cpb.Pod, node: str) -> None:
+def assume(log: ClusterStateLog, pod: cpb.Pod, node: str, commit: bool = True) -> None:
     """The pod counts on its node from the next cycle on, as the shim's
     cache assumes a pod after Reserve."""
     bound = cpb.Pod()
     bound.CopyFrom(pod)
     bound.node_name = node
     log.upsert_pod(bound)
-    log.commit()
+    if commit:
+        log.commit()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -225,6 +233,57 @@ async def bench_cycles(
     )
 
 
+async def bench_batches(
+    server: Server, profile: str, num_nodes: int, cycles: int, warmup: int, batch: int
+) -> CycleStats:
+    """Cycles in batches of ``batch`` pods per ScheduleBatch call; latency is
+    per call divided by the pods in it."""
+    log = bench_cluster(num_nodes)
+    async with grpc.aio.insecure_channel(
+        server.address,
+        options=[
+            ("grpc.max_send_message_length", 256 * 2**20),
+            ("grpc.max_receive_message_length", 256 * 2**20),
+        ],
+    ) as channel:
+        client = SchedulingClient(channel, log)
+        await client.sync()
+        start_index = 0
+        lat: list[float] = []
+        scheduled = done = 0
+        t_start = cpu_client = cpu_server = 0.0
+        warm = False
+        while done < warmup + cycles:
+            if not warm and done >= warmup:
+                warm = True
+                t_start = time.perf_counter()
+                cpu_client = time.process_time()
+                cpu_server = cpu_seconds(server.pid) if server.pid else 0.0
+            pods = [make_pod(done + k) for k in range(batch)]
+            t0 = time.perf_counter()
+            resp = await client.schedule_batch(profile, pods, start_index=start_index)
+            per_pod = (time.perf_counter() - t0) * 1000 / batch
+            start_index = resp.next_start_index
+            for pod, res in zip(pods, resp.results, strict=True):
+                if res.node:
+                    assume(log, pod, res.node, commit=False)
+                    if warm:
+                        scheduled += 1
+            log.commit()
+            if warm:
+                lat.extend([per_pod] * batch)
+            done += batch
+        timed = len(lat)
+        elapsed = time.perf_counter() - t_start
+        cpu_c = (time.process_time() - cpu_client) * 1000 / timed
+        cpu_s = (
+            (cpu_seconds(server.pid) - cpu_server) * 1000 / timed if server.pid else float("nan")
+        )
+    return CycleStats(
+        num_nodes, timed, elapsed, lat, scheduled, client.resyncs, "batch", cpu_c, cpu_s
+    )
+
+
 def bench_inprocess(
     config_path: str | None, profile: str, num_nodes: int, cycles: int, warmup: int
 ) -> CycleStats:
@@ -279,7 +338,9 @@ def run_cycle(args: argparse.Namespace) -> int:
             f"[bench] server at {server.address}; {args.cycles} timed cycles per size", flush=True
         )
         transports = (
-            ["stream", "unary", "inprocess"] if args.transport == "all" else [args.transport]
+            ["stream", "unary", "batch", "inprocess"]
+            if args.transport == "all"
+            else [args.transport]
         )
         for n in sizes:
             for transport in transports:
@@ -287,7 +348,11 @@ def run_cycle(args: argparse.Namespace) -> int:
                     f"[bench] {n} nodes, {transport}: warming up ({args.warmup} cycles) ...",
                     flush=True,
                 )
-                if transport == "inprocess":
+                if transport == "batch":
+                    stats = asyncio.run(
+                        bench_batches(server, args.profile, n, args.cycles, args.warmup, args.batch)
+                    )
+                elif transport == "inprocess":
                     stats = bench_inprocess(args.config, args.profile, n, args.cycles, args.warmup)
                 else:
                     stats = asyncio.run(
@@ -310,6 +375,7 @@ def run_cycle(args: argparse.Namespace) -> int:
         rpc = {
             "stream": "ScheduleStream",
             "unary": "Schedule (unary)",
+            "batch": "ScheduleBatch",
             "inprocess": "in-process, no gRPC",
         }[s.transport]
         print(

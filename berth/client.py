@@ -238,6 +238,30 @@ class SchedulingClient:
         build = _schedule_request(profile, pod, start_index, explain, reserve_and_permit, seed)
         return await self.call(self.stub.Schedule, build)
 
+    async def schedule_batch(
+        self,
+        profile: str,
+        pods: list[cpb.Pod],
+        *,
+        start_index: int = 0,
+        reserve_and_permit: bool = False,
+        seed: int = 0,
+    ) -> pb.ScheduleBatchResponse:
+        """Several cycles in one round trip (ScheduleBatch). The caller adds the
+        placed pods to its state afterwards, like after single cycles."""
+
+        def build(st: cpb.ClusterState) -> pb.ScheduleBatchRequest:
+            return pb.ScheduleBatchRequest(
+                profile=profile,
+                state=st,
+                pods=pods,
+                start_index=start_index,
+                reserve_and_permit=reserve_and_permit,
+                seed=seed,
+            )
+
+        return await self.call(self.stub.ScheduleBatch, build)
+
     async def schedule_streamed(
         self,
         profile: str,

@@ -489,6 +489,70 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
         )
         return schedule_response(result, state, gen, request.explain)
 
+    def _schedule_batch(self, request: pb.ScheduleBatchRequest) -> pb.ScheduleBatchResponse:
+        fw = self._framework(request.profile)
+        snap, gen = self._snapshot(request.HasField("state"), request.state)
+        if request.start_index < 0:
+            raise ServiceError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"start_index: must be >= 0, got {request.start_index}",
+            )
+        seen: set[str] = set()
+        pods: list[PodInfo] = []
+        for i, msg in enumerate(request.pods):
+            if not msg.uid or not msg.name:
+                field = "uid" if not msg.uid else "name"
+                raise ServiceError(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"pods[{i}].{field}: must not be empty"
+                )
+            if msg.uid in seen:
+                raise ServiceError(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"pods[{i}].uid: {msg.uid!r} repeats"
+                )
+            seen.add(msg.uid)
+            pods.append(PodInfo(msg))
+        out = pb.ScheduleBatchResponse(generation=gen)
+        start = request.start_index
+        # Pods placed in this batch, with what the snapshot held for them
+        # before, so the snapshot can be put back: the caller owns the truth.
+        placed: list[tuple[str, cpb.Pod | None]] = []
+        try:
+            for i, pod in enumerate(pods):
+                state = CycleState()
+                rng = random.Random(request.seed + i) if request.seed else None
+                result = fw.schedule(
+                    snap,
+                    state,
+                    pod,
+                    start_index=start,
+                    reserve_and_permit=request.reserve_and_permit,
+                    rng=rng,
+                )
+                start = result.next_start_index
+                out.results.append(schedule_response(result, state, gen, False))
+                if result.node and _holds_node(result):
+                    held = snap.pods.get(pod.uid)
+                    placed.append((pod.uid, None if held is None else held.proto))
+                    assumed = cpb.Pod()
+                    assumed.CopyFrom(pod.proto)
+                    assumed.node_name = result.node
+                    snap.apply(cpb.ClusterDelta(upsert_pods=[assumed]))
+        finally:
+            undo = cpb.ClusterDelta()
+            for uid, previous in reversed(placed):
+                if previous is None:
+                    undo.delete_pods.append(uid)
+                else:
+                    undo.upsert_pods.append(previous)
+            snap.apply(undo)
+        out.next_start_index = start
+        return out
+
+    async def ScheduleBatch(
+        self, request: pb.ScheduleBatchRequest, context: Any
+    ) -> pb.ScheduleBatchResponse:
+        return await self._run(context, lambda: self._schedule_batch(request))
+
     async def Schedule(self, request: pb.ScheduleRequest, context: Any) -> pb.ScheduleResponse:
         return await self._run(context, lambda: self._schedule(request))
 
@@ -572,6 +636,15 @@ def schedule_response(
             for p, s in per_plugin.items():
                 ns.plugins[p] = s[k]
     return out
+
+
+def _holds_node(result: ScheduleResult) -> bool:
+    """Does a placed pod count on its node for the next cycle? Yes unless
+    Reserve or Permit turned it away (then upstream forgets the assumption)."""
+    if result.reserve_status is not None and not result.reserve_status.is_success:
+        return False
+    st = result.permit_status
+    return st is None or st.is_success or st.is_wait
 
 
 def _permit_pb(st: Status, waits: Mapping[str, float], state: CycleState) -> pb.PermitResponse:

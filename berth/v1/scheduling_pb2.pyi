@@ -1157,6 +1157,73 @@ class Diagnosis(_message.Message):
 Global___Diagnosis: _TypeAlias = Diagnosis  # noqa: Y015
 
 @_typing.final
+class ScheduleBatchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROFILE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    PODS_FIELD_NUMBER: _builtins.int
+    START_INDEX_FIELD_NUMBER: _builtins.int
+    RESERVE_AND_PERMIT_FIELD_NUMBER: _builtins.int
+    SEED_FIELD_NUMBER: _builtins.int
+    profile: _builtins.str
+    start_index: _builtins.int
+    reserve_and_permit: _builtins.bool
+    seed: _builtins.int
+    """Pod i's tie-break is seeded with seed + i (0: unseeded)."""
+    @_builtins.property
+    def state(self) -> _cluster_pb2.ClusterState: ...
+    @_builtins.property
+    def pods(self) -> _containers.RepeatedCompositeFieldContainer[_cluster_pb2.Pod]:
+        """In queue order; uids must be unique."""
+
+    def __init__(
+        self,
+        *,
+        profile: _builtins.str = ...,
+        state: _cluster_pb2.ClusterState | None = ...,
+        pods: _abc.Iterable[_cluster_pb2.Pod] | None = ...,
+        start_index: _builtins.int = ...,
+        reserve_and_permit: _builtins.bool = ...,
+        seed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["state", b"state"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pods", b"pods", "profile", b"profile", "reserve_and_permit", b"reserve_and_permit", "seed", b"seed", "start_index", b"start_index", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScheduleBatchRequest: _TypeAlias = ScheduleBatchRequest  # noqa: Y015
+
+@_typing.final
+class ScheduleBatchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    NEXT_START_INDEX_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    next_start_index: _builtins.int
+    generation: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScheduleResponse]:
+        """Aligned with the request's pods; each as Schedule would answer it."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___ScheduleResponse] | None = ...,
+        next_start_index: _builtins.int = ...,
+        generation: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "next_start_index", b"next_start_index", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScheduleBatchResponse: _TypeAlias = ScheduleBatchResponse  # noqa: Y015
+
+@_typing.final
 class RequestError(_message.Message):
     """A refused request on a stream: what the unary RPC would have answered."""
 

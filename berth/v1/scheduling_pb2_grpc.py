@@ -124,6 +124,11 @@ class SchedulingServiceStub:
                 request_serializer=berth_dot_v1_dot_scheduling__pb2.ScheduleRequest.SerializeToString,
                 response_deserializer=berth_dot_v1_dot_scheduling__pb2.ScheduleResponse.FromString,
                 _registered_method=True)
+        self.ScheduleBatch = channel.unary_unary(
+                '/berth.v1.SchedulingService/ScheduleBatch',
+                request_serializer=berth_dot_v1_dot_scheduling__pb2.ScheduleBatchRequest.SerializeToString,
+                response_deserializer=berth_dot_v1_dot_scheduling__pb2.ScheduleBatchResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulingServiceServicer:
@@ -255,6 +260,19 @@ class SchedulingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ScheduleBatch(self, request, context):
+        """Several scheduling cycles in one round trip, for a queue that holds many
+        pods: the pods, in queue order, each get their own cycle, and each pod
+        placed counts on its node for the cycles after it (as upstream's cache
+        assumes a pod after Reserve). The caller then adds the placed pods to its
+        cluster state; the replica's snapshot is left as the request found it.
+        Cluster events that arrive while a batch runs are seen by the next batch:
+        a batch of one is exactly Schedule.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -347,6 +365,11 @@ def add_SchedulingServiceServicer_to_server(servicer, server):
                     servicer.ScheduleStream,
                     request_deserializer=berth_dot_v1_dot_scheduling__pb2.ScheduleRequest.FromString,
                     response_serializer=berth_dot_v1_dot_scheduling__pb2.ScheduleResponse.SerializeToString,
+            ),
+            'ScheduleBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScheduleBatch,
+                    request_deserializer=berth_dot_v1_dot_scheduling__pb2.ScheduleBatchRequest.FromString,
+                    response_serializer=berth_dot_v1_dot_scheduling__pb2.ScheduleBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -835,6 +858,33 @@ class SchedulingService:
             '/berth.v1.SchedulingService/ScheduleStream',
             berth_dot_v1_dot_scheduling__pb2.ScheduleRequest.SerializeToString,
             berth_dot_v1_dot_scheduling__pb2.ScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScheduleBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/berth.v1.SchedulingService/ScheduleBatch',
+            berth_dot_v1_dot_scheduling__pb2.ScheduleBatchRequest.SerializeToString,
+            berth_dot_v1_dot_scheduling__pb2.ScheduleBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

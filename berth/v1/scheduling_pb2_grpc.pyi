@@ -79,6 +79,15 @@ class SchedulingServiceStub:
     the stream stays open. Streams skip per-call setup, which in Python gRPC
     costs more than a 5000-node cycle.
     """
+    ScheduleBatch: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.ScheduleBatchRequest, _scheduling_pb2.ScheduleBatchResponse]
+    """Several scheduling cycles in one round trip, for a queue that holds many
+    pods: the pods, in queue order, each get their own cycle, and each pod
+    placed counts on its node for the cycles after it (as upstream's cache
+    assumes a pod after Reserve). The caller then adds the placed pods to its
+    cluster state; the replica's snapshot is left as the request found it.
+    Cluster events that arrive while a batch runs are seen by the next batch:
+    a batch of one is exactly Schedule.
+    """
 
 @_typing.type_check_only
 class SchedulingServiceAsyncStub(SchedulingServiceStub):
@@ -122,6 +131,15 @@ class SchedulingServiceAsyncStub(SchedulingServiceStub):
     Schedule would refuse with a gRPC status is answered with `error` set and
     the stream stays open. Streams skip per-call setup, which in Python gRPC
     costs more than a 5000-node cycle.
+    """
+    ScheduleBatch: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.ScheduleBatchRequest, _scheduling_pb2.ScheduleBatchResponse]  # type: ignore[assignment]
+    """Several scheduling cycles in one round trip, for a queue that holds many
+    pods: the pods, in queue order, each get their own cycle, and each pod
+    placed counts on its node for the cycles after it (as upstream's cache
+    assumes a pod after Reserve). The caller then adds the placed pods to its
+    cluster state; the replica's snapshot is left as the request found it.
+    Cluster events that arrive while a batch runs are seen by the next batch:
+    a batch of one is exactly Schedule.
     """
 
 class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -271,6 +289,21 @@ class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
         Schedule would refuse with a gRPC status is answered with `error` set and
         the stream stays open. Streams skip per-call setup, which in Python gRPC
         costs more than a 5000-node cycle.
+        """
+
+    @_abc_1.abstractmethod
+    def ScheduleBatch(
+        self,
+        request: _scheduling_pb2.ScheduleBatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scheduling_pb2.ScheduleBatchResponse, _abc.Awaitable[_scheduling_pb2.ScheduleBatchResponse]]:
+        """Several scheduling cycles in one round trip, for a queue that holds many
+        pods: the pods, in queue order, each get their own cycle, and each pod
+        placed counts on its node for the cycles after it (as upstream's cache
+        assumes a pod after Reserve). The caller then adds the placed pods to its
+        cluster state; the replica's snapshot is left as the request found it.
+        Cluster events that arrive while a batch runs are seen by the next batch:
+        a batch of one is exactly Schedule.
         """
 
 def add_SchedulingServiceServicer_to_server(servicer: SchedulingServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -201,12 +201,25 @@ def test_sigterm_lets_in_flight_requests_finish_then_exits(served: Served) -> No
 def test_bench_cycle_runs_every_transport_and_places_every_pod() -> None:
     """A smoke run of the benchmark (figures are not asserted: benchmarks
     print them, docs/benchmarks.md records them)."""
-    out = berth("bench", "cycle", "--nodes", "120", "--cycles", "30", "--warmup", "5", timeout=120)
+    out = berth(
+        "bench",
+        "cycle",
+        "--nodes",
+        "120",
+        "--cycles",
+        "30",
+        "--warmup",
+        "5",
+        "--batch",
+        "10",
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     rows = [line for line in out.stdout.splitlines() if line.startswith("| 120 |")]
     assert [r.split("|")[2].strip() for r in rows] == [
         "ScheduleStream",
         "Schedule (unary)",
+        "ScheduleBatch",
         "in-process, no gRPC",
     ]
     # placed == cycles, and no resync was needed on a single replica.

@@ -1,0 +1,126 @@
+"""ScheduleBatch: K cycles in one round trip, each placement counting for the
+cycles after it, and the replica's snapshot left as the request found it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from berth.client import ClusterStateLog, SchedulingClient
+from berth.v1 import cluster_pb2 as cpb
+from berth.v1 import scheduling_pb2 as pb
+from berth.v1 import scheduling_pb2_grpc as pb_grpc
+from plugins.framework.config import default_config
+from plugins.framework.testing import make_node, make_pod
+from plugins.registry import REGISTRY
+from server.app import RunningServer, start_server
+
+PROFILE = "default-scheduler"
+
+
+@pytest.fixture
+async def default_server() -> AsyncIterator[RunningServer]:
+    running = await start_server(default_config(REGISTRY), REGISTRY, "127.0.0.1:0", trace=False)
+    try:
+        yield running
+    finally:
+        await running.stop(0)
+
+
+def small_cluster() -> ClusterStateLog:
+    log = ClusterStateLog()
+    for name, cpu in (("a", "2"), ("b", "3"), ("c", "1")):
+        log.upsert_node(make_node(name).capacity(cpu=cpu, memory="8Gi").obj())
+    log.commit()
+    return log
+
+
+def queue() -> list[cpb.Pod]:
+    pods = [make_pod(f"p{i}").req(cpu="1", memory="1Gi").obj() for i in range(6)]
+    pods.insert(3, make_pod("huge").req(cpu="8").obj())  # fits nowhere, mid-queue
+    return pods
+
+
+def assume(log: ClusterStateLog, pod: cpb.Pod, node: str) -> None:
+    bound = cpb.Pod()
+    bound.CopyFrom(pod)
+    bound.node_name = node
+    log.upsert_pod(bound)
+
+
+async def test_batch_places_like_serial_cycles_with_assumed_pods(
+    default_server: RunningServer,
+) -> None:
+    pods = queue()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{default_server.port}") as ch:
+        serial_log = small_cluster()
+        serial = SchedulingClient(ch, serial_log)
+        serial_nodes = []
+        start = 0
+        for i, pod in enumerate(pods):
+            resp = await serial.schedule(PROFILE, pod, start_index=start, seed=7 + i)
+            start = resp.next_start_index
+            serial_nodes.append(resp.node)
+            if resp.node:
+                assume(serial_log, pod, resp.node)
+                serial_log.commit()
+
+        batch_log = small_cluster()
+        batch = SchedulingClient(ch, batch_log)
+        out = await batch.schedule_batch(PROFILE, pods, seed=7)
+    batch_nodes = [r.node for r in out.results]
+    assert batch_nodes == serial_nodes
+    # 6 one-CPU pods fill the 6 CPUs; "huge" fits nowhere and does not stop the batch.
+    assert batch_nodes[3] == ""
+    assert out.results[3].status.code == pb.CODE_UNSCHEDULABLE
+    assert "Insufficient cpu" in out.results[3].diagnosis.message
+    assert sorted(n for n in batch_nodes if n) == ["a", "a", "b", "b", "b", "c"]
+    assert out.next_start_index == start
+
+
+async def test_batch_leaves_the_replica_snapshot_as_it_found_it(
+    default_server: RunningServer,
+) -> None:
+    log = small_cluster()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{default_server.port}") as ch:
+        client = SchedulingClient(ch, log)
+        await client.sync()
+        store = default_server.service.store
+        snap = store._entries[log.cluster_id].snapshot
+        before = {n: ni.requested.milli_cpu for n, ni in snap.nodes.items()}
+        out = await client.schedule_batch(PROFILE, queue())
+        assert sum(1 for r in out.results if r.node) == 6
+        assert {n: ni.requested.milli_cpu for n, ni in snap.nodes.items()} == before
+        assert len(snap.pods) == 0
+        assert store.generation(log.cluster_id) == log.generation
+        # The caller adds the placements as its next delta; the replica follows.
+        for pod, res in zip(queue(), out.results, strict=False):
+            if res.node:
+                assume(log, pod, res.node)
+        log.commit()
+        await client.sync()
+        assert sum(ni.requested.milli_cpu for ni in snap.nodes.values()) > 0
+
+
+@pytest.mark.parametrize(
+    ("pods", "message"),
+    [
+        ([cpb.Pod(uid="x", name="a"), cpb.Pod(uid="x", name="b")], "pods[1].uid: 'x' repeats"),
+        ([cpb.Pod(uid="x", name="a"), cpb.Pod(name="b")], "pods[1].uid: must not be empty"),
+    ],
+    ids=["repeated-uid", "missing-uid"],
+)
+async def test_bad_batches_are_refused_whole(
+    default_server: RunningServer, pods: list[cpb.Pod], message: str
+) -> None:
+    log = small_cluster()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{default_server.port}") as ch:
+        stub = pb_grpc.SchedulingServiceStub(ch)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.ScheduleBatch(
+                pb.ScheduleBatchRequest(profile=PROFILE, state=log.full_state(), pods=pods)
+            )
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == message
