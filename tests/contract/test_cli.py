@@ -224,3 +224,33 @@ def test_bench_cycle_runs_every_transport_and_places_every_pod() -> None:
     ]
     # placed == cycles, and no resync was needed on a single replica.
     assert all(r.split("|")[-3].strip() == "30" and r.split("|")[-2].strip() == "0" for r in rows)
+
+
+def test_place_asks_a_running_server(served: Served) -> None:
+    out = berth(
+        "place",
+        "--cluster",
+        str(EXAMPLE / "cluster.yaml"),
+        "--pod",
+        str(EXAMPLE / "pod.yaml"),
+        "--server",
+        f"127.0.0.1:{served.port}",
+        "--json",
+    )
+    assert out.returncode == 0, out.stderr
+    assert '"node": "node-a"' in out.stdout
+
+
+def test_place_says_when_no_server_answers() -> None:
+    out = berth(
+        "place",
+        "--cluster",
+        str(EXAMPLE / "cluster.yaml"),
+        "--pod",
+        str(EXAMPLE / "pod.yaml"),
+        "--server",
+        f"127.0.0.1:{free_port()}",
+    )
+    assert out.returncode == 2
+    assert "UNAVAILABLE" in out.stderr
+    assert "is 'berth serve' running at" in out.stderr
