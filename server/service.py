@@ -515,6 +515,8 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
         start = request.start_index
         # Pods placed in this batch, with what the snapshot held for them
         # before, so the snapshot can be put back: the caller owns the truth.
+        # The whole batch runs without yielding to the event loop, so no other
+        # request ever sees the assumed pods.
         placed: list[tuple[str, cpb.Pod | None]] = []
         try:
             for i, pod in enumerate(pods):
