@@ -23,8 +23,9 @@ step "3/6 ruff (lint and format)"
 "$venv/bin/ruff" check .
 "$venv/bin/ruff" format --check .
 
-step "4/6 mypy --strict"
+step "4/6 mypy --strict, layering (import-linter)"
 "$venv/bin/mypy"
+"$venv/bin/lint-imports"
 
 step "5/6 upstream kube-apiserver, kube-scheduler, kubectl, etcd (built from Go modules, cached)"
 ./hack/build-k8s.sh
