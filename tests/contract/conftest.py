@@ -5,6 +5,8 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
+from plugins.framework.config import default_config
+from plugins.registry import REGISTRY as DEFAULT_REGISTRY
 from server.app import RunningServer, start_server
 from tests.contract.fakes import CONFIG, REGISTRY
 
@@ -24,3 +26,15 @@ async def server() -> AsyncIterator[RunningServer]:
 async def channel(server: RunningServer) -> AsyncIterator[grpc.aio.Channel]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
         yield ch
+
+
+@pytest.fixture
+async def default_server() -> AsyncIterator[RunningServer]:
+    """A server with the shipped plugins and the default profile."""
+    running = await start_server(
+        default_config(DEFAULT_REGISTRY), DEFAULT_REGISTRY, "127.0.0.1:0", trace=False
+    )
+    try:
+        yield running
+    finally:
+        await running.stop(0)

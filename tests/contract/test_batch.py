@@ -3,8 +3,6 @@ cycles after it, and the replica's snapshot left as the request found it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import grpc
 import pytest
 
@@ -12,21 +10,10 @@ from berth.client import ClusterStateLog, SchedulingClient
 from berth.v1 import cluster_pb2 as cpb
 from berth.v1 import scheduling_pb2 as pb
 from berth.v1 import scheduling_pb2_grpc as pb_grpc
-from plugins.framework.config import default_config
 from plugins.framework.testing import make_node, make_pod
-from plugins.registry import REGISTRY
-from server.app import RunningServer, start_server
+from server.app import RunningServer
 
 PROFILE = "default-scheduler"
-
-
-@pytest.fixture
-async def default_server() -> AsyncIterator[RunningServer]:
-    running = await start_server(default_config(REGISTRY), REGISTRY, "127.0.0.1:0", trace=False)
-    try:
-        yield running
-    finally:
-        await running.stop(0)
 
 
 def small_cluster() -> ClusterStateLog:
