@@ -30,7 +30,7 @@ SERVICE_NAME = scheduling_pb2.DESCRIPTOR.services_by_name["SchedulingService"].f
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
-def service_handler(service: SchedulingService) -> grpc.GenericRpcHandler:
+def service_handler(service: SchedulingService, traced: bool = False) -> grpc.GenericRpcHandler:
     """Handlers for every RPC of the service descriptor. Requests arrive as
     bytes and are parsed here, so a malformed message is answered
     INVALID_ARGUMENT naming the expected type (grpc's own deserializer would
@@ -42,6 +42,8 @@ def service_handler(service: SchedulingService) -> grpc.GenericRpcHandler:
         req_cls = db.GetSymbol(method.input_type.full_name)
         resp_cls = db.GetSymbol(method.output_type.full_name)
         impl = getattr(service, method.name)
+        if method.name == "ScheduleStream" and not traced:
+            impl = service.schedule_stream_direct
         if method.client_streaming:
             # Stream messages stay bytes; the service parses each and answers
             # a malformed one in-stream (ScheduleResponse.error).
@@ -118,7 +120,7 @@ async def start_server(
             ("grpc.so_reuseport", 0),
         ],
     )
-    server.add_generic_rpc_handlers((service_handler(service),))
+    server.add_generic_rpc_handlers((service_handler(service, traced=trace),))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

@@ -167,6 +167,7 @@ class Framework:
         pct = profile.percentage_of_nodes_to_score
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score if pct is None else pct
         self.record_plugin_metrics = False
+        self.tracing = False
         self.instances: dict[str, Plugin] = {}
         for refs in profile.plugins.values():
             for ref in refs:
@@ -235,6 +236,9 @@ class Framework:
         calls are timed (upstream samples 10% of cycles,
         pluginMetricsSamplePercent in schedule_one.go)."""
         self.record_plugin_metrics = random.random() < PLUGIN_METRICS_SAMPLE_RATE
+        # Spans are made only under a recorded parent; whether there is one
+        # does not change during a request.
+        self.tracing = observe.tracing_active()
 
     def _plugin(self, point: str, plugin: Plugin) -> _PluginCall:
         """Times and traces one plugin call. The body appends its status to
@@ -791,7 +795,7 @@ class _PluginCall:
         self.start = 0.0
 
     def __enter__(self) -> list[Status]:
-        if observe.tracing_active():
+        if self.fw.tracing:
             self.span = observe.plugin_span(self.point, self.plugin.name)
             self.span.__enter__()
         if self.fw.record_plugin_metrics:
@@ -837,7 +841,7 @@ class _ExtensionPointCall:
         self.start = 0.0
 
     def __enter__(self) -> list[Status]:
-        if observe.tracing_active():
+        if self.fw.tracing:
             self.span = observe.extension_point_span(self.point, self.fw.name)
             self.span.__enter__()
         self.start = time.perf_counter()

@@ -13,9 +13,22 @@ from tests.contract.fakes import CONFIG, REGISTRY
 MAX_MESSAGE = 1024 * 1024
 
 
+@pytest.fixture(params=[True, False], ids=["traced", "untraced"])
+async def server(request: pytest.FixtureRequest) -> AsyncIterator[RunningServer]:
+    """The contract profile, served with and without the tracing interceptor
+    (the two register ScheduleStream differently)."""
+    running = await start_server(
+        CONFIG, REGISTRY, "127.0.0.1:0", max_message_bytes=MAX_MESSAGE, trace=request.param
+    )
+    try:
+        yield running
+    finally:
+        await running.stop(0)
+
+
 @pytest.fixture
-async def server() -> AsyncIterator[RunningServer]:
-    running = await start_server(CONFIG, REGISTRY, "127.0.0.1:0", max_message_bytes=MAX_MESSAGE)
+async def traced_server() -> AsyncIterator[RunningServer]:
+    running = await start_server(CONFIG, REGISTRY, "127.0.0.1:0", trace=True)
     try:
         yield running
     finally:

@@ -27,7 +27,10 @@ def _install_provider() -> None:
 _install_provider()
 
 
-async def test_client_server_and_plugin_spans_share_one_trace(server: RunningServer) -> None:
+async def test_client_server_and_plugin_spans_share_one_trace(
+    traced_server: RunningServer,
+) -> None:
+    server = traced_server
     EXPORTER.clear()
     log = ClusterStateLog()
     log.upsert_node(make_node("a").capacity(cpu="4").labels(score="5").obj())
