@@ -247,6 +247,52 @@ async def test_describe_profiles_lists_plugins_per_extension_point(
             "cycle.data: cycle state 'ZoneFromPreFilter/wanted' does not decode",
         ),
         (
+            "NormalizeScore",
+            pb.NormalizeScoreRequest(
+                profile="contract",
+                state=cpb.ClusterState(
+                    cluster_id="n",
+                    generation=1,
+                    full=True,
+                    delta=cpb.ClusterDelta(upsert_nodes=[cpb.Node(name="a")]),
+                ),
+                pod=cpb.Pod(uid="u", name="p"),
+                nodes=["a"],
+                plugins=[pb.PluginScores(plugin="LabelScore", scores=[1, 2])],
+            ),
+            "INVALID_ARGUMENT",
+            "plugins[0].scores: has 2 scores for 1 nodes",
+        ),
+        (
+            "NormalizeScore",
+            pb.NormalizeScoreRequest(
+                profile="contract",
+                state=cpb.ClusterState(
+                    cluster_id="n",
+                    generation=1,
+                    full=True,
+                    delta=cpb.ClusterDelta(upsert_nodes=[cpb.Node(name="a")]),
+                ),
+                pod=cpb.Pod(uid="u", name="p"),
+                nodes=["a"],
+                plugins=[pb.PluginScores(plugin="Nope", scores=[1])],
+            ),
+            "INVALID_ARGUMENT",
+            "plugins[0].plugin: 'Nope' is not a score plugin of profile 'contract'",
+        ),
+        (
+            "Filter",
+            pb.NodesRequest(
+                profile="contract",
+                state=cpb.ClusterState(cluster_id="f", generation=1, full=True),
+                pod=cpb.Pod(uid="u", name="p"),
+                nodes=["a"],
+                all_nodes=True,
+            ),
+            "INVALID_ARGUMENT",
+            "nodes: must be empty when all_nodes is set",
+        ),
+        (
             "Schedule",
             pb.ScheduleRequest(
                 profile="contract",
@@ -267,6 +313,9 @@ async def test_describe_profiles_lists_plugins_per_extension_point(
         "unknown-node-filter",
         "unknown-node-reserve",
         "malformed-cycle-state",
+        "normalize-length-mismatch",
+        "normalize-unknown-plugin",
+        "nodes-and-all-nodes",
         "replica-without-snapshot",
     ],
 )

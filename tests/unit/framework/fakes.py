@@ -79,6 +79,15 @@ class ErrorFilter(FilterPlugin):
         return Status.error("boom")
 
 
+class RaisingScore(ScorePlugin):
+    """A buggy plugin: its Score raises."""
+
+    name = "RaisingScore"
+
+    def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
+        raise RuntimeError("kaput")
+
+
 class Counter(msgspec.Struct):
     value: int
 
@@ -195,6 +204,7 @@ REGISTRY = {
         OnlyNodes,
         OnlyNodes2,
         LabelScore,
+        RaisingScore,
         DoubleNormalize,
         SkipPreScore,
         Reserver,

@@ -285,3 +285,14 @@ def test_no_nodes_is_unresolvable_and_a_fit_error_is_unschedulable() -> None:
     snap = snapshot_of(nodes(("a", {"reject": "SkipPreFilter"})))
     r = fw(filter=("SkipPreFilter",)).schedule(snap, CycleState(), make_pod().info())
     assert r.status.code is Code.UNSCHEDULABLE
+
+
+def test_a_plugin_that_raises_fails_the_cycle_with_an_error_naming_it() -> None:
+    """A Python exception in a plugin is the plugin's Error status (upstream:
+    a plugin returning an error), not a crash of the server."""
+    snap = snapshot_of(nodes(("a", {}), ("b", {})))
+    r = fw(score=(("RaisingScore", 1),)).schedule(snap, CycleState(), make_pod().info())
+    assert r.node == ""
+    assert r.status.code is Code.ERROR
+    assert r.status.plugin == "RaisingScore"
+    assert r.message == "running Score plugin 'RaisingScore': RuntimeError('kaput')"
