@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -31,7 +31,6 @@ from server.state import GENERATION_TRAILER, InvalidState, SnapshotStore, StaleR
 
 log = logging.getLogger(__name__)
 
-Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
 
@@ -45,12 +44,6 @@ class ServiceError(Exception):
         self.code = code
         self.message = message
         self.trailers = trailers
-
-
-class _Context(Protocol):
-    async def abort(
-        self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()
-    ) -> Any: ...
 
 
 def status_to_pb(st: Status) -> pb.Status:
