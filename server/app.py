@@ -161,6 +161,6 @@ async def serve_forever(running: RunningServer, grace: float) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    log.warning("signal received: draining in-flight requests (grace %.1fs)", grace)
+    log.info("signal received: draining in-flight requests (grace %.1fs)", grace)
     await running.stop(grace)
-    log.warning("server stopped")
+    log.info("server stopped")
