@@ -694,7 +694,9 @@ class Framework:
             # A what-if explanation evaluates every node.
             num_to_find = len(candidates)
         outcome = self.find_feasible(state, pod, candidates, start_index, num_to_find)
-        next_start = (start_index + outcome.processed) % max(len(candidates), 1)
+        # findNodesThatFitPod: the walk wraps over the candidates, the next
+        # start over all nodes (len(allNodes)), even when PreFilter narrowed them.
+        next_start = (start_index + outcome.processed) % num_all
         feasible = outcome.feasible
 
         if len(feasible) == 0:
