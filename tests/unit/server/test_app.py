@@ -1,0 +1,32 @@
+"""Profiles from a configuration become frameworks with the right settings."""
+
+from __future__ import annotations
+
+from plugins.framework.config import parse_config
+from plugins.framework.cycle_state import CycleState
+from plugins.framework.testing import make_node, make_pod, snapshot_of
+from plugins.registry import REGISTRY
+from server.app import build_frameworks
+
+
+def test_percentage_of_nodes_to_score_reaches_the_cycle() -> None:
+    """Top-level percentageOfNodesToScore applies to profiles that set none;
+    a profile's own value wins (upstream: profile first, then global)."""
+    config = parse_config(
+        {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "percentageOfNodesToScore": 100,
+            "profiles": [
+                {"schedulerName": "all"},
+                {"schedulerName": "some", "percentageOfNodesToScore": 20},
+            ],
+        },
+        "<test>",
+        REGISTRY,
+    )
+    frameworks = build_frameworks(config, REGISTRY)
+    snap = snapshot_of([make_node(f"n{i}").capacity(cpu="4").obj() for i in range(1000)])
+    pod = make_pod().req(cpu="100m").info()
+    assert frameworks["all"].schedule(snap, CycleState(), pod).feasible == 1000
+    assert frameworks["some"].schedule(snap, CycleState(), pod).feasible == 200
