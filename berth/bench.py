@@ -20,10 +20,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import numpy as np
 
-from berth.client import ClusterStateLog, SchedulingClient
+from berth.client import ClusterStateLog, SchedulingClient, open_channel
 from berth.v1 import cluster_pb2 as cpb
 from berth.v1 import scheduling_pb2 as pb
 
@@ -184,15 +183,8 @@ def spawn_server(config: str | None) -> Iterator[Server]:
 async def bench_cycles(
     server: Server, profile: str, num_nodes: int, cycles: int, warmup: int, transport: str
 ) -> CycleStats:
-    address = server.address
     log = bench_cluster(num_nodes)
-    async with grpc.aio.insecure_channel(
-        address,
-        options=[
-            ("grpc.max_send_message_length", 256 * 2**20),
-            ("grpc.max_receive_message_length", 256 * 2**20),
-        ],
-    ) as channel:
+    async with open_channel(server.address) as channel:
         client = SchedulingClient(channel, log)
         await client.sync()
         call = client.schedule_streamed if transport == "stream" else client.schedule
@@ -239,13 +231,7 @@ async def bench_batches(
     """Cycles in batches of ``batch`` pods per ScheduleBatch call; latency is
     per call divided by the pods in it."""
     log = bench_cluster(num_nodes)
-    async with grpc.aio.insecure_channel(
-        server.address,
-        options=[
-            ("grpc.max_send_message_length", 256 * 2**20),
-            ("grpc.max_receive_message_length", 256 * 2**20),
-        ],
-    ) as channel:
+    async with open_channel(server.address) as channel:
         client = SchedulingClient(channel, log)
         await client.sync()
         start_index = 0

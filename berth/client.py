@@ -27,6 +27,19 @@ log = logging.getLogger(__name__)
 GENERATION_TRAILER = "berth-replica-generation"
 
 
+# A full cluster state can be large (5000 nodes is a few MiB); the server has
+# its own limit (berth serve --max-message-bytes).
+CHANNEL_OPTIONS = (
+    ("grpc.max_send_message_length", 256 * 2**20),
+    ("grpc.max_receive_message_length", 256 * 2**20),
+)
+
+
+def open_channel(address: str, **kwargs: Any) -> grpc.aio.Channel:
+    """An insecure channel to a plugin server that can carry a full state."""
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, **kwargs)
+
+
 class ClusterStateLog:
     """Nodes and pods by generation, with a bounded log of deltas."""
 

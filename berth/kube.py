@@ -126,31 +126,26 @@ def _container(c: Obj, where: str, restartable: bool = False) -> pb.Container:
     return out
 
 
+def _requirements(items: list[Any], into: Any) -> None:
+    """{key, operator, values} entries (label or node selector requirements)."""
+    for e in items:
+        into.add(
+            key=str(e.get("key", "")),
+            operator=str(e.get("operator", "")),
+            values=[str(v) for v in e.get("values") or []],
+        )
+
+
 def _label_selector(sel: Obj | None, into: pb.LabelSelector) -> None:
     if not sel:
         return
     into.match_labels.update({str(k): str(v) for k, v in _map(sel, "matchLabels").items()})
-    for e in _list(sel, "matchExpressions"):
-        into.match_expressions.add(
-            key=str(e.get("key", "")),
-            operator=str(e.get("operator", "")),
-            values=[str(v) for v in e.get("values") or []],
-        )
+    _requirements(_list(sel, "matchExpressions"), into.match_expressions)
 
 
 def _node_selector_term(term: Obj, into: pb.NodeSelectorTerm) -> None:
-    for e in _list(term, "matchExpressions"):
-        into.match_expressions.add(
-            key=str(e.get("key", "")),
-            operator=str(e.get("operator", "")),
-            values=[str(v) for v in e.get("values") or []],
-        )
-    for e in _list(term, "matchFields"):
-        into.match_fields.add(
-            key=str(e.get("key", "")),
-            operator=str(e.get("operator", "")),
-            values=[str(v) for v in e.get("values") or []],
-        )
+    _requirements(_list(term, "matchExpressions"), into.match_expressions)
+    _requirements(_list(term, "matchFields"), into.match_fields)
 
 
 def _pod_affinity_term(term: Obj, into: pb.PodAffinityTerm) -> None:

@@ -20,7 +20,7 @@ import grpc
 import yaml
 from google.protobuf import json_format
 
-from berth.client import ClusterStateLog, SchedulingClient
+from berth.client import ClusterStateLog, SchedulingClient, open_channel
 from berth.kube import ObjectError, node_record, occupies_node, pod_record, split_objects
 from berth.v1 import cluster_pb2 as cpb
 from berth.v1 import scheduling_pb2 as pb
@@ -185,13 +185,7 @@ async def _place(args: argparse.Namespace, out: TextIO) -> int:
         running = await start_server(config, REGISTRY, "127.0.0.1:0", trace=False)
         address = f"127.0.0.1:{running.port}"
     try:
-        async with grpc.aio.insecure_channel(
-            address,
-            options=[
-                ("grpc.max_send_message_length", 256 * 1024 * 1024),
-                ("grpc.max_receive_message_length", 256 * 1024 * 1024),
-            ],
-        ) as channel:
+        async with open_channel(address) as channel:
             client = SchedulingClient(channel, log)
             resp = await client.schedule(profile, pod, explain=True, seed=args.seed)
     finally:

@@ -60,15 +60,6 @@ class Resource:
             dict(self.scalar),
         )
 
-    @property
-    def is_zero(self) -> bool:
-        return (
-            self.milli_cpu == 0
-            and self.memory == 0
-            and self.ephemeral_storage == 0
-            and not any(self.scalar.values())
-        )
-
 
 def _container_requests(c: pb.Container, non_zero: bool) -> Resource:
     r = Resource.from_proto(c.requests)
