@@ -18,6 +18,7 @@ from collections.abc import Sequence
 # returning the process exit code.
 COMMAND_MODULES: tuple[str, ...] = (
     "server.cli",  # berth serve
+    "shim.cli",  # berth shim
     "berth.place",  # berth place
     "berth.bench",  # berth bench ...
     "berth.localcluster.cli",  # berth cluster up|down|status|env

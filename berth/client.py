@@ -49,34 +49,53 @@ class ClusterStateLog:
         self.nodes: dict[str, cpb.Node] = {}
         self.pods: dict[str, cpb.Pod] = {}
         self._log: deque[tuple[int, cpb.ClusterDelta]] = deque(maxlen=keep)
-        self._pending = cpb.ClusterDelta()
+        # Pending changes, one entry per object (None: deleted), so an object
+        # changed several times before a commit lands in the delta once, in
+        # its last state: an upsert then a delete is a delete.
+        self._pending_nodes: dict[str, cpb.Node | None] = {}
+        self._pending_pods: dict[str, cpb.Pod | None] = {}
         self._merged: tuple[int, int, cpb.ClusterDelta] | None = None
 
     # -- changes --------------------------------------------------------------
 
     def upsert_node(self, node: cpb.Node) -> None:
         self.nodes[node.name] = node
-        self._pending.upsert_nodes.append(node)
+        self._pending_nodes[node.name] = node
 
     def delete_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
-            self._pending.delete_nodes.append(name)
+            self._pending_nodes[name] = None
 
     def upsert_pod(self, pod: cpb.Pod) -> None:
         self.pods[pod.uid] = pod
-        self._pending.upsert_pods.append(pod)
+        self._pending_pods[pod.uid] = pod
 
     def delete_pod(self, uid: str) -> None:
         if self.pods.pop(uid, None) is not None:
-            self._pending.delete_pods.append(uid)
+            self._pending_pods[uid] = None
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._pending_nodes or self._pending_pods)
 
     def commit(self) -> int:
         """Closes the pending changes into a new generation (if any)."""
-        d = self._pending
-        if d.upsert_nodes or d.delete_nodes or d.upsert_pods or d.delete_pods:
+        if self._pending_nodes or self._pending_pods:
+            d = cpb.ClusterDelta()
+            for name, node in self._pending_nodes.items():
+                if node is None:
+                    d.delete_nodes.append(name)
+                else:
+                    d.upsert_nodes.append(node)
+            for uid, pod in self._pending_pods.items():
+                if pod is None:
+                    d.delete_pods.append(uid)
+                else:
+                    d.upsert_pods.append(pod)
+            self._pending_nodes = {}
+            self._pending_pods = {}
             self.generation += 1
             self._log.append((self.generation, d))
-            self._pending = cpb.ClusterDelta()
         elif self.generation == 0:
             # An empty cluster is still a state a replica can hold.
             self.generation = 1
@@ -204,12 +223,20 @@ class SchedulingClient:
 
     def __init__(
         self,
-        channel: grpc.aio.Channel,
+        channel: grpc.aio.Channel | None,
         state: ClusterStateLog,
         timeout: float | None = 30.0,
+        stub: Any = None,
     ) -> None:
+        """``stub`` replaces the gRPC stub over ``channel`` (the transport
+        seam: the shim passes an in-process stub that calls the service
+        object directly)."""
         self.channel = channel
-        self.stub = pb_grpc.SchedulingServiceStub(channel)
+        if stub is None:
+            if channel is None:
+                raise ValueError("SchedulingClient needs a channel or a stub")
+            stub = pb_grpc.SchedulingServiceStub(channel)
+        self.stub = stub
         self.state = state
         self.timeout = timeout
         # The generation the server last confirmed holding.

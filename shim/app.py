@@ -1,0 +1,159 @@
+"""Assembles a running shim: API access, the plugin service (gRPC or
+in-process), leader election, health and metrics, the scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass, field
+
+from berth.client import ClusterStateLog, open_channel
+from plugins.framework.profile import SchedulerConfig
+from shim.events import EventRecorder
+from shim.health import HealthServer
+from shim.kubeapi import KubeApi
+from shim.leader import LeaderElector
+from shim.scheduler import Scheduler, ShimOptions
+from shim.service import PluginService
+
+log = logging.getLogger(__name__)
+
+# kube-scheduler's lease is kube-system/kube-scheduler; Berth runs beside it,
+# so a configuration that leaves the default gets a lease of its own.
+BERTH_LEASE_NAME = "berth-scheduler"
+
+
+@dataclass
+class ShimSettings:
+    config: SchedulerConfig
+    server: str | None = None
+    kubeconfig: str | None = None
+    metrics_listen: str = ""
+    leader_elect: bool | None = None
+    qps: float | None = None
+    burst: int | None = None
+    server_timeout: float = 30.0
+    traced: bool = False
+    options: ShimOptions = field(default_factory=ShimOptions)
+
+
+def build_service(settings: ShimSettings, state: ClusterStateLog) -> PluginService:
+    if settings.server:
+        interceptors = []
+        if settings.traced:
+            from opentelemetry.instrumentation.grpc import aio_client_interceptors
+
+            interceptors = list(aio_client_interceptors())  # type: ignore[no-untyped-call]
+        channel = open_channel(settings.server, interceptors=interceptors)
+        svc = PluginService.over_grpc(channel, state, settings.server, settings.server_timeout)
+        svc.stream = not settings.traced
+        return svc
+    from plugins.registry import REGISTRY
+    from server.app import build_frameworks
+    from server.service import SchedulingService
+
+    service = SchedulingService(settings.config, build_frameworks(settings.config, REGISTRY))
+    return PluginService.in_process(service, state)
+
+
+async def run(settings: ShimSettings) -> int:
+    cfg = settings.config
+    cc = cfg.client_connection
+    api = KubeApi.from_kubeconfig(
+        settings.kubeconfig or cc.kubeconfig or None,
+        qps=settings.qps if settings.qps is not None else cc.qps,
+        burst=settings.burst if settings.burst is not None else cc.burst,
+    )
+    profiles = [p.scheduler_name for p in cfg.profiles]
+    service = build_service(settings, ClusterStateLog())
+    scheduler = Scheduler(
+        api,
+        service,
+        profiles,
+        recorder=EventRecorder(api, settings.options.reporting_controller),
+        options=settings.options,
+        initial_backoff=float(cfg.pod_initial_backoff_seconds),
+        max_backoff=float(cfg.pod_max_backoff_seconds),
+    )
+    le = cfg.leader_election
+    leader_elect = le.leader_elect if settings.leader_elect is None else settings.leader_elect
+    elector: LeaderElector | None = None
+    if leader_elect:
+        name = BERTH_LEASE_NAME if le.resource_name == "kube-scheduler" else le.resource_name
+        elector = LeaderElector(api, le, lease_name=name, lease_namespace=le.resource_namespace)
+
+    def readiness() -> tuple[bool, str]:
+        if scheduler.ready:
+            return True, "ok: scheduling"
+        if elector is not None and not elector.is_leader:
+            return True, f"ok: standing by (lease held by {elector.observed_holder() or 'nobody'})"
+        return False, "informers not synced yet"
+
+    health = None
+    if settings.metrics_listen:
+        health = HealthServer(settings.metrics_listen, readiness)
+        health.start()
+        log.info("health and metrics on http://%s (port %d)", settings.metrics_listen, health.port)
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    where = settings.server or "in-process plugin service"
+    print(
+        f"berth shim: scheduling for {', '.join(profiles)} with {where}"
+        + (f"; leader election on lease {le.resource_namespace}/{name}" if elector else ""),
+        flush=True,
+    )
+    lost = False
+
+    async def lead() -> None:
+        await scheduler.run()
+
+    def on_lost() -> None:
+        nonlocal lost
+        lost = True
+        stop.set()
+
+    main: asyncio.Task[None]
+    if elector is not None:
+        main = asyncio.create_task(elector.run(lead, on_lost))
+    else:
+        main = asyncio.create_task(lead())
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    if main in done and main.exception() is not None:
+        exc = main.exception()
+        if isinstance(exc, SystemExit):
+            print(exc.code, flush=True)
+            code = 2
+        else:
+            log.error("shim stopped on an error", exc_info=exc)
+            code = 1
+    log.info("stopping: %s", "leadership lost" if lost else "signal or end of work")
+    await scheduler.stop()
+    if elector is not None:
+        await elector.stop()
+    main.cancel()
+    stopper.cancel()
+    await asyncio.gather(main, stopper, return_exceptions=True)
+    await service.close()
+    if health is not None:
+        health.stop()
+    api.close()
+    c = scheduler.counters
+    log.info(
+        "shim stopped: %d cycles, %d bound, %d unschedulable attempts, %d errors",
+        c.cycles,
+        c.bound,
+        c.unschedulable,
+        c.errors,
+    )
+    # kube-scheduler exits non-zero when it loses its lease, so it restarts
+    # and campaigns again.
+    return 1 if lost else code
+
+
+__all__ = ["ShimSettings", "build_service", "run"]

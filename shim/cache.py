@@ -1,0 +1,133 @@
+"""The scheduler cache, like upstream's (pkg/scheduler/backend/cache/cache.go).
+
+It holds the nodes and the pods that occupy them, and is the truth the
+plugin service sees: every change goes into a ``berth.client.ClusterStateLog``,
+so each request carries only what changed since the replica's generation.
+
+- ``assume``: after a successful cycle the pod counts on its node at once,
+  before the binding is written (AssumePod), so the next cycle cannot
+  overcommit the node.
+- ``finish_binding``: the bind was written; the informer will confirm it.
+- ``forget``: the binding failed; the node gets its resources back (ForgetPod).
+- ``add_pod`` from the informer confirms an assumed pod (AddPod on an assumed
+  pod replaces it with the real one), wherever it actually landed.
+- Expiry: upstream's cache never expires assumed pods any more
+  (scheduler.go durationToExpireAssumedPod = 0, kubernetes#106361: expiring
+  raced with slow binds). Berth expires an assumed pod whose binding finished
+  ``ttl`` ago without the informer confirming it, but only after asking the
+  API server: a pod found bound is confirmed, a pod found gone is removed, a
+  pod found unbound is forgotten and scheduled again. So a lost watch event
+  cannot leak a node's resources, and a slow watch cannot overcommit one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from berth.client import ClusterStateLog
+from berth.kube import occupies_node
+from berth.v1 import cluster_pb2 as cpb
+from shim import metrics
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ASSUMED_TTL = 30.0
+
+
+@dataclass(slots=True)
+class Assumed:
+    pod: cpb.Pod
+    node: str
+    binding_finished: float | None = None
+
+
+class SchedulerCache:
+    def __init__(
+        self, state: ClusterStateLog | None = None, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.state = state or ClusterStateLog()
+        self.clock = clock
+        self.assumed: dict[str, Assumed] = {}
+
+    # -- nodes --------------------------------------------------------------------
+
+    @property
+    def nodes(self) -> dict[str, cpb.Node]:
+        return self.state.nodes
+
+    def upsert_node(self, node: cpb.Node) -> None:
+        self.state.upsert_node(node)
+        self._sizes()
+
+    def delete_node(self, name: str) -> None:
+        self.state.delete_node(name)
+        self._sizes()
+
+    # -- pods from the informer ---------------------------------------------------
+
+    def add_or_update_pod(self, pod: cpb.Pod) -> bool:
+        """An assigned pod as the API server has it. Returns True when it
+        confirmed an assumed pod."""
+        confirmed = self.assumed.pop(pod.uid, None) is not None
+        if occupies_node(pod):
+            self.state.upsert_pod(pod)
+        else:
+            self.state.delete_pod(pod.uid)
+        self._sizes()
+        return confirmed
+
+    def remove_pod(self, uid: str) -> None:
+        self.assumed.pop(uid, None)
+        self.state.delete_pod(uid)
+        self._sizes()
+
+    def holds(self, uid: str) -> bool:
+        return uid in self.state.pods
+
+    # -- the scheduler's own placements ---------------------------------------------
+
+    def assume(self, pod: cpb.Pod, node: str) -> cpb.Pod:
+        """The pod counts on ``node`` from now on (AssumePod)."""
+        assumed = cpb.Pod()
+        assumed.CopyFrom(pod)
+        assumed.node_name = node
+        self.assumed[pod.uid] = Assumed(assumed, node)
+        self.state.upsert_pod(assumed)
+        self._sizes()
+        return assumed
+
+    def is_assumed(self, uid: str) -> bool:
+        return uid in self.assumed
+
+    def finish_binding(self, uid: str) -> None:
+        a = self.assumed.get(uid)
+        if a is not None:
+            a.binding_finished = self.clock()
+
+    def forget(self, uid: str) -> None:
+        """The binding failed: the node gets its resources back (ForgetPod).
+        A pod the informer already confirmed is left alone."""
+        if self.assumed.pop(uid, None) is not None:
+            self.state.delete_pod(uid)
+            self._sizes()
+
+    def expired(self, ttl: float) -> list[Assumed]:
+        """Assumed pods whose binding finished more than ``ttl`` ago and that
+        the informer has not confirmed."""
+        now = self.clock()
+        return [
+            a
+            for a in self.assumed.values()
+            if a.binding_finished is not None and now - a.binding_finished > ttl
+        ]
+
+    def _sizes(self) -> None:
+        metrics.CACHE_SIZE.labels("nodes").set(len(self.state.nodes))
+        metrics.CACHE_SIZE.labels("pods").set(len(self.state.pods))
+        metrics.CACHE_SIZE.labels("assumed_pods").set(len(self.assumed))
+
+
+__all__ = ["DEFAULT_ASSUMED_TTL", "Assumed", "SchedulerCache"]

@@ -1,0 +1,154 @@
+"""``berth shim``: run Berth as the named scheduler of a cluster."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+log = logging.getLogger("berth.shim")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "shim",
+        help="run the scheduler: watch the API server, schedule and bind pods",
+        description=(
+            "Run Berth as the scheduler of every pod whose spec.schedulerName names one of the "
+            "configuration's profiles: watch nodes and pods, queue, run each scheduling cycle "
+            "on the plugin service (a 'berth serve' with --server, else in this process), and "
+            "bind. clientConnection and leaderElection come from the configuration as in "
+            "kube-scheduler; flags override them."
+        ),
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1); default: one "
+        "profile 'default-scheduler' with the default plugins",
+    )
+    p.add_argument(
+        "--server",
+        metavar="ADDR",
+        help="plugin server (host:port) to run cycles on over gRPC; default: run the "
+        "plugins in this process",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig for the API server (default: clientConnection.kubeconfig, else "
+        "in-cluster, else $KUBECONFIG or ~/.kube/config)",
+    )
+    p.add_argument(
+        "--metrics-listen",
+        metavar="ADDR",
+        default="",
+        help="serve /healthz, /readyz and /metrics at HOST:PORT (e.g. 0.0.0.0:10259); off "
+        "by default",
+    )
+    le = p.add_mutually_exclusive_group()
+    le.add_argument(
+        "--leader-elect",
+        dest="leader_elect",
+        action="store_true",
+        default=None,
+        help="take part in leader election (default: leaderElection.leaderElect, true)",
+    )
+    le.add_argument(
+        "--no-leader-elect",
+        dest="leader_elect",
+        action="store_false",
+        help="schedule without leader election (one replica only)",
+    )
+    p.add_argument(
+        "--kube-api-qps",
+        type=float,
+        default=None,
+        metavar="QPS",
+        help="API requests per second (default: clientConnection.qps, 50)",
+    )
+    p.add_argument(
+        "--kube-api-burst",
+        type=int,
+        default=None,
+        metavar="N",
+        help="API request burst (default: clientConnection.burst, 100)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=16,
+        metavar="N",
+        help="most queued pods one ScheduleBatch call schedules, each in its own cycle "
+        "(default %(default)s; 1 sends every pod alone)",
+    )
+    p.add_argument(
+        "--assumed-pod-ttl",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="check an assumed pod with the API server when its bind has not shown up in the "
+        "watch after this long (default %(default)s)",
+    )
+    p.add_argument(
+        "--server-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="deadline of each call to the plugin server (default %(default)s)",
+    )
+    p.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        default=None,
+        help="send OpenTelemetry traces to this OTLP/gRPC endpoint (default: "
+        "$OTEL_EXPORTER_OTLP_ENDPOINT; no tracing when neither is set)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.verbose == 0:
+        logging.getLogger().setLevel(logging.INFO)
+    from plugins.framework.config import ConfigError, default_config, load_config
+    from plugins.registry import REGISTRY
+    from server import telemetry
+    from shim.app import ShimSettings
+    from shim.app import run as run_shim
+    from shim.kubeapi import ConfigurationError
+    from shim.scheduler import ShimOptions
+
+    try:
+        config = load_config(args.config, REGISTRY) if args.config else default_config(REGISTRY)
+    except ConfigError as exc:
+        print(f"berth shim: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    for flag, value in (
+        ("--batch-size", args.batch_size),
+        ("--assumed-pod-ttl", args.assumed_pod_ttl),
+    ):
+        if value <= 0:
+            print(f"berth shim: {flag} must be > 0, got {value}", file=sys.stderr)
+            return 2
+    traced = telemetry.setup_tracing("berth-shim", args.otlp_endpoint) is not None
+    settings = ShimSettings(
+        config=config,
+        server=args.server,
+        kubeconfig=args.kubeconfig,
+        metrics_listen=args.metrics_listen,
+        leader_elect=args.leader_elect,
+        qps=args.kube_api_qps,
+        burst=args.kube_api_burst,
+        server_timeout=args.server_timeout,
+        traced=traced,
+        options=ShimOptions(batch_size=args.batch_size, assumed_ttl=args.assumed_pod_ttl),
+    )
+    try:
+        return asyncio.run(run_shim(settings))
+    except ConfigurationError as exc:
+        print(f"berth shim: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        print(f"berth shim: {exc}", file=sys.stderr)
+        return 2

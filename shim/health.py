@@ -1,0 +1,72 @@
+"""``/healthz``, ``/readyz`` and ``/metrics`` over HTTP, like kube-scheduler's
+secure serving endpoints (served plain here; put it behind the pod network).
+
+- ``/healthz``: the process runs (200 ``ok``).
+- ``/readyz``: 200 once this replica is ready to do its job: the informers
+  have synced and it schedules, or it is a standby waiting for the lease;
+  503 with the reason otherwise.
+- ``/metrics``: the Prometheus registry (kube-scheduler's metric names).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+log = logging.getLogger(__name__)
+
+Readiness = Callable[[], tuple[bool, str]]
+
+
+class HealthServer:
+    def __init__(self, address: str, readiness: Readiness) -> None:
+        host, _, port = address.rpartition(":")
+        if not port.isdigit():
+            raise ValueError(
+                f"--metrics-listen {address!r}: expected HOST:PORT, e.g. 0.0.0.0:10259"
+            )
+        ready = readiness
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/healthz" or path == "/livez":
+                    self._send(200, b"ok", "text/plain")
+                elif path == "/readyz":
+                    ok, why = ready()
+                    self._send(200 if ok else 503, why.encode(), "text/plain")
+                elif path == "/metrics":
+                    self._send(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+                else:
+                    self._send(404, b"not found: try /healthz, /readyz or /metrics", "text/plain")
+
+            def _send(self, code: int, body: bytes, ctype: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                log.debug("health: " + format, *args)
+
+        self.server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, name="berth-health", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+__all__ = ["HealthServer"]

@@ -1,0 +1,349 @@
+"""The shim's access to the API server.
+
+Configuration and authentication come from the ``kubernetes`` package: a
+kubeconfig (client certificates, tokens, exec credential plugins) or the
+in-cluster service account, whose token the package re-reads as it rotates.
+The hot path (list, watch, bind, events, status patches) does not go through
+the package's generated API classes: it sends raw requests through the same
+urllib3 pool the package configured (TLS included) and decodes the bodies with
+orjson, so no ``V1Pod`` model object is ever built (DESIGN.md principle 4).
+
+Calls are synchronous and thread-safe; the shim runs them on worker threads.
+Writes pass a token bucket with the configuration's ``clientConnection`` QPS
+and burst, like client-go's default rate limiter.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import orjson
+import urllib3
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+
+USER_AGENT = "berth-shim"
+
+
+class ApiError(Exception):
+    """The API server answered with an error status (or could not be reached:
+    ``status`` 0)."""
+
+    def __init__(self, method: str, path: str, status: int, body: bytes = b"") -> None:
+        self.method = method
+        self.path = path
+        self.status = status
+        self.reason = ""
+        message = body.decode(errors="replace")[:500]
+        try:
+            parsed = orjson.loads(body) if body else None
+            if isinstance(parsed, dict):
+                self.reason = str(parsed.get("reason", ""))
+                message = str(parsed.get("message", message))
+        except orjson.JSONDecodeError:
+            pass
+        self.message = message
+        where = "unreachable" if status == 0 else f"HTTP {status} {self.reason}"
+        super().__init__(f"{method} {path} -> {where}: {message}")
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+    @property
+    def temporary(self) -> bool:
+        """Worth retrying: the server is unreachable, overloaded or restarting."""
+        return self.status in (0, 429, 500, 502, 503, 504)
+
+
+class TokenBucket:
+    """client-go's token bucket rate limiter (flowcontrol.NewTokenBucketRateLimiter):
+    ``qps`` tokens a second, at most ``burst`` saved up. ``qps <= 0`` means no
+    limit (client-go: a negative QPS disables the limiter)."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps = qps
+        self.burst = max(1, burst)
+        self._tokens = float(self.burst)
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    def reserve(self) -> float:
+        """Takes a token; returns how long to wait before using it."""
+        if self.qps <= 0:
+            return 0.0
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            self._tokens -= 1.0
+            if self._tokens >= 0:
+                return 0.0
+            return -self._tokens / self.qps
+
+    def wait(self) -> None:
+        delay = self.reserve()
+        if delay > 0:
+            time.sleep(delay)
+
+
+@dataclass(frozen=True, slots=True)
+class ListResult:
+    items: list[JSON]
+    resource_version: str
+
+
+class KubeApi:
+    """Raw JSON requests against one API server, thread-safe."""
+
+    def __init__(
+        self,
+        host: str,
+        pool: urllib3.PoolManager,
+        auth_header: Any,
+        *,
+        qps: float = 50.0,
+        burst: int = 100,
+        timeout: float = 30.0,
+        configuration: Any = None,
+    ) -> None:
+        self.host = host.rstrip("/")
+        self._pool = pool
+        # A callable returning the Authorization header value (None: no token);
+        # the kubernetes package refreshes rotating tokens inside it.
+        self._auth_header = auth_header
+        self._limiter = TokenBucket(qps, burst)
+        self._timeout = timeout
+        # The kubernetes.client.Configuration this came from (kept alive: it
+        # owns temp files for inline certificates).
+        self.configuration = configuration
+
+    # -- construction ---------------------------------------------------------
+
+    @classmethod
+    def from_kubeconfig(
+        cls,
+        kubeconfig: str | None = None,
+        *,
+        context: str | None = None,
+        qps: float = 50.0,
+        burst: int = 100,
+        pool_size: int = 64,
+    ) -> KubeApi:
+        """Configured like client-go: the given kubeconfig; else in-cluster
+        (service account token, re-read as it rotates); else $KUBECONFIG or
+        ~/.kube/config. Raises ``ConfigurationError`` saying what to do."""
+        from kubernetes import client as kclient
+        from kubernetes import config as kconfig
+        from kubernetes.config.config_exception import ConfigException
+
+        cfg = kclient.Configuration()
+        cfg.connection_pool_maxsize = pool_size
+        try:
+            if kubeconfig:
+                kconfig.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=kubeconfig, context=context, client_configuration=cfg
+                )
+            else:
+                try:
+                    kconfig.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+                    log.info("API access: in-cluster service account")
+                except ConfigException:
+                    kconfig.load_kube_config(  # type: ignore[no-untyped-call]
+                        context=context, client_configuration=cfg
+                    )
+        except (ConfigException, OSError, TypeError, ValueError) as exc:
+            where = kubeconfig or "in-cluster config, $KUBECONFIG or ~/.kube/config"
+            raise ConfigurationError(
+                f"cannot configure API access from {where}: {exc}; pass --kubeconfig FILE "
+                "or set clientConnection.kubeconfig in the configuration"
+            ) from exc
+        api_client = kclient.ApiClient(cfg)
+        pool = api_client.rest_client.pool_manager
+
+        def auth_header() -> str | None:
+            settings = cfg.auth_settings().get("BearerToken")
+            return str(settings["value"]) if settings and settings.get("value") else None
+
+        # The ApiClient owns the pool; keep it alive beside its configuration.
+        return cls(
+            cfg.host, pool, auth_header, qps=qps, burst=burst, configuration=(cfg, api_client)
+        )
+
+    def close(self) -> None:
+        self._pool.clear()
+
+    # -- requests -------------------------------------------------------------
+
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        h = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        token = self._auth_header()
+        if token:
+            h["Authorization"] = token
+        if content_type:
+            h["Content-Type"] = content_type
+        return h
+
+    def url(self, path: str, params: Mapping[str, Any] | None = None) -> str:
+        query = ""
+        if params:
+            query = "?" + urlencode({k: v for k, v in params.items() if v is not None})
+        return f"{self.host}{path}{query}"
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        limit: bool = True,
+        timeout: float | None = None,
+    ) -> JSON:
+        """One request; the decoded body (``{}`` when empty). Raises ApiError
+        for an error status or an unreachable server (status 0)."""
+        if limit:
+            self._limiter.wait()
+        data = None if body is None else orjson.dumps(body)
+        try:
+            resp = self._pool.request(
+                method,
+                self.url(path, params),
+                body=data,
+                headers=self._headers(content_type if data is not None else None),
+                preload_content=True,
+                retries=False,
+                timeout=urllib3.Timeout(connect=5.0, read=timeout or self._timeout),
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiError(method, path, 0, str(exc).encode()) from exc
+        if resp.status >= 400:
+            raise ApiError(method, path, resp.status, resp.data)
+        if not resp.data:
+            return {}
+        out: JSON = orjson.loads(resp.data)
+        return out
+
+    def get(self, path: str, **params: Any) -> JSON:
+        return self.request("GET", path, params=params, limit=False)
+
+    def list(self, path: str, **params: Any) -> ListResult:
+        """A whole collection, paged (``limit``/``continue``) as client-go's
+        pager does, at one resourceVersion."""
+        items: list[JSON] = []
+        cont: str | None = None
+        rv = ""
+        while True:
+            page = self.request(
+                "GET", path, params={**params, "limit": 500, "continue": cont}, limit=False
+            )
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            rv = str(meta.get("resourceVersion") or rv)
+            cont = meta.get("continue") or None
+            if not cont:
+                return ListResult(items, rv)
+
+    def create(self, path: str, body: JSON) -> JSON:
+        return self.request("POST", path, body=body)
+
+    def update(self, path: str, body: JSON) -> JSON:
+        return self.request("PUT", path, body=body)
+
+    def delete(self, path: str) -> JSON:
+        return self.request("DELETE", path)
+
+    def strategic_patch(self, path: str, patch: JSON) -> JSON:
+        return self.request(
+            "PATCH", path, body=patch, content_type="application/strategic-merge-patch+json"
+        )
+
+    def merge_patch(self, path: str, patch: JSON) -> JSON:
+        return self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
+
+    def watch_lines(
+        self, path: str, *, timeout_seconds: int, stop: threading.Event | None = None, **params: Any
+    ) -> Iterator[bytes]:
+        """Raw watch event lines (one JSON object each) until the server ends
+        the stream after ``timeout_seconds``. Raises ApiError for an error
+        status; a broken connection ends the iteration with urllib3's error."""
+        query = {
+            **params,
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        try:
+            resp = self._pool.request(
+                "GET",
+                self.url(path, query),
+                headers=self._headers(),
+                preload_content=False,
+                retries=False,
+                timeout=urllib3.Timeout(connect=5.0, read=timeout_seconds + 15.0),
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiError("WATCH", path, 0, str(exc).encode()) from exc
+        try:
+            if resp.status >= 400:
+                raise ApiError("WATCH", path, resp.status, resp.read())
+            buffer = b""
+            for chunk in resp.stream(256 * 1024, decode_content=True):
+                if stop is not None and stop.is_set():
+                    return
+                buffer += chunk
+                if b"\n" not in buffer:
+                    continue
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line:
+                        yield line
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiError("WATCH", path, 0, str(exc).encode()) from exc
+        finally:
+            # A half-read watch stream cannot go back to the pool.
+            resp.close()
+            resp.release_conn()
+
+
+class ConfigurationError(Exception):
+    """API access cannot be configured; the message says what to pass."""
+
+
+def segment(value: str) -> str:
+    """A path segment (namespace, name) escaped for a URL."""
+    return quote(value, safe="")
+
+
+def pod_path(namespace: str, name: str, sub: str = "") -> str:
+    p = f"/api/v1/namespaces/{segment(namespace)}/pods/{segment(name)}"
+    return f"{p}/{sub}" if sub else p
+
+
+__all__ = [
+    "JSON",
+    "ApiError",
+    "ConfigurationError",
+    "KubeApi",
+    "ListResult",
+    "TokenBucket",
+    "pod_path",
+    "segment",
+]

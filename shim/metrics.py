@@ -1,0 +1,119 @@
+"""The shim's Prometheus metrics, with kube-scheduler's names, labels and
+buckets (pkg/scheduler/metrics/metrics.go).
+
+In-process mode puts the plugin framework's metrics
+(``scheduler_framework_extension_point_duration_seconds``,
+``scheduler_plugin_execution_duration_seconds``) in the same registry.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+# metrics.go: ExponentialBuckets(0.001, 2, 15).
+_ATTEMPT_BUCKETS = tuple(0.001 * 2**i for i in range(15))
+# metrics.go: PodSchedulingAttempts, ExponentialBuckets(1, 2, 5).
+_ATTEMPTS_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0)
+# metrics.go: PodSchedulingSLIDuration, ExponentialBuckets(0.01, 2, 20).
+_SLI_BUCKETS = tuple(0.01 * 2**i for i in range(20))
+
+SCHEDULE_ATTEMPTS = Counter(
+    "scheduler_schedule_attempts_total",
+    "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could "
+    "not be scheduled, while 'error' means an internal scheduler problem.",
+    ["result", "profile"],
+)
+ATTEMPT_DURATION = Histogram(
+    "scheduler_scheduling_attempt_duration_seconds",
+    "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
+    ["result", "profile"],
+    buckets=_ATTEMPT_BUCKETS,
+)
+PENDING_PODS = Gauge(
+    "scheduler_pending_pods",
+    "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; "
+    "'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in "
+    "unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the "
+    "number of unschedulable pods that the scheduler never attempted to schedule because "
+    "they are gated.",
+    ["queue"],
+)
+QUEUE_INCOMING = Counter(
+    "scheduler_queue_incoming_pods_total",
+    "Number of pods added to scheduling queues by event and queue type.",
+    ["queue", "event"],
+)
+POD_SCHEDULING_ATTEMPTS = Histogram(
+    "scheduler_pod_scheduling_attempts",
+    "Number of attempts to successfully schedule a pod.",
+    buckets=_ATTEMPTS_BUCKETS,
+)
+POD_SCHEDULING_SLI = Histogram(
+    "scheduler_pod_scheduling_sli_duration_seconds",
+    "E2e latency for a pod being scheduled, from the time the pod enters the scheduling "
+    "queue and might involve multiple scheduling attempts.",
+    ["attempts"],
+    buckets=_SLI_BUCKETS,
+)
+CACHE_SIZE = Gauge(
+    "scheduler_cache_size",
+    "Number of nodes, pods, and assumed (bound) pods in the scheduler cache.",
+    ["type"],
+)
+PERMIT_WAITING = Gauge(
+    "scheduler_permit_wait_pods",
+    "Number of pods waiting at Permit (Berth).",
+)
+PLUGIN_SERVICE_ERRORS = Counter(
+    "berth_plugin_service_errors_total",
+    "Calls to the plugin service that failed (unreachable, refused, timed out), by call.",
+    ["call"],
+)
+
+# Queue places that scheduler_pending_pods reports; pods on their way to the
+# activeQ (admission) count as active, pods in a cycle count nowhere.
+_QUEUE_LABEL = {
+    "": "active",
+    "active": "active",
+    "backoff": "backoff",
+    "unschedulable": "unschedulable",
+    "gated": "gated",
+}
+
+
+def pending_moved(old: str, new: str) -> None:
+    a = _QUEUE_LABEL.get(old)
+    b = _QUEUE_LABEL.get(new)
+    if a == b:
+        return
+    if a is not None:
+        PENDING_PODS.labels(a).dec()
+    if b is not None:
+        PENDING_PODS.labels(b).inc()
+
+
+def incoming(event: str, queue: str) -> None:
+    QUEUE_INCOMING.labels(queue, event).inc()
+
+
+def attempt(result: str, profile: str, seconds: float) -> None:
+    SCHEDULE_ATTEMPTS.labels(result, profile).inc()
+    ATTEMPT_DURATION.labels(result, profile).observe(seconds)
+
+
+def scheduled(attempts: int, since_first_seen: float) -> None:
+    POD_SCHEDULING_ATTEMPTS.observe(attempts)
+    POD_SCHEDULING_SLI.labels(str(attempts)).observe(since_first_seen)
+
+
+__all__ = [
+    "ATTEMPT_DURATION",
+    "CACHE_SIZE",
+    "PENDING_PODS",
+    "QUEUE_INCOMING",
+    "SCHEDULE_ATTEMPTS",
+    "attempt",
+    "incoming",
+    "pending_moved",
+    "scheduled",
+]

@@ -1,0 +1,744 @@
+"""The scheduling loop: informers in, bindings out.
+
+Follows kube-scheduler's pkg/scheduler/schedule_one.go:
+
+- ``ScheduleOne``: pop pods from the queue; one pod goes through
+  ScheduleStream (or unary Schedule when traced, so each call carries its
+  trace context), several queued pods of one profile through ScheduleBatch
+  (each still its own cycle, earlier placements assumed). The service runs
+  PreFilter .. Score, host selection, Reserve and Permit.
+- ``schedulingCycle`` outcome: a placed pod is assumed in the cache at once
+  (so the next cycle sees it) and handed to a binding cycle; a pod no node
+  fits gets FailedScheduling (upstream's FitError text), the PodScheduled
+  condition False/Unschedulable, nominatedNodeName when a PostFilter
+  nominated one, and goes back to the queue.
+- ``bindingCycle`` runs as its own task, never blocking the next scheduling
+  cycle: wait at Permit, PreBind, Bind (the pods/binding subresource when the
+  Bind plugin answers caller_binds), PostBind, the Scheduled event. Any
+  failure: Unreserve, forget, requeue with backoff.
+- The plugin service unreachable: the pods of the failed call go to the
+  error backoff queue; nothing is dropped; the next call reconnects and the
+  cluster-state protocol resyncs the replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from berth.kube import node_record, pod_record
+from berth.v1 import cluster_pb2 as cpb
+from berth.v1 import scheduling_pb2 as pb
+from shim import metrics
+from shim.cache import DEFAULT_ASSUMED_TTL, SchedulerCache
+from shim.events import EventRecorder, ObjectRef
+from shim.informer import ADDED, DELETED, Event, Informer, node_key, pod_key
+from shim.kubeapi import ApiError, KubeApi, pod_path
+from shim.queue import QueuedPod, SchedulingQueue
+from shim.service import PluginService, ServiceUnavailable
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("berth.shim")
+
+CODE_SUCCESS = pb.CODE_SUCCESS
+CODE_ERROR = pb.CODE_ERROR
+CODE_WAIT = pb.CODE_WAIT
+CODE_SKIP = pb.CODE_SKIP
+
+# schedule_one.go: the reasons of the PodScheduled condition.
+REASON_UNSCHEDULABLE = "Unschedulable"
+REASON_SCHEDULER_ERROR = "SchedulerError"
+
+# kube-scheduler's informer ignores finished pods (scheduler.go, NewInformerFactory:
+# status.phase!=Succeeded,status.phase!=Failed).
+POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+
+# Plugins whose rejection an event may undo (their EventsToRegister in
+# pkg/scheduler/framework/plugins/*). A plugin not listed here (out-of-tree, or
+# not ported yet) is moved by every event, as upstream treats a plugin that does
+# not implement EnqueueExtensions.
+NODE_EVENTS_ONLY = {
+    "NodeName",
+    "NodeUnschedulable",
+    "TaintToleration",
+    "NodeAffinity",
+}
+POD_DELETE_HELPS = {"NodeResourcesFit", "NodePorts", "NodeResourcesBalancedAllocation"}
+
+
+@dataclass
+class ShimOptions:
+    """How the shim runs; defaults are kube-scheduler's where it has one."""
+
+    # Most pods one ScheduleBatch call takes (1: always ScheduleStream).
+    batch_size: int = 16
+    assumed_ttl: float = DEFAULT_ASSUMED_TTL
+    bind_workers: int = 16
+    # Plugin-service calls in the binding cycle use this timeout (seconds).
+    traced: bool = False
+    reporting_controller: str = "berth"
+
+
+@dataclass(eq=False)
+class WaitingPod:
+    """A pod held at Permit (upstream's waitingPod): allowed once every
+    waiting plugin allows it, rejected by any plugin or by a timeout."""
+
+    qp: QueuedPod
+    node: str
+    pending: dict[str, float]
+    done: asyncio.Future[str | None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    def allow(self, plugin: str) -> None:
+        self.pending.pop(plugin, None)
+        if not self.pending and not self.done.done():
+            self.done.set_result(None)
+
+    def reject(self, plugin: str, message: str) -> None:
+        if not self.done.done():
+            self.done.set_result(f"{message} (plugin {plugin})" if plugin else message)
+
+
+@dataclass
+class Counters:
+    """What the shim did, for logs, the demo and tests."""
+
+    cycles: int = 0
+    scheduled: int = 0
+    bound: int = 0
+    unschedulable: int = 0
+    errors: int = 0
+    bind_failures: int = 0
+    service_failures: int = 0
+
+
+class Scheduler:
+    def __init__(
+        self,
+        api: KubeApi,
+        service: PluginService,
+        profiles: list[str],
+        *,
+        recorder: EventRecorder | None = None,
+        options: ShimOptions | None = None,
+        initial_backoff: float = 1.0,
+        max_backoff: float = 10.0,
+    ) -> None:
+        self.api = api
+        self.service = service
+        self.profiles = set(profiles)
+        self.options = options or ShimOptions()
+        self.recorder = recorder or EventRecorder(api, self.options.reporting_controller)
+        self.cache = SchedulerCache(service.state)
+        self.queue = SchedulingQueue(
+            service.sort_keys,
+            service.pre_enqueue,
+            initial_backoff=initial_backoff,
+            max_backoff=max_backoff,
+        )
+        self.counters = Counters()
+        self.waiting: dict[str, WaitingPod] = {}
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.options.bind_workers, thread_name_prefix="berth-api"
+        )
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._informers: list[Informer[Any]] = []
+        self._start_index: dict[str, int] = {}
+        self._conditions: dict[str, tuple[str, str, str]] = {}
+        self._stopping = asyncio.Event()
+        self.ready = False
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Starts the informers, waits for their first lists, then schedules
+        until ``stop``."""
+        loop = asyncio.get_running_loop()
+        self.recorder.start()
+        nodes: Informer[cpb.Node] = Informer(
+            self.api,
+            "/api/v1/nodes",
+            name="nodes",
+            decode=node_record,
+            key_of=node_key,
+            on_events=self._on_node_events,
+            loop=loop,
+        )
+        pods: Informer[cpb.Pod] = Informer(
+            self.api,
+            "/api/v1/pods",
+            name="pods",
+            decode=pod_record,
+            key_of=pod_key,
+            on_events=self._on_pod_events,
+            loop=loop,
+            field_selector=POD_FIELD_SELECTOR,
+        )
+        self._informers = [nodes, pods]
+        for inf in self._informers:
+            inf.start()
+        await self._describe_profiles()
+        # WaitForCacheSync: nodes first, so pods land on known nodes.
+        await nodes.wait_synced()
+        await pods.wait_synced()
+        log.info(
+            "caches synced: %d nodes, %d pods on nodes, %d pods queued for %s",
+            len(self.cache.nodes),
+            len(self.cache.state.pods),
+            len(self.queue.counts()) and sum(self.queue.counts().values()),
+            ", ".join(sorted(self.profiles)),
+        )
+        self.ready = True
+        self._spawn(self.queue.run_flushers())
+        self._spawn(self._admit_loop())
+        self._spawn(self._expire_loop())
+        try:
+            await self._schedule_loop()
+        finally:
+            self.ready = False
+
+    async def _describe_profiles(self) -> None:
+        delay = 0.5
+        while not self._stopping.is_set():
+            try:
+                found = await self.service.describe()
+            except ServiceUnavailable as exc:
+                log.warning("plugin service not answering yet (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            missing = self.profiles - set(found)
+            if missing:
+                raise SystemExit(
+                    f"berth shim: the plugin service at {self.service.address} does not run "
+                    f"profile(s) {', '.join(sorted(missing))}; it has {', '.join(sorted(found))}. "
+                    "Start it with the same --config."
+                )
+            return
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        self.queue.close()
+        for inf in self._informers:
+            inf.stop()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.recorder.stop()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _api(self, fn: Callable[..., Any], *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn, *args)
+
+    # -- informer events ------------------------------------------------------------
+
+    def _on_node_events(self, events: list[Event[cpb.Node]]) -> None:
+        for ev in events:
+            if ev.type == DELETED:
+                self.cache.delete_node(ev.key)
+                continue
+            old = self.cache.nodes.get(ev.key)
+            self.cache.upsert_node(ev.record)
+            if ev.type == ADDED or old is None:
+                self.queue.move_all("NodeAdd")
+            elif _node_changed_for_scheduling(old, ev.record):
+                self.queue.move_all("NodeUpdate")
+
+    def _on_pod_events(self, events: list[Event[cpb.Pod]]) -> None:
+        for ev in events:
+            pod = ev.record
+            uid = ev.key
+            if ev.type == DELETED:
+                was_placed = self.cache.holds(uid)
+                self.cache.remove_pod(uid)
+                self.queue.delete(uid)
+                self._conditions.pop(uid, None)
+                w = self.waiting.get(uid)
+                if w is not None:
+                    w.reject("", "pod deleted while waiting at Permit")
+                if was_placed:
+                    self.queue.move_all("AssignedPodDelete", _pod_delete_helps)
+                continue
+            if pod.node_name:
+                # Bound (by us or anyone): it occupies its node; stop queueing it.
+                qp = self.queue.get(uid)
+                if qp is not None and qp.where != "in_flight":
+                    self.queue.delete(uid)
+                existed = self.cache.holds(uid)
+                self.cache.add_or_update_pod(pod)
+                if not existed:
+                    self.queue.move_all("AssignedPodAdd", _pod_add_helps)
+                continue
+            if pod.scheduler_name not in self.profiles:
+                continue
+            if pod.terminating:
+                # skipPodSchedule: a pod being deleted is not scheduled.
+                self.queue.delete(uid)
+                continue
+            if self.cache.is_assumed(uid):
+                # Being bound: the unbound copy is older news (skipPodUpdate).
+                continue
+            if uid in self.queue:
+                self.queue.update(pod)
+            else:
+                self.queue.add(pod, pod.scheduler_name)
+
+    # -- admission ---------------------------------------------------------------------
+
+    async def _admit_loop(self) -> None:
+        delay = 0.5
+        while not self._stopping.is_set():
+            if not self.queue.has_incoming:
+                await self.queue.wait_incoming()
+            try:
+                await self.queue.admit_incoming()
+                delay = 0.5
+            except ServiceUnavailable as exc:
+                metrics.PLUGIN_SERVICE_ERRORS.labels("QueueSort").inc()
+                log.warning("cannot admit queued pods: %s; retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    # -- scheduling cycles ---------------------------------------------------------------
+
+    async def _schedule_loop(self) -> None:
+        while not self._stopping.is_set():
+            batch = await self.queue.pop_batch(self.options.batch_size)
+            if not batch:
+                return
+            # Pods that changed while queued are scheduled as they are now.
+            try:
+                await self._schedule(batch)
+            except Exception:
+                log.exception("scheduling cycle failed unexpectedly; requeueing its pods")
+                for qp in batch:
+                    if qp.where == "in_flight":
+                        self.queue.done_error(qp)
+
+    async def _schedule(self, batch: list[QueuedPod]) -> None:
+        profile = batch[0].profile
+        start = time.perf_counter()
+        pops = time.time()
+        spans = [self._attempt_span(qp, pops) for qp in batch]
+        try:
+            start_index = self._start_index.get(profile, 0)
+            try:
+                if len(batch) == 1:
+                    with trace.use_span(spans[0], end_on_exit=False):
+                        resp = await self.service.schedule(profile, batch[0].pod, start_index)
+                    results = [resp]
+                    self._start_index[profile] = resp.next_start_index
+                else:
+                    with trace.use_span(spans[0], end_on_exit=False):
+                        bresp = await self.service.schedule_batch(
+                            profile, [qp.pod for qp in batch], start_index
+                        )
+                    results = list(bresp.results)
+                    self._start_index[profile] = bresp.next_start_index
+            except ServiceUnavailable as exc:
+                self.counters.service_failures += 1
+                metrics.PLUGIN_SERVICE_ERRORS.labels("Schedule").inc()
+                log.warning("%s; %d pod(s) back to the queue with backoff", exc, len(batch))
+                for qp, span in zip(batch, spans, strict=True):
+                    self._failed(qp, str(exc), REASON_SCHEDULER_ERROR, error=True, start=start)
+                    span.set_status(trace.StatusCode.ERROR, str(exc))
+                    span.end()
+                return
+            self.counters.cycles += len(batch)
+            for qp, resp, span in zip(batch, results, spans, strict=True):
+                self._handle_result(qp, profile, resp, span, start)
+        except BaseException:
+            for span in spans:
+                if span.is_recording():
+                    span.end()
+            raise
+
+    def _attempt_span(self, qp: QueuedPod, popped: float) -> trace.Span:
+        span = tracer.start_span(
+            "scheduling_attempt",
+            attributes={
+                "k8s.pod.name": qp.pod.name,
+                "k8s.namespace.name": qp.pod.namespace,
+                "k8s.pod.uid": qp.uid,
+                "berth.profile": qp.profile,
+                "berth.attempt": qp.attempts,
+            },
+        )
+        ctx = trace.set_span_in_context(span)
+        wait = tracer.start_span(
+            "queue_wait", context=ctx, start_time=int(max(qp.enqueued_at, qp.timestamp) * 1e9)
+        )
+        wait.end(end_time=int(popped * 1e9))
+        return span
+
+    def _handle_result(
+        self,
+        qp: QueuedPod,
+        profile: str,
+        resp: pb.ScheduleResponse,
+        span: trace.Span,
+        start: float,
+    ) -> None:
+        pod = qp.pod
+        if qp.uid not in self.queue:
+            # Deleted (or bound by someone else) during the cycle.
+            span.end()
+            return
+        st = resp.status
+        if st.code == CODE_SUCCESS and resp.node:
+            rs = resp.reserve_status
+            if rs.code != CODE_SUCCESS:
+                msg = "; ".join(rs.reasons) or "Reserve failed"
+                self._failed(qp, msg, _reason(rs), error=rs.code == CODE_ERROR, start=start)
+                span.end()
+                return
+            permit = resp.permit
+            if permit.status.code not in (CODE_SUCCESS, CODE_WAIT, CODE_SKIP):
+                msg = "; ".join(permit.status.reasons) or "rejected at Permit"
+                self._failed(
+                    qp,
+                    msg,
+                    _reason(permit.status),
+                    error=permit.status.code == CODE_ERROR,
+                    start=start,
+                )
+                span.end()
+                return
+            self.counters.scheduled += 1
+            self.cache.assume(pod, resp.node)
+            self._signals(permit)
+            waiting = None
+            if permit.status.code == CODE_WAIT:
+                pending = {p: ms / 1000.0 for p, ms in permit.wait_timeout_millis.items()}
+                waiting = WaitingPod(qp, resp.node, pending)
+                self.waiting[qp.uid] = waiting
+                metrics.PERMIT_WAITING.set(len(self.waiting))
+            self._spawn(self._bind(qp, profile, resp.node, resp.cycle, waiting, span, start))
+            return
+        # No node: FitError (Unschedulable) or an Error.
+        error = st.code == CODE_ERROR
+        msg = resp.diagnosis.message or "; ".join(st.reasons) or "scheduling failed"
+        nominated = resp.post_filter.nominated_node_name
+        plugins = frozenset(resp.diagnosis.unschedulable_plugins)
+        self._failed(
+            qp,
+            msg,
+            REASON_SCHEDULER_ERROR if error else REASON_UNSCHEDULABLE,
+            error=error,
+            start=start,
+            plugins=plugins,
+            nominated=nominated,
+        )
+        span.set_attribute("berth.result", "error" if error else "unschedulable")
+        span.end()
+
+    def _signals(self, permit: pb.PermitResponse) -> None:
+        """Allow or reject pods already waiting (WaitingPod.Allow/Reject)."""
+        for sig in permit.signals:
+            w = self.waiting.get(sig.pod_uid)
+            if w is None:
+                continue
+            if sig.allow:
+                w.allow(sig.plugin)
+            else:
+                w.reject(sig.plugin, sig.message or "rejected")
+
+    def _failed(
+        self,
+        qp: QueuedPod,
+        message: str,
+        reason: str,
+        *,
+        error: bool,
+        start: float,
+        plugins: frozenset[str] = frozenset(),
+        nominated: str = "",
+    ) -> None:
+        """handleSchedulingFailure: event, condition, requeue."""
+        pod = qp.pod
+        result = "error" if error else "unschedulable"
+        metrics.attempt(result, qp.profile, time.perf_counter() - start)
+        if error:
+            self.counters.errors += 1
+            self.queue.done_error(qp)
+        else:
+            self.counters.unschedulable += 1
+            self.queue.done_unschedulable(qp, plugins)
+        log.info(
+            "pod %s/%s %s: %s",
+            pod.namespace,
+            pod.name,
+            "failed" if error else "unschedulable",
+            message,
+        )
+        self.recorder.record(_ref(pod), "Warning", "FailedScheduling", "Scheduling", message)
+        self._spawn(self._patch_condition(pod, reason, message, nominated))
+
+    async def _patch_condition(
+        self, pod: cpb.Pod, reason: str, message: str, nominated: str
+    ) -> None:
+        """updatePod: PodScheduled=False with the reason and message, and
+        nominatedNodeName, patched only when they change."""
+        want = (reason, message, nominated)
+        if self._conditions.get(pod.uid) == want:
+            return
+        self._conditions[pod.uid] = want
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        status: dict[str, Any] = {
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": reason,
+                    "message": message,
+                    "lastProbeTime": None,
+                    "lastTransitionTime": now,
+                }
+            ]
+        }
+        if nominated or pod.nominated_node_name:
+            status["nominatedNodeName"] = nominated or None
+        patch = {"metadata": {"uid": pod.uid}, "status": status}
+        try:
+            await self._api(
+                self.api.strategic_patch, pod_path(pod.namespace, pod.name, "status"), patch
+            )
+        except ApiError as exc:
+            self._conditions.pop(pod.uid, None)
+            if not exc.not_found and not exc.conflict:
+                log.warning(
+                    "could not update status of pod %s/%s: %s", pod.namespace, pod.name, exc
+                )
+
+    # -- binding cycles -------------------------------------------------------------------
+
+    async def _bind(
+        self,
+        qp: QueuedPod,
+        profile: str,
+        node: str,
+        cycle: pb.CycleState,
+        waiting: WaitingPod | None,
+        span: trace.Span,
+        start: float,
+    ) -> None:
+        pod = qp.pod
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            failure = await self._binding_cycle(qp, profile, node, cycle, waiting)
+        except asyncio.CancelledError:
+            self.cache.forget(qp.uid)
+            raise
+        except Exception as exc:
+            log.exception("binding pod %s/%s failed unexpectedly", pod.namespace, pod.name)
+            failure = (f"binding rejected: {exc}", True)
+        finally:
+            self.waiting.pop(qp.uid, None)
+            metrics.PERMIT_WAITING.set(len(self.waiting))
+            otel_context.detach(token)
+        if failure is None:
+            self.counters.bound += 1
+            metrics.attempt("scheduled", profile, time.perf_counter() - start)
+            metrics.scheduled(qp.attempts, time.time() - qp.first_seen)
+            self.queue.done_bound(qp)
+            self._conditions.pop(qp.uid, None)
+            span.set_attribute("berth.result", "scheduled")
+            span.set_attribute("k8s.node.name", node)
+            span.end()
+            return
+        message, requeue = failure
+        span.set_status(trace.StatusCode.ERROR, message)
+        span.end()
+        self.cache.forget(qp.uid)
+        if requeue and qp.uid in self.queue:
+            self.counters.bind_failures += 1
+            self._failed(qp, message, REASON_SCHEDULER_ERROR, error=True, start=start)
+        else:
+            # The pod is gone, or bound by someone else: nothing to retry.
+            self.queue.done_bound(qp)
+
+    async def _binding_cycle(
+        self,
+        qp: QueuedPod,
+        profile: str,
+        node: str,
+        cycle: pb.CycleState,
+        waiting: WaitingPod | None,
+    ) -> tuple[str, bool] | None:
+        """Returns None when bound, else (message, requeue)."""
+        pod = qp.pod
+        info = self.service.profiles.get(profile)
+
+        async def unreserve() -> None:
+            if info is None or info.has("reserve"):
+                with contextlib.suppress(ServiceUnavailable):
+                    await self.service.node_call("Unreserve", profile, pod, node, cycle)
+
+        if waiting is not None:
+            with _span("permit_wait"):
+                rejection = await self._wait_permit(waiting)
+            if rejection is not None:
+                await unreserve()
+                return rejection, True
+        if node not in self.cache.nodes:
+            await unreserve()
+            return f"binding rejected: node {node} was deleted", True
+        try:
+            if info is None or info.has("preBind"):
+                with _span("PreBind"):
+                    st = await self.service.node_call("PreBind", profile, pod, node, cycle)
+                if st.status.code not in (CODE_SUCCESS, CODE_SKIP):
+                    await unreserve()
+                    return (
+                        f"running PreBind plugin {st.status.plugin!r}: {'; '.join(st.status.reasons)}",
+                        True,
+                    )
+            with _span("Bind"):
+                bind: pb.BindResponse = await self.service.node_call(
+                    "Bind", profile, pod, node, cycle
+                )
+            if bind.status.code != CODE_SUCCESS:
+                await unreserve()
+                return (
+                    f"binding rejected: {'; '.join(bind.status.reasons) or 'no bind plugin bound the pod'}",
+                    True,
+                )
+            if bind.caller_binds:
+                with _span("binding"):
+                    outcome = await self._post_binding(pod, node)
+                if outcome is not None:
+                    await unreserve()
+                    return outcome
+        except ServiceUnavailable as exc:
+            await unreserve()
+            return f"binding rejected: {exc}", True
+        self.cache.finish_binding(qp.uid)
+        if info is None or info.has("postBind"):
+            with contextlib.suppress(ServiceUnavailable), _span("PostBind"):
+                await self.service.node_call("PostBind", profile, pod, node, cycle)
+        log.info("bound %s/%s to %s", pod.namespace, pod.name, node)
+        self.recorder.record(
+            _ref(pod),
+            "Normal",
+            "Scheduled",
+            "Binding",
+            f"Successfully assigned {pod.namespace}/{pod.name} to {node}",
+        )
+        return None
+
+    async def _wait_permit(self, w: WaitingPod) -> str | None:
+        """WaitOnPermit: the first plugin to time out rejects the pod."""
+        timeout = min(w.pending.values()) if w.pending else 0.0
+        try:
+            return await asyncio.wait_for(asyncio.shield(w.done), timeout)
+        except TimeoutError:
+            plugin = min(w.pending, key=lambda p: w.pending[p]) if w.pending else ""
+            return f"rejected due to timeout after waiting {timeout:g}s at plugin {plugin}"
+
+    async def _post_binding(self, pod: cpb.Pod, node: str) -> tuple[str, bool] | None:
+        """DefaultBinder's write, done here with the shim's credentials:
+        POST pods/binding. Returns None when bound."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            await self._api(self.api.create, pod_path(pod.namespace, pod.name, "binding"), body)
+            return None
+        except ApiError as exc:
+            if exc.not_found:
+                return f"binding rejected: pod {pod.namespace}/{pod.name} no longer exists", False
+            if exc.conflict:
+                # Already bound (by us through a retried request, or by another
+                # scheduler): the informer brings the truth; nothing to retry.
+                log.info("pod %s/%s was already bound: %s", pod.namespace, pod.name, exc.message)
+                return f"binding rejected: {exc.message}", False
+            return f"binding rejected: {exc}", True
+
+    # -- assumed pods that never showed up ----------------------------------------------------
+
+    async def _expire_loop(self) -> None:
+        ttl = self.options.assumed_ttl
+        while not self._stopping.is_set():
+            await asyncio.sleep(max(1.0, ttl / 4))
+            for a in self.cache.expired(ttl):
+                await self._check_expired(a.pod)
+
+    async def _check_expired(self, pod: cpb.Pod) -> None:
+        try:
+            obj = await self._api(self.api.get, pod_path(pod.namespace, pod.name))
+        except ApiError as exc:
+            if exc.not_found:
+                log.warning("assumed pod %s/%s is gone; removing it", pod.namespace, pod.name)
+                self.cache.remove_pod(pod.uid)
+            return
+        current = pod_record(obj)
+        if current.uid != pod.uid:
+            self.cache.remove_pod(pod.uid)
+        elif current.node_name:
+            self.cache.add_or_update_pod(current)
+        else:
+            log.warning(
+                "assumed pod %s/%s was never bound; scheduling it again", pod.namespace, pod.name
+            )
+            self.cache.forget(pod.uid)
+            if pod.scheduler_name in self.profiles and pod.uid not in self.queue:
+                self.queue.add(current, pod.scheduler_name)
+
+
+def _reason(st: pb.Status) -> str:
+    return REASON_SCHEDULER_ERROR if st.code == CODE_ERROR else REASON_UNSCHEDULABLE
+
+
+def _ref(pod: cpb.Pod) -> ObjectRef:
+    return ObjectRef(kind="Pod", namespace=pod.namespace, name=pod.name, uid=pod.uid)
+
+
+def _pod_delete_helps(qp: QueuedPod) -> bool:
+    return not qp.unschedulable_plugins or not qp.unschedulable_plugins <= NODE_EVENTS_ONLY
+
+
+def _pod_add_helps(qp: QueuedPod) -> bool:
+    return not qp.unschedulable_plugins <= (NODE_EVENTS_ONLY | POD_DELETE_HELPS)
+
+
+def _node_changed_for_scheduling(old: cpb.Node, new: cpb.Node) -> bool:
+    """Node updates that can change a placement (upstream's nodeSchedulingPropertiesChange):
+    allocatable, labels, taints, unschedulable, annotations."""
+    return (
+        old.allocatable != new.allocatable
+        or old.labels != new.labels
+        or list(old.taints) != list(new.taints)
+        or old.unschedulable != new.unschedulable
+        or old.annotations != new.annotations
+    )
+
+
+@contextlib.contextmanager
+def _span(name: str) -> Iterator[None]:
+    with tracer.start_as_current_span(name):
+        yield
+
+
+__all__ = ["Counters", "Scheduler", "ShimOptions", "WaitingPod"]
