@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 from berth.client import ClusterStateLog, open_channel
 from plugins.framework.profile import SchedulerConfig
-from shim.events import EventRecorder
 from shim.health import HealthServer
 from shim.kubeapi import KubeApi
 from shim.leader import LeaderElector
@@ -71,7 +70,6 @@ async def run(settings: ShimSettings) -> int:
         api,
         service,
         profiles,
-        recorder=EventRecorder(api, settings.options.reporting_controller),
         options=settings.options,
         initial_backoff=float(cfg.pod_initial_backoff_seconds),
         max_backoff=float(cfg.pod_max_backoff_seconds),

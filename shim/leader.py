@@ -275,6 +275,8 @@ class LeaderElector:
             raise RuntimeError(f"LeaderElector.run() for lease {self._describe} is already running")
         self._running = True
         self._finished.clear()
+        if not self._stop_requested:
+            self._wake.clear()  # a failed leading task of an earlier term may have set it
         try:
             await self._run(on_started_leading, on_stopped_leading)
         finally:

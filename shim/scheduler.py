@@ -86,7 +86,6 @@ class ShimOptions:
     bind_workers: int = 16
     # Plugin-service calls in the binding cycle use this timeout (seconds).
     traced: bool = False
-    reporting_controller: str = "berth"
 
 
 @dataclass(eq=False)
@@ -140,7 +139,13 @@ class Scheduler:
         self.service = service
         self.profiles = set(profiles)
         self.options = options or ShimOptions()
-        self.recorder = recorder or EventRecorder(api, self.options.reporting_controller)
+        # One recorder per profile, reporting as the profile's schedulerName, as
+        # kube-scheduler's profile.NewMap does (the "From" of kubectl describe).
+        self.recorders: dict[str, EventRecorder] = {
+            name: EventRecorder(api, name) for name in sorted(self.profiles)
+        }
+        if recorder is not None:
+            self.recorders = dict.fromkeys(self.profiles, recorder)
         self.cache = SchedulerCache(service.state)
         self.queue = SchedulingQueue(
             service.sort_keys,
@@ -166,7 +171,8 @@ class Scheduler:
         """Starts the informers, waits for their first lists, then schedules
         until ``stop``."""
         loop = asyncio.get_running_loop()
-        self.recorder.start()
+        for rec in set(self.recorders.values()):
+            rec.start()
         nodes: Informer[cpb.Node] = Informer(
             self.api,
             "/api/v1/nodes",
@@ -236,7 +242,7 @@ class Scheduler:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        self.recorder.stop()
+        await asyncio.gather(*(asyncio.to_thread(rec.stop) for rec in set(self.recorders.values())))
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
@@ -490,7 +496,9 @@ class Scheduler:
             "failed" if error else "unschedulable",
             message,
         )
-        self.recorder.record(_ref(pod), "Warning", "FailedScheduling", "Scheduling", message)
+        self.recorders[qp.profile].record(
+            _ref(pod), "Warning", "FailedScheduling", "Scheduling", message
+        )
         self._spawn(self._patch_condition(pod, reason, message, nominated))
 
     async def _patch_condition(
@@ -636,7 +644,7 @@ class Scheduler:
             with contextlib.suppress(ServiceUnavailable), _span("PostBind"):
                 await self.service.node_call("PostBind", profile, pod, node, cycle)
         log.info("bound %s/%s to %s", pod.namespace, pod.name, node)
-        self.recorder.record(
+        self.recorders[profile].record(
             _ref(pod),
             "Normal",
             "Scheduled",

@@ -1,0 +1,283 @@
+"""Running ``berth shim`` and ``berth serve`` as real processes in integration tests.
+
+Each test gives its shim a profile of its own (``berth-<namespace>``), so only that
+shim binds the test's pods, and reads the truth back from the API server.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from berth.localcluster import Cluster, KubeClient
+from berth.localcluster.ports import free_port
+from berth.localcluster.rest import JSON, path_segment
+from plugins.framework.units import parse_quantity
+
+BERTH = [sys.executable, "-m", "berth"]
+
+
+def write_config(path: Path, profile: str, *, extra: str = "") -> Path:
+    """A KubeSchedulerConfiguration with one profile, the default plugins."""
+    path.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\n"
+        "kind: KubeSchedulerConfiguration\n"
+        "profiles:\n"
+        f"  - schedulerName: {profile}\n" + extra
+    )
+    return path
+
+
+def _wait(check: Callable[[], bool], timeout: float, what: str, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
+    raise TimeoutError(f"{what} within {timeout:g}s\n{tail}")
+
+
+class Proc:
+    """A berth subprocess with its log in a file."""
+
+    def __init__(self, argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.argv = list(argv)
+        self.log = log
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Proc:
+        out = open(self.log, "ab")  # noqa: SIM115 - closed when the process is stopped
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(self.env or {})},
+        )
+        out.close()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, nothing cleaned up."""
+        if self.running:
+            assert self.proc is not None
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM and wait; SIGKILL if it does not stop."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+class Server(Proc):
+    """``berth serve`` on a fixed loopback port (so a restart comes back at the same address)."""
+
+    def __init__(self, config: Path, log: Path, port: int | None = None) -> None:
+        self.port = port or free_port()
+        super().__init__(
+            [*BERTH, "serve", "--config", str(config), "--listen", f"127.0.0.1:{self.port}"],
+            log,
+        )
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> Server:
+        super().start()
+        _wait(
+            lambda: "listening on port" in self.text() or not self.running,
+            60,
+            "berth serve up",
+            self.log,
+        )
+        if not self.running:
+            raise RuntimeError(f"berth serve exited:\n{self.text()[-3000:]}")
+        return self
+
+
+class Shim(Proc):
+    def __init__(
+        self,
+        config: Path,
+        kubeconfig: Path,
+        log: Path,
+        *,
+        server: str | None = None,
+        leader_elect: bool = False,
+        extra: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.metrics_port = free_port()
+        argv = [
+            *BERTH,
+            "shim",
+            "--config",
+            str(config),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--metrics-listen",
+            f"127.0.0.1:{self.metrics_port}",
+            "--leader-elect" if leader_elect else "--no-leader-elect",
+            *extra,
+        ]
+        if server:
+            argv += ["--server", server]
+        super().__init__(argv, log, env)
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.metrics_port}{path}", timeout=2
+            ) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError:
+            return 0, ""
+
+    def start(self) -> Shim:
+        super().start()
+        _wait(
+            lambda: self.get("/readyz")[0] == 200 or not self.running,
+            60,
+            "berth shim ready",
+            self.log,
+        )
+        if not self.running:
+            raise RuntimeError(f"berth shim exited:\n{self.text()[-3000:]}")
+        return self
+
+    def metric(self, name: str, **labels: str) -> float:
+        """A sample from /metrics (0 when absent)."""
+        _, text = self.get("/metrics")
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        for line in text.splitlines():
+            if line.startswith("#"):
+                continue
+            key, _, value = line.rpartition(" ")
+            metric, _, rest = key.partition("{")
+            if metric != name:
+                continue
+            got = ",".join(sorted(rest.rstrip("}").split(","))) if rest else ""
+            if got == want:
+                return float(value)
+        return 0.0
+
+
+@contextmanager
+def running(*procs: Proc) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def pods_of(kube: KubeClient, namespace: str) -> list[JSON]:
+    items: list[JSON] = kube.get(f"/api/v1/namespaces/{path_segment(namespace)}/pods")["items"]
+    return items
+
+
+def scheduled_events(kube: KubeClient, namespace: str) -> Counter[str]:
+    """Scheduled events per pod name, series counts included: a pod bound twice
+    would show a count of 2."""
+    events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{path_segment(namespace)}/events")
+    out: Counter[str] = Counter()
+    for e in events["items"]:
+        if e.get("reason") == "Scheduled":
+            series = e.get("series") or {}
+            out[e["regarding"]["name"]] += int(series.get("count") or 1)
+    return out
+
+
+def wait_scheduled_events(
+    kube: KubeClient, namespace: str, count: int, timeout: float = 60.0
+) -> Counter[str]:
+    """Scheduled events are written after the bind, asynchronously: wait for ``count``
+    pods to have one."""
+    deadline = time.monotonic() + timeout
+    counts = scheduled_events(kube, namespace)
+    while len(counts) < count and time.monotonic() < deadline:
+        time.sleep(0.25)
+        counts = scheduled_events(kube, namespace)
+    return counts
+
+
+def assert_no_overcommit(kube: KubeClient, node_names: Sequence[str]) -> None:
+    """No node's summed CPU and memory requests exceed its allocatable."""
+    pods = kube.get("/api/v1/pods")["items"]
+    for name in node_names:
+        node = kube.get(f"/api/v1/nodes/{path_segment(name)}")
+        alloc = node["status"]["allocatable"]
+        for res, unit in (("cpu", "milli"), ("memory", "value")):
+            used = 0
+            for p in pods:
+                if p["spec"].get("nodeName") != name:
+                    continue
+                for c in p["spec"]["containers"]:
+                    q = (c.get("resources") or {}).get("requests", {}).get(res)
+                    if q:
+                        used += getattr(parse_quantity(str(q)), unit)()
+            cap = getattr(parse_quantity(str(alloc[res])), unit)()
+            assert used <= cap, f"node {name} overcommitted: {res} requests {used} > {cap}"
+
+
+def wait_all_bound(
+    kube: KubeClient, namespace: str, count: int, timeout: float = 120.0
+) -> list[JSON]:
+    deadline = time.monotonic() + timeout
+    pods: list[JSON] = []
+    while time.monotonic() < deadline:
+        pods = pods_of(kube, namespace)
+        if sum(1 for p in pods if p["spec"].get("nodeName")) >= count:
+            return pods
+        time.sleep(0.25)
+    bound = sum(1 for p in pods if p["spec"].get("nodeName"))
+    raise TimeoutError(f"only {bound}/{count} pods in {namespace} bound within {timeout:g}s")
+
+
+def profile_for(namespace: str) -> str:
+    return f"berth-{namespace}"[:63].rstrip("-")
+
+
+__all__ = [
+    "Cluster",
+    "Proc",
+    "Server",
+    "Shim",
+    "assert_no_overcommit",
+    "pods_of",
+    "profile_for",
+    "running",
+    "scheduled_events",
+    "wait_scheduled_events",
+    "wait_all_bound",
+    "write_config",
+]

@@ -1,0 +1,715 @@
+"""shim/events.py: client-go tools/events series aggregation, against a fake API.
+
+Each test names the upstream function (staging/src/k8s.io/client-go/tools/events/
+event_broadcaster.go unless said otherwise) whose behaviour it pins down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import orjson
+import pytest
+
+from shim.events import (
+    DEFAULT_SLEEP_DURATION,
+    FINISH_TIME,
+    MAX_QUEUED_EVENTS,
+    MAX_TRIES_PER_EVENT,
+    NOTE_LENGTH_LIMIT,
+    EventRecorder,
+    ObjectRef,
+    micro_time,
+    truncate_note,
+)
+from shim.kubeapi import JSON, ApiError
+
+T0 = 1_760_000_000.25
+NS = "shop"
+COLLECTION = f"/apis/events.k8s.io/v1/namespaces/{NS}/events"
+POD = ObjectRef(kind="Pod", namespace=NS, name="checkout", uid="uid-1")
+OTHER_POD = ObjectRef(kind="Pod", namespace=NS, name="cart", uid="uid-2")
+NOTE = "0/5 nodes are available: 5 Insufficient cpu."
+
+
+@dataclass
+class Call:
+    method: str  # "create" | "patch"
+    path: str
+    body: JSON
+
+
+def api_error(status: int, reason: str = "", method: str = "POST") -> ApiError:
+    body = orjson.dumps({"kind": "Status", "reason": reason, "message": f"{reason} for test"})
+    return ApiError(method, COLLECTION, status, body if status else b"connection refused")
+
+
+class FakeApi:
+    """Records calls; ``failures`` are raised by the next calls, in order (None: succeed)."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self.failures: list[ApiError | None] = []
+        self.always_fail: ApiError | None = None
+        self.before_call: Callable[[], None] | None = None
+        self._lock = threading.Lock()
+
+    def _call(self, method: str, path: str, body: JSON) -> JSON:
+        if self.before_call is not None:
+            self.before_call()
+        with self._lock:
+            self.calls.append(Call(method, path, copy.deepcopy(body)))
+            failure = self.failures.pop(0) if self.failures else self.always_fail
+        if failure is not None:
+            raise failure
+        return copy.deepcopy(body)
+
+    def create(self, path: str, body: JSON) -> JSON:
+        return self._call("create", path, body)
+
+    def strategic_patch(self, path: str, patch: JSON) -> JSON:
+        return self._call("patch", path, patch)
+
+
+class FakeClock:
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def api() -> FakeApi:
+    return FakeApi()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+@pytest.fixture
+def recorder(api: FakeApi, clock: FakeClock, sleeps: list[float]) -> Iterator[EventRecorder]:
+    """Not started: tests drive it with process_pending / refresh_series / finish_series."""
+    rec = EventRecorder(
+        api, "berth", reporting_instance="berth-host1", clock=clock, sleep=sleeps.append
+    )
+    yield rec
+    rec.stop(timeout=1.0)
+
+
+def failed_scheduling(rec: EventRecorder, note: str = NOTE, regarding: ObjectRef = POD) -> None:
+    rec.record(regarding, "Warning", "FailedScheduling", "Scheduling", note)
+
+
+def record_times(rec: EventRecorder, clock: FakeClock, n: int, step: float = 1.0) -> None:
+    for _ in range(n):
+        failed_scheduling(rec)
+        clock.advance(step)
+
+
+# -- recordToSink: create, then a series patch, then counting in memory -------
+
+
+def test_first_occurrence_is_created_as_upstream_make_event_builds_it(
+    recorder: EventRecorder, api: FakeApi
+) -> None:
+    """recordToSink creates the first occurrence; event_recorder.go makeEvent names it
+    <regarding>.<hex unix nanos> and fills the events.k8s.io/v1 fields."""
+    failed_scheduling(recorder)
+    recorder.process_pending()
+
+    assert [c.method for c in api.calls] == ["create"]
+    call = api.calls[0]
+    assert call.path == COLLECTION
+    body = call.body
+    assert body["metadata"] == {"name": f"checkout.{int(T0 * 1e9):x}", "namespace": NS}
+    assert body["apiVersion"] == "events.k8s.io/v1"
+    assert body["kind"] == "Event"
+    assert body["eventTime"] == "2025-10-09T08:53:20.250000Z"
+    assert body["reportingController"] == "berth"
+    assert body["reportingInstance"] == "berth-host1"
+    assert body["action"] == "Scheduling"
+    assert body["reason"] == "FailedScheduling"
+    assert body["type"] == "Warning"
+    assert body["note"] == NOTE
+    assert body["regarding"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": NS,
+        "name": "checkout",
+        "uid": "uid-1",
+    }
+    assert "series" not in body
+    assert "related" not in body
+
+
+def test_second_occurrence_patches_series_count_two(
+    recorder: EventRecorder, api: FakeApi, clock: FakeClock
+) -> None:
+    """recordToSink: the second isomorphic occurrence gets series {count: 2} and is
+    written at once by a strategic-merge patch holding only the series
+    (createPatchBytesForSeries)."""
+    failed_scheduling(recorder)
+    clock.advance(3.0)
+    failed_scheduling(recorder)
+    recorder.process_pending()
+
+    assert [c.method for c in api.calls] == ["create", "patch"]
+    name = api.calls[0].body["metadata"]["name"]
+    assert api.calls[1].path == f"{COLLECTION}/{name}"
+    assert api.calls[1].body == {"series": {"count": 2, "lastObservedTime": micro_time(T0 + 3.0)}}
+
+
+def test_third_and_later_occurrences_only_count_in_memory(
+    recorder: EventRecorder, api: FakeApi, clock: FakeClock
+) -> None:
+    """recordToSink: once a series exists, occurrences only bump count and
+    lastObservedTime in the cache; nothing is written."""
+    record_times(recorder, clock, 10)
+    recorder.process_pending()
+
+    assert [c.method for c in api.calls] == ["create", "patch"]
+    assert recorder.cached == 1
+
+
+def test_different_notes_of_one_key_aggregate_into_one_event(
+    recorder: EventRecorder, api: FakeApi
+) -> None:
+    """getKey leaves the note out: FailedScheduling with a new message is the same
+    series, and the event keeps its first note."""
+    failed_scheduling(recorder, "0/5 nodes are available: 5 Insufficient cpu.")
+    failed_scheduling(recorder, "0/6 nodes are available: 6 Insufficient memory.")
+    recorder.process_pending()
+
+    assert [c.method for c in api.calls] == ["create", "patch"]
+    assert api.calls[0].body["note"] == "0/5 nodes are available: 5 Insufficient cpu."
+    assert api.calls[1].body["series"]["count"] == 2
+
+
+@pytest.mark.parametrize(
+    ("type_", "reason", "action", "regarding"),
+    [
+        ("Warning", "FailedBinding", "Scheduling", POD),  # reason
+        ("Warning", "FailedScheduling", "Binding", POD),  # action
+        ("Normal", "FailedScheduling", "Scheduling", POD),  # type
+        ("Warning", "FailedScheduling", "Scheduling", OTHER_POD),  # regarding
+    ],
+)
+def test_occurrences_differing_in_a_key_field_are_separate_events(
+    recorder: EventRecorder,
+    api: FakeApi,
+    type_: str,
+    reason: str,
+    action: str,
+    regarding: ObjectRef,
+) -> None:
+    """getKey: type, action, reason and regarding each tell events apart."""
+    failed_scheduling(recorder)
+    recorder.record(regarding, type_, reason, action, NOTE)
+    recorder.process_pending()
+
+    assert [c.method for c in api.calls] == ["create", "create"]
+    assert recorder.cached == 2
+
+
+def test_related_object_is_part_of_the_key_and_of_the_event(
+    recorder: EventRecorder, api: FakeApi
+) -> None:
+    """getKey includes the related reference (kube-scheduler's Preempted events
+    name the preemptor there)."""
+    recorder.record(POD, "Normal", "Preempted", "Preempting", "by a", related=OTHER_POD)
+    recorder.record(POD, "Normal", "Preempted", "Preempting", "by b", related=None)
+    recorder.process_pending()
+
+    assert [c.method for c in api.calls] == ["create", "create"]
+    assert api.calls[0].body["related"]["name"] == "cart"
+
+
+def test_cluster_scoped_objects_report_into_the_default_namespace(
+    recorder: EventRecorder, api: FakeApi
+) -> None:
+    """event_recorder.go makeEvent: an object with no namespace reports into "default"."""
+    node = ObjectRef(kind="Node", namespace="", name="node-a", uid="")
+    recorder.record(node, "Normal", "RegisteredNode", "Registering", "hello")
+    recorder.process_pending()
+
+    assert api.calls[0].path == "/apis/events.k8s.io/v1/namespaces/default/events"
+    assert api.calls[0].body["regarding"] == {"apiVersion": "v1", "kind": "Node", "name": "node-a"}
+
+
+def test_unknown_event_type_is_logged_and_not_recorded(
+    recorder: EventRecorder, api: FakeApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    """event_recorder.go eventf: util.ValidateEventType admits Normal and Warning only."""
+    with caplog.at_level(logging.ERROR, logger="shim.events"):
+        recorder.record(POD, "Critical", "FailedScheduling", "Scheduling", NOTE)
+    recorder.process_pending()
+
+    assert api.calls == []
+    assert "neither Normal nor Warning" in caplog.text
+
+
+def test_event_names_stay_unique_when_the_clock_repeats(
+    recorder: EventRecorder, api: FakeApi
+) -> None:
+    """makeEvent names by unix nanos; two keys in the same instant must not collide
+    (the second create would fail AlreadyExists)."""
+    failed_scheduling(recorder, regarding=POD)
+    recorder.record(POD, "Warning", "FailedBinding", "Binding", NOTE)
+    recorder.process_pending()
+
+    names = [c.body["metadata"]["name"] for c in api.calls]
+    assert len(set(names)) == 2
+
+
+def test_reporting_instance_defaults_to_controller_dash_hostname(api: FakeApi) -> None:
+    """NewRecorder: reportingInstance = reportingController + "-" + hostname."""
+    rec = EventRecorder(api, "default-scheduler")
+    assert rec.reporting_instance == f"default-scheduler-{socket.gethostname()}"
+
+
+def test_long_note_is_cut_to_the_api_servers_byte_limit() -> None:
+    """kube-scheduler schedule_one.go truncateMessage: at most NoteLengthLimit (1024)
+    bytes, ending " ..."; here without splitting a multi-byte character."""
+    assert truncate_note("short") == "short"
+    exact = "x" * NOTE_LENGTH_LIMIT
+    assert truncate_note(exact) == exact
+
+    cut = truncate_note("x" * 5000)
+    assert len(cut.encode()) == NOTE_LENGTH_LIMIT
+    assert cut.endswith(" ...")
+
+    wide = truncate_note("é" * 1000)  # 2 bytes each
+    assert len(wide.encode()) <= NOTE_LENGTH_LIMIT
+    assert wide.endswith(" ...")
+    assert set(wide[:-4]) == {"é"}
+
+
+def test_recorded_note_is_truncated(recorder: EventRecorder, api: FakeApi) -> None:
+    failed_scheduling(recorder, "n" * 3000)
+    recorder.process_pending()
+    assert len(api.calls[0].body["note"].encode()) == NOTE_LENGTH_LIMIT
+
+
+# -- refreshExistingEventSeries and finishSeries ---------------------------------
+
+
+def test_refresh_patches_the_current_count_of_every_series(
+    recorder: EventRecorder, api: FakeApi, clock: FakeClock
+) -> None:
+    """refreshExistingEventSeries: every cached series is patched with its count;
+    singletons are not written."""
+    record_times(recorder, clock, 5)
+    recorder.record(OTHER_POD, "Warning", "FailedScheduling", "Scheduling", NOTE)
+    recorder.process_pending()
+    api.calls.clear()
+
+    recorder.refresh_series()
+
+    assert [c.method for c in api.calls] == ["patch"]
+    assert api.calls[0].body == {"series": {"count": 5, "lastObservedTime": micro_time(T0 + 4.0)}}
+    assert recorder.cached == 2  # refresh keeps everything
+
+
+def test_finish_writes_final_count_of_a_quiet_series_and_forgets_it(
+    recorder: EventRecorder, api: FakeApi, clock: FakeClock
+) -> None:
+    """finishSeries: a series not observed for finishTime gets its final count
+    written and leaves the cache; the next occurrence starts a new event."""
+    record_times(recorder, clock, 5)  # last observed at T0 + 4
+    recorder.process_pending()
+    first_name = api.calls[0].body["metadata"]["name"]
+    api.calls.clear()
+
+    clock.now = T0 + 4 + FINISH_TIME  # not yet *before* now - finishTime
+    recorder.finish_series()
+    assert api.calls == []
+    assert recorder.cached == 1
+
+    clock.advance(0.001)
+    recorder.finish_series()
+    assert [c.method for c in api.calls] == ["patch"]
+    assert api.calls[0].path == f"{COLLECTION}/{first_name}"
+    assert api.calls[0].body["series"]["count"] == 5
+    assert recorder.cached == 0
+
+    api.calls.clear()
+    failed_scheduling(recorder)
+    recorder.process_pending()
+    assert [c.method for c in api.calls] == ["create"]
+    assert api.calls[0].body["metadata"]["name"] != first_name
+
+
+def test_finish_forgets_a_singleton_older_than_finish_time_without_writing(
+    recorder: EventRecorder, api: FakeApi, clock: FakeClock
+) -> None:
+    """finishSeries: a singleton (no series) older than finishTime is only dropped
+    from the cache, so a later occurrence is a new event, not a series."""
+    failed_scheduling(recorder)
+    recorder.process_pending()
+    api.calls.clear()
+
+    clock.advance(FINISH_TIME / 2)
+    recorder.finish_series()
+    assert recorder.cached == 1
+
+    clock.advance(FINISH_TIME / 2 + 1)
+    recorder.finish_series()
+    assert api.calls == []
+    assert recorder.cached == 0
+
+    failed_scheduling(recorder)
+    recorder.process_pending()
+    assert [c.method for c in api.calls] == ["create"]
+
+
+def test_finish_skips_the_patch_when_the_final_count_is_already_written(
+    recorder: EventRecorder, api: FakeApi, clock: FakeClock
+) -> None:
+    """Berth's one saving over finishSeries: a series seen exactly twice already has
+    count 2 on the server, so finishing it sends nothing."""
+    record_times(recorder, clock, 2)
+    recorder.process_pending()
+    api.calls.clear()
+
+    clock.advance(FINISH_TIME + 1)
+    recorder.finish_series()
+
+    assert api.calls == []
+    assert recorder.cached == 0
+
+
+def test_finish_keeps_a_series_whose_write_is_worth_retrying(
+    recorder: EventRecorder, api: FakeApi, clock: FakeClock
+) -> None:
+    """finishSeries deletes a series only when recordEvent does not ask to retry."""
+    record_times(recorder, clock, 3)
+    recorder.process_pending()
+    clock.advance(FINISH_TIME + 1)
+
+    api.failures = [api_error(0)]
+    recorder.finish_series()
+    assert recorder.cached == 1
+
+    recorder.finish_series()
+    assert recorder.cached == 0
+    assert api.calls[-1].body["series"]["count"] == 3
+
+
+# -- attemptRecording and recordEvent: failures ---------------------------------
+
+
+@pytest.mark.parametrize("status", [0, 503, 429])
+def test_temporary_failure_is_retried_after_a_jittered_sleep_then_succeeds(
+    recorder: EventRecorder, api: FakeApi, sleeps: list[float], status: int
+) -> None:
+    """attemptRecording: an unreachable API server is retried after
+    wait.Jitter(10s, 0.25)."""
+    api.failures = [api_error(status), api_error(status)]
+    failed_scheduling(recorder)
+    recorder.process_pending()
+
+    assert [c.method for c in api.calls] == ["create"] * 3
+    assert len(sleeps) == 2
+    assert all(DEFAULT_SLEEP_DURATION <= s <= DEFAULT_SLEEP_DURATION * 1.25 for s in sleeps)
+    assert recorder.stats.writes == 1
+
+
+def test_gives_up_after_max_tries_per_event(
+    recorder: EventRecorder,
+    api: FakeApi,
+    sleeps: list[float],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """attemptRecording: at most maxTriesPerEvent (12) tries, then an error log."""
+    api.always_fail = api_error(0)
+    with caplog.at_level(logging.ERROR, logger="shim.events"):
+        failed_scheduling(recorder)
+        recorder.process_pending()
+
+    assert len(api.calls) == MAX_TRIES_PER_EVENT
+    assert len(sleeps) == MAX_TRIES_PER_EVENT - 1
+    assert f"gave up after {MAX_TRIES_PER_EVENT} tries" in caplog.text
+
+
+@pytest.mark.parametrize(("status", "reason"), [(403, "Forbidden"), (422, "Invalid")])
+def test_rejected_write_is_logged_and_dropped_without_retry(
+    recorder: EventRecorder,
+    api: FakeApi,
+    sleeps: list[float],
+    caplog: pytest.LogCaptureFixture,
+    status: int,
+    reason: str,
+) -> None:
+    """recordEvent: a status error other than AlreadyExists-on-a-series is not retried."""
+    api.failures = [api_error(status, reason)]
+    with caplog.at_level(logging.ERROR, logger="shim.events"):
+        failed_scheduling(recorder)
+        recorder.process_pending()
+
+    assert len(api.calls) == 1
+    assert sleeps == []
+    assert "rejected by the API server, dropped" in caplog.text
+
+
+def test_series_patch_answered_not_found_creates_the_event_with_its_series(
+    recorder: EventRecorder, api: FakeApi, clock: FakeClock
+) -> None:
+    """recordEvent: a patch that finds no Event (deleted, or expired by its TTL)
+    falls back to creating it, series included."""
+    failed_scheduling(recorder)
+    clock.advance(2.0)
+    failed_scheduling(recorder)
+    api.failures = [None, api_error(404, "NotFound", "PATCH")]
+    recorder.process_pending()
+
+    assert [c.method for c in api.calls] == ["create", "patch", "create"]
+    recreated = api.calls[2].body
+    assert recreated["metadata"] == api.calls[0].body["metadata"]
+    assert recreated["series"] == {"count": 2, "lastObservedTime": micro_time(T0 + 2.0)}
+    assert recreated["note"] == NOTE
+
+
+def test_series_create_answered_already_exists_is_retried(
+    recorder: EventRecorder, api: FakeApi, sleeps: list[float]
+) -> None:
+    """recordEvent: creating a series after a 404 patch can meet the first
+    occurrence's create; AlreadyExists then means the patch will work, so retry."""
+    failed_scheduling(recorder)
+    failed_scheduling(recorder)
+    api.failures = [None, api_error(404, "NotFound", "PATCH"), api_error(409, "AlreadyExists")]
+    recorder.process_pending()
+
+    assert [c.method for c in api.calls] == ["create", "patch", "create", "patch"]
+    assert len(sleeps) == 1
+    assert recorder.stats.writes == 2
+
+
+def test_singleton_create_answered_already_exists_is_not_retried(
+    recorder: EventRecorder, api: FakeApi, sleeps: list[float]
+) -> None:
+    """recordEvent: AlreadyExists for a plain create is dropped (logged at debug)."""
+    api.failures = [api_error(409, "AlreadyExists")]
+    failed_scheduling(recorder)
+    recorder.process_pending()
+
+    assert len(api.calls) == 1
+    assert sleeps == []
+
+
+# -- the queue: maxQueuedEvents, DropIfChannelFull, never blocking --------------
+
+
+def test_full_queue_drops_occurrences_with_a_log_line(
+    api: FakeApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    """maxQueuedEvents with watch.DropIfChannelFull: what does not fit is dropped,
+    and event_recorder.go says so in the log (here at most once per 10 s)."""
+    rec = EventRecorder(api, "berth", max_queued=3)
+    with caplog.at_level(logging.WARNING, logger="shim.events"):
+        for i in range(6):
+            rec.record(POD, "Warning", f"Reason{i}", "Scheduling", NOTE)
+
+    assert rec.queued == 3
+    assert rec.stats.dropped_queue_full == 3
+    drops = [r for r in caplog.records if "event queue full" in r.getMessage()]
+    assert len(drops) == 1
+    assert "dropped event Reason3" in drops[0].getMessage()
+
+    assert rec.process_pending() == 3
+    assert [c.body["reason"] for c in api.calls] == ["Reason0", "Reason1", "Reason2"]
+
+
+def test_default_queue_bound_is_upstreams_max_queued_events(api: FakeApi) -> None:
+    rec = EventRecorder(api, "berth")
+    for i in range(MAX_QUEUED_EVENTS + 5):
+        rec.record(POD, "Warning", f"R{i}", "Scheduling", NOTE)
+    assert rec.queued == MAX_QUEUED_EVENTS
+    assert rec.stats.dropped_queue_full == 5
+
+
+@pytest.fixture
+def stuck_api() -> Iterator[tuple[FakeApi, threading.Event, threading.Event]]:
+    """An API whose calls hang until released: (api, entered, release)."""
+    api = FakeApi()
+    entered = threading.Event()
+    release = threading.Event()
+
+    def hang() -> None:
+        entered.set()
+        release.wait(10)
+
+    api.before_call = hang
+    yield api, entered, release
+    release.set()
+
+
+def test_record_never_blocks_while_the_writer_is_stuck(
+    stuck_api: tuple[FakeApi, threading.Event, threading.Event],
+) -> None:
+    """event_recorder.go: recording is fire-and-forget; a hung API server costs the
+    caller nothing, and the excess is dropped rather than waited for."""
+    api, entered, release = stuck_api
+    rec = EventRecorder(api, "berth")
+    rec.start()
+    try:
+        failed_scheduling(rec)
+        assert entered.wait(5)
+
+        started = time.perf_counter()
+        for i in range(MAX_QUEUED_EVENTS + 500):
+            rec.record(POD, "Warning", f"R{i}", "Scheduling", NOTE)
+        elapsed = time.perf_counter() - started
+
+        assert elapsed < 1.0
+        assert rec.queued == MAX_QUEUED_EVENTS
+        assert rec.stats.dropped_queue_full == 500
+    finally:
+        release.set()
+        rec.stop(timeout=5)
+
+
+async def test_record_from_the_event_loop_returns_while_the_writer_is_stuck(
+    stuck_api: tuple[FakeApi, threading.Event, threading.Event],
+) -> None:
+    """record is a plain call usable from asyncio code: it neither awaits nor waits
+    for the writer thread."""
+    api, entered, release = stuck_api
+    rec = EventRecorder(api, "berth")
+    rec.start()
+    try:
+        failed_scheduling(rec)
+        assert await asyncio.to_thread(entered.wait, 5)
+        started = time.perf_counter()
+        for _ in range(100):
+            failed_scheduling(rec)
+        assert time.perf_counter() - started < 0.5
+        assert rec.queued == 100
+    finally:
+        release.set()
+        await asyncio.to_thread(rec.stop, 5)
+    assert [c.method for c in api.calls] == ["create", "patch", "patch"]  # + stop's flush
+
+
+# -- the writer thread, the timers, stop ----------------------------------------
+
+
+def test_started_recorder_writes_in_the_background(api: FakeApi) -> None:
+    """startRecordingEvents: a started recorder writes without the caller's help."""
+    rec = EventRecorder(api, "berth")
+    rec.start()
+    try:
+        for _ in range(3):
+            failed_scheduling(rec)
+        assert rec.wait_idle(5)
+        assert [c.method for c in api.calls] == ["create", "patch"]
+    finally:
+        rec.stop()
+
+
+def test_timers_refresh_and_finish_series_on_their_own(api: FakeApi) -> None:
+    """StartRecordingToSinkWithContext runs refreshExistingEventSeries every
+    refreshTime and finishSeries every finishTime (here shortened)."""
+    rec = EventRecorder(api, "berth", refresh_time=0.05, finish_time=0.4)
+    rec.start()
+    try:
+        for _ in range(4):
+            failed_scheduling(rec)
+        assert rec.wait_idle(5)
+        assert rec.cached == 1
+        deadline = time.monotonic() + 5
+        while rec.cached and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert rec.cached == 0  # finished
+        patches = [c.body["series"]["count"] for c in api.calls if c.method == "patch"]
+        assert patches[0] == 2
+        assert patches.count(4) >= 2  # refreshed at least once, and finished
+    finally:
+        rec.stop()
+
+
+def test_stop_writes_what_is_queued_and_counts_the_server_has_not_seen(api: FakeApi) -> None:
+    """Berth's stop drains the queue, then patches series counts past the last
+    write (client-go's Shutdown would lose the 3rd and 4th occurrence)."""
+    rec = EventRecorder(api, "berth")
+    for _ in range(4):
+        failed_scheduling(rec)
+    rec.start()
+    rec.stop(timeout=5)
+
+    assert [c.method for c in api.calls] == ["create", "patch", "patch"]
+    assert api.calls[2].body["series"]["count"] == 4
+
+
+def test_stop_without_start_drains_on_the_callers_thread(api: FakeApi) -> None:
+    rec = EventRecorder(api, "berth")
+    failed_scheduling(rec)
+    rec.stop()
+    assert [c.method for c in api.calls] == ["create"]
+
+
+def test_record_after_stop_is_ignored(api: FakeApi) -> None:
+    rec = EventRecorder(api, "berth")
+    rec.stop()
+    failed_scheduling(rec)
+    assert rec.queued == 0
+    assert rec.process_pending() == 0
+    assert api.calls == []
+
+
+def test_stop_cuts_a_retry_sleep_short_and_does_not_retry_again(api: FakeApi) -> None:
+    """attemptRecording gives up when its context is done: stop does not wait out the
+    10 s backoff of an unreachable API server."""
+    api.always_fail = api_error(0)
+    rec = EventRecorder(api, "berth")  # default sleep: interruptible
+    rec.start()
+    failed_scheduling(rec)
+    deadline = time.monotonic() + 5
+    while not api.calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+    started = time.monotonic()
+    rec.stop(timeout=3)
+    assert time.monotonic() - started < 2
+    assert len(api.calls) == 1
+
+
+def test_stop_abandons_what_is_left_at_its_deadline(
+    api: FakeApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    """stop is best effort within its timeout; the rest is dropped and counted."""
+    api.before_call = lambda: time.sleep(0.1)
+    rec = EventRecorder(api, "berth")
+    for i in range(20):
+        rec.record(POD, "Warning", f"R{i}", "Scheduling", NOTE)
+    with caplog.at_level(logging.WARNING, logger="shim.events"):
+        started = time.monotonic()
+        rec.stop(timeout=0.25)
+    assert time.monotonic() - started < 1.0
+    assert 1 <= len(api.calls) < 20
+    assert rec.stats.abandoned_on_stop == 20 - len(api.calls)
+    assert "not written: stop's deadline passed" in caplog.text
+
+
+def test_start_after_stop_is_refused(api: FakeApi) -> None:
+    rec = EventRecorder(api, "berth")
+    rec.stop()
+    with pytest.raises(RuntimeError):
+        rec.start()
