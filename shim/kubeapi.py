@@ -241,6 +241,11 @@ class KubeApi:
         out: JSON = orjson.loads(resp.data)
         return out
 
+    def wait_for_token(self) -> None:
+        """Waits for the rate limiter, for a caller that checks something just
+        before its request (then sent with ``limit=False``)."""
+        self._limiter.wait()
+
     def get(self, path: str, **params: Any) -> JSON:
         return self.request("GET", path, params=params, limit=False)
 

@@ -671,8 +671,22 @@ class Scheduler:
             "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
+        nodes = self.cache.nodes
+
+        def post() -> bool:
+            # The rate limiter may hold the bind for a while: check the node is
+            # still there after waiting, right before the write.
+            self.api.wait_for_token()
+            if node not in nodes:
+                return False
+            self.api.request(
+                "POST", pod_path(pod.namespace, pod.name, "binding"), body=body, limit=False
+            )
+            return True
+
         try:
-            await self._api(self.api.create, pod_path(pod.namespace, pod.name, "binding"), body)
+            if not await self._api(post):
+                return f"binding rejected: node {node} was deleted", True
             return None
         except ApiError as exc:
             if exc.not_found:

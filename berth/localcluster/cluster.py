@@ -519,6 +519,60 @@ class LocalCluster:
         self._state = None
         return stop_cluster(self.config.state_dir)
 
+    def restart_apiserver(
+        self,
+        down_for: float = 0.0,
+        timeout: float = 60.0,
+        while_down: Callable[[], None] | None = None,
+    ) -> None:
+        """Stop kube-apiserver (SIGTERM, as an upgrade or a crash-loop would), keep it down
+        for ``down_for`` seconds (running ``while_down`` meanwhile, e.g. to touch etcd),
+        start it again with the same arguments and wait until it serves. etcd and its data
+        stay: clients see an API server restart, watches break."""
+        import dataclasses
+        import signal
+
+        state = self.state
+        index, record = next(
+            (i, p) for i, p in enumerate(state.processes) if p.name == "kube-apiserver"
+        )
+        argv = [
+            a.decode() for a in Path(f"/proc/{record.pid}/cmdline").read_bytes().split(b"\0") if a
+        ]
+        os.kill(record.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{record.pid}").exists() and time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(record.pid, os.WNOHANG)
+            time.sleep(0.05)
+        if Path(f"/proc/{record.pid}").exists():
+            os.kill(record.pid, signal.SIGKILL)
+        if while_down is not None:
+            while_down()
+        time.sleep(down_for)
+        _, new = spawn(
+            "kube-apiserver",
+            argv,
+            Path(record.log_path),
+            die_with_parent=self.config.die_with_parent,
+        )
+        processes = list(state.processes)
+        processes[index] = new
+        self._state = dataclasses.replace(state, processes=tuple(processes))
+        _write_state(self._state)
+        client = self.cluster.client()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                client.get("/api/v1/namespaces/default")
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise NotReadyError(
+                        f"kube-apiserver did not come back within {timeout:g}s; see {record.log_path}"
+                    ) from None
+                time.sleep(0.2)
+
     def __enter__(self) -> LocalCluster:
         self.start()
         return self

@@ -277,7 +277,7 @@ __all__ = [
     "profile_for",
     "running",
     "scheduled_events",
-    "wait_scheduled_events",
     "wait_all_bound",
+    "wait_scheduled_events",
     "write_config",
 ]

@@ -22,8 +22,8 @@ from tests.integration.shimtools import (
     profile_for,
     running,
     scheduled_events,
-    wait_scheduled_events,
     wait_all_bound,
+    wait_scheduled_events,
     write_config,
 )
 
