@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "berth.place",  # berth place
     "berth.bench",  # berth bench ...
     "berth.localcluster.cli",  # berth cluster up|down|status|env
+    "berth.demo",  # berth demo [--once|--down]
 )
 
 
