@@ -1,0 +1,163 @@
+"""Permit on a real API server: pods held at Permit (Wait) are bound only once allowed,
+and a wait that times out rejects the pod the way upstream words it
+(framework.go WaitOnPermit: "rejected due to timeout after waiting 1s at plugin ...").
+
+The shim runs in this test's event loop with the plugins in-process, so the test can
+register a Permit plugin of its own: a small gang rule (a pod labelled ``gang=<name>``,
+``gang-size=<n>`` waits until n pods of its gang are placed, then the last one allows
+the others through ``CycleState.permit_signals``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from berth.client import ClusterStateLog
+from berth.localcluster import Cluster, KubeClient, objects
+from berth.localcluster.rest import JSON
+from berth.localcluster.testing import NodeFactory
+from plugins.framework.config import parse_config
+from plugins.framework.cycle_state import CycleState
+from plugins.framework.interfaces import PermitPlugin
+from plugins.framework.model import PodInfo
+from plugins.framework.status import SUCCESS, Code, Status
+from plugins.registry import REGISTRY
+from server.app import build_frameworks
+from server.service import SchedulingService
+from shim.kubeapi import KubeApi
+from shim.scheduler import Scheduler
+from shim.service import PluginService
+from tests.integration.shimtools import pods_of, profile_for
+
+pytestmark = pytest.mark.integration
+
+
+class GangPermit(PermitPlugin):
+    name = "TestGang"
+
+    def permit(self, state: CycleState, pod: PodInfo, node_name: str) -> tuple[Status, float]:
+        labels = pod.proto.labels
+        gang = labels.get("gang")
+        if not gang:
+            return SUCCESS, 0.0
+        size = int(labels.get("gang-size", "1"))
+        timeout = float(labels.get("gang-timeout", "30"))
+        # Members already placed (assumed while they wait, or bound) are in the snapshot.
+        members = [
+            p
+            for p in self.handle.snapshot.pods.values()
+            if p.proto.labels.get("gang") == gang and p.proto.node_name and p.uid != pod.uid
+        ]
+        if len(members) + 1 < size:
+            return Status(Code.WAIT, (f"gang {gang}: {len(members) + 1}/{size} placed",)), timeout
+        for m in members:
+            state.permit_signals.append((m.uid, self.name, True, ""))
+        return SUCCESS, 0.0
+
+
+def _gang_pod(
+    namespace: str, profile: str, name: str, gang: str, size: int, timeout: float = 30
+) -> JSON:
+    pod = objects.pod(
+        name,
+        namespace=namespace,
+        scheduler_name=profile,
+        labels={"gang": gang, "gang-size": str(size), "gang-timeout": f"{timeout:g}"},
+    )
+    return pod
+
+
+@pytest.fixture
+async def shim(cluster: Cluster, namespace: str, tmp_path: Path) -> AsyncIterator[Scheduler]:
+    profile = profile_for(namespace)
+    registry = {**REGISTRY, "TestGang": GangPermit}
+    config = parse_config(
+        {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "profiles": [
+                {
+                    "schedulerName": profile,
+                    "plugins": {"permit": {"enabled": [{"name": "TestGang"}]}},
+                }
+            ],
+        },
+        "test",
+        registry,
+    )
+    service = SchedulingService(config, build_frameworks(config, registry))
+    api = KubeApi.from_kubeconfig(str(cluster.kubeconfig))
+    sched = Scheduler(api, PluginService.in_process(service, ClusterStateLog()), [profile])
+    task = asyncio.create_task(sched.run())
+    deadline = time.monotonic() + 30
+    while not sched.ready:
+        assert not task.done(), task
+        assert time.monotonic() < deadline, "shim not ready"
+        await asyncio.sleep(0.05)
+    try:
+        yield sched
+    finally:
+        await sched.stop()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        api.close()
+
+
+async def _until(check: object, within: float, what: str) -> None:
+    assert callable(check)
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, f"{what} within {within:g}s"
+        await asyncio.sleep(0.1)
+
+
+def _bound(kube: KubeClient, namespace: str) -> set[str]:
+    return {p["metadata"]["name"] for p in pods_of(kube, namespace) if p["spec"].get("nodeName")}
+
+
+async def test_waiting_pods_are_bound_when_the_last_member_allows_them(
+    shim: Scheduler, kube: KubeClient, namespace: str, fake_nodes: NodeFactory
+) -> None:
+    fake_nodes(2, cpu="8")
+    profile = profile_for(namespace)
+    objects.create_pods(kube, [_gang_pod(namespace, profile, f"g-{i}", "a", 3) for i in range(2)])
+    await _until(lambda: len(shim.waiting) == 2, 20, "two pods waiting at Permit")
+    await asyncio.sleep(1.0)
+    assert _bound(kube, namespace) == set()
+    objects.create_pods(kube, [_gang_pod(namespace, profile, "g-2", "a", 3)])
+    await _until(lambda: _bound(kube, namespace) == {"g-0", "g-1", "g-2"}, 20, "the gang bound")
+    assert shim.waiting == {}
+    assert shim.counters.bound == 3
+
+
+async def test_permit_timeout_rejects_and_requeues_the_pod(
+    shim: Scheduler, kube: KubeClient, namespace: str, fake_nodes: NodeFactory
+) -> None:
+    fake_nodes(1, cpu="8")
+    profile = profile_for(namespace)
+    objects.create_pods(kube, [_gang_pod(namespace, profile, "lonely", "b", 2, timeout=1)])
+    want = "rejected due to timeout after waiting 1s at plugin TestGang"
+
+    def rejected() -> bool:
+        events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")["items"]
+        return any(e["reason"] == "FailedScheduling" and e["note"] == want for e in events)
+
+    await _until(rejected, 20, "the timeout reported as FailedScheduling")
+    assert _bound(kube, namespace) == set()
+    # Unreserved and forgotten: the node holds no assumed pod, and the pod is queued again.
+    await _until(
+        lambda: (
+            "lonely" not in {a.pod.name for a in shim.cache.assumed.values()} or bool(shim.waiting)
+        ),
+        10,
+        "forgotten",
+    )
+    # Its partner arrives: both are bound.
+    objects.create_pods(kube, [_gang_pod(namespace, profile, "partner", "b", 2, timeout=30)])
+    await _until(lambda: _bound(kube, namespace) == {"lonely", "partner"}, 30, "both bound")
