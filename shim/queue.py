@@ -176,14 +176,16 @@ class SchedulingQueue:
             qp.updated = pod
             return
         qp.pod = pod
-        if qp.where in (GATED, UNSCHEDULABLE):
-            # An update may lift a gate or fix what made the pod unschedulable
-            # (upstream: the pod update is a cluster event for the pod itself).
-            self._remove_from_heaps(qp)
+        if qp.where == GATED:
+            # An update may lift a gate: PreEnqueue again.
             self._incoming.append(qp)
             self._set_where(qp, "")
             self._incoming_ready.set()
             metrics.incoming("PodUpdate", ACTIVE)
+        elif qp.where == UNSCHEDULABLE:
+            # An update may fix what made the pod unschedulable (Update: to the
+            # backoffQ while isPodBackingoff, else to the activeQ).
+            self._to_backoff(qp, "PodUpdate")
 
     def delete(self, uid: str) -> QueuedPod | None:
         """The pod is gone or was bound by someone: forget it."""
@@ -220,7 +222,16 @@ class SchedulingQueue:
             for profile, pods in by_profile.items():
                 ready: list[QueuedPod] = []
                 for qp in pods:
-                    st = await self._pre_enqueue(profile, qp.pod)
+                    sent = qp.pod
+                    st = await self._pre_enqueue(profile, sent)
+                    if self._pods.get(qp.uid) is not qp or qp.where != "":
+                        continue  # deleted while PreEnqueue ran
+                    if qp.pod is not sent and spec_changed(sent, qp.pod):
+                        # Updated while PreEnqueue ran (a gate lifted, say):
+                        # judge the new spec in the next round.
+                        self._incoming.append(qp)
+                        self._incoming_ready.set()
+                        continue
                     if st.code != 0:
                         qp.gated_by = st.plugin or "PreEnqueue"
                         self._set_where(qp, GATED)
@@ -236,8 +247,14 @@ class SchedulingQueue:
                 if ready:
                     await self._activate(profile, ready)
         except Exception:
-            # Put back what was not admitted, in order, for the next try.
-            rest = [qp for qp in batch if qp.where == "" and qp.uid in self._pods]
+            # Put back what was not admitted, in order, for the next try (a pod
+            # already back in the new incoming list is not put there twice).
+            queued = {id(qp) for qp in self._incoming}
+            rest = [
+                qp
+                for qp in batch
+                if qp.where == "" and self._pods.get(qp.uid) is qp and id(qp) not in queued
+            ]
             self._incoming = rest + self._incoming
             raise
         return len(batch)
