@@ -1,4 +1,5 @@
-"""The named scheduler (watch, queue, call the service, bind): not built yet.
+"""The named scheduler: ``berth shim`` watches the API server, queues pending pods, runs
+each scheduling cycle on the plugin service (gRPC or in-process) and binds.
 
-See shim/README.md for what goes here.
+See shim/README.md for the pieces and the promises they keep.
 """
