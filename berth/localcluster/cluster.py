@@ -524,8 +524,9 @@ class LocalCluster:
         down_for: float = 0.0,
         timeout: float = 60.0,
         while_down: Callable[[], None] | None = None,
+        crash: bool = False,
     ) -> None:
-        """Stop kube-apiserver (SIGTERM, as an upgrade or a crash-loop would), keep it down
+        """Stop kube-apiserver (SIGTERM, as an upgrade would; SIGKILL with ``crash``), keep it down
         for ``down_for`` seconds (running ``while_down`` meanwhile, e.g. to touch etcd),
         start it again with the same arguments and wait until it serves. etcd and its data
         stay: clients see an API server restart, watches break."""
@@ -539,8 +540,8 @@ class LocalCluster:
         argv = [
             a.decode() for a in Path(f"/proc/{record.pid}/cmdline").read_bytes().split(b"\0") if a
         ]
-        os.kill(record.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
+        os.kill(record.pid, signal.SIGKILL if crash else signal.SIGTERM)
+        deadline = time.monotonic() + 60
         while Path(f"/proc/{record.pid}").exists() and time.monotonic() < deadline:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(record.pid, os.WNOHANG)

@@ -318,7 +318,10 @@ def _compact_etcd(port: int) -> None:
     def b64(x: bytes) -> str:
         return base64.b64encode(x).decode()
 
+    # Two writes: a watch from revision r sends what comes after r, so the history must
+    # lose at least the revision after the shim's last one.
     post("/v3/kv/put", {"key": b64(b"/berth-test/bump"), "value": b64(b"x")})
+    post("/v3/kv/put", {"key": b64(b"/berth-test/bump"), "value": b64(b"y")})
     header = post("/v3/kv/range", {"key": b64(b"/berth-test/bump")})["header"]
     assert isinstance(header, dict)
     post("/v3/kv/compaction", {"revision": int(header["revision"]), "physical": True})
@@ -370,13 +373,23 @@ def test_api_server_restart_and_expired_watch(
             # While the API server is down, etcd moves on (a write) and compacts its
             # history: the last resourceVersion the shim saw can no longer be watched from.
             port = private_cluster.state.etcd_client_port
-            private_cluster.restart_apiserver(down_for=1.0, while_down=lambda: _compact_etcd(port))
+            private_cluster.restart_apiserver(
+                down_for=1.0, while_down=lambda: _compact_etcd(port), crash=True
+            )
+            # Created after the restart: no buffered watch event carries these; only the
+            # shim's relist can find them.
+            objects.create_pods(kube, _pods(namespace, profile, 10, prefix="after"))
             shim.proc.send_signal(18)  # SIGCONT
-            wait_all_bound(kube, namespace, 50, timeout=120)
+            _wait_for(
+                lambda: "watch expired (410 Gone); listing again" in shim.text(),
+                60,
+                "a relist after 410",
+            )
+            wait_all_bound(kube, namespace, 60, timeout=120)
             mine = [p for p in pods_of(kube, namespace) if p["spec"]["schedulerName"] == profile]
-            assert len(mine) == 50 and all(p["spec"].get("nodeName") for p in mine)
+            assert len(mine) == 60 and all(p["spec"].get("nodeName") for p in mine)
             # The 10 deleted pods had been bound once too, before they went.
-            _bound_once(kube, namespace, 60)
+            _bound_once(kube, namespace, 70)
             assert_no_overcommit(kube, nodes)
             assert shim.running
             log = shim.text()

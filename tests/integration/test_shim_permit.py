@@ -1,4 +1,4 @@
-"""Permit on a real API server: pods held at Permit (Wait) are bound only once allowed,
+"""Permit and PostFilter on a real API server: pods held at Permit (Wait) are bound only once allowed,
 and a wait that times out rejects the pod the way upstream words it
 (framework.go WaitOnPermit: "rejected due to timeout after waiting 1s at plugin ...").
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,7 @@ from berth.localcluster.rest import JSON
 from berth.localcluster.testing import NodeFactory
 from plugins.framework.config import parse_config
 from plugins.framework.cycle_state import CycleState
-from plugins.framework.interfaces import PermitPlugin
+from plugins.framework.interfaces import PermitPlugin, PostFilterPlugin, PostFilterResult
 from plugins.framework.model import PodInfo
 from plugins.framework.status import SUCCESS, Code, Status
 from plugins.registry import REGISTRY
@@ -60,6 +60,18 @@ class GangPermit(PermitPlugin):
         return SUCCESS, 0.0
 
 
+class NominateFirst(PostFilterPlugin):
+    """Nominates the alphabetically first rejected node (what DefaultPreemption returns
+    when it finds victims), without preempting anything."""
+
+    name = "TestNominate"
+
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, rejected: Mapping[str, Status]
+    ) -> tuple[PostFilterResult | None, Status]:
+        return PostFilterResult(min(rejected)), SUCCESS
+
+
 def _gang_pod(
     namespace: str, profile: str, name: str, gang: str, size: int, timeout: float = 30
 ) -> JSON:
@@ -75,7 +87,7 @@ def _gang_pod(
 @pytest.fixture
 async def shim(cluster: Cluster, namespace: str, tmp_path: Path) -> AsyncIterator[Scheduler]:
     profile = profile_for(namespace)
-    registry = {**REGISTRY, "TestGang": GangPermit}
+    registry = {**REGISTRY, "TestGang": GangPermit, "TestNominate": NominateFirst}
     config = parse_config(
         {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -83,7 +95,10 @@ async def shim(cluster: Cluster, namespace: str, tmp_path: Path) -> AsyncIterato
             "profiles": [
                 {
                     "schedulerName": profile,
-                    "plugins": {"permit": {"enabled": [{"name": "TestGang"}]}},
+                    "plugins": {
+                        "permit": {"enabled": [{"name": "TestGang"}]},
+                        "postFilter": {"enabled": [{"name": "TestNominate"}]},
+                    },
                 }
             ],
         },
@@ -161,3 +176,28 @@ async def test_permit_timeout_rejects_and_requeues_the_pod(
     # Its partner arrives: both are bound.
     objects.create_pods(kube, [_gang_pod(namespace, profile, "partner", "b", 2, timeout=30)])
     await _until(lambda: _bound(kube, namespace) == {"lonely", "partner"}, 30, "both bound")
+
+
+async def test_postfilter_nomination_sets_nominated_node_name(
+    shim: Scheduler, kube: KubeClient, namespace: str, fake_nodes: NodeFactory
+) -> None:
+    """schedule_one.go handleSchedulingFailure: a PostFilter that nominates a node makes the
+    scheduler set status.nominatedNodeName beside PodScheduled=False."""
+    nodes = sorted(n["metadata"]["name"] for n in fake_nodes(2, cpu="1"))
+    profile = profile_for(namespace)
+    objects.create_pods(
+        kube, [objects.pod("big", namespace=namespace, cpu="4", scheduler_name=profile)]
+    )
+
+    def nominated() -> str:
+        pod = kube.get(f"/api/v1/namespaces/{namespace}/pods/big")
+        return str(pod["status"].get("nominatedNodeName") or "")
+
+    await _until(lambda: nominated() != "", 20, "nominatedNodeName set")
+    # Other tests' nodes may exist; the plugin picks the first rejected node of all.
+    first = min(n["metadata"]["name"] for n in kube.get("/api/v1/nodes")["items"])
+    assert nominated() == first
+    assert first <= nodes[0]
+    pod = kube.get(f"/api/v1/namespaces/{namespace}/pods/big")
+    cond = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert cond["status"] == "False" and "Insufficient cpu" in cond["message"]

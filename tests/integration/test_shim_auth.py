@@ -1,0 +1,88 @@
+"""API access the way users configure it: a kubeconfig whose credentials come from an exec
+credential plugin (client.authentication.k8s.io/v1 ExecCredential), for an identity that
+holds only upstream's ``system:kube-scheduler`` ClusterRole. The shim schedules with it:
+what kube-scheduler may do is enough for Berth."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from berth.localcluster import Cluster, KubeClient, objects
+from berth.localcluster.testing import NodeFactory
+from tests.integration.shimtools import Shim, profile_for, running, wait_all_bound, write_config
+
+pytestmark = pytest.mark.integration
+
+
+def test_exec_credential_kubeconfig_with_kube_schedulers_role(
+    cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+) -> None:
+    profile = profile_for(namespace)
+    fake_nodes(2, cpu="4")
+    binding = f"{namespace}-as-kube-scheduler"
+    kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "shim"}})
+    kube.create(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {
+            "metadata": {"name": binding},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "system:kube-scheduler",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "shim", "namespace": namespace}],
+        },
+    )
+    try:
+        token = kube.create(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/shim/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        )["status"]["token"]
+        calls = tmp_path / "calls"
+        plugin = tmp_path / "credential-plugin"
+        credential = {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "kind": "ExecCredential",
+            "status": {"token": token},
+        }
+        plugin.write_text(
+            f"#!{sys.executable}\n"
+            "import sys\n"
+            f"open({str(calls)!r}, 'a').write('called\\n')\n"
+            f"sys.stdout.write({json.dumps(json.dumps(credential))})\n"
+        )
+        plugin.chmod(plugin.stat().st_mode | stat.S_IXUSR)
+        ca = cluster.kubeconfig.parent / "pki" / "ca.crt"
+        kubeconfig = tmp_path / "exec.kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters: [{{name: c, cluster: {{server: '{cluster.server}', certificate-authority: '{ca}'}}}}]\n"
+            "users:\n- name: u\n  user:\n    exec:\n"
+            "      apiVersion: client.authentication.k8s.io/v1\n"
+            f"      command: '{plugin}'\n      interactiveMode: Never\n"
+            "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+        )
+        shim = Shim(write_config(tmp_path / "c.yaml", profile), kubeconfig, tmp_path / "shim.log")
+        with running(shim.start()):
+            objects.create_pods(
+                kube,
+                [
+                    objects.pod(f"p-{i}", namespace=namespace, scheduler_name=profile)
+                    for i in range(3)
+                ]
+                + [objects.pod("huge", namespace=namespace, cpu="64", scheduler_name=profile)],
+            )
+            wait_all_bound(kube, namespace, 3, timeout=60)
+            assert calls.read_text().count("called") >= 1
+            # Events and the status patch are allowed to kube-scheduler's role too.
+            events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")["items"]
+            reasons = {e["reason"] for e in events}
+            assert "FailedScheduling" in reasons or "Scheduled" in reasons
+            assert "forbidden" not in shim.text().lower(), shim.text()[-2000:]
+    finally:
+        kube.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{binding}")
