@@ -203,7 +203,7 @@ class Scheduler:
             "caches synced: %d nodes, %d pods on nodes, %d pods queued for %s",
             len(self.cache.nodes),
             len(self.cache.state.pods),
-            len(self.queue.counts()) and sum(self.queue.counts().values()),
+            sum(self.queue.counts().values()),
             ", ".join(sorted(self.profiles)),
         )
         self.ready = True
