@@ -36,7 +36,8 @@ def write_config(path: Path, profile: str, *, extra: str = "") -> Path:
     return path
 
 
-def _wait(check: Callable[[], bool], timeout: float, what: str, log: Path | None = None) -> None:
+def wait_for(check: Callable[[], bool], timeout: float, what: str, log: Path | None = None) -> None:
+    """Polls ``check`` until it holds; TimeoutError naming ``what`` (and the log's tail)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
@@ -44,6 +45,43 @@ def _wait(check: Callable[[], bool], timeout: float, what: str, log: Path | None
         time.sleep(0.1)
     tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
     raise TimeoutError(f"{what} within {timeout:g}s\n{tail}")
+
+
+def service_account(kube: KubeClient, namespace: str, name: str, cluster_role: str) -> str:
+    """A ServiceAccount bound to ``cluster_role`` (binding ``<namespace>-<name>``, which the
+    caller deletes); returns a token for it from the TokenRequest API."""
+    kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": name}})
+    kube.create(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {
+            "metadata": {"name": f"{namespace}-{name}"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": cluster_role,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    )
+    token: str = kube.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )["status"]["token"]
+    return token
+
+
+def kubeconfig_for(cluster: Cluster, path: Path, user: str) -> Path:
+    """A kubeconfig for the local cluster with ``user`` as the user entry's YAML body
+    (e.g. ``{token: ...}`` or an ``exec`` block), trusting the cluster's CA."""
+    ca = cluster.kubeconfig.parent / "pki" / "ca.crt"
+    assert ca.exists(), list(ca.parent.iterdir())
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: c, cluster: {{server: '{cluster.server}', certificate-authority: '{ca}'}}}}]\n"
+        f"users:\n- name: u\n  user: {user}\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+    )
+    return path
 
 
 class Proc:
@@ -111,7 +149,7 @@ class Server(Proc):
 
     def start(self) -> Server:
         super().start()
-        _wait(
+        wait_for(
             lambda: "listening on port" in self.text() or not self.running,
             60,
             "berth serve up",
@@ -164,7 +202,7 @@ class Shim(Proc):
 
     def start(self) -> Shim:
         super().start()
-        _wait(
+        wait_for(
             lambda: self.get("/readyz")[0] == 200 or not self.running,
             60,
             "berth shim ready",
@@ -273,11 +311,14 @@ __all__ = [
     "Server",
     "Shim",
     "assert_no_overcommit",
+    "kubeconfig_for",
     "pods_of",
     "profile_for",
     "running",
     "scheduled_events",
+    "service_account",
     "wait_all_bound",
+    "wait_for",
     "wait_scheduled_events",
     "write_config",
 ]

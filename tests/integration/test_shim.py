@@ -23,6 +23,7 @@ from tests.integration.shimtools import (
     running,
     scheduled_events,
     wait_all_bound,
+    wait_for,
     wait_scheduled_events,
     write_config,
 )
@@ -35,14 +36,14 @@ def _condition(pod: JSON, kind: str) -> JSON | None:
 
 
 def _wait_condition(kube: KubeClient, ns: str, name: str, timeout: float = 30.0) -> JSON:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pod = kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
-        cond = _condition(pod, "PodScheduled")
-        if cond is not None:
-            return pod
-        time.sleep(0.2)
-    raise TimeoutError(f"pod {ns}/{name} got no PodScheduled condition within {timeout:g}s")
+    path = f"/api/v1/namespaces/{ns}/pods/{name}"
+    wait_for(
+        lambda: _condition(kube.get(path), "PodScheduled") is not None,
+        timeout,
+        f"pod {ns}/{name} got a PodScheduled condition",
+    )
+    pod: JSON = kube.get(path)
+    return pod
 
 
 def test_binds_its_profiles_pods_and_leaves_other_schedulers_pods_alone(

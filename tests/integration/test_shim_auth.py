@@ -14,7 +14,15 @@ import pytest
 
 from berth.localcluster import Cluster, KubeClient, objects
 from berth.localcluster.testing import NodeFactory
-from tests.integration.shimtools import Shim, profile_for, running, wait_all_bound, write_config
+from tests.integration.shimtools import (
+    Shim,
+    kubeconfig_for,
+    profile_for,
+    running,
+    service_account,
+    wait_all_bound,
+    write_config,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -24,25 +32,9 @@ def test_exec_credential_kubeconfig_with_kube_schedulers_role(
 ) -> None:
     profile = profile_for(namespace)
     fake_nodes(2, cpu="4")
-    binding = f"{namespace}-as-kube-scheduler"
-    kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "shim"}})
-    kube.create(
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        {
-            "metadata": {"name": binding},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "system:kube-scheduler",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": "shim", "namespace": namespace}],
-        },
-    )
+    binding = f"{namespace}-shim"
     try:
-        token = kube.create(
-            f"/api/v1/namespaces/{namespace}/serviceaccounts/shim/token",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-        )["status"]["token"]
+        token = service_account(kube, namespace, "shim", "system:kube-scheduler")
         calls = tmp_path / "calls"
         plugin = tmp_path / "credential-plugin"
         credential = {
@@ -57,15 +49,11 @@ def test_exec_credential_kubeconfig_with_kube_schedulers_role(
             f"sys.stdout.write({json.dumps(json.dumps(credential))})\n"
         )
         plugin.chmod(plugin.stat().st_mode | stat.S_IXUSR)
-        ca = cluster.kubeconfig.parent / "pki" / "ca.crt"
-        kubeconfig = tmp_path / "exec.kubeconfig"
-        kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\n"
-            f"clusters: [{{name: c, cluster: {{server: '{cluster.server}', certificate-authority: '{ca}'}}}}]\n"
-            "users:\n- name: u\n  user:\n    exec:\n"
-            "      apiVersion: client.authentication.k8s.io/v1\n"
-            f"      command: '{plugin}'\n      interactiveMode: Never\n"
-            "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+        kubeconfig = kubeconfig_for(
+            cluster,
+            tmp_path / "exec.kubeconfig",
+            "\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n"
+            f"      command: '{plugin}'\n      interactiveMode: Never",
         )
         shim = Shim(write_config(tmp_path / "c.yaml", profile), kubeconfig, tmp_path / "shim.log")
         with running(shim.start()):

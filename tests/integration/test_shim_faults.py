@@ -21,10 +21,13 @@ from tests.integration.shimtools import (
     Server,
     Shim,
     assert_no_overcommit,
+    kubeconfig_for,
     pods_of,
     profile_for,
     running,
+    service_account,
     wait_all_bound,
+    wait_for,
     wait_scheduled_events,
     write_config,
 )
@@ -53,16 +56,6 @@ def _bound_once(kube: KubeClient, namespace: str, count: int, *, all_events: boo
     assert set(counts.values()) <= {1}, {k: v for k, v in counts.items() if v != 1}
 
 
-def _wait_for(check: object, timeout: float, what: str) -> None:
-    assert callable(check)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"{what} within {timeout:g}s")
-
-
 def test_plugin_server_killed_mid_run_and_restarted(
     cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
 ) -> None:
@@ -85,7 +78,7 @@ def test_plugin_server_killed_mid_run_and_restarted(
         # Pods arrive while no plugin server answers: their cycles fail, they wait in
         # backoff, none is dropped.
         objects.create_pods(kube, _pods(namespace, profile, 180, prefix="b"))
-        _wait_for(
+        wait_for(
             lambda: (
                 shim.metric("berth_plugin_service_errors_total", call="Schedule") > 0
                 or shim.metric("berth_plugin_service_errors_total", call="QueueSort") > 0
@@ -122,7 +115,7 @@ def test_pod_deleted_while_being_bound(
     ).start()
     with running(shim):
         objects.create_pods(kube, _pods(namespace, profile, 20))
-        _wait_for(
+        wait_for(
             lambda: shim.metric("scheduler_cache_size", type="assumed_pods") >= 10,
             30,
             "pods assumed",
@@ -130,8 +123,8 @@ def test_pod_deleted_while_being_bound(
         doomed = [f"p-{i}" for i in range(0, 20, 2)]
         objects.delete_pods(kube, namespace, doomed)
         wait_all_bound(kube, namespace, 10, timeout=60)
-        _wait_for(lambda: len(pods_of(kube, namespace)) == 10, 60, "deleted pods gone")
-        _wait_for(
+        wait_for(lambda: len(pods_of(kube, namespace)) == 10, 60, "deleted pods gone")
+        wait_for(
             lambda: shim.metric("scheduler_cache_size", type="assumed_pods") == 0,
             30,
             "no assumed pod left",
@@ -157,7 +150,7 @@ def test_node_deleted_while_pods_are_assumed_on_it(
     ).start()
     with running(shim):
         objects.create_pods(kube, _pods(namespace, profile, 12))
-        _wait_for(
+        wait_for(
             lambda: shim.metric("scheduler_cache_size", type="assumed_pods") >= 8,
             30,
             "pods assumed",
@@ -200,39 +193,15 @@ def test_bind_refused_by_the_api_server_is_retried_until_allowed(
         "/apis/rbac.authorization.k8s.io/v1/clusterroles",
         {"metadata": {"name": role}, "rules": rules},
     )
-    kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "shim"}})
-    kube.create(
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        {
-            "metadata": {"name": role},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": role,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": "shim", "namespace": namespace}],
-        },
-    )
     try:
-        token = kube.create(
-            f"/api/v1/namespaces/{namespace}/serviceaccounts/shim/token",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-        )["status"]["token"]
-        kubeconfig = tmp_path / "sa.kubeconfig"
-        ca = cluster.kubeconfig.parent / "pki" / "ca.crt"
-        assert ca.exists(), list(ca.parent.iterdir())
-        kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\n"
-            f"clusters: [{{name: c, cluster: {{server: '{cluster.server}', certificate-authority: '{ca}'}}}}]\n"
-            f"users: [{{name: u, user: {{token: '{token}'}}}}]\n"
-            "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
-        )
+        token = service_account(kube, namespace, "shim", role)
+        kubeconfig = kubeconfig_for(cluster, tmp_path / "sa.kubeconfig", f"{{token: '{token}'}}")
         shim = Shim(
             write_config(tmp_path / "c.yaml", profile), kubeconfig, tmp_path / "shim.log"
         ).start()
         with running(shim):
             objects.create_pods(kube, _pods(namespace, profile, 5))
-            _wait_for(
+            wait_for(
                 lambda: (
                     shim.metric(
                         "scheduler_schedule_attempts_total", result="error", profile=profile
@@ -258,7 +227,7 @@ def test_bind_refused_by_the_api_server_is_retried_until_allowed(
             wait_all_bound(kube, namespace, 5, timeout=60)
             _bound_once(kube, namespace, 5)
     finally:
-        kube.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{role}")
+        kube.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{namespace}-shim")
         kube.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role}")
 
 
@@ -279,7 +248,7 @@ def test_leader_failover_the_standby_finishes_the_work(
     second = Shim(config, cluster.kubeconfig, tmp_path / "b.log", leader_elect=True).start()
     with running(first, second):
         lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{profile}"
-        _wait_for(lambda: bool(_holder(kube, lease_path)), 30, "a leader elected")
+        wait_for(lambda: bool(_holder(kube, lease_path)), 30, "a leader elected")
         holder = _holder(kube, lease_path)
         leader, standby = (
             (first, second) if "scheduling" in first.get("/readyz")[1] else (second, first)
@@ -380,7 +349,7 @@ def test_api_server_restart_and_expired_watch(
             # shim's relist can find them.
             objects.create_pods(kube, _pods(namespace, profile, 10, prefix="after"))
             shim.proc.send_signal(18)  # SIGCONT
-            _wait_for(
+            wait_for(
                 lambda: "watch expired (410 Gone); listing again" in shim.text(),
                 60,
                 "a relist after 410",
