@@ -9,6 +9,7 @@ here, never inside plugins.
 
 from __future__ import annotations
 
+import enum
 import logging
 import random
 import time
@@ -79,6 +80,55 @@ def num_feasible_nodes_to_find(percentage: int, num_all_nodes: int) -> int:
     return max(num, MIN_FEASIBLE_NODES_TO_FIND)
 
 
+_GO_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+    "\\": "\\\\",
+    '"': '\\"',
+}
+
+
+def go_quote(s: str) -> str:
+    """``s`` as Go's %q prints a string (strconv.Quote): double quotes,
+    backslash escapes, non-printable runes as \\x, \\u or \\U escapes."""
+    out = ['"']
+    for ch in s:
+        esc = _GO_ESCAPES.get(ch)
+        if esc is not None:
+            out.append(esc)
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) < 0x10000:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    out.append('"')
+    return "".join(out)
+
+
+def plugin_error_message(point: str, plugin: str, detail: str) -> str:
+    """The text of the Error status an extension point makes of a plugin's
+    error, worded as framework.go wraps it there (RunXPlugins)."""
+    q = go_quote(plugin)
+    if point == "Filter":
+        return f"running {q} filter plugin: {detail}"
+    if point == "Score":
+        return f"running Score plugins: plugin {q} failed with: {detail}"
+    if point == "NormalizeScore":
+        return f"running Normalize on Score plugins: plugin {q} failed with: {detail}"
+    if point == "PostFilter":
+        # RunPostFilterPlugins passes the plugin's error on unwrapped.
+        return detail
+    return f"running {point} plugin {q}: {detail}"
+
+
 def fit_error_message(
     num_all_nodes: int,
     rejected: Mapping[str, Status],
@@ -115,6 +165,17 @@ class CycleError(Exception):
         self.status = status
 
 
+class FilterError(CycleError):
+    """A Filter plugin failed with an Error on some node. ``verdicts`` holds
+    every node's outcome (the Error nodes with their Error status) and
+    ``position`` the first node that failed with an Error."""
+
+    def __init__(self, verdicts: NodeVerdicts, position: int) -> None:
+        super().__init__(verdicts.status_of(position))
+        self.verdicts = verdicts
+        self.position = position
+
+
 @dataclass(slots=True)
 class FilterOutcome:
     """Result of filtering: feasible candidates and the rejected nodes."""
@@ -123,6 +184,19 @@ class FilterOutcome:
     rejected: dict[str, Status]
     # How many candidates were evaluated (for nextStartNodeIndex).
     processed: int
+    # A Filter plugin's Error: the walk stopped at the node that hit it;
+    # ``processed`` counts the nodes decided before it.
+    error: Status | None = None
+
+
+class NominatingMode(enum.IntEnum):
+    """fwk.NominatingMode: whether a failed cycle changes the pod's
+    nominated node. A PostFilterResult is always OVERRIDE (upstream's
+    NewPostFilterResultWithNominatedNode); a plugin that means NOOP returns
+    None."""
+
+    NOOP = 0
+    OVERRIDE = 1
 
 
 @dataclass(slots=True)
@@ -149,7 +223,12 @@ class ScheduleResult:
     permit_status: Status | None = None
     permit_timeouts: dict[str, float] = field(default_factory=dict)
     post_filter_status: Status | None = None
+    # ScheduleResult.nominatingInfo: OVERRIDE with an empty name clears the
+    # pod's nominated node (clearNominatedNode); NOOP leaves it as it is.
     nominated_node: str = ""
+    nominating_mode: NominatingMode = NominatingMode.NOOP
+    # Diagnosis.PendingPlugins: plugins that answered Pending.
+    pending_plugins: set[str] = field(default_factory=set)
 
 
 class Framework:
@@ -176,7 +255,7 @@ class Framework:
                 cls = registry.get(ref.name)
                 if cls is None:
                     raise ProfileError(
-                        f"profile {self.name}: plugin {ref.name!r} is not registered"
+                        f"profile {self.name}: plugin {go_quote(ref.name)} is not registered"
                     )
                 self.instances[ref.name] = cls(profile.plugin_args.get(ref.name), self.handle)
 
@@ -207,7 +286,9 @@ class Framework:
         self.score_weights: dict[str, int] = {}
         for ref in profile.enabled("score"):
             if ref.weight < 0:
-                raise ProfileError(f"profile {self.name}: score plugin {ref.name} has weight < 0")
+                raise ProfileError(
+                    f"profile {self.name}: score plugin {go_quote(ref.name)} has weight < 0"
+                )
             self.score_weights[ref.name] = ref.weight or 1
 
     def _at(self, point: str, kind: type[P]) -> list[P]:
@@ -216,7 +297,7 @@ class Framework:
             plugin = self.instances[ref.name]
             if not isinstance(plugin, kind):
                 raise ProfileError(
-                    f"profile {self.name}: plugin {ref.name} does not extend {point} plugin"
+                    f"profile {self.name}: plugin {go_quote(ref.name)} does not extend {point} plugin"
                 )
             out.append(plugin)
         return out
@@ -279,68 +360,115 @@ class Framework:
 
     def run_pre_filter_with_plugins(
         self, state: CycleState, pod: PodInfo, nodes: NodeBatch
-    ) -> tuple[PreFilterResult | None, Status, list[str]]:
-        """RunPreFilterPlugins, also returning the plugins whose
-        PreFilterResult restricted the nodes (upstream's unscheduledPlugins)."""
-        with self.extension_point("PreFilter") as ep:
-            result: PreFilterResult | None = None
-            with_nodes: list[str] = []
-            skip: set[str] = set()
-            for pl in self.pre_filter:
-                with self._plugin("PreFilter", pl) as box:
-                    r, st = pl.pre_filter(state, pod, nodes)
-                    box.append(st)
-                if st.is_skip:
-                    skip.add(pl.name)
-                    continue
-                if not st.is_success:
-                    st = st.with_plugin(pl.name)
-                    if not st.is_rejected:
-                        st = Status.error(
-                            f"running PreFilter plugin {pl.name!r}: {st.message}", pl.name
-                        )
-                    ep.append(st)
-                    return None, st, with_nodes
-                if r is not None and not r.all_nodes():
-                    with_nodes.append(pl.name)
-                result = r if result is None else result.merge(r)
-                if result is not None and result.node_names is not None and not result.node_names:
-                    if len(with_nodes) == 1:
-                        msg = f"node(s) didn't satisfy plugin {with_nodes[0]}"
-                    else:
-                        msg = f"node(s) didn't satisfy plugin(s) [{' '.join(with_nodes)}] simultaneously"
-                    st = Status.unresolvable(msg)
-                    ep.append(st)
-                    return result, st, with_nodes
-            state.skip_filter_plugins = skip
-            return result, SUCCESS, with_nodes
+    ) -> tuple[PreFilterResult | None, Status, set[str]]:
+        """framework.go, RunPreFilterPlugins, also returning the plugins whose
+        PreFilterResult restricted the nodes (upstream's third result).
 
-    def run_filter(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
+        Unschedulable does not stop the loop: the remaining plugins run (they
+        may prepare state PostFilter needs) and the last Unschedulable status
+        is returned as it is. UnschedulableAndUnresolvable stops at once, as
+        does any other code (Pending included), which is an Error. The Skip
+        set is saved whatever the outcome."""
+        skip: set[str] = set()
+        try:
+            with self.extension_point("PreFilter") as ep:
+                result, st, with_nodes = self._pre_filter_loop(state, pod, nodes, skip)
+                if not st.is_success:
+                    ep.append(st)
+                return result, st, with_nodes
+        finally:
+            state.skip_filter_plugins = skip
+
+    def _pre_filter_loop(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch, skip: set[str]
+    ) -> tuple[PreFilterResult | None, Status, set[str]]:
+        result: PreFilterResult | None = None
+        with_nodes: set[str] = set()
+        rejection: Status | None = None
+        for pl in self.pre_filter:
+            with self._plugin("PreFilter", pl) as box:
+                r, st = pl.pre_filter(state, pod, nodes)
+                box.append(st)
+            if st.is_skip:
+                skip.add(pl.name)
+                continue
+            if not st.is_success:
+                st = st.with_plugin(pl.name)
+                if st.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                    return None, st, set()
+                if st.code is Code.UNSCHEDULABLE:
+                    rejection = st
+                    continue
+                err = Status.error(plugin_error_message("PreFilter", pl.name, st.message), pl.name)
+                return None, err, set()
+            if r is not None and not r.all_nodes():
+                with_nodes.add(pl.name)
+            result = r if result is None else result.merge(r)
+            if result is not None and result.node_names is not None and not result.node_names:
+                names = sorted(with_nodes)
+                if len(names) == 1:
+                    msg = f"node(s) didn't satisfy plugin {names[0]}"
+                else:
+                    msg = f"node(s) didn't satisfy plugin(s) [{' '.join(names)}] simultaneously"
+                return result, Status.unresolvable(msg), with_nodes
+        return result, rejection or SUCCESS, with_nodes
+
+    def filter_verdicts(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
+    ) -> tuple[NodeVerdicts, int]:
         """framework.go, RunFilterPlugins, over a batch: each node stops at its
-        first rejection; an Error from any plugin fails the cycle."""
+        first non-success. A status that is not a rejection is an Error for
+        that node; returns the verdicts and the position of the first node
+        with an Error (-1 when none)."""
         n = len(nodes)
         index = np.full(n, -1, dtype=np.int32)
         statuses: list[Status] = []
         remaining = np.arange(n, dtype=np.int64)
+        first_error = -1
         for pl in self.filter:
             if pl.name in state.skip_filter_plugins or remaining.size == 0:
                 continue
-            with self._plugin("Filter", pl) as box:
-                verdicts = pl.filter_nodes(state, pod, nodes.take(remaining))
-                failed = verdicts.status_index >= 0
-                box.append(verdicts.statuses[0] if failed.any() and verdicts.statuses else SUCCESS)
+            try:
+                with self._plugin("Filter", pl) as box:
+                    verdicts = pl.filter_nodes(state, pod, nodes.take(remaining))
+                    failed = verdicts.status_index >= 0
+                    box.append(
+                        verdicts.statuses[0] if failed.any() and verdicts.statuses else SUCCESS
+                    )
+            except CycleError as exc:
+                # The batch call raised: which node it choked on is unknown,
+                # so the first node still in play takes the Error.
+                index[remaining] = len(statuses)
+                statuses.append(exc.status)
+                k = int(remaining[0])
+                first_error = k if first_error < 0 else min(first_error, k)
+                remaining = remaining[:0]
+                continue
             if not failed.any():
                 continue
             base = len(statuses)
-            for st in verdicts.statuses:
-                if not st.is_rejected and not st.is_success:
-                    raise CycleError(
-                        Status.error(f"running {pl.name!r} filter plugin: {st.message}", pl.name)
-                    )
-                statuses.append(st.with_plugin(pl.name))
+            for j, st in enumerate(verdicts.statuses):
+                if st.is_rejected:
+                    statuses.append(st.with_plugin(pl.name))
+                    continue
+                statuses.append(
+                    Status.error(plugin_error_message("Filter", pl.name, st.message), pl.name)
+                )
+                hit = remaining[verdicts.status_index == j]
+                if hit.size:
+                    k = int(hit[0])
+                    first_error = k if first_error < 0 else min(first_error, k)
             index[remaining[failed]] = verdicts.status_index[failed] + base
             remaining = remaining[~failed]
-        return NodeVerdicts(index, statuses)
+        return NodeVerdicts(index, statuses), first_error
+
+    def run_filter(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
+        """RunFilterPlugins over a batch; an Error on any node raises
+        FilterError (which carries every node's verdict)."""
+        verdicts, first_error = self.filter_verdicts(state, pod, nodes)
+        if first_error >= 0:
+            raise FilterError(verdicts, first_error)
+        return verdicts
 
     def find_feasible(
         self,
@@ -352,7 +480,12 @@ class Framework:
     ) -> FilterOutcome:
         """schedule_one.go, findNodesThatPassFilters: walk candidates from
         start_index (wrapping), stop once num_to_find nodes pass. Evaluates in
-        chunks so that per-node plugins do not visit every node."""
+        chunks so that per-node plugins do not visit every node.
+
+        The walk is upstream's with one worker: a Filter Error stops it at the
+        node that hit it, and the nodes decided before that node still count
+        as processed (findNodesThatFitPod advances nextStartNodeIndex by them
+        whether or not an error occurred)."""
         n = len(candidates)
         if n == 0:
             return FilterOutcome(candidates.take([]), {}, 0)
@@ -370,15 +503,18 @@ class Framework:
         feasible_parts: list[np.ndarray[Any, np.dtype[np.int64]]] = []
         found = 0
         rejected: dict[str, Status] = {}
+        error: Status | None = None
         pos = 0
         chunk = max(num_to_find, 64)
-        with self.extension_point("Filter"):
-            while pos < n and found < num_to_find:
+        with self.extension_point("Filter") as ep:
+            while pos < n and found < num_to_find and error is None:
                 part = order(pos, pos + chunk)
                 batch = candidates.take(part)
-                verdicts = self.run_filter(state, pod, batch)
+                verdicts, first_error = self.filter_verdicts(state, pod, batch)
                 ok = verdicts.passed()
-                ok_pos = np.flatnonzero(ok)
+                # Nodes after the first Error are never reached.
+                decided = len(part) if first_error < 0 else first_error
+                ok_pos = np.flatnonzero(ok[:decided])
                 need = num_to_find - found
                 if len(ok_pos) >= need:
                     # Stop at the node that completed the set, like upstream's
@@ -386,7 +522,9 @@ class Framework:
                     cut = int(ok_pos[need - 1]) + 1
                     ok_pos = ok_pos[:need]
                 else:
-                    cut = len(part)
+                    cut = decided
+                    if first_error >= 0:
+                        error = verdicts.status_of(first_error)
                 feasible_parts.append(part[ok_pos])
                 found += len(ok_pos)
                 bad = np.flatnonzero(~ok[:cut])
@@ -396,15 +534,22 @@ class Framework:
                         rejected[name] = verdicts.status_of(k)
                 pos += cut
                 chunk = max(chunk * 2, 64)
+            if error is not None:
+                ep.append(error)
         feasible = np.concatenate(feasible_parts) if feasible_parts else np.empty(0, np.int64)
-        return FilterOutcome(candidates.take(feasible), rejected, pos)
+        return FilterOutcome(candidates.take(feasible), rejected, pos, error)
 
     def run_post_filter(
         self, state: CycleState, pod: PodInfo, rejected: Mapping[str, Status]
     ) -> tuple[PostFilterResult | None, Status]:
-        """framework.go, RunPostFilterPlugins: the first Success wins; an
-        Error stops; otherwise the rejections are combined."""
+        """framework.go, RunPostFilterPlugins: the first Success or
+        UnschedulableAndUnresolvable ends the loop with that plugin's result;
+        any other non-rejection is an Error (no result). Otherwise every plugin
+        runs, the reasons are combined under the first rejecting plugin, and
+        the result of the last plugin that returned one (a non-noop result) is
+        kept, even though the status is Unschedulable."""
         with self.extension_point("PostFilter") as ep:
+            result: PostFilterResult | None = None
             reasons: list[str] = []
             rejector = ""
             for pl in self.post_filter:
@@ -412,38 +557,47 @@ class Framework:
                     r, st = pl.post_filter(state, pod, rejected)
                     box.append(st)
                 if st.is_success:
-                    return r, st.with_plugin(pl.name)
+                    return r, st
                 if st.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
                     st = st.with_plugin(pl.name)
                     ep.append(st)
                     return r, st
                 if not st.is_rejected:
-                    st = Status.error(st.message, pl.name)
+                    st = Status.error(
+                        plugin_error_message("PostFilter", pl.name, st.message), pl.name
+                    )
                     ep.append(st)
                     return None, st
+                if r is not None:
+                    result = r
                 reasons.extend(st.reasons)
                 rejector = rejector or pl.name
             st = Status(Code.UNSCHEDULABLE, tuple(reasons), rejector)
             ep.append(st)
-            return None, st
+            return result, st
 
     def run_pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> Status:
-        """framework.go, RunPreScorePlugins."""
-        with self.extension_point("PreScore") as ep:
-            skip: set[str] = set()
-            for pl in self.pre_score:
-                with self._plugin("PreScore", pl) as box:
-                    st = pl.pre_score(state, pod, nodes)
-                    box.append(st)
-                if st.is_skip:
-                    skip.add(pl.name)
-                    continue
-                if not st.is_success:
-                    st = Status.error(f"running PreScore plugin {pl.name!r}: {st.message}", pl.name)
-                    ep.append(st)
-                    return st
+        """framework.go, RunPreScorePlugins: anything but Success or Skip is
+        an Error; the Skip set is saved whatever the outcome."""
+        skip: set[str] = set()
+        try:
+            with self.extension_point("PreScore") as ep:
+                for pl in self.pre_score:
+                    with self._plugin("PreScore", pl) as box:
+                        st = pl.pre_score(state, pod, nodes)
+                        box.append(st)
+                    if st.is_skip:
+                        skip.add(pl.name)
+                        continue
+                    if not st.is_success:
+                        st = Status.error(
+                            plugin_error_message("PreScore", pl.name, st.message), pl.name
+                        )
+                        ep.append(st)
+                        return st
+                return SUCCESS
+        finally:
             state.skip_score_plugins = skip
-            return SUCCESS
 
     def run_score_raw(
         self, state: CycleState, pod: PodInfo, nodes: NodeBatch
@@ -457,10 +611,12 @@ class Framework:
                 scores = np.asarray(pl.score_nodes(state, pod, nodes), dtype=np.int64)
                 box.append(SUCCESS)
             if scores.shape != (len(nodes),):
+                got = scores.shape[0] if scores.ndim else 0
                 raise CycleError(
                     Status.error(
-                        f"plugin {pl.name!r} returned {scores.shape[0] if scores.ndim else 0} "
-                        f"scores for {len(nodes)} nodes",
+                        plugin_error_message(
+                            "Score", pl.name, f"returned {got} scores for {len(nodes)} nodes"
+                        ),
                         pl.name,
                     )
                 )
@@ -470,38 +626,47 @@ class Framework:
     def normalize_and_weigh(
         self, state: CycleState, pod: PodInfo, nodes: NodeBatch, raw: Mapping[str, ScoreArray]
     ) -> dict[str, ScoreArray]:
-        """Phases 2 and 3 of RunScorePlugins: NormalizeScore, then the
-        [0, 100] range check, then the weight."""
+        """Phases 2 and 3 of RunScorePlugins: NormalizeScore of every plugin,
+        then the [0, 100] range check of every score, then the weights. Where
+        upstream's parallel loops would report whichever error came first,
+        this reports the first plugin in order (NormalizeScore) and the first
+        node, then the first plugin at it (range check)."""
         by_name = {p.name: p for p in self.score}
-        weighted: dict[str, ScoreArray] = {}
-        for name, scores in raw.items():
-            pl = by_name.get(name)
-            if pl is None:
+        for name in raw:
+            if name not in by_name:
                 raise CycleError(
-                    Status.error(f"plugin {name!r} is not a score plugin of {self.name}")
+                    Status.error(f"plugin {go_quote(name)} is not a score plugin of {self.name}")
                 )
-            scores = np.array(scores, dtype=np.int64)
-            if pl.has_normalize():
-                with self._plugin("NormalizeScore", pl) as box:
-                    st = pl.normalize_score(state, pod, nodes, scores)
-                    box.append(st)
-                if not st.is_success:
-                    raise CycleError(
-                        Status.error(f"running Normalize on Score plugins: {st.message}", name)
-                    )
-            bad = np.flatnonzero((scores < MIN_NODE_SCORE) | (scores > MAX_NODE_SCORE))
-            if len(bad):
-                k = int(bad[0])
+        names = [p.name for p in self.score if p.name in raw]
+        scores = {name: np.array(raw[name], dtype=np.int64) for name in names}
+        for name in names:
+            pl = by_name[name]
+            if not pl.has_normalize():
+                continue
+            with self._plugin("NormalizeScore", pl) as box:
+                st = pl.normalize_score(state, pod, nodes, scores[name])
+                box.append(st)
+            if not st.is_success:
                 raise CycleError(
-                    Status.error(
-                        f"plugin {name!r} returns an invalid score {int(scores[k])} for node "
-                        f"{nodes.take([k]).names[0]!r}, it should in the range of "
-                        f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
-                        name,
-                    )
+                    Status.error(plugin_error_message("NormalizeScore", name, st.message), name)
                 )
-            weighted[name] = scores * self.score_weights[name]
-        return weighted
+        first: tuple[int, int, str] | None = None
+        for rank, name in enumerate(names):
+            bad = np.flatnonzero((scores[name] < MIN_NODE_SCORE) | (scores[name] > MAX_NODE_SCORE))
+            if len(bad) and (first is None or (int(bad[0]), rank) < first[:2]):
+                first = (int(bad[0]), rank, name)
+        if first is not None:
+            k, _, name = first
+            raise CycleError(
+                Status.error(
+                    "applying score defaultWeights on Score plugins: "
+                    f"plugin {go_quote(name)} returns an invalid score {int(scores[name][k])}, "
+                    f"it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] "
+                    "after normalizing",
+                    name,
+                )
+            )
+        return {name: scores[name] * self.score_weights[name] for name in names}
 
     def run_score(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> ScoreOutcome:
         with self.extension_point("Score"):
@@ -524,7 +689,7 @@ class Framework:
                     st = st.with_plugin(pl.name)
                     if not st.is_rejected:
                         st = Status.error(
-                            f"running Reserve plugin {pl.name!r}: {st.message}", pl.name
+                            plugin_error_message("Reserve", pl.name, st.message), pl.name
                         )
                     ep.append(st)
                     return st
@@ -544,9 +709,12 @@ class Framework:
         self, state: CycleState, pod: PodInfo, node: str
     ) -> tuple[Status, dict[str, float]]:
         """framework.go, RunPermitPlugins: a rejection stops; Wait from any
-        plugin makes the pod wait, each timeout capped at 15 minutes."""
+        plugin makes the pod wait, each timeout capped at 15 minutes. The Wait
+        status is the last waiting plugin's own, its reasons kept, with
+        upstream's sentence appended."""
         with self.extension_point("Permit") as ep:
             waits: dict[str, float] = {}
+            wait_status: Status | None = None
             for pl in self.permit:
                 with self._plugin("Permit", pl) as box:
                     st, timeout = pl.permit(state, pod, node)
@@ -559,32 +727,38 @@ class Framework:
                     return st, {}
                 if st.is_wait:
                     waits[pl.name] = min(max(timeout, 0.0), MAX_PERMIT_TIMEOUT_SECONDS)
+                    wait_status = st
                     continue
-                st = Status.error(f"running Permit plugin {pl.name!r}: {st.message}", pl.name)
+                st = Status.error(plugin_error_message("Permit", pl.name, st.message), pl.name)
                 ep.append(st)
                 return st, {}
-            if waits:
+            if wait_status is not None:
                 st = Status(
-                    Code.WAIT, ("one or more plugins asked to wait and no plugin rejected pod",)
+                    Code.WAIT,
+                    (
+                        *wait_status.reasons,
+                        "one or more plugins asked to wait and no plugin rejected pod",
+                    ),
+                    wait_status.plugin,
                 )
                 ep.append(st)
                 return st, waits
             return SUCCESS, {}
 
     def run_pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
-        """framework.go, RunPreBindPlugins."""
+        """framework.go, RunPreBindPlugins: the first failure stops. Berth has
+        no PreBindPreFlight, so no plugin is skipped here; a Skip returned by
+        PreBind itself is neither Success nor a rejection, hence an Error."""
         with self.extension_point("PreBind") as ep:
             for pl in self.pre_bind:
                 with self._plugin("PreBind", pl) as box:
                     st = pl.pre_bind(state, pod, node)
                     box.append(st)
-                if st.is_skip:
-                    continue
                 if not st.is_success:
                     st = st.with_plugin(pl.name)
                     if not st.is_rejected:
                         st = Status.error(
-                            f"running PreBind plugin {pl.name!r}: {st.message}", pl.name
+                            plugin_error_message("PreBind", pl.name, st.message), pl.name
                         )
                     ep.append(st)
                     return st
@@ -605,7 +779,9 @@ class Framework:
                 if not st.is_success:
                     st = st.with_plugin(pl.name)
                     if not st.is_rejected:
-                        st = Status.error(f"running Bind plugin {pl.name!r}: {st.message}", pl.name)
+                        st = Status.error(
+                            plugin_error_message("Bind", pl.name, st.message), pl.name
+                        )
                     ep.append(st)
                     return st, None
                 return st.with_plugin(pl.name), pl
@@ -643,7 +819,10 @@ class Framework:
             )
         except CycleError as exc:
             return ScheduleResult(
-                exc.status, message=exc.status.message, next_start_index=start_index
+                exc.status,
+                message=exc.status.message,
+                next_start_index=start_index,
+                nominating_mode=NominatingMode.OVERRIDE,
             )
         finally:
             self.handle.bind_snapshot(None)
@@ -658,25 +837,33 @@ class Framework:
         rng: random.Random | None,
         explain: bool,
     ) -> ScheduleResult:
+        # Failures other than a FitError clear the pod's nominated node
+        # (schedulingAlgorithm's clearNominatedNode).
+        clear = NominatingMode.OVERRIDE
         all_nodes = snapshot.all_nodes()
         num_all = len(all_nodes)
         if num_all == 0:
             # schedulingCycle: ErrNoNodesAvailable is UnschedulableAndUnresolvable.
             st = Status.unresolvable("no nodes available to schedule pods")
-            return ScheduleResult(st, message=st.message, next_start_index=start_index)
+            return ScheduleResult(
+                st, message=st.message, next_start_index=start_index, nominating_mode=clear
+            )
 
         pf_result, st, restricting = self.run_pre_filter_with_plugins(state, pod, all_nodes)
         if not st.is_success:
             if not st.is_rejected:
-                return ScheduleResult(st, message=st.message, next_start_index=start_index)
+                return ScheduleResult(
+                    st, message=st.message, next_start_index=start_index, nominating_mode=clear
+                )
             # Every node takes the PreFilter rejection (findNodesThatFitPod);
             # the cycle's status is Unschedulable with the FitError text
-            # (schedulingCycle).
+            # (schedulingCycle). Diagnosis.UnschedulablePlugins: the plugins
+            # whose PreFilterResult narrowed the nodes, and the rejecting one.
             result = ScheduleResult(
                 Status(Code.UNSCHEDULABLE, st.reasons, st.plugin),
                 next_start_index=start_index,
                 pre_filter_status=st,
-                unschedulable_plugins={st.plugin} if st.plugin else set(),
+                unschedulable_plugins=restricting | ({st.plugin} if st.plugin else set()),
             )
             self._post_filter(state, pod, result, {n: st for n in all_nodes.names})
             result.message = fit_error_message(
@@ -689,18 +876,42 @@ class Framework:
         if pf_result is not None and pf_result.node_names is not None:
             keep = [k for k, name in enumerate(all_nodes.names) if name in pf_result.node_names]
             candidates = all_nodes.take(keep)
-        num_to_find = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, len(candidates))
+        if self.score:
+            num_to_find = num_feasible_nodes_to_find(
+                self.percentage_of_nodes_to_score, len(candidates)
+            )
+        else:
+            # findNodesThatPassFilters: with neither scoring nor extender
+            # filters (Berth has no extenders) the first feasible node will do.
+            num_to_find = 1
         if explain:
             # A what-if explanation evaluates every node.
             num_to_find = len(candidates)
         outcome = self.find_feasible(state, pod, candidates, start_index, num_to_find)
         # findNodesThatFitPod: the walk wraps over the candidates, the next
-        # start over all nodes (len(allNodes)), even when PreFilter narrowed them.
+        # start over all nodes (len(allNodes)), even when PreFilter narrowed
+        # them, and it advances even when a Filter plugin failed.
         next_start = (start_index + outcome.processed) % num_all
         feasible = outcome.feasible
+        if outcome.error is not None:
+            return ScheduleResult(
+                outcome.error,
+                message=outcome.error.message,
+                next_start_index=next_start,
+                nominating_mode=clear,
+            )
 
         if len(feasible) == 0:
-            plugins = {s.plugin for s in outcome.rejected.values() if s.plugin and s.is_rejected}
+            # Diagnosis: the PreFilterResult plugins, then every plugin that
+            # rejected a node (AddPluginStatus); Pending ones also go to
+            # PendingPlugins.
+            plugins = set(restricting)
+            pending: set[str] = set()
+            for rejection in set(outcome.rejected.values()):
+                if rejection.plugin and rejection.is_rejected:
+                    plugins.add(rejection.plugin)
+                    if rejection.code is Code.PENDING:
+                        pending.add(rejection.plugin)
             # A FitError is Unschedulable whatever the per-node codes
             # (schedulingCycle); those stay in the diagnosis for PostFilter.
             result = ScheduleResult(
@@ -709,6 +920,7 @@ class Framework:
                 next_start_index=next_start,
                 rejected=outcome.rejected,
                 unschedulable_plugins=plugins,
+                pending_plugins=pending,
             )
             absent = None
             if len(candidates) < num_all:
@@ -733,11 +945,17 @@ class Framework:
         if len(feasible) == 1 and not explain:
             # schedulePod: one feasible node needs no scoring.
             result.node = feasible.names[0]
+        elif not self.score:
+            # prioritizeNodes: without score plugins (or extenders) neither
+            # PreScore nor Score runs and every node scores 1; the first node
+            # of the walk is what upstream's max-heap pops among equal scores.
+            result.node = feasible.names[0]
         else:
             st = self.run_pre_score(state, pod, feasible)
             if not st.is_success:
                 result.status = st
                 result.message = st.message
+                result.nominating_mode = clear
                 return result
             scores = self.run_score(state, pod, feasible)
             result.scores = scores
@@ -754,19 +972,23 @@ class Framework:
         result: ScheduleResult,
         rejected: Mapping[str, Status],
     ) -> None:
+        """schedulingAlgorithm after a FitError: no PostFilter plugins clears
+        the nominated node; otherwise the result PostFilter kept decides."""
         if not self.post_filter:
+            result.nominating_mode = NominatingMode.OVERRIDE
             return
         pf, st = self.run_post_filter(state, pod, rejected)
         result.post_filter_status = st
         if pf is not None:
+            result.nominating_mode = NominatingMode.OVERRIDE
             result.nominated_node = pf.nominated_node_name
 
     @staticmethod
     def _post_filter_msg(result: ScheduleResult) -> str:
+        """Diagnosis.PostFilterMsg: the message of RunPostFilterPlugins'
+        status, whatever its code."""
         st = result.post_filter_status
-        if st is None or st.is_success:
-            return ""
-        return st.message
+        return "" if st is None else st.message
 
     def _reserve_and_permit(self, state: CycleState, pod: PodInfo, result: ScheduleResult) -> None:
         """schedule_one.go, schedulingCycle after host selection."""
@@ -774,12 +996,14 @@ class Framework:
         result.reserve_status = st
         if not st.is_success:
             self.run_unreserve(state, pod, result.node)
+            result.nominating_mode = NominatingMode.OVERRIDE
             return
         st, waits = self.run_permit(state, pod, result.node)
         result.permit_status = st
         result.permit_timeouts = waits
         if not st.is_success and not st.is_wait:
             self.run_unreserve(state, pod, result.node)
+            result.nominating_mode = NominatingMode.OVERRIDE
 
 
 class _PluginCall:
@@ -814,7 +1038,7 @@ class _PluginCall:
                 log.exception("plugin %s failed at %s", self.plugin.name, self.point)
                 err = CycleError(
                     Status.error(
-                        f"running {self.point} plugin {self.plugin.name!r}: {exc!r}",
+                        plugin_error_message(self.point, self.plugin.name, repr(exc)),
                         self.plugin.name,
                     )
                 )

@@ -8,11 +8,19 @@ Two views of the same facts:
 
 Both are kept current incrementally: applying a delta costs O(objects in the
 delta), never O(cluster) (DESIGN.md, principle 3).
+
+Cycles walk the nodes in upstream's NodeTree order
+(pkg/scheduler/backend/cache/node_tree.go): nodes grouped by zone, the zones in
+the order they first got a node, nodes within a zone in the order they were
+added, listed round-robin across zones. Like upstream's snapshot
+(cache.UpdateSnapshot, updateNodeInfoSnapshotList), the walk order is rebuilt
+only when a node is added or removed; a node whose zone labels change moves
+in the tree, and the walk shows it at the next addition or removal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +31,28 @@ from plugins.framework.model import NodeInfo, PodInfo
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+
+# Zone and region labels (k8s.io/api/core/v1 well_known_labels.go); the
+# deprecated beta labels take precedence, as in GetZoneKey.
+LABEL_ZONE_BETA = "failure-domain.beta.kubernetes.io/zone"
+LABEL_ZONE = "topology.kubernetes.io/zone"
+LABEL_REGION_BETA = "failure-domain.beta.kubernetes.io/region"
+LABEL_REGION = "topology.kubernetes.io/region"
+
+
+def zone_key(labels: Mapping[str, str]) -> str:
+    """The node's failure zone as k8s.io/component-helpers/node/topology
+    GetZoneKey builds it: "" without zone and region labels, else
+    ``region + ":\\x00:" + zone``. A beta label that is present wins even when
+    empty."""
+    zone = labels[LABEL_ZONE_BETA] if LABEL_ZONE_BETA in labels else labels.get(LABEL_ZONE, "")
+    if LABEL_REGION_BETA in labels:
+        region = labels[LABEL_REGION_BETA]
+    else:
+        region = labels.get(LABEL_REGION, "")
+    if not region and not zone:
+        return ""
+    return region + ":\x00:" + zone
 
 
 class SnapshotError(ValueError):
@@ -147,6 +177,11 @@ class Snapshot:
         self._free: list[int] = []
         # Pods bound to a node the snapshot does not (yet) have.
         self._orphans: dict[str, dict[str, PodInfo]] = {}
+        # upstream's nodeTree: zone key -> slots of its nodes in insertion
+        # order; the dict keeps the zones in the order they appeared (a zone
+        # that empties is dropped, and comes back last).
+        self._zones: dict[str, list[int]] = {}
+        self._zone_of: dict[int, str] = {}
         self._order: IntArray | None = None
 
     # -- reading -------------------------------------------------------------
@@ -155,10 +190,25 @@ class Snapshot:
         return len(self.nodes)
 
     def node_order(self) -> IntArray:
-        """Slots of live nodes, in the order cycles walk them."""
+        """Slots of live nodes, in the order cycles walk them: upstream's
+        nodeTree.list(), round-robin across zones. Rebuilt lazily after a node
+        was added or removed, never on other changes."""
         if self._order is None:
-            self._order = np.flatnonzero(self.columns.valid[: len(self._slots)]).astype(np.int64)
+            self._order = self._tree_order()
         return self._order
+
+    def _tree_order(self) -> IntArray:
+        zones = [z for z in self._zones.values() if z]
+        if not zones:
+            return np.empty(0, dtype=np.int64)
+        if len(zones) == 1:
+            return np.asarray(zones[0], dtype=np.int64)
+        slots = np.concatenate([np.asarray(z, dtype=np.int64) for z in zones])
+        # Round k lists the k-th node of every zone that still has one, the
+        # zones in their order: sort by (position in zone, zone rank).
+        pos = np.concatenate([np.arange(len(z), dtype=np.int64) for z in zones])
+        rank = np.repeat(np.arange(len(zones), dtype=np.int64), [len(z) for z in zones])
+        return slots[np.lexsort((rank, pos))]
 
     def slot(self, i: int) -> NodeInfo:
         ni = self._slots[i]
@@ -201,6 +251,12 @@ class Snapshot:
         if ni is not None:
             ni.set_node(node)
             self.columns.write(ni)
+            zone = zone_key(node.labels)
+            if zone != self._zone_of[ni.index]:
+                # nodeTree.updateNode: the node leaves its zone and joins the
+                # new one last; the walk order is not rebuilt for it.
+                self._tree_remove(ni.index)
+                self._tree_add(ni.index, zone)
             return
         if self._free:
             index = self._free.pop()
@@ -215,6 +271,7 @@ class Snapshot:
         for pod in self._orphans.pop(node.name, {}).values():
             ni.add_pod(pod)
         self.columns.write(ni)
+        self._tree_add(index, zone_key(node.labels))
         self._order = None
 
     def _delete_node(self, name: str) -> None:
@@ -228,7 +285,19 @@ class Snapshot:
         self._slots[ni.index] = None
         self._free.append(ni.index)
         self.columns.clear(ni.index)
+        self._tree_remove(ni.index)
         self._order = None
+
+    def _tree_add(self, slot: int, zone: str) -> None:
+        self._zones.setdefault(zone, []).append(slot)
+        self._zone_of[slot] = zone
+
+    def _tree_remove(self, slot: int) -> None:
+        zone = self._zone_of.pop(slot)
+        members = self._zones[zone]
+        members.remove(slot)
+        if not members:
+            del self._zones[zone]
 
     def _upsert_pod(self, pod: pb.Pod) -> None:
         self._delete_pod(pod.uid)

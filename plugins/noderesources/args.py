@@ -53,10 +53,11 @@ class ResourceSpec(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
 
 class UtilizationShapePoint(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     """A point of the RequestedToCapacityRatio curve: utilization 0..100
-    maps to score 0..10."""
+    maps to score 0..10. A missing field is 0, as upstream decodes its
+    non-pointer int32 fields."""
 
-    utilization: int
-    score: int
+    utilization: int = 0
+    score: int = 0
 
 
 class RequestedToCapacityRatioParam(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
@@ -135,15 +136,18 @@ class NodeResourcesFitArgs(msgspec.Struct, rename="camel", forbid_unknown_fields
                     f"scoringStrategy.resources[{i}].weight: invalid value {spec.weight}: "
                     f"resource weight of {spec.name} not in valid range (0, {_MAX_WEIGHT}]"
                 )
+        # The param belongs to its type: required with it (its shape then
+        # checked), refused with any other.
         ratio = strategy.requested_to_capacity_ratio
-        if ratio is not None:
-            errors += _shape_errors(ratio.shape, "scoringStrategy.requestedToCapacityRatio.shape")
-        elif strategy.type == REQUESTED_TO_CAPACITY_RATIO:
-            # Upstream dereferences the missing param when it builds the
-            # plugin; refusing it here says why.
+        ratio_path = "scoringStrategy.requestedToCapacityRatio"
+        if strategy.type == REQUESTED_TO_CAPACITY_RATIO:
+            if ratio is None:
+                errors.append(f"{ratio_path}: required when type is {REQUESTED_TO_CAPACITY_RATIO}")
+            else:
+                errors += _shape_errors(ratio.shape, f"{ratio_path}.shape")
+        elif ratio is not None:
             errors.append(
-                "scoringStrategy.requestedToCapacityRatio: required when type is "
-                f"{REQUESTED_TO_CAPACITY_RATIO}"
+                f"{ratio_path}: must be nil when type is not {REQUESTED_TO_CAPACITY_RATIO}"
             )
         if errors:
             raise ValueError("; ".join(errors))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 import msgspec
@@ -16,6 +17,9 @@ from plugins.framework import (
     NodeInfo,
     PermitPlugin,
     PodInfo,
+    PostFilterPlugin,
+    PostFilterResult,
+    PreBindPlugin,
     PreFilterPlugin,
     PreFilterResult,
     PreScorePlugin,
@@ -192,9 +196,159 @@ class WaitPermit(PermitPlugin):
         return Status.success(), 0.0
 
 
+def _code_for(pod: PodInfo, name: str) -> Code | None:
+    """The code the pod's label ``<name>`` names (e.g. ``UNSCHEDULABLE``), if any."""
+    value = pod.proto.labels.get(name)
+    return None if value is None else Code[value]
+
+
+class CodePreFilter(PreFilterPlugin):
+    """PreFilter returns the code named by the pod's label ``<plugin name>``
+    with the reason "<name> says <CODE>"; Success otherwise. Logs each call."""
+
+    name = "CodePreFilter"
+
+    def pre_filter(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
+    ) -> tuple[PreFilterResult | None, Status]:
+        CallLog.calls.append(("PreFilter", self.name, ""))
+        code = _code_for(pod, self.name)
+        if code is None:
+            return None, Status.success()
+        return None, Status(code, (f"{self.name} says {code.name}",))
+
+
+class CodePreFilter2(CodePreFilter):
+    name = "CodePreFilter2"
+
+
+class CodePreFilter3(CodePreFilter):
+    name = "CodePreFilter3"
+
+
+class LabelErrorFilter(FilterPlugin):
+    """Error on nodes whose label ``error`` is ``yes``; logs each node it sees."""
+
+    name = "LabelErrorFilter"
+
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        CallLog.calls.append(("Filter", self.name, node.name))
+        if node.node.labels.get("error") == "yes":
+            return Status.error("disk on fire")
+        return Status.success()
+
+
+class PendingFilter(FilterPlugin):
+    """Pending on nodes labelled ``pending=yes``."""
+
+    name = "PendingFilter"
+
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        if node.node.labels.get("pending") == "yes":
+            return Status(Code.PENDING, ("waiting for a device",))
+        return Status.success()
+
+
+class NominatingPostFilter(PostFilterPlugin):
+    """Nominates the node named by the pod's label ``nominate`` while
+    answering the code named by its label ``NominatingPostFilter``
+    (Unschedulable by default)."""
+
+    name = "NominatingPostFilter"
+
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, rejected: Mapping[str, Status]
+    ) -> tuple[PostFilterResult | None, Status]:
+        code = _code_for(pod, self.name) or Code.UNSCHEDULABLE
+        node = pod.proto.labels.get("nominate")
+        result = None if node is None else PostFilterResult(node)
+        if code is Code.SUCCESS:
+            return result, Status.success()
+        return result, Status(code, (f"{self.name} could not help",))
+
+
+class QuietPostFilter(PostFilterPlugin):
+    """Unschedulable without a result."""
+
+    name = "QuietPostFilter"
+
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, rejected: Mapping[str, Status]
+    ) -> tuple[PostFilterResult | None, Status]:
+        return None, Status.unschedulable("preemption would not help")
+
+
+class RecordingPreScore(PreScorePlugin):
+    """Logs each PreScore call."""
+
+    name = "RecordingPreScore"
+
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> Status:
+        CallLog.calls.append(("PreScore", self.name, ""))
+        return Status.success()
+
+
+class ErrorPreScore(PreScorePlugin):
+    """Skip when the pod has label skip=yes, else an Error."""
+
+    name = "ErrorPreScore"
+
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> Status:
+        if pod.proto.labels.get("skip") == "yes":
+            return Status.skip()
+        return Status.error("no data")
+
+
+class FailingNormalize(ScorePlugin):
+    """Scores 50 everywhere; its NormalizeScore fails."""
+
+    name = "FailingNormalize"
+
+    def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
+        return 50
+
+    def normalize_score(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch, scores: ScoreArray
+    ) -> Status:
+        return Status.error("cannot normalise")
+
+
+class CodePreBind(PreBindPlugin):
+    """PreBind returns the code named by the pod's label ``CodePreBind``."""
+
+    name = "CodePreBind"
+
+    def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        code = _code_for(pod, self.name)
+        if code is None:
+            return Status.success()
+        return Status(code, (f"{self.name} says {code.name}",))
+
+
+class WaitPermit2(WaitPermit):
+    name = "WaitPermit2"
+
+    def permit(self, state: CycleState, pod: PodInfo, node_name: str) -> tuple[Status, float]:
+        if pod.proto.labels.get("permit") == "wait":
+            return Status(Code.WAIT, ("waiting for the gang",)), 30.0
+        return Status.success(), 0.0
+
+
 REGISTRY = {
     cls.name: cls
     for cls in (
+        CodePreFilter,
+        CodePreFilter2,
+        CodePreFilter3,
+        LabelErrorFilter,
+        PendingFilter,
+        NominatingPostFilter,
+        QuietPostFilter,
+        RecordingPreScore,
+        ErrorPreScore,
+        FailingNormalize,
+        CodePreBind,
+        WaitPermit2,
         Sort,
         Binder,
         RejectLabel,
@@ -222,6 +376,8 @@ def profile(
     reserve: tuple[str, ...] = (),
     permit: tuple[str, ...] = (),
     percentage: int | None = None,
+    post_filter: tuple[str, ...] = (),
+    pre_bind: tuple[str, ...] = (),
 ) -> ProfileConfig:
     return ProfileConfig(
         scheduler_name=name,
@@ -229,10 +385,12 @@ def profile(
             "queueSort": (PluginRef("Sort"),),
             "preFilter": tuple(PluginRef(n) for n in pre_filter),
             "filter": tuple(PluginRef(n) for n in filter),
+            "postFilter": tuple(PluginRef(n) for n in post_filter),
             "preScore": tuple(PluginRef(n) for n in pre_score),
             "score": tuple(PluginRef(n, w) for n, w in score),
             "reserve": tuple(PluginRef(n) for n in reserve),
             "permit": tuple(PluginRef(n) for n in permit),
+            "preBind": tuple(PluginRef(n) for n in pre_bind),
             "bind": (PluginRef("Binder"),),
         },
         percentage_of_nodes_to_score=percentage,

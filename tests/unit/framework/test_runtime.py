@@ -11,12 +11,14 @@ import pytest
 
 from berth.v1 import cluster_pb2 as cpb
 from berth.v1 import scheduling_pb2 as pb
-from plugins.framework import Code, CycleState, Status
+from plugins.framework import Code, CycleState, PostFilterResult, Status
 from plugins.framework.runtime import (
     CycleError,
     Framework,
+    NominatingMode,
     ProfileError,
     fit_error_message,
+    go_quote,
     num_feasible_nodes_to_find,
     select_host,
 )
@@ -60,7 +62,8 @@ def test_profile_without_bind_plugin_is_refused() -> None:
 
 
 def test_plugin_at_point_it_does_not_implement_is_refused() -> None:
-    with pytest.raises(ProfileError, match="LabelScore does not extend filter plugin"):
+    """updatePluginList: the plugin named as Go's %q prints it."""
+    with pytest.raises(ProfileError, match='plugin "LabelScore" does not extend filter plugin'):
         fw(filter=("LabelScore",))
 
 
@@ -138,13 +141,17 @@ def test_normalize_then_range_check_then_weight() -> None:
 
 
 def test_score_out_of_range_after_normalize_is_an_error() -> None:
+    """RunScorePlugins: upstream's message names the plugin and the score, not
+    the node (this test used to expect Berth's node name in it)."""
     snap = snapshot_of(nodes(("a", {"score": "10"}), ("b", {"score": "51"})))
     f = fw(score=(("DoubleNormalize", 1),))
     with pytest.raises(CycleError) as err:
         f.run_score(CycleState(), make_pod().info(), snap.all_nodes())
     assert err.value.status.code is Code.ERROR
-    assert "invalid score 102" in err.value.status.message
-    assert "'b'" in err.value.status.message
+    assert err.value.status.message == (
+        'applying score defaultWeights on Score plugins: plugin "DoubleNormalize" returns an '
+        "invalid score 102, it should in the range of [0, 100] after normalizing"
+    )
 
 
 def test_negative_score_is_an_error() -> None:
@@ -289,10 +296,298 @@ def test_no_nodes_is_unresolvable_and_a_fit_error_is_unschedulable() -> None:
 
 def test_a_plugin_that_raises_fails_the_cycle_with_an_error_naming_it() -> None:
     """A Python exception in a plugin is the plugin's Error status (upstream:
-    a plugin returning an error), not a crash of the server."""
+    a plugin returning an error), not a crash of the server. Worded as
+    RunScorePlugins wraps a Score error (this test used to expect Berth's own
+    "running Score plugin 'X'" wording)."""
     snap = snapshot_of(nodes(("a", {}), ("b", {})))
     r = fw(score=(("RaisingScore", 1),)).schedule(snap, CycleState(), make_pod().info())
     assert r.node == ""
     assert r.status.code is Code.ERROR
     assert r.status.plugin == "RaisingScore"
-    assert r.message == "running Score plugin 'RaisingScore': RuntimeError('kaput')"
+    assert r.message == (
+        "running Score plugins: plugin \"RaisingScore\" failed with: RuntimeError('kaput')"
+    )
+
+
+# -- upstream v1.36 semantics: schedulePod, findNodesThatFitPod ---------------
+
+
+def test_find_nodes_that_pass_filters_stops_at_the_first_feasible_node_without_scoring() -> None:
+    """findNodesThatPassFilters: with no score plugins (and no extenders)
+    numNodesToFind is 1, so the walk stops at the first feasible node."""
+    specs = [
+        (f"n{i:03d}", {"reject": "RejectLabel"} if i in (10, 11, 12) else {}) for i in range(200)
+    ]
+    snap = snapshot_of(nodes(*specs))
+    r = fw(filter=("RejectLabel",)).schedule(snap, CycleState(), make_pod().info(), start_index=10)
+    assert (r.node, r.feasible, r.evaluated, r.next_start_index) == ("n013", 1, 4, 14)
+    # With a score plugin the same cycle looks for numFeasibleNodesToFind nodes.
+    scored = fw(filter=("RejectLabel",), score=(("LabelScore", 1),))
+    r = scored.schedule(snap, CycleState(), make_pod().info(), start_index=10)
+    assert (r.feasible, r.evaluated) == (100, 103)
+
+
+def test_prioritize_nodes_without_score_plugins_runs_no_pre_score() -> None:
+    """prioritizeNodes: without score plugins neither PreScore nor Score runs;
+    every node scores 1 and the first of the walk is chosen."""
+    CallLog.reset()
+    snap = snapshot_of(nodes(("a", {}), ("b", {}), ("c", {})))
+    f = fw(pre_score=("RecordingPreScore",))
+    r = f.schedule(snap, CycleState(), make_pod().info(), start_index=1, explain=True)
+    assert (r.node, r.feasible, r.scores) == ("b", 3, None)
+    r = f.schedule(snap, CycleState(), make_pod().info(), start_index=2)
+    assert (r.node, r.evaluated) == ("c", 1)
+    assert not [c for c in CallLog.calls if c[0] == "PreScore"]
+    # With a score plugin PreScore runs.
+    with_score = fw(pre_score=("RecordingPreScore",), score=(("LabelScore", 1),))
+    with_score.schedule(snap, CycleState(), make_pod().info())
+    assert ("PreScore", "RecordingPreScore", "") in CallLog.calls
+
+
+def test_find_nodes_that_fit_pod_walks_the_node_tree_order() -> None:
+    """findNodesThatFitPod walks the snapshot's node list, which is
+    nodeTree.list(): zones interleaved round-robin."""
+    zone = "topology.kubernetes.io/zone"
+    snap = snapshot_of(
+        [
+            make_node(name).capacity(cpu="4").label(zone, z).obj()
+            for name, z in (("a1", "z1"), ("a2", "z1"), ("b1", "z2"), ("b2", "z2"), ("c1", "z3"))
+        ]
+    )
+    assert snap.all_nodes().names == ["a1", "b1", "c1", "a2", "b2"]
+    f = fw()
+    picks = [
+        f.schedule(snap, CycleState(), make_pod().info(), start_index=i).node for i in range(5)
+    ]
+    assert picks == ["a1", "b1", "c1", "a2", "b2"]
+
+
+def test_run_pre_filter_plugins_unschedulable_lets_the_remaining_plugins_run() -> None:
+    """RunPreFilterPlugins: Unschedulable does not stop the loop; the status
+    returned is the last Unschedulable one, as the plugin returned it."""
+    CallLog.reset()
+    snap = snapshot_of(nodes(("a", {})))
+    f = fw(pre_filter=("CodePreFilter", "CodePreFilter2", "CodePreFilter3"))
+    pod = make_pod().labels(CodePreFilter="UNSCHEDULABLE", CodePreFilter3="UNSCHEDULABLE").info()
+    _, st = f.run_pre_filter(CycleState(), pod, snap.all_nodes())
+    assert [c[1] for c in CallLog.calls] == ["CodePreFilter", "CodePreFilter2", "CodePreFilter3"]
+    assert st == Status(
+        Code.UNSCHEDULABLE, ("CodePreFilter3 says UNSCHEDULABLE",), "CodePreFilter3"
+    )
+
+
+def test_run_pre_filter_plugins_unresolvable_stops_the_loop() -> None:
+    CallLog.reset()
+    snap = snapshot_of(nodes(("a", {})))
+    f = fw(pre_filter=("CodePreFilter", "CodePreFilter2", "CodePreFilter3"))
+    pod = make_pod().labels(
+        CodePreFilter="UNSCHEDULABLE", CodePreFilter2="UNSCHEDULABLE_AND_UNRESOLVABLE"
+    )
+    _, st = f.run_pre_filter(CycleState(), pod.info(), snap.all_nodes())
+    assert [c[1] for c in CallLog.calls] == ["CodePreFilter", "CodePreFilter2"]
+    assert (st.code, st.plugin) == (Code.UNSCHEDULABLE_AND_UNRESOLVABLE, "CodePreFilter2")
+
+
+def test_run_pre_filter_plugins_pending_is_an_error() -> None:
+    """RunPreFilterPlugins: any code but Success, Skip, Unschedulable and
+    UnschedulableAndUnresolvable (Pending included) is an Error naming the
+    plugin as Go's %q prints it."""
+    CallLog.reset()
+    snap = snapshot_of(nodes(("a", {})))
+    f = fw(pre_filter=("CodePreFilter2", "CodePreFilter3"))
+    pod = make_pod().labels(CodePreFilter2="PENDING", CodePreFilter3="UNSCHEDULABLE").info()
+    _, st = f.run_pre_filter(CycleState(), pod, snap.all_nodes())
+    assert [c[1] for c in CallLog.calls] == ["CodePreFilter2"]
+    assert st == Status(
+        Code.ERROR,
+        ('running PreFilter plugin "CodePreFilter2": CodePreFilter2 says PENDING',),
+        "CodePreFilter2",
+    )
+    r = f.schedule(snap, CycleState(), pod)
+    assert r.status.code is Code.ERROR and r.pre_filter_status is None
+
+
+@pytest.mark.parametrize("code", ["UNSCHEDULABLE_AND_UNRESOLVABLE", "PENDING", "UNSCHEDULABLE"])
+def test_run_pre_filter_plugins_saves_the_skip_set_whatever_the_outcome(code: str) -> None:
+    snap = snapshot_of(nodes(("a", {})))
+    f = fw(pre_filter=("SkipPreFilter", "CodePreFilter"))
+    pod = make_pod().labels(skip="yes", CodePreFilter=code).info()
+    state = CycleState()
+    _, st = f.run_pre_filter(state, pod, snap.all_nodes())
+    assert not st.is_success
+    assert state.skip_filter_plugins == {"SkipPreFilter"}
+
+
+def test_run_pre_filter_plugins_names_conflicting_result_plugins_sorted() -> None:
+    """RunPreFilterPlugins: sets.List(pluginsWithNodes) is sorted."""
+    snap = snapshot_of(nodes(("a", {}), ("b", {})))
+    f = fw(pre_filter=("OnlyNodes2", "OnlyNodes"))
+    pod = make_pod().label("OnlyNodes", "a").label("OnlyNodes2", "b").info()
+    _, st = f.run_pre_filter(CycleState(), pod, snap.all_nodes())
+    assert st.message == "node(s) didn't satisfy plugin(s) [OnlyNodes OnlyNodes2] simultaneously"
+
+
+def test_find_nodes_that_fit_pod_prefilter_rejection_is_a_fit_error() -> None:
+    """findNodesThatFitPod: a rejecting PreFilter status becomes every node's
+    status and the PreFilterMsg; UnschedulablePlugins holds the plugins whose
+    PreFilterResult narrowed the nodes and the rejecting plugin."""
+    snap = snapshot_of(nodes(("a", {}), ("b", {})))
+    f = fw(pre_filter=("OnlyNodes", "CodePreFilter"))
+    pod = make_pod().label("OnlyNodes", "a").labels(CodePreFilter="UNSCHEDULABLE").info()
+    r = f.schedule(snap, CycleState(), pod)
+    assert r.status.code is Code.UNSCHEDULABLE
+    assert r.message == "0/2 nodes are available: CodePreFilter says UNSCHEDULABLE."
+    assert r.unschedulable_plugins == {"OnlyNodes", "CodePreFilter"}
+    # An empty intersection names its plugins too (the status has none).
+    f = fw(pre_filter=("OnlyNodes", "OnlyNodes2"))
+    pod = make_pod().label("OnlyNodes", "a").label("OnlyNodes2", "b").info()
+    r = f.schedule(snap, CycleState(), pod)
+    assert r.unschedulable_plugins == {"OnlyNodes", "OnlyNodes2"}
+
+
+def test_find_nodes_that_fit_pod_unschedulable_plugins_include_prefilter_result_plugins() -> None:
+    """Diagnosis.UnschedulablePlugins starts from RunPreFilterPlugins' plugins
+    with a PreFilterResult, then every plugin that rejected a node; Pending
+    rejections also go to PendingPlugins."""
+    snap = snapshot_of(
+        nodes(("a", {"reject": "RejectLabel"}), ("b", {"pending": "yes"}), ("c", {}))
+    )
+    f = fw(pre_filter=("OnlyNodes",), filter=("RejectLabel", "PendingFilter"))
+    r = f.schedule(snap, CycleState(), make_pod().label("OnlyNodes", "a.b").info())
+    assert r.unschedulable_plugins == {"OnlyNodes", "RejectLabel", "PendingFilter"}
+    assert r.pending_plugins == {"PendingFilter"}
+
+
+def test_find_nodes_that_fit_pod_filter_error_still_advances_the_next_start_index() -> None:
+    """findNodesThatFitPod advances nextStartNodeIndex by the nodes processed
+    (feasible or rejected) before a Filter Error stopped the walk."""
+    specs: list[tuple[str, dict[str, str]]] = [(f"n{i}", {}) for i in range(10)]
+    specs[2] = ("n2", {"reject": "RejectLabel"})
+    specs[4] = ("n4", {"error": "yes"})
+    snap = snapshot_of(nodes(*specs))
+    f = fw(filter=("RejectLabel", "LabelErrorFilter"), score=(("LabelScore", 1),))
+    r = f.schedule(snap, CycleState(), make_pod().info(), start_index=1)
+    assert r.status == Status(
+        Code.ERROR, ('running "LabelErrorFilter" filter plugin: disk on fire',), "LabelErrorFilter"
+    )
+    # n1 (feasible), n2 (rejected), n3 (feasible) were processed; n4 failed.
+    assert r.next_start_index == 4
+    assert r.nominating_mode is NominatingMode.OVERRIDE
+    # A walk that has found enough nodes before the failing one never meets it.
+    r = fw(filter=("LabelErrorFilter",)).schedule(snap, CycleState(), make_pod().info())
+    assert (r.status.code, r.node, r.next_start_index) == (Code.SUCCESS, "n0", 1)
+
+
+def test_run_filter_plugins_error_names_the_plugin_as_go_quotes_it() -> None:
+    """RunFilterPlugins: `running %q filter plugin: %w`."""
+    snap = snapshot_of(nodes(("a", {})))
+    with pytest.raises(CycleError) as err:
+        fw(filter=("ErrorFilter",)).run_filter(CycleState(), make_pod().info(), snap.all_nodes())
+    assert err.value.status.message == 'running "ErrorFilter" filter plugin: boom'
+
+
+def test_run_post_filter_plugins_keeps_the_nomination_of_an_unschedulable_result() -> None:
+    """RunPostFilterPlugins: the last non-noop result is returned even with
+    the final Unschedulable status; reasons combine under the first plugin."""
+    snap = snapshot_of(nodes(("a", {"reject": "RejectLabel"}), ("b", {"reject": "RejectLabel"})))
+    f = fw(filter=("RejectLabel",), post_filter=("NominatingPostFilter", "QuietPostFilter"))
+    pod = make_pod().labels(nominate="b").info()
+    res, st = f.run_post_filter(CycleState(), pod, {})
+    assert res == PostFilterResult("b")
+    assert st == Status(
+        Code.UNSCHEDULABLE,
+        ("NominatingPostFilter could not help", "preemption would not help"),
+        "NominatingPostFilter",
+    )
+    r = f.schedule(snap, CycleState(), pod)
+    assert (r.nominated_node, r.nominating_mode) == ("b", NominatingMode.OVERRIDE)
+    assert r.message == (
+        "0/2 nodes are available: 2 rejected by RejectLabel. "
+        "NominatingPostFilter could not help, preemption would not help"
+    )
+    # An Error ends the loop without a result, its message unwrapped.
+    error_pod = make_pod().labels(nominate="b", NominatingPostFilter="ERROR").info()
+    res, st = f.run_post_filter(CycleState(), error_pod, {})
+    assert res is None
+    assert st == Status(
+        Code.ERROR, ("NominatingPostFilter could not help",), "NominatingPostFilter"
+    )
+
+
+def test_scheduling_algorithm_clears_the_nomination_without_a_post_filter_result() -> None:
+    """schedulingAlgorithm: a FitError without PostFilter plugins clears the
+    nominated node (clearNominatedNode); PostFilter plugins that return no
+    result leave it alone (ModeNoop)."""
+    snap = snapshot_of(nodes(("a", {"reject": "RejectLabel"})))
+    r = fw(filter=("RejectLabel",)).schedule(snap, CycleState(), make_pod().info())
+    assert (r.nominated_node, r.nominating_mode) == ("", NominatingMode.OVERRIDE)
+    f = fw(filter=("RejectLabel",), post_filter=("QuietPostFilter",))
+    r = f.schedule(snap, CycleState(), make_pod().info())
+    assert (r.nominated_node, r.nominating_mode) == ("", NominatingMode.NOOP)
+
+
+def test_run_pre_bind_plugins_skip_is_an_error() -> None:
+    """RunPreBindPlugins: only plugins PreBindPreFlight skipped are passed
+    over; a Skip from PreBind itself is neither Success nor a rejection."""
+    f = fw(pre_bind=("CodePreBind",))
+    st = f.run_pre_bind(CycleState(), make_pod().labels(CodePreBind="SKIP").info(), "a")
+    assert st == Status(
+        Code.ERROR, ('running PreBind plugin "CodePreBind": CodePreBind says SKIP',), "CodePreBind"
+    )
+    st = f.run_pre_bind(CycleState(), make_pod().labels(CodePreBind="UNSCHEDULABLE").info(), "a")
+    assert st == Status(Code.UNSCHEDULABLE, ("CodePreBind says UNSCHEDULABLE",), "CodePreBind")
+    assert f.run_pre_bind(CycleState(), make_pod().info(), "a").is_success
+
+
+def test_run_permit_plugins_wait_status_keeps_the_plugin_reasons() -> None:
+    """RunPermitPlugins: the returned Wait status is the last waiting
+    plugin's, with upstream's sentence appended."""
+    snap = snapshot_of(nodes(("a", {})))
+    f = fw(permit=("WaitPermit", "WaitPermit2"))
+    r = f.schedule(
+        snap, CycleState(), make_pod().labels(permit="wait").info(), reserve_and_permit=True
+    )
+    assert r.permit_status == Status(
+        Code.WAIT,
+        ("waiting for the gang", "one or more plugins asked to wait and no plugin rejected pod"),
+    )
+    assert r.permit_timeouts == {"WaitPermit": 900.0, "WaitPermit2": 30.0}
+
+
+def test_run_pre_score_plugins_error_and_skip_set() -> None:
+    """RunPreScorePlugins: `running PreScore plugin %q: %w`; the Skip set is
+    saved even when a later plugin fails."""
+    snap = snapshot_of(nodes(("a", {})))
+    f = fw(pre_score=("SkipPreScore", "ErrorPreScore"), score=(("SkipPreScore", 1),))
+    state = CycleState()
+    st = f.run_pre_score(state, make_pod().info(), snap.all_nodes())
+    assert st.message == 'running PreScore plugin "ErrorPreScore": no data'
+    assert state.skip_score_plugins == {"SkipPreScore"}
+
+
+def test_run_score_plugins_normalize_error_is_wrapped_as_upstream() -> None:
+    """RunScorePlugins: `running Normalize on Score plugins: plugin %q failed
+    with: %w`."""
+    snap = snapshot_of(nodes(("a", {}), ("b", {})))
+    with pytest.raises(CycleError) as err:
+        fw(score=(("FailingNormalize", 1),)).run_score(
+            CycleState(), make_pod().info(), snap.all_nodes()
+        )
+    assert err.value.status.message == (
+        'running Normalize on Score plugins: plugin "FailingNormalize" failed with: '
+        "cannot normalise"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("NodeResourcesFit", '"NodeResourcesFit"'),
+        ('a"b\\c', '"a\\"b\\\\c"'),
+        ("tab\tnew\nbell\a", '"tab\\tnew\\nbell\\a"'),
+        ("\x01\x7f", '"\\x01\\x7f"'),
+        ("é\u200b", '"é\\u200b"'),
+    ],
+)
+def test_go_quote_prints_like_strconv_quote(text: str, want: str) -> None:
+    assert go_quote(text) == want

@@ -10,7 +10,7 @@ import pytest
 
 from berth.v1 import cluster_pb2 as pb
 from plugins.framework.model import PodInfo, pod_requests
-from plugins.framework.snapshot import Snapshot, SnapshotError
+from plugins.framework.snapshot import Snapshot, SnapshotError, zone_key
 from plugins.framework.testing import make_node, make_pod, snapshot_of
 
 
@@ -141,3 +141,77 @@ def test_node_order_is_stable_and_skips_deleted_slots() -> None:
     snap.apply(delta(delete_nodes=["n2"]))
     assert snap.all_nodes().names == ["n0", "n1", "n3", "n4"]
     assert np.array_equal(snap.node_order(), np.array([0, 1, 3, 4]))
+
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+def zoned(name: str, zone: str = "", **labels: str) -> pb.Node:
+    node = make_node(name).capacity(cpu="1").labels(**labels)
+    if zone:
+        node.label(ZONE, zone)
+    return node.obj()
+
+
+def test_node_tree_list_interleaves_zones_round_robin() -> None:
+    """node_tree.go, list(): one node of each zone per round, the zones in the
+    order they appeared, each zone's nodes in the order they were added."""
+    snap = snapshot_of(
+        [zoned("a1", "z1"), zoned("a2", "z1"), zoned("a3", "z1"), zoned("b1", "z2"), zoned("c1")]
+    )
+    assert snap.all_nodes().names == ["a1", "b1", "c1", "a2", "a3"]
+    snap.apply(delta(upsert_nodes=[zoned("b2", "z2")]))
+    assert snap.all_nodes().names == ["a1", "b1", "c1", "a2", "b2", "a3"]
+    check_columns_match_nodeinfos(snap)
+
+
+def test_node_tree_remove_node_keeps_the_others_in_order() -> None:
+    """removeNode/removeZone: the rest keep their order; a zone emptied and
+    filled again comes back as the last zone; a new node never takes a freed
+    node's place in the walk (Berth reuses the freed column slot)."""
+    snap = snapshot_of([zoned("a1", "z1"), zoned("b1", "z2"), zoned("a2", "z1"), zoned("c1", "z3")])
+    assert snap.all_nodes().names == ["a1", "b1", "c1", "a2"]
+    snap.apply(delta(delete_nodes=["b1"]))
+    assert snap.all_nodes().names == ["a1", "c1", "a2"]
+    snap.apply(delta(upsert_nodes=[zoned("b1", "z2")]))
+    assert snap.all_nodes().names == ["a1", "c1", "b1", "a2"]
+    plain = snapshot_of([zoned(f"n{i}") for i in range(5)])
+    plain.apply(delta(delete_nodes=["n2"]))
+    plain.apply(delta(upsert_nodes=[zoned("n5")]))
+    assert plain.all_nodes().names == ["n0", "n1", "n3", "n4", "n5"]
+    assert plain.nodes["n5"].index == 2
+    check_columns_match_nodeinfos(plain)
+
+
+def test_node_tree_update_node_moves_zones_at_the_next_list() -> None:
+    """updateNode moves a node whose zone changed to the end of its new zone;
+    the snapshot's node list (updateNodeInfoSnapshotList) is rebuilt only when
+    a node is added or removed, so the move shows then."""
+    snap = snapshot_of([zoned("a1", "z1"), zoned("b1", "z2"), zoned("a2", "z1")])
+    assert snap.all_nodes().names == ["a1", "b1", "a2"]
+    snap.apply(delta(upsert_nodes=[zoned("a1", "z2")]))
+    assert snap.all_nodes().names == ["a1", "b1", "a2"]
+    snap.apply(delta(upsert_nodes=[zoned("c1")]))
+    assert snap.all_nodes().names == ["a2", "b1", "c1", "a1"]
+
+
+@pytest.mark.parametrize(
+    ("labels", "want"),
+    [
+        ({}, ""),
+        ({ZONE: "z1"}, ":\x00:z1"),
+        ({"topology.kubernetes.io/region": "r1"}, "r1:\x00:"),
+        (
+            {
+                ZONE: "ga",
+                "failure-domain.beta.kubernetes.io/zone": "beta",
+                "topology.kubernetes.io/region": "r",
+            },
+            "r:\x00:beta",
+        ),
+        ({ZONE: "ga", "failure-domain.beta.kubernetes.io/zone": ""}, ""),
+    ],
+)
+def test_get_zone_key(labels: dict[str, str], want: str) -> None:
+    """component-helpers node/topology GetZoneKey: beta labels win when present."""
+    assert zone_key(labels) == want
