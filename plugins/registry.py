@@ -10,13 +10,17 @@ from plugins.nodename import NodeName
 from plugins.noderesources import Fit
 from plugins.nodeunschedulable import NodeUnschedulable
 from plugins.queuesort import PrioritySort
+from plugins.schedulinggates import SchedulingGates
+from plugins.tainttoleration import TaintToleration
 
 __all__ = ["REGISTRY"]
 
 REGISTRY: dict[str, type[Plugin]] = {
+    "SchedulingGates": SchedulingGates,
     "PrioritySort": PrioritySort,
     "NodeResourcesFit": Fit,
     "NodeName": NodeName,
     "NodeUnschedulable": NodeUnschedulable,
+    "TaintToleration": TaintToleration,
     "DefaultBinder": DefaultBinder,
 }

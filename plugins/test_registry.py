@@ -25,6 +25,8 @@ def test_registry_holds_upstream_names() -> None:
         "NodeName",
         "NodeUnschedulable",
         "DefaultBinder",
+        "SchedulingGates",
+        "TaintToleration",
     }
 
 

@@ -84,7 +84,13 @@ async def test_a_cycle_rpc_by_rpc(default_server: RunningServer) -> None:
                 profile=PROFILE, state=at, pod=pod, cycle=prescore.cycle, nodes=filt.feasible
             )
         )
-        assert [p.plugin for p in score.plugins] == ["NodeResourcesFit"]
+        # Every Score plugin of the profile, in its order, as DescribeProfiles lists them.
+        profiles = await stub.DescribeProfiles(pb.DescribeProfilesRequest())
+        prof = next(p for p in profiles.profiles if p.scheduler_name == PROFILE)
+        score_point = next(ep for ep in prof.extension_points if ep.name == "score")
+        assert [p.plugin for p in score.plugins] == [p.name for p in score_point.plugins]
+        assert "NodeResourcesFit" in [p.plugin for p in score.plugins]
+        max_total = 100 * sum(p.weight for p in score_point.plugins)
         norm = await stub.NormalizeScore(
             pb.NormalizeScoreRequest(
                 profile=PROFILE,
@@ -95,7 +101,7 @@ async def test_a_cycle_rpc_by_rpc(default_server: RunningServer) -> None:
                 plugins=score.plugins,
             )
         )
-        assert len(norm.totals) == 1 and 0 < norm.totals[0] <= 100
+        assert len(norm.totals) == 1 and 0 < norm.totals[0] <= max_total
 
         node = pb.NodeRequest(profile=PROFILE, state=at, pod=pod, cycle=prescore.cycle, node="big")
         assert (await stub.Reserve(node)).status.code == pb.CODE_SUCCESS

@@ -1,0 +1,253 @@
+"""TaintToleration: keep pods off nodes whose taints they do not tolerate, and
+prefer nodes with fewer untolerated PreferNoSchedule taints.
+
+Port of pkg/scheduler/framework/plugins/tainttoleration/taint_toleration.go
+at v1.36 (Filter, PreScore, Score, NormalizeScore). Toleration matching is
+upstream's Toleration.ToleratesTaint, shared in plugins/framework/tolerations.py;
+the alpha Lt/Gt operators (feature gate TaintTolerationComparisonOperators,
+off by default in v1.36) match nothing, as upstream with the gate off.
+
+Not served: EnqueueExtensions (requeue hints belong to the caller's queue) and
+SignPod (upstream's pod signatures for batched scheduling; Berth has no such
+extension point).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+import msgspec
+import numpy as np
+
+from plugins.framework.cycle_state import CycleState, StateError, StateKey
+from plugins.framework.interfaces import (
+    MAX_NODE_SCORE,
+    FilterPlugin,
+    NodeVerdicts,
+    PreScorePlugin,
+    ScoreArray,
+    ScorePlugin,
+)
+from plugins.framework.model import NodeInfo, PodInfo
+from plugins.framework.snapshot import NodeBatch
+from plugins.framework.status import SUCCESS, Status
+from plugins.framework.tolerations import (
+    EFFECT_NO_EXECUTE,
+    EFFECT_NO_SCHEDULE,
+    EFFECT_PREFER_NO_SCHEDULE,
+    TaintLike,
+    TolerationLike,
+    tolerations_tolerate_taint,
+)
+
+__all__ = [
+    "ERR_REASON_UNTOLERATED",
+    "NAME",
+    "PRE_SCORE_STATE_KEY",
+    "PreScoreState",
+    "TaintToleration",
+    "TolerationRecord",
+    "count_intolerable_prefer_no_schedule",
+    "default_normalize_score",
+    "find_untolerated_taint",
+    "prefer_no_schedule_tolerations",
+]
+
+NAME = "TaintToleration"
+
+# taint_toleration.go, Filter, as of v1.36. It names no taint: taint keys and
+# values may be sensitive, so upstream only logs the taint
+# (kubernetes/kubernetes#134740, late 2025; releases before it printed
+# "node(s) had untolerated taint {key: value}"). Every rejected node thus
+# shares one reason.
+ERR_REASON_UNTOLERATED = "node(s) had untolerated taint(s)"
+
+# Preemption cannot remove a taint: every rejection is unresolvable.
+_REJECTED = Status.unresolvable(ERR_REASON_UNTOLERATED)
+
+# helper.DoNotScheduleTaintsFilterFunc: the effects Filter looks at.
+_DO_NOT_SCHEDULE = frozenset({EFFECT_NO_SCHEDULE, EFFECT_NO_EXECUTE})
+
+
+class TolerationRecord(msgspec.Struct, frozen=True, array_like=True):
+    """A toleration as CycleState carries it: the fields matching reads
+    (tolerationSeconds plays no part in scheduling)."""
+
+    key: str
+    operator: str
+    value: str
+    effect: str
+
+
+class PreScoreState(msgspec.Struct):
+    """taint_toleration.go, preScoreState: the pod's tolerations that can
+    tolerate a PreferNoSchedule taint."""
+
+    tolerations_prefer_no_schedule: list[TolerationRecord]
+
+
+# Upstream's key: "PreScore" + the plugin name.
+PRE_SCORE_STATE_KEY = StateKey("PreScore" + NAME, PreScoreState)
+
+
+def find_untolerated_taint(
+    taints: Iterable[TaintLike], tolerations: Iterable[TolerationLike]
+) -> TaintLike | None:
+    """The first NoSchedule or NoExecute taint no toleration matches, or None:
+    upstream's FindMatchingUntoleratedTaint with DoNotScheduleTaintsFilterFunc
+    (k8s.io/component-helpers/scheduling/corev1/helpers.go)."""
+    tols = list(tolerations)
+    for taint in taints:
+        if taint.effect in _DO_NOT_SCHEDULE and not tolerations_tolerate_taint(tols, taint):
+            return taint
+    return None
+
+
+def prefer_no_schedule_tolerations(
+    tolerations: Iterable[TolerationLike],
+) -> list[TolerationRecord]:
+    """taint_toleration.go, getAllTolerationPreferNoSchedule: tolerations whose
+    effect is PreferNoSchedule or empty (an empty effect matches every effect)."""
+    return [
+        TolerationRecord(t.key, t.operator, t.value, t.effect)
+        for t in tolerations
+        if not t.effect or t.effect == EFFECT_PREFER_NO_SCHEDULE
+    ]
+
+
+def count_intolerable_prefer_no_schedule(
+    taints: Iterable[TaintLike], tolerations: Iterable[TolerationLike]
+) -> int:
+    """taint_toleration.go, countIntolerableTaintsPreferNoSchedule: how many
+    PreferNoSchedule taints no toleration matches. Other effects never count."""
+    tols = list(tolerations)
+    return sum(
+        1
+        for taint in taints
+        if taint.effect == EFFECT_PREFER_NO_SCHEDULE and not tolerations_tolerate_taint(tols, taint)
+    )
+
+
+def default_normalize_score(max_priority: int, reverse: bool, scores: ScoreArray) -> None:
+    """Upstream's helper.DefaultNormalizeScore
+    (pkg/scheduler/framework/plugins/helper/normalize_score.go), in place:
+    scale [0, max(scores)] to [0, max_priority] with Go's truncating integer
+    division; ``reverse`` then subtracts from max_priority. When the largest
+    score is 0 (or below) nothing is scaled, and ``reverse`` gives every node
+    max_priority."""
+    if len(scores) == 0:
+        return
+    max_count = max(int(scores.max()), 0)
+    if max_count == 0:
+        if reverse:
+            scores[:] = max_priority
+        return
+    product = scores * max_priority
+    # Go's "/" truncates toward zero; numpy's "//" floors.
+    scaled = np.abs(product) // max_count
+    scaled = np.where(product < 0, -scaled, scaled)
+    if reverse:
+        scaled = max_priority - scaled
+    scores[:] = scaled
+
+
+def _read_pre_score_state(state: CycleState) -> PreScoreState:
+    """taint_toleration.go, getPreScoreState: Score needs PreScore's state."""
+    try:
+        return state.read(PRE_SCORE_STATE_KEY)
+    except StateError as exc:
+        raise StateError(
+            f'failed to read "{PRE_SCORE_STATE_KEY.name}" from cycleState: {exc}'
+        ) from exc
+
+
+class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin):
+    name: ClassVar[str] = NAME
+
+    # -- Filter ---------------------------------------------------------------
+
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        """taint_toleration.go, Filter: a NoSchedule or NoExecute taint the pod
+        does not tolerate rejects the node, UnschedulableAndUnresolvable."""
+        if find_untolerated_taint(node.node.taints, pod.proto.tolerations) is None:
+            return SUCCESS
+        return _REJECTED
+
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
+        """The batch form loops over the nodes (taints are not snapshot
+        columns), skipping untainted nodes at once and deciding each distinct
+        taint once per call: many nodes usually share a few taints."""
+        tolerations = list(pod.proto.tolerations)
+        tolerated: dict[tuple[str, str, str], bool] = {}
+        rejected = np.zeros(len(nodes), dtype=np.bool_)
+        for k, ni in enumerate(nodes):
+            taints = ni.node.taints
+            if not taints:
+                continue
+            for taint in taints:
+                if taint.effect not in _DO_NOT_SCHEDULE:
+                    continue
+                ident = (taint.key, taint.value, taint.effect)
+                ok = tolerated.get(ident)
+                if ok is None:
+                    ok = tolerated[ident] = tolerations_tolerate_taint(tolerations, taint)
+                if not ok:
+                    rejected[k] = True
+                    break
+        if not rejected.any():
+            return NodeVerdicts.all_pass(len(nodes))
+        return NodeVerdicts.from_mask(rejected, _REJECTED)
+
+    # -- PreScore -------------------------------------------------------------
+
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> Status:
+        """taint_toleration.go, PreScore: keep the pod's tolerations that bear
+        on PreferNoSchedule taints. Never Skips (v1.36 has no Skip here): even a
+        pod without tolerations scores nodes by their PreferNoSchedule taints."""
+        tolerations = prefer_no_schedule_tolerations(pod.proto.tolerations)
+        state.write(PRE_SCORE_STATE_KEY, PreScoreState(tolerations))
+        return SUCCESS
+
+    # -- Score ----------------------------------------------------------------
+
+    def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
+        """taint_toleration.go, Score: the raw score is the number of
+        untolerated PreferNoSchedule taints (more is worse; NormalizeScore
+        reverses it). Without PreScore's state the cycle fails, as upstream."""
+        pre = _read_pre_score_state(state)
+        return count_intolerable_prefer_no_schedule(
+            node.node.taints, pre.tolerations_prefer_no_schedule
+        )
+
+    def score_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> ScoreArray:
+        """The batch form: a loop over the nodes, untainted nodes scoring 0 at
+        once and each distinct PreferNoSchedule taint decided once per call."""
+        tolerations = _read_pre_score_state(state).tolerations_prefer_no_schedule
+        tolerated: dict[tuple[str, str], bool] = {}
+        scores = np.zeros(len(nodes), dtype=np.int64)
+        for k, ni in enumerate(nodes):
+            taints = ni.node.taints
+            if not taints:
+                continue
+            count = 0
+            for taint in taints:
+                if taint.effect != EFFECT_PREFER_NO_SCHEDULE:
+                    continue
+                ident = (taint.key, taint.value)
+                ok = tolerated.get(ident)
+                if ok is None:
+                    ok = tolerated[ident] = tolerations_tolerate_taint(tolerations, taint)
+                if not ok:
+                    count += 1
+            scores[k] = count
+        return scores
+
+    def normalize_score(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch, scores: ScoreArray
+    ) -> Status:
+        """taint_toleration.go, NormalizeScore: DefaultNormalizeScore(MaxNodeScore,
+        reverse=true): the nodes with the fewest untolerated taints get 100, a
+        node with the most gets 0, and all get 100 when none has any."""
+        default_normalize_score(MAX_NODE_SCORE, True, scores)
+        return SUCCESS
