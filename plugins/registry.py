@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from plugins.defaultbinder import DefaultBinder
 from plugins.framework.interfaces import Plugin
+from plugins.nodeaffinity import NodeAffinity
 from plugins.nodename import NodeName
+from plugins.nodeports import NodePorts
 from plugins.noderesources import Fit
 from plugins.nodeunschedulable import NodeUnschedulable
 from plugins.queuesort import PrioritySort
@@ -22,5 +24,7 @@ REGISTRY: dict[str, type[Plugin]] = {
     "NodeName": NodeName,
     "NodeUnschedulable": NodeUnschedulable,
     "TaintToleration": TaintToleration,
+    "NodeAffinity": NodeAffinity,
+    "NodePorts": NodePorts,
     "DefaultBinder": DefaultBinder,
 }

@@ -27,6 +27,8 @@ def test_registry_holds_upstream_names() -> None:
         "DefaultBinder",
         "SchedulingGates",
         "TaintToleration",
+        "NodeAffinity",
+        "NodePorts",
     }
 
 

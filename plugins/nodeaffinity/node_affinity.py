@@ -1,0 +1,364 @@
+"""NodeAffinity: keep pods on nodes their nodeSelector and required node
+affinity select, and prefer nodes their preferred terms select.
+
+Port of pkg/scheduler/framework/plugins/nodeaffinity/node_affinity.go at
+v1.36 (PreFilter, Filter, PreScore, Score, NormalizeScore); selector
+semantics in selector.py (component-helpers nodeaffinity). Upstream's
+EnqueueExtensions (requeue hints) belong to the caller's queue; SignPod
+(pod signatures for batched scheduling) has no Berth extension point.
+
+Labels are not snapshot columns, so the batch forms loop over the candidate
+nodes, reading each node's label map in place (no copy). They decide the
+selector once per distinct combination of the label values it reads, not once
+per node (``_by_labels``): a node then costs a few map lookups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import msgspec
+import numpy as np
+
+from berth.v1 import cluster_pb2 as pb
+from plugins.framework.cycle_state import CycleState, StateKey
+from plugins.framework.interfaces import (
+    MAX_NODE_SCORE,
+    FilterPlugin,
+    NodeVerdicts,
+    PreFilterPlugin,
+    PreFilterResult,
+    PreScorePlugin,
+    ScoreArray,
+    ScorePlugin,
+)
+from plugins.framework.model import NodeInfo, PodInfo
+from plugins.framework.runtime import CycleError, plugin_error_message
+from plugins.framework.snapshot import NodeBatch
+from plugins.framework.status import SUCCESS, Status
+from plugins.nodeaffinity.args import NodeAffinityArgs
+from plugins.nodeaffinity.selector import (
+    IN,
+    NODE_NAME_FIELD,
+    RequiredNodeAffinity,
+    SelectorTerm,
+    aggregate_message,
+    compile_node_selector,
+    compile_preferred_terms,
+    preferred_score,
+    references,
+    required_node_affinity,
+    selector_matches,
+)
+
+if TYPE_CHECKING:
+    from plugins.framework.handle import Handle
+
+__all__ = [
+    "ERR_REASON_CONFLICT",
+    "ERR_REASON_ENFORCED",
+    "ERR_REASON_POD",
+    "NAME",
+    "PRE_FILTER_STATE_KEY",
+    "PRE_SCORE_STATE_KEY",
+    "NodeAffinity",
+    "PreScoreState",
+    "default_normalize_score",
+    "pod_node_names",
+    "pod_preferred_terms",
+]
+
+NAME = "NodeAffinity"
+
+# node_affinity.go, ErrReasonPod, errReasonEnforced, errReasonConflict.
+ERR_REASON_POD = "node(s) didn't match Pod's node affinity/selector"
+ERR_REASON_ENFORCED = "node(s) didn't match scheduler-enforced node affinity"
+ERR_REASON_CONFLICT = "pod affinity terms conflict"
+
+# Preemption cannot change a node's labels or name: every rejection is
+# unresolvable.
+_REJECTED_POD = Status.unresolvable(ERR_REASON_POD)
+_REJECTED_ENFORCED = Status.unresolvable(ERR_REASON_ENFORCED)
+_CONFLICT = Status.unresolvable(ERR_REASON_CONFLICT)
+
+
+class PreScoreState(msgspec.Struct, frozen=True):
+    """node_affinity.go, preScoreState: the pod's parsed preferred terms,
+    None when it has none."""
+
+    preferred: tuple[SelectorTerm, ...] | None = None
+
+
+# Upstream's keys: "PreFilter" / "PreScore" + the plugin name. The
+# PreFilter state is the parsed RequiredNodeAffinity itself.
+PRE_FILTER_STATE_KEY = StateKey("PreFilter" + NAME, RequiredNodeAffinity)
+PRE_SCORE_STATE_KEY = StateKey("PreScore" + NAME, PreScoreState)
+
+
+def _required_terms(pod: pb.Pod) -> pb.NodeSelector | None:
+    """The pod's required node affinity, None when not set."""
+    if not pod.HasField("affinity") or not pod.affinity.HasField("node_affinity"):
+        return None
+    affinity = pod.affinity.node_affinity
+    return affinity.required if affinity.HasField("required") else None
+
+
+def pod_node_names(required: pb.NodeSelector) -> frozenset[str] | None:
+    """node_affinity.go, PreFilter: the node names the required terms allow
+    when every term names nodes with ``metadata.name In``; None when some
+    term does not (then any node may match). Within a term the named sets
+    intersect (requirements are ANDed); across terms they unite."""
+    names: set[str] = set()
+    for term in required.terms:
+        term_names: set[str] | None = None
+        for req in term.match_fields:
+            if req.key == NODE_NAME_FIELD and req.operator == IN:
+                values = set(req.values)
+                term_names = values if term_names is None else term_names & values
+        if term_names is None:
+            return None
+        names |= term_names
+    return frozenset(names)
+
+
+def pod_preferred_terms(pod: pb.Pod) -> tuple[tuple[SelectorTerm, ...] | None, str]:
+    """node_affinity.go, getPodPreferredNodeAffinity: the pod's preferred
+    terms parsed (None when it has none) and, when some term does not
+    parse, the error message (upstream's aggregate of field errors)."""
+    if not pod.HasField("affinity") or not pod.affinity.HasField("node_affinity"):
+        return None, ""
+    preferred = pod.affinity.node_affinity.preferred
+    if not preferred:
+        return None, ""
+    terms, errors = compile_preferred_terms(preferred)
+    if errors:
+        return None, aggregate_message(errors)
+    return terms, ""
+
+
+def default_normalize_score(max_priority: int, reverse: bool, scores: ScoreArray) -> None:
+    """helper.DefaultNormalizeScore (pkg/scheduler/framework/plugins/helper/
+    normalize_score.go), in place: scale [0, max(scores)] to
+    [0, max_priority] with Go's truncating division, optionally reversed.
+    Nothing is scaled when the largest score is 0 or below (then reverse
+    gives every node max_priority)."""
+    if len(scores) == 0:
+        return
+    top = max(int(scores.max()), 0)
+    if top == 0:
+        if reverse:
+            scores[:] = max_priority
+        return
+    product = scores * max_priority
+    scaled = np.abs(product) // top
+    scaled = np.where(product < 0, -scaled, scaled)
+    if reverse:
+        scaled = max_priority - scaled
+    scores[:] = scaled
+
+
+def _by_labels(
+    nodes: NodeBatch,
+    keys: Collection[str],
+    by_name: bool,
+    decide: Callable[[Mapping[str, str], str], int],
+) -> list[int]:
+    """``decide(labels, node_name)`` for every node, aligned with ``nodes``.
+
+    A selector's outcome depends only on the labels it reads (and on the
+    node's name when it has ``matchFields``). Without fields, nodes with the
+    same values under ``keys`` (absent included) get the same outcome, so
+    ``decide`` runs once per distinct combination, on a dict of just those
+    labels, and every other node costs a few label lookups and a dict hit.
+    Nodes usually share a handful of zones, pools and instance types, so the
+    combinations are few. With fields, ``decide`` runs per node on its full
+    labels.
+    """
+    out: list[int] = []
+    if by_name:
+        for ni in nodes:
+            record = ni.node
+            out.append(decide(record.labels, record.name))
+        return out
+    if not keys:
+        return [decide({}, "")] * len(nodes)
+    if len(keys) == 1:
+        (key,) = keys
+        memo: dict[str | None, int] = {}
+        for ni in nodes:
+            value = ni.node.labels.get(key)
+            result = memo.get(value)
+            if result is None:
+                result = memo[value] = decide({} if value is None else {key: value}, "")
+            out.append(result)
+        return out
+    ordered = sorted(keys)
+    memo_many: dict[tuple[str | None, ...], int] = {}
+    for ni in nodes:
+        labels = ni.node.labels
+        values = tuple(map(labels.get, ordered))
+        result = memo_many.get(values)
+        if result is None:
+            present = {k: v for k, v in zip(ordered, values, strict=True) if v is not None}
+            result = memo_many[values] = decide(present, "")
+        out.append(result)
+    return out
+
+
+class NodeAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+    """The NodeAffinity plugin (upstream's nodeaffinity.NodeAffinity)."""
+
+    name: ClassVar[str] = NAME
+    Args: ClassVar[type[Any] | None] = NodeAffinityArgs
+
+    def __init__(self, args: NodeAffinityArgs | None = None, handle: Handle | None = None) -> None:
+        affinity_args = NodeAffinityArgs() if args is None else args
+        # New validates (getArgs), so a plugin built in code is checked like
+        # one built from a configuration file.
+        affinity_args.validate()
+        super().__init__(affinity_args, handle)
+        # New: addedNodeSelector when the required half is present (even
+        # with no terms: then no node matches), addedPrefSchedTerms when the
+        # preferred half has entries (even if all of weight 0).
+        self.added_required: tuple[SelectorTerm, ...] | None = None
+        self.added_preferred: tuple[SelectorTerm, ...] | None = None
+        added = affinity_args.added_affinity
+        if added is not None:
+            required = added.required_during_scheduling_ignored_during_execution
+            if required is not None:
+                self.added_required, _ = compile_node_selector(required.node_selector_terms)
+            preferred = added.preferred_during_scheduling_ignored_during_execution
+            if preferred:
+                self.added_preferred, _ = compile_preferred_terms(preferred)
+
+    # -- PreFilter ------------------------------------------------------------
+
+    def pre_filter(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
+    ) -> tuple[PreFilterResult | None, Status]:
+        """node_affinity.go, PreFilter: Skip when neither the pod (no
+        nodeSelector, no required affinity) nor the args constrain nodes.
+        Otherwise the parsed selector goes to CycleState and, when every
+        required term names nodes (``matchFields`` ``metadata.name In``),
+        the result narrows Filter to those names; none at all is a conflict,
+        UnschedulableAndUnresolvable."""
+        proto = pod.proto
+        required = _required_terms(proto)
+        if required is None and self.added_required is None and not proto.node_selector:
+            return None, Status.skip()
+        state.write(PRE_FILTER_STATE_KEY, required_node_affinity(proto))
+        if required is None or not required.terms:
+            return None, SUCCESS
+        names = pod_node_names(required)
+        if names is None:
+            return None, SUCCESS
+        if not names:
+            return None, _CONFLICT
+        return PreFilterResult(names), SUCCESS
+
+    def _required(self, state: CycleState, pod: PodInfo) -> RequiredNodeAffinity:
+        # Filter: recompute when PreFilter did not run (upstream's fallback).
+        parsed = state.get(PRE_FILTER_STATE_KEY)
+        return required_node_affinity(pod.proto) if parsed is None else parsed
+
+    # -- Filter ---------------------------------------------------------------
+
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        """node_affinity.go, Filter: the args' required affinity first
+        (``node(s) didn't match scheduler-enforced node affinity``), then the
+        pod's nodeSelector AND required affinity (``node(s) didn't match
+        Pod's node affinity/selector``); both UnschedulableAndUnresolvable."""
+        record = node.node
+        labels = record.labels
+        added = self.added_required
+        if added is not None and not selector_matches(added, labels, record.name):
+            return _REJECTED_ENFORCED
+        if not self._required(state, pod).matches(labels, record.name):
+            return _REJECTED_POD
+        return SUCCESS
+
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
+        """The batch form: the selector is read once, then decided once per
+        distinct combination of the label values it reads (see
+        ``_by_labels``); per node when it reads node names."""
+        required = self._required(state, pod)
+        added = self.added_required
+        keys, by_name = required.references()
+        if added is not None:
+            added_keys, added_by_name = references(added)
+            keys |= added_keys
+            by_name = by_name or added_by_name
+
+        def verdict(labels: Mapping[str, str], node_name: str) -> int:
+            # -1 passes, 0 and 1 index the statuses below.
+            if added is not None and not selector_matches(added, labels, node_name):
+                return 0
+            return -1 if required.matches(labels, node_name) else 1
+
+        codes = np.asarray(_by_labels(nodes, keys, by_name, verdict), dtype=np.int32)
+        enforced = bool((codes == 0).any())
+        mismatched = bool((codes == 1).any())
+        if not enforced and not mismatched:
+            return NodeVerdicts.all_pass(len(nodes))
+        if not enforced:
+            return NodeVerdicts.from_mask(codes == 1, _REJECTED_POD)
+        if not mismatched:
+            return NodeVerdicts.from_mask(codes == 0, _REJECTED_ENFORCED)
+        return NodeVerdicts(codes, [_REJECTED_ENFORCED, _REJECTED_POD])
+
+    # -- PreScore -------------------------------------------------------------
+
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> Status:
+        """node_affinity.go, PreScore: Skip when neither the pod nor the args
+        have preferred terms; an Error when the pod's do not parse."""
+        preferred, error = pod_preferred_terms(pod.proto)
+        if error:
+            return Status.error(error)
+        if preferred is None and self.added_preferred is None:
+            return Status.skip()
+        state.write(PRE_SCORE_STATE_KEY, PreScoreState(preferred))
+        return SUCCESS
+
+    def _preferred(self, state: CycleState, pod: PodInfo) -> tuple[SelectorTerm, ...]:
+        # Score: recompute when PreScore did not run (upstream's fallback).
+        pre = state.get(PRE_SCORE_STATE_KEY)
+        if pre is not None:
+            return pre.preferred or ()
+        preferred, error = pod_preferred_terms(pod.proto)
+        if error:
+            raise CycleError(Status.error(plugin_error_message("Score", NAME, error), NAME))
+        return preferred or ()
+
+    # -- Score ----------------------------------------------------------------
+
+    def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
+        """node_affinity.go, Score: the weights of the matching preferred
+        terms, the args' and the pod's."""
+        record = node.node
+        total = preferred_score(self._preferred(state, pod), record.labels, record.name)
+        if self.added_preferred is not None:
+            total += preferred_score(self.added_preferred, record.labels, record.name)
+        return total
+
+    def score_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> ScoreArray:
+        """The batch form: the terms are read once, then scored once per
+        distinct combination of the label values they read."""
+        terms = self._preferred(state, pod) + (self.added_preferred or ())
+        if not terms:
+            return np.zeros(len(nodes), dtype=np.int64)
+        keys, by_name = references(terms)
+
+        def score(labels: Mapping[str, str], node_name: str) -> int:
+            return preferred_score(terms, labels, node_name)
+
+        return np.asarray(_by_labels(nodes, keys, by_name, score), dtype=np.int64)
+
+    def normalize_score(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch, scores: ScoreArray
+    ) -> Status:
+        """node_affinity.go, NormalizeScore: DefaultNormalizeScore(MaxNodeScore,
+        reverse=false): the best-matching node gets 100, the others in
+        proportion; all stay 0 when none matches."""
+        default_normalize_score(MAX_NODE_SCORE, False, scores)
+        return SUCCESS
