@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from plugins.defaultbinder import DefaultBinder
 from plugins.framework.interfaces import Plugin
+from plugins.imagelocality import ImageLocality
 from plugins.nodeaffinity import NodeAffinity
 from plugins.nodename import NodeName
 from plugins.nodeports import NodePorts
-from plugins.noderesources import Fit
+from plugins.noderesources import BalancedAllocation, Fit
 from plugins.nodeunschedulable import NodeUnschedulable
 from plugins.queuesort import PrioritySort
 from plugins.schedulinggates import SchedulingGates
@@ -26,5 +27,7 @@ REGISTRY: dict[str, type[Plugin]] = {
     "TaintToleration": TaintToleration,
     "NodeAffinity": NodeAffinity,
     "NodePorts": NodePorts,
+    "NodeResourcesBalancedAllocation": BalancedAllocation,
+    "ImageLocality": ImageLocality,
     "DefaultBinder": DefaultBinder,
 }

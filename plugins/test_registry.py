@@ -29,6 +29,8 @@ def test_registry_holds_upstream_names() -> None:
         "TaintToleration",
         "NodeAffinity",
         "NodePorts",
+        "NodeResourcesBalancedAllocation",
+        "ImageLocality",
     }
 
 

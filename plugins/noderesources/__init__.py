@@ -1,8 +1,19 @@
 """Plugins that look at node resources (upstream
-pkg/scheduler/framework/plugins/noderesources): NodeResourcesFit today,
-NodeResourcesBalancedAllocation to come, sharing resource_allocation.py."""
+pkg/scheduler/framework/plugins/noderesources): NodeResourcesFit and
+NodeResourcesBalancedAllocation, sharing resource_allocation.py."""
 
-from plugins.noderesources.args import NodeResourcesFitArgs
+from plugins.noderesources.args import (
+    BalancedAllocationArgs,
+    NodeResourcesBalancedAllocationArgs,
+    NodeResourcesFitArgs,
+)
+from plugins.noderesources.balanced_allocation import BalancedAllocation
 from plugins.noderesources.fit import Fit
 
-__all__ = ["Fit", "NodeResourcesFitArgs"]
+__all__ = [
+    "BalancedAllocation",
+    "BalancedAllocationArgs",
+    "Fit",
+    "NodeResourcesBalancedAllocationArgs",
+    "NodeResourcesFitArgs",
+]

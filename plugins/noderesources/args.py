@@ -1,15 +1,19 @@
-"""NodeResourcesFitArgs: the ``pluginConfig`` args of NodeResourcesFit.
+"""The ``pluginConfig`` args of NodeResourcesFit (NodeResourcesFitArgs) and
+NodeResourcesBalancedAllocation (NodeResourcesBalancedAllocationArgs).
 
 Field names, defaults and checks are upstream's:
 
 * types: staging/src/k8s.io/kube-scheduler/config/v1/types_pluginargs.go
   (NodeResourcesFitArgs, ScoringStrategy, ResourceSpec,
-  RequestedToCapacityRatioParam, UtilizationShapePoint);
+  RequestedToCapacityRatioParam, UtilizationShapePoint,
+  NodeResourcesBalancedAllocationArgs);
 * defaults: pkg/scheduler/apis/config/v1/defaults.go
-  (SetDefaults_NodeResourcesFitArgs), applied in ``__post_init__``;
+  (SetDefaults_NodeResourcesFitArgs,
+  SetDefaults_NodeResourcesBalancedAllocationArgs), applied in
+  ``__post_init__``;
 * checks: pkg/scheduler/apis/config/validation/validation_pluginargs.go
-  (ValidateNodeResourcesFitArgs, validateResources, validateFunctionShape),
-  in ``validate()``.
+  (ValidateNodeResourcesFitArgs, validateResources, validateFunctionShape,
+  ValidateNodeResourcesBalancedAllocationArgs), in ``validate()``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ __all__ = [
     "MAX_CUSTOM_PRIORITY_SCORE",
     "MOST_ALLOCATED",
     "REQUESTED_TO_CAPACITY_RATIO",
+    "BalancedAllocationArgs",
+    "NodeResourcesBalancedAllocationArgs",
     "NodeResourcesFitArgs",
     "RequestedToCapacityRatioParam",
     "ResourceSpec",
@@ -177,3 +183,44 @@ def _shape_errors(shape: list[UtilizationShapePoint], path: str) -> list[str]:
                 f"not in valid range [0, {MAX_CUSTOM_PRIORITY_SCORE}]"
             )
     return errors
+
+
+class NodeResourcesBalancedAllocationArgs(
+    msgspec.Struct, rename="camel", forbid_unknown_fields=True
+):
+    """Args of NodeResourcesBalancedAllocation. Constructing or decoding
+    applies upstream's defaults (SetDefaults_NodeResourcesBalancedAllocationArgs:
+    no resources means cpu and memory with weight 1; a weight left out or 0
+    becomes 1); ``validate()`` applies upstream's checks."""
+
+    # The resources whose requested fractions are balanced. Weights take no
+    # part in the score; upstream accepts only 1.
+    resources: list[ResourceSpec] = msgspec.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.resources:
+            self.resources = _default_resources()
+            return
+        for spec in self.resources:
+            if spec.weight == 0:
+                spec.weight = 1
+
+    def validate(self) -> None:
+        """ValidateNodeResourcesBalancedAllocationArgs: every resource named
+        once, every weight exactly 1. Raises ValueError naming every bad field
+        as ``<field.path>: <reason>``, joined with "; "."""
+        errors: list[str] = []
+        seen: set[str] = set()
+        for i, spec in enumerate(self.resources):
+            if spec.name in seen:
+                errors.append(f"resources[{i}].name: duplicate value {spec.name!r}")
+            else:
+                seen.add(spec.name)
+            if spec.weight != 1:
+                errors.append(f"resources[{i}].weight: invalid value {spec.weight}: must be 1")
+        if errors:
+            raise ValueError("; ".join(errors))
+
+
+# The name the plugin's docs use; upstream's type is the longer one.
+BalancedAllocationArgs = NodeResourcesBalancedAllocationArgs

@@ -96,7 +96,7 @@ def test_place_on_the_example_cluster_explains_every_node() -> None:
     assert "node-d  Unschedulable by NodeResourcesFit: Insufficient cpu" in text
     # NodeResourcesFit's LeastAllocated score of the chosen node is 79; other plugins add
     # columns of their own.
-    assert re.search(r"node-a\s+79\s.*<- chosen", text), text
+    assert re.search(r"node-a\s.*\s79\s.*<- chosen", text), text
 
 
 def test_place_reports_an_unschedulable_pod_like_upstream(tmp_path: Path) -> None:
