@@ -1,0 +1,64 @@
+"""A control plane of its own for the differential suite: both schedulers see every node,
+so no other test's nodes may exist while a scenario runs. kube-scheduler (profile
+``diff-upstream``) and ``berth shim`` (profile ``diff-berth``) run for the whole session with
+the same configuration but for the profile name."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from berth.localcluster import KubeClient, LocalCluster, start_kube_scheduler
+from berth.localcluster.binaries import default_bin_dir, require_binaries
+from berth.localcluster.cluster import ClusterConfig
+from tests.differential.harness import BERTH, UPSTREAM, config
+from tests.integration.shimtools import Shim
+
+
+@pytest.fixture(scope="session")
+def diff_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    bin_dir = default_bin_dir()
+    require_binaries(bin_dir)
+    local = LocalCluster(
+        ClusterConfig(
+            state_dir=tmp_path_factory.mktemp("diff-cluster"), bin_dir=bin_dir, die_with_parent=True
+        )
+    )
+    local.start()
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def schedulers(
+    diff_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    work = tmp_path_factory.mktemp("diff-schedulers")
+    cluster = diff_cluster.cluster
+    berth_config = work / "berth.yaml"
+    berth_config.write_text(yaml.safe_dump(config(BERTH)))
+    shim = Shim(berth_config, cluster.scheduler_kubeconfig or cluster.kubeconfig, work / "shim.log")
+    with start_kube_scheduler(
+        cluster, work / "kube-scheduler", config=config(UPSTREAM), scheduler_name=UPSTREAM
+    ):
+        shim.start()
+        try:
+            yield
+        finally:
+            shim.stop()
+
+
+@pytest.fixture(scope="session")
+def diff_kube(diff_cluster: LocalCluster) -> Iterator[KubeClient]:
+    with diff_cluster.cluster.client() as client:
+        yield client
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "differential" in str(item.path):
+            item.add_marker(pytest.mark.integration)
