@@ -89,6 +89,13 @@ def is_ours(record: ProcessRecord) -> bool:
     if _is_zombie(record.pid):
         return False
     argv = cmdline(record.pid)
+    # Right after execve (and on a loaded machine for a while) the kernel can show a live
+    # process with an empty cmdline: look again before calling it someone else's.
+    for _ in range(40):
+        if argv or _stat_fields(record.pid) is None or _is_zombie(record.pid):
+            break
+        time.sleep(0.025)
+        argv = cmdline(record.pid)
     return bool(argv) and argv[0] == record.binary and start_ticks(record.pid) == record.start_ticks
 
 
