@@ -279,12 +279,13 @@ def bench_inprocess(
     """The same cycles through the same service object, called directly: the
     requests, the delta protocol and the plugins, without gRPC."""
     from plugins.framework.config import default_config, load_config
-    from plugins.registry import REGISTRY
+    from plugins.registry import load_registry
     from server.app import build_frameworks
     from server.service import SchedulingService
 
-    config = load_config(config_path, REGISTRY) if config_path else default_config(REGISTRY)
-    service = SchedulingService(config, build_frameworks(config, REGISTRY))
+    registry = load_registry()
+    config = load_config(config_path, registry) if config_path else default_config(registry)
+    service = SchedulingService(config, build_frameworks(config, registry))
     log = bench_cluster(num_nodes)
     acked = 0
     start_index = 0

@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "server.cli",  # berth serve
     "shim.cli",  # berth shim
     "berth.place",  # berth place
+    "berth.plugins_cmd",  # berth plugins
     "berth.bench",  # berth bench ...
     "berth.localcluster.cli",  # berth cluster up|down|status|env
     "berth.demo",  # berth demo [--once|--down]

@@ -178,11 +178,12 @@ async def _place(args: argparse.Namespace, out: TextIO) -> int:
     address = args.server
     if address is None:
         from plugins.framework.config import default_config, load_config
-        from plugins.registry import REGISTRY
+        from plugins.registry import load_registry
         from server.app import start_server
 
-        config = load_config(args.config, REGISTRY) if args.config else default_config(REGISTRY)
-        running = await start_server(config, REGISTRY, "127.0.0.1:0", trace=False)
+        registry = load_registry()
+        config = load_config(args.config, registry) if args.config else default_config(registry)
+        running = await start_server(config, registry, "127.0.0.1:0", trace=False)
         address = f"127.0.0.1:{running.port}"
     try:
         async with open_channel(address) as channel:
@@ -202,10 +203,11 @@ async def _place(args: argparse.Namespace, out: TextIO) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from plugins.framework.config import ConfigError
+    from plugins.registry import RegistryError
 
     try:
         return asyncio.run(_place(args, sys.stdout))
-    except (UsageError, ConfigError) as exc:
+    except (UsageError, ConfigError, RegistryError) as exc:
         print(f"berth place: {exc}", file=sys.stderr)
         return 2
     except grpc.aio.AioRpcError as exc:

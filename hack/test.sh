@@ -31,4 +31,6 @@ step "5/6 upstream kube-apiserver, kube-scheduler, kubectl, etcd (built from Go 
 ./hack/build-k8s.sh
 
 step "6/6 pytest: unit, contract, integration"
+# tests/contract/test_out_of_tree.py pip-installs examples/out-of-tree-plugin into the venv for
+# its module and uninstalls it afterwards: nothing needs it preinstalled.
 "$venv/bin/python" -m pytest -p no:cacheprovider "$@"

@@ -4,8 +4,11 @@ upstream's (pkg/scheduler/framework/plugins/names/names.go)."""
 
 from __future__ import annotations
 
+from plugins.avoidnode import AvoidNode
 from plugins.defaultbinder import DefaultBinder
+from plugins.framework.discovery import PluginRegistry, RegistryError, discover
 from plugins.framework.interfaces import Plugin
+from plugins.gpupriority import GPUPriority
 from plugins.imagelocality import ImageLocality
 from plugins.nodeaffinity import NodeAffinity
 from plugins.nodename import NodeName
@@ -13,10 +16,11 @@ from plugins.nodeports import NodePorts
 from plugins.noderesources import BalancedAllocation, Fit
 from plugins.nodeunschedulable import NodeUnschedulable
 from plugins.queuesort import PrioritySort
+from plugins.samelabelspread import SameLabelSpread
 from plugins.schedulinggates import SchedulingGates
 from plugins.tainttoleration import TaintToleration
 
-__all__ = ["REGISTRY"]
+__all__ = ["REGISTRY", "PluginRegistry", "RegistryError", "load_registry"]
 
 REGISTRY: dict[str, type[Plugin]] = {
     "SchedulingGates": SchedulingGates,
@@ -30,4 +34,17 @@ REGISTRY: dict[str, type[Plugin]] = {
     "NodeResourcesBalancedAllocation": BalancedAllocation,
     "ImageLocality": ImageLocality,
     "DefaultBinder": DefaultBinder,
+    # Not upstream plugins: the seed documents' examples (never in the default profile).
+    "AvoidNodePlugin": AvoidNode,
+    "GPUPriorityPlugin": GPUPriority,
+    "SameLabelSpread": SameLabelSpread,
 }
+
+
+def load_registry(*, strict: bool = True) -> PluginRegistry:
+    """REGISTRY and the plugins installed distributions declare in the
+    ``berth.plugins`` entry-point group (upstream's app.WithPlugin), each
+    with where it came from (plugins/framework/discovery.py). With
+    ``strict``, a name provided twice raises RegistryError and entry points
+    that failed to load are logged; otherwise both are only recorded."""
+    return discover(REGISTRY, strict=strict)

@@ -31,6 +31,10 @@ def test_registry_holds_upstream_names() -> None:
         "NodePorts",
         "NodeResourcesBalancedAllocation",
         "ImageLocality",
+        # The seed documents' plugins (not upstream's).
+        "AvoidNodePlugin",
+        "GPUPriorityPlugin",
+        "SameLabelSpread",
     }
 
 

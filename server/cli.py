@@ -61,6 +61,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="SECONDS",
         help="on SIGTERM, time in-flight requests get to finish (default %(default)s)",
     )
+    p.add_argument(
+        "--list-plugins",
+        action="store_true",
+        help="print the plugins this server can run (in-tree and installed through the "
+        "berth.plugins entry points) and exit; the same as 'berth plugins'",
+    )
     p.set_defaults(func=run)
 
 
@@ -69,13 +75,24 @@ def run(args: argparse.Namespace) -> int:
     if args.verbose == 0:
         logging.getLogger().setLevel(logging.INFO)
     from plugins.framework.config import ConfigError, default_config, load_config
+    from plugins.framework.discovery import print_listing
     from plugins.framework.runtime import ProfileError
-    from plugins.registry import REGISTRY
+    from plugins.registry import RegistryError, load_registry
     from server import telemetry
     from server.app import serve_forever, start_server
 
+    if args.list_plugins:
+        return print_listing(load_registry(strict=False), sys.stdout)
     try:
-        config = load_config(args.config, REGISTRY) if args.config else default_config(REGISTRY)
+        registry = load_registry()
+    except RegistryError as exc:
+        print(f"berth serve: {exc}", file=sys.stderr)
+        return 2
+    out_of_tree = [f"{n} ({s})" for n, s in registry.sources.items() if not s.in_tree]
+    if out_of_tree:
+        log.info("out-of-tree plugins: %s", "; ".join(out_of_tree))
+    try:
+        config = load_config(args.config, registry) if args.config else default_config(registry)
     except ConfigError as exc:
         print(f"berth serve: invalid configuration: {exc}", file=sys.stderr)
         return 2
@@ -98,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             running = await start_server(
                 config,
-                REGISTRY,
+                registry,
                 args.listen,
                 max_message_bytes=args.max_message_bytes,
                 trace=tracing,

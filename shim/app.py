@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from berth.client import ClusterStateLog, open_channel
+from plugins.framework.interfaces import Plugin
 from plugins.framework.profile import SchedulerConfig
 from shim.health import HealthServer
 from shim.kubeapi import KubeApi
@@ -26,6 +28,8 @@ BERTH_LEASE_NAME = "berth-scheduler"
 @dataclass
 class ShimSettings:
     config: SchedulerConfig
+    # Plugins of the in-process service; None: plugins.registry.load_registry().
+    registry: Mapping[str, type[Plugin]] | None = None
     server: str | None = None
     kubeconfig: str | None = None
     metrics_listen: str = ""
@@ -48,11 +52,12 @@ def build_service(settings: ShimSettings, state: ClusterStateLog) -> PluginServi
         svc = PluginService.over_grpc(channel, state, settings.server, settings.server_timeout)
         svc.stream = not settings.traced
         return svc
-    from plugins.registry import REGISTRY
+    from plugins.registry import load_registry
     from server.app import build_frameworks
     from server.service import SchedulingService
 
-    service = SchedulingService(settings.config, build_frameworks(settings.config, REGISTRY))
+    registry = settings.registry if settings.registry is not None else load_registry()
+    service = SchedulingService(settings.config, build_frameworks(settings.config, registry))
     return PluginService.in_process(service, state)
 
 

@@ -112,15 +112,22 @@ def run(args: argparse.Namespace) -> int:
     if args.verbose == 0:
         logging.getLogger().setLevel(logging.INFO)
     from plugins.framework.config import ConfigError, default_config, load_config
-    from plugins.registry import REGISTRY
+    from plugins.registry import RegistryError, load_registry
     from server import telemetry
     from shim.app import ShimSettings
     from shim.app import run as run_shim
     from shim.kubeapi import ConfigurationError
     from shim.scheduler import ShimOptions
 
+    # The plugins the in-process service runs; with --server the server has
+    # its own, and these only check the configuration's names.
     try:
-        config = load_config(args.config, REGISTRY) if args.config else default_config(REGISTRY)
+        registry = load_registry()
+    except RegistryError as exc:
+        print(f"berth shim: {exc}", file=sys.stderr)
+        return 2
+    try:
+        config = load_config(args.config, registry) if args.config else default_config(registry)
     except ConfigError as exc:
         print(f"berth shim: invalid configuration: {exc}", file=sys.stderr)
         return 2
@@ -134,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
     traced = telemetry.setup_tracing("berth-shim", args.otlp_endpoint) is not None
     settings = ShimSettings(
         config=config,
+        registry=registry,
         server=args.server,
         kubeconfig=args.kubeconfig,
         metrics_listen=args.metrics_listen,

@@ -250,9 +250,10 @@ def _resolve_registry(registry: Registry | None) -> Registry:
     if registry is not None:
         return registry
     # Imported here: the registry imports every plugin, and plugins import
-    # the framework.
+    # the framework. load_registry adds the installed out-of-tree plugins
+    # (the berth.plugins entry points) to the in-tree ones.
     module = importlib.import_module("plugins.registry")
-    default: Registry = module.REGISTRY
+    default: Registry = module.load_registry()
     return default
 
 
@@ -850,6 +851,14 @@ class _Parser:
         return False
 
     def _unknown(self, name: str) -> str:
+        message = self._unknown_message(name)
+        # A registry from plugins.registry.load_registry says where it looked
+        # (in-tree, the berth.plugins entry points) or why that entry point
+        # failed to load.
+        explain = getattr(self.registry, "explain_unknown", None)
+        return str(explain(name, message)) if callable(explain) else message
+
+    def _unknown_message(self, name: str) -> str:
         registered = ", ".join(sorted(self.registry)) or "(none)"
         if name in UPSTREAM_PLUGIN_NAMES:
             return (

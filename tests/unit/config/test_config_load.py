@@ -302,12 +302,13 @@ def test_same_queue_sort_args_in_every_profile_is_accepted(tmp_path: Path) -> No
 
 
 def test_registry_defaults_to_plugins_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """load_config without a registry reads plugins.registry.REGISTRY lazily."""
+    """load_config without a registry calls plugins.registry.load_registry
+    (in-tree and installed plugins) lazily."""
     import sys
     import types
 
     module = types.ModuleType("plugins.registry")
-    module.REGISTRY = REGISTRY  # type: ignore[attr-defined]
+    module.load_registry = lambda: REGISTRY  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "plugins.registry", module)
     assert default_config().profiles[0].scheduler_name == "default-scheduler"
 

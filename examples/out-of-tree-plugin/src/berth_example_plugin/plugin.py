@@ -1,0 +1,66 @@
+"""PreferLabel: a Filter and Score plugin written outside Berth's repository.
+
+With args ``labelKey: example.com/pool`` and ``labelValue: general``:
+
+- Filter: a node whose ``example.com/pool`` label holds another value (say
+  ``gpu``) is reserved for others: UnschedulableAndUnresolvable, since no
+  scheduling decision changes a label. A node without the label passes.
+- Score: 100 for a node labelled ``example.com/pool=general``, 0 for any
+  other; give the plugin a weight above the default plugins' (5 in
+  scheduler-config.yaml) for the preference to win over free capacity.
+
+Berth finds the class through the entry point in pyproject.toml
+(``PreferLabel = "berth_example_plugin.plugin:PreferLabel"``): the entry
+point's name is the class's ``name``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from berth_example_plugin.args import PreferLabelArgs
+from plugins.framework import (
+    MAX_NODE_SCORE,
+    MIN_NODE_SCORE,
+    CycleState,
+    FilterPlugin,
+    Handle,
+    NodeInfo,
+    PodInfo,
+    ScorePlugin,
+    Status,
+)
+
+__all__ = ["NAME", "PreferLabel"]
+
+NAME = "PreferLabel"
+
+
+class PreferLabel(FilterPlugin, ScorePlugin):
+    name: ClassVar[str] = NAME
+    Args: ClassVar[type[Any] | None] = PreferLabelArgs
+
+    def __init__(self, args: Any = None, handle: Handle | None = None) -> None:
+        super().__init__(args, handle)
+        # Berth decodes and validates the args before building the plugin;
+        # PreferLabel has no usable defaults, so args are required.
+        if not isinstance(args, PreferLabelArgs):
+            raise TypeError(f"{NAME} needs PreferLabelArgs (labelKey, labelValue), got {args!r}")
+        self.key = args.label_key
+        self.value = args.label_value
+        # One Status for every rejected node: the scheduler's FitError
+        # message counts nodes per reason ("2 node(s) had ...").
+        self._rejected = Status.unresolvable(
+            f"node(s) had label {self.key} with a value other than {self.value!r}"
+        )
+
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        have = node.node.labels.get(self.key)
+        if have is not None and have != self.value:
+            return self._rejected
+        return Status.success()
+
+    def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
+        if node.node.labels.get(self.key) == self.value:
+            return MAX_NODE_SCORE
+        return MIN_NODE_SCORE

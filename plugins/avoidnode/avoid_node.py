@@ -1,0 +1,49 @@
+"""AvoidNodePlugin: a node labelled ``avoid=true`` is rejected.
+
+Port of the Go example of the seed document scheduler-framework-plugins.txt
+(``AvoidNodePlugin.Filter``): the label's value must be exactly ``true``; the
+rejection is ``Unschedulable`` with the reason
+``node <name> is labeled avoid=true``. Labels are not snapshot columns, so the
+batch form is the framework's loop over ``filter``; the reason names the node,
+so every rejected node has a Status of its own anyway.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from plugins.avoidnode.args import AvoidNodePluginArgs
+from plugins.framework.cycle_state import CycleState
+from plugins.framework.interfaces import FilterPlugin
+from plugins.framework.model import NodeInfo, PodInfo
+from plugins.framework.status import SUCCESS, Status
+
+if TYPE_CHECKING:
+    from plugins.framework.handle import Handle
+
+__all__ = ["AVOID_LABEL", "AVOID_VALUE", "NAME", "AvoidNode", "reason_for"]
+
+NAME = "AvoidNodePlugin"
+AVOID_LABEL = "avoid"
+AVOID_VALUE = "true"
+
+
+def reason_for(node_name: str) -> str:
+    """The seed's message: ``fmt.Sprintf("node %s is labeled avoid=true", name)``."""
+    return f"node {node_name} is labeled {AVOID_LABEL}={AVOID_VALUE}"
+
+
+class AvoidNode(FilterPlugin):
+    name: ClassVar[str] = NAME
+    Args: ClassVar[type[Any] | None] = AvoidNodePluginArgs
+
+    def __init__(
+        self, args: AvoidNodePluginArgs | None = None, handle: Handle | None = None
+    ) -> None:
+        super().__init__(AvoidNodePluginArgs() if args is None else args, handle)
+
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        # A proto map's get does not insert the key.
+        if node.node.labels.get(AVOID_LABEL) == AVOID_VALUE:
+            return Status.unschedulable(reason_for(node.name))
+        return SUCCESS

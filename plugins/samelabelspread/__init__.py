@@ -1,0 +1,21 @@
+"""Score plugin SameLabelSpread: prefer nodes with fewer pods carrying all of
+the incoming pod's labels (the ``spreadPlugin`` of the seed document
+score-plugin-spread-and-gpu-card.txt)."""
+
+from plugins.samelabelspread.args import SameLabelSpreadArgs
+from plugins.samelabelspread.same_label_spread import (
+    SCORE_PER_POD,
+    SameLabelSpread,
+    count_matching,
+    matches_all,
+    spread_score,
+)
+
+__all__ = [
+    "SCORE_PER_POD",
+    "SameLabelSpread",
+    "SameLabelSpreadArgs",
+    "count_matching",
+    "matches_all",
+    "spread_score",
+]
