@@ -5,6 +5,19 @@ and pkg/scheduler/schedule_one.go (schedulePod, findNodesThatFitPod,
 numFeasibleNodesToFind, prioritizeNodes, selectHost). Each function cites the
 upstream function it mirrors. Timing, metrics and tracing wrap plugin calls
 here, never inside plugins.
+
+Known deviations from v1.36.3, on purpose until preemption is ported:
+
+- schedule_one.go evaluateNominatedNode: a pod whose status.nominatedNodeName
+  is set is not tried on that node first;
+- framework.go RunFilterPluginsWithNominatedPods: pods nominated to a node with
+  equal or higher priority are not added to it for Filter.
+  Upstream's only source of nominations is DefaultPreemption (a PostFilter
+  plugin Berth does not ship yet), and the shim does not put nominated pods in
+  the cluster state; both land with the preemption work, which needs them.
+- selectHost: among equal top scores Berth picks at random (seeded per
+  request when asked); upstream takes the heap's maximum, which depends on the
+  order parallel Filter found the nodes, so neither is reproducible.
 """
 
 from __future__ import annotations
