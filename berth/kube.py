@@ -7,7 +7,10 @@ the facts plugins read are kept (DESIGN.md, principle 4).
 Where the API server would have defaulted a field that a hand-written
 manifest may lack, the default is applied here the same way (namespace
 "default", schedulerName "default-scheduler", requests taken from limits when
-only limits are given: pkg/apis/core/v1/defaults.go SetDefaults_Pod).
+only limits are given, and pod-level requests completed from the containers
+and pod-level limits: pkg/apis/core/v1/defaults.go SetDefaults_Pod,
+defaultHugePagePodLimits, defaultPodRequests). Objects from the API server
+already carry these defaults; applying them again changes nothing.
 """
 
 from __future__ import annotations
@@ -18,11 +21,26 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from berth.v1 import cluster_pb2 as pb
+from plugins.framework.model import (
+    CPU,
+    EPHEMERAL_STORAGE,
+    HUGEPAGES_PREFIX,
+    MEMORY,
+    PodResourcesOptions,
+    ResourceList,
+    aggregate_container_limits,
+    aggregate_container_requests,
+    is_supported_pod_level_resource,
+    resource_list,
+)
 from plugins.framework.units import QuantityError, parse_quantity
 
 Obj = Mapping[str, Any]
 
 DEFAULT_SCHEDULER = "default-scheduler"
+
+# resource.PodResourcesOptions{}: the spec alone, as the defaulting reads it.
+_SPEC_ONLY = PodResourcesOptions()
 
 
 class ObjectError(ValueError):
@@ -61,6 +79,21 @@ def resources(rl: Mapping[str, Any], where: str) -> pb.Resources:
             # Extended resources, hugepages-*, attachable-volumes-*: upstream's
             # IsScalarResourceName.
             r.scalar[name] = q.value()
+    return r
+
+
+def _resources_of_list(rl: ResourceList) -> pb.Resources:
+    """The inverse of model.resource_list (CPU in millicores)."""
+    r = pb.Resources()
+    for name, value in rl.items():
+        if name == CPU:
+            r.milli_cpu = value
+        elif name == MEMORY:
+            r.memory = value
+        elif name == EPHEMERAL_STORAGE:
+            r.ephemeral_storage = value
+        else:
+            r.scalar[name] = value
     return r
 
 
@@ -188,6 +221,82 @@ def _affinity(aff: Obj, into: pb.Affinity) -> None:
         _pod_affinity(_map(aff, "podAntiAffinity"), into.pod_anti_affinity)
 
 
+def _is_overcommit_allowed(name: str) -> bool:
+    """v1 helper IsOvercommitAllowed, for the names pod-level resources
+    support: cpu and memory, not hugepages."""
+    return not name.startswith(HUGEPAGES_PREFIX)
+
+
+def _pod_level_resources(res: Obj, p: pb.Pod, where: str) -> None:
+    """spec.resources into pod_level_requests/limits, after the API server's
+    defaulting with PodLevelResources on (SetDefaults_Pod, after the
+    containers' limits became their requests): defaultHugePagePodLimits, then
+    defaultPodRequests."""
+    raw_requests, raw_limits = _map(res, "requests"), _map(res, "limits")
+    requests = resource_list(resources(raw_requests, f"{where}.requests"))
+    limits = resource_list(resources(raw_limits, f"{where}.limits"))
+    if raw_requests or raw_limits:
+        # defaultHugePagePodLimits: hugepages limited in the containers and
+        # neither requested nor limited at pod level are limited at pod level
+        # by the containers' aggregate.
+        for name, value in aggregate_container_limits(p).items():
+            if not name.startswith(HUGEPAGES_PREFIX) or name in requests:
+                continue
+            limits.setdefault(name, value)
+    if raw_limits or limits:
+        # defaultPodRequests: cpu and memory from the containers' aggregate
+        # requests, then any supported resource from the pod-level limit.
+        for name, value in aggregate_container_requests(p, _SPEC_ONLY).items():
+            if is_supported_pod_level_resource(name) and _is_overcommit_allowed(name):
+                requests.setdefault(name, value)
+        for name, value in limits.items():
+            if is_supported_pod_level_resource(name):
+                requests.setdefault(name, value)
+    if requests:
+        p.pod_level_requests.CopyFrom(_resources_of_list(requests))
+    if limits:
+        p.pod_level_limits.CopyFrom(_resources_of_list(limits))
+
+
+def _resize_status(status: Obj, p: pb.Pod, where: str) -> None:
+    """What in-place resize leaves in the status, as resource.PodRequests
+    reads it with UseStatusResources: per container (matched by name, init
+    container statuses taking precedence as in upstream's lookup map)
+    allocatedResources and resources.requests; the pod-level ones; and
+    whether the PodResizePending condition says Infeasible."""
+    statuses: dict[str, tuple[str, Obj]] = {}
+    for field in ("containerStatuses", "initContainerStatuses"):
+        for i, cs in enumerate(_list(status, field)):
+            if isinstance(cs, Mapping):
+                statuses[str(cs.get("name", ""))] = (f"{where}.{field}[{i}]", cs)
+    if statuses:
+        for c in (*p.containers, *p.init_containers):
+            found = statuses.get(c.name)
+            if found is not None:
+                _status_requests(found[1], c.allocated_requests, c.actuated_requests, found[0])
+    _status_requests(status, p.pod_level_allocated_requests, p.pod_level_actuated_requests, where)
+    for cond in _list(status, "conditions"):
+        if isinstance(cond, Mapping) and cond.get("type") == "PodResizePending":
+            # IsPodResizeInfeasible: the first such condition decides.
+            p.resize_infeasible = cond.get("reason") == "Infeasible"
+            break
+
+
+def _status_requests(
+    status: Obj, allocated: pb.Resources, actuated: pb.Resources, where: str
+) -> None:
+    """allocatedResources into ``allocated``; resources.requests into
+    ``actuated``, which is set (even empty) exactly when ``resources`` is."""
+    if isinstance(status.get("allocatedResources"), Mapping):
+        allocated.CopyFrom(
+            resources(_map(status, "allocatedResources"), f"{where}.allocatedResources")
+        )
+    res = status.get("resources")
+    if isinstance(res, Mapping):
+        # CopyFrom sets the field even when the requests are empty.
+        actuated.CopyFrom(resources(_map(res, "requests"), f"{where}.resources.requests"))
+
+
 def pod_record(obj: Obj, *, assign_uid: bool = False) -> pb.Pod:
     """A Pod object as a record. ``assign_uid`` gives a pod that was never
     created (a manifest) a random uid."""
@@ -228,6 +337,9 @@ def pod_record(obj: Obj, *, assign_uid: bool = False) -> pb.Pod:
         )
     if spec.get("overhead"):
         p.overhead.CopyFrom(resources(_map(spec, "overhead"), f"{where}.overhead"))
+    if isinstance(spec.get("resources"), Mapping):
+        _pod_level_resources(_map(spec, "resources"), p, f"{where}.resources")
+    _resize_status(status, p, f"Pod {name} status")
     p.node_selector.update({str(k): str(v) for k, v in _map(spec, "nodeSelector").items()})
     if isinstance(spec.get("affinity"), Mapping):
         p.affinity.SetInParent()

@@ -541,6 +541,8 @@ class Container(_message.Message):
     LIMITS_FIELD_NUMBER: _builtins.int
     PORTS_FIELD_NUMBER: _builtins.int
     RESTARTABLE_FIELD_NUMBER: _builtins.int
+    ALLOCATED_REQUESTS_FIELD_NUMBER: _builtins.int
+    ACTUATED_REQUESTS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     image: _builtins.str
     restartable: _builtins.bool
@@ -553,6 +555,21 @@ class Container(_message.Message):
     def limits(self) -> Global___Resources: ...
     @_builtins.property
     def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerPort]: ...
+    @_builtins.property
+    def allocated_requests(self) -> Global___Resources:
+        """In-place resize (InPlacePodVerticalScaling), from the status of the same
+        name in status.containerStatuses or status.initContainerStatuses:
+        allocatedResources, the requests the kubelet admitted.
+        """
+
+    @_builtins.property
+    def actuated_requests(self) -> Global___Resources:
+        """That status's resources.requests, what the runtime has applied. Set,
+        possibly empty, exactly when the status has `resources`: upstream reads
+        the status (for containers and restartable init containers) only then
+        (component-helpers resource.PodRequests, UseStatusResources).
+        """
+
     def __init__(
         self,
         *,
@@ -562,10 +579,12 @@ class Container(_message.Message):
         limits: Global___Resources | None = ...,
         ports: _abc.Iterable[Global___ContainerPort] | None = ...,
         restartable: _builtins.bool = ...,
+        allocated_requests: Global___Resources | None = ...,
+        actuated_requests: Global___Resources | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "requests", b"requests"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["actuated_requests", b"actuated_requests", "allocated_requests", b"allocated_requests", "limits", b"limits", "requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["image", b"image", "limits", b"limits", "name", b"name", "ports", b"ports", "requests", b"requests", "restartable", b"restartable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actuated_requests", b"actuated_requests", "allocated_requests", b"allocated_requests", "image", b"image", "limits", b"limits", "name", b"name", "ports", b"ports", "requests", b"requests", "restartable", b"restartable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -659,6 +678,11 @@ class Pod(_message.Message):
     PVC_NAMES_FIELD_NUMBER: _builtins.int
     OWNER_KIND_FIELD_NUMBER: _builtins.int
     OWNER_NAME_FIELD_NUMBER: _builtins.int
+    POD_LEVEL_REQUESTS_FIELD_NUMBER: _builtins.int
+    POD_LEVEL_LIMITS_FIELD_NUMBER: _builtins.int
+    POD_LEVEL_ALLOCATED_REQUESTS_FIELD_NUMBER: _builtins.int
+    POD_LEVEL_ACTUATED_REQUESTS_FIELD_NUMBER: _builtins.int
+    RESIZE_INFEASIBLE_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
     namespace: _builtins.str
     name: _builtins.str
@@ -677,6 +701,11 @@ class Pod(_message.Message):
     """PreemptLowerPriority (default) or Never."""
     owner_kind: _builtins.str
     owner_name: _builtins.str
+    resize_infeasible: _builtins.bool
+    """status.conditions holds PodResizePending with reason Infeasible: the
+    resize will not be admitted, so the spec's requests do not count, only
+    what is allocated and applied.
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -700,6 +729,29 @@ class Pod(_message.Message):
     @_builtins.property
     def pvc_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Names of the PersistentVolumeClaims the pod mounts."""
+
+    @_builtins.property
+    def pod_level_requests(self) -> Global___Resources:
+        """spec.resources (PodLevelResources): requests and limits for the pod as a
+        whole. Unset when the spec has none. Requests are defaulted as the API
+        server does (from pod-level limits and the containers' requests). When
+        they name cpu, memory or hugepages-*, those replace the containers' sum
+        for that resource; everything else still comes from the containers.
+        """
+
+    @_builtins.property
+    def pod_level_limits(self) -> Global___Resources: ...
+    @_builtins.property
+    def pod_level_allocated_requests(self) -> Global___Resources:
+        """In-place resize of pod-level resources
+        (InPlacePodLevelResourcesVerticalScaling): status.allocatedResources.
+        """
+
+    @_builtins.property
+    def pod_level_actuated_requests(self) -> Global___Resources:
+        """status.resources.requests. Set, possibly empty, exactly when the status
+        has `resources`.
+        """
 
     def __init__(
         self,
@@ -728,10 +780,15 @@ class Pod(_message.Message):
         pvc_names: _abc.Iterable[_builtins.str] | None = ...,
         owner_kind: _builtins.str = ...,
         owner_name: _builtins.str = ...,
+        pod_level_requests: Global___Resources | None = ...,
+        pod_level_limits: Global___Resources | None = ...,
+        pod_level_allocated_requests: Global___Resources | None = ...,
+        pod_level_actuated_requests: Global___Resources | None = ...,
+        resize_infeasible: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "overhead", b"overhead"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "overhead", b"overhead", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "annotations", b"annotations", "containers", b"containers", "creation_unix_micros", b"creation_unix_micros", "init_containers", b"init_containers", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "node_selector", b"node_selector", "nominated_node_name", b"nominated_node_name", "overhead", b"overhead", "owner_kind", b"owner_kind", "owner_name", b"owner_name", "phase", b"phase", "preemption_policy", b"preemption_policy", "priority", b"priority", "pvc_names", b"pvc_names", "scheduler_name", b"scheduler_name", "scheduling_gates", b"scheduling_gates", "terminating", b"terminating", "tolerations", b"tolerations", "topology_spread_constraints", b"topology_spread_constraints", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "annotations", b"annotations", "containers", b"containers", "creation_unix_micros", b"creation_unix_micros", "init_containers", b"init_containers", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "node_selector", b"node_selector", "nominated_node_name", b"nominated_node_name", "overhead", b"overhead", "owner_kind", b"owner_kind", "owner_name", b"owner_name", "phase", b"phase", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests", "preemption_policy", b"preemption_policy", "priority", b"priority", "pvc_names", b"pvc_names", "resize_infeasible", b"resize_infeasible", "scheduler_name", b"scheduler_name", "scheduling_gates", b"scheduling_gates", "terminating", b"terminating", "tolerations", b"tolerations", "topology_spread_constraints", b"topology_spread_constraints", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

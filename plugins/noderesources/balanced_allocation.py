@@ -6,7 +6,9 @@ at v1.36 (PreScore, Score, balancedResourceScorer, balancedResourceScore) on
 the shared scorer of resource_allocation.go (calculatePodResourceRequestList,
 calculateNodeAllocatableRequest, isBestEffortPod), with plain requests
 (``useRequested``: no 100m / 200Mi defaults for containers that request
-nothing).
+nothing). The pod's requests are those its node would count: pod-level
+``spec.resources.requests`` and in-place resize status included, as the
+feature gates leave them on at v1.36.
 
 For each configured resource the node has (allocatable != 0; an extended
 resource the pod does not request is left out) the fraction
@@ -347,8 +349,17 @@ class BalancedAllocation(PreScorePlugin, ScorePlugin):
         ba_args.validate()
         super().__init__(ba_args, handle)
         self.ba_args = ba_args
+        # NewBalancedAllocation sets the scorer's flags from the feature
+        # gates, all on at v1.36: the pod's requests are the ones its node
+        # would count (pod-level requests and resize status included).
         self.scorer = ResourceAllocationScorer(
-            NAME, ba_args.resources, balanced_score_functions(), use_requested=True
+            NAME,
+            ba_args.resources,
+            balanced_score_functions(),
+            use_requested=True,
+            enable_pod_level_resources=True,
+            enable_in_place_pod_vertical_scaling=True,
+            enable_in_place_pod_level_resources_vertical_scaling=True,
         )
         self._scratch = Scratch()
 

@@ -4,9 +4,10 @@ full will it be?
 Port of pkg/scheduler/framework/plugins/noderesources/fit.go:
 
 * PreFilter computes the pod's effective requests once (computePodResourceRequest:
-  containers summed, init containers and sidecars by step, overhead added) and
-  writes them to CycleState. Like upstream it never Skips: even a pod that
-  requests nothing must pass the pod-count check.
+  containers summed, init containers and sidecars by step, pod-level
+  spec.resources.requests replacing the sum for cpu, memory and hugepages,
+  overhead added) and writes them to CycleState. Like upstream it never Skips:
+  even a pod that requests nothing must pass the pod-count check.
 * Filter (fitsRequest) rejects a node for every resource that does not fit:
   "Too many pods", "Insufficient cpu", "Insufficient memory",
   "Insufficient ephemeral-storage", "Insufficient <name>". The code is
@@ -15,7 +16,10 @@ Port of pkg/scheduler/framework/plugins/noderesources/fit.go:
   and ignored extended resources are not checked.
 * PreScore/Score rate the node with the configured strategy (LeastAllocated by
   default, MostAllocated, RequestedToCapacityRatio) over CPU and memory with
-  non-zero defaults, like upstream.
+  non-zero defaults, like upstream. As upstream at v1.36, the pod's side of
+  that score ignores pod-level requests and resize status (NewFit builds its
+  resourceAllocationScorer without the feature flags), while the node's side
+  counts its pods as NodeInfo does, with both (resource_allocation.py).
 
 ``filter_nodes``/``score_nodes`` are the hot path: numpy over the snapshot's
 columns, one shared Status per distinct set of reasons. ``filter``/``score``
@@ -128,8 +132,10 @@ PRE_SCORE_STATE_KEY = StateKey("PreScore" + NAME, PreScoreState)
 
 
 def compute_pod_resource_request(pod: PodInfo) -> PreFilterState:
-    """fit.go, computePodResourceRequest."""
-    r = pod.requests
+    """fit.go, computePodResourceRequest: resource.PodRequests with pod-level
+    requests (PodLevelResources is on at v1.36) and without status resources
+    (the pod has not been scheduled, so no resize applies)."""
+    r = pod.spec_requests
     return PreFilterState(r.milli_cpu, r.memory, r.ephemeral_storage, dict(r.scalar))
 
 

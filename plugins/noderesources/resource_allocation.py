@@ -6,8 +6,11 @@ Port of pkg/scheduler/framework/plugins/noderesources/resource_allocation.go
 calculatePodResourceRequest, calculatePodResourceRequestList). The strategies
 (least_allocated.py, most_allocated.py, requested_to_capacity_ratio.py) turn
 those amounts into a 0..100 score; NodeResourcesFit uses this with
-"non-zero" CPU/memory requests, BalancedAllocation will use it with the plain
-requests (``use_requested``).
+"non-zero" CPU/memory requests, BalancedAllocation with the plain requests
+(``use_requested``). The node's side is what its NodeInfo sums (each pod as
+PodInfo.CalculateResource counts it); the pod's side follows the scorer's
+feature flags, which upstream leaves off for NodeResourcesFit (see
+ResourceAllocationScorer).
 
 Each strategy comes in two forms that must agree:
 
@@ -25,7 +28,12 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from plugins.framework.model import NodeInfo, PodInfo
+from plugins.framework.model import (
+    NON_ZERO_DEFAULTS,
+    NodeInfo,
+    PodInfo,
+    PodResourcesOptions,
+)
 from plugins.framework.snapshot import NodeBatch
 from plugins.noderesources.args import ResourceSpec
 from plugins.noderesources.resource_names import (
@@ -194,7 +202,15 @@ class ResourceAllocationScorer:
     """Gathers per-resource (requested, allocatable) amounts and hands them
     to a strategy."""
 
-    __slots__ = ("_kinds", "_scalar", "functions", "resources", "strategy", "use_requested")
+    __slots__ = (
+        "_kinds",
+        "_scalar",
+        "functions",
+        "request_options",
+        "resources",
+        "strategy",
+        "use_requested",
+    )
 
     def __init__(
         self,
@@ -202,7 +218,16 @@ class ResourceAllocationScorer:
         resources: Sequence[ResourceSpec],
         functions: ScoreFunctions,
         use_requested: bool = False,
+        *,
+        enable_pod_level_resources: bool = False,
+        enable_in_place_pod_vertical_scaling: bool = False,
+        enable_in_place_pod_level_resources_vertical_scaling: bool = False,
     ) -> None:
+        """``enable_*`` are the scorer's feature flags of the same names.
+        Upstream sets them from the feature gates for BalancedAllocation
+        (all on at v1.36) but not for NodeResourcesFit, whose
+        nodeResourceStrategyTypeMap leaves them false: Fit scores the pod by
+        its containers alone."""
         if not resources:
             # resource_allocation.go, score: "resources not found".
             raise ValueError("a resource allocation score needs at least one resource")
@@ -212,6 +237,15 @@ class ResourceAllocationScorer:
         # False: CPU and memory count requests with upstream's non-zero
         # defaults (100m, 200Mi) for containers that request none.
         self.use_requested = use_requested
+        # calculatePodResourceRequest's PodResourcesOptions.
+        self.request_options = PodResourcesOptions(
+            use_status_resources=enable_in_place_pod_vertical_scaling,
+            in_place_pod_level_resources_vertical_scaling=(
+                enable_in_place_pod_level_resources_vertical_scaling
+            ),
+            skip_pod_level_resources=not enable_pod_level_resources,
+            non_missing_container_requests=() if use_requested else NON_ZERO_DEFAULTS,
+        )
         self._kinds = tuple(_KINDS.get(r.name, _SCALAR) for r in self.resources)
         self._scalar = tuple(is_scalar_resource_name(r.name) for r in self.resources)
 
@@ -219,15 +253,17 @@ class ResourceAllocationScorer:
 
     def pod_request(self, pod: PodInfo, resource: str) -> int:
         """calculatePodResourceRequest: the pod's effective request of one
-        resource (init containers, sidecars and overhead included)."""
+        resource (init containers, sidecars and overhead included; pod-level
+        requests and resize status as the scorer's flags say)."""
+        requests = pod.requests_with(self.request_options)
         kind = _KINDS.get(resource, _SCALAR)
         if kind == _CPU:
-            return pod.requests.milli_cpu if self.use_requested else pod.non_zero_requests[0]
+            return requests.milli_cpu
         if kind == _MEMORY:
-            return pod.requests.memory if self.use_requested else pod.non_zero_requests[1]
+            return requests.memory
         if kind == _EPHEMERAL:
-            return pod.requests.ephemeral_storage
-        return pod.requests.scalar.get(resource, 0)
+            return requests.ephemeral_storage
+        return requests.scalar.get(resource, 0)
 
     def pod_requests(self, pod: PodInfo) -> list[int]:
         """calculatePodResourceRequestList, in the order of ``resources``."""

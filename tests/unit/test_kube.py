@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from berth.kube import ObjectError, node_record, occupies_node, pod_record, split_objects
-from plugins.framework.model import pod_requests
+from berth.v1 import cluster_pb2 as pb
+from plugins.framework.model import PodInfo, pod_requests
+from plugins.framework.testing import resources
 
 
 def pod_obj(**spec: Any) -> dict[str, Any]:
@@ -164,3 +169,248 @@ def test_split_objects_reads_lists_and_documents() -> None:
         ]
     )
     assert len(nodes) == 2 and len(pods) == 1
+
+
+# -- pod-level resources and in-place resize ------------------------------------------
+#
+# testdata/ holds pods as kube-apiserver v1.36.3 returned them (kubectl get -o
+# json) after `kubectl apply -f testdata/pod-level-manifests.yaml`, a
+# `--subresource resize` patch and a status patch like the kubelet's:
+#   pod-level.json          spec.resources.requests cpu 4, memory 1Gi
+#   pod-level-limits.json   spec.resources.limits only; the API server defaulted
+#                           the requests (cpu from the limit, memory from the
+#                           containers)
+#   pod-resized.json        app resized 1 -> 1500m CPU, resize Deferred: the
+#                           kubelet still has 1 CPU allocated and applied
+#   pod-level-resized.json  pod-level resize in progress: 1 CPU allocated, 500m
+#                           applied, 768Mi memory applied
+# The expected requests are what upstream's PodInfo.CalculateResource returns
+# for the same JSON.
+
+TESTDATA = Path(__file__).parent / "testdata"
+
+
+def load(name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = json.loads((TESTDATA / name).read_text())
+    return obj
+
+
+def test_decode_pod_level_resources_from_api_server_json() -> None:
+    p = pod_record(load("pod-level.json"))
+    assert p.HasField("pod_level_requests") and not p.HasField("pod_level_limits")
+    assert p.pod_level_requests.milli_cpu == 4000
+    assert p.pod_level_requests.memory == 2**30
+    assert not p.HasField("pod_level_actuated_requests")
+    info = PodInfo(p)
+    assert (info.requests.milli_cpu, info.requests.memory) == (4000, 2**30)
+    assert info.non_zero_requests == (4000, 2**30)
+
+
+def test_decode_pod_level_defaults_like_the_api_server() -> None:
+    """The manifests decode to the same pod-level records as the objects the
+    API server stored (defaultPodRequests, defaultHugePagePodLimits)."""
+    manifests = {
+        d["metadata"]["name"]: d
+        for d in yaml.safe_load_all((TESTDATA / "pod-level-manifests.yaml").read_text())
+    }
+    for name in ("pod-level", "pod-level-limits"):
+        manifest = manifests[name]
+        from_manifest = pod_record(manifest, assign_uid=True)
+        from_server = pod_record(load(f"{name}.json"))
+        assert from_manifest.pod_level_requests == from_server.pod_level_requests, name
+        assert from_manifest.pod_level_limits == from_server.pod_level_limits, name
+    limits = pod_record(load("pod-level-limits.json"))
+    assert (limits.pod_level_requests.milli_cpu, limits.pod_level_requests.memory) == (
+        2000,
+        512 * 2**20,
+    )
+
+
+Q = dict[str, str]
+
+
+def resources_obj(requests: Q | None, limits: Q | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if requests is not None:
+        out["requests"] = requests
+    if limits is not None:
+        out["limits"] = limits
+    return out
+
+
+HP = "hugepages-2Mi"
+POD_RESOURCES_DEFAULTS: dict[str, tuple[dict[str, Any] | None, list[dict[str, Any]], Q, Q]] = {
+    "pod-resources-unset": (None, [{"limits": {"cpu": "2m"}}], {}, {}),
+    "pod-requests-unset-limits-set-container-resources-unset": (
+        resources_obj(None, {"cpu": "4m", "memory": "8Mi"}),
+        [{}, {}],
+        {"cpu": "4m", "memory": "8Mi"},
+        {"cpu": "4m", "memory": "8Mi"},
+    ),
+    "pod-requests-unset-limits-set-container-requests-set-limits-set": (
+        resources_obj(None, {"cpu": "4m", "memory": "8Mi"}),
+        [
+            {"requests": {"cpu": "1m", "memory": "1Mi"}, "limits": {"cpu": "2m", "memory": "1Mi"}},
+            {"requests": {"cpu": "1m", "memory": "2Mi"}, "limits": {"cpu": "1m", "memory": "5Mi"}},
+        ],
+        {"cpu": "2m", "memory": "3Mi"},
+        {"cpu": "4m", "memory": "8Mi"},
+    ),
+    "pod-requests-unset-limits-set-container-memory-requests-set": (
+        resources_obj(None, {"cpu": "4m", "memory": "8Mi"}),
+        [{"requests": {"memory": "1Mi"}}, {"requests": {"memory": "5Mi"}}],
+        {"cpu": "4m", "memory": "6Mi"},
+        {"cpu": "4m", "memory": "8Mi"},
+    ),
+    "pod-requests-set-limits-unset-is-kept": (
+        resources_obj({"cpu": "1"}, None),
+        [{"requests": {"memory": "1Mi"}}],
+        {"cpu": "1"},
+        {},
+    ),
+    "pod-has-cpu-limit-container-hugepages-limits-set": (
+        resources_obj(None, {"cpu": "5m"}),
+        [{"limits": {"cpu": "2m", HP: "4Mi"}}, {"limits": {"cpu": "1m", HP: "2Mi"}}],
+        {"cpu": "3m", HP: "6Mi"},
+        {"cpu": "5m", HP: "6Mi"},
+    ),
+    "pod-has-cpu-request-container-hugepages-limits-set": (
+        resources_obj({"cpu": "5m"}, None),
+        [{"limits": {"cpu": "2m", HP: "4Mi"}}, {"limits": {"cpu": "1m", HP: "2Mi"}}],
+        {"cpu": "5m", HP: "6Mi"},
+        {HP: "6Mi"},
+    ),
+    "pod-hugepages-requests-set-are-not-limited-by-containers": (
+        resources_obj({"cpu": "5m", HP: "10Mi"}, {"cpu": "5m", HP: "10Mi"}),
+        [{"limits": {"cpu": "2m", HP: "4Mi"}}],
+        {"cpu": "5m", HP: "10Mi"},
+        {"cpu": "5m", HP: "10Mi"},
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("pod_resources", "containers", "want_requests", "want_limits"),
+    POD_RESOURCES_DEFAULTS.values(),
+    ids=POD_RESOURCES_DEFAULTS.keys(),
+)
+def test_pod_resources_defaults(
+    pod_resources: dict[str, Any] | None,
+    containers: list[dict[str, Any]],
+    want_requests: Q,
+    want_limits: Q,
+) -> None:
+    """pkg/apis/core/v1 SetDefaults_Pod with PodLevelResources on
+    (TestPodResourcesDefaults): defaultHugePagePodLimits, defaultPodRequests."""
+    spec: dict[str, Any] = {
+        "containers": [{"name": f"c{i}", "resources": r} for i, r in enumerate(containers)]
+    }
+    if pod_resources is not None:
+        spec["resources"] = pod_resources
+    p = pod_record({"kind": "Pod", "metadata": {"name": "p", "uid": "u"}, "spec": spec})
+    assert p.HasField("pod_level_requests") is bool(want_requests)
+    assert p.HasField("pod_level_limits") is bool(want_limits)
+    assert p.pod_level_requests == resources(**want_requests)
+    assert p.pod_level_limits == resources(**want_limits)
+
+
+def test_pod_level_defaults_use_the_sidecar_formula() -> None:
+    """defaultPodRequests takes AggregateContainerRequests: sidecars add, an
+    init container raises the total to its step."""
+    p = pod_record(
+        pod_obj(
+            resources={"limits": {"cpu": "4"}},
+            containers=[{"name": "app", "resources": {"requests": {"memory": "1Gi"}}}],
+            initContainers=[
+                {
+                    "name": "side",
+                    "restartPolicy": "Always",
+                    "resources": {"requests": {"memory": "256Mi"}},
+                },
+                {"name": "setup", "resources": {"requests": {"memory": "2Gi"}}},
+            ],
+        )
+    )
+    assert p.pod_level_requests == resources(cpu="4", memory=f"{2048 + 256}Mi")
+
+
+def test_decode_resize_status_from_api_server_json() -> None:
+    """status.containerStatuses / initContainerStatuses: allocatedResources and
+    resources.requests, on the container of the same name."""
+    p = pod_record(load("pod-resized.json"))
+    app, side = p.containers[0], p.init_containers[0]
+    assert app.requests.milli_cpu == 1500
+    assert app.allocated_requests == resources(cpu="1", memory="1Gi")
+    assert app.actuated_requests == resources(cpu="1", memory="1Gi")
+    assert side.restartable
+    assert side.allocated_requests == resources(cpu="100m", memory="64Mi")
+    assert side.actuated_requests == resources(cpu="100m", memory="64Mi")
+    assert not p.resize_infeasible  # Deferred
+    info = PodInfo(p)
+    # Deferred: max(spec 1500m, applied 1) + the sidecar.
+    assert (info.requests.milli_cpu, info.requests.memory) == (1600, 2**30 + 64 * 2**20)
+    # NodeResourcesFit's PreFilter reads the spec alone.
+    assert info.spec_requests.milli_cpu == 1600
+
+
+def test_decode_resize_infeasible_condition() -> None:
+    """IsPodResizeInfeasible: PodResizePending with reason Infeasible drops the
+    spec from the effective requests."""
+    obj = load("pod-resized.json")
+    obj["status"]["conditions"][0]["reason"] = "Infeasible"
+    p = pod_record(obj)
+    assert p.resize_infeasible
+    assert PodInfo(p).requests.milli_cpu == 1100  # applied 1 + the sidecar's 100m
+
+
+def test_decode_pod_level_resize_status_from_api_server_json() -> None:
+    """status.allocatedResources and status.resources at pod level; a container
+    status with an empty ``resources`` still marks the status as present."""
+    p = pod_record(load("pod-level-resized.json"))
+    assert p.pod_level_requests == resources(cpu="1", memory="512Mi")
+    assert p.pod_level_limits == resources(memory="1Gi")
+    assert p.pod_level_allocated_requests == resources(cpu="1", memory="512Mi")
+    assert p.pod_level_actuated_requests == resources(cpu="500m", memory="768Mi")
+    assert p.containers[0].HasField("actuated_requests")
+    assert p.containers[0].actuated_requests == pb.Resources()
+    assert not p.containers[0].HasField("allocated_requests")
+    assert not p.resize_infeasible  # PodResizeInProgress is not read
+    info = PodInfo(p)
+    assert (info.requests.milli_cpu, info.requests.memory) == (1000, 768 * 2**20)
+
+
+def test_decode_resize_status_edge_cases() -> None:
+    """No ``resources`` (or null) in a status: not set; statuses of unknown
+    names are ignored; the first PodResizePending condition decides."""
+    obj = pod_obj(
+        initContainers=[{"name": "init", "resources": {"requests": {"cpu": "1"}}}],
+    )
+    obj["status"] = {
+        "containerStatuses": [
+            {"name": "c", "allocatedResources": {"cpu": "2"}, "resources": None},
+            {"name": "ghost", "resources": {"requests": {"cpu": "9"}}},
+        ],
+        "initContainerStatuses": [{"name": "init", "resources": {"requests": {"cpu": "3"}}}],
+        "conditions": [
+            {"type": "PodResizePending", "status": "True", "reason": "Deferred"},
+            {"type": "PodResizePending", "status": "True", "reason": "Infeasible"},
+        ],
+    }
+    p = pod_record(obj)
+    c = p.containers[0]
+    assert c.HasField("allocated_requests") and not c.HasField("actuated_requests")
+    # Decoded on a plain init container too; only the computation ignores it.
+    assert p.init_containers[0].actuated_requests.milli_cpu == 3000
+    assert not p.resize_infeasible
+    assert not p.HasField("pod_level_actuated_requests")
+    assert PodInfo(p).requests.milli_cpu == 1000
+
+
+def test_bad_status_quantity_names_the_field() -> None:
+    obj = pod_obj()
+    obj["status"] = {"containerStatuses": [{"name": "c", "allocatedResources": {"cpu": "x"}}]}
+    with pytest.raises(ObjectError) as err:
+        pod_record(obj)
+    assert str(err.value).startswith(
+        "Pod p status.containerStatuses[0].allocatedResources.cpu: quantity 'x'"
+    )
