@@ -34,6 +34,7 @@ from plugins.framework.interfaces import (
     ScorePlugin,
 )
 from plugins.framework.model import NodeInfo, PodInfo
+from plugins.framework.normalize import default_normalize_score
 from plugins.framework.runtime import CycleError, plugin_error_message
 from plugins.framework.snapshot import NodeBatch
 from plugins.framework.status import SUCCESS, Status
@@ -135,27 +136,6 @@ def pod_preferred_terms(pod: pb.Pod) -> tuple[tuple[SelectorTerm, ...] | None, s
     if errors:
         return None, aggregate_message(errors)
     return terms, ""
-
-
-def default_normalize_score(max_priority: int, reverse: bool, scores: ScoreArray) -> None:
-    """helper.DefaultNormalizeScore (pkg/scheduler/framework/plugins/helper/
-    normalize_score.go), in place: scale [0, max(scores)] to
-    [0, max_priority] with Go's truncating division, optionally reversed.
-    Nothing is scaled when the largest score is 0 or below (then reverse
-    gives every node max_priority)."""
-    if len(scores) == 0:
-        return
-    top = max(int(scores.max()), 0)
-    if top == 0:
-        if reverse:
-            scores[:] = max_priority
-        return
-    product = scores * max_priority
-    scaled = np.abs(product) // top
-    scaled = np.where(product < 0, -scaled, scaled)
-    if reverse:
-        scaled = max_priority - scaled
-    scores[:] = scaled
 
 
 def _by_labels(

@@ -30,6 +30,7 @@ from plugins.framework.interfaces import (
     ScorePlugin,
 )
 from plugins.framework.model import NodeInfo, PodInfo
+from plugins.framework.normalize import default_normalize_score
 from plugins.framework.snapshot import NodeBatch
 from plugins.framework.status import SUCCESS, Status
 from plugins.framework.tolerations import (
@@ -127,29 +128,6 @@ def count_intolerable_prefer_no_schedule(
         for taint in taints
         if taint.effect == EFFECT_PREFER_NO_SCHEDULE and not tolerations_tolerate_taint(tols, taint)
     )
-
-
-def default_normalize_score(max_priority: int, reverse: bool, scores: ScoreArray) -> None:
-    """Upstream's helper.DefaultNormalizeScore
-    (pkg/scheduler/framework/plugins/helper/normalize_score.go), in place:
-    scale [0, max(scores)] to [0, max_priority] with Go's truncating integer
-    division; ``reverse`` then subtracts from max_priority. When the largest
-    score is 0 (or below) nothing is scaled, and ``reverse`` gives every node
-    max_priority."""
-    if len(scores) == 0:
-        return
-    max_count = max(int(scores.max()), 0)
-    if max_count == 0:
-        if reverse:
-            scores[:] = max_priority
-        return
-    product = scores * max_priority
-    # Go's "/" truncates toward zero; numpy's "//" floors.
-    scaled = np.abs(product) // max_count
-    scaled = np.where(product < 0, -scaled, scaled)
-    if reverse:
-        scaled = max_priority - scaled
-    scores[:] = scaled
 
 
 def _read_pre_score_state(state: CycleState) -> PreScoreState:
