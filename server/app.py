@@ -21,7 +21,7 @@ from plugins.framework.interfaces import Plugin
 from plugins.framework.profile import SchedulerConfig
 from plugins.framework.runtime import Framework, ProfileError
 from server import telemetry
-from server.service import SchedulingService
+from server.service import DEFAULT_MAX_BATCH_PODS, SchedulingService
 from server.state import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -108,9 +108,12 @@ async def start_server(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     max_clusters: int = 16,
     trace: bool = True,
+    max_batch_pods: int = DEFAULT_MAX_BATCH_PODS,
 ) -> RunningServer:
     frameworks = build_frameworks(config, registry)
-    service = SchedulingService(config, frameworks, SnapshotStore(max_clusters))
+    service = SchedulingService(
+        config, frameworks, SnapshotStore(max_clusters), max_batch_pods=max_batch_pods
+    )
     interceptors = [telemetry.server_interceptor()] if trace else []
     server = grpc.aio.server(
         interceptors=interceptors,

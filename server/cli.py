@@ -55,6 +55,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "RESOURCE_EXHAUSTED",
     )
     p.add_argument(
+        "--max-clusters",
+        type=int,
+        default=16,
+        metavar="N",
+        help="cluster snapshots (one per calling shim or client) cached at once; the least "
+        "recently used is evicted and its caller resends in full (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-batch-pods",
+        type=int,
+        default=256,
+        metavar="N",
+        help="most pods one ScheduleBatch call may carry; more is RESOURCE_EXHAUSTED "
+        "(default %(default)s; a batch holds the server for its whole run)",
+    )
+    p.add_argument(
         "--grace",
         type=float,
         default=5.0,
@@ -83,6 +99,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.list_plugins:
         return print_listing(load_registry(strict=False), sys.stdout)
+    for flag, value in (
+        ("--max-clusters", args.max_clusters),
+        ("--max-batch-pods", args.max_batch_pods),
+    ):
+        if value < 1:
+            print(f"berth serve: {flag} must be at least 1, got {value}", file=sys.stderr)
+            return 2
     try:
         registry = load_registry()
     except RegistryError as exc:
@@ -119,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
                 args.listen,
                 max_message_bytes=args.max_message_bytes,
                 trace=tracing,
+                max_clusters=args.max_clusters,
+                max_batch_pods=args.max_batch_pods,
             )
         except (OSError, ProfileError) as exc:
             print(f"berth serve: {exc}", file=sys.stderr)

@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 Resp = TypeVar("Resp")
 
+# Most pods one ScheduleBatch may carry (berth serve --max-batch-pods).
+DEFAULT_MAX_BATCH_PODS = 256
+
 
 class ServiceError(Exception):
     """Ends an RPC with a gRPC status code."""
@@ -74,10 +77,14 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
         config: SchedulerConfig,
         frameworks: Mapping[str, Framework],
         store: SnapshotStore | None = None,
+        max_batch_pods: int = DEFAULT_MAX_BATCH_PODS,
     ) -> None:
         self.config = config
         self.frameworks = dict(frameworks)
         self.store = store or SnapshotStore()
+        # ScheduleBatch runs without yielding to the event loop: its size bounds how long
+        # other calls (health checks included) can wait behind it.
+        self.max_batch_pods = max_batch_pods
 
     # -- helpers -------------------------------------------------------------
 
@@ -485,6 +492,12 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
 
     def _schedule_batch(self, request: pb.ScheduleBatchRequest) -> pb.ScheduleBatchResponse:
         fw = self._framework(request.profile)
+        if len(request.pods) > self.max_batch_pods:
+            raise ServiceError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"pods: {len(request.pods)} pods in one batch, this server takes at most "
+                f"{self.max_batch_pods} (berth serve --max-batch-pods); split the batch",
+            )
         snap, gen = self._snapshot(request.HasField("state"), request.state)
         if request.start_index < 0:
             raise ServiceError(

@@ -55,6 +55,36 @@ class Entry:
     snapshot: Snapshot
 
 
+def _check_each_object_once(delta: pb.ClusterDelta, field: str) -> None:
+    """A delta names each node and each pod at most once (protos/README.md): an object
+    both upserted and deleted, or upserted twice, has no defined result, so the delta is
+    refused whole, naming the entries."""
+    for kind, upserts, deletes in (
+        ("node", [n.name for n in delta.upsert_nodes], list(delta.delete_nodes)),
+        ("pod", [p.uid for p in delta.upsert_pods], list(delta.delete_pods)),
+    ):
+        if len(set(upserts)) + len(set(deletes)) == len(upserts) + len(deletes) and not (
+            set(upserts) & set(deletes)
+        ):
+            continue
+        where: dict[str, list[str]] = {}
+        up_field = "upsert_nodes" if kind == "node" else "upsert_pods"
+        del_field = "delete_nodes" if kind == "node" else "delete_pods"
+        for i, key in enumerate(upserts):
+            where.setdefault(key, []).append(f"{up_field}[{i}]")
+        for i, key in enumerate(deletes):
+            where.setdefault(key, []).append(f"{del_field}[{i}]")
+        repeated = {k: v for k, v in where.items() if len(v) > 1}
+        first = sorted(repeated)[0]
+        raise InvalidState(
+            f"{field}.delta",
+            f"{kind} {first!r} appears {len(repeated[first])} times "
+            f"({', '.join(repeated[first])})"
+            + (f" and {len(repeated) - 1} more {kind}(s) repeat" if len(repeated) > 1 else "")
+            + "; a delta holds each object at most once, in its last state",
+        )
+
+
 class SnapshotStore:
     """Snapshots by cluster_id, least recently used evicted beyond
     ``max_clusters``. Holds no truth: anything here can be rebuilt from the
@@ -75,11 +105,12 @@ class SnapshotStore:
             raise InvalidState(f"{field}.cluster_id", "must not be empty")
         if state.generation <= 0:
             raise InvalidState(f"{field}.generation", f"must be > 0, got {state.generation}")
+        _check_each_object_once(state.delta, field)
         entry = self._entries.get(state.cluster_id)
         if state.full:
-            if entry is not None and entry.generation == state.generation:
-                self._entries.move_to_end(state.cluster_id)
-                return entry
+            # A full state always replaces what the replica holds, even at a generation
+            # it already has: a caller restarted under the same cluster_id starts over at
+            # low generations, and its new state must never be answered from the old one.
             snap = Snapshot()
             self._apply(snap, state, field)
             entry = Entry(state.generation, snap)

@@ -391,6 +391,15 @@ class SchedulingQueue:
         self._take_update(qp)
         self._to_backoff(qp, "ScheduleAttemptFailure")
 
+    def done_retry(self, qp: QueuedPod) -> None:
+        """The attempt did not happen (the call was refused before any cycle ran): back
+        to the activeQ without a backoff, the attempt not counted."""
+        if qp.uid not in self._pods:
+            return
+        qp.attempts = max(0, qp.attempts - 1)
+        self._take_update(qp)
+        self._push_active(qp)
+
     def done_bound(self, qp: QueuedPod) -> None:
         """Scheduled and bound (or handed to the binding cycle for good)."""
         self._pods.pop(qp.uid, None)

@@ -45,7 +45,7 @@ from shim.events import EventRecorder, ObjectRef
 from shim.informer import ADDED, DELETED, Event, Informer, node_key, pod_key
 from shim.kubeapi import ApiError, KubeApi, pod_path
 from shim.queue import QueuedPod, SchedulingQueue
-from shim.service import PluginService, ServiceUnavailable
+from shim.service import BatchTooLarge, PluginService, ServiceUnavailable
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("berth.shim")
@@ -360,6 +360,15 @@ class Scheduler:
                         )
                     results = list(bresp.results)
                     self._start_index[profile] = bresp.next_start_index
+            except BatchTooLarge as exc:
+                smaller = max(1, len(batch) // 2)
+                log.warning("%s; sending at most %d pods per batch from now on", exc, smaller)
+                self.options.batch_size = smaller
+                for qp, span in zip(batch, spans, strict=True):
+                    # Not the pods' fault: straight back to the activeQ, no backoff.
+                    self.queue.done_retry(qp)
+                    span.end()
+                return
             except ServiceUnavailable as exc:
                 self.counters.service_failures += 1
                 metrics.PLUGIN_SERVICE_ERRORS.labels("Schedule").inc()

@@ -35,6 +35,11 @@ class ServiceUnavailable(Exception):
     backoff; nothing is dropped."""
 
 
+class BatchTooLarge(ServiceUnavailable):
+    """The plugin server takes fewer pods per ScheduleBatch (berth serve
+    --max-batch-pods): send smaller batches."""
+
+
 class _LocalContext:
     """The part of grpc.aio.ServicerContext the service uses, for in-process
     calls: ``abort`` raises the AioRpcError a remote caller would see."""
@@ -119,6 +124,8 @@ class PluginService:
         except grpc.aio.AioRpcError as exc:
             # A broken stream is reopened by the next call.
             self.client._stream = None
+            if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and what == "ScheduleBatch":
+                raise BatchTooLarge(f"{what}: {exc.details()}") from exc
             raise ServiceUnavailable(
                 f"{what}: plugin service {self.address} answered {exc.code().name}: {exc.details()}"
             ) from exc
@@ -215,4 +222,11 @@ class PluginService:
             await self.client.close()
 
 
-__all__ = ["InProcessStub", "PluginService", "ProfileInfo", "ServiceUnavailable", "SortKey"]
+__all__ = [
+    "BatchTooLarge",
+    "InProcessStub",
+    "PluginService",
+    "ProfileInfo",
+    "ServiceUnavailable",
+    "SortKey",
+]

@@ -111,3 +111,26 @@ async def test_bad_batches_are_refused_whole(
             )
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert err.value.details() == message
+
+
+async def test_a_batch_over_the_servers_limit_is_resource_exhausted(
+    default_server: RunningServer,
+) -> None:
+    """berth serve --max-batch-pods bounds how long one call holds the server."""
+    default_server.service.max_batch_pods = 4
+    log = small_cluster()
+    pods = [make_pod(f"p{i}").req(cpu="100m").obj() for i in range(5)]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{default_server.port}") as ch:
+        stub = pb_grpc.SchedulingServiceStub(ch)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.ScheduleBatch(
+                pb.ScheduleBatchRequest(profile=PROFILE, state=log.full_state(), pods=pods)
+            )
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "5 pods in one batch" in str(err.value.details())
+        assert "--max-batch-pods" in str(err.value.details())
+        # Four is served, and the server keeps serving.
+        ok = await stub.ScheduleBatch(
+            pb.ScheduleBatchRequest(profile=PROFILE, state=log.full_state(), pods=pods[:4])
+        )
+        assert len(ok.results) == 4

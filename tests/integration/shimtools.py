@@ -136,10 +136,20 @@ class Proc:
 class Server(Proc):
     """``berth serve`` on a fixed loopback port (so a restart comes back at the same address)."""
 
-    def __init__(self, config: Path, log: Path, port: int | None = None) -> None:
+    def __init__(
+        self, config: Path, log: Path, port: int | None = None, extra: Sequence[str] = ()
+    ) -> None:
         self.port = port or free_port()
         super().__init__(
-            [*BERTH, "serve", "--config", str(config), "--listen", f"127.0.0.1:{self.port}"],
+            [
+                *BERTH,
+                "serve",
+                "--config",
+                str(config),
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                *extra,
+            ],
             log,
         )
 

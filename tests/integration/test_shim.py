@@ -235,3 +235,32 @@ def test_pods_of_the_profile_already_bound_are_not_touched(
         assert scheduled_events(kube, namespace) == {}
         names = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in pods_of(kube, namespace)}
         assert names == {"preset": node, "late": None}
+
+
+def test_batches_shrink_to_what_the_plugin_server_takes(
+    cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+) -> None:
+    """berth serve --max-batch-pods 4 refuses the shim's 32-pod batches (RESOURCE_EXHAUSTED):
+    the shim halves its batches until they fit, without a backoff and without losing a pod."""
+    profile = profile_for(namespace)
+    config = write_config(tmp_path / "c.yaml", profile)
+    fake_nodes(10, cpu="8")
+    server = Server(config, tmp_path / "serve.log", extra=["--max-batch-pods", "4"]).start()
+    shim = Shim(
+        config,
+        cluster.kubeconfig,
+        tmp_path / "shim.log",
+        server=server.address,
+        extra=["--batch-size", "32"],
+    ).start()
+    with running(shim, server):
+        objects.create_pods(
+            kube,
+            [
+                objects.pod(f"p-{i}", namespace=namespace, scheduler_name=profile)
+                for i in range(100)
+            ],
+        )
+        wait_all_bound(kube, namespace, 100, timeout=120)
+        assert "sending at most" in shim.text()
+        assert set(wait_scheduled_events(kube, namespace, 100).values()) == {1}

@@ -117,3 +117,48 @@ def test_least_recently_used_cluster_is_evicted() -> None:
         store.resolve(pb.ClusterState(cluster_id=cid, generation=1, full=True))
     assert store.generation("a") == -1
     assert store.generation("c") == 1
+
+
+POD_A = make_pod("a").obj()
+
+
+@pytest.mark.parametrize(
+    ("delta", "message"),
+    [
+        (
+            pb.ClusterDelta(upsert_pods=[POD_A], delete_pods=[POD_A.uid]),
+            "(upsert_pods[0], delete_pods[0])",
+        ),
+        (
+            pb.ClusterDelta(upsert_nodes=[make_node("n").obj(), make_node("n").obj()]),
+            "node 'n' appears 2 times (upsert_nodes[0], upsert_nodes[1])",
+        ),
+        (pb.ClusterDelta(delete_nodes=["x", "x"]), "node 'x' appears 2 times"),
+    ],
+    ids=["pod-upserted-and-deleted", "node-upserted-twice", "node-deleted-twice"],
+)
+def test_a_delta_naming_an_object_twice_is_refused_whole(
+    delta: pb.ClusterDelta, message: str
+) -> None:
+    store = SnapshotStore()
+    base = store.resolve(caller().full_state())
+    state = pb.ClusterState(cluster_id="c1", generation=2, base_generation=1, delta=delta)
+    with pytest.raises(InvalidState) as err:
+        store.resolve(state)
+    assert err.value.field == "state.delta"
+    assert message in str(err.value)
+    assert "at most once" in str(err.value)
+    assert base.generation == 1 and len(base.snapshot.nodes) == 3  # unchanged
+
+
+def test_a_full_state_replaces_even_at_a_generation_the_replica_has() -> None:
+    """A caller restarted under the same cluster_id sends its new world at generation 1:
+    it must not be answered from the old one."""
+    store = SnapshotStore()
+    old = caller(3)
+    store.resolve(old.full_state())
+    restarted = ClusterStateLog("c1")
+    restarted.upsert_node(make_node("only").capacity(cpu="1").obj())
+    restarted.commit()
+    entry = store.resolve(restarted.full_state())
+    assert set(entry.snapshot.nodes) == {"only"}
