@@ -14,25 +14,15 @@ from berth.client import ClusterStateLog
 from berth.v1 import cluster_pb2 as cpb
 from plugins.framework.testing import make_node, make_pod
 from shim.cache import SchedulerCache
+from tests.unit.shim.fakes import FakeClock
 
 T0 = 1_760_000_000.0
 TTL = 30.0
 
 
-class FakeClock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(T0)
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from shim.events import (
     truncate_note,
 )
 from shim.kubeapi import JSON, ApiError
+from tests.unit.shim.fakes import FakeClock
 
 T0 = 1_760_000_000.25
 NS = "shop"
@@ -78,17 +79,6 @@ class FakeApi:
         return self._call("patch", path, patch)
 
 
-class FakeClock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.fixture
 def api() -> FakeApi:
     return FakeApi()
@@ -96,7 +86,7 @@ def api() -> FakeApi:
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(T0)
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from shim.leader import (
     leases_path,
     micro_time,
 )
+from tests.unit.shim.fakes import FakeClock
 
 T0 = 1_760_000_000.25
 NS = "kube-system"
@@ -44,19 +45,6 @@ CONFIG = LeaderElectionConfig(
     lease_duration_seconds=15.0, renew_deadline_seconds=10.0, retry_period_seconds=0.01
 )
 WAIT = 5.0  # seconds of real time any awaited condition may take
-
-
-class FakeClock:
-    """The elector's clock; only the test moves it."""
-
-    def __init__(self, start: float = T0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def api_error(method: str, path: str, status: int, reason: str) -> ApiError:
@@ -237,7 +225,7 @@ def api() -> FakeLeaseApi:
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(T0)
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ from shim.queue import (
     SchedulingQueue,
 )
 from shim.service import ServiceUnavailable, SortKey
+from tests.unit.shim.fakes import FakeClock
 
 T0 = 1_760_000_000.0
 PROFILE = "default-scheduler"
@@ -44,17 +45,6 @@ PLACES = ("active", "backoff", "unschedulable", "gated")
 
 
 # -- fakes -------------------------------------------------------------------------------
-
-
-class FakeClock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class FakePlugins:
@@ -162,7 +152,7 @@ class Harness:
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(T0)
 
 
 @pytest.fixture
