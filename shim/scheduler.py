@@ -83,9 +83,8 @@ class ShimOptions:
     # Most pods one ScheduleBatch call takes (1: always ScheduleStream).
     batch_size: int = 16
     assumed_ttl: float = DEFAULT_ASSUMED_TTL
+    # Threads that carry API writes (bindings, status patches, expiry checks).
     bind_workers: int = 16
-    # Plugin-service calls in the binding cycle use this timeout (seconds).
-    traced: bool = False
 
 
 @dataclass(eq=False)
