@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from berth.client import ClusterStateLog, SchedulingClient, open_channel
-from berth.v1 import cluster_pb2 as cpb
-from berth.v1 import scheduling_pb2 as pb
+from berth_api.v1 import cluster_pb2 as cpb
+from berth_api.v1 import scheduling_pb2 as pb
 
 
 @dataclass

@@ -18,9 +18,9 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 
-from berth.v1 import cluster_pb2 as cpb
-from berth.v1 import scheduling_pb2 as pb
-from berth.v1 import scheduling_pb2_grpc as pb_grpc
+from berth_api.v1 import cluster_pb2 as cpb
+from berth_api.v1 import scheduling_pb2 as pb
+from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.model import (
     CPU,
     EPHEMERAL_STORAGE,

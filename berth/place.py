@@ -22,8 +22,8 @@ from google.protobuf import json_format
 
 from berth.client import ClusterStateLog, SchedulingClient, open_channel
 from berth.kube import ObjectError, node_record, occupies_node, pod_record, split_objects
-from berth.v1 import cluster_pb2 as cpb
-from berth.v1 import scheduling_pb2 as pb
+from berth_api.v1 import cluster_pb2 as cpb
+from berth_api.v1 import scheduling_pb2 as pb
 
 CODE_NAMES = {
     0: "Success",

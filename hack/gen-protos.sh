@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Generates the Python protobuf/gRPC code (and mypy stubs) for protos/ into
-# berth/v1/. With --check, generates into a temporary tree and fails when the
+# berth_api/v1/, a package of its own that every layer (plugins, server, shim,
+# CLI) may import without importing upward. With --check, generates into a temporary tree and fails when the
 # committed files differ: CI runs this so generated code never drifts from
 # the .proto files. The generator versions are pinned in pyproject.toml
 # (grpcio-tools, mypy-protobuf).
@@ -13,34 +14,46 @@ check=0
 out="$root"
 if [ $check = 1 ]; then
   out=$(mktemp -d)
-  trap 'rm -rf "$out"' EXIT
 fi
-mkdir -p "$out/berth/v1"
+gen=$(mktemp -d)
+trap 'rm -rf "$gen"' EXIT
+mkdir -p "$gen/berth/v1" "$out/berth_api/v1"
 "$venv/bin/python" -m grpc_tools.protoc \
   -I "$root/protos" \
-  --python_out="$out" \
-  --grpc_python_out="$out" \
+  --python_out="$gen" \
+  --grpc_python_out="$gen" \
   --plugin=protoc-gen-mypy="$venv/bin/protoc-gen-mypy" \
   --plugin=protoc-gen-mypy_grpc="$venv/bin/protoc-gen-mypy_grpc" \
-  --mypy_out="$out" \
-  --mypy_grpc_out="$out" \
+  --mypy_out="$gen" \
+  --mypy_grpc_out="$gen" \
   "$root"/protos/berth/v1/*.proto 2> >(grep -v "^Writing mypy to" >&2)
 
+# protoc names Python modules after the .proto paths (berth/v1/...); the code
+# lives in berth_api.v1, so its imports of sibling modules and the module name
+# it registers are rewritten to that package. RPC paths and descriptors keep
+# the proto package berth.v1.
+for f in "$gen"/berth/v1/*_pb2*; do
+  sed -e 's/^from berth\.v1 import /from berth_api.v1 import /' \
+      -e "s/BuildTopDescriptorsAndMessages(DESCRIPTOR, 'berth\.v1\./BuildTopDescriptorsAndMessages(DESCRIPTOR, 'berth_api.v1./" \
+      "$f" >"$out/berth_api/v1/$(basename "$f")"
+done
+
 if [ $check = 1 ]; then
+  trap 'rm -rf "$gen" "$out"' EXIT
   status=0
-  for f in "$out"/berth/v1/*_pb2*; do
+  for f in "$out"/berth_api/v1/*_pb2*; do
     rel=${f#"$out/"}
     if ! cmp -s "$f" "$root/$rel"; then
       echo "gen-protos: $rel is out of date with protos/; run hack/gen-protos.sh and commit" >&2
       status=1
     fi
   done
-  for f in "$root"/berth/v1/*_pb2*; do
+  for f in "$root"/berth_api/v1/*_pb2*; do
     rel=${f#"$root/"}
     [ -e "$out/$rel" ] || { echo "gen-protos: $rel has no .proto source; delete it" >&2; status=1; }
   done
   [ $status = 0 ] && echo "gen-protos: generated code matches protos/"
   exit $status
 fi
-touch "$root/berth/v1/__init__.py"
-echo "gen-protos: wrote berth/v1/ from protos/berth/v1/*.proto"
+touch "$root/berth_api/__init__.py" "$root/berth_api/v1/__init__.py"
+echo "gen-protos: wrote berth_api/v1/ from protos/berth/v1/*.proto"

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.cycle_state import CycleState
 from plugins.framework.interfaces import Plugin
 from plugins.framework.profile import PluginRef, ProfileConfig

@@ -16,7 +16,7 @@ from google.protobuf import symbol_database
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from berth.v1 import scheduling_pb2
+from berth_api.v1 import scheduling_pb2
 from plugins.framework.interfaces import Plugin
 from plugins.framework.profile import SchedulerConfig
 from plugins.framework.runtime import Framework, ProfileError

@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import DecodeError
 
-from berth.v1 import cluster_pb2 as cpb
-from berth.v1 import scheduling_pb2 as pb
-from berth.v1 import scheduling_pb2_grpc as pb_grpc
+from berth_api.v1 import cluster_pb2 as cpb
+from berth_api.v1 import scheduling_pb2 as pb
+from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
 from plugins.framework.cycle_state import CycleState, StateDecodeError
 from plugins.framework.interfaces import QueuedPodInfo
 from plugins.framework.model import PodInfo

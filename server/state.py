@@ -13,7 +13,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.snapshot import Snapshot, SnapshotError
 
 log = logging.getLogger(__name__)

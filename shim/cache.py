@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from berth.client import ClusterStateLog
 from berth.kube import occupies_node
-from berth.v1 import cluster_pb2 as cpb
+from berth_api.v1 import cluster_pb2 as cpb
 from shim import metrics
 
 log = logging.getLogger(__name__)

@@ -38,8 +38,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from berth.v1 import cluster_pb2 as cpb
-from berth.v1 import scheduling_pb2 as pb
+from berth_api.v1 import cluster_pb2 as cpb
+from berth_api.v1 import scheduling_pb2 as pb
 from shim import metrics
 from shim.service import SortKey
 

@@ -37,8 +37,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from berth.kube import node_record, pod_record
-from berth.v1 import cluster_pb2 as cpb
-from berth.v1 import scheduling_pb2 as pb
+from berth_api.v1 import cluster_pb2 as cpb
+from berth_api.v1 import scheduling_pb2 as pb
 from shim import metrics
 from shim.cache import DEFAULT_ASSUMED_TTL, SchedulerCache
 from shim.events import EventRecorder, ObjectRef

@@ -21,8 +21,8 @@ from typing import Any
 import grpc
 
 from berth.client import ClusterStateLog, RequestRefused, SchedulingClient
-from berth.v1 import cluster_pb2 as cpb
-from berth.v1 import scheduling_pb2 as pb
+from berth_api.v1 import cluster_pb2 as cpb
+from berth_api.v1 import scheduling_pb2 as pb
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 
 # Defaults for a container that requests no CPU or memory, used for scoring
 # only (pkg/scheduler/util/pod_resources.go: DefaultMilliCPURequest,

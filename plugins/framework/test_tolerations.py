@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.tolerations import tolerates_taint, tolerations_tolerate_taint
 
 TAINT = pb.Taint(key="foo", value="bar", effect="NoSchedule")

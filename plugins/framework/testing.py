@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.cycle_state import CycleState
 from plugins.framework.model import PodInfo
 from plugins.framework.snapshot import NodeBatch, Snapshot

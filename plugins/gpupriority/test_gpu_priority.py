@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.config import ConfigError, default_config, load_config, parse_config
 from plugins.framework.cycle_state import CycleState
 from plugins.framework.runtime import Framework

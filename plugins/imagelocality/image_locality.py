@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.cycle_state import CycleState
 from plugins.framework.interfaces import MAX_NODE_SCORE, ScoreArray, ScorePlugin
 from plugins.framework.model import NodeInfo, PodInfo

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import msgspec
 import numpy as np
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.cycle_state import CycleState, StateKey
 from plugins.framework.interfaces import (
     MAX_NODE_SCORE,

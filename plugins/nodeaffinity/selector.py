@@ -37,7 +37,7 @@ from typing import Final, Protocol
 
 import msgspec
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.runtime import go_quote
 
 __all__ = [

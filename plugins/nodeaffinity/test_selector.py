@@ -10,7 +10,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.model import PodInfo
 from plugins.nodeaffinity.selector import (
     LabelRequirement,

@@ -30,7 +30,7 @@ from typing import ClassVar, Final
 import msgspec
 import numpy as np
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.cycle_state import CycleState, StateKey
 from plugins.framework.interfaces import (
     FilterPlugin,

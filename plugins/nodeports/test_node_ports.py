@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.defaultbinder import DefaultBinder
 from plugins.framework.config import load_config
 from plugins.framework.cycle_state import CycleState

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import yaml
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.defaultbinder import DefaultBinder
 from plugins.framework.config import parse_config
 from plugins.framework.cycle_state import CycleState

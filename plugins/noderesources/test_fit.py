@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.cycle_state import CycleState
 from plugins.framework.model import PodInfo
 from plugins.framework.snapshot import Snapshot

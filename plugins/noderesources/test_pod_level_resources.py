@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.model import DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, PodInfo
 from plugins.framework.snapshot import Snapshot
 from plugins.framework.status import Code, Status

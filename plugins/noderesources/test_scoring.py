@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.model import PodInfo
 from plugins.framework.testing import fresh_state, make_node, make_pod, snapshot_of
 from plugins.noderesources import Fit, NodeResourcesFitArgs

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.cycle_state import CycleState
 from plugins.framework.interfaces import FilterPlugin, NodeVerdicts
 from plugins.framework.model import NodeInfo, PodInfo

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.config import ConfigError, default_config, load_config, parse_config
 from plugins.framework.cycle_state import CycleState
 from plugins.framework.runtime import Framework

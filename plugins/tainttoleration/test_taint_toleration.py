@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.defaultbinder import DefaultBinder
 from plugins.framework.cycle_state import CycleState, StateError
 from plugins.framework.interfaces import MAX_NODE_SCORE, Plugin

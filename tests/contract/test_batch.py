@@ -7,9 +7,9 @@ import grpc
 import pytest
 
 from berth.client import ClusterStateLog, SchedulingClient
-from berth.v1 import cluster_pb2 as cpb
-from berth.v1 import scheduling_pb2 as pb
-from berth.v1 import scheduling_pb2_grpc as pb_grpc
+from berth_api.v1 import cluster_pb2 as cpb
+from berth_api.v1 import scheduling_pb2 as pb
+from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
 from plugins.framework.testing import make_node, make_pod
 from server.app import RunningServer
 

@@ -18,8 +18,8 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from berth.client import ClusterStateLog
-from berth.v1 import scheduling_pb2 as pb
-from berth.v1 import scheduling_pb2_grpc as pb_grpc
+from berth_api.v1 import scheduling_pb2 as pb
+from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
 from plugins.framework.testing import make_node, make_pod
 
 ROOT = Path(__file__).resolve().parents[2]

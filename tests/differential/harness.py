@@ -28,7 +28,7 @@ import yaml
 from berth.kube import node_record, occupies_node, pod_record
 from berth.localcluster import KubeClient, objects
 from berth.localcluster.rest import JSON, ApiError
-from berth.v1 import scheduling_pb2 as pb
+from berth_api.v1 import scheduling_pb2 as pb
 
 UPSTREAM = "diff-upstream"
 BERTH = "diff-berth"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from berth.client import ClusterStateLog
-from berth.v1 import cluster_pb2 as cpb
+from berth_api.v1 import cluster_pb2 as cpb
 from plugins.framework.testing import make_node, make_pod
 
 

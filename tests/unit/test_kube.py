@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from berth.kube import ObjectError, node_record, occupies_node, pod_record, split_objects
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.model import PodInfo, pod_requests
 from plugins.framework.testing import resources
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from berth.kube import node_record, pod_record
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.config import default_config
 from plugins.framework.cycle_state import CycleState
 from plugins.framework.model import PodInfo

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.model import (
     CALCULATE_RESOURCE_OPTIONS,
     DEFAULT_MEMORY_REQUEST,

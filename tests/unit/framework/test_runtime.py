@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from berth.v1 import cluster_pb2 as cpb
-from berth.v1 import scheduling_pb2 as pb
+from berth_api.v1 import cluster_pb2 as cpb
+from berth_api.v1 import scheduling_pb2 as pb
 from plugins.framework import Code, CycleState, PostFilterResult, Status
 from plugins.framework.runtime import (
     CycleError,

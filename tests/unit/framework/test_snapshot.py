@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.model import PodInfo, pod_requests
 from plugins.framework.snapshot import Snapshot, SnapshotError, zone_key
 from plugins.framework.testing import make_node, make_pod, snapshot_of

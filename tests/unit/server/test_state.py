@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from berth.client import ClusterStateLog
-from berth.v1 import cluster_pb2 as pb
+from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.testing import make_node, make_pod
 from server.state import InvalidState, SnapshotStore, StaleReplica
 

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from berth.client import ClusterStateLog
-from berth.v1 import cluster_pb2 as cpb
+from berth_api.v1 import cluster_pb2 as cpb
 from plugins.framework.testing import make_node, make_pod
 from shim.cache import SchedulerCache
 from tests.unit.shim.fakes import FakeClock

@@ -24,7 +24,7 @@ import orjson
 import pytest
 
 from berth.kube import pod_record
-from berth.v1 import cluster_pb2 as cpb
+from berth_api.v1 import cluster_pb2 as cpb
 from shim.informer import ADDED, DELETED, MODIFIED, Event, Informer, pod_key
 from shim.kubeapi import JSON, ApiError, KubeApi, ListResult
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import pytest
 from prometheus_client import REGISTRY
 
-from berth.v1 import cluster_pb2 as cpb
-from berth.v1 import scheduling_pb2 as pb
+from berth_api.v1 import cluster_pb2 as cpb
+from berth_api.v1 import scheduling_pb2 as pb
 from plugins.framework.testing import make_pod
 from shim.queue import (
     ACTIVE,

@@ -28,7 +28,7 @@ DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x62\x65rth/v1
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'berth.v1.cluster_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'berth_api.v1.cluster_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z1berth.dev/examples/go-client/gen/berth/v1;berthv1'

@@ -11,7 +11,7 @@ of the same scheduling cycle. Cluster state travels as deltas against a
 generation (cluster.proto, protos/README.md).
 """
 
-from berth.v1 import scheduling_pb2 as _scheduling_pb2
+from berth_api.v1 import scheduling_pb2 as _scheduling_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
 import abc as _abc_1

@@ -11,7 +11,7 @@ of the same scheduling cycle. Cluster state travels as deltas against a
 generation (cluster.proto, protos/README.md).
 """
 
-from berth.v1 import cluster_pb2 as _cluster_pb2
+from berth_api.v1 import cluster_pb2 as _cluster_pb2
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
