@@ -305,7 +305,10 @@ def bench_inprocess(
         acked = st.generation
         if i >= warmup:
             lat.append((time.perf_counter() - t0) * 1000)
-        out = pb.ScheduleResponse.FromString(resp)
+        answer = pb.ScheduleStreamResponse.FromString(resp)
+        if answer.WhichOneof("result") != "response":
+            raise SystemExit(f"berth bench: the server refused a cycle: {answer.error.message}")
+        out = answer.response
         start_index = out.next_start_index
         if out.node:
             assume(log, pod, out.node)

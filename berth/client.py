@@ -319,7 +319,7 @@ class SchedulingClient:
         st = self.state.state_since(self.acked)
         resp = await self._exchange(build(st))
         if (
-            resp.HasField("error")
+            resp.WhichOneof("result") == "error"
             and resp.error.grpc_code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
         ):
             have = resp.error.replica_generation
@@ -327,14 +327,14 @@ class SchedulingClient:
             log.info("replica behind (at generation %d, want %d): resending", have, st.generation)
             st = self.state.state_since(have) if have > 0 else self.state.full_state()
             resp = await self._exchange(build(st))
-        if resp.HasField("error"):
+        if resp.WhichOneof("result") != "response":
             raise RequestRefused(
                 _CODES.get(resp.error.grpc_code, grpc.StatusCode.UNKNOWN), resp.error.message
             )
         self.acked = max(self.acked, st.generation)
-        return resp
+        return resp.response
 
-    async def _exchange(self, request: pb.ScheduleRequest) -> pb.ScheduleResponse:
+    async def _exchange(self, request: pb.ScheduleRequest) -> pb.ScheduleStreamResponse:
         if self._stream is None:
             self._stream = self.stub.ScheduleStream()
         call = self._stream
@@ -348,7 +348,7 @@ class SchedulingClient:
             self._stream = None
             code = await call.code()
             raise RequestRefused(code, await call.details() or "stream closed by the server")
-        assert isinstance(resp, pb.ScheduleResponse)
+        assert isinstance(resp, pb.ScheduleStreamResponse)
         return resp
 
     async def close(self) -> None:

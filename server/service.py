@@ -567,7 +567,7 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
 
     async def ScheduleStream(
         self, requests: AsyncIterator[pb.ScheduleRequest | bytes], context: Any
-    ) -> AsyncIterator[pb.ScheduleResponse]:
+    ) -> AsyncIterator[pb.ScheduleStreamResponse]:
         async for item in requests:
             yield self.schedule_or_error(item)
 
@@ -584,7 +584,7 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
                 return
             await context.write(self.schedule_or_error(item))
 
-    def schedule_or_error(self, item: pb.ScheduleRequest | bytes) -> pb.ScheduleResponse:
+    def schedule_or_error(self, item: pb.ScheduleRequest | bytes) -> pb.ScheduleStreamResponse:
         """One stream message: a response, or the refusal as ``error``."""
         try:
             if isinstance(item, bytes):
@@ -595,15 +595,15 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
                         grpc.StatusCode.INVALID_ARGUMENT,
                         f"request is not a valid berth.v1.ScheduleRequest message: {exc}",
                     ) from exc
-            return self._schedule(item)
+            return pb.ScheduleStreamResponse(response=self._schedule(item))
         except ServiceError as exc:
             err = pb.RequestError(grpc_code=exc.code.value[0], message=exc.message)
             for key, value in exc.trailers:
                 if key == GENERATION_TRAILER:
                     err.replica_generation = int(value)
-            return pb.ScheduleResponse(error=err)
+            return pb.ScheduleStreamResponse(error=err)
         except StateDecodeError as exc:
-            return pb.ScheduleResponse(
+            return pb.ScheduleStreamResponse(
                 error=pb.RequestError(
                     grpc_code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
                     message=f"cycle.data: {exc}",
@@ -611,7 +611,7 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
             )
         except Exception:
             log.exception("internal error serving a stream request")
-            return pb.ScheduleResponse(
+            return pb.ScheduleStreamResponse(
                 error=pb.RequestError(
                     grpc_code=grpc.StatusCode.INTERNAL.value[0],
                     message="internal error in the plugin server; see its log",

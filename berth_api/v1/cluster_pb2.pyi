@@ -907,6 +907,80 @@ class Node(_message.Message):
 Global___Node: _TypeAlias = Node  # noqa: Y015
 
 @_typing.final
+class ObjectRef(_message.Message):
+    """Names a Kubernetes object other than a node or a pod by its API resource."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    RESOURCE_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    """API group; empty for the core group."""
+    resource: _builtins.str
+    """Plural resource name, e.g. "podgroups", "nodes" (for metrics.k8s.io
+    NodeMetrics).
+    """
+    namespace: _builtins.str
+    """Empty for cluster-scoped objects."""
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        resource: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "name", b"name", "namespace", b"namespace", "resource", b"resource"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ObjectRef: _TypeAlias = ObjectRef  # noqa: Y015
+
+@_typing.final
+class ClusterObject(_message.Message):
+    """A Kubernetes object beyond nodes and pods that a plugin reads (a profile
+    lists the kinds in Profile.reads): the caller watches or polls them and
+    ships them in the cluster state like nodes and pods.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REF_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    JSON_FIELD_NUMBER: _builtins.int
+    version: _builtins.str
+    """The API version the JSON is in, e.g. "v1beta1"."""
+    kind: _builtins.str
+    """e.g. "NodeMetrics", "PodGroup"."""
+    json: _builtins.bytes
+    """The object as the API server serves it, as JSON. Callers may drop
+    metadata.managedFields.
+    """
+    @_builtins.property
+    def ref(self) -> Global___ObjectRef: ...
+    def __init__(
+        self,
+        *,
+        ref: Global___ObjectRef | None = ...,
+        version: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        json: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ref", b"ref"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["json", b"json", "kind", b"kind", "ref", b"ref", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClusterObject: _TypeAlias = ClusterObject  # noqa: Y015
+
+@_typing.final
 class ClusterDelta(_message.Message):
     """The changes that take a snapshot from one generation to a later one. Each
     entry carries an object's whole new state, so applying a delta is idempotent
@@ -920,6 +994,8 @@ class ClusterDelta(_message.Message):
     DELETE_NODES_FIELD_NUMBER: _builtins.int
     UPSERT_PODS_FIELD_NUMBER: _builtins.int
     DELETE_PODS_FIELD_NUMBER: _builtins.int
+    UPSERT_OBJECTS_FIELD_NUMBER: _builtins.int
+    DELETE_OBJECTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def upsert_nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Node]: ...
     @_builtins.property
@@ -936,6 +1012,12 @@ class ClusterDelta(_message.Message):
     def delete_pods(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Pod UIDs."""
 
+    @_builtins.property
+    def upsert_objects(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClusterObject]:
+        """Other objects plugins read (Profile.reads), each in its whole new state."""
+
+    @_builtins.property
+    def delete_objects(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObjectRef]: ...
     def __init__(
         self,
         *,
@@ -943,10 +1025,12 @@ class ClusterDelta(_message.Message):
         delete_nodes: _abc.Iterable[_builtins.str] | None = ...,
         upsert_pods: _abc.Iterable[Global___Pod] | None = ...,
         delete_pods: _abc.Iterable[_builtins.str] | None = ...,
+        upsert_objects: _abc.Iterable[Global___ClusterObject] | None = ...,
+        delete_objects: _abc.Iterable[Global___ObjectRef] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delete_nodes", b"delete_nodes", "delete_pods", b"delete_pods", "upsert_nodes", b"upsert_nodes", "upsert_pods", b"upsert_pods"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delete_nodes", b"delete_nodes", "delete_objects", b"delete_objects", "delete_pods", b"delete_pods", "upsert_nodes", b"upsert_nodes", "upsert_objects", b"upsert_objects", "upsert_pods", b"upsert_pods"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -966,6 +1050,8 @@ class ClusterState(_message.Message):
     BASE_GENERATION_FIELD_NUMBER: _builtins.int
     FULL_FIELD_NUMBER: _builtins.int
     DELTA_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
+    PINNED_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     """Names one snapshot lineage: a caller picks a fresh random id when it
     starts, so a restarted caller never collides with its past generations.
@@ -975,7 +1061,21 @@ class ClusterState(_message.Message):
     base_generation: _builtins.int
     """`delta` holds the changes after this generation. Ignored when full is set."""
     full: _builtins.bool
-    """`delta.upsert_*` is the whole cluster; the server replaces its snapshot."""
+    """`delta.upsert_*` is the whole cluster; the server replaces its snapshot,
+    even one at the same or a later generation.
+    """
+    incarnation: _builtins.int
+    """Which run of the caller this state belongs to; a caller that keeps its
+    cluster_id across restarts must change it on every start (e.g. its start
+    time in microseconds). A replica holding the cluster_id under another
+    incarnation treats its snapshot as absent.
+    """
+    pinned: _builtins.bool
+    """Serve this request only at exactly `generation`. A replica whose snapshot
+    is already later answers ABORTED (reason SNAPSHOT_PASSED) instead of
+    serving newer state: the later calls of a multi-RPC cycle pin the
+    generation the cycle started on, and the caller restarts the cycle.
+    """
     @_builtins.property
     def delta(self) -> Global___ClusterDelta: ...
     def __init__(
@@ -986,10 +1086,12 @@ class ClusterState(_message.Message):
         base_generation: _builtins.int = ...,
         full: _builtins.bool = ...,
         delta: Global___ClusterDelta | None = ...,
+        incarnation: _builtins.int = ...,
+        pinned: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["delta", b"delta"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_generation", b"base_generation", "cluster_id", b"cluster_id", "delta", b"delta", "full", b"full", "generation", b"generation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_generation", b"base_generation", "cluster_id", b"cluster_id", "delta", b"delta", "full", b"full", "generation", b"generation", "incarnation", b"incarnation", "pinned", b"pinned"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -28,6 +28,70 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _ErrorReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ERROR_REASON_UNSPECIFIED: _ErrorReason.ValueType  # 0
+    ERROR_REASON_STALE_SNAPSHOT: _ErrorReason.ValueType  # 1
+    """FAILED_PRECONDITION: the replica cannot reach the request's generation
+    from what it holds. Metadata: replica_generation (-1: no snapshot),
+    replica. Resend the changes after replica_generation, or in full.
+    """
+    ERROR_REASON_SNAPSHOT_PASSED: _ErrorReason.ValueType  # 2
+    """ABORTED: a pinned request reached a replica whose snapshot is already
+    later. Metadata: replica_generation, replica. Restart the cycle.
+    """
+    ERROR_REASON_INVALID_REQUEST: _ErrorReason.ValueType  # 3
+    """INVALID_ARGUMENT: a malformed request. Metadata: field."""
+    ERROR_REASON_UNKNOWN_PROFILE: _ErrorReason.ValueType  # 4
+    """NOT_FOUND: no such profile. Metadata: profile, profiles (comma-separated)."""
+    ERROR_REASON_UNKNOWN_NODE: _ErrorReason.ValueType  # 5
+    """NOT_FOUND: a node the snapshot does not have. Metadata: node."""
+    ERROR_REASON_BATCH_TOO_LARGE: _ErrorReason.ValueType  # 6
+    """RESOURCE_EXHAUSTED: ScheduleBatch over the server's --max-batch-pods.
+    Metadata: max_batch_pods. Send smaller batches.
+    """
+    ERROR_REASON_DEADLINE: _ErrorReason.ValueType  # 7
+    """DEADLINE_EXCEEDED: the request's deadline passed while the server worked."""
+    ERROR_REASON_INTERNAL: _ErrorReason.ValueType  # 8
+    """INTERNAL: a bug in the server; it logged the stack and keeps serving."""
+
+class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
+    """Why the server refused a request: the `reason` of the google.rpc.ErrorInfo
+    (domain "berth.dev") in the gRPC status details, and of RequestError on
+    streams. The enum value's name without the ERROR_REASON_ prefix is the
+    string sent, e.g. "STALE_SNAPSHOT".
+    """
+
+ERROR_REASON_UNSPECIFIED: ErrorReason.ValueType  # 0
+ERROR_REASON_STALE_SNAPSHOT: ErrorReason.ValueType  # 1
+"""FAILED_PRECONDITION: the replica cannot reach the request's generation
+from what it holds. Metadata: replica_generation (-1: no snapshot),
+replica. Resend the changes after replica_generation, or in full.
+"""
+ERROR_REASON_SNAPSHOT_PASSED: ErrorReason.ValueType  # 2
+"""ABORTED: a pinned request reached a replica whose snapshot is already
+later. Metadata: replica_generation, replica. Restart the cycle.
+"""
+ERROR_REASON_INVALID_REQUEST: ErrorReason.ValueType  # 3
+"""INVALID_ARGUMENT: a malformed request. Metadata: field."""
+ERROR_REASON_UNKNOWN_PROFILE: ErrorReason.ValueType  # 4
+"""NOT_FOUND: no such profile. Metadata: profile, profiles (comma-separated)."""
+ERROR_REASON_UNKNOWN_NODE: ErrorReason.ValueType  # 5
+"""NOT_FOUND: a node the snapshot does not have. Metadata: node."""
+ERROR_REASON_BATCH_TOO_LARGE: ErrorReason.ValueType  # 6
+"""RESOURCE_EXHAUSTED: ScheduleBatch over the server's --max-batch-pods.
+Metadata: max_batch_pods. Send smaller batches.
+"""
+ERROR_REASON_DEADLINE: ErrorReason.ValueType  # 7
+"""DEADLINE_EXCEEDED: the request's deadline passed while the server worked."""
+ERROR_REASON_INTERNAL: ErrorReason.ValueType  # 8
+"""INTERNAL: a bug in the server; it logged the stack and keeps serving."""
+Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
+
 class _Code:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -166,19 +230,23 @@ class SyncResponse(_message.Message):
     GENERATION_FIELD_NUMBER: _builtins.int
     NODE_COUNT_FIELD_NUMBER: _builtins.int
     POD_COUNT_FIELD_NUMBER: _builtins.int
+    OBJECT_COUNT_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
     node_count: _builtins.int
     pod_count: _builtins.int
+    object_count: _builtins.int
+    """Other objects (ClusterObject) in the snapshot."""
     def __init__(
         self,
         *,
         generation: _builtins.int = ...,
         node_count: _builtins.int = ...,
         pod_count: _builtins.int = ...,
+        object_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "node_count", b"node_count", "pod_count", b"pod_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "node_count", b"node_count", "object_count", b"object_count", "pod_count", b"pod_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -245,26 +313,90 @@ class ExtensionPoint(_message.Message):
 Global___ExtensionPoint: _TypeAlias = ExtensionPoint  # noqa: Y015
 
 @_typing.final
+class ObjectKind(_message.Message):
+    """An object kind a profile's plugins read beyond nodes and pods. The caller
+    keeps every object of each kind in the cluster state (ClusterObject).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    RESOURCE_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    NAMESPACED_FIELD_NUMBER: _builtins.int
+    POLL_SECONDS_FIELD_NUMBER: _builtins.int
+    PLUGINS_FIELD_NUMBER: _builtins.int
+    LABEL_SELECTOR_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    """API group; empty for the core group."""
+    version: _builtins.str
+    resource: _builtins.str
+    """Plural resource name, e.g. "podgroups"."""
+    kind: _builtins.str
+    namespaced: _builtins.bool
+    poll_seconds: _builtins.int
+    """0: list and watch. Above 0: the API has no watch (e.g. metrics.k8s.io);
+    list every poll_seconds.
+    """
+    label_selector: _builtins.str
+    """Only objects matching this label selector (Kubernetes syntax); empty:
+    all. E.g. pods that belong to a pod group.
+    """
+    @_builtins.property
+    def plugins(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The plugins that read it."""
+
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        version: _builtins.str = ...,
+        resource: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        namespaced: _builtins.bool = ...,
+        poll_seconds: _builtins.int = ...,
+        plugins: _abc.Iterable[_builtins.str] | None = ...,
+        label_selector: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "kind", b"kind", "label_selector", b"label_selector", "namespaced", b"namespaced", "plugins", b"plugins", "poll_seconds", b"poll_seconds", "resource", b"resource", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ObjectKind: _TypeAlias = ObjectKind  # noqa: Y015
+
+@_typing.final
 class Profile(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SCHEDULER_NAME_FIELD_NUMBER: _builtins.int
     EXTENSION_POINTS_FIELD_NUMBER: _builtins.int
     PERCENTAGE_OF_NODES_TO_SCORE_FIELD_NUMBER: _builtins.int
+    READS_FIELD_NUMBER: _builtins.int
     scheduler_name: _builtins.str
     percentage_of_nodes_to_score: _builtins.int
+    """As configured; 0 means upstream's adaptive default (50% minus 1% per 125
+    nodes, at least 5%).
+    """
     @_builtins.property
     def extension_points(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExtensionPoint]: ...
+    @_builtins.property
+    def reads(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObjectKind]:
+        """Objects beyond nodes and pods the profile's plugins read."""
+
     def __init__(
         self,
         *,
         scheduler_name: _builtins.str = ...,
         extension_points: _abc.Iterable[Global___ExtensionPoint] | None = ...,
         percentage_of_nodes_to_score: _builtins.int = ...,
+        reads: _abc.Iterable[Global___ObjectKind] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["extension_points", b"extension_points", "percentage_of_nodes_to_score", b"percentage_of_nodes_to_score", "scheduler_name", b"scheduler_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["extension_points", b"extension_points", "percentage_of_nodes_to_score", b"percentage_of_nodes_to_score", "reads", b"reads", "scheduler_name", b"scheduler_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -415,18 +547,26 @@ class QueueSortRequest(_message.Message):
 
     PROFILE_FIELD_NUMBER: _builtins.int
     PODS_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
     @_builtins.property
     def pods(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueuedPod]: ...
+    @_builtins.property
+    def state(self) -> _cluster_pb2.ClusterState:
+        """Needed only when the profile's QueueSort plugin reads objects
+        (Profile.reads lists it), e.g. Coscheduling ordering by PodGroup.
+        """
+
     def __init__(
         self,
         *,
         profile: _builtins.str = ...,
         pods: _abc.Iterable[Global___QueuedPod] | None = ...,
+        state: _cluster_pb2.ClusterState | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["pods", b"pods", "profile", b"profile"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pods", b"pods", "profile", b"profile", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -694,7 +834,9 @@ class PostFilterResponse(_message.Message):
     STATUS_FIELD_NUMBER: _builtins.int
     NOMINATED_NODE_NAME_FIELD_NUMBER: _builtins.int
     CYCLE_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     nominated_node_name: _builtins.str
+    generation: _builtins.int
     @_builtins.property
     def status(self) -> Global___Status: ...
     @_builtins.property
@@ -705,10 +847,11 @@ class PostFilterResponse(_message.Message):
         status: Global___Status | None = ...,
         nominated_node_name: _builtins.str = ...,
         cycle: Global___CycleState | None = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "nominated_node_name", b"nominated_node_name", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "generation", b"generation", "nominated_node_name", b"nominated_node_name", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -720,6 +863,8 @@ class PreScoreResponse(_message.Message):
 
     STATUS_FIELD_NUMBER: _builtins.int
     CYCLE_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    generation: _builtins.int
     @_builtins.property
     def status(self) -> Global___Status: ...
     @_builtins.property
@@ -729,10 +874,11 @@ class PreScoreResponse(_message.Message):
         *,
         status: Global___Status | None = ...,
         cycle: Global___CycleState | None = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "generation", b"generation", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -773,6 +919,8 @@ class ScoreResponse(_message.Message):
     STATUS_FIELD_NUMBER: _builtins.int
     NODES_FIELD_NUMBER: _builtins.int
     PLUGINS_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    generation: _builtins.int
     @_builtins.property
     def status(self) -> Global___Status: ...
     @_builtins.property
@@ -787,10 +935,11 @@ class ScoreResponse(_message.Message):
         status: Global___Status | None = ...,
         nodes: _abc.Iterable[_builtins.str] | None = ...,
         plugins: _abc.Iterable[Global___PluginScores] | None = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["nodes", b"nodes", "plugins", b"plugins", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "nodes", b"nodes", "plugins", b"plugins", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -842,6 +991,8 @@ class NormalizeScoreResponse(_message.Message):
     STATUS_FIELD_NUMBER: _builtins.int
     PLUGINS_FIELD_NUMBER: _builtins.int
     TOTALS_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    generation: _builtins.int
     @_builtins.property
     def status(self) -> Global___Status: ...
     @_builtins.property
@@ -858,34 +1009,125 @@ class NormalizeScoreResponse(_message.Message):
         status: Global___Status | None = ...,
         plugins: _abc.Iterable[Global___PluginScores] | None = ...,
         totals: _abc.Iterable[_builtins.int] | None = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["plugins", b"plugins", "status", b"status", "totals", b"totals"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "plugins", b"plugins", "status", b"status", "totals", b"totals"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___NormalizeScoreResponse: _TypeAlias = NormalizeScoreResponse  # noqa: Y015
 
 @_typing.final
+class ObjectWrite(_message.Message):
+    """A change to a Kubernetes object that a plugin asks for (PreBind, PostBind):
+    the server holds no credentials, so the caller performs it with its own.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REF_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    SUBRESOURCE_FIELD_NUMBER: _builtins.int
+    MERGE_PATCH_FIELD_NUMBER: _builtins.int
+    PLUGIN_FIELD_NUMBER: _builtins.int
+    version: _builtins.str
+    subresource: _builtins.str
+    """Empty, or e.g. "status"."""
+    merge_patch: _builtins.bytes
+    """A JSON merge patch (RFC 7386, application/merge-patch+json)."""
+    plugin: _builtins.str
+    """The plugin that asked for it."""
+    @_builtins.property
+    def ref(self) -> _cluster_pb2.ObjectRef:
+        """The object; for the pod being scheduled, group "" and resource "pods"."""
+
+    def __init__(
+        self,
+        *,
+        ref: _cluster_pb2.ObjectRef | None = ...,
+        version: _builtins.str = ...,
+        subresource: _builtins.str = ...,
+        merge_patch: _builtins.bytes = ...,
+        plugin: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ref", b"ref"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["merge_patch", b"merge_patch", "plugin", b"plugin", "ref", b"ref", "subresource", b"subresource", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ObjectWrite: _TypeAlias = ObjectWrite  # noqa: Y015
+
+@_typing.final
 class StatusResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class AssumeAnnotationsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     STATUS_FIELD_NUMBER: _builtins.int
     CYCLE_FIELD_NUMBER: _builtins.int
+    WRITES_FIELD_NUMBER: _builtins.int
+    ASSUME_ANNOTATIONS_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    SIGNALS_FIELD_NUMBER: _builtins.int
+    generation: _builtins.int
     @_builtins.property
     def status(self) -> Global___Status: ...
     @_builtins.property
     def cycle(self) -> Global___CycleState: ...
+    @_builtins.property
+    def writes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObjectWrite]:
+        """PreBind and PostBind: writes the caller performs, in order. After
+        PreBind, before binding; a failed write fails the binding cycle as a
+        PreBind error would (the caller unreserves).
+        """
+
+    @_builtins.property
+    def assume_annotations(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Reserve: annotations the caller puts on its copy of the assumed pod, so
+        the cluster state it sends carries them and later cycles account for
+        what this pod reserved (e.g. a GPU card).
+        """
+
+    @_builtins.property
+    def signals(self) -> _containers.RepeatedCompositeFieldContainer[Global___WaitingPodSignal]:
+        """Unreserve: what the plugins ask of pods that are waiting in Permit (e.g.
+        reject the rest of a gang), as PermitResponse.signals.
+        """
+
     def __init__(
         self,
         *,
         status: Global___Status | None = ...,
         cycle: Global___CycleState | None = ...,
+        writes: _abc.Iterable[Global___ObjectWrite] | None = ...,
+        assume_annotations: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        generation: _builtins.int = ...,
+        signals: _abc.Iterable[Global___WaitingPodSignal] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assume_annotations", b"assume_annotations", "cycle", b"cycle", "generation", b"generation", "signals", b"signals", "status", b"status", "writes", b"writes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -951,6 +1193,8 @@ class PermitResponse(_message.Message):
     CYCLE_FIELD_NUMBER: _builtins.int
     WAIT_TIMEOUT_MILLIS_FIELD_NUMBER: _builtins.int
     SIGNALS_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    generation: _builtins.int
     @_builtins.property
     def status(self) -> Global___Status:
         """Success, Wait, or a rejection."""
@@ -972,10 +1216,11 @@ class PermitResponse(_message.Message):
         cycle: Global___CycleState | None = ...,
         wait_timeout_millis: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         signals: _abc.Iterable[Global___WaitingPodSignal] | None = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "signals", b"signals", "status", b"status", "wait_timeout_millis", b"wait_timeout_millis"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "generation", b"generation", "signals", b"signals", "status", b"status", "wait_timeout_millis", b"wait_timeout_millis"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -989,12 +1234,14 @@ class BindResponse(_message.Message):
     BOUND_BY_FIELD_NUMBER: _builtins.int
     CALLER_BINDS_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     bound_by: _builtins.str
     caller_binds: _builtins.bool
     """Set when the binding must be written by the caller through the API
     server (the server holds no credentials): POST pods/binding to `node`.
     """
     node: _builtins.str
+    generation: _builtins.int
     @_builtins.property
     def status(self) -> Global___Status:
         """Success: `bound_by` bound the pod, or asks the caller to (see below).
@@ -1008,10 +1255,11 @@ class BindResponse(_message.Message):
         bound_by: _builtins.str = ...,
         caller_binds: _builtins.bool = ...,
         node: _builtins.str = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bound_by", b"bound_by", "caller_binds", b"caller_binds", "node", b"node", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bound_by", b"bound_by", "caller_binds", b"caller_binds", "generation", b"generation", "node", b"node", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1225,38 +1473,123 @@ Global___ScheduleBatchResponse: _TypeAlias = ScheduleBatchResponse  # noqa: Y015
 
 @_typing.final
 class RequestError(_message.Message):
-    """A refused request on a stream: what the unary RPC would have answered."""
+    """A refused request on a stream: what the unary RPC would have answered as a
+    gRPC status with a google.rpc.ErrorInfo detail.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MetadataEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     GRPC_CODE_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     REPLICA_GENERATION_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    DOMAIN_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
     grpc_code: _builtins.int
     """A gRPC status code (google.rpc.Code numbering), e.g. 9 FAILED_PRECONDITION."""
     message: _builtins.str
     replica_generation: _builtins.int
-    """With FAILED_PRECONDITION: the replica's generation (-1: none), as the
-    unary RPC's trailing metadata berth-replica-generation.
+    """With STALE_SNAPSHOT and SNAPSHOT_PASSED: the replica's generation (-1:
+    none), as in the metadata.
     """
+    reason: _builtins.str
+    """ErrorInfo.reason (an ErrorReason name without its prefix), domain and
+    metadata.
+    """
+    domain: _builtins.str
+    @_builtins.property
+    def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
         self,
         *,
         grpc_code: _builtins.int = ...,
         message: _builtins.str = ...,
         replica_generation: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        domain: _builtins.str = ...,
+        metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["grpc_code", b"grpc_code", "message", b"message", "replica_generation", b"replica_generation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["domain", b"domain", "grpc_code", b"grpc_code", "message", b"message", "metadata", b"metadata", "reason", b"reason", "replica_generation", b"replica_generation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RequestError: _TypeAlias = RequestError  # noqa: Y015
 
 @_typing.final
+class ScheduleStreamResponse(_message.Message):
+    """One answer on ScheduleStream: the cycle's response, or why the request was
+    refused. Never both.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def response(self) -> Global___ScheduleResponse: ...
+    @_builtins.property
+    def error(self) -> Global___RequestError: ...
+    def __init__(
+        self,
+        *,
+        response: Global___ScheduleResponse | None = ...,
+        error: Global___RequestError | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "response", b"response", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "response", b"response", "result", b"result"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["response", "error"]  # noqa: Y015
+    _WhichOneofArgType_result: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_result) -> _WhichOneofReturnType_result | None: ...
+
+Global___ScheduleStreamResponse: _TypeAlias = ScheduleStreamResponse  # noqa: Y015
+
+@_typing.final
 class ScheduleResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class AssumeAnnotationsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     STATUS_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
@@ -1270,7 +1603,7 @@ class ScheduleResponse(_message.Message):
     SCORES_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     POST_FILTER_FIELD_NUMBER: _builtins.int
-    ERROR_FIELD_NUMBER: _builtins.int
+    ASSUME_ANNOTATIONS_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     evaluated_nodes: _builtins.int
     feasible_nodes: _builtins.int
@@ -1301,8 +1634,8 @@ class ScheduleResponse(_message.Message):
         """PostFilter's result when filtering left no node."""
 
     @_builtins.property
-    def error(self) -> Global___RequestError:
-        """ScheduleStream only: the request was refused; the other fields are unset."""
+    def assume_annotations(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """With reserve_and_permit: Reserve's assume_annotations (StatusResponse)."""
 
     def __init__(
         self,
@@ -1319,11 +1652,11 @@ class ScheduleResponse(_message.Message):
         scores: _abc.Iterable[Global___NodeScore] | None = ...,
         generation: _builtins.int = ...,
         post_filter: Global___PostFilterResponse | None = ...,
-        error: Global___RequestError | None = ...,
+        assume_annotations: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "diagnosis", b"diagnosis", "error", b"error", "permit", b"permit", "post_filter", b"post_filter", "reserve_status", b"reserve_status", "status", b"status"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "diagnosis", b"diagnosis", "permit", b"permit", "post_filter", b"post_filter", "reserve_status", b"reserve_status", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "diagnosis", b"diagnosis", "error", b"error", "evaluated_nodes", b"evaluated_nodes", "feasible_nodes", b"feasible_nodes", "generation", b"generation", "next_start_index", b"next_start_index", "node", b"node", "permit", b"permit", "post_filter", b"post_filter", "reserve_status", b"reserve_status", "scores", b"scores", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assume_annotations", b"assume_annotations", "cycle", b"cycle", "diagnosis", b"diagnosis", "evaluated_nodes", b"evaluated_nodes", "feasible_nodes", b"feasible_nodes", "generation", b"generation", "next_start_index", b"next_start_index", "node", b"node", "permit", b"permit", "post_filter", b"post_filter", "reserve_status", b"reserve_status", "scores", b"scores", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -122,7 +122,7 @@ class SchedulingServiceStub:
         self.ScheduleStream = channel.stream_stream(
                 '/berth.v1.SchedulingService/ScheduleStream',
                 request_serializer=berth_dot_v1_dot_scheduling__pb2.ScheduleRequest.SerializeToString,
-                response_deserializer=berth_dot_v1_dot_scheduling__pb2.ScheduleResponse.FromString,
+                response_deserializer=berth_dot_v1_dot_scheduling__pb2.ScheduleStreamResponse.FromString,
                 _registered_method=True)
         self.ScheduleBatch = channel.unary_unary(
                 '/berth.v1.SchedulingService/ScheduleBatch',
@@ -364,7 +364,7 @@ def add_SchedulingServiceServicer_to_server(servicer, server):
             'ScheduleStream': grpc.stream_stream_rpc_method_handler(
                     servicer.ScheduleStream,
                     request_deserializer=berth_dot_v1_dot_scheduling__pb2.ScheduleRequest.FromString,
-                    response_serializer=berth_dot_v1_dot_scheduling__pb2.ScheduleResponse.SerializeToString,
+                    response_serializer=berth_dot_v1_dot_scheduling__pb2.ScheduleStreamResponse.SerializeToString,
             ),
             'ScheduleBatch': grpc.unary_unary_rpc_method_handler(
                     servicer.ScheduleBatch,
@@ -857,7 +857,7 @@ class SchedulingService:
             target,
             '/berth.v1.SchedulingService/ScheduleStream',
             berth_dot_v1_dot_scheduling__pb2.ScheduleRequest.SerializeToString,
-            berth_dot_v1_dot_scheduling__pb2.ScheduleResponse.FromString,
+            berth_dot_v1_dot_scheduling__pb2.ScheduleStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -72,7 +72,7 @@ class SchedulingServiceStub:
     PostFilter on failure), PreScore, Score, NormalizeScore, host selection,
     and optionally Reserve and Permit on the chosen node.
     """
-    ScheduleStream: _grpc.StreamStreamMultiCallable[_scheduling_pb2.ScheduleRequest, _scheduling_pb2.ScheduleResponse]
+    ScheduleStream: _grpc.StreamStreamMultiCallable[_scheduling_pb2.ScheduleRequest, _scheduling_pb2.ScheduleStreamResponse]
     """Schedule over one long-lived stream, for a caller that runs cycle after
     cycle (the shim): one response per request, in order. A request the unary
     Schedule would refuse with a gRPC status is answered with `error` set and
@@ -125,7 +125,7 @@ class SchedulingServiceAsyncStub(SchedulingServiceStub):
     PostFilter on failure), PreScore, Score, NormalizeScore, host selection,
     and optionally Reserve and Permit on the chosen node.
     """
-    ScheduleStream: _aio.StreamStreamMultiCallable[_scheduling_pb2.ScheduleRequest, _scheduling_pb2.ScheduleResponse]  # type: ignore[assignment]
+    ScheduleStream: _aio.StreamStreamMultiCallable[_scheduling_pb2.ScheduleRequest, _scheduling_pb2.ScheduleStreamResponse]  # type: ignore[assignment]
     """Schedule over one long-lived stream, for a caller that runs cycle after
     cycle (the shim): one response per request, in order. A request the unary
     Schedule would refuse with a gRPC status is answered with `error` set and
@@ -283,7 +283,7 @@ class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request_iterator: _MaybeAsyncIterator[_scheduling_pb2.ScheduleRequest],
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_scheduling_pb2.ScheduleResponse], _abc.AsyncIterator[_scheduling_pb2.ScheduleResponse]]:
+    ) -> _typing.Union[_abc.Iterator[_scheduling_pb2.ScheduleStreamResponse], _abc.AsyncIterator[_scheduling_pb2.ScheduleStreamResponse]]:
         """Schedule over one long-lived stream, for a caller that runs cycle after
         cycle (the shim): one response per request, in order. A request the unary
         Schedule would refuse with a gRPC status is answered with `error` set and

@@ -419,11 +419,12 @@ async def test_malformed_message_on_the_stream_is_answered_in_stream(
         call = ch.stream_stream("/berth.v1.SchedulingService/ScheduleStream")()
         await call.write(b"\xff\xff\xff")
         raw = await call.read()
-        resp = pb.ScheduleResponse.FromString(raw)
+        resp = pb.ScheduleStreamResponse.FromString(raw)
+        assert resp.WhichOneof("result") == "error"
         assert resp.error.grpc_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
         assert "not a valid berth.v1.ScheduleRequest" in resp.error.message
         log = cluster()
         good = pb.ScheduleRequest(profile="contract", state=log.full_state(), pod=make_pod().obj())
         await call.write(good.SerializeToString())
-        assert pb.ScheduleResponse.FromString(await call.read()).node == "c"
+        assert pb.ScheduleStreamResponse.FromString(await call.read()).response.node == "c"
         await call.done_writing()

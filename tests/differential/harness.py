@@ -220,11 +220,13 @@ def best_nodes(kube: KubeClient, namespace: str, spec: dict[str, Any]) -> set[st
     state.commit()
     obj = pod_object(spec, namespace, BERTH)
     obj["metadata"]["uid"] = "what-if"
-    resp = service.schedule_or_error(
+    answer = service.schedule_or_error(
         pb.ScheduleRequest(
             profile=BERTH, state=state.full_state(), pod=pod_record(obj), explain=True
         )
     )
+    assert answer.WhichOneof("result") == "response", answer.error.message
+    resp = answer.response
     if not resp.scores:
         return {resp.node} if resp.node else set()
     top = resp.scores[0].total
