@@ -3,6 +3,12 @@
 A plugin imports what it needs from here::
 
     from plugins.framework import CycleState, FilterPlugin, NodeInfo, PodInfo, Status
+
+A plugin that reads objects beyond nodes and pods declares them with
+``Plugin.reads`` (``ObjectKind``) and finds them in
+``self.handle.snapshot.objects(group, resource)``; one that must change an
+object adds an ``ObjectWrite`` with ``CycleState.add_write`` (see
+plugins/framework/objects.py).
 """
 
 from plugins.framework.cycle_state import CycleState, StateError, StateKey
@@ -31,6 +37,7 @@ from plugins.framework.interfaces import (
     SortKey,
 )
 from plugins.framework.model import NodeInfo, PodInfo, Resource
+from plugins.framework.objects import ClusterObject, ObjectKind, ObjectWrite, pod_write
 from plugins.framework.snapshot import NodeBatch, NodeColumns, Snapshot
 from plugins.framework.status import Code, Status
 
@@ -38,6 +45,7 @@ __all__ = [
     "MAX_NODE_SCORE",
     "MIN_NODE_SCORE",
     "BindPlugin",
+    "ClusterObject",
     "Code",
     "CycleState",
     "FilterPlugin",
@@ -46,6 +54,8 @@ __all__ = [
     "NodeColumns",
     "NodeInfo",
     "NodeVerdicts",
+    "ObjectKind",
+    "ObjectWrite",
     "PermitPlugin",
     "Plugin",
     "PodInfo",
@@ -68,4 +78,5 @@ __all__ = [
     "StateError",
     "StateKey",
     "Status",
+    "pod_write",
 ]

@@ -11,10 +11,13 @@ a caller cannot make the server build arbitrary objects.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 import msgspec
+
+from plugins.framework.objects import ObjectWrite
 
 T = TypeVar("T")
 
@@ -61,11 +64,21 @@ class CycleState:
 
     Values written in this process stay Python objects; values received from a
     caller stay encoded until a plugin reads them with their key.
+
+    Besides data, a call collects what plugins ask the caller to do (they
+    travel in the response of the call, never in the state sent back):
+    writes (``add_write``, PreBind/PostBind), annotations on the assumed pod
+    (``annotate_assumed_pod``, Reserve) and signals to waiting pods
+    (``signal_waiting_pod``, Permit/Unreserve). The runtime sets
+    ``current_plugin`` around each plugin call so each is attributed.
     """
 
     __slots__ = (
         "_encoded",
         "_values",
+        "_writes",
+        "assume_annotations",
+        "current_plugin",
         "permit_signals",
         "skip_filter_plugins",
         "skip_score_plugins",
@@ -76,9 +89,84 @@ class CycleState:
         self._encoded: dict[str, bytes] = {}
         self.skip_filter_plugins: set[str] = set()
         self.skip_score_plugins: set[str] = set()
-        # (pod uid, plugin, allow, message) signals raised by Permit plugins
-        # for pods that are already waiting; the caller applies them.
+        # (pod uid, plugin, allow, message) signals raised by Permit or
+        # Unreserve plugins for pods that are already waiting; the caller
+        # applies them.
         self.permit_signals: list[tuple[str, str, bool, str]] = []
+        # (plugin, write) in the order plugins added them.
+        self._writes: list[tuple[str, ObjectWrite]] = []
+        # Annotations Reserve plugins put on the assumed pod.
+        self.assume_annotations: dict[str, str] = {}
+        # The plugin the runtime is calling, "" outside plugin calls.
+        self.current_plugin = ""
+
+    # -- what plugins ask the caller to do -----------------------------------
+
+    def add_write(self, write: ObjectWrite) -> None:
+        """Asks the caller to apply ``write`` (a JSON merge patch) with its own
+        credentials: honoured from PreBind (before binding; a failed write
+        fails the binding cycle) and PostBind (after binding). Writes are
+        performed in the order they were added."""
+        if not isinstance(write, ObjectWrite):
+            raise TypeError(f"add_write takes an ObjectWrite, got {type(write).__name__}")
+        target = f"{write.resource}.{write.group or 'core'} {write.namespace}/{write.name}"
+        if not write.resource or not write.name or not write.version:
+            raise ValueError(f"ObjectWrite {target}: resource, version and name must be set")
+        if not isinstance(write.merge_patch, Mapping):
+            raise ValueError(
+                f"ObjectWrite {target}: merge_patch must be a mapping (a JSON object), "
+                f"got {type(write.merge_patch).__name__}"
+            )
+        try:
+            json.dumps(write.merge_patch)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"ObjectWrite {target}: merge_patch is not JSON: {exc}") from exc
+        self._writes.append((self.current_plugin, write))
+
+    def annotate_assumed_pod(self, key: str, value: str) -> None:
+        """During Reserve: the caller puts ``key: value`` on its assumed copy of
+        the pod, so later cycles see it in the pod's annotations. To keep it
+        on the real pod, also write it at PreBind (``add_write``)."""
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"annotate_assumed_pod: key must be a non-empty string, got {key!r}")
+        if not isinstance(value, str):
+            raise ValueError(
+                f"annotate_assumed_pod: value of {key!r} must be a string, "
+                f"got {type(value).__name__}"
+            )
+        self.assume_annotations[key] = value
+
+    def signal_waiting_pod(self, pod_uid: str, allow: bool, message: str = "") -> None:
+        """During Permit or Unreserve: asks the caller to allow (or reject, with
+        ``message``) the pod ``pod_uid`` that waits in Permit, upstream's
+        WaitingPod.Allow/Reject."""
+        if not pod_uid:
+            raise ValueError("signal_waiting_pod: pod_uid must not be empty")
+        self.permit_signals.append((pod_uid, self.current_plugin, bool(allow), message))
+
+    @property
+    def writes(self) -> list[ObjectWrite]:
+        """The writes added so far, in order."""
+        return [w for _, w in self._writes]
+
+    @property
+    def plugin_writes(self) -> list[tuple[str, ObjectWrite]]:
+        """(plugin, write) pairs, in order."""
+        return list(self._writes)
+
+    def take_writes(self) -> list[tuple[str, ObjectWrite]]:
+        """The (plugin, write) pairs added so far; clears them."""
+        out, self._writes = self._writes, []
+        return out
+
+    def drop_writes_after(self, count: int) -> None:
+        """Forgets writes added after the first ``count`` (a failed PreBind)."""
+        del self._writes[count:]
+
+    def take_signals(self) -> list[tuple[str, str, bool, str]]:
+        """The waiting-pod signals raised so far; clears them."""
+        out, self.permit_signals = self.permit_signals, []
+        return out
 
     def write(self, key: StateKey[T], value: T) -> None:
         self._values[key.name] = value

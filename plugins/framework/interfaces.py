@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from plugins.framework.cycle_state import CycleState
 from plugins.framework.model import NodeInfo, PodInfo
+from plugins.framework.objects import ObjectKind
 from plugins.framework.snapshot import NodeBatch
 from plugins.framework.status import SUCCESS, Status
 
@@ -50,6 +51,14 @@ class Plugin:
         if self._handle is None:
             raise RuntimeError(f"plugin {self.name} was built without a framework handle")
         return self._handle
+
+    @classmethod
+    def reads(cls, args: Any) -> tuple[ObjectKind, ...]:
+        """The kinds of objects beyond nodes and pods this plugin reads, given
+        its decoded args (None without args). The caller watches (or polls)
+        them and ships them in the cluster state; the plugin finds them with
+        ``self.handle.snapshot.objects(group, resource)``. Default: none."""
+        return ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,7 @@ from plugins.framework.interfaces import (
     SortKey,
 )
 from plugins.framework.model import PodInfo
+from plugins.framework.objects import ObjectKind, ProfileRead, merge_reads
 from plugins.framework.profile import ProfileConfig
 from plugins.framework.snapshot import NodeBatch, Snapshot
 from plugins.framework.status import SUCCESS, Code, Status
@@ -303,6 +304,24 @@ class Framework:
                     f"profile {self.name}: score plugin {go_quote(ref.name)} has weight < 0"
                 )
             self.score_weights[ref.name] = ref.weight or 1
+        self.reads = self._collect_reads()
+        # QueueSort needs the cluster state only when its plugin reads objects.
+        self.queue_sort_reads = any(self.queue_sort.name in r.plugins for r in self.reads)
+
+    def _collect_reads(self) -> tuple[ProfileRead, ...]:
+        """What the profile's plugins read beyond nodes and pods
+        (Plugin.reads, given each plugin's args), one entry per kind."""
+        pairs: list[tuple[str, ObjectKind]] = []
+        for name, plugin in self.instances.items():
+            try:
+                kinds = type(plugin).reads(self.profile.plugin_args.get(name))
+                pairs.extend((name, kind) for kind in kinds)
+            except (TypeError, ValueError) as exc:
+                raise ProfileError(f"profile {self.name}: plugin {name}: reads: {exc}") from exc
+        try:
+            return merge_reads(pairs)
+        except ValueError as exc:
+            raise ProfileError(f"profile {self.name}: {exc}") from exc
 
     def _at(self, point: str, kind: type[P]) -> list[P]:
         out: list[P] = []
@@ -695,10 +714,12 @@ class Framework:
         the caller then runs Unreserve on every Reserve plugin."""
         with self.extension_point("Reserve") as ep:
             for pl in self.reserve:
-                with self._plugin("Reserve", pl) as box:
+                with self._plugin("Reserve", pl) as box, _acting(state, pl):
                     st = pl.reserve(state, pod, node)
                     box.append(st)
                 if not st.is_success:
+                    # The pod is not assumed: its annotations have no copy to go on.
+                    state.assume_annotations.clear()
                     st = st.with_plugin(pl.name)
                     if not st.is_rejected:
                         st = Status.error(
@@ -713,7 +734,7 @@ class Framework:
         with self.extension_point("Unreserve"):
             for pl in reversed(self.reserve):
                 try:
-                    with self._plugin("Unreserve", pl):
+                    with self._plugin("Unreserve", pl), _acting(state, pl):
                         pl.unreserve(state, pod, node)
                 except CycleError as exc:
                     log.error("unreserve of %s failed (ignored, as upstream): %s", pl.name, exc)
@@ -729,7 +750,7 @@ class Framework:
             waits: dict[str, float] = {}
             wait_status: Status | None = None
             for pl in self.permit:
-                with self._plugin("Permit", pl) as box:
+                with self._plugin("Permit", pl) as box, _acting(state, pl):
                     st, timeout = pl.permit(state, pod, node)
                     box.append(st)
                 if st.is_success:
@@ -763,11 +784,18 @@ class Framework:
         no PreBindPreFlight, so no plugin is skipped here; a Skip returned by
         PreBind itself is neither Success nor a rejection, hence an Error."""
         with self.extension_point("PreBind") as ep:
+            before = len(state.plugin_writes)
             for pl in self.pre_bind:
-                with self._plugin("PreBind", pl) as box:
-                    st = pl.pre_bind(state, pod, node)
-                    box.append(st)
+                try:
+                    with self._plugin("PreBind", pl) as box, _acting(state, pl):
+                        st = pl.pre_bind(state, pod, node)
+                        box.append(st)
+                except CycleError:
+                    # A failed PreBind binds nothing: its writes are not wanted.
+                    state.drop_writes_after(before)
+                    raise
                 if not st.is_success:
+                    state.drop_writes_after(before)
                     st = st.with_plugin(pl.name)
                     if not st.is_rejected:
                         st = Status.error(
@@ -805,7 +833,7 @@ class Framework:
         with self.extension_point("PostBind"):
             for pl in self.post_bind:
                 try:
-                    with self._plugin("PostBind", pl):
+                    with self._plugin("PostBind", pl), _acting(state, pl):
                         pl.post_bind(state, pod, node)
                 except CycleError as exc:
                     log.error("post-bind of %s failed (ignored, as upstream): %s", pl.name, exc)
@@ -1017,6 +1045,23 @@ class Framework:
         if not st.is_success and not st.is_wait:
             self.run_unreserve(state, pod, result.node)
             result.nominating_mode = NominatingMode.OVERRIDE
+
+
+class _acting:
+    """Names the plugin being called on the CycleState, so what it asks of
+    the caller (writes, annotations, signals) is attributed to it."""
+
+    __slots__ = ("plugin", "state")
+
+    def __init__(self, state: CycleState, plugin: Plugin) -> None:
+        self.state = state
+        self.plugin = plugin
+
+    def __enter__(self) -> None:
+        self.state.current_plugin = self.plugin.name
+
+    def __exit__(self, *exc: object) -> None:
+        self.state.current_plugin = ""
 
 
 class _PluginCall:

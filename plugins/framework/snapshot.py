@@ -22,12 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
 
 from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.model import NodeInfo, PodInfo
+from plugins.framework.objects import ClusterObject
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -166,8 +168,12 @@ class NodeColumns:
             req[i] = 0
 
 
+_NO_OBJECTS: Mapping[tuple[str, str], ClusterObject] = MappingProxyType({})
+
+
 class Snapshot:
-    """Nodes and the pods that occupy them, as of one generation."""
+    """Nodes and the pods that occupy them, and the other objects plugins
+    read (``objects``), as of one generation."""
 
     def __init__(self) -> None:
         self.nodes: dict[str, NodeInfo] = {}
@@ -183,11 +189,32 @@ class Snapshot:
         self._zones: dict[str, list[int]] = {}
         self._zone_of: dict[int, str] = {}
         self._order: IntArray | None = None
+        # (group, resource) -> (namespace, name) -> object.
+        self._objects: dict[tuple[str, str], dict[tuple[str, str], ClusterObject]] = {}
 
     # -- reading -------------------------------------------------------------
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+    def objects(self, group: str, resource: str) -> Mapping[tuple[str, str], ClusterObject]:
+        """Every object of a kind a plugin reads (``Plugin.reads``), keyed by
+        (namespace, name), namespace "" for cluster-scoped ones. Empty when
+        the caller shipped none. Read-only: plugins must not change it."""
+        return self._objects.get((group, resource), _NO_OBJECTS)
+
+    def object(self, group: str, resource: str, namespace: str, name: str) -> ClusterObject | None:
+        """One object, or None when the snapshot does not hold it."""
+        kind = self._objects.get((group, resource))
+        return None if kind is None else kind.get((namespace, name))
+
+    @property
+    def object_count(self) -> int:
+        return sum(len(objs) for objs in self._objects.values())
+
+    def object_kinds(self) -> list[tuple[str, str]]:
+        """(group, resource) of every kind that has objects."""
+        return list(self._objects)
 
     def node_order(self) -> IntArray:
         """Slots of live nodes, in the order cycles walk them: upstream's
@@ -237,6 +264,10 @@ class Snapshot:
         for i, pod in enumerate(delta.upsert_pods):
             if not pod.uid:
                 raise SnapshotError(f"delta.upsert_pods[{i}].uid", "must not be empty")
+        for i, obj in enumerate(delta.upsert_objects):
+            _check_ref(obj.ref, f"delta.upsert_objects[{i}].ref")
+        for i, ref in enumerate(delta.delete_objects):
+            _check_ref(ref, f"delta.delete_objects[{i}]")
         for name in delta.delete_nodes:
             self._delete_node(name)
         for node in delta.upsert_nodes:
@@ -245,6 +276,24 @@ class Snapshot:
             self._delete_pod(uid)
         for pod in delta.upsert_pods:
             self._upsert_pod(pod)
+        for ref in delta.delete_objects:
+            self._delete_object(ref)
+        for obj in delta.upsert_objects:
+            self._upsert_object(obj)
+
+    def _upsert_object(self, obj: pb.ClusterObject) -> None:
+        ref = obj.ref
+        kind = self._objects.setdefault((ref.group, ref.resource), {})
+        kind[(ref.namespace, ref.name)] = ClusterObject.from_proto(obj)
+
+    def _delete_object(self, ref: pb.ObjectRef) -> None:
+        key = (ref.group, ref.resource)
+        kind = self._objects.get(key)
+        if kind is None:
+            return
+        kind.pop((ref.namespace, ref.name), None)
+        if not kind:
+            del self._objects[key]
 
     def _upsert_node(self, node: pb.Node) -> None:
         ni = self.nodes.get(node.name)
@@ -326,6 +375,13 @@ class Snapshot:
             orphans.pop(uid, None)
             if not orphans:
                 del self._orphans[old.node_name]
+
+
+def _check_ref(ref: pb.ObjectRef, field: str) -> None:
+    if not ref.resource:
+        raise SnapshotError(f"{field}.resource", "must not be empty")
+    if not ref.name:
+        raise SnapshotError(f"{field}.name", "must not be empty")
 
 
 @dataclass(slots=True)

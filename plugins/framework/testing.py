@@ -3,16 +3,26 @@ pkg/scheduler/testing/wrappers.go (MakePod().Name(..).Req(..).Obj()).
 
     node = make_node("n1").capacity(cpu="4", memory="8Gi", pods=110).obj()
     pod = make_pod("p").req(cpu="500m", memory="1Gi").obj()
+    pg = make_object(PODGROUP_KIND, "pg1", spec={"minMember": 3})
+    snap = snapshot_of([node], [pod], objects=[pg])
+
+A plugin under test reads the snapshot through its handle: build it with
+``Handle("profile")`` and ``handle.bind_snapshot(snap)``, or use
+``handle_for(snap)``.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.cycle_state import CycleState
+from plugins.framework.handle import Handle
 from plugins.framework.model import PodInfo
+from plugins.framework.objects import ObjectKind
 from plugins.framework.snapshot import NodeBatch, Snapshot
 from plugins.framework.units import parse_quantity
 
@@ -163,18 +173,88 @@ def make_node(name: str) -> NodeWrapper:
     return NodeWrapper(name)
 
 
-def snapshot_of(nodes: Iterable[pb.Node], pods: Iterable[pb.Pod] = ()) -> Snapshot:
-    """A snapshot holding ``nodes`` and the (bound) ``pods``."""
+def make_object(
+    kind: ObjectKind,
+    name: str,
+    namespace: str | None = None,
+    *,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    **fields: Any,
+) -> pb.ClusterObject:
+    """A ClusterObject of ``kind`` as a caller would ship it::
+
+        make_object(PODGROUP, "pg1", spec={"minMember": 3})
+
+    ``namespace`` defaults to "default" for namespaced kinds and "" for
+    cluster-scoped ones; ``fields`` become top-level fields of the JSON
+    (spec, status, usage, ...)."""
+    if namespace is None:
+        namespace = "default" if kind.namespaced else ""
+    meta: dict[str, Any] = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    if labels:
+        meta["labels"] = dict(labels)
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    api_version = f"{kind.group}/{kind.version}" if kind.group else kind.version
+    body: dict[str, Any] = {"apiVersion": api_version, "kind": kind.kind, "metadata": meta}
+    body.update(fields)
+    return pb.ClusterObject(
+        ref=pb.ObjectRef(group=kind.group, resource=kind.resource, namespace=namespace, name=name),
+        version=kind.version,
+        kind=kind.kind,
+        json=json.dumps(body).encode(),
+    )
+
+
+def object_ref(kind: ObjectKind, name: str, namespace: str | None = None) -> pb.ObjectRef:
+    """The ObjectRef of an object of ``kind`` (for ``delete_objects``)."""
+    if namespace is None:
+        namespace = "default" if kind.namespaced else ""
+    return pb.ObjectRef(group=kind.group, resource=kind.resource, namespace=namespace, name=name)
+
+
+def snapshot_of(
+    nodes: Iterable[pb.Node],
+    pods: Iterable[pb.Pod] = (),
+    objects: Iterable[pb.ClusterObject] = (),
+) -> Snapshot:
+    """A snapshot holding ``nodes``, the (bound) ``pods`` and ``objects``
+    (see ``make_object``)."""
     snap = Snapshot()
     delta = pb.ClusterDelta()
     delta.upsert_nodes.extend(nodes)
     delta.upsert_pods.extend(pods)
+    delta.upsert_objects.extend(objects)
     snap.apply(delta)
     return snap
 
 
+def apply_objects(
+    snapshot: Snapshot,
+    upsert: Iterable[pb.ClusterObject] = (),
+    delete: Iterable[pb.ObjectRef] = (),
+) -> Snapshot:
+    """Applies object changes to ``snapshot`` (as a caller's delta would)."""
+    delta = pb.ClusterDelta()
+    delta.upsert_objects.extend(upsert)
+    delta.delete_objects.extend(delete)
+    snapshot.apply(delta)
+    return snapshot
+
+
 def batch_of(snapshot: Snapshot, names: Iterable[str] | None = None) -> NodeBatch:
     return snapshot.all_nodes() if names is None else snapshot.batch(names)
+
+
+def handle_for(snapshot: Snapshot, profile: str = "test-profile") -> Handle:
+    """A framework handle bound to ``snapshot``, to build a plugin with:
+    ``MyPlugin(args, handle_for(snap))``."""
+    handle = Handle(profile)
+    handle.bind_snapshot(snapshot)
+    return handle
 
 
 def fresh_state(data: Mapping[str, bytes] | None = None) -> CycleState:
