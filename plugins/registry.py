@@ -5,11 +5,14 @@ upstream's (pkg/scheduler/framework/plugins/names/names.go)."""
 from __future__ import annotations
 
 from plugins.avoidnode import AvoidNode
+from plugins.coscheduling import Coscheduling
 from plugins.defaultbinder import DefaultBinder
 from plugins.framework.discovery import PluginRegistry, RegistryError, discover
 from plugins.framework.interfaces import Plugin
+from plugins.gpucard import GPUCardFit
 from plugins.gpupriority import GPUPriority
 from plugins.imagelocality import ImageLocality
+from plugins.lowcpu import LowCpu
 from plugins.nodeaffinity import NodeAffinity
 from plugins.nodename import NodeName
 from plugins.nodeports import NodePorts
@@ -18,6 +21,7 @@ from plugins.nodeunschedulable import NodeUnschedulable
 from plugins.queuesort import PrioritySort
 from plugins.samelabelspread import SameLabelSpread
 from plugins.schedulinggates import SchedulingGates
+from plugins.stickynode import StickyNode, StickyVM
 from plugins.tainttoleration import TaintToleration
 
 __all__ = ["REGISTRY", "PluginRegistry", "RegistryError", "load_registry"]
@@ -38,6 +42,11 @@ REGISTRY: dict[str, type[Plugin]] = {
     "AvoidNodePlugin": AvoidNode,
     "GPUPriorityPlugin": GPUPriority,
     "SameLabelSpread": SameLabelSpread,
+    "LowCpuScheduler": LowCpu,
+    "GPUCardFit": GPUCardFit,
+    "StickyNode": StickyNode,
+    "StickyVM": StickyVM,
+    "Coscheduling": Coscheduling,
 }
 
 

@@ -35,6 +35,11 @@ def test_registry_holds_upstream_names() -> None:
         "AvoidNodePlugin",
         "GPUPriorityPlugin",
         "SameLabelSpread",
+        "LowCpuScheduler",
+        "GPUCardFit",
+        "StickyNode",
+        "StickyVM",
+        "Coscheduling",
     }
 
 

@@ -21,8 +21,9 @@ from plugins.framework.config import (
 )
 from plugins.framework.profile import ClientConnectionConfig, LeaderElectionConfig
 from plugins.framework.runtime import Framework
+from plugins.registry import REGISTRY as IN_TREE
 from tests.unit.config.fakes import REGISTRY, FitArgs, ResourceSpec, ScoringStrategy, SortArgs
-from tests.unit.config.helpers import load, names, profile_of, weights
+from tests.unit.config.helpers import load, names, profile_of, weights, write
 
 TESTDATA = Path(__file__).parent / "testdata"
 
@@ -218,6 +219,29 @@ def test_seed_configs_load_as_written(
     # Defaults still apply around the custom plugin (mergePlugins).
     assert names(profile, "queueSort") == ["PrioritySort"]
     assert names(profile, "bind") == ["DefaultBinder"]
+
+
+@pytest.mark.parametrize(
+    ("body", "plugin", "points"),
+    [
+        pytest.param(SEED_AVOID_NODE, "AvoidNodePlugin", ["filter"], id="AvoidNodePlugin"),
+        pytest.param(SEED_LOWCPU, "LowCpuScheduler", ["filter", "score"], id="LowCpuScheduler"),
+    ],
+)
+def test_seed_configs_build_with_the_real_plugins(
+    tmp_path: Path, body: str, plugin: str, points: list[str]
+) -> None:
+    """The same snippets against the in-tree registry: the seed's plugin is built
+    with its default args and serves where the seed enables it."""
+    cfg = load_config(write(tmp_path, body), IN_TREE)
+    profile = cfg.profiles[0]
+    fw = Framework(profile, IN_TREE, cfg.percentage_of_nodes_to_score)
+    args_type = IN_TREE[plugin].Args
+    assert args_type is not None
+    assert profile.plugin_args[plugin] == args_type()
+    for point in points:
+        assert plugin in names(profile, point)
+    assert isinstance(fw.instances[plugin], IN_TREE[plugin])
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,34 @@
+"""Coscheduling (QueueSort + PreFilter + PostFilter + Reserve/Unreserve +
+Permit): gang scheduling of PodGroups, as kubernetes-sigs/scheduler-plugins
+does it."""
+
+from plugins.coscheduling.args import (
+    DEFAULT_PERMIT_WAITING_TIME_SECONDS,
+    DEFAULT_POD_GROUP_REJECT_PERCENTAGE,
+    MAX_PERMIT_WAITING_TIME_SECONDS,
+    CoschedulingArgs,
+)
+from plugins.coscheduling.core import GROUPED_PODS, POD_GROUP_LABEL, PODGROUP, PodGroup
+from plugins.coscheduling.coscheduling import (
+    NAME,
+    Coscheduling,
+    gated_message,
+    not_enough_message,
+    post_filter_message,
+)
+
+__all__ = [
+    "DEFAULT_PERMIT_WAITING_TIME_SECONDS",
+    "DEFAULT_POD_GROUP_REJECT_PERCENTAGE",
+    "GROUPED_PODS",
+    "MAX_PERMIT_WAITING_TIME_SECONDS",
+    "NAME",
+    "PODGROUP",
+    "POD_GROUP_LABEL",
+    "Coscheduling",
+    "CoschedulingArgs",
+    "PodGroup",
+    "gated_message",
+    "not_enough_message",
+    "post_filter_message",
+]

@@ -1,0 +1,43 @@
+"""PreFilter + Filter + Reserve + PreBind plugin GPUCardFit: a pod's GPU
+memory must fit on a single card (the whole-GPU-card example of the seed
+document score-plugin-spread-and-gpu-card.txt)."""
+
+from plugins.gpucard.args import (
+    DEFAULT_NODE_CARDS_ANNOTATION,
+    DEFAULT_POD_CARD_ANNOTATION,
+    DEFAULT_POD_MEMORY_ANNOTATION,
+    GPUCardFitArgs,
+)
+from plugins.gpucard.gpu_card import (
+    CHOSEN_CARD,
+    NAME,
+    POD_NEED,
+    REASON_NO_CARD,
+    ChosenCard,
+    GPUCardFit,
+    GPUNeed,
+    best_fit,
+    cards_annotation,
+    parse_card_index,
+    parse_cards,
+    parse_memory,
+)
+
+__all__ = [
+    "CHOSEN_CARD",
+    "DEFAULT_NODE_CARDS_ANNOTATION",
+    "DEFAULT_POD_CARD_ANNOTATION",
+    "DEFAULT_POD_MEMORY_ANNOTATION",
+    "NAME",
+    "POD_NEED",
+    "REASON_NO_CARD",
+    "ChosenCard",
+    "GPUCardFit",
+    "GPUCardFitArgs",
+    "GPUNeed",
+    "best_fit",
+    "cards_annotation",
+    "parse_card_index",
+    "parse_cards",
+    "parse_memory",
+]

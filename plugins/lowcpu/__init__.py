@@ -1,0 +1,41 @@
+"""Filter + Score plugin LowCpuScheduler: keep pods off nodes whose CPU usage
+(metrics.k8s.io NodeMetrics) is above a threshold, prefer the idlest (the
+example of the seed document custom-plugins-lowcpu.md, section 7)."""
+
+from plugins.lowcpu.args import LowCpuSchedulerArgs
+from plugins.lowcpu.low_cpu import (
+    METRICS_GROUP,
+    METRICS_KIND,
+    METRICS_RESOURCE,
+    METRICS_VERSION,
+    NAME,
+    REASON_CPU,
+    REASON_MEMORY,
+    REASON_MISSING,
+    REASON_STALE,
+    REASON_UNUSABLE,
+    LowCpu,
+    NodeUsage,
+    dimension_score,
+    node_metrics_kind,
+    node_usage,
+)
+
+__all__ = [
+    "METRICS_GROUP",
+    "METRICS_KIND",
+    "METRICS_RESOURCE",
+    "METRICS_VERSION",
+    "NAME",
+    "REASON_CPU",
+    "REASON_MEMORY",
+    "REASON_MISSING",
+    "REASON_STALE",
+    "REASON_UNUSABLE",
+    "LowCpu",
+    "LowCpuSchedulerArgs",
+    "NodeUsage",
+    "dimension_score",
+    "node_metrics_kind",
+    "node_usage",
+]

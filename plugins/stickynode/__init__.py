@@ -1,0 +1,35 @@
+"""PreFilter + Filter + PostBind plugin StickyNode (also registered as
+StickyVM, the seed's name): the pods of a VM-like owner go back to the node
+where the owner first ran (seed framework-design-and-sticky-node-plugin.md)."""
+
+from plugins.stickynode.args import (
+    DEFAULT_ANNOTATION_KEY,
+    DEFAULT_OWNER_CHAIN,
+    OwnerKind,
+    StickyNodeArgs,
+)
+from plugins.stickynode.sticky_node import (
+    NAME,
+    SEED_NAME,
+    StickyNode,
+    StickyState,
+    StickyVM,
+    find_sticky_owner,
+    gone_reason,
+    mismatch_reason,
+)
+
+__all__ = [
+    "DEFAULT_ANNOTATION_KEY",
+    "DEFAULT_OWNER_CHAIN",
+    "NAME",
+    "SEED_NAME",
+    "OwnerKind",
+    "StickyNode",
+    "StickyNodeArgs",
+    "StickyState",
+    "StickyVM",
+    "find_sticky_owner",
+    "gone_reason",
+    "mismatch_reason",
+]
