@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Builds the container image's Python environment (deploy/Dockerfile's /opt/berth) as a
+# directory tree, without a container engine, and checks it the way the image runs:
+#
+#   1. the build context is what the Dockerfile's build stage COPYs (parsed from its
+#      COPY lines), so a package the Dockerfile forgets to copy is missing here too;
+#   2. a wheel of it (pip wheel, as the build stage), installed with its dependencies
+#      into a fresh virtualenv without pip (python -m venv --without-pip; pip --python);
+#   3. no installer or build tool in the tree (pip, setuptools, wheel);
+#   4. the tree made read-only, then, as the image's user (uid/gid 65532 when this runs
+#      as root, through setpriv), with HOME=/nonexistent, PYTHONDONTWRITEBYTECODE=1 and
+#      the working directory /: `berth --help`, `berth shim --help`,
+#      `berth serve --list-plugins`, the packages import from the tree (not from this
+#      checkout), and `berth serve` with deploy/base's configuration answers a gRPC
+#      health check SERVING for berth.v1.SchedulingService, then stops on SIGTERM;
+#   5. nothing in the tree was written while it ran (readOnlyRootFilesystem).
+#
+#   hack/image-tree.sh [OUT_DIR]      default OUT_DIR: build/image-tree
+#
+# The tree is OUT_DIR/opt/berth. Runs offline when pip's cache holds the dependencies'
+# wheels (it uses pip's cache; only PyPI otherwise). BERTH_IMAGE_PYTHON names the
+# runtime interpreter (default: the system's python3.11, the image's Python line);
+# BERTH_VENV the virtualenv whose pip and setuptools build the wheel (default .venv);
+# BERTH_DOCKERFILE another Dockerfile to take the COPY lines from (the tests use it).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/build/image-tree}
+venv=${BERTH_VENV:-$root/.venv}
+dockerfile=${BERTH_DOCKERFILE:-$root/deploy/Dockerfile}
+image_uid=65532
+say() { echo "[image-tree] ${SECONDS}s: $*"; }
+die() {
+  echo "image-tree: $*" >&2
+  exit 1
+}
+
+# -- the runtime interpreter: Python 3.11, like the image's base ------------------------
+py=${BERTH_IMAGE_PYTHON:-}
+if [ -z "$py" ]; then
+  if [ -x /usr/bin/python3.11 ]; then
+    py=/usr/bin/python3.11
+  else
+    py=$(command -v python3.11 || true)
+  fi
+fi
+[ -n "$py" ] && [ -x "$py" ] || die "no python3.11 found; set BERTH_IMAGE_PYTHON to a Python 3.11 interpreter"
+version=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+[ "$version" = "3.11" ] || die "$py is Python $version; the image runs 3.11 (deploy/Dockerfile PYTHON_IMAGE)"
+[ -x "$venv/bin/python" ] || die "no virtualenv at $venv; run hack/setup-venv.sh first"
+
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+ctx=$out/context
+tree=$out/opt/berth
+wheels=$out/wheels
+if [ -d "$tree" ]; then chmod -R u+w "$tree"; fi
+rm -rf "$ctx" "$tree" "$wheels" "$out/etc" "$out/logs"
+mkdir -p "$ctx" "$wheels" "$out/etc/berth" "$out/logs"
+
+# -- 1. the build context, from the build stage's COPY lines ------------------------------
+# The build stage runs from "FROM ... AS build" to the next FROM; COPY <src>... <dest>,
+# relative to WORKDIR (a directory source's contents go into <dest>, as docker does).
+copies=$(awk '
+  /^FROM / { stage = (tolower($0) ~ / as build$/) ? 1 : 0; next }
+  stage && /^COPY / {
+    if ($0 ~ /--/) { print "FLAGS " $0; next }
+    $1 = ""; print substr($0, 2)
+  }' "$dockerfile")
+[ -n "$copies" ] || die "no COPY lines in the build stage of $dockerfile"
+while read -r line; do
+  case $line in FLAGS*) die "unsupported COPY with flags in the build stage: ${line#FLAGS }" ;; esac
+  read -r -a words <<<"$line"
+  n=${#words[@]}
+  ((n >= 2)) || die "COPY needs a source and a destination: COPY $line"
+  dest=${words[n - 1]}
+  for ((i = 0; i < n - 1; i++)); do
+    src=${words[i]}
+    [ -e "$root/$src" ] || die "the Dockerfile copies $src, which does not exist in $root"
+    if [ -d "$root/$src" ]; then
+      mkdir -p "$ctx/$dest"
+      cp -a "$root/$src/." "$ctx/$dest/"
+    elif [[ $dest == */ ]]; then
+      mkdir -p "$ctx/$dest"
+      cp -a "$root/$src" "$ctx/$dest"
+    else
+      mkdir -p "$(dirname "$ctx/$dest")"
+      cp -a "$root/$src" "$ctx/$dest"
+    fi
+  done
+done <<<"$copies"
+# deploy/Dockerfile.dockerignore leaves out bytecode caches.
+find "$ctx" \( -name __pycache__ -o -name '*.pyc' \) -prune -exec rm -rf {} +
+say "build context: $(find "$ctx" -type f | wc -l) files from the Dockerfile's COPY lines"
+
+# -- 2. the wheel, and the virtualenv it is installed into --------------------------------
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+# --no-build-isolation: the dev virtualenv's setuptools builds it (no download); the
+# Dockerfile lets pip fetch the pyproject's build requirements instead.
+"$venv/bin/python" -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir "$wheels" "$ctx" \
+  || die "pip wheel failed on the build context"
+wheel=$(find "$wheels" -name 'berth-*.whl' | head -n 1)
+[ -n "$wheel" ] || die "pip wheel made no berth wheel in $wheels"
+"$py" -m venv --without-pip "$tree" || die "could not create a virtualenv with $py"
+"$venv/bin/python" -m pip --python "$tree/bin/python" install --quiet "$wheel" \
+  || die "installing $wheel into $tree failed"
+say "installed $(basename "$wheel") and its dependencies into $tree ($(du -sh "$tree" | cut -f1))"
+
+# -- 3. no installer or build tools ----------------------------------------------------------
+site=$("$tree/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+for tool in pip setuptools wheel _distutils_hack; do
+  [ ! -e "$site/$tool" ] || die "$tool is in the runtime tree ($site/$tool); the image must not carry it"
+done
+for exe in pip pip3 wheel; do
+  [ ! -e "$tree/bin/$exe" ] || die "$tree/bin/$exe exists; the image must not carry an installer"
+done
+
+# -- 4. run it as the image does ---------------------------------------------------------------
+cp "$root/deploy/base/scheduler-config.yaml" "$out/etc/berth/scheduler-config.yaml"
+chmod -R a+rX,a-w "$tree" "$out/etc"
+find "$tree" -printf '%p %s %T@\n' | sort >"$out/logs/before.txt"
+
+as_image_user=()
+if [ "$(id -u)" = 0 ]; then
+  command -v setpriv >/dev/null || die "running as root needs setpriv (util-linux) to drop to uid $image_uid"
+  as_image_user=(setpriv --reuid="$image_uid" --regid="$image_uid" --clear-groups)
+fi
+image_env=(env -i PATH="$tree/bin:/usr/bin:/bin" HOME=/nonexistent LANG=C.UTF-8
+  PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 "${as_image_user[@]}")
+run() { (cd / && exec "${image_env[@]}" "$@"); }
+run test -x "$tree/bin/berth" \
+  || die "uid $(if [ ${#as_image_user[@]} -gt 0 ]; then echo $image_uid; else id -u; fi) cannot run $tree/bin/berth: $out and its parent directories must be readable by all"
+say "running as uid $(run id -u), read-only tree, HOME=/nonexistent, cwd /"
+
+expect() { # expect WHAT TEXT FILE
+  grep -q -- "$2" "$3" || die "$1: output has no '$2':"$'\n'"$(tail -n 30 "$3")"
+}
+run berth --help >"$out/logs/help.txt" 2>&1 || die "berth --help failed: $(cat "$out/logs/help.txt")"
+expect "berth --help" "serve" "$out/logs/help.txt"
+expect "berth --help" "shim" "$out/logs/help.txt"
+run berth shim --help >"$out/logs/shim-help.txt" 2>&1 || die "berth shim --help failed: $(cat "$out/logs/shim-help.txt")"
+expect "berth shim --help" "--leader-elect" "$out/logs/shim-help.txt"
+run berth serve --list-plugins >"$out/logs/plugins.txt" 2>&1 \
+  || die "berth serve --list-plugins failed: $(cat "$out/logs/plugins.txt")"
+for plugin in AvoidNodePlugin GPUPriorityPlugin SameLabelSpread DefaultBinder; do
+  expect "berth serve --list-plugins" "$plugin" "$out/logs/plugins.txt"
+done
+run python -c '
+import sys
+import berth, berth_api, plugins, server, shim
+for m in (berth, berth_api, plugins, server, shim):
+    if not m.__file__.startswith(sys.argv[1]):
+        sys.exit(f"{m.__name__} imported from {m.__file__}, not from the tree {sys.argv[1]}")
+' "$tree/" || die "the packages do not import from the tree"
+
+# berth serve, as the plugin server Deployment runs it (port 0: any free port).
+serve_log=$out/logs/serve.txt
+# exec all the way down, so $! is berth serve itself and gets the SIGTERM.
+(cd / && exec "${image_env[@]}" berth serve --config "$out/etc/berth/scheduler-config.yaml" \
+  --listen 127.0.0.1:0 --grace 2) >"$serve_log" 2>&1 &
+serve_pid=$!
+trap 'kill "$serve_pid" 2>/dev/null || true' EXIT
+port=""
+for _ in $(seq 1 300); do
+  port=$(sed -n 's/^berth serve: listening on port \([0-9][0-9]*\)$/\1/p' "$serve_log")
+  [ -n "$port" ] && break
+  kill -0 "$serve_pid" 2>/dev/null || die "berth serve exited: $(cat "$serve_log")"
+  sleep 0.1
+done
+[ -n "$port" ] || die "berth serve did not listen within 30s: $(cat "$serve_log")"
+status=$(run python -c '
+import sys
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+with grpc.insecure_channel(sys.argv[1]) as channel:
+    reply = health_pb2_grpc.HealthStub(channel).Check(
+        health_pb2.HealthCheckRequest(service="berth.v1.SchedulingService"), timeout=10
+    )
+print(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+' "127.0.0.1:$port") || die "gRPC health check of berth serve failed"
+[ "$status" = SERVING ] || die "berth serve health: $status, want SERVING"
+kill -TERM "$serve_pid"
+code=0
+wait "$serve_pid" || code=$?
+trap - EXIT
+[ "$code" = 0 ] || die "berth serve exited $code on SIGTERM: $(tail -n 20 "$serve_log")"
+say "berth serve on 127.0.0.1:$port: health SERVING, stopped cleanly on SIGTERM"
+
+# -- 5. nothing written into the tree -----------------------------------------------------------
+find "$tree" -printf '%p %s %T@\n' | sort >"$out/logs/after.txt"
+if ! diff -q "$out/logs/before.txt" "$out/logs/after.txt" >/dev/null; then
+  die "files in the tree changed while it ran (a read-only root filesystem would refuse):"$'\n'"$(diff "$out/logs/before.txt" "$out/logs/after.txt" | head -n 20)"
+fi
+say "OK: $tree (no pip/setuptools/wheel; ran read-only as uid $(run id -u))"

@@ -1,0 +1,460 @@
+"""The shim's RBAC from deploy/ is enough, and no more.
+
+The base's ServiceAccounts, ClusterRole/Binding and leader-election Role/Binding are applied
+for real in the test cluster. A token for the shim's ServiceAccount comes from the
+TokenRequest API; ``berth shim`` runs on the host with a kubeconfig holding only that token,
+with the flags and the configuration of the shim Deployment (two replicas, leader election on
+the Lease berth-system/berth-scheduler), next to a ``berth serve`` run with the plugin server
+Deployment's flags. Pods get bound, unschedulable ones get their status patched and events,
+and leadership passes to the standby when the leader stops.
+
+Then SelfSubjectAccessReviews made with that token show what the role may not do: touch
+nodes beyond list/watch, read secrets, update or patch pods beyond binding and status, or
+touch any Lease but its own. The plugin server's ServiceAccount may do nothing at all. The
+RBAC components under deploy/components/ grant their extra verbs only once applied.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from berth.localcluster import Cluster, KubeClient, objects
+from berth.localcluster.ports import free_port
+from berth.localcluster.rest import JSON, ApiError
+from berth.localcluster.testing import TEST_LABEL, NodeFactory
+from tests.integration.deploytools import (
+    BASE,
+    LEASE,
+    NAMESPACE,
+    SERVER_SA,
+    SHIM_SA,
+    berth_system,
+    component_dirs,
+    delete_objects,
+    kubectl,
+    one,
+    render,
+    replace_flags,
+    scheduler_config,
+)
+from tests.integration.shimtools import (
+    BERTH,
+    Server,
+    Shim,
+    kubeconfig_for,
+    pods_of,
+    running,
+    wait_all_bound,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{LEASE}"
+PROFILE = "berth-scheduler"
+
+
+@pytest.fixture(scope="module")
+def base() -> list[JSON]:
+    return render(BASE)
+
+
+@pytest.fixture(scope="module")
+def installed(kube: KubeClient, cluster: Cluster, base: list[JSON]) -> Iterator[list[JSON]]:
+    """berth-system and the base's RBAC objects, applied for real."""
+    rbac = [d for d in base if d["kind"] in RBAC_KINDS]
+    with berth_system(kube, cluster.kubeconfig, one(base, "Namespace")):
+        try:
+            kubectl(
+                ["apply", "-f", "-"], kubeconfig=cluster.kubeconfig, stdin=yaml.safe_dump_all(rbac)
+            )
+            yield rbac
+        finally:
+            try:
+                kube.delete(LEASE_PATH)
+            except ApiError as err:
+                if err.status != 404:
+                    raise
+            delete_objects(kube, cluster.kubeconfig, rbac)
+
+
+def token_for(kube: KubeClient, account: str) -> str:
+    """A token for berth-system/<account> from the TokenRequest API."""
+    token: str = kube.create(
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )["status"]["token"]
+    return token
+
+
+@pytest.fixture(scope="module")
+def shim_kubeconfig(
+    kube: KubeClient,
+    cluster: Cluster,
+    installed: list[JSON],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    token = token_for(kube, SHIM_SA)
+    path = tmp_path_factory.mktemp("shim-sa") / "kubeconfig"
+    return kubeconfig_for(cluster, path, f"{{token: '{token}'}}")
+
+
+@pytest.fixture(scope="module")
+def server_kubeconfig(
+    kube: KubeClient,
+    cluster: Cluster,
+    installed: list[JSON],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Path:
+    token = token_for(kube, SERVER_SA)
+    path = tmp_path_factory.mktemp("server-sa") / "kubeconfig"
+    return kubeconfig_for(cluster, path, f"{{token: '{token}'}}")
+
+
+# -- the shim schedules with the ServiceAccount's token -----------------------------------
+
+
+def container_args(docs: list[JSON], deployment: str) -> list[str]:
+    spec = one(docs, "Deployment", deployment)["spec"]["template"]["spec"]
+    args: list[str] = spec["containers"][0]["args"]
+    return args
+
+
+def leader_identity(shim: Shim) -> str | None:
+    m = re.search(rf"became leader of lease {NAMESPACE}/{LEASE} as (\S+)", shim.text())
+    return m.group(1) if m else None
+
+
+def lease_holder(kube: KubeClient) -> str:
+    try:
+        lease = kube.get(LEASE_PATH)
+    except ApiError as err:
+        if err.status == 404:
+            return ""
+        raise
+    return str((lease.get("spec") or {}).get("holderIdentity") or "")
+
+
+def test_shim_schedules_with_its_service_account_and_leader_election(
+    kube: KubeClient,
+    base: list[JSON],
+    shim_kubeconfig: Path,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    tmp_path: Path,
+) -> None:
+    fake_nodes(2, cpu="4")
+    config = tmp_path / "scheduler-config.yaml"
+    config.write_text(scheduler_config(base))
+
+    # The plugin server Deployment's flags, on loopback.
+    server = Server(config, tmp_path / "serve.log")
+    server_args = replace_flags(
+        container_args(base, "berth-plugin-server"),
+        {
+            "--config": str(config),
+            "--listen": server.address,
+            "--metrics-listen": f"127.0.0.1:{free_port()}",
+        },
+    )
+    server.argv = [*BERTH, *server_args]
+
+    # The shim Deployment's flags (leader election on), with the ServiceAccount's token
+    # instead of the in-cluster one.
+    shim_args = container_args(base, "berth-scheduler")
+    assert "--leader-elect" in shim_args and not any(
+        a.startswith("--kubeconfig") for a in shim_args
+    )
+
+    def shim(name: str) -> Shim:
+        s = Shim(config, shim_kubeconfig, tmp_path / f"{name}.log")
+        s.argv = [
+            *BERTH,
+            *replace_flags(
+                shim_args,
+                {
+                    "--config": str(config),
+                    "--server": server.address,
+                    "--metrics-listen": f"127.0.0.1:{s.metrics_port}",
+                },
+            ),
+            "--kubeconfig",
+            str(shim_kubeconfig),
+        ]
+        return s
+
+    first, second = shim("shim-a"), shim("shim-b")
+
+    def pod(name: str, cpu: str = "100m") -> JSON:
+        return objects.pod(
+            name,
+            namespace=namespace,
+            cpu=cpu,
+            scheduler_name=PROFILE,
+            node_selector={TEST_LABEL: namespace},
+        )
+
+    with running(server.start()), running(first.start()):
+        wait_for(lambda: leader_identity(first) is not None, 30, "first shim leads", first.log)
+        assert lease_holder(kube) == leader_identity(first)
+        with running(second.start()):
+            status, body = second.get("/readyz")
+            assert status == 200 and "standing by" in body, body
+
+            objects.create_pods(kube, [pod(f"p-{i}") for i in range(3)] + [pod("huge", "64")])
+            wait_all_bound(kube, namespace, 3, timeout=60)
+
+            # pods/status patch: the unschedulable pod carries PodScheduled=False.
+            def huge_marked() -> bool:
+                (huge,) = [p for p in pods_of(kube, namespace) if p["metadata"]["name"] == "huge"]
+                conds = huge["status"].get("conditions") or []
+                return any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conds)
+
+            wait_for(huge_marked, 30, "PodScheduled=False on the unschedulable pod", first.log)
+
+            # events.k8s.io create: Scheduled and FailedScheduling.
+            def reasons() -> set[str]:
+                events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+                return {e["reason"] for e in events["items"]}
+
+            wait_for(
+                lambda: {"Scheduled", "FailedScheduling"} <= reasons(),
+                30,
+                "Scheduled and FailedScheduling events",
+                first.log,
+            )
+
+            # A clean stop releases the Lease; the standby takes it (get, update) and
+            # schedules.
+            assert first.stop() == 0, first.text()[-3000:]
+            wait_for(lambda: leader_identity(second) is not None, 30, "standby leads", second.log)
+            assert lease_holder(kube) == leader_identity(second) != leader_identity(first)
+            objects.create_pods(kube, [pod(f"q-{i}") for i in range(2)])
+            bound = wait_all_bound(kube, namespace, 5, timeout=60)
+            assert sorted(p["metadata"]["name"] for p in bound if p["spec"].get("nodeName")) == [
+                "p-0",
+                "p-1",
+                "p-2",
+                "q-0",
+                "q-1",
+            ]
+
+    for s in (first, second):
+        text = s.text().lower()
+        assert "forbidden" not in text and " 403" not in text, s.text()[-3000:]
+
+
+# -- and cannot do more ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Access:
+    verb: str
+    resource: str
+    group: str = ""
+    namespace: str = ""
+    name: str = ""
+    subresource: str = ""
+
+    def __str__(self) -> str:
+        res = f"{self.resource}.{self.group}" if self.group else self.resource
+        res += f"/{self.subresource}" if self.subresource else ""
+        res += f" {self.name}" if self.name else ""
+        return f"{self.verb} {res} in {self.namespace or '(all namespaces)'}"
+
+
+def allowed(client: KubeClient, a: Access) -> bool:
+    """A SelfSubjectAccessReview with the client's own token."""
+    review = client.create(
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {
+                "resourceAttributes": {
+                    "verb": a.verb,
+                    "group": a.group,
+                    "resource": a.resource,
+                    "subresource": a.subresource,
+                    "namespace": a.namespace,
+                    "name": a.name,
+                }
+            },
+        },
+    )
+    return bool(review["status"]["allowed"])
+
+
+# What the shim calls (shim/scheduler.py, shim/events.py, shim/leader.py).
+SHIM_MAY = [
+    Access("list", "nodes"),
+    Access("watch", "nodes"),
+    Access("list", "pods"),
+    Access("watch", "pods"),
+    Access("get", "pods", namespace="default", name="p"),
+    Access("create", "pods", namespace="default", name="p", subresource="binding"),
+    Access("patch", "pods", namespace="default", name="p", subresource="status"),
+    Access("create", "events", "events.k8s.io", namespace="default"),
+    Access("patch", "events", "events.k8s.io", namespace="default", name="e"),
+    Access("get", "leases", "coordination.k8s.io", NAMESPACE, LEASE),
+    Access("update", "leases", "coordination.k8s.io", NAMESPACE, LEASE),
+    # RBAC cannot restrict create by name: any Lease, but only in berth-system.
+    Access("create", "leases", "coordination.k8s.io", NAMESPACE),
+]
+
+SHIM_MAY_NOT = [
+    # Nodes: read through list/watch only.
+    Access("delete", "nodes", name="n"),
+    Access("deletecollection", "nodes"),
+    Access("create", "nodes"),
+    Access("update", "nodes", name="n"),
+    Access("patch", "nodes", name="n"),
+    Access("patch", "nodes", name="n", subresource="status"),
+    Access("get", "nodes", name="n", subresource="proxy"),
+    # Secrets and other configuration.
+    Access("get", "secrets", namespace=NAMESPACE, name="s"),
+    Access("list", "secrets", namespace=NAMESPACE),
+    Access("list", "secrets"),
+    Access("get", "secrets", namespace="kube-system", name="s"),
+    Access("watch", "secrets"),
+    Access("get", "configmaps", namespace="kube-system", name="c"),
+    Access("list", "configmaps"),
+    # Pods: nothing beyond binding and status.
+    Access("create", "pods", namespace="default"),
+    Access("update", "pods", namespace="default", name="p"),
+    Access("patch", "pods", namespace="default", name="p"),
+    Access("delete", "pods", namespace="default", name="p"),
+    Access("deletecollection", "pods", namespace="default"),
+    Access("update", "pods", namespace="default", name="p", subresource="status"),
+    Access("create", "pods", namespace="default", name="p", subresource="eviction"),
+    Access("create", "pods", namespace="default", name="p", subresource="exec"),
+    Access("get", "pods", namespace="default", name="p", subresource="log"),
+    Access("update", "pods", namespace="default", name="p", subresource="ephemeralcontainers"),
+    # Leases: only its own, only get and update.
+    Access("get", "leases", "coordination.k8s.io", "kube-system", "kube-scheduler"),
+    Access("update", "leases", "coordination.k8s.io", "kube-system", "kube-scheduler"),
+    Access("get", "leases", "coordination.k8s.io", NAMESPACE, "someone-else"),
+    Access("update", "leases", "coordination.k8s.io", NAMESPACE, "someone-else"),
+    Access("delete", "leases", "coordination.k8s.io", NAMESPACE, LEASE),
+    Access("patch", "leases", "coordination.k8s.io", NAMESPACE, LEASE),
+    Access("list", "leases", "coordination.k8s.io", NAMESPACE),
+    Access("watch", "leases", "coordination.k8s.io", NAMESPACE),
+    Access("create", "leases", "coordination.k8s.io", "kube-system"),
+    Access("get", "leases", "coordination.k8s.io", "kube-system", LEASE),
+    # Events: the events.k8s.io writes it makes, nothing else.
+    Access("create", "events", namespace="default"),
+    Access("update", "events", "events.k8s.io", namespace="default", name="e"),
+    Access("delete", "events", "events.k8s.io", namespace="default", name="e"),
+    # No escalation paths.
+    Access("create", "clusterrolebindings", "rbac.authorization.k8s.io"),
+    Access("bind", "clusterroles", "rbac.authorization.k8s.io", name="cluster-admin"),
+    Access("escalate", "clusterroles", "rbac.authorization.k8s.io", name="berth-scheduler"),
+    Access("impersonate", "serviceaccounts", namespace=NAMESPACE, name=SHIM_SA),
+    Access("create", "serviceaccounts", namespace=NAMESPACE, name=SHIM_SA, subresource="token"),
+    Access("create", "deployments", "apps", namespace=NAMESPACE),
+    Access("update", "deployments", "apps", namespace=NAMESPACE, name="berth-scheduler"),
+    # Reads Berth's base does not make (upstream's kube-scheduler role has them).
+    Access("list", "namespaces"),
+    Access("list", "persistentvolumeclaims"),
+    Access("list", "services"),
+    # What the plugin components add, absent from the base.
+    Access("list", "nodes", "metrics.k8s.io"),
+    Access("list", "podgroups", "scheduling.x-k8s.io"),
+]
+
+
+def check(client: KubeClient, cases: list[Access], want: bool) -> list[str]:
+    return [f"{a}: {'denied' if want else 'allowed'}" for a in cases if allowed(client, a) != want]
+
+
+def test_shim_role_allows_what_it_calls_and_nothing_else(shim_kubeconfig: Path) -> None:
+    with KubeClient.from_kubeconfig(shim_kubeconfig) as client:
+        who = client.create(
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+        assert who["status"]["userInfo"]["username"] == (
+            f"system:serviceaccount:{NAMESPACE}:{SHIM_SA}"
+        )
+        wrong = check(client, SHIM_MAY, True) + check(client, SHIM_MAY_NOT, False)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_kubectl_auth_can_i_agrees(cluster: Cluster, installed: list[JSON]) -> None:
+    """The same questions as an operator asks them, by impersonation."""
+    who = f"system:serviceaccount:{NAMESPACE}:{SHIM_SA}"
+
+    def can_i(*args: str) -> str:
+        out = kubectl(
+            ["auth", "can-i", f"--as={who}", *args], kubeconfig=cluster.kubeconfig, check=False
+        )
+        return out.stdout.strip()
+
+    assert can_i("create", "pods", "--subresource=binding", "-n", "default") == "yes"
+    assert can_i("patch", "pods", "--subresource=status", "-n", "default") == "yes"
+    assert can_i("update", f"leases.coordination.k8s.io/{LEASE}", "-n", NAMESPACE) == "yes"
+    assert can_i("delete", "nodes") == "no"
+    assert can_i("get", "secrets", "-n", "kube-system") == "no"
+    assert can_i("patch", "pods", "-n", "default") == "no"
+    assert can_i("update", "leases.coordination.k8s.io/kube-scheduler", "-n", "kube-system") == "no"
+
+
+def test_plugin_server_account_may_do_nothing(server_kubeconfig: Path) -> None:
+    with KubeClient.from_kubeconfig(server_kubeconfig) as client:
+        wrong = check(client, SHIM_MAY, False) + check(client, SHIM_MAY_NOT, False)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_components_grant_their_verbs_only_once_applied(
+    kube: KubeClient, cluster: Cluster, shim_kubeconfig: Path
+) -> None:
+    extra = {
+        "rbac-node-metrics": [Access("list", "nodes", "metrics.k8s.io")],
+        "rbac-podgroups": [
+            Access("list", "podgroups", "scheduling.x-k8s.io"),
+            Access("watch", "podgroups", "scheduling.x-k8s.io"),
+        ],
+        "rbac-pod-patch": [Access("patch", "pods", namespace="default", name="p")],
+        "rbac-kubevirt-owners": [
+            Access("list", "virtualmachineinstances", "kubevirt.io"),
+            Access("watch", "virtualmachines", "kubevirt.io"),
+            Access("patch", "virtualmachines", "kubevirt.io", namespace="default", name="vm"),
+        ],
+    }
+    comps = {c.name: c for c in component_dirs()}
+    assert set(extra) == set(comps), f"components: {sorted(comps)}; add the new one here"
+    docs = [d for name in extra for d in render(comps[name])]
+    with KubeClient.from_kubeconfig(shim_kubeconfig) as client:
+        grants = [a for cases in extra.values() for a in cases]
+        assert check(client, grants, False) == []
+        kubectl(["apply", "-f", "-"], kubeconfig=cluster.kubeconfig, stdin=yaml.safe_dump_all(docs))
+        try:
+            # The authorizer sees RBAC changes through its informers: a moment's delay.
+            deadline = time.monotonic() + 20
+            while (wrong := check(client, grants, True)) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not wrong, "\n".join(wrong)
+            # Still nothing beyond what each component names.
+            assert (
+                check(client, [Access("delete", "pods", namespace="default", name="p")], False)
+                == []
+            )
+            assert check(client, [Access("watch", "nodes", "metrics.k8s.io")], False) == []
+            assert (
+                check(
+                    client,
+                    [Access("patch", "virtualmachineinstances", "kubevirt.io", "default", "v")],
+                    False,
+                )
+                == []
+            )
+        finally:
+            delete_objects(kube, cluster.kubeconfig, docs)
