@@ -16,8 +16,12 @@ step() { echo; echo "=== [test] $* ==="; }
 step "1/6 Python environment"
 ./hack/setup-venv.sh
 
-step "2/6 generated protobuf code matches protos/"
+step "2/6 generated protobuf code matches protos/; buf lint and breaking"
 ./hack/gen-protos.sh --check
+# Go: gen/go (protoc-gen-go/-grpc built from the Go module proxy at pinned versions).
+./hack/gen-go.sh --check
+# buf from npm (hack/tools); breaking against the newest protos/releases/ image.
+./hack/buf.sh check
 
 step "3/6 ruff (lint and format)"
 "$venv/bin/ruff" check .

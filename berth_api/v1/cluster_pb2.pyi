@@ -9,6 +9,10 @@ the whole Kubernetes object. Quantities are already decoded to integers the
 way kube-scheduler's framework.Resource holds them (pkg/scheduler/framework/
 types.go, Resource): CPU in millicores, memory and storage in bytes, extended
 resources as their integer value.
+
+Unless a comment says otherwise, a string field holds the Kubernetes field of
+the same name verbatim (enum-like strings such as "NoSchedule" keep the API's
+spelling), and an empty string or list means the Kubernetes field is unset.
 """
 
 from collections import abc as _abc
@@ -28,6 +32,11 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class Resources(_message.Message):
+    """A ResourceList (requests, limits, capacity, allocatable, overhead) decoded
+    to integers. A resource that is absent from the Kubernetes list is 0 (or
+    unset, for CPU and memory).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     @_typing.final
@@ -56,17 +65,23 @@ class Resources(_message.Message):
     PODS_FIELD_NUMBER: _builtins.int
     SCALAR_FIELD_NUMBER: _builtins.int
     milli_cpu: _builtins.int
-    """CPU and memory are optional so that "not requested" and "requested 0"
+    """CPU in millicores ("500m" is 500, "2" is 2000). CPU and memory are
+    optional so that "not requested" and "requested 0"
     differ: upstream scores a container with no CPU/memory request as if it
     asked for 100m and 200Mi (pkg/scheduler/util, GetNonzeroRequests).
     """
     memory: _builtins.int
+    """Memory in bytes ("1Gi" is 1073741824). Unset: not named in the list."""
     ephemeral_storage: _builtins.int
+    """"ephemeral-storage" in bytes."""
     pods: _builtins.int
     """Allowed pod count; meaningful for node allocatable/capacity only."""
     @_builtins.property
     def scalar(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
-        """Extended and hugepages resources by resource name, e.g. "nvidia.com/gpu"."""
+        """Extended and hugepages resources by resource name, e.g. "nvidia.com/gpu".
+        Also attachable-volumes-* (upstream's IsScalarResourceName); the value is
+        the quantity's integer value (hugepages in bytes).
+        """
 
     def __init__(
         self,
@@ -94,13 +109,17 @@ Global___Resources: _TypeAlias = Resources  # noqa: Y015
 
 @_typing.final
 class Taint(_message.Message):
+    """A node taint (core/v1 Taint)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     KEY_FIELD_NUMBER: _builtins.int
     VALUE_FIELD_NUMBER: _builtins.int
     EFFECT_FIELD_NUMBER: _builtins.int
     key: _builtins.str
+    """The taint's key, e.g. "node.kubernetes.io/unschedulable"."""
     value: _builtins.str
+    """The taint's value; may be empty."""
     effect: _builtins.str
     """NoSchedule, PreferNoSchedule or NoExecute."""
     def __init__(
@@ -120,6 +139,8 @@ Global___Taint: _TypeAlias = Taint  # noqa: Y015
 
 @_typing.final
 class Toleration(_message.Message):
+    """A pod toleration (core/v1 Toleration)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     KEY_FIELD_NUMBER: _builtins.int
@@ -128,12 +149,20 @@ class Toleration(_message.Message):
     EFFECT_FIELD_NUMBER: _builtins.int
     TOLERATION_SECONDS_FIELD_NUMBER: _builtins.int
     key: _builtins.str
+    """The taint key it tolerates; empty with operator Exists tolerates every
+    taint.
+    """
     operator: _builtins.str
     """Exists or Equal; empty means Equal."""
     value: _builtins.str
+    """The value to compare with operator Equal; empty with Exists."""
     effect: _builtins.str
     """Empty matches every effect."""
     toleration_seconds: _builtins.int
+    """With effect NoExecute: how long the pod stays bound after the taint
+    appears, in seconds. Unset: forever. The scheduler's plugins do not read
+    it; it is carried for completeness.
+    """
     def __init__(
         self,
         *,
@@ -155,16 +184,25 @@ Global___Toleration: _TypeAlias = Toleration  # noqa: Y015
 
 @_typing.final
 class NodeSelectorRequirement(_message.Message):
+    """One requirement of a node selector term (core/v1 NodeSelectorRequirement)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     KEY_FIELD_NUMBER: _builtins.int
     OPERATOR_FIELD_NUMBER: _builtins.int
     VALUES_FIELD_NUMBER: _builtins.int
     key: _builtins.str
+    """A label key (match_expressions) or a field name such as
+    "metadata.name" (match_fields).
+    """
     operator: _builtins.str
     """In, NotIn, Exists, DoesNotExist, Gt, Lt."""
     @_builtins.property
-    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The operand: one or more values for In/NotIn, empty for
+        Exists/DoesNotExist, a single integer for Gt/Lt.
+        """
+
     def __init__(
         self,
         *,
@@ -182,14 +220,20 @@ Global___NodeSelectorRequirement: _TypeAlias = NodeSelectorRequirement  # noqa: 
 
 @_typing.final
 class NodeSelectorTerm(_message.Message):
+    """Requirements a node must all meet (core/v1 NodeSelectorTerm)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     MATCH_EXPRESSIONS_FIELD_NUMBER: _builtins.int
     MATCH_FIELDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def match_expressions(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeSelectorRequirement]: ...
+    def match_expressions(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeSelectorRequirement]:
+        """Requirements on the node's labels."""
+
     @_builtins.property
-    def match_fields(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeSelectorRequirement]: ...
+    def match_fields(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeSelectorRequirement]:
+        """Requirements on the node's fields; Kubernetes supports metadata.name only."""
+
     def __init__(
         self,
         *,
@@ -206,11 +250,17 @@ Global___NodeSelectorTerm: _TypeAlias = NodeSelectorTerm  # noqa: Y015
 
 @_typing.final
 class NodeSelector(_message.Message):
+    """A node selector (core/v1 NodeSelector): a node matches when it meets any
+    one of the terms.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TERMS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def terms(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeSelectorTerm]: ...
+    def terms(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeSelectorTerm]:
+        """nodeSelectorTerms, ORed."""
+
     def __init__(
         self,
         *,
@@ -226,13 +276,20 @@ Global___NodeSelector: _TypeAlias = NodeSelector  # noqa: Y015
 
 @_typing.final
 class PreferredSchedulingTerm(_message.Message):
+    """A preferred node affinity term and its weight (core/v1
+    PreferredSchedulingTerm).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     WEIGHT_FIELD_NUMBER: _builtins.int
     PREFERENCE_FIELD_NUMBER: _builtins.int
     weight: _builtins.int
+    """1..100, added to a node's NodeAffinity score when the term matches."""
     @_builtins.property
-    def preference(self) -> Global___NodeSelectorTerm: ...
+    def preference(self) -> Global___NodeSelectorTerm:
+        """The term a node should meet."""
+
     def __init__(
         self,
         *,
@@ -249,14 +306,22 @@ Global___PreferredSchedulingTerm: _TypeAlias = PreferredSchedulingTerm  # noqa: 
 
 @_typing.final
 class NodeAffinity(_message.Message):
+    """Node affinity (core/v1 NodeAffinity)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     REQUIRED_FIELD_NUMBER: _builtins.int
     PREFERRED_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def required(self) -> Global___NodeSelector: ...
+    def required(self) -> Global___NodeSelector:
+        """requiredDuringSchedulingIgnoredDuringExecution; unset means no
+        requirement.
+        """
+
     @_builtins.property
-    def preferred(self) -> _containers.RepeatedCompositeFieldContainer[Global___PreferredSchedulingTerm]: ...
+    def preferred(self) -> _containers.RepeatedCompositeFieldContainer[Global___PreferredSchedulingTerm]:
+        """preferredDuringSchedulingIgnoredDuringExecution."""
+
     def __init__(
         self,
         *,
@@ -273,16 +338,21 @@ Global___NodeAffinity: _TypeAlias = NodeAffinity  # noqa: Y015
 
 @_typing.final
 class LabelSelectorRequirement(_message.Message):
+    """One requirement of a label selector (meta/v1 LabelSelectorRequirement)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     KEY_FIELD_NUMBER: _builtins.int
     OPERATOR_FIELD_NUMBER: _builtins.int
     VALUES_FIELD_NUMBER: _builtins.int
     key: _builtins.str
+    """The label key."""
     operator: _builtins.str
     """In, NotIn, Exists, DoesNotExist."""
     @_builtins.property
-    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """One or more values for In/NotIn, empty for Exists/DoesNotExist."""
+
     def __init__(
         self,
         *,
@@ -300,6 +370,11 @@ Global___LabelSelectorRequirement: _TypeAlias = LabelSelectorRequirement  # noqa
 
 @_typing.final
 class LabelSelector(_message.Message):
+    """A label selector (meta/v1 LabelSelector): the labels must match every
+    entry of match_labels and every requirement. Where a field of this type is
+    unset (null in Kubernetes) it matches nothing; set but empty, everything.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     @_typing.final
@@ -325,9 +400,13 @@ class LabelSelector(_message.Message):
     MATCH_LABELS_FIELD_NUMBER: _builtins.int
     MATCH_EXPRESSIONS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def match_labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def match_labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Label key to the exact value it must have."""
+
     @_builtins.property
-    def match_expressions(self) -> _containers.RepeatedCompositeFieldContainer[Global___LabelSelectorRequirement]: ...
+    def match_expressions(self) -> _containers.RepeatedCompositeFieldContainer[Global___LabelSelectorRequirement]:
+        """Requirements, ANDed with match_labels."""
+
     def __init__(
         self,
         *,
@@ -344,6 +423,8 @@ Global___LabelSelector: _TypeAlias = LabelSelector  # noqa: Y015
 
 @_typing.final
 class PodAffinityTerm(_message.Message):
+    """A pod (anti-)affinity term (core/v1 PodAffinityTerm)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     LABEL_SELECTOR_FIELD_NUMBER: _builtins.int
@@ -353,16 +434,37 @@ class PodAffinityTerm(_message.Message):
     MATCH_LABEL_KEYS_FIELD_NUMBER: _builtins.int
     MISMATCH_LABEL_KEYS_FIELD_NUMBER: _builtins.int
     topology_key: _builtins.str
+    """The node label whose value defines a topology domain, e.g.
+    "topology.kubernetes.io/zone".
+    """
     @_builtins.property
-    def label_selector(self) -> Global___LabelSelector: ...
+    def label_selector(self) -> Global___LabelSelector:
+        """Which pods the term counts."""
+
     @_builtins.property
-    def namespaces(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def namespaces(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Namespaces the pods are looked for in; empty with no namespace_selector
+        means the namespace of the pod that has the term.
+        """
+
     @_builtins.property
-    def namespace_selector(self) -> Global___LabelSelector: ...
+    def namespace_selector(self) -> Global___LabelSelector:
+        """Namespaces by their labels, ORed with `namespaces`; set but empty
+        selects every namespace.
+        """
+
     @_builtins.property
-    def match_label_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def match_label_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Label keys whose values, taken from the incoming pod, are ANDed into
+        label_selector as `key in (value)`.
+        """
+
     @_builtins.property
-    def mismatch_label_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def mismatch_label_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Label keys whose values, taken from the incoming pod, are ANDed into
+        label_selector as `key notin (value)`.
+        """
+
     def __init__(
         self,
         *,
@@ -383,13 +485,20 @@ Global___PodAffinityTerm: _TypeAlias = PodAffinityTerm  # noqa: Y015
 
 @_typing.final
 class WeightedPodAffinityTerm(_message.Message):
+    """A preferred pod (anti-)affinity term and its weight (core/v1
+    WeightedPodAffinityTerm).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     WEIGHT_FIELD_NUMBER: _builtins.int
     TERM_FIELD_NUMBER: _builtins.int
     weight: _builtins.int
+    """1..100, the term's weight in the InterPodAffinity score."""
     @_builtins.property
-    def term(self) -> Global___PodAffinityTerm: ...
+    def term(self) -> Global___PodAffinityTerm:
+        """The term."""
+
     def __init__(
         self,
         *,
@@ -406,14 +515,22 @@ Global___WeightedPodAffinityTerm: _TypeAlias = WeightedPodAffinityTerm  # noqa: 
 
 @_typing.final
 class PodAffinity(_message.Message):
+    """Pod affinity or anti-affinity (core/v1 PodAffinity / PodAntiAffinity share
+    this shape).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     REQUIRED_FIELD_NUMBER: _builtins.int
     PREFERRED_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def required(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodAffinityTerm]: ...
+    def required(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodAffinityTerm]:
+        """requiredDuringSchedulingIgnoredDuringExecution, all must hold."""
+
     @_builtins.property
-    def preferred(self) -> _containers.RepeatedCompositeFieldContainer[Global___WeightedPodAffinityTerm]: ...
+    def preferred(self) -> _containers.RepeatedCompositeFieldContainer[Global___WeightedPodAffinityTerm]:
+        """preferredDuringSchedulingIgnoredDuringExecution."""
+
     def __init__(
         self,
         *,
@@ -430,17 +547,25 @@ Global___PodAffinity: _TypeAlias = PodAffinity  # noqa: Y015
 
 @_typing.final
 class Affinity(_message.Message):
+    """A pod's scheduling constraints (core/v1 Affinity)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NODE_AFFINITY_FIELD_NUMBER: _builtins.int
     POD_AFFINITY_FIELD_NUMBER: _builtins.int
     POD_ANTI_AFFINITY_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def node_affinity(self) -> Global___NodeAffinity: ...
+    def node_affinity(self) -> Global___NodeAffinity:
+        """spec.affinity.nodeAffinity; unset when the pod has none."""
+
     @_builtins.property
-    def pod_affinity(self) -> Global___PodAffinity: ...
+    def pod_affinity(self) -> Global___PodAffinity:
+        """spec.affinity.podAffinity; unset when the pod has none."""
+
     @_builtins.property
-    def pod_anti_affinity(self) -> Global___PodAffinity: ...
+    def pod_anti_affinity(self) -> Global___PodAffinity:
+        """spec.affinity.podAntiAffinity; unset when the pod has none."""
+
     def __init__(
         self,
         *,
@@ -458,6 +583,8 @@ Global___Affinity: _TypeAlias = Affinity  # noqa: Y015
 
 @_typing.final
 class TopologySpreadConstraint(_message.Message):
+    """A pod topology spread constraint (core/v1 TopologySpreadConstraint)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     MAX_SKEW_FIELD_NUMBER: _builtins.int
@@ -469,17 +596,33 @@ class TopologySpreadConstraint(_message.Message):
     NODE_TAINTS_POLICY_FIELD_NUMBER: _builtins.int
     MATCH_LABEL_KEYS_FIELD_NUMBER: _builtins.int
     max_skew: _builtins.int
+    """The largest allowed difference in matching pods between two domains (at
+    least 1).
+    """
     topology_key: _builtins.str
+    """The node label whose value defines a topology domain."""
     when_unsatisfiable: _builtins.str
     """DoNotSchedule or ScheduleAnyway."""
     min_domains: _builtins.int
+    """The least number of eligible domains; unset means 1 (upstream's
+    default). Only with DoNotSchedule.
+    """
     node_affinity_policy: _builtins.str
     """Honor or Ignore; empty means the upstream default."""
     node_taints_policy: _builtins.str
+    """Honor or Ignore: whether node taints limit the domains counted; empty
+    means the upstream default (Ignore).
+    """
     @_builtins.property
-    def label_selector(self) -> Global___LabelSelector: ...
+    def label_selector(self) -> Global___LabelSelector:
+        """Which pods count; unset counts none."""
+
     @_builtins.property
-    def match_label_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def match_label_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Label keys whose values, taken from the incoming pod, are ANDed into
+        label_selector.
+        """
+
     def __init__(
         self,
         *,
@@ -504,6 +647,10 @@ Global___TopologySpreadConstraint: _TypeAlias = TopologySpreadConstraint  # noqa
 
 @_typing.final
 class ContainerPort(_message.Message):
+    """A container port (core/v1 ContainerPort); the NodePorts plugin reads the
+    host ports.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     CONTAINER_PORT_FIELD_NUMBER: _builtins.int
@@ -511,10 +658,13 @@ class ContainerPort(_message.Message):
     PROTOCOL_FIELD_NUMBER: _builtins.int
     HOST_IP_FIELD_NUMBER: _builtins.int
     container_port: _builtins.int
+    """The port the container listens on."""
     host_port: _builtins.int
+    """The port on the node; 0 means none (the port is not a host port)."""
     protocol: _builtins.str
     """TCP, UDP or SCTP; empty means TCP."""
     host_ip: _builtins.str
+    """The host address bound; empty means 0.0.0.0 (every address)."""
     def __init__(
         self,
         *,
@@ -533,6 +683,10 @@ Global___ContainerPort: _TypeAlias = ContainerPort  # noqa: Y015
 
 @_typing.final
 class Container(_message.Message):
+    """A container or init container of a pod (core/v1 Container plus the
+    resource facts of its status).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
@@ -544,17 +698,27 @@ class Container(_message.Message):
     ALLOCATED_REQUESTS_FIELD_NUMBER: _builtins.int
     ACTUATED_REQUESTS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """The container's name, unique within the pod."""
     image: _builtins.str
+    """The image reference, as in the spec; ImageLocality matches it against
+    Node.images.
+    """
     restartable: _builtins.bool
     """For init containers: restartPolicy Always, i.e. a sidecar that keeps
     running beside the main containers (upstream's restartable init container).
     """
     @_builtins.property
-    def requests(self) -> Global___Resources: ...
+    def requests(self) -> Global___Resources:
+        """resources.requests."""
+
     @_builtins.property
-    def limits(self) -> Global___Resources: ...
+    def limits(self) -> Global___Resources:
+        """resources.limits."""
+
     @_builtins.property
-    def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerPort]: ...
+    def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerPort]:
+        """ports."""
+
     @_builtins.property
     def allocated_requests(self) -> Global___Resources:
         """In-place resize (InPlacePodVerticalScaling), from the status of the same
@@ -592,6 +756,10 @@ Global___Container: _TypeAlias = Container  # noqa: Y015
 
 @_typing.final
 class Pod(_message.Message):
+    """A pod: the one being scheduled, or one that occupies a node in the cluster
+    state (ClusterDelta.upsert_pods).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     @_typing.final
@@ -684,12 +852,19 @@ class Pod(_message.Message):
     POD_LEVEL_ACTUATED_REQUESTS_FIELD_NUMBER: _builtins.int
     RESIZE_INFEASIBLE_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
+    """metadata.uid; required, and the pod's identity in deltas (delete_pods)."""
     namespace: _builtins.str
+    """metadata.namespace."""
     name: _builtins.str
+    """metadata.name; required."""
     node_name: _builtins.str
     """The node the pod is bound or assumed to; empty while pending."""
     scheduler_name: _builtins.str
+    """spec.schedulerName; the profile that schedules it."""
     priority: _builtins.int
+    """spec.priority, as the API server resolved it from the PriorityClass; 0
+    when unset. PrioritySort pops higher values first.
+    """
     phase: _builtins.str
     """Pending, Running, Succeeded, Failed, Unknown."""
     creation_unix_micros: _builtins.int
@@ -697,35 +872,66 @@ class Pod(_message.Message):
     terminating: _builtins.bool
     """metadata.deletionTimestamp is set."""
     nominated_node_name: _builtins.str
+    """status.nominatedNodeName: the node a preemption reserved for the pod;
+    empty when none.
+    """
     preemption_policy: _builtins.str
     """PreemptLowerPriority (default) or Never."""
     owner_kind: _builtins.str
+    """The kind of the controlling owner reference (metadata.ownerReferences
+    with controller: true), e.g. "ReplicaSet"; empty when none.
+    """
     owner_name: _builtins.str
+    """The name of that controlling owner; empty when none."""
     resize_infeasible: _builtins.bool
     """status.conditions holds PodResizePending with reason Infeasible: the
     resize will not be admitted, so the spec's requests do not count, only
     what is allocated and applied.
     """
     @_builtins.property
-    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """metadata.labels."""
+
     @_builtins.property
-    def annotations(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def annotations(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """metadata.annotations. A caller may drop the ones no plugin reads (e.g.
+        kubectl.kubernetes.io/last-applied-configuration) to keep deltas small.
+        """
+
     @_builtins.property
-    def containers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Container]: ...
+    def containers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Container]:
+        """spec.containers."""
+
     @_builtins.property
-    def init_containers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Container]: ...
+    def init_containers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Container]:
+        """spec.initContainers, in order."""
+
     @_builtins.property
-    def overhead(self) -> Global___Resources: ...
+    def overhead(self) -> Global___Resources:
+        """spec.overhead (RuntimeClass overhead), added to the pod's requests."""
+
     @_builtins.property
-    def node_selector(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def node_selector(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """spec.nodeSelector: labels a node must have."""
+
     @_builtins.property
-    def affinity(self) -> Global___Affinity: ...
+    def affinity(self) -> Global___Affinity:
+        """spec.affinity; unset when the pod has none."""
+
     @_builtins.property
-    def tolerations(self) -> _containers.RepeatedCompositeFieldContainer[Global___Toleration]: ...
+    def tolerations(self) -> _containers.RepeatedCompositeFieldContainer[Global___Toleration]:
+        """spec.tolerations."""
+
     @_builtins.property
-    def topology_spread_constraints(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopologySpreadConstraint]: ...
+    def topology_spread_constraints(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopologySpreadConstraint]:
+        """spec.topologySpreadConstraints."""
+
     @_builtins.property
-    def scheduling_gates(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def scheduling_gates(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The names in spec.schedulingGates; a gated pod is not scheduled
+        (SchedulingGates, PreEnqueue).
+        """
+
     @_builtins.property
     def pvc_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Names of the PersistentVolumeClaims the pod mounts."""
@@ -740,7 +946,9 @@ class Pod(_message.Message):
         """
 
     @_builtins.property
-    def pod_level_limits(self) -> Global___Resources: ...
+    def pod_level_limits(self) -> Global___Resources:
+        """spec.resources.limits (PodLevelResources); unset when the spec has none."""
+
     @_builtins.property
     def pod_level_allocated_requests(self) -> Global___Resources:
         """In-place resize of pod-level resources
@@ -796,13 +1004,18 @@ Global___Pod: _TypeAlias = Pod  # noqa: Y015
 
 @_typing.final
 class ImageState(_message.Message):
+    """A container image present on a node (core/v1 ContainerImage)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMES_FIELD_NUMBER: _builtins.int
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
     size_bytes: _builtins.int
+    """The image's size in bytes."""
     @_builtins.property
-    def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The image's names (references and digests) as the kubelet reports them."""
+
     def __init__(
         self,
         *,
@@ -819,6 +1032,8 @@ Global___ImageState: _TypeAlias = ImageState  # noqa: Y015
 
 @_typing.final
 class Node(_message.Message):
+    """A node (core/v1 Node), as NodeInfo's node."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     @_typing.final
@@ -871,20 +1086,41 @@ class Node(_message.Message):
     IMAGES_FIELD_NUMBER: _builtins.int
     UID_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """metadata.name; required, and the node's identity in deltas
+    (delete_nodes) and in every node list of the API.
+    """
     unschedulable: _builtins.bool
+    """spec.unschedulable (cordoned): NodeUnschedulable rejects pods that do not
+    tolerate node.kubernetes.io/unschedulable:NoSchedule.
+    """
     uid: _builtins.str
+    """metadata.uid; may be empty (plugins match nodes by name)."""
     @_builtins.property
-    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """metadata.labels."""
+
     @_builtins.property
-    def annotations(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def annotations(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """metadata.annotations; a caller may drop the ones no plugin reads."""
+
     @_builtins.property
-    def capacity(self) -> Global___Resources: ...
+    def capacity(self) -> Global___Resources:
+        """status.capacity."""
+
     @_builtins.property
-    def allocatable(self) -> Global___Resources: ...
+    def allocatable(self) -> Global___Resources:
+        """status.allocatable: what pods may use; NodeResourcesFit compares
+        requests with it.
+        """
+
     @_builtins.property
-    def taints(self) -> _containers.RepeatedCompositeFieldContainer[Global___Taint]: ...
+    def taints(self) -> _containers.RepeatedCompositeFieldContainer[Global___Taint]:
+        """spec.taints."""
+
     @_builtins.property
-    def images(self) -> _containers.RepeatedCompositeFieldContainer[Global___ImageState]: ...
+    def images(self) -> _containers.RepeatedCompositeFieldContainer[Global___ImageState]:
+        """status.images, for ImageLocality."""
+
     def __init__(
         self,
         *,
@@ -925,6 +1161,7 @@ class ObjectRef(_message.Message):
     namespace: _builtins.str
     """Empty for cluster-scoped objects."""
     name: _builtins.str
+    """metadata.name."""
     def __init__(
         self,
         *,
@@ -963,7 +1200,9 @@ class ClusterObject(_message.Message):
     metadata.managedFields.
     """
     @_builtins.property
-    def ref(self) -> Global___ObjectRef: ...
+    def ref(self) -> Global___ObjectRef:
+        """The object's identity in the snapshot and in deltas (delete_objects)."""
+
     def __init__(
         self,
         *,
@@ -986,6 +1225,13 @@ class ClusterDelta(_message.Message):
     entry carries an object's whole new state, so applying a delta is idempotent
     and a delta covering generations (a, b] may be applied to any snapshot whose
     generation lies in [a, b].
+
+    A delta names each node, pod and object at most once, in its last state
+    (an object upserted then deleted before the caller sends is a deletion
+    only). A delta that names a node or a pod twice is refused whole with
+    INVALID_ARGUMENT (reason INVALID_REQUEST) naming the entries, and the
+    cached snapshot stays as it was. With ClusterState.full the upserts are
+    the whole cluster.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -997,7 +1243,9 @@ class ClusterDelta(_message.Message):
     UPSERT_OBJECTS_FIELD_NUMBER: _builtins.int
     DELETE_OBJECTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def upsert_nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Node]: ...
+    def upsert_nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Node]:
+        """Nodes added or changed, each in its whole new state (keyed by name)."""
+
     @_builtins.property
     def delete_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Node names."""
@@ -1017,7 +1265,9 @@ class ClusterDelta(_message.Message):
         """Other objects plugins read (Profile.reads), each in its whole new state."""
 
     @_builtins.property
-    def delete_objects(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObjectRef]: ...
+    def delete_objects(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObjectRef]:
+        """Objects removed, by reference."""
+
     def __init__(
         self,
         *,
@@ -1040,7 +1290,9 @@ Global___ClusterDelta: _TypeAlias = ClusterDelta  # noqa: Y015
 class ClusterState(_message.Message):
     """Sent with every request that needs cluster state. The caller owns the truth;
     the server keeps a cache keyed by cluster_id that this message brings to
-    `generation`.
+    `generation`. A replica that cannot get there answers FAILED_PRECONDITION
+    with reason STALE_SNAPSHOT and its own generation (ErrorReason), and the
+    caller resends the changes after that generation, or the full state.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -1055,11 +1307,16 @@ class ClusterState(_message.Message):
     cluster_id: _builtins.str
     """Names one snapshot lineage: a caller picks a fresh random id when it
     starts, so a restarted caller never collides with its past generations.
+    Required.
     """
     generation: _builtins.int
-    """The generation the snapshot has after this message is applied."""
+    """The generation the snapshot has after this message is applied; at least
+    1. Chosen by the caller, increasing with every change it sends.
+    """
     base_generation: _builtins.int
-    """`delta` holds the changes after this generation. Ignored when full is set."""
+    """`delta` holds the changes after this generation; 0 <= base_generation <=
+    generation. Ignored when full is set.
+    """
     full: _builtins.bool
     """`delta.upsert_*` is the whole cluster; the server replaces its snapshot,
     even one at the same or a later generation.
@@ -1077,7 +1334,11 @@ class ClusterState(_message.Message):
     generation the cycle started on, and the caller restarts the cycle.
     """
     @_builtins.property
-    def delta(self) -> Global___ClusterDelta: ...
+    def delta(self) -> Global___ClusterDelta:
+        """The changes after base_generation, or with `full` the whole cluster.
+        Unset is an empty delta.
+        """
+
     def __init__(
         self,
         *,

@@ -9,6 +9,10 @@ the whole Kubernetes object. Quantities are already decoded to integers the
 way kube-scheduler's framework.Resource holds them (pkg/scheduler/framework/
 types.go, Resource): CPU in millicores, memory and storage in bytes, extended
 resources as their integer value.
+
+Unless a comment says otherwise, a string field holds the Kubernetes field of
+the same name verbatim (enum-like strings such as "NoSchedule" keep the API's
+spelling), and an empty string or list means the Kubernetes field is unset.
 """
 
 from collections import abc as _abc

@@ -9,6 +9,14 @@ framework.go). The server keeps no per-cycle memory: CycleState written by
 a plugin comes back in `cycle` and the caller sends it with the later calls
 of the same scheduling cycle. Cluster state travels as deltas against a
 generation (cluster.proto, protos/README.md).
+
+Errors: a plugin's verdict, including a plugin error, travels inside the
+response as a Status. A request the server cannot serve ends with a gRPC
+status whose details hold a google.rpc.ErrorInfo (domain "berth.dev",
+reason an ErrorReason name); on ScheduleStream the same travels as a
+RequestError. protos/README.md lists the codes, and protos/
+service_config.json the deadlines, message sizes and retry policy clients
+load.
 """
 
 from berth_api.v1 import cluster_pb2 as _cluster_pb2
@@ -35,6 +43,7 @@ class _ErrorReason:
 class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReason.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     ERROR_REASON_UNSPECIFIED: _ErrorReason.ValueType  # 0
+    """Never sent; the proto3 zero value."""
     ERROR_REASON_STALE_SNAPSHOT: _ErrorReason.ValueType  # 1
     """FAILED_PRECONDITION: the replica cannot reach the request's generation
     from what it holds. Metadata: replica_generation (-1: no snapshot),
@@ -67,6 +76,7 @@ class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """
 
 ERROR_REASON_UNSPECIFIED: ErrorReason.ValueType  # 0
+"""Never sent; the proto3 zero value."""
 ERROR_REASON_STALE_SNAPSHOT: ErrorReason.ValueType  # 1
 """FAILED_PRECONDITION: the replica cannot reach the request's generation
 from what it holds. Metadata: replica_generation (-1: no snapshot),
@@ -99,37 +109,72 @@ class _Code:
 class _CodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Code.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     CODE_SUCCESS: _Code.ValueType  # 0
+    """The plugin (or every plugin) passed."""
     CODE_ERROR: _Code.ValueType  # 1
+    """An internal error in a plugin; the cycle fails and the pod is retried
+    with backoff.
+    """
     CODE_UNSCHEDULABLE: _Code.ValueType  # 2
+    """The pod does not fit now; preemption (PostFilter) may help."""
     CODE_UNSCHEDULABLE_AND_UNRESOLVABLE: _Code.ValueType  # 3
+    """The pod does not fit and preemption on this node would not help."""
     CODE_WAIT: _Code.ValueType  # 4
+    """Permit only: the pod waits for an allow or reject (WaitingPodSignal)."""
     CODE_SKIP: _Code.ValueType  # 5
+    """The plugin does not apply: at PreFilter/PreScore its Filter/Score is
+    skipped for the cycle; at Bind the next Bind plugin is asked.
+    """
     CODE_PENDING: _Code.ValueType  # 6
+    """The cycle found where the pod can go, but a plugin stops it here to wait
+    for something outside the scheduler; the pod is retried without backoff.
+    """
 
 class Code(_Code, metaclass=_CodeEnumTypeWrapper):
-    """Values equal upstream's framework.Code, so a status converts one to one."""
+    """Values equal upstream's framework.Code, so a status converts one to one.
+    The zero value is Success, as upstream's (a lint exception: buf.yaml).
+    """
 
 CODE_SUCCESS: Code.ValueType  # 0
+"""The plugin (or every plugin) passed."""
 CODE_ERROR: Code.ValueType  # 1
+"""An internal error in a plugin; the cycle fails and the pod is retried
+with backoff.
+"""
 CODE_UNSCHEDULABLE: Code.ValueType  # 2
+"""The pod does not fit now; preemption (PostFilter) may help."""
 CODE_UNSCHEDULABLE_AND_UNRESOLVABLE: Code.ValueType  # 3
+"""The pod does not fit and preemption on this node would not help."""
 CODE_WAIT: Code.ValueType  # 4
+"""Permit only: the pod waits for an allow or reject (WaitingPodSignal)."""
 CODE_SKIP: Code.ValueType  # 5
+"""The plugin does not apply: at PreFilter/PreScore its Filter/Score is
+skipped for the cycle; at Bind the next Bind plugin is asked.
+"""
 CODE_PENDING: Code.ValueType  # 6
+"""The cycle found where the pod can go, but a plugin stops it here to wait
+for something outside the scheduler; the pod is retried without backoff.
+"""
 Global___Code: _TypeAlias = Code  # noqa: Y015
 
 @_typing.final
 class Status(_message.Message):
+    """A plugin's verdict, upstream's framework.Status."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     CODE_FIELD_NUMBER: _builtins.int
     REASONS_FIELD_NUMBER: _builtins.int
     PLUGIN_FIELD_NUMBER: _builtins.int
     code: Global___Code.ValueType
+    """The verdict; CODE_SUCCESS with no reasons when every plugin passed."""
     plugin: _builtins.str
     """The plugin that produced a non-success status."""
     @_builtins.property
-    def reasons(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def reasons(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Human-readable reasons, upstream's Status.Reasons(), e.g. "Insufficient
+        cpu". A plugin error's message is its single reason.
+        """
+
     def __init__(
         self,
         *,
@@ -205,11 +250,15 @@ Global___CycleState: _TypeAlias = CycleState  # noqa: Y015
 
 @_typing.final
 class SyncRequest(_message.Message):
+    """Moves the replica's snapshot of one cluster to a generation."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     STATE_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def state(self) -> _cluster_pb2.ClusterState: ...
+    def state(self) -> _cluster_pb2.ClusterState:
+        """The state to reach; required."""
+
     def __init__(
         self,
         *,
@@ -225,6 +274,8 @@ Global___SyncRequest: _TypeAlias = SyncRequest  # noqa: Y015
 
 @_typing.final
 class SyncResponse(_message.Message):
+    """What the replica holds after a Sync."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     GENERATION_FIELD_NUMBER: _builtins.int
@@ -232,8 +283,13 @@ class SyncResponse(_message.Message):
     POD_COUNT_FIELD_NUMBER: _builtins.int
     OBJECT_COUNT_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
+    """The snapshot's generation: state.generation, or later when the replica
+    already had newer state from the same caller.
+    """
     node_count: _builtins.int
+    """Nodes in the snapshot."""
     pod_count: _builtins.int
+    """Pods in the snapshot (bound, assumed or nominated)."""
     object_count: _builtins.int
     """Other objects (ClusterObject) in the snapshot."""
     def __init__(
@@ -254,6 +310,8 @@ Global___SyncResponse: _TypeAlias = SyncResponse  # noqa: Y015
 
 @_typing.final
 class DescribeProfilesRequest(_message.Message):
+    """Takes no arguments."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     def __init__(
@@ -269,12 +327,18 @@ Global___DescribeProfilesRequest: _TypeAlias = DescribeProfilesRequest  # noqa: 
 
 @_typing.final
 class PluginRef(_message.Message):
+    """A plugin enabled at an extension point."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
     WEIGHT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """The plugin's name, e.g. "NodeResourcesFit"."""
     weight: _builtins.int
+    """Its Score weight at the "score" extension point (at least 1); 0 at the
+    other extension points.
+    """
     def __init__(
         self,
         *,
@@ -291,13 +355,24 @@ Global___PluginRef: _TypeAlias = PluginRef  # noqa: Y015
 
 @_typing.final
 class ExtensionPoint(_message.Message):
+    """The plugins a profile runs at one extension point, in the order it runs
+    them.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
     PLUGINS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """The extension point as KubeSchedulerConfiguration's `plugins` field
+    names it: preEnqueue, queueSort, preFilter, filter, postFilter,
+    preScore, score, reserve, permit, preBind, bind, postBind. A point with
+    no plugins is left out.
+    """
     @_builtins.property
-    def plugins(self) -> _containers.RepeatedCompositeFieldContainer[Global___PluginRef]: ...
+    def plugins(self) -> _containers.RepeatedCompositeFieldContainer[Global___PluginRef]:
+        """The enabled plugins, in order."""
+
     def __init__(
         self,
         *,
@@ -331,10 +406,13 @@ class ObjectKind(_message.Message):
     group: _builtins.str
     """API group; empty for the core group."""
     version: _builtins.str
+    """The API version to list and watch, e.g. "v1alpha1"."""
     resource: _builtins.str
     """Plural resource name, e.g. "podgroups"."""
     kind: _builtins.str
+    """The object kind, e.g. "PodGroup"; ClusterObject.kind."""
     namespaced: _builtins.bool
+    """Whether the objects live in namespaces (ObjectRef.namespace set)."""
     poll_seconds: _builtins.int
     """0: list and watch. Above 0: the API has no watch (e.g. metrics.k8s.io);
     list every poll_seconds.
@@ -369,6 +447,8 @@ Global___ObjectKind: _TypeAlias = ObjectKind  # noqa: Y015
 
 @_typing.final
 class Profile(_message.Message):
+    """One scheduling profile of the server's configuration."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SCHEDULER_NAME_FIELD_NUMBER: _builtins.int
@@ -376,12 +456,15 @@ class Profile(_message.Message):
     PERCENTAGE_OF_NODES_TO_SCORE_FIELD_NUMBER: _builtins.int
     READS_FIELD_NUMBER: _builtins.int
     scheduler_name: _builtins.str
+    """The profile's schedulerName; the `profile` of every request names it."""
     percentage_of_nodes_to_score: _builtins.int
     """As configured; 0 means upstream's adaptive default (50% minus 1% per 125
     nodes, at least 5%).
     """
     @_builtins.property
-    def extension_points(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExtensionPoint]: ...
+    def extension_points(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExtensionPoint]:
+        """Its plugins per extension point, in pipeline order."""
+
     @_builtins.property
     def reads(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObjectKind]:
         """Objects beyond nodes and pods the profile's plugins read."""
@@ -404,11 +487,15 @@ Global___Profile: _TypeAlias = Profile  # noqa: Y015
 
 @_typing.final
 class DescribeProfilesResponse(_message.Message):
+    """The server's profiles."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROFILES_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def profiles(self) -> _containers.RepeatedCompositeFieldContainer[Global___Profile]: ...
+    def profiles(self) -> _containers.RepeatedCompositeFieldContainer[Global___Profile]:
+        """Every configured profile, in configuration order."""
+
     def __init__(
         self,
         *,
@@ -424,13 +511,18 @@ Global___DescribeProfilesResponse: _TypeAlias = DescribeProfilesResponse  # noqa
 
 @_typing.final
 class PreEnqueueRequest(_message.Message):
+    """A pod about to enter the active queue."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROFILE_FIELD_NUMBER: _builtins.int
     POD_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
+    """The profile's schedulerName; required."""
     @_builtins.property
-    def pod(self) -> _cluster_pb2.Pod: ...
+    def pod(self) -> _cluster_pb2.Pod:
+        """The pod; required (uid and name non-empty)."""
+
     def __init__(
         self,
         *,
@@ -447,11 +539,17 @@ Global___PreEnqueueRequest: _TypeAlias = PreEnqueueRequest  # noqa: Y015
 
 @_typing.final
 class PreEnqueueResponse(_message.Message):
+    """Whether the pod may enter the active queue."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     STATUS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def status(self) -> Global___Status: ...
+    def status(self) -> Global___Status:
+        """Success: it may. Otherwise the first plugin's non-success status (e.g.
+        UnschedulableAndUnresolvable from SchedulingGates while gates remain).
+        """
+
     def __init__(
         self,
         *,
@@ -467,6 +565,8 @@ Global___PreEnqueueResponse: _TypeAlias = PreEnqueueResponse  # noqa: Y015
 
 @_typing.final
 class QueuedPod(_message.Message):
+    """A pod in the scheduling queue, upstream's QueuedPodInfo."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     POD_FIELD_NUMBER: _builtins.int
@@ -477,8 +577,11 @@ class QueuedPod(_message.Message):
     microseconds since the Unix epoch.
     """
     attempts: _builtins.int
+    """How many scheduling attempts the pod has had (upstream's Attempts)."""
     @_builtins.property
-    def pod(self) -> _cluster_pb2.Pod: ...
+    def pod(self) -> _cluster_pb2.Pod:
+        """The pod; its uid must not be empty."""
+
     def __init__(
         self,
         *,
@@ -496,14 +599,19 @@ Global___QueuedPod: _TypeAlias = QueuedPod  # noqa: Y015
 
 @_typing.final
 class SortKeyPart(_message.Message):
+    """One part of a queue order key."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     INT_FIELD_NUMBER: _builtins.int
     FLOAT_FIELD_NUMBER: _builtins.int
     STR_FIELD_NUMBER: _builtins.int
     int: _builtins.int
+    """An integer part, e.g. the negated priority."""
     float: _builtins.float
+    """A floating-point part."""
     str: _builtins.str
+    """A string part."""
     def __init__(
         self,
         *,
@@ -523,11 +631,17 @@ Global___SortKeyPart: _TypeAlias = SortKeyPart  # noqa: Y015
 
 @_typing.final
 class SortKey(_message.Message):
+    """A pod's queue order key: keys compare part by part, the first differing
+    part decides, and a key that is a prefix of another is smaller.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PARTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def parts(self) -> _containers.RepeatedCompositeFieldContainer[Global___SortKeyPart]: ...
+    def parts(self) -> _containers.RepeatedCompositeFieldContainer[Global___SortKeyPart]:
+        """The parts, most significant first."""
+
     def __init__(
         self,
         *,
@@ -543,14 +657,19 @@ Global___SortKey: _TypeAlias = SortKey  # noqa: Y015
 
 @_typing.final
 class QueueSortRequest(_message.Message):
+    """Pods to order with the profile's QueueSort plugin."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROFILE_FIELD_NUMBER: _builtins.int
     PODS_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
+    """The profile's schedulerName; required."""
     @_builtins.property
-    def pods(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueuedPod]: ...
+    def pods(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueuedPod]:
+        """The pods to order, in any order."""
+
     @_builtins.property
     def state(self) -> _cluster_pb2.ClusterState:
         """Needed only when the profile's QueueSort plugin reads objects
@@ -574,6 +693,8 @@ Global___QueueSortRequest: _TypeAlias = QueueSortRequest  # noqa: Y015
 
 @_typing.final
 class QueueSortResponse(_message.Message):
+    """Queue order keys; the smallest pops first."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     KEYS_FIELD_NUMBER: _builtins.int
@@ -596,6 +717,8 @@ Global___QueueSortResponse: _TypeAlias = QueueSortResponse  # noqa: Y015
 
 @_typing.final
 class CycleRequest(_message.Message):
+    """A call that runs one extension point over the whole snapshot (PreFilter)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROFILE_FIELD_NUMBER: _builtins.int
@@ -603,12 +726,21 @@ class CycleRequest(_message.Message):
     POD_FIELD_NUMBER: _builtins.int
     CYCLE_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
+    """The profile's schedulerName; required."""
     @_builtins.property
-    def state(self) -> _cluster_pb2.ClusterState: ...
+    def state(self) -> _cluster_pb2.ClusterState:
+        """The cluster state the cycle reads; required. The cycle's later calls pin
+        the generation this call answers with (ClusterState.pinned).
+        """
+
     @_builtins.property
-    def pod(self) -> _cluster_pb2.Pod: ...
+    def pod(self) -> _cluster_pb2.Pod:
+        """The pod being scheduled; required (uid and name non-empty)."""
+
     @_builtins.property
-    def cycle(self) -> Global___CycleState: ...
+    def cycle(self) -> Global___CycleState:
+        """The cycle's state so far; empty at the first call of a cycle."""
+
     def __init__(
         self,
         *,
@@ -627,6 +759,10 @@ Global___CycleRequest: _TypeAlias = CycleRequest  # noqa: Y015
 
 @_typing.final
 class NodesRequest(_message.Message):
+    """A call that runs one extension point over a list of nodes (Filter,
+    PreScore, Score).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROFILE_FIELD_NUMBER: _builtins.int
@@ -636,17 +772,29 @@ class NodesRequest(_message.Message):
     NODES_FIELD_NUMBER: _builtins.int
     ALL_NODES_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
+    """The profile's schedulerName; required."""
     all_nodes: _builtins.bool
+    """Evaluate every node of the snapshot; `nodes` must then be empty."""
     @_builtins.property
-    def state(self) -> _cluster_pb2.ClusterState: ...
+    def state(self) -> _cluster_pb2.ClusterState:
+        """The cluster state the cycle reads; required. Pinned (ClusterState.pinned)
+        to the generation PreFilter answered with, so the cycle sees one snapshot.
+        """
+
     @_builtins.property
-    def pod(self) -> _cluster_pb2.Pod: ...
+    def pod(self) -> _cluster_pb2.Pod:
+        """The pod being scheduled; required (uid and name non-empty)."""
+
     @_builtins.property
-    def cycle(self) -> Global___CycleState: ...
+    def cycle(self) -> Global___CycleState:
+        """The cycle's state, as the previous call of the cycle returned it."""
+
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Candidate node names, all evaluated in this one call. Empty with
-        all_nodes set means every node of the snapshot.
+        """Candidate node names, all evaluated in this one call; every name must be
+        in the snapshot (else NOT_FOUND, reason UNKNOWN_NODE). Must be empty when
+        all_nodes is set, and must name at least one node when it is not (else
+        INVALID_ARGUMENT, reason INVALID_REQUEST).
         """
 
     def __init__(
@@ -669,6 +817,10 @@ Global___NodesRequest: _TypeAlias = NodesRequest  # noqa: Y015
 
 @_typing.final
 class NodeRequest(_message.Message):
+    """A call about the pod on one node (Reserve, Unreserve, Permit, PreBind,
+    Bind, PostBind).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROFILE_FIELD_NUMBER: _builtins.int
@@ -677,13 +829,25 @@ class NodeRequest(_message.Message):
     CYCLE_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
+    """The profile's schedulerName; required."""
     node: _builtins.str
+    """The chosen node's name; required, and it must be in the snapshot (else
+    NOT_FOUND, reason UNKNOWN_NODE).
+    """
     @_builtins.property
-    def state(self) -> _cluster_pb2.ClusterState: ...
+    def state(self) -> _cluster_pb2.ClusterState:
+        """The cluster state the cycle reads; required. Pinned (ClusterState.pinned)
+        to the generation PreFilter answered with, so the cycle sees one snapshot.
+        """
+
     @_builtins.property
-    def pod(self) -> _cluster_pb2.Pod: ...
+    def pod(self) -> _cluster_pb2.Pod:
+        """The pod being scheduled; required (uid and name non-empty)."""
+
     @_builtins.property
-    def cycle(self) -> Global___CycleState: ...
+    def cycle(self) -> Global___CycleState:
+        """The cycle's state, as the previous call of the cycle returned it."""
+
     def __init__(
         self,
         *,
@@ -703,6 +867,8 @@ Global___NodeRequest: _TypeAlias = NodeRequest  # noqa: Y015
 
 @_typing.final
 class PreFilterResponse(_message.Message):
+    """PreFilter's result."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     STATUS_FIELD_NUMBER: _builtins.int
@@ -715,12 +881,23 @@ class PreFilterResponse(_message.Message):
     evaluated (the intersection of every plugin's set).
     """
     generation: _builtins.int
+    """The snapshot generation the call ran at; pin the cycle's later calls to
+    it.
+    """
     @_builtins.property
-    def status(self) -> Global___Status: ...
+    def status(self) -> Global___Status:
+        """Success, or the first non-success plugin's status; a rejection applies
+        to every node.
+        """
+
     @_builtins.property
-    def cycle(self) -> Global___CycleState: ...
+    def cycle(self) -> Global___CycleState:
+        """The cycle's state after PreFilter; send it with the cycle's later calls."""
+
     @_builtins.property
-    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """With restrict_nodes: the allowed node names, sorted."""
+
     def __init__(
         self,
         *,
@@ -740,13 +917,18 @@ Global___PreFilterResponse: _TypeAlias = PreFilterResponse  # noqa: Y015
 
 @_typing.final
 class NodeStatus(_message.Message):
+    """A node and a plugin's verdict on it."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NODE_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
     node: _builtins.str
+    """The node's name."""
     @_builtins.property
-    def status(self) -> Global___Status: ...
+    def status(self) -> Global___Status:
+        """The verdict, with the plugin that gave it."""
+
     def __init__(
         self,
         *,
@@ -763,14 +945,19 @@ Global___NodeStatus: _TypeAlias = NodeStatus  # noqa: Y015
 
 @_typing.final
 class FilterResponse(_message.Message):
+    """Filter's result over the request's nodes."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     FEASIBLE_FIELD_NUMBER: _builtins.int
     REJECTED_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
+    """The snapshot generation the call ran at."""
     @_builtins.property
-    def feasible(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def feasible(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Nodes that passed every Filter plugin, in the request's order."""
+
     @_builtins.property
     def rejected(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeStatus]:
         """Nodes that did not pass, with the first plugin that rejected them."""
@@ -792,6 +979,8 @@ Global___FilterResponse: _TypeAlias = FilterResponse  # noqa: Y015
 
 @_typing.final
 class PostFilterRequest(_message.Message):
+    """A failed cycle's PostFilter call."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROFILE_FIELD_NUMBER: _builtins.int
@@ -800,12 +989,21 @@ class PostFilterRequest(_message.Message):
     CYCLE_FIELD_NUMBER: _builtins.int
     REJECTED_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
+    """The profile's schedulerName; required."""
     @_builtins.property
-    def state(self) -> _cluster_pb2.ClusterState: ...
+    def state(self) -> _cluster_pb2.ClusterState:
+        """The cluster state the cycle reads; required. Pinned (ClusterState.pinned)
+        to the generation PreFilter answered with, so the cycle sees one snapshot.
+        """
+
     @_builtins.property
-    def pod(self) -> _cluster_pb2.Pod: ...
+    def pod(self) -> _cluster_pb2.Pod:
+        """The pod that fits no node; required."""
+
     @_builtins.property
-    def cycle(self) -> Global___CycleState: ...
+    def cycle(self) -> Global___CycleState:
+        """The cycle's state, as the previous call of the cycle returned it."""
+
     @_builtins.property
     def rejected(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeStatus]:
         """Filter results of the failed cycle."""
@@ -829,6 +1027,8 @@ Global___PostFilterRequest: _TypeAlias = PostFilterRequest  # noqa: Y015
 
 @_typing.final
 class PostFilterResponse(_message.Message):
+    """PostFilter's result."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     STATUS_FIELD_NUMBER: _builtins.int
@@ -836,11 +1036,19 @@ class PostFilterResponse(_message.Message):
     CYCLE_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     nominated_node_name: _builtins.str
+    """The node nominated for the pod; empty when none."""
     generation: _builtins.int
+    """The snapshot generation the call ran at."""
     @_builtins.property
-    def status(self) -> Global___Status: ...
+    def status(self) -> Global___Status:
+        """Success when a plugin made the pod schedulable (e.g. nominated a node
+        after preemption); Unschedulable when none could.
+        """
+
     @_builtins.property
-    def cycle(self) -> Global___CycleState: ...
+    def cycle(self) -> Global___CycleState:
+        """The cycle's state after PostFilter."""
+
     def __init__(
         self,
         *,
@@ -859,16 +1067,23 @@ Global___PostFilterResponse: _TypeAlias = PostFilterResponse  # noqa: Y015
 
 @_typing.final
 class PreScoreResponse(_message.Message):
+    """PreScore's result."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     STATUS_FIELD_NUMBER: _builtins.int
     CYCLE_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
+    """The snapshot generation the call ran at."""
     @_builtins.property
-    def status(self) -> Global___Status: ...
+    def status(self) -> Global___Status:
+        """Success, or the first failing plugin's status."""
+
     @_builtins.property
-    def cycle(self) -> Global___CycleState: ...
+    def cycle(self) -> Global___CycleState:
+        """The cycle's state after PreScore; send it to Score."""
+
     def __init__(
         self,
         *,
@@ -886,13 +1101,17 @@ Global___PreScoreResponse: _TypeAlias = PreScoreResponse  # noqa: Y015
 
 @_typing.final
 class PluginScores(_message.Message):
+    """One Score plugin's scores over a list of nodes."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PLUGIN_FIELD_NUMBER: _builtins.int
     WEIGHT_FIELD_NUMBER: _builtins.int
     SCORES_FIELD_NUMBER: _builtins.int
     plugin: _builtins.str
+    """The plugin's name."""
     weight: _builtins.int
+    """Its weight in the profile."""
     @_builtins.property
     def scores(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Aligned with the request's nodes."""
@@ -914,6 +1133,8 @@ Global___PluginScores: _TypeAlias = PluginScores  # noqa: Y015
 
 @_typing.final
 class ScoreResponse(_message.Message):
+    """Score's result."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     STATUS_FIELD_NUMBER: _builtins.int
@@ -921,10 +1142,15 @@ class ScoreResponse(_message.Message):
     PLUGINS_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
+    """The snapshot generation the call ran at."""
     @_builtins.property
-    def status(self) -> Global___Status: ...
+    def status(self) -> Global___Status:
+        """Success, or the first failing plugin's status."""
+
     @_builtins.property
-    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The nodes scored: the request's nodes, in its order."""
+
     @_builtins.property
     def plugins(self) -> _containers.RepeatedCompositeFieldContainer[Global___PluginScores]:
         """Raw Score results, before NormalizeScore and weights."""
@@ -947,6 +1173,8 @@ Global___ScoreResponse: _TypeAlias = ScoreResponse  # noqa: Y015
 
 @_typing.final
 class NormalizeScoreRequest(_message.Message):
+    """Raw scores to normalise and weigh."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROFILE_FIELD_NUMBER: _builtins.int
@@ -956,16 +1184,29 @@ class NormalizeScoreRequest(_message.Message):
     NODES_FIELD_NUMBER: _builtins.int
     PLUGINS_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
+    """The profile's schedulerName; required."""
     @_builtins.property
-    def state(self) -> _cluster_pb2.ClusterState: ...
+    def state(self) -> _cluster_pb2.ClusterState:
+        """The cluster state the cycle reads; required. Pinned (ClusterState.pinned)
+        to the generation PreFilter answered with, so the cycle sees one snapshot.
+        """
+
     @_builtins.property
-    def pod(self) -> _cluster_pb2.Pod: ...
+    def pod(self) -> _cluster_pb2.Pod:
+        """The pod being scheduled; required."""
+
     @_builtins.property
-    def cycle(self) -> Global___CycleState: ...
+    def cycle(self) -> Global___CycleState:
+        """The cycle's state, as Score returned it."""
+
     @_builtins.property
-    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The scored nodes, as ScoreResponse.nodes."""
+
     @_builtins.property
-    def plugins(self) -> _containers.RepeatedCompositeFieldContainer[Global___PluginScores]: ...
+    def plugins(self) -> _containers.RepeatedCompositeFieldContainer[Global___PluginScores]:
+        """The raw scores, as ScoreResponse.plugins."""
+
     def __init__(
         self,
         *,
@@ -986,6 +1227,8 @@ Global___NormalizeScoreRequest: _TypeAlias = NormalizeScoreRequest  # noqa: Y015
 
 @_typing.final
 class NormalizeScoreResponse(_message.Message):
+    """NormalizeScore's result."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     STATUS_FIELD_NUMBER: _builtins.int
@@ -993,8 +1236,13 @@ class NormalizeScoreResponse(_message.Message):
     TOTALS_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
+    """The snapshot generation the call ran at."""
     @_builtins.property
-    def status(self) -> Global___Status: ...
+    def status(self) -> Global___Status:
+        """Success, or an Error when a plugin failed or a normalised score fell
+        outside 0..100.
+        """
+
     @_builtins.property
     def plugins(self) -> _containers.RepeatedCompositeFieldContainer[Global___PluginScores]:
         """Normalised and weighted, aligned with the request's nodes."""
@@ -1033,6 +1281,7 @@ class ObjectWrite(_message.Message):
     MERGE_PATCH_FIELD_NUMBER: _builtins.int
     PLUGIN_FIELD_NUMBER: _builtins.int
     version: _builtins.str
+    """The API version of the resource, e.g. "v1"."""
     subresource: _builtins.str
     """Empty, or e.g. "status"."""
     merge_patch: _builtins.bytes
@@ -1062,6 +1311,8 @@ Global___ObjectWrite: _TypeAlias = ObjectWrite  # noqa: Y015
 
 @_typing.final
 class StatusResponse(_message.Message):
+    """The result of Reserve, Unreserve, PreBind and PostBind."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     @_typing.final
@@ -1091,10 +1342,17 @@ class StatusResponse(_message.Message):
     GENERATION_FIELD_NUMBER: _builtins.int
     SIGNALS_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
+    """The snapshot generation the call ran at."""
     @_builtins.property
-    def status(self) -> Global___Status: ...
+    def status(self) -> Global___Status:
+        """Success, or the first failing plugin's status (Unreserve and PostBind
+        always succeed).
+        """
+
     @_builtins.property
-    def cycle(self) -> Global___CycleState: ...
+    def cycle(self) -> Global___CycleState:
+        """The cycle's state after the call."""
+
     @_builtins.property
     def writes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObjectWrite]:
         """PreBind and PostBind: writes the caller performs, in order. After
@@ -1146,9 +1404,15 @@ class WaitingPodSignal(_message.Message):
     ALLOW_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     pod_uid: _builtins.str
+    """The waiting pod's uid."""
     plugin: _builtins.str
+    """The plugin that allows or rejects; an allow clears only this plugin's
+    wait.
+    """
     allow: _builtins.bool
+    """true: allow (upstream's Allow); false: reject the pod (Reject)."""
     message: _builtins.str
+    """With a rejection: why, as the rejected pod's status reason."""
     def __init__(
         self,
         *,
@@ -1167,6 +1431,8 @@ Global___WaitingPodSignal: _TypeAlias = WaitingPodSignal  # noqa: Y015
 
 @_typing.final
 class PermitResponse(_message.Message):
+    """Permit's result."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     @_typing.final
@@ -1195,12 +1461,15 @@ class PermitResponse(_message.Message):
     SIGNALS_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
+    """The snapshot generation the call ran at."""
     @_builtins.property
     def status(self) -> Global___Status:
         """Success, Wait, or a rejection."""
 
     @_builtins.property
-    def cycle(self) -> Global___CycleState: ...
+    def cycle(self) -> Global___CycleState:
+        """The cycle's state after Permit."""
+
     @_builtins.property
     def wait_timeout_millis(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """With Wait: how long each waiting plugin allows, capped at 15 minutes
@@ -1208,7 +1477,11 @@ class PermitResponse(_message.Message):
         """
 
     @_builtins.property
-    def signals(self) -> _containers.RepeatedCompositeFieldContainer[Global___WaitingPodSignal]: ...
+    def signals(self) -> _containers.RepeatedCompositeFieldContainer[Global___WaitingPodSignal]:
+        """What the plugins ask of pods already waiting (e.g. allow the rest of a
+        gang now complete); the caller applies them.
+        """
+
     def __init__(
         self,
         *,
@@ -1228,6 +1501,8 @@ Global___PermitResponse: _TypeAlias = PermitResponse  # noqa: Y015
 
 @_typing.final
 class BindResponse(_message.Message):
+    """Bind's result."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     STATUS_FIELD_NUMBER: _builtins.int
@@ -1236,12 +1511,15 @@ class BindResponse(_message.Message):
     NODE_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     bound_by: _builtins.str
+    """The Bind plugin that handled the pod; empty when none did."""
     caller_binds: _builtins.bool
     """Set when the binding must be written by the caller through the API
     server (the server holds no credentials): POST pods/binding to `node`.
     """
     node: _builtins.str
+    """The node to bind to, the request's node."""
     generation: _builtins.int
+    """The snapshot generation the call ran at."""
     @_builtins.property
     def status(self) -> Global___Status:
         """Success: `bound_by` bound the pod, or asks the caller to (see below).
@@ -1267,6 +1545,8 @@ Global___BindResponse: _TypeAlias = BindResponse  # noqa: Y015
 
 @_typing.final
 class ScheduleRequest(_message.Message):
+    """One whole scheduling cycle for one pod."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROFILE_FIELD_NUMBER: _builtins.int
@@ -1277,6 +1557,7 @@ class ScheduleRequest(_message.Message):
     EXPLAIN_FIELD_NUMBER: _builtins.int
     SEED_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
+    """The profile's schedulerName; required."""
     start_index: _builtins.int
     """Where the search for feasible nodes starts (upstream's
     nextStartNodeIndex); the response says where the next cycle starts.
@@ -1292,9 +1573,13 @@ class ScheduleRequest(_message.Message):
     random); 0 means unseeded.
     """
     @_builtins.property
-    def state(self) -> _cluster_pb2.ClusterState: ...
+    def state(self) -> _cluster_pb2.ClusterState:
+        """The cluster state the cycle reads; required."""
+
     @_builtins.property
-    def pod(self) -> _cluster_pb2.Pod: ...
+    def pod(self) -> _cluster_pb2.Pod:
+        """The pod to place; required (uid and name non-empty)."""
+
     def __init__(
         self,
         *,
@@ -1316,6 +1601,8 @@ Global___ScheduleRequest: _TypeAlias = ScheduleRequest  # noqa: Y015
 
 @_typing.final
 class NodeScore(_message.Message):
+    """A scored node, in Schedule's explain output."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     @_typing.final
@@ -1342,7 +1629,9 @@ class NodeScore(_message.Message):
     TOTAL_FIELD_NUMBER: _builtins.int
     PLUGINS_FIELD_NUMBER: _builtins.int
     node: _builtins.str
+    """The node's name."""
     total: _builtins.int
+    """The sum of the plugins' normalised, weighted scores; the highest wins."""
     @_builtins.property
     def plugins(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """Plugin name to its normalised, weighted score."""
@@ -1406,6 +1695,8 @@ Global___Diagnosis: _TypeAlias = Diagnosis  # noqa: Y015
 
 @_typing.final
 class ScheduleBatchRequest(_message.Message):
+    """Several queued pods, one scheduling cycle each, in order."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROFILE_FIELD_NUMBER: _builtins.int
@@ -1415,15 +1706,24 @@ class ScheduleBatchRequest(_message.Message):
     RESERVE_AND_PERMIT_FIELD_NUMBER: _builtins.int
     SEED_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
+    """The profile's schedulerName; required."""
     start_index: _builtins.int
+    """Where the first cycle's search starts; each next cycle starts where the
+    previous one stopped.
+    """
     reserve_and_permit: _builtins.bool
+    """Also run Reserve and Permit on each chosen node."""
     seed: _builtins.int
     """Pod i's tie-break is seeded with seed + i (0: unseeded)."""
     @_builtins.property
-    def state(self) -> _cluster_pb2.ClusterState: ...
+    def state(self) -> _cluster_pb2.ClusterState:
+        """The cluster state the cycles read; required."""
+
     @_builtins.property
     def pods(self) -> _containers.RepeatedCompositeFieldContainer[_cluster_pb2.Pod]:
-        """In queue order; uids must be unique."""
+        """In queue order; uids must be unique. At most the server's
+        --max-batch-pods (default 256).
+        """
 
     def __init__(
         self,
@@ -1445,13 +1745,17 @@ Global___ScheduleBatchRequest: _TypeAlias = ScheduleBatchRequest  # noqa: Y015
 
 @_typing.final
 class ScheduleBatchResponse(_message.Message):
+    """The batch's results."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULTS_FIELD_NUMBER: _builtins.int
     NEXT_START_INDEX_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     next_start_index: _builtins.int
+    """Where the next batch's search starts (ScheduleRequest.start_index)."""
     generation: _builtins.int
+    """The snapshot generation the batch ran at."""
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScheduleResponse]:
         """Aligned with the request's pods; each as Schedule would answer it."""
@@ -1508,6 +1812,7 @@ class RequestError(_message.Message):
     grpc_code: _builtins.int
     """A gRPC status code (google.rpc.Code numbering), e.g. 9 FAILED_PRECONDITION."""
     message: _builtins.str
+    """The status message; names the field or object at fault."""
     replica_generation: _builtins.int
     """With STALE_SNAPSHOT and SNAPSHOT_PASSED: the replica's generation (-1:
     none), as in the metadata.
@@ -1517,8 +1822,11 @@ class RequestError(_message.Message):
     metadata.
     """
     domain: _builtins.str
+    """ErrorInfo.domain: "berth.dev"."""
     @_builtins.property
-    def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """ErrorInfo.metadata, e.g. replica_generation and replica."""
+
     def __init__(
         self,
         *,
@@ -1548,9 +1856,13 @@ class ScheduleStreamResponse(_message.Message):
     RESPONSE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def response(self) -> Global___ScheduleResponse: ...
+    def response(self) -> Global___ScheduleResponse:
+        """The cycle's result, as the unary Schedule answers it."""
+
     @_builtins.property
-    def error(self) -> Global___RequestError: ...
+    def error(self) -> Global___RequestError:
+        """The request was refused; the stream stays open."""
+
     def __init__(
         self,
         *,
@@ -1569,6 +1881,8 @@ Global___ScheduleStreamResponse: _TypeAlias = ScheduleStreamResponse  # noqa: Y0
 
 @_typing.final
 class ScheduleResponse(_message.Message):
+    """One scheduling cycle's result."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     @_typing.final
@@ -1605,10 +1919,17 @@ class ScheduleResponse(_message.Message):
     POST_FILTER_FIELD_NUMBER: _builtins.int
     ASSUME_ANNOTATIONS_FIELD_NUMBER: _builtins.int
     node: _builtins.str
+    """The chosen node; empty when the pod fits none."""
     evaluated_nodes: _builtins.int
+    """Nodes Filter ran on (fewer than the cluster when
+    percentageOfNodesToScore stopped the search early).
+    """
     feasible_nodes: _builtins.int
+    """Nodes that passed Filter."""
     next_start_index: _builtins.int
+    """Where the next cycle's search starts (ScheduleRequest.start_index)."""
     generation: _builtins.int
+    """The snapshot generation the cycle ran at."""
     @_builtins.property
     def status(self) -> Global___Status:
         """Success with a node, Unschedulable(AndUnresolvable) with a diagnosis, or
@@ -1616,15 +1937,23 @@ class ScheduleResponse(_message.Message):
         """
 
     @_builtins.property
-    def cycle(self) -> Global___CycleState: ...
+    def cycle(self) -> Global___CycleState:
+        """The cycle's state when the pod was placed; send it to the binding
+        cycle's calls (PreBind, Bind, ...).
+        """
+
     @_builtins.property
-    def diagnosis(self) -> Global___Diagnosis: ...
+    def diagnosis(self) -> Global___Diagnosis:
+        """Set when the pod fits no node, or with explain."""
+
     @_builtins.property
     def reserve_status(self) -> Global___Status:
         """With reserve_and_permit."""
 
     @_builtins.property
-    def permit(self) -> Global___PermitResponse: ...
+    def permit(self) -> Global___PermitResponse:
+        """With reserve_and_permit, when Reserve succeeded: Permit's result."""
+
     @_builtins.property
     def scores(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeScore]:
         """With explain: every scored node, highest total first."""

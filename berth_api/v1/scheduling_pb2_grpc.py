@@ -26,7 +26,13 @@ if _version_not_supported:
 
 
 class SchedulingServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """A Berth plugin server: runs the Scheduler Framework plugins of its
+    configured profiles (KubeSchedulerConfiguration) for a caller, usually the
+    Berth shim inside kube-scheduler. Every RPC that reads the cluster carries a
+    ClusterState; the server answers from its cached snapshot of that
+    cluster_id and keeps nothing else between calls, so any replica can serve
+    any call.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -132,10 +138,17 @@ class SchedulingServiceStub:
 
 
 class SchedulingServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """A Berth plugin server: runs the Scheduler Framework plugins of its
+    configured profiles (KubeSchedulerConfiguration) for a caller, usually the
+    Berth shim inside kube-scheduler. Every RPC that reads the cluster carries a
+    ClusterState; the server answers from its cached snapshot of that
+    cluster_id and keeps nothing else between calls, so any replica can serve
+    any call.
+    """
 
     def Sync(self, request, context):
-        """Brings the replica's snapshot to state.generation without a cycle.
+        """Brings the replica's snapshot to state.generation without a cycle, e.g.
+        to warm a new replica. Answers with the counts of what it then holds.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -143,13 +156,16 @@ class SchedulingServiceServicer:
 
     def DescribeProfiles(self, request, context):
         """The profiles this server runs and their plugins per extension point.
+        Reads no cluster state.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PreEnqueue(self, request, context):
-        """Queueing.
+        """Queueing: runs the profile's PreEnqueue plugins on a pod about to enter
+        the active queue (upstream's RunPreEnqueuePlugins); the first non-success
+        status wins. Reads no cluster state.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -164,26 +180,34 @@ class SchedulingServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PreFilter(self, request, context):
-        """Scheduling cycle, one extension point per call.
+        """Scheduling cycle, one extension point per call: PreFilter on every node
+        of the snapshot (RunPreFilterPlugins). A plugin's Skip lands in
+        cycle.skip_filter_plugins; a PreFilterResult narrows the nodes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Filter(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Filter on every candidate node in one call (RunFilterPlugins); each node
+        stops at its first rejecting plugin. A plugin Error fails every node.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PostFilter(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """PostFilter after a cycle found no feasible node (RunPostFilterPlugins),
+        e.g. preemption's nomination; it gets the Filter rejections.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PreScore(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """PreScore on the feasible nodes (RunPreScorePlugins). A plugin's Skip
+        lands in cycle.skip_score_plugins.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -204,38 +228,48 @@ class SchedulingServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Reserve(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Reserve on the chosen node (RunReservePluginsReserve). On a failure the
+        caller calls Unreserve, as upstream does.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Unreserve(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Unreserve on the node (RunReservePluginsUnreserve), in reverse plugin
+        order; always succeeds. `signals` may ask waiting pods to be rejected.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Permit(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Permit on the chosen node (RunPermitPlugins): Success, Wait with per-plugin
+        timeouts, or a rejection. The caller holds waiting pods.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PreBind(self, request, context):
-        """Binding cycle.
+        """Binding cycle: PreBind (RunPreBindPlugins). Writes a plugin asks for come
+        back in `writes` for the caller to perform.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Bind(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Bind (RunBindPlugins): the first plugin that does not Skip binds. The
+        server holds no API credentials, so DefaultBinder answers caller_binds.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PostBind(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """PostBind (RunPostBindPlugins), informational; always succeeds.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -267,7 +301,8 @@ class SchedulingServiceServicer:
         assumes a pod after Reserve). The caller then adds the placed pods to its
         cluster state; the replica's snapshot is left as the request found it.
         Cluster events that arrive while a batch runs are seen by the next batch:
-        a batch of one is exactly Schedule.
+        a batch of one is exactly Schedule. More pods than the server's
+        --max-batch-pods is RESOURCE_EXHAUSTED (reason BATCH_TOO_LARGE).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -380,7 +415,13 @@ def add_SchedulingServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class SchedulingService:
-    """Missing associated documentation comment in .proto file."""
+    """A Berth plugin server: runs the Scheduler Framework plugins of its
+    configured profiles (KubeSchedulerConfiguration) for a caller, usually the
+    Berth shim inside kube-scheduler. Every RPC that reads the cluster carries a
+    ClusterState; the server answers from its cached snapshot of that
+    cluster_id and keeps nothing else between calls, so any replica can serve
+    any call.
+    """
 
     @staticmethod
     def Sync(request,

@@ -9,6 +9,14 @@ framework.go). The server keeps no per-cycle memory: CycleState written by
 a plugin comes back in `cycle` and the caller sends it with the later calls
 of the same scheduling cycle. Cluster state travels as deltas against a
 generation (cluster.proto, protos/README.md).
+
+Errors: a plugin's verdict, including a plugin error, travels inside the
+response as a Status. A request the server cannot serve ends with a gRPC
+status whose details hold a google.rpc.ErrorInfo (domain "berth.dev",
+reason an ErrorReason name); on ScheduleStream the same travels as a
+RequestError. protos/README.md lists the codes, and protos/
+service_config.json the deadlines, message sizes and retry policy clients
+load.
 """
 
 from berth_api.v1 import scheduling_pb2 as _scheduling_pb2
@@ -35,25 +43,52 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class SchedulingServiceStub:
+    """A Berth plugin server: runs the Scheduler Framework plugins of its
+    configured profiles (KubeSchedulerConfiguration) for a caller, usually the
+    Berth shim inside kube-scheduler. Every RPC that reads the cluster carries a
+    ClusterState; the server answers from its cached snapshot of that
+    cluster_id and keeps nothing else between calls, so any replica can serve
+    any call.
+    """
+
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> SchedulingServiceAsyncStub: ...
     Sync: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.SyncRequest, _scheduling_pb2.SyncResponse]
-    """Brings the replica's snapshot to state.generation without a cycle."""
+    """Brings the replica's snapshot to state.generation without a cycle, e.g.
+    to warm a new replica. Answers with the counts of what it then holds.
+    """
     DescribeProfiles: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.DescribeProfilesRequest, _scheduling_pb2.DescribeProfilesResponse]
-    """The profiles this server runs and their plugins per extension point."""
+    """The profiles this server runs and their plugins per extension point.
+    Reads no cluster state.
+    """
     PreEnqueue: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.PreEnqueueRequest, _scheduling_pb2.PreEnqueueResponse]
-    """Queueing."""
+    """Queueing: runs the profile's PreEnqueue plugins on a pod about to enter
+    the active queue (upstream's RunPreEnqueuePlugins); the first non-success
+    status wins. Reads no cluster state.
+    """
     QueueSort: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.QueueSortRequest, _scheduling_pb2.QueueSortResponse]
     """Batch form of QueueSort's Less: one order key per pod; the queue pops the
     pod with the smallest key (keys compare part by part).
     """
     PreFilter: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.CycleRequest, _scheduling_pb2.PreFilterResponse]
-    """Scheduling cycle, one extension point per call."""
+    """Scheduling cycle, one extension point per call: PreFilter on every node
+    of the snapshot (RunPreFilterPlugins). A plugin's Skip lands in
+    cycle.skip_filter_plugins; a PreFilterResult narrows the nodes.
+    """
     Filter: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.NodesRequest, _scheduling_pb2.FilterResponse]
+    """Filter on every candidate node in one call (RunFilterPlugins); each node
+    stops at its first rejecting plugin. A plugin Error fails every node.
+    """
     PostFilter: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.PostFilterRequest, _scheduling_pb2.PostFilterResponse]
+    """PostFilter after a cycle found no feasible node (RunPostFilterPlugins),
+    e.g. preemption's nomination; it gets the Filter rejections.
+    """
     PreScore: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.NodesRequest, _scheduling_pb2.PreScoreResponse]
+    """PreScore on the feasible nodes (RunPreScorePlugins). A plugin's Skip
+    lands in cycle.skip_score_plugins.
+    """
     Score: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.NodesRequest, _scheduling_pb2.ScoreResponse]
     """Score plugins' raw scores, one list per plugin, aligned with the nodes."""
     NormalizeScore: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.NormalizeScoreRequest, _scheduling_pb2.NormalizeScoreResponse]
@@ -61,12 +96,27 @@ class SchedulingServiceStub:
     and third phases of upstream's RunScorePlugins.
     """
     Reserve: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.NodeRequest, _scheduling_pb2.StatusResponse]
+    """Reserve on the chosen node (RunReservePluginsReserve). On a failure the
+    caller calls Unreserve, as upstream does.
+    """
     Unreserve: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.NodeRequest, _scheduling_pb2.StatusResponse]
+    """Unreserve on the node (RunReservePluginsUnreserve), in reverse plugin
+    order; always succeeds. `signals` may ask waiting pods to be rejected.
+    """
     Permit: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.NodeRequest, _scheduling_pb2.PermitResponse]
+    """Permit on the chosen node (RunPermitPlugins): Success, Wait with per-plugin
+    timeouts, or a rejection. The caller holds waiting pods.
+    """
     PreBind: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.NodeRequest, _scheduling_pb2.StatusResponse]
-    """Binding cycle."""
+    """Binding cycle: PreBind (RunPreBindPlugins). Writes a plugin asks for come
+    back in `writes` for the caller to perform.
+    """
     Bind: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.NodeRequest, _scheduling_pb2.BindResponse]
+    """Bind (RunBindPlugins): the first plugin that does not Skip binds. The
+    server holds no API credentials, so DefaultBinder answers caller_binds.
+    """
     PostBind: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.NodeRequest, _scheduling_pb2.StatusResponse]
+    """PostBind (RunPostBindPlugins), informational; always succeeds."""
     Schedule: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.ScheduleRequest, _scheduling_pb2.ScheduleResponse]
     """A whole scheduling cycle in one round trip: PreFilter, Filter (with
     PostFilter on failure), PreScore, Score, NormalizeScore, host selection,
@@ -86,27 +136,55 @@ class SchedulingServiceStub:
     assumes a pod after Reserve). The caller then adds the placed pods to its
     cluster state; the replica's snapshot is left as the request found it.
     Cluster events that arrive while a batch runs are seen by the next batch:
-    a batch of one is exactly Schedule.
+    a batch of one is exactly Schedule. More pods than the server's
+    --max-batch-pods is RESOURCE_EXHAUSTED (reason BATCH_TOO_LARGE).
     """
 
 @_typing.type_check_only
 class SchedulingServiceAsyncStub(SchedulingServiceStub):
+    """A Berth plugin server: runs the Scheduler Framework plugins of its
+    configured profiles (KubeSchedulerConfiguration) for a caller, usually the
+    Berth shim inside kube-scheduler. Every RPC that reads the cluster carries a
+    ClusterState; the server answers from its cached snapshot of that
+    cluster_id and keeps nothing else between calls, so any replica can serve
+    any call.
+    """
+
     def __init__(self, channel: _aio.Channel) -> None: ...
     Sync: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.SyncRequest, _scheduling_pb2.SyncResponse]  # type: ignore[assignment]
-    """Brings the replica's snapshot to state.generation without a cycle."""
+    """Brings the replica's snapshot to state.generation without a cycle, e.g.
+    to warm a new replica. Answers with the counts of what it then holds.
+    """
     DescribeProfiles: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.DescribeProfilesRequest, _scheduling_pb2.DescribeProfilesResponse]  # type: ignore[assignment]
-    """The profiles this server runs and their plugins per extension point."""
+    """The profiles this server runs and their plugins per extension point.
+    Reads no cluster state.
+    """
     PreEnqueue: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.PreEnqueueRequest, _scheduling_pb2.PreEnqueueResponse]  # type: ignore[assignment]
-    """Queueing."""
+    """Queueing: runs the profile's PreEnqueue plugins on a pod about to enter
+    the active queue (upstream's RunPreEnqueuePlugins); the first non-success
+    status wins. Reads no cluster state.
+    """
     QueueSort: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.QueueSortRequest, _scheduling_pb2.QueueSortResponse]  # type: ignore[assignment]
     """Batch form of QueueSort's Less: one order key per pod; the queue pops the
     pod with the smallest key (keys compare part by part).
     """
     PreFilter: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.CycleRequest, _scheduling_pb2.PreFilterResponse]  # type: ignore[assignment]
-    """Scheduling cycle, one extension point per call."""
+    """Scheduling cycle, one extension point per call: PreFilter on every node
+    of the snapshot (RunPreFilterPlugins). A plugin's Skip lands in
+    cycle.skip_filter_plugins; a PreFilterResult narrows the nodes.
+    """
     Filter: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.NodesRequest, _scheduling_pb2.FilterResponse]  # type: ignore[assignment]
+    """Filter on every candidate node in one call (RunFilterPlugins); each node
+    stops at its first rejecting plugin. A plugin Error fails every node.
+    """
     PostFilter: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.PostFilterRequest, _scheduling_pb2.PostFilterResponse]  # type: ignore[assignment]
+    """PostFilter after a cycle found no feasible node (RunPostFilterPlugins),
+    e.g. preemption's nomination; it gets the Filter rejections.
+    """
     PreScore: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.NodesRequest, _scheduling_pb2.PreScoreResponse]  # type: ignore[assignment]
+    """PreScore on the feasible nodes (RunPreScorePlugins). A plugin's Skip
+    lands in cycle.skip_score_plugins.
+    """
     Score: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.NodesRequest, _scheduling_pb2.ScoreResponse]  # type: ignore[assignment]
     """Score plugins' raw scores, one list per plugin, aligned with the nodes."""
     NormalizeScore: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.NormalizeScoreRequest, _scheduling_pb2.NormalizeScoreResponse]  # type: ignore[assignment]
@@ -114,12 +192,27 @@ class SchedulingServiceAsyncStub(SchedulingServiceStub):
     and third phases of upstream's RunScorePlugins.
     """
     Reserve: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.NodeRequest, _scheduling_pb2.StatusResponse]  # type: ignore[assignment]
+    """Reserve on the chosen node (RunReservePluginsReserve). On a failure the
+    caller calls Unreserve, as upstream does.
+    """
     Unreserve: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.NodeRequest, _scheduling_pb2.StatusResponse]  # type: ignore[assignment]
+    """Unreserve on the node (RunReservePluginsUnreserve), in reverse plugin
+    order; always succeeds. `signals` may ask waiting pods to be rejected.
+    """
     Permit: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.NodeRequest, _scheduling_pb2.PermitResponse]  # type: ignore[assignment]
+    """Permit on the chosen node (RunPermitPlugins): Success, Wait with per-plugin
+    timeouts, or a rejection. The caller holds waiting pods.
+    """
     PreBind: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.NodeRequest, _scheduling_pb2.StatusResponse]  # type: ignore[assignment]
-    """Binding cycle."""
+    """Binding cycle: PreBind (RunPreBindPlugins). Writes a plugin asks for come
+    back in `writes` for the caller to perform.
+    """
     Bind: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.NodeRequest, _scheduling_pb2.BindResponse]  # type: ignore[assignment]
+    """Bind (RunBindPlugins): the first plugin that does not Skip binds. The
+    server holds no API credentials, so DefaultBinder answers caller_binds.
+    """
     PostBind: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.NodeRequest, _scheduling_pb2.StatusResponse]  # type: ignore[assignment]
+    """PostBind (RunPostBindPlugins), informational; always succeeds."""
     Schedule: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.ScheduleRequest, _scheduling_pb2.ScheduleResponse]  # type: ignore[assignment]
     """A whole scheduling cycle in one round trip: PreFilter, Filter (with
     PostFilter on failure), PreScore, Score, NormalizeScore, host selection,
@@ -139,17 +232,28 @@ class SchedulingServiceAsyncStub(SchedulingServiceStub):
     assumes a pod after Reserve). The caller then adds the placed pods to its
     cluster state; the replica's snapshot is left as the request found it.
     Cluster events that arrive while a batch runs are seen by the next batch:
-    a batch of one is exactly Schedule.
+    a batch of one is exactly Schedule. More pods than the server's
+    --max-batch-pods is RESOURCE_EXHAUSTED (reason BATCH_TOO_LARGE).
     """
 
 class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
+    """A Berth plugin server: runs the Scheduler Framework plugins of its
+    configured profiles (KubeSchedulerConfiguration) for a caller, usually the
+    Berth shim inside kube-scheduler. Every RPC that reads the cluster carries a
+    ClusterState; the server answers from its cached snapshot of that
+    cluster_id and keeps nothing else between calls, so any replica can serve
+    any call.
+    """
+
     @_abc_1.abstractmethod
     def Sync(
         self,
         request: _scheduling_pb2.SyncRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_scheduling_pb2.SyncResponse, _abc.Awaitable[_scheduling_pb2.SyncResponse]]:
-        """Brings the replica's snapshot to state.generation without a cycle."""
+        """Brings the replica's snapshot to state.generation without a cycle, e.g.
+        to warm a new replica. Answers with the counts of what it then holds.
+        """
 
     @_abc_1.abstractmethod
     def DescribeProfiles(
@@ -157,7 +261,9 @@ class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _scheduling_pb2.DescribeProfilesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_scheduling_pb2.DescribeProfilesResponse, _abc.Awaitable[_scheduling_pb2.DescribeProfilesResponse]]:
-        """The profiles this server runs and their plugins per extension point."""
+        """The profiles this server runs and their plugins per extension point.
+        Reads no cluster state.
+        """
 
     @_abc_1.abstractmethod
     def PreEnqueue(
@@ -165,7 +271,10 @@ class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _scheduling_pb2.PreEnqueueRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_scheduling_pb2.PreEnqueueResponse, _abc.Awaitable[_scheduling_pb2.PreEnqueueResponse]]:
-        """Queueing."""
+        """Queueing: runs the profile's PreEnqueue plugins on a pod about to enter
+        the active queue (upstream's RunPreEnqueuePlugins); the first non-success
+        status wins. Reads no cluster state.
+        """
 
     @_abc_1.abstractmethod
     def QueueSort(
@@ -183,28 +292,40 @@ class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _scheduling_pb2.CycleRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_scheduling_pb2.PreFilterResponse, _abc.Awaitable[_scheduling_pb2.PreFilterResponse]]:
-        """Scheduling cycle, one extension point per call."""
+        """Scheduling cycle, one extension point per call: PreFilter on every node
+        of the snapshot (RunPreFilterPlugins). A plugin's Skip lands in
+        cycle.skip_filter_plugins; a PreFilterResult narrows the nodes.
+        """
 
     @_abc_1.abstractmethod
     def Filter(
         self,
         request: _scheduling_pb2.NodesRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_scheduling_pb2.FilterResponse, _abc.Awaitable[_scheduling_pb2.FilterResponse]]: ...
+    ) -> _typing.Union[_scheduling_pb2.FilterResponse, _abc.Awaitable[_scheduling_pb2.FilterResponse]]:
+        """Filter on every candidate node in one call (RunFilterPlugins); each node
+        stops at its first rejecting plugin. A plugin Error fails every node.
+        """
 
     @_abc_1.abstractmethod
     def PostFilter(
         self,
         request: _scheduling_pb2.PostFilterRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_scheduling_pb2.PostFilterResponse, _abc.Awaitable[_scheduling_pb2.PostFilterResponse]]: ...
+    ) -> _typing.Union[_scheduling_pb2.PostFilterResponse, _abc.Awaitable[_scheduling_pb2.PostFilterResponse]]:
+        """PostFilter after a cycle found no feasible node (RunPostFilterPlugins),
+        e.g. preemption's nomination; it gets the Filter rejections.
+        """
 
     @_abc_1.abstractmethod
     def PreScore(
         self,
         request: _scheduling_pb2.NodesRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_scheduling_pb2.PreScoreResponse, _abc.Awaitable[_scheduling_pb2.PreScoreResponse]]: ...
+    ) -> _typing.Union[_scheduling_pb2.PreScoreResponse, _abc.Awaitable[_scheduling_pb2.PreScoreResponse]]:
+        """PreScore on the feasible nodes (RunPreScorePlugins). A plugin's Skip
+        lands in cycle.skip_score_plugins.
+        """
 
     @_abc_1.abstractmethod
     def Score(
@@ -229,21 +350,30 @@ class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _scheduling_pb2.NodeRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_scheduling_pb2.StatusResponse, _abc.Awaitable[_scheduling_pb2.StatusResponse]]: ...
+    ) -> _typing.Union[_scheduling_pb2.StatusResponse, _abc.Awaitable[_scheduling_pb2.StatusResponse]]:
+        """Reserve on the chosen node (RunReservePluginsReserve). On a failure the
+        caller calls Unreserve, as upstream does.
+        """
 
     @_abc_1.abstractmethod
     def Unreserve(
         self,
         request: _scheduling_pb2.NodeRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_scheduling_pb2.StatusResponse, _abc.Awaitable[_scheduling_pb2.StatusResponse]]: ...
+    ) -> _typing.Union[_scheduling_pb2.StatusResponse, _abc.Awaitable[_scheduling_pb2.StatusResponse]]:
+        """Unreserve on the node (RunReservePluginsUnreserve), in reverse plugin
+        order; always succeeds. `signals` may ask waiting pods to be rejected.
+        """
 
     @_abc_1.abstractmethod
     def Permit(
         self,
         request: _scheduling_pb2.NodeRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_scheduling_pb2.PermitResponse, _abc.Awaitable[_scheduling_pb2.PermitResponse]]: ...
+    ) -> _typing.Union[_scheduling_pb2.PermitResponse, _abc.Awaitable[_scheduling_pb2.PermitResponse]]:
+        """Permit on the chosen node (RunPermitPlugins): Success, Wait with per-plugin
+        timeouts, or a rejection. The caller holds waiting pods.
+        """
 
     @_abc_1.abstractmethod
     def PreBind(
@@ -251,21 +381,27 @@ class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _scheduling_pb2.NodeRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_scheduling_pb2.StatusResponse, _abc.Awaitable[_scheduling_pb2.StatusResponse]]:
-        """Binding cycle."""
+        """Binding cycle: PreBind (RunPreBindPlugins). Writes a plugin asks for come
+        back in `writes` for the caller to perform.
+        """
 
     @_abc_1.abstractmethod
     def Bind(
         self,
         request: _scheduling_pb2.NodeRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_scheduling_pb2.BindResponse, _abc.Awaitable[_scheduling_pb2.BindResponse]]: ...
+    ) -> _typing.Union[_scheduling_pb2.BindResponse, _abc.Awaitable[_scheduling_pb2.BindResponse]]:
+        """Bind (RunBindPlugins): the first plugin that does not Skip binds. The
+        server holds no API credentials, so DefaultBinder answers caller_binds.
+        """
 
     @_abc_1.abstractmethod
     def PostBind(
         self,
         request: _scheduling_pb2.NodeRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_scheduling_pb2.StatusResponse, _abc.Awaitable[_scheduling_pb2.StatusResponse]]: ...
+    ) -> _typing.Union[_scheduling_pb2.StatusResponse, _abc.Awaitable[_scheduling_pb2.StatusResponse]]:
+        """PostBind (RunPostBindPlugins), informational; always succeeds."""
 
     @_abc_1.abstractmethod
     def Schedule(
@@ -303,7 +439,8 @@ class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
         assumes a pod after Reserve). The caller then adds the placed pods to its
         cluster state; the replica's snapshot is left as the request found it.
         Cluster events that arrive while a batch runs are seen by the next batch:
-        a batch of one is exactly Schedule.
+        a batch of one is exactly Schedule. More pods than the server's
+        --max-batch-pods is RESOURCE_EXHAUSTED (reason BATCH_TOO_LARGE).
         """
 
 def add_SchedulingServiceServicer_to_server(servicer: SchedulingServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	berthv1 "berth.dev/examples/go-client/gen/berth/v1"
+	berthv1 "berth.dev/berth/gen/go/berth/v1"
 )
 
 const (
@@ -106,12 +106,13 @@ func pendingPod(namespace, name, schedulerName string, milliCPU, memory int64) *
 
 // fullState wraps a whole cluster as a full ClusterState: the server replaces
 // its snapshot for clusterID with it.
-func fullState(clusterID string, generation int64, cluster *berthv1.ClusterDelta) *berthv1.ClusterState {
+func fullState(clusterID string, incarnation, generation int64, cluster *berthv1.ClusterDelta) *berthv1.ClusterState {
 	return &berthv1.ClusterState{
-		ClusterId:  clusterID,
-		Generation: generation,
-		Full:       true,
-		Delta:      cluster,
+		ClusterId:   clusterID,
+		Incarnation: incarnation,
+		Generation:  generation,
+		Full:        true,
+		Delta:       cluster,
 	}
 }
 

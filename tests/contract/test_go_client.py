@@ -1,11 +1,12 @@
 """Contract test: the Go example client (examples/go-client) against `berth serve`.
 
-Issue #2 asks for a client in another language, generated from the same
-protos/berth/v1/*.proto files, that gets a placement decision from a running
-server. This builds the client with its own build.sh (protoc from the venv's
-grpcio-tools, Go plugins from the module proxy), starts `berth serve` on a free
-loopback port with a minimal KubeSchedulerConfiguration, and checks what the
-client prints for its built-in example cluster:
+Issue #2 asks for a client in another language that gets a placement decision from a
+running server; issue #8 for Go code importable from this repository. The client imports
+the committed module berth.dev/berth/gen/go (hack/gen-go.sh, checked by
+`hack/gen-go.sh --check`) through a replace directive. This builds it with its
+build.sh, starts `berth serve` on a free loopback port with a minimal
+KubeSchedulerConfiguration, and checks what the client prints for its built-in example
+cluster:
 
     node-a   4 CPU,  8Gi  running 3 CPU, 6Gi
     node-b   8 CPU, 16Gi  running 1 CPU, 2Gi    <- the emptiest schedulable node
@@ -19,77 +20,32 @@ image that lost its Go toolchain shows up red.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.contract.serve import Run, Server, berth_serve, free_loopback_port, run_client
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_DIR = REPO / "examples" / "go-client"
 CLIENT_BIN = CLIENT_DIR / "bin" / "berth-go-client"
 
-SCHEDULER_CONFIG = """\
-apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-profiles:
-- schedulerName: default-scheduler
-"""
-
-BUILD_TIMEOUT_S = 540.0  # cold: ~1.5 min on 2 cores (plugins + grpc-go); under pytest-timeout
-SERVER_READY_TIMEOUT_S = 90.0
-CLIENT_TIMEOUT_S = 60.0
+BUILD_TIMEOUT_S = 540.0  # cold: ~1 min on 2 cores (grpc-go); under pytest-timeout
 
 # The client's exit codes (examples/go-client/main.go).
 EXIT_PLACED = 0
 EXIT_RPC_ERROR = 1
+EXIT_USAGE = 2
 EXIT_UNSCHEDULABLE = 3
-
-
-@dataclass(frozen=True)
-class Server:
-    addr: str
-    log: Path
-
-
-@dataclass(frozen=True)
-class Run:
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def describe(self) -> str:
-        return f"exit {self.returncode}\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
-
-    def json(self) -> dict[str, Any]:
-        try:
-            out: dict[str, Any] = json.loads(self.stdout)
-        except json.JSONDecodeError as e:
-            raise AssertionError(f"client printed no JSON ({e}):\n{self.describe()}") from e
-        return out
-
-
-def _venv_for_build() -> dict[str, str]:
-    """The environment for build.sh: protoc comes from this interpreter's venv."""
-    env = dict(os.environ)
-    if sys.prefix != sys.base_prefix and "BERTH_VENV" not in env:
-        env["BERTH_VENV"] = sys.prefix
-    return env
 
 
 @pytest.fixture(scope="session")
 def go_client() -> Path:
-    """Builds examples/go-client with its build.sh (gen.sh + go build), once."""
+    """Builds examples/go-client with its build.sh (go build against ../../gen/go), once."""
     if shutil.which("go") is None:
         pytest.fail(
             "Go toolchain not found on PATH: the Go client contract test needs Go 1.26+ to "
@@ -100,7 +56,6 @@ def go_client() -> Path:
         proc = subprocess.run(
             [str(CLIENT_DIR / "build.sh")],
             cwd=CLIENT_DIR,
-            env=_venv_for_build(),
             capture_output=True,
             text=True,
             timeout=BUILD_TIMEOUT_S,
@@ -117,77 +72,15 @@ def go_client() -> Path:
     return CLIENT_BIN
 
 
-def _free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _wait_until_serving(proc: subprocess.Popen[bytes], addr: str, log: Path) -> None:
-    """Polls grpc.health.v1 until the server says SERVING (or answers gRPC at all)."""
-    deadline = time.monotonic() + SERVER_READY_TIMEOUT_S
-    last = "no answer yet"
-    with grpc.insecure_channel(addr) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(
-                    f"berth serve exited with {proc.returncode} before it was ready; "
-                    f"its output:\n{log.read_text(errors='replace')}",
-                    pytrace=False,
-                )
-            try:
-                resp = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
-                if resp.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-                last = f"health status {resp.status}"
-            except grpc.RpcError as e:
-                if e.code() == grpc.StatusCode.UNIMPLEMENTED:
-                    return  # it answers gRPC but registers no health service
-                last = f"{e.code()}: {e.details()}"
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"berth serve at {addr} not ready after {SERVER_READY_TIMEOUT_S:.0f}s "
-                    f"({last}); its output:\n{log.read_text(errors='replace')}",
-                    pytrace=False,
-                )
-            time.sleep(0.25)
-
-
 @pytest.fixture(scope="module")
 def berth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """`berth serve` on a free loopback port with a minimal configuration."""
-    workdir = tmp_path_factory.mktemp("berth-serve")
-    config = workdir / "scheduler-config.yaml"
-    config.write_text(SCHEDULER_CONFIG)
-    log = workdir / "server.log"
-    addr = f"127.0.0.1:{_free_loopback_port()}"
-    cmd = [sys.executable, "-m", "berth", "serve", "--config", str(config), "--listen", addr]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        _wait_until_serving(proc, addr, log)
-        yield Server(addr=addr, log=log)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=15)
+    with berth_serve(tmp_path_factory.mktemp("berth-serve")) as server:
+        yield server
 
 
 def _run_client(binary: Path, *args: str) -> Run:
-    proc = subprocess.run(
-        [str(binary), *args],
-        capture_output=True,
-        text=True,
-        timeout=CLIENT_TIMEOUT_S,
-        check=False,
-    )
-    return Run(proc.returncode, proc.stdout, proc.stderr)
+    return run_client([str(binary), *args])
 
 
 def _nodes(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -286,7 +179,7 @@ def test_cluster_from_file(go_client: Path, berth_server: Server, tmp_path: Path
 
 def test_rpc_error_exits_with_grpc_status(go_client: Path) -> None:
     # A port nothing listens on: the client fails fast with the gRPC code.
-    dead = f"127.0.0.1:{_free_loopback_port()}"
+    dead = f"127.0.0.1:{free_loopback_port()}"
     run = _run_client(go_client, "--addr", dead, "--timeout", "5s")
     assert run.returncode == EXIT_RPC_ERROR, run.describe()
     assert f"Schedule RPC to {dead} failed: Unavailable:" in run.stderr, run.describe()
@@ -295,14 +188,36 @@ def test_rpc_error_exits_with_grpc_status(go_client: Path) -> None:
 def test_unknown_profile_is_an_rpc_error(go_client: Path, berth_server: Server) -> None:
     run = _run_client(go_client, "--addr", berth_server.addr, "--profile", "no-such-scheduler")
     assert run.returncode == EXIT_RPC_ERROR, run.describe()
-    # The server answers NOT_FOUND for a profile it does not run (server/service.py).
+    # The server answers NOT_FOUND for a profile it does not run, with a
+    # google.rpc.ErrorInfo the client decodes from the status details.
     assert "failed: NotFound: " in run.stderr, run.describe()
     assert "no-such-scheduler" in run.stderr, run.describe()
+    assert "(reason UNKNOWN_PROFILE)" in run.stderr, run.describe()
+
+
+def test_service_config_file(go_client: Path, berth_server: Server, tmp_path: Path) -> None:
+    # The repository's service config loads; a broken one is a usage error naming it.
+    good = REPO / "protos" / "service_config.json"
+    run = _run_client(go_client, "--addr", berth_server.addr, "--service-config", str(good))
+    assert run.returncode == EXIT_PLACED, run.describe()
+    bad = tmp_path / "service_config.json"
+    bad.write_text('{"methodConfig": [')
+    run = _run_client(go_client, "--addr", berth_server.addr, "--service-config", str(bad))
+    assert run.returncode == EXIT_USAGE, run.describe()
+    assert str(bad) in run.stderr, run.describe()
+
+
+def test_embedded_service_config_is_the_repository_file() -> None:
+    # gen/go embeds a copy (berthv1.DefaultServiceConfig); hack/gen-go.sh --check
+    # keeps it equal, this says so where the Go client is tested.
+    embedded = REPO / "gen" / "go" / "berth" / "v1" / "service_config.json"
+    assert embedded.read_bytes() == (REPO / "protos" / "service_config.json").read_bytes()
 
 
 def test_go_unit_tests(go_client: Path) -> None:
-    # go vet and the client's own tests (quantity parsing, FAILED_PRECONDITION
-    # resync against an in-process fake server, output summary).
+    # go vet and the client's own tests (quantity parsing, STALE_SNAPSHOT resends
+    # decoded from ErrorInfo against an in-process fake replica, the service
+    # config's retry of UNAVAILABLE, output summary).
     for cmd in (["go", "vet", "./..."], ["go", "test", "./..."]):
         proc = subprocess.run(
             cmd, cwd=CLIENT_DIR, capture_output=True, text=True, timeout=600, check=False
