@@ -25,9 +25,15 @@ Where Berth differs from upstream, on purpose:
 - Upstream's default plugins that Berth does not provide yet are left out of
   the default set (one warning lists them); naming one explicitly in an
   ``enabled`` list is an error, since Berth could not run it.
-- An unknown plugin name in ``pluginConfig`` or in a ``disabled`` list is an
-  error (upstream ignores it, which hides typos). Names of upstream in-tree
-  plugins are accepted there, so a config written for kube-scheduler loads.
+- An unknown plugin name in ``pluginConfig`` is an error (upstream ignores
+  it, which hides typos). Names of upstream in-tree plugins are accepted
+  there, so a config written for kube-scheduler loads.
+- An unknown name in a ``disabled`` list is ignored as upstream ignores it
+  (pkg/scheduler/apis/config/v1/default_plugins.go, mergePluginSet: disabling
+  a plugin nobody enabled changes nothing), but logged as a warning naming the
+  file and field with the closest registered name, so a typo is visible.
+  Configs in the wild carry such names (one seed document disables
+  "NodeResourceFit").
 - A negative Score weight is refused (upstream accepts it and subtracts).
 - ``extenders`` are refused: Berth runs plugins, not HTTP extenders.
 """
@@ -820,7 +826,7 @@ class _Parser:
                 if not p.name:
                     self.error(where, "required value")
                 elif not self._known_for_disable(p.name):
-                    self.error(where, self._unknown(p.name))
+                    log.warning("%s: %s: %s; ignored", self.source, where, self._unknown(p.name))
                 out.disabled.append(p.name)
         return sets
 

@@ -538,8 +538,11 @@ def test_example_config_is_the_seeds_and_loads() -> None:
         {
             "schedulerName": "stickyvm",
             "plugins": {
-                # The seed also disables "NodeResourceFit" (no such plugin) here.
-                "preFilter": {"enabled": [{"name": "StickyVM"}]},
+                # "NodeResourceFit" (sic): no such plugin; ignored, as upstream does.
+                "preFilter": {
+                    "enabled": [{"name": "StickyVM"}],
+                    "disabled": [{"name": "NodeResourceFit"}],
+                },
                 "filter": {"enabled": [{"name": "StickyVM"}], "disabled": [{"name": "NodePorts"}]},
                 "reserve": {"disabled": [{"name": "*"}]},
                 "preBind": {"disabled": [{"name": "*"}]},
@@ -550,6 +553,7 @@ def test_example_config_is_the_seeds_and_loads() -> None:
     profile = load_config(path).profiles[0]
     assert [r.name for r in profile.enabled("postBind")] == ["StickyVM"]
     assert "NodePorts" not in [r.name for r in profile.enabled("filter")]
+    assert "NodeResourcesFit" in [r.name for r in profile.enabled("preFilter")]
     assert profile.plugin_args["StickyVM"] == StickyNodeArgs()
     fw = Framework(profile, REGISTRY)
     assert [(r.kind, r.plugins) for r in fw.reads] == [(VMI, ("StickyVM",)), (VM, ("StickyVM",))]

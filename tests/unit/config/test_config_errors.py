@@ -236,18 +236,6 @@ CASES = [
         'was invalid in version "kubescheduler.config.k8s.io/v1"',
     ),
     Case(
-        "unknown plugin disabled",
-        """
-        profiles:
-        - plugins:
-            score:
-              disabled:
-              - name: TaintTolerations
-        """,
-        "profiles[0].plugins.score.disabled[0].name",
-        'unknown plugin "TaintTolerations" (did you mean "TaintToleration"?)',
-    ),
-    Case(
         "unknown plugin in pluginConfig",
         """
         profiles:
@@ -683,3 +671,28 @@ def test_validate_message_without_a_field_names_the_args(tmp_path: Path) -> None
         "profiles[0].pluginConfig[0].args",
         "unsupported tie breaker 'age'",
     )
+
+
+def test_unknown_disabled_plugin_is_ignored_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Upstream's mergePluginSet (pkg/scheduler/apis/config/v1/default_plugins.go)
+    ignores a disabled name that matches nothing, so such configs load; Berth
+    says so, naming the field and the closest registered name."""
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\n"
+        "kind: KubeSchedulerConfiguration\n"
+        "profiles:\n"
+        "- plugins:\n"
+        "    score:\n"
+        "      disabled:\n"
+        "      - name: TaintTolerations\n"
+    )
+    with caplog.at_level("WARNING"):
+        config = load_config(path, REGISTRY)
+    assert len(config.profiles) == 1
+    warning = " ".join(r.getMessage() for r in caplog.records)
+    assert "profiles[0].plugins.score.disabled[0].name" in warning
+    assert 'unknown plugin "TaintTolerations" (did you mean "TaintToleration"?)' in warning
+    assert str(path) in warning
