@@ -95,9 +95,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="pods per ScheduleBatch call (default %(default)s)",
     )
     c.set_defaults(func=run_cycle)
-    from berth import bench_shim
+    from berth import bench_perf, bench_shim
 
     bench_shim.register(bsub)
+    bench_perf.register(bsub)
 
     def usage(_: argparse.Namespace) -> int:
         p.print_help()

@@ -1,0 +1,284 @@
+"""``berth bench SchedulingBasic``: the harness's own arithmetic and correctness check, and a
+small run of all four schedulers on a real API server.
+
+Figures are never asserted (they depend on the machine and its load): the smoke run checks
+the records' shape and that every run was checked.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from berth.bench_perf import (
+    SCHEDULERS,
+    RunFacts,
+    ThroughputCollector,
+    check_run,
+    histogram_quantile,
+    perf_node,
+    perf_pod,
+)
+from berth.localcluster.rest import JSON
+
+# --- the correctness check, on fake records ------------------------------------------------------
+
+
+def _nodes(count: int, zones: bool = False) -> list[JSON]:
+    return [perf_node(i, zones) for i in range(count)]
+
+
+def _pod(kind: str, name: str, node: str, ns: str = "m") -> JSON:
+    pod = perf_pod(kind, name, ns, scheduler="s", run="r", anti_affinity_namespaces=("m", "i"))
+    pod["spec"]["nodeName"] = node
+    return pod
+
+
+def _facts(pods: list[JSON], nodes: list[JSON], **over: Any) -> RunFacts:
+    keys = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods]
+    history = {
+        k: [p["spec"]["nodeName"]] for k, p in zip(keys, pods, strict=True) if p["spec"]["nodeName"]
+    }
+    facts = RunFacts(
+        pods=pods,
+        nodes=nodes,
+        node_history=history,
+        expected=keys,
+        scheduled_reported=len(keys),
+        conflicts_reported=0,
+    )
+    for k, v in over.items():
+        setattr(facts, k, v)
+    return facts
+
+
+def test_a_correct_run_passes_the_check() -> None:
+    nodes = _nodes(3)
+    # 40 pods of 100m fill a 4-cpu node exactly: at the limit is not over it.
+    pods = [_pod("default", f"p{i}", "perf-node-00000") for i in range(40)]
+    pods += [_pod("default", f"q{i}", "perf-node-00001") for i in range(5)]
+    assert check_run(_facts(pods, nodes)) == []
+
+
+def test_the_check_flags_an_overcommitted_node_and_a_double_binding() -> None:
+    nodes = _nodes(2)
+    pods = [_pod("default", f"p{i}", "perf-node-00000") for i in range(41)]
+    facts = _facts(pods, nodes)
+    history = dict(facts.node_history)
+    history["m/p3"] = ["perf-node-00001", "perf-node-00000"]  # moved between watch events
+    facts.node_history = history
+
+    problems = check_run(facts)
+
+    assert any(
+        "node perf-node-00000 is overcommitted: cpu 4100m requested by its pods, 4000m" in p
+        for p in problems
+    ), problems
+    assert any(
+        "m/p3 was bound more than once: perf-node-00001 -> perf-node-00000" in p for p in problems
+    )
+    assert len(problems) == 2, problems
+
+
+def test_the_check_flags_unbound_pods_reported_double_binds_and_unknown_nodes() -> None:
+    nodes = _nodes(1)
+    pods = [_pod("default", "a", "perf-node-00000"), _pod("default", "b", "")]
+    pods.append(_pod("default", "c", "no-such-node"))
+    facts = _facts(pods, nodes, scheduled_reported=4, conflicts_reported=1)
+
+    problems = check_run(facts)
+
+    assert "1 pod(s) not bound at the end: m/b" in problems
+    assert "the scheduler reported 4 successful bindings for 3 pods" in problems
+    assert any("1 binding(s) of a pod that was already bound" in p for p in problems)
+    assert "pod m/c is bound to no-such-node, which is not a node" in problems
+
+
+def test_the_check_counts_pods_per_node_against_allocatable_pods() -> None:
+    [node] = _nodes(1)
+    node["status"]["allocatable"]["pods"] = "2"
+    pods = [_pod("default", f"p{i}", "perf-node-00000") for i in range(3)]
+    assert check_run(_facts(pods, [node])) == [
+        "node perf-node-00000 is overcommitted: pods 3 requested by its pods, 2 allocatable"
+    ]
+
+
+def test_the_check_flags_two_anti_affinity_pods_on_one_host_across_namespaces() -> None:
+    nodes = _nodes(3)
+    pods = [
+        _pod("anti-affinity", "a", "perf-node-00000", ns="i"),
+        _pod("anti-affinity", "b", "perf-node-00001"),
+        _pod("anti-affinity", "c", "perf-node-00000"),  # shares a host with i/a
+        _pod("default", "d", "perf-node-00001"),  # not selected by the term
+    ]
+    problems = check_run(_facts(pods, nodes))
+    assert problems
+    assert all("pod anti-affinity broken" in p for p in problems)
+    assert {frozenset(("i/a", "m/c"))} == {
+        frozenset(w for w in p.split() if w in ("i/a", "m/c")) for p in problems
+    }
+
+
+def test_the_check_flags_a_zone_skew_above_max_skew() -> None:
+    nodes = _nodes(3, zones=True)  # perf-node-0000{0,1,2} in moon-1, moon-2, moon-3
+    balanced = [_pod("spreading", f"s{i}", f"perf-node-0000{i % 3}") for i in range(9)]
+    assert check_run(_facts(balanced, nodes)) == []
+    # moon-1 gets 6 more: counts 9 / 3 / 3, skew 6 > maxSkew 5.
+    skewed = balanced + [_pod("spreading", f"t{i}", "perf-node-00000") for i in range(6)]
+    problems = check_run(_facts(skewed, nodes))
+    assert len(problems) == 1
+    assert "topology.kubernetes.io/zone skew 6 > maxSkew 5" in problems[0]
+    # Pods without the constraint's label do not count.
+    others = balanced + [_pod("default", f"u{i}", "perf-node-00000") for i in range(6)]
+    assert check_run(_facts(others, nodes)) == []
+
+
+# --- the figures' arithmetic ---------------------------------------------------------------------
+
+
+def test_throughput_collector_follows_upstreams_sampling() -> None:
+    """util.go throughputCollector.run: no sample before the first bound pod, the first sample
+    only starts the clock, an empty interval is skipped and the next rate repeated over it;
+    collect() takes values[ceil(n*q/100)-1] of the sorted rates."""
+    c = ThroughputCollector(began=0.0)
+    assert c.tick(1.0, 0) is None
+    assert c.tick(2.0, 10) is None  # starts the clock
+    assert c.tick(3.0, 10) is None  # nothing new: skipped
+    assert c.tick(4.0, 50) == pytest.approx(20.0)  # 40 pods over 2 s, recorded twice
+    assert c.tick(5.0, 80) == pytest.approx(30.0)
+    assert c.result.rates == pytest.approx([20.0, 20.0, 30.0])
+    assert [t for t, _ in c.result.points] == [4.0, 5.0]
+    assert [r for _, r in c.result.points] == pytest.approx([20.0, 30.0])
+    s = c.result.summary()
+    assert s["avg"] == pytest.approx(70 / 3)
+    assert (s["p50"], s["p90"], s["p99"]) == (20.0, 30.0, 30.0)
+
+
+def test_histogram_quantile_interpolates_within_buckets_like_prometheus() -> None:
+    buckets = [(0.001, 0.0), (0.002, 50.0), (0.004, 100.0), (float("inf"), 100.0)]
+    assert histogram_quantile(0.5, buckets) == pytest.approx(0.002)
+    assert histogram_quantile(0.25, buckets) == pytest.approx(0.0015)
+    assert histogram_quantile(0.99, buckets) == pytest.approx(0.00396)
+    # A rank in +Inf gives the highest finite bound; no observations gives None.
+    assert histogram_quantile(0.99, [(0.001, 1.0), (float("inf"), 10.0)]) == 0.001
+    assert histogram_quantile(0.5, [(0.001, 0.0), (float("inf"), 0.0)]) is None
+
+
+# --- a small run of every scheduler --------------------------------------------------------------
+
+REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "workload": str,
+    "scheduler": str,
+    "nodes": int,
+    "pods": int,
+    "pods_per_second_avg": (float, type(None)),
+    "pods_per_second_p50": (float, type(None)),
+    "pods_per_second_p99": (float, type(None)),
+}
+
+
+@pytest.mark.integration
+def test_scheduling_basic_runs_all_four_schedulers_and_checks_each_run(tmp_path: Path) -> None:
+    out_json = tmp_path / "records.json"
+    plot = tmp_path / "plot.png"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "berth",
+            "bench",
+            "SchedulingBasic",
+            "--nodes",
+            "50",
+            "--init-pods",
+            "100",
+            "--pods",
+            "300",
+            "--stall-timeout",
+            "45",
+            "--settle",
+            "0.5",
+            "--json",
+            str(out_json),
+            "--plot",
+            str(plot),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=480,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "client QPS 5000 and burst 5000 for every scheduler" in proc.stdout
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    records = json.loads(out_json.read_text())
+    assert [r["scheduler"] for r in records] == list(SCHEDULERS)
+    for r in records:
+        for key, kind in REQUIRED.items():
+            assert isinstance(r[key], kind), (r["scheduler"], key, r[key])
+        assert (r["workload"], r["nodes"], r["pods"], r["init_pods"]) == (
+            "SchedulingBasic",
+            50,
+            300,
+            100,
+        )
+        assert r["status"] == "ok", r
+        assert r["pods_per_second_overall"] > 0
+        # The checks ran over every pod of the run and found nothing.
+        checks = r["checks"]
+        assert (checks["pods"], checks["nodes"], checks["violations"]) == (400, 50, [])
+        assert checks["conflicts_reported"] == 0
+        assert checks["scheduled_reported"] == 400
+        assert r["e2e_latency_ms_p50"] is not None
+        assert set(r["cpu_seconds_per_1000_pods"]) >= set(r["peak_rss_mib"]) - {"total"}
+        if r["scheduler"] != "kube-scheduler":
+            assert "ratio_to_kube_scheduler" in r
+    by = {r["scheduler"]: r for r in records}
+    assert set(by["berth"]["peak_rss_mib"]) == {"shim", "serve", "total"}
+    assert set(by["berth-inprocess"]["peak_rss_mib"]) == {"shim"}
+    # The schedulers export the attempt histogram; bind-only has none.
+    for name in ("kube-scheduler", "berth", "berth-inprocess"):
+        assert by[name]["attempt_latency_ms_p50"] is not None, name
+    assert by["bind-only"]["attempt_latency_ms_p50"] is None
+    assert "| SchedulingBasic | berth |" in proc.stdout
+
+
+def test_workloads_berth_cannot_run_are_reported_not_measured() -> None:
+    """TopologySpreading and PodAntiAffinity need plugins Berth may not have yet: those rows say
+    so instead of timing a scheduler that ignores the constraint."""
+    from berth.bench_perf import WORKLOADS, berth_missing_plugins
+    from plugins.registry import load_registry
+
+    registry = load_registry(strict=False)
+    assert berth_missing_plugins(WORKLOADS["SchedulingBasic"]) == []
+    for name, plugin in (
+        ("TopologySpreading", "PodTopologySpread"),
+        ("PodAntiAffinity", "InterPodAffinity"),
+    ):
+        missing = berth_missing_plugins(WORKLOADS[name])
+        assert missing == ([] if plugin in registry else [plugin])
+
+
+def test_bad_flags_are_refused_naming_the_flag() -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "berth", "bench", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    out = run("PodAntiAffinity", "--nodes", "10", "--init-pods", "5", "--pods", "6")
+    assert out.returncode == 2
+    assert "--init-pods + --pods (11) must not exceed --nodes (10)" in out.stderr
+    out = run("SchedulingBasic", "--schedulers", "kube-scheduler,volcano")
+    assert out.returncode == 2
+    assert "--schedulers: unknown volcano" in out.stderr
+    out = run("SchedulingBasic", "--nodes", "1", "--init-pods", "0", "--pods", "41")
+    assert out.returncode == 2
+    assert "41 pods do not fit on 1 nodes" in out.stderr
