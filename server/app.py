@@ -20,8 +20,9 @@ from berth_api.v1 import scheduling_pb2
 from plugins.framework.interfaces import Plugin
 from plugins.framework.profile import SchedulerConfig
 from plugins.framework.runtime import Framework, ProfileError
-from server import telemetry
-from server.service import DEFAULT_MAX_BATCH_PODS, SchedulingService
+from server import errors, telemetry
+from server.errors import Replica
+from server.service import DEFAULT_MAX_BATCH_PODS, DEFAULT_SLICE_SECONDS, SchedulingService
 from server.state import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,8 @@ def service_handler(service: SchedulingService, traced: bool = False) -> grpc.Ge
     """Handlers for every RPC of the service descriptor. Requests arrive as
     bytes and are parsed here, so a malformed message is answered
     INVALID_ARGUMENT naming the expected type (grpc's own deserializer would
-    answer INTERNAL)."""
+    answer INTERNAL). Every unary response carries the replica's id in its
+    trailing metadata (``berth-replica``); streams send it themselves."""
     desc = scheduling_pb2.DESCRIPTOR.services_by_name["SchedulingService"]
     db = symbol_database.Default()
     handlers: dict[str, grpc.RpcMethodHandler] = {}
@@ -46,27 +48,29 @@ def service_handler(service: SchedulingService, traced: bool = False) -> grpc.Ge
             impl = service.schedule_stream_direct
         if method.client_streaming:
             # Stream messages stay bytes; the service parses each and answers
-            # a malformed one in-stream (ScheduleResponse.error).
+            # a malformed one in-stream (ScheduleStreamResponse.error).
             handlers[method.name] = grpc.stream_stream_rpc_method_handler(
                 impl, request_deserializer=None, response_serializer=resp_cls.SerializeToString
             )
             continue
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-            _parsing(impl, req_cls, method.input_type.full_name),
+            _parsing(impl, req_cls, method.input_type.full_name, service.replica),
             request_deserializer=None,
             response_serializer=resp_cls.SerializeToString,
         )
     return grpc.method_handlers_generic_handler(desc.full_name, handlers)
 
 
-def _parsing(impl: Any, req_cls: Any, type_name: str) -> Any:
+def _parsing(impl: Any, req_cls: Any, type_name: str, replica: Replica) -> Any:
+    trailers = replica.trailers
+
     async def handler(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        context.set_trailing_metadata(trailers)
         try:
             request = req_cls.FromString(raw)
         except pb_message.DecodeError as exc:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"request is not a valid {type_name} message: {exc}",
+            await replica.abort(
+                context, errors.invalid("request", f"not a valid {type_name} message: {exc}")
             )
         return await impl(request, context)
 
@@ -109,10 +113,17 @@ async def start_server(
     max_clusters: int = 16,
     trace: bool = True,
     max_batch_pods: int = DEFAULT_MAX_BATCH_PODS,
+    slice_seconds: float = DEFAULT_SLICE_SECONDS,
+    replica_id: str | None = None,
 ) -> RunningServer:
     frameworks = build_frameworks(config, registry)
     service = SchedulingService(
-        config, frameworks, SnapshotStore(max_clusters), max_batch_pods=max_batch_pods
+        config,
+        frameworks,
+        SnapshotStore(max_clusters),
+        max_batch_pods=max_batch_pods,
+        replica=Replica(replica_id),
+        slice_seconds=slice_seconds,
     )
     interceptors = [telemetry.server_interceptor()] if trace else []
     server = grpc.aio.server(
@@ -148,10 +159,11 @@ async def start_server(
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info(
-        "serving %s on %s (port %d); profiles: %s",
+        "serving %s on %s (port %d) as replica %s; profiles: %s",
         SERVICE_NAME,
         listen,
         port,
+        service.replica.id,
         ", ".join(frameworks),
     )
     return RunningServer(server, port, health_servicer, service)

@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=(
             "Run the stateless gRPC plugin server (berth.v1.SchedulingService) for the "
             "profiles of a KubeSchedulerConfiguration file. Replicas are interchangeable: "
-            "run as many as load needs behind one Service."
+            "run as many as load needs behind one Service. Each process answers as a "
+            "replica with a random id (trailing metadata berth-replica)."
         ),
     )
     p.add_argument(
@@ -68,7 +69,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=256,
         metavar="N",
         help="most pods one ScheduleBatch call may carry; more is RESOURCE_EXHAUSTED "
-        "(default %(default)s; a batch holds the server for its whole run)",
+        "(reason BATCH_TOO_LARGE) and the caller splits the batch (default %(default)s). "
+        "A batch holds its cluster's snapshot for its whole run and stops at its deadline",
+    )
+    p.add_argument(
+        "--slice-ms",
+        type=float,
+        default=2.0,
+        metavar="MS",
+        help="longest a ScheduleBatch or a large full state works without letting other "
+        "calls in: health checks and other callers' clusters wait at most about this "
+        "long (default %(default)s)",
     )
     p.add_argument(
         "--grace",
@@ -106,6 +117,11 @@ def run(args: argparse.Namespace) -> int:
         if value < 1:
             print(f"berth serve: {flag} must be at least 1, got {value}", file=sys.stderr)
             return 2
+    if not 0 < args.slice_ms <= 1000:
+        print(
+            f"berth serve: --slice-ms must lie in (0, 1000], got {args.slice_ms}", file=sys.stderr
+        )
+        return 2
     try:
         registry = load_registry()
     except RegistryError as exc:
@@ -144,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
                 trace=tracing,
                 max_clusters=args.max_clusters,
                 max_batch_pods=args.max_batch_pods,
+                slice_seconds=args.slice_ms / 1000,
             )
         except (OSError, ProfileError) as exc:
             print(f"berth serve: {exc}", file=sys.stderr)

@@ -32,7 +32,10 @@ async def test_a_cycle_rpc_by_rpc(default_server: RunningServer) -> None:
         state = log.full_state()
         await stub.Sync(pb.SyncRequest(state=state))
         at = cpb.ClusterState(
-            cluster_id=log.cluster_id, generation=log.generation, base_generation=log.generation
+            cluster_id=log.cluster_id,
+            incarnation=log.incarnation,
+            generation=log.generation,
+            base_generation=log.generation,
         )
 
         pre_enqueue = await stub.PreEnqueue(pb.PreEnqueueRequest(profile=PROFILE, pod=pod))

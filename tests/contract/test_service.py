@@ -57,7 +57,10 @@ async def test_cycle_state_round_trips_across_rpcs(channel: grpc.aio.Channel) ->
     assert pre.status.code == pb.CODE_SUCCESS
     assert "ZoneFromPreFilter/wanted" in pre.cycle.data
     state = cpb.ClusterState(
-        cluster_id=log.cluster_id, generation=log.generation, base_generation=log.generation
+        cluster_id=log.cluster_id,
+        generation=log.generation,
+        base_generation=log.generation,
+        incarnation=log.incarnation,
     )
     filt = await stub.Filter(
         pb.NodesRequest(profile="contract", state=state, pod=pod, cycle=pre.cycle, all_nodes=True)
@@ -81,7 +84,9 @@ async def test_score_and_normalize_rpcs_compose_to_the_schedule_totals(
         pb.NodesRequest(profile="contract", state=log.full_state(), pod=pod, nodes=["a", "c"])
     )
     assert [(p.plugin, list(p.scores)) for p in score.plugins] == [("LabelScore", [10, 90])]
-    state = cpb.ClusterState(cluster_id=log.cluster_id, generation=1, base_generation=1)
+    state = cpb.ClusterState(
+        cluster_id=log.cluster_id, generation=1, base_generation=1, incarnation=log.incarnation
+    )
     norm = await stub.NormalizeScore(
         pb.NormalizeScoreRequest(
             profile="contract", state=state, pod=pod, nodes=["a", "c"], plugins=score.plugins

@@ -71,7 +71,9 @@ def test_replica_ahead_of_request_serves_without_going_back() -> None:
     log.upsert_pod(make_pod().req(cpu="1").node("n0").obj())
     log.commit()
     store.resolve(log.state_since(1))
-    old = pb.ClusterState(cluster_id="c1", generation=1, base_generation=1)
+    old = pb.ClusterState(
+        cluster_id="c1", incarnation=log.incarnation, generation=1, base_generation=1
+    )
     assert store.resolve(old).generation == 2
 
 
