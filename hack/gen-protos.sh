@@ -38,9 +38,17 @@ for f in "$gen"/berth/v1/*_pb2*; do
       "$f" >"$out/berth_api/v1/$(basename "$f")"
 done
 
+# The client contract travels with the generated code, so an installed
+# package carries it (berth.client loads it from there).
+cp "$root/protos/service_config.json" "$out/berth_api/service_config.json"
+
 if [ $check = 1 ]; then
   trap 'rm -rf "$gen" "$out"' EXIT
   status=0
+  if ! cmp -s "$out/berth_api/service_config.json" "$root/berth_api/service_config.json"; then
+    echo "gen-protos: berth_api/service_config.json differs from protos/service_config.json; run hack/gen-protos.sh and commit" >&2
+    status=1
+  fi
   for f in "$out"/berth_api/v1/*_pb2*; do
     rel=${f#"$out/"}
     if ! cmp -s "$f" "$root/$rel"; then

@@ -9,7 +9,7 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from berth.client import ClusterStateLog, open_channel
+from berth.client import ClusterStateLog, Mode
 from plugins.framework.interfaces import Plugin
 from plugins.framework.profile import SchedulerConfig
 from shim.health import HealthServer
@@ -30,7 +30,10 @@ class ShimSettings:
     config: SchedulerConfig
     # Plugins of the in-process service; None: plugins.registry.load_registry().
     registry: Mapping[str, type[Plugin]] | None = None
+    # Plugin server target (berth shim --plugin-server): dns:///name:port, a list
+    # host:port,host:port, or one gRPC target; None runs the plugins in-process.
     server: str | None = None
+    server_mode: Mode = "auto"
     kubeconfig: str | None = None
     metrics_listen: str = ""
     leader_elect: bool | None = None
@@ -48,8 +51,13 @@ def build_service(settings: ShimSettings, state: ClusterStateLog) -> PluginServi
             from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
             interceptors = list(aio_client_interceptors())  # type: ignore[no-untyped-call]
-        channel = open_channel(settings.server, interceptors=interceptors)
-        svc = PluginService.over_grpc(channel, state, settings.server, settings.server_timeout)
+        svc = PluginService.over_grpc(
+            settings.server,
+            state,
+            settings.server_timeout,
+            mode=settings.server_mode,
+            interceptors=interceptors,
+        )
         svc.stream = not settings.traced
         return svc
     from plugins.registry import load_registry
@@ -103,7 +111,16 @@ async def run(settings: ShimSettings) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    where = settings.server or "in-process plugin service"
+    where = "in-process plugin service"
+    if settings.server:
+        target = service.client.target
+        where = f"plugin servers at {settings.server} " + (
+            "(one channel per replica, round robin)"
+            if target is not None
+            and target.kind in ("dns", "list")
+            and settings.server_mode != "opaque"
+            else "(one channel; replicas told apart by id)"
+        )
     print(
         f"berth shim: scheduling for {', '.join(profiles)} with {where}"
         + (f"; leader election on lease {le.resource_namespace}/{name}" if elector else ""),

@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=(
             "Run Berth as the scheduler of every pod whose spec.schedulerName names one of the "
             "configuration's profiles: watch nodes and pods, queue, run each scheduling cycle "
-            "on the plugin service (a 'berth serve' with --server, else in this process), and "
+            "on the plugin service (the 'berth serve' replicas named by --plugin-server, else in "
+            "this process), and "
             "bind. clientConnection and leaderElection come from the configuration as in "
             "kube-scheduler; flags override them."
         ),
@@ -29,10 +30,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "profile 'default-scheduler' with the default plugins",
     )
     p.add_argument(
+        "--plugin-server",
         "--server",
-        metavar="ADDR",
-        help="plugin server (host:port) to run cycles on over gRPC; default: run the "
-        "plugins in this process",
+        dest="server",
+        metavar="TARGET",
+        help="plugin servers to run cycles on over gRPC: dns:///NAME:PORT (e.g. a headless "
+        "Service: every address it resolves to is a replica, re-resolved every 30s and on "
+        "failure), a list HOST:PORT,HOST:PORT, or one gRPC target (HOST:PORT, ipv4:A:P,B:P "
+        "balanced by gRPC, a proxy). Calls go round robin over the replicas; one that is "
+        "unavailable is skipped. Default: run the plugins in this process",
+    )
+    p.add_argument(
+        "--plugin-server-mode",
+        choices=("auto", "endpoints", "opaque"),
+        default="auto",
+        help="auto (default): one channel per replica for dns:/// and lists, one channel "
+        "otherwise; endpoints: resolve HOST:PORT to its replicas too; opaque: one channel "
+        "whatever the target, replicas told apart by the id in their answers",
     )
     p.add_argument(
         "--kubeconfig",
@@ -131,6 +145,14 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"berth shim: invalid configuration: {exc}", file=sys.stderr)
         return 2
+    if args.server is not None:
+        from berth.client import parse_target
+
+        try:
+            parse_target(args.server)
+        except ValueError as exc:
+            print(f"berth shim: --plugin-server: {exc}", file=sys.stderr)
+            return 2
     for flag, value in (
         ("--batch-size", args.batch_size),
         ("--assumed-pod-ttl", args.assumed_pod_ttl),
@@ -143,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
         config=config,
         registry=registry,
         server=args.server,
+        server_mode=args.plugin_server_mode,
         kubeconfig=args.kubeconfig,
         metrics_listen=args.metrics_listen,
         leader_elect=args.leader_elect,

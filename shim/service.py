@@ -3,11 +3,13 @@
 ``PluginService`` runs every call the shim makes (queue sort keys, PreEnqueue,
 scheduling cycles, Unreserve, Permit, the binding cycle) through
 ``berth.client.SchedulingClient``, which owns the cluster-state protocol
-(protos/README.md). Underneath, the stub is either a gRPC stub over a channel
-to a plugin server (``berth shim --server``) or ``InProcessStub``, which calls
-the same ``server.service.SchedulingService`` object in this process: the
-code above the stub is the same on both paths (the seam httpx calls a
-transport).
+(protos/README.md). Underneath, the stubs are either gRPC stubs over channels
+to the plugin server replicas (``berth shim --plugin-server``: a
+``dns:///name:port`` headless Service or a list of addresses, one channel per
+replica, calls round robin, an unavailable replica skipped; or one channel to
+any other gRPC target) or ``InProcessStub``, which calls the same
+``server.service.SchedulingService`` object in this process: the code above
+the stub is the same on both paths (the seam httpx calls a transport).
 """
 
 from __future__ import annotations
@@ -19,12 +21,47 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from prometheus_client import Counter
 
-from berth.client import ClusterStateLog, RequestRefused, SchedulingClient
+from berth.client import (
+    BATCH_TOO_LARGE,
+    ClusterStateLog,
+    ErrorDetail,
+    Mode,
+    RequestRefused,
+    SchedulingClient,
+    SnapshotPassed,
+)
 from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
 
 log = logging.getLogger(__name__)
+
+# What keeping the replicas' snapshots current costs, per replica address.
+FULL_STATES = Counter(
+    "berth_plugin_server_full_states_total",
+    "Full cluster states sent to plugin servers (a new or restarted replica costs one), "
+    "by endpoint.",
+    ["endpoint"],
+)
+STALE_RESENDS = Counter(
+    "berth_plugin_server_stale_resends_total",
+    "Requests resent because the replica's snapshot was behind (STALE_SNAPSHOT), by endpoint.",
+    ["endpoint"],
+)
+FAILOVERS = Counter(
+    "berth_plugin_server_failovers_total",
+    "Calls moved to another plugin server replica because this one was unavailable, by endpoint.",
+    ["endpoint"],
+)
+_COUNTERS = {"full": FULL_STATES, "resend": STALE_RESENDS, "failover": FAILOVERS}
+
+
+def _count(kind: str, endpoint: str, replica: str) -> None:
+    counter = _COUNTERS.get(kind)
+    if counter is not None:
+        counter.labels(endpoint).inc()
+
 
 SortKey = tuple[int | float | str, ...]
 
@@ -76,6 +113,7 @@ class InProcessStub:
             # Call options (timeout, metadata) mean nothing in-process.
             return await impl(request, self._ctx)
 
+        call.__name__ = name
         return call
 
 
@@ -85,9 +123,17 @@ class ProfileInfo:
 
     name: str
     points: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Objects beyond nodes and pods its plugins read (Profile.reads).
+    reads: tuple[pb.ObjectKind, ...] = ()
 
     def has(self, point: str) -> bool:
         return bool(self.points.get(point))
+
+    @property
+    def queue_sort_reads(self) -> bool:
+        """Does the QueueSort plugin read objects (so QueueSort needs the state)?"""
+        sorters = set(self.points.get("queueSort", ()))
+        return any(sorters & set(kind.plugins) for kind in self.reads)
 
 
 class PluginService:
@@ -114,35 +160,63 @@ class PluginService:
 
     @classmethod
     def over_grpc(
-        cls, channel: grpc.aio.Channel, state: ClusterStateLog, address: str, timeout: float
+        cls,
+        target: str,
+        state: ClusterStateLog,
+        timeout: float,
+        *,
+        mode: Mode = "auto",
+        interceptors: Sequence[Any] = (),
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> PluginService:
-        return cls(SchedulingClient(channel, state, timeout=timeout), remote=True, address=address)
+        """The plugin servers at ``target`` (berth.client.parse_target):
+        endpoint-aware for ``dns:///name:port`` and ``host:port,host:port``,
+        one channel otherwise."""
+        client = SchedulingClient.connect(
+            target,
+            state,
+            timeout=timeout,
+            mode=mode,
+            interceptors=interceptors,
+            credentials=credentials,
+            on_event=_count,
+        )
+        return cls(client, remote=True, address=target)
 
     async def _guard(self, what: str, fn: Callable[[], Awaitable[Any]]) -> Any:
         try:
             return await fn()
         except grpc.aio.AioRpcError as exc:
-            # A broken stream is reopened by the next call.
-            self.client._stream = None
-            if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and what == "ScheduleBatch":
+            detail = ErrorDetail.from_rpc_error(exc)
+            if what == "ScheduleBatch" and (
+                detail.reason == BATCH_TOO_LARGE or exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            ):
                 raise BatchTooLarge(f"{what}: {exc.details()}") from exc
             raise ServiceUnavailable(
-                f"{what}: plugin service {self.address} answered {exc.code().name}: {exc.details()}"
+                f"{what}: plugin service {self.address} answered {exc.code().name}"
+                + (f" ({detail.reason})" if detail.reason else "")
+                + f": {exc.details()}"
             ) from exc
-        except RequestRefused as exc:
+        except (RequestRefused, SnapshotPassed) as exc:
             raise ServiceUnavailable(f"{what}: {exc}") from exc
+
+    def replicas(self) -> str:
+        """The replicas in use and what each cost, for logs."""
+        return "; ".join(
+            f"{s.address}{f' ({s.replica})' if s.replica else ''}: {s.calls} calls, "
+            f"{s.full_sends} full, {s.resends} resent, {s.failures} failed"
+            for s in self.client.stats()
+        )
 
     async def describe(self) -> dict[str, ProfileInfo]:
         resp: pb.DescribeProfilesResponse = await self._guard(
             "DescribeProfiles",
-            lambda: self.client.stub.DescribeProfiles(
-                pb.DescribeProfilesRequest(), timeout=self.client.timeout
-            ),
+            lambda: self.client.unary("DescribeProfiles", pb.DescribeProfilesRequest()),
         )
         out = {}
         for prof in resp.profiles:
             points = {ep.name: tuple(p.name for p in ep.plugins) for ep in prof.extension_points}
-            out[prof.scheduler_name] = ProfileInfo(prof.scheduler_name, points)
+            out[prof.scheduler_name] = ProfileInfo(prof.scheduler_name, points, tuple(prof.reads))
         self.profiles = out
         return out
 
@@ -157,19 +231,29 @@ class PluginService:
             return pb.Status()
         resp: pb.PreEnqueueResponse = await self._guard(
             "PreEnqueue",
-            lambda: self.client.stub.PreEnqueue(
-                pb.PreEnqueueRequest(profile=profile, pod=pod), timeout=self.client.timeout
-            ),
+            lambda: self.client.unary("PreEnqueue", pb.PreEnqueueRequest(profile=profile, pod=pod)),
         )
         return resp.status
 
     async def sort_keys(self, profile: str, pods: Sequence[pb.QueuedPod]) -> list[SortKey]:
-        resp: pb.QueueSortResponse = await self._guard(
-            "QueueSort",
-            lambda: self.client.stub.QueueSort(
-                pb.QueueSortRequest(profile=profile, pods=pods), timeout=self.client.timeout
-            ),
-        )
+        info = self.profiles.get(profile)
+        if info is not None and info.queue_sort_reads:
+            # The QueueSort plugin reads objects: send the cluster state too.
+            self.state.commit()
+
+            def build(st: cpb.ClusterState) -> pb.QueueSortRequest:
+                return pb.QueueSortRequest(profile=profile, pods=pods, state=st)
+
+            resp: pb.QueueSortResponse = await self._guard(
+                "QueueSort", lambda: self.client.call("QueueSort", build)
+            )
+        else:
+            resp = await self._guard(
+                "QueueSort",
+                lambda: self.client.unary(
+                    "QueueSort", pb.QueueSortRequest(profile=profile, pods=pods)
+                ),
+            )
         keys: list[SortKey] = []
         for k in resp.keys:
             keys.append(tuple(getattr(part, str(part.WhichOneof("value"))) for part in k.parts))
@@ -210,14 +294,15 @@ class PluginService:
     ) -> Any:
         """Unreserve, Permit, PreBind, Bind or PostBind for one pod and node."""
         self.state.commit()
-        stub_method = getattr(self.client.stub, method)
 
         def build(st: cpb.ClusterState) -> pb.NodeRequest:
             return pb.NodeRequest(profile=profile, state=st, pod=pod, cycle=cycle, node=node)
 
-        return await self._guard(method, lambda: self.client.call(stub_method, build))
+        return await self._guard(method, lambda: self.client.call(method, build))
 
     async def close(self) -> None:
+        if self.remote:
+            log.info("plugin servers used: %s", self.replicas() or "none")
         with contextlib.suppress(grpc.aio.AioRpcError):
             await self.client.close()
 
