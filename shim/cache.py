@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from berth.client import ClusterStateLog
@@ -89,11 +89,17 @@ class SchedulerCache:
 
     # -- the scheduler's own placements ---------------------------------------------
 
-    def assume(self, pod: cpb.Pod, node: str) -> cpb.Pod:
-        """The pod counts on ``node`` from now on (AssumePod)."""
+    def assume(
+        self, pod: cpb.Pod, node: str, annotations: Mapping[str, str] | None = None
+    ) -> cpb.Pod:
+        """The pod counts on ``node`` from now on (AssumePod). ``annotations``
+        (Reserve's assume_annotations) go on the assumed copy, so later cycles
+        see what this pod reserved until the informer brings the real pod."""
         assumed = cpb.Pod()
         assumed.CopyFrom(pod)
         assumed.node_name = node
+        if annotations:
+            assumed.annotations.update(annotations)
         self.assumed[pod.uid] = Assumed(assumed, node)
         self.state.upsert_pod(assumed)
         self._sizes()

@@ -83,6 +83,7 @@ class Informer(Generic[R]):
         on_events: Callable[[list[Event[R]]], None],
         loop: asyncio.AbstractEventLoop,
         field_selector: str | None = None,
+        label_selector: str | None = None,
         watch_timeout: int = WATCH_TIMEOUT_SECONDS,
         backoff_initial: float = BACKOFF_INITIAL,
         backoff_max: float = BACKOFF_MAX,
@@ -95,6 +96,7 @@ class Informer(Generic[R]):
         self.on_events = on_events
         self.loop = loop
         self.field_selector = field_selector
+        self.label_selector = label_selector
         self.watch_timeout = watch_timeout
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
@@ -133,7 +135,12 @@ class Informer(Generic[R]):
     # -- the thread -------------------------------------------------------------
 
     def _params(self) -> dict[str, Any]:
-        return {"fieldSelector": self.field_selector} if self.field_selector else {}
+        params: dict[str, Any] = {}
+        if self.field_selector:
+            params["fieldSelector"] = self.field_selector
+        if self.label_selector:
+            params["labelSelector"] = self.label_selector
+        return params
 
     def _run(self) -> None:
         backoff = self.backoff_initial

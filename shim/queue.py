@@ -22,6 +22,10 @@
   its cycle fails (upstream's moveRequestCycle / in-flight events), so an
   event is never missed between a pod's cycle and its requeue.
 
+Plugins may ask for pods to be activated (``activate``, upstream's Activate
+of PodsToActivate, e.g. the rest of a gang): from the backoffQ, the
+unschedulable pool or the gated set straight to admission, backoff or not.
+
 Every pod is in exactly one of these places (or in none, once it is bound
 or deleted): the queue never holds a pod twice and never drops one.
 """
@@ -453,6 +457,39 @@ class SchedulingQueue:
             log.debug("%s moved %d unschedulable pods", event, moved)
         return moved
 
+    def activate(self, uids: Sequence[str]) -> int:
+        """PriorityQueue.Activate (scheduling_queue.go): the pods a plugin asked
+        for (PodsToActivate) leave the backoffQ or the unschedulable pool for
+        the activeQ now, whatever is left of their backoff (through admission,
+        so PreEnqueue runs again: a gated pod stays gated unless its gate has
+        lifted, as upstream's gated pods sit in unschedulablePods). A pod in
+        flight takes note, so a failed cycle sends it to the backoffQ instead
+        of the unschedulable pool (upstream's EventForceActivate for in-flight
+        pods). Pods already active, or unknown here, are left alone. Returns
+        how many were moved."""
+        moved: list[QueuedPod] = []
+        for uid in dict.fromkeys(uids):
+            qp = self._pods.get(uid)
+            if qp is None:
+                continue
+            if qp.where in (BACKOFF, UNSCHEDULABLE, GATED):
+                moved.append(qp)
+            elif qp.where == IN_FLIGHT:
+                self._move_cycle += 1
+                self._moves.append((self._move_cycle, _only(qp.uid)))
+        if not moved:
+            return 0
+        if any(qp.where == BACKOFF for qp in moved):
+            # One pass over the backoffQ for all of them.
+            leaving = {id(qp) for qp in moved if qp.where == BACKOFF}
+            self._backoff = [e for e in self._backoff if id(e[2]) not in leaving]
+            heapq.heapify(self._backoff)
+        for qp in moved:
+            self._push_active(qp)
+            metrics.incoming("ForceActivate", ACTIVE)
+        log.debug("activated %d pod(s)", len(moved))
+        return len(moved)
+
     def flush_unschedulable_leftover(self) -> int:
         """flushUnschedulablePodsLeftover: pods unschedulable for longer than
         podMaxInUnschedulablePodsDuration are retried."""
@@ -474,6 +511,15 @@ class SchedulingQueue:
             if self.clock() - last_leftover >= UNSCHEDULABLE_FLUSH_PERIOD:
                 last_leftover = self.clock()
                 self.flush_unschedulable_leftover()
+
+
+def _only(uid: str) -> Callable[[QueuedPod], bool]:
+    """A move that helps one pod only (an activation of a pod in flight)."""
+
+    def helps(qp: QueuedPod) -> bool:
+        return qp.uid == uid
+
+    return helps
 
 
 def spec_changed(old: cpb.Pod, new: cpb.Pod) -> bool:

@@ -16,6 +16,18 @@ Follows kube-scheduler's pkg/scheduler/schedule_one.go:
   cycle: wait at Permit, PreBind, Bind (the pods/binding subresource when the
   Bind plugin answers caller_binds), PostBind, the Scheduled event. Any
   failure: Unreserve, forget, requeue with backoff.
+- Objects beyond nodes and pods that the profiles' plugins read
+  (DescribeProfiles' Profile.reads) are watched or polled into the cluster
+  state (shim/objects.py); Reserve's assume_annotations go on the assumed
+  pod; PreBind's writes are applied before binding (a failed write fails
+  the binding cycle), PostBind's after it.
+- What plugins ask of other pods: signals from PostFilter, Permit and
+  Unreserve allow or reject pods waiting at Permit (WaitingPod.Allow/Reject;
+  a rejected pod's binding cycle unreserves it); pods to activate
+  (PodsToActivate, e.g. Coscheduling's ActivateSiblings) move from the
+  backoff queue or the unschedulable pool to the active queue at the end of a
+  scheduling cycle that lets its pod on (Permit Success or Wait) and at the
+  end of a binding cycle that binds it (PreBind's and PostBind's).
 - The plugin service unreachable: the pods of the failed call go to the
   error backoff queue; nothing is dropped; the next call reconnects and the
   cluster-state protocol resyncs the replica.
@@ -28,7 +40,7 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +56,7 @@ from shim.cache import DEFAULT_ASSUMED_TTL, SchedulerCache
 from shim.events import EventRecorder, ObjectRef
 from shim.informer import ADDED, DELETED, Event, Informer, node_key, pod_key
 from shim.kubeapi import ApiError, KubeApi, pod_path
+from shim.objects import ObjectSources, Source, WriteFailed, perform_writes
 from shim.queue import QueuedPod, SchedulingQueue
 from shim.service import BatchTooLarge, PluginService, ServiceUnavailable
 
@@ -58,6 +71,9 @@ CODE_SKIP = pb.CODE_SKIP
 # schedule_one.go: the reasons of the PodScheduled condition.
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_SCHEDULER_ERROR = "SchedulerError"
+
+# How often the shim asks the plugin service again what its profiles read.
+PROFILES_REFRESH_SECONDS = 30.0
 
 # kube-scheduler's informer ignores finished pods (scheduler.go, NewInformerFactory:
 # status.phase!=Succeeded,status.phase!=Failed).
@@ -159,6 +175,7 @@ class Scheduler:
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._informers: list[Informer[Any]] = []
+        self.objects = ObjectSources(api, self.cache.state, self._on_object_change)
         self._start_index: dict[str, int] = {}
         self._conditions: dict[str, tuple[str, str, str]] = {}
         self._stopping = asyncio.Event()
@@ -195,9 +212,11 @@ class Scheduler:
         for inf in self._informers:
             inf.start()
         await self._describe_profiles()
+        self._update_reads()
         # WaitForCacheSync: nodes first, so pods land on known nodes.
         await nodes.wait_synced()
         await pods.wait_synced()
+        await self.objects.wait_synced()
         log.info(
             "caches synced: %d nodes, %d pods on nodes, %d pods queued for %s",
             len(self.cache.nodes),
@@ -209,6 +228,7 @@ class Scheduler:
         self._spawn(self.queue.run_flushers())
         self._spawn(self._admit_loop())
         self._spawn(self._expire_loop())
+        self._spawn(self._refresh_profiles_loop())
         try:
             await self._schedule_loop()
         finally:
@@ -233,9 +253,42 @@ class Scheduler:
                 )
             return
 
+    def _update_reads(self) -> None:
+        """Watch or poll what this shim's profiles read, nothing more."""
+        reads = [
+            kind
+            for name, info in self.service.profiles.items()
+            if name in self.profiles
+            for kind in info.reads
+        ]
+        self.objects.update(reads)
+
+    async def _refresh_profiles_loop(self) -> None:
+        """A plugin service restarted with another configuration may read
+        other kinds: ask again now and then."""
+        while not self._stopping.is_set():
+            await asyncio.sleep(PROFILES_REFRESH_SECONDS)
+            try:
+                await self.service.describe()
+            except ServiceUnavailable as exc:
+                log.debug("DescribeProfiles refresh failed: %s", exc)
+                continue
+            self._update_reads()
+
+    def _on_object_change(self, source: Source) -> None:
+        """Objects a plugin reads changed: pods its plugins rejected may fit
+        now (a plugin's EventsToRegister on that kind)."""
+        readers = source.plugins
+
+        def helps(qp: QueuedPod) -> bool:
+            return not qp.unschedulable_plugins or bool(qp.unschedulable_plugins & readers)
+
+        self.queue.move_all(f"{source.kind or source.name}Change", helps)
+
     async def stop(self) -> None:
         self._stopping.set()
         self.queue.close()
+        self.objects.stop()
         for inf in self._informers:
             inf.stop()
         for t in list(self._tasks):
@@ -421,12 +474,17 @@ class Scheduler:
         if st.code == CODE_SUCCESS and resp.node:
             rs = resp.reserve_status
             if rs.code != CODE_SUCCESS:
+                # Unreserve ran on the server; it may have signalled waiting pods.
+                self._signals(resp.unreserve_signals)
                 msg = "; ".join(rs.reasons) or "Reserve failed"
                 self._failed(qp, msg, _reason(rs), error=rs.code == CODE_ERROR, start=start)
                 span.end()
                 return
             permit = resp.permit
             if permit.status.code not in (CODE_SUCCESS, CODE_WAIT, CODE_SKIP):
+                # Permit's own signals, then those of the Unreserve that followed.
+                self._signals(permit.signals)
+                self._signals(resp.unreserve_signals)
                 msg = "; ".join(permit.status.reasons) or "rejected at Permit"
                 self._failed(
                     qp,
@@ -438,17 +496,22 @@ class Scheduler:
                 span.end()
                 return
             self.counters.scheduled += 1
-            self.cache.assume(pod, resp.node)
-            self._signals(permit)
+            self.cache.assume(pod, resp.node, resp.assume_annotations)
+            self._signals(permit.signals)
             waiting = None
             if permit.status.code == CODE_WAIT:
                 pending = {p: ms / 1000.0 for p, ms in permit.wait_timeout_millis.items()}
                 waiting = WaitingPod(qp, resp.node, pending)
                 self.waiting[qp.uid] = waiting
                 metrics.PERMIT_WAITING.set(len(self.waiting))
+            # The end of a scheduling cycle that lets the pod on
+            # (prepareForBindingCycle): the pods its plugins asked for go active.
+            self._activate(pod, "Permit", permit.activate_pod_uids)
             self._spawn(self._bind(qp, profile, resp.node, resp.cycle, waiting, span, start))
             return
-        # No node: FitError (Unschedulable) or an Error.
+        # No node: FitError (Unschedulable) or an Error. PostFilter may have
+        # rejected pods waiting at Permit (e.g. the rest of a gang).
+        self._signals(resp.post_filter.signals)
         error = st.code == CODE_ERROR
         msg = resp.diagnosis.message or "; ".join(st.reasons) or "scheduling failed"
         nominated = resp.post_filter.nominated_node_name
@@ -465,16 +528,42 @@ class Scheduler:
         span.set_attribute("berth.result", "error" if error else "unschedulable")
         span.end()
 
-    def _signals(self, permit: pb.PermitResponse) -> None:
-        """Allow or reject pods already waiting (WaitingPod.Allow/Reject)."""
-        for sig in permit.signals:
+    def _signals(self, signals: Iterable[pb.WaitingPodSignal]) -> None:
+        """Allow or reject pods already waiting (WaitingPod.Allow/Reject), as
+        Permit or Unreserve plugins asked."""
+        for sig in signals:
             w = self.waiting.get(sig.pod_uid)
             if w is None:
                 continue
             if sig.allow:
                 w.allow(sig.plugin)
-            else:
+            elif not w.done.done():
+                pod = w.qp.pod
+                log.info(
+                    "pod %s/%s waiting at Permit rejected by %s: %s",
+                    pod.namespace,
+                    pod.name,
+                    sig.plugin or "a plugin",
+                    sig.message or "rejected",
+                )
                 w.reject(sig.plugin, sig.message or "rejected")
+
+    def _activate(self, pod: cpb.Pod, point: str, uids: Iterable[str]) -> None:
+        """PodsToActivate: the named pods, if they wait in the backoff queue or
+        the unschedulable pool, go to the active queue now
+        (SchedulingQueue.Activate)."""
+        wanted = list(uids)
+        if not wanted:
+            return
+        moved = self.queue.activate(wanted)
+        log.info(
+            "%s of %s/%s asked to activate %d pod(s); %d moved to the active queue",
+            point,
+            pod.namespace,
+            pod.name,
+            len(wanted),
+            moved,
+        )
 
     def _failed(
         self,
@@ -607,8 +696,13 @@ class Scheduler:
         async def unreserve() -> None:
             if info is None or info.has("reserve"):
                 with contextlib.suppress(ServiceUnavailable):
-                    await self.service.node_call("Unreserve", profile, pod, node, cycle)
+                    resp: pb.StatusResponse = await self.service.node_call(
+                        "Unreserve", profile, pod, node, cycle
+                    )
+                    self._signals(resp.signals)
 
+        # PreBind's and PostBind's PodsToActivate, activated once bound.
+        activate: list[str] = []
         if waiting is not None:
             with _span("permit_wait"):
                 rejection = await self._wait_permit(waiting)
@@ -628,6 +722,16 @@ class Scheduler:
                         f"running PreBind plugin {st.status.plugin!r}: {'; '.join(st.status.reasons)}",
                         True,
                     )
+                activate.extend(st.activate_pod_uids)
+                if st.writes:
+                    # The plugins' writes, with the shim's credentials, before binding:
+                    # a failed write fails PreBind.
+                    try:
+                        with _span("PreBind writes"):
+                            await self._api(perform_writes, self.api, list(st.writes))
+                    except WriteFailed as exc:
+                        await unreserve()
+                        return f"running PreBind plugin {exc.write.plugin!r}: {exc}", True
             with _span("Bind"):
                 bind: pb.BindResponse = await self.service.node_call(
                     "Bind", profile, pod, node, cycle
@@ -650,8 +754,14 @@ class Scheduler:
         self.cache.finish_binding(qp.uid)
         if info is None or info.has("postBind"):
             with contextlib.suppress(ServiceUnavailable), _span("PostBind"):
-                await self.service.node_call("PostBind", profile, pod, node, cycle)
+                post: pb.StatusResponse = await self.service.node_call(
+                    "PostBind", profile, pod, node, cycle
+                )
+                activate.extend(post.activate_pod_uids)
+                await self._post_bind_writes(profile, pod, list(post.writes))
         log.info("bound %s/%s to %s", pod.namespace, pod.name, node)
+        # The end of a binding cycle that bound the pod (bindingCycle).
+        self._activate(pod, "the binding cycle", activate)
         self.recorders[profile].record(
             _ref(pod),
             "Normal",
@@ -660,6 +770,21 @@ class Scheduler:
             f"Successfully assigned {pod.namespace}/{pod.name} to {node}",
         )
         return None
+
+    async def _post_bind_writes(
+        self, profile: str, pod: cpb.Pod, writes: list[pb.ObjectWrite]
+    ) -> None:
+        """PostBind's writes: the pod stays bound whatever happens; a failure
+        is logged and reported as an event on the pod."""
+        if not writes:
+            return
+        try:
+            await self._api(perform_writes, self.api, writes)
+        except WriteFailed as exc:
+            log.warning("pod %s/%s: PostBind %s", pod.namespace, pod.name, exc)
+            self.recorders[profile].record(
+                _ref(pod), "Warning", "FailedPostBindWrite", "PostBind", str(exc)
+            )
 
     async def _wait_permit(self, w: WaitingPod) -> str | None:
         """WaitOnPermit: the first plugin to time out rejects the pod."""

@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
 from plugins.framework.objects import ObjectWrite
 
 T = TypeVar("T")
+
+# The reserved state key under which the pods to activate travel between the
+# calls of one cycle: upstream's framework.PodsToActivateKey
+# (pkg/scheduler/framework/interface.go), a list of pod uids, msgpack.
+PODS_TO_ACTIVATE_KEY: Final = "kubernetes.io/pods-to-activate"
+_UIDS_DECODER = msgspec.msgpack.Decoder(list[str])
 
 
 class StateError(KeyError):
@@ -40,6 +46,11 @@ class StateKey(Generic[T]):
     __slots__ = ("_decoder", "name", "type")
 
     def __init__(self, name: str, type_: type[T]) -> None:
+        if name == PODS_TO_ACTIVATE_KEY:
+            raise ValueError(
+                f"state key {name!r} is reserved for the pods to activate: use "
+                "CycleState.activate_pods"
+            )
         self.name = name
         self.type = type_
         self._decoder: msgspec.msgpack.Decoder[T] = msgspec.msgpack.Decoder(type_)
@@ -69,11 +80,18 @@ class CycleState:
     travel in the response of the call, never in the state sent back):
     writes (``add_write``, PreBind/PostBind), annotations on the assumed pod
     (``annotate_assumed_pod``, Reserve) and signals to waiting pods
-    (``signal_waiting_pod``, Permit/Unreserve). The runtime sets
+    (``signal_waiting_pod``, PostFilter/Permit/Unreserve). The runtime sets
     ``current_plugin`` around each plugin call so each is attributed.
+
+    Pods to activate (``activate_pods``, upstream's PodsToActivate) are the
+    exception: like upstream's, they live in the state itself, under the
+    reserved key ``PODS_TO_ACTIVATE_KEY``, so what PreFilter .. Reserve ask
+    for reaches the end of the scheduling cycle (Permit) when each point is
+    its own call; the runtime takes them out when the caller is to act.
     """
 
     __slots__ = (
+        "_activate",
         "_encoded",
         "_values",
         "_writes",
@@ -97,6 +115,9 @@ class CycleState:
         self._writes: list[tuple[str, ObjectWrite]] = []
         # Annotations Reserve plugins put on the assumed pod.
         self.assume_annotations: dict[str, str] = {}
+        # Uids of pods to move to the active queue, in the order asked (a
+        # dict as an ordered set).
+        self._activate: dict[str, None] = {}
         # The plugin the runtime is calling, "" outside plugin calls.
         self.current_plugin = ""
 
@@ -143,6 +164,36 @@ class CycleState:
         if not pod_uid:
             raise ValueError("signal_waiting_pod: pod_uid must not be empty")
         self.permit_signals.append((pod_uid, self.current_plugin, bool(allow), message))
+
+    def activate_pods(self, uids: Iterable[str]) -> None:
+        """Asks the caller to move the pending pods ``uids`` to its active
+        queue when they wait in its backoff or unschedulable pools (upstream's
+        PodsToActivate, filled e.g. by Coscheduling's ActivateSiblings). Honoured
+        at the end of a scheduling cycle that succeeds (Permit answers Success
+        or Wait), for what any point from PreFilter to Permit asked, and at the
+        end of a binding cycle that succeeds, for what PreBind and PostBind
+        asked; a failed cycle activates nothing. Pods the caller does not hold
+        in those pools are left as they are."""
+        if isinstance(uids, (str, bytes)):
+            raise TypeError("activate_pods takes an iterable of pod uids, not one string")
+        for uid in uids:
+            if not isinstance(uid, str) or not uid:
+                raise ValueError(
+                    f"activate_pods: a pod uid must be a non-empty string, got {uid!r}"
+                )
+            self._activate[uid] = None
+
+    @property
+    def pods_to_activate(self) -> list[str]:
+        """The uids asked for so far, in order, each once."""
+        return list(self._activate)
+
+    def take_activations(self) -> list[str]:
+        """The uids asked for so far; clears them (upstream clears the map
+        once the scheduling cycle has activated them)."""
+        out = list(self._activate)
+        self._activate.clear()
+        return out
 
     @property
     def writes(self) -> list[ObjectWrite]:
@@ -214,6 +265,8 @@ class CycleState:
         other = CycleState()
         other._values = dict(self._values)
         other._encoded = dict(self._encoded)
+        # Shared, as upstream's PodsToActivate.Clone returns itself.
+        other._activate = self._activate
         other.skip_filter_plugins = set(self.skip_filter_plugins)
         other.skip_score_plugins = set(self.skip_score_plugins)
         return other
@@ -225,6 +278,8 @@ class CycleState:
         out = dict(self._encoded)
         for name, value in self._values.items():
             out[name] = _ENCODER.encode(value)
+        if self._activate:
+            out[PODS_TO_ACTIVATE_KEY] = _ENCODER.encode(list(self._activate))
         return out
 
     @classmethod
@@ -236,6 +291,15 @@ class CycleState:
     ) -> CycleState:
         state = cls()
         state._encoded = dict(data)
+        raw = state._encoded.pop(PODS_TO_ACTIVATE_KEY, None)
+        if raw is not None:
+            try:
+                uids = _UIDS_DECODER.decode(raw)
+            except msgspec.DecodeError as exc:
+                raise StateDecodeError(
+                    f"cycle state {PODS_TO_ACTIVATE_KEY!r} is not a msgpack list of pod uids: {exc}"
+                ) from exc
+            state._activate = dict.fromkeys(u for u in uids if u)
         state.skip_filter_plugins = set(skip_filter)
         state.skip_score_plugins = set(skip_score)
         return state

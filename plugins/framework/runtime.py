@@ -76,6 +76,10 @@ MAX_PERMIT_TIMEOUT_SECONDS = 15 * 60.0
 
 P = TypeVar("P", bound=Plugin)
 
+# A waiting-pod signal as CycleState.signal_waiting_pod records it:
+# (pod uid, plugin, allow, message).
+Signal = tuple[str, str, bool, str]
+
 
 class ProfileError(ValueError):
     """A profile the runtime cannot run (upstream's NewFramework errors)."""
@@ -243,6 +247,17 @@ class ScheduleResult:
     nominating_mode: NominatingMode = NominatingMode.NOOP
     # Diagnosis.PendingPlugins: plugins that answered Pending.
     pending_plugins: set[str] = field(default_factory=set)
+    # What the cycle's plugins ask of pods waiting at Permit, by the point
+    # that asked: PostFilter (the pod fits no node); Reserve and Permit (the
+    # pod was reserved); the Unreserve after a failed Reserve or a Permit
+    # rejection (with what the failing Reserve asked before it failed).
+    post_filter_signals: list[Signal] = field(default_factory=list)
+    permit_signals: list[Signal] = field(default_factory=list)
+    unreserve_signals: list[Signal] = field(default_factory=list)
+    # With reserve_and_permit, when Permit answered Success or Wait: the pods
+    # the cycle's plugins asked to activate (schedule_one.go,
+    # prepareForBindingCycle: podsToActivate after Permit).
+    activate_pod_uids: list[str] = field(default_factory=list)
 
 
 class Framework:
@@ -585,7 +600,7 @@ class Framework:
             reasons: list[str] = []
             rejector = ""
             for pl in self.post_filter:
-                with self._plugin("PostFilter", pl) as box:
+                with self._plugin("PostFilter", pl) as box, _acting(state, pl):
                     r, st = pl.post_filter(state, pod, rejected)
                     box.append(st)
                 if st.is_success:
@@ -1018,7 +1033,9 @@ class Framework:
         if not self.post_filter:
             result.nominating_mode = NominatingMode.OVERRIDE
             return
+        mark = len(state.permit_signals)
         pf, st = self.run_post_filter(state, pod, rejected)
+        result.post_filter_signals = state.permit_signals[mark:]
         result.post_filter_status = st
         if pf is not None:
             result.nominating_mode = NominatingMode.OVERRIDE
@@ -1032,19 +1049,42 @@ class Framework:
         return "" if st is None else st.message
 
     def _reserve_and_permit(self, state: CycleState, pod: PodInfo, result: ScheduleResult) -> None:
-        """schedule_one.go, schedulingCycle after host selection."""
-        st = self.run_reserve(state, pod, result.node)
+        """schedule_one.go, schedulingCycle after host selection
+        (prepareForBindingCycle): Reserve, Permit, and Unreserve when either
+        turns the pod away. The signals each raised are sorted out by point;
+        the pods to activate are handed over only when Permit lets the pod on
+        (Success or Wait), as upstream activates them at the end of a
+        successful scheduling cycle and drops them otherwise."""
+        mark = len(state.permit_signals)
+        try:
+            st = self.run_reserve(state, pod, result.node)
+        except CycleError as exc:
+            # A plugin that raised: an Error status, unreserved like any
+            # other failure (RunReservePluginsReserve returns it as one).
+            st = exc.status
+            state.assume_annotations.clear()
         result.reserve_status = st
         if not st.is_success:
             self.run_unreserve(state, pod, result.node)
+            result.unreserve_signals = state.permit_signals[mark:]
             result.nominating_mode = NominatingMode.OVERRIDE
+            state.take_activations()
             return
-        st, waits = self.run_permit(state, pod, result.node)
+        try:
+            st, waits = self.run_permit(state, pod, result.node)
+        except CycleError as exc:
+            st, waits = exc.status, {}
         result.permit_status = st
         result.permit_timeouts = waits
+        result.permit_signals = state.permit_signals[mark:]
         if not st.is_success and not st.is_wait:
+            after_permit = len(state.permit_signals)
             self.run_unreserve(state, pod, result.node)
+            result.unreserve_signals = state.permit_signals[after_permit:]
             result.nominating_mode = NominatingMode.OVERRIDE
+            state.take_activations()
+            return
+        result.activate_pod_uids = state.take_activations()
 
 
 class _acting:

@@ -6,6 +6,7 @@ shim binds the test's pods, and reads the truth back from the API server.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -17,9 +18,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import yaml
+
 from berth.localcluster import Cluster, KubeClient
 from berth.localcluster.ports import free_port
-from berth.localcluster.rest import JSON, path_segment
+from berth.localcluster.rest import JSON, ApiError, path_segment
 from plugins.framework.units import parse_quantity
 
 BERTH = [sys.executable, "-m", "berth"]
@@ -196,7 +199,7 @@ class Shim(Proc):
             *extra,
         ]
         if server:
-            argv += ["--server", server]
+            argv += ["--plugin-server", server]
         super().__init__(argv, log, env)
 
     def get(self, path: str) -> tuple[int, str]:
@@ -315,13 +318,82 @@ def profile_for(namespace: str) -> str:
     return f"berth-{namespace}"[:63].rstrip("-")
 
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
+
+
+def example_config_as(folder: str, seed_profile: str, profile: str, path: Path) -> Path:
+    """deploy/examples/<folder>/scheduler-config.yaml, unchanged but for its one profile's
+    name (``seed_profile`` becomes ``profile``), written to ``path``."""
+    text = (EXAMPLES / folder / "scheduler-config.yaml").read_text()
+    field = f"- schedulerName: {seed_profile}"
+    assert text.count(field) == 1, text
+    path.write_text(text.replace(field, f"- schedulerName: {profile}"))
+    return path
+
+
+def ensure_crds(kube: KubeClient, manifest: Path, timeout: float = 30.0) -> list[JSON]:
+    """Creates the CustomResourceDefinitions of a YAML manifest unless they exist, and
+    waits until each is Established and its resource is served. Returns the CRDs as
+    written. They are left in place (cluster-wide, idempotent)."""
+    base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    crds = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+    for crd in crds:
+        try:
+            kube.create(base, crd)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+
+    def established(name: str) -> bool:
+        conds = (kube.get(f"{base}/{name}").get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+
+    def served(path: str) -> bool:
+        try:
+            kube.get(path)
+        except ApiError:
+            return False
+        return True
+
+    for crd in crds:
+        spec = crd["spec"]
+        name = crd["metadata"]["name"]
+        wait_for(functools.partial(established, name), timeout, f"CRD {name}")
+        version = next(v["name"] for v in spec["versions"] if v.get("served"))
+        path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"
+        wait_for(functools.partial(served, path), timeout, f"{path} served")
+    return crds
+
+
+def failed_scheduling_notes(kube: KubeClient, namespace: str, pod: str) -> list[str]:
+    """The notes of the FailedScheduling events about ``pod``. The event recorder keeps
+    an event's first note and counts later occurrences in its series, as client-go does:
+    a later, different message shows in the pod's PodScheduled condition instead."""
+    events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{path_segment(namespace)}/events")
+    return [
+        str(e.get("note", ""))
+        for e in events["items"]
+        if e.get("reason") == "FailedScheduling" and e["regarding"].get("name") == pod
+    ]
+
+
+def pod_scheduled_condition(pod: JSON) -> JSON | None:
+    """The pod's PodScheduled condition, None when it has none."""
+    conds = pod.get("status", {}).get("conditions", [])
+    return next((c for c in conds if c.get("type") == "PodScheduled"), None)
+
+
 __all__ = [
     "Cluster",
     "Proc",
     "Server",
     "Shim",
     "assert_no_overcommit",
+    "ensure_crds",
+    "example_config_as",
+    "failed_scheduling_notes",
     "kubeconfig_for",
+    "pod_scheduled_condition",
     "pods_of",
     "profile_for",
     "running",

@@ -1,0 +1,268 @@
+"""shim/objects.py: the kinds plugins read kept in the cluster state (polled
+here against a scripted API; the watch path is the Informer of
+test_informer.py, exercised end to end in tests/integration/test_shim_objects.py),
+and the writes plugins return applied as merge patches."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, cast
+
+import orjson
+import pytest
+
+from berth.client import ClusterStateLog
+from berth_api.v1 import cluster_pb2 as cpb
+from berth_api.v1 import scheduling_pb2 as pb
+from shim.kubeapi import JSON, ApiError, KubeApi, ListResult
+from shim.objects import (
+    ObjectSources,
+    Poller,
+    Source,
+    WriteFailed,
+    collection_path,
+    merge_sources,
+    object_path,
+    object_record,
+    perform_writes,
+    write_path,
+)
+
+METRICS = pb.ObjectKind(
+    group="metrics.k8s.io",
+    version="v1beta1",
+    resource="nodes",
+    kind="NodeMetrics",
+    namespaced=False,
+    poll_seconds=1,
+    plugins=["LowCpu"],
+)
+SOURCE = merge_sources([METRICS])[("metrics.k8s.io", "nodes")]
+
+
+def metrics(name: str, cpu: str) -> JSON:
+    return {
+        "metadata": {"name": name, "managedFields": [{"manager": "x"}]},
+        "usage": {"cpu": cpu},
+    }
+
+
+class FakeApi:
+    """Scripted lists (an ApiError in the script is raised) and recorded patches."""
+
+    def __init__(self, lists: list[list[JSON] | ApiError] | None = None) -> None:
+        self.lists = list(lists or [])
+        self.listed: list[tuple[str, dict[str, Any]]] = []
+        self.patches: list[tuple[str, JSON]] = []
+        self.fail_patch_on: str | None = None
+
+    def list(self, path: str, **params: Any) -> ListResult:
+        self.listed.append((path, params))
+        item = self.lists.pop(0) if len(self.lists) > 1 else self.lists[0]
+        if isinstance(item, ApiError):
+            raise item
+        return ListResult(item, "1")
+
+    def merge_patch(self, path: str, patch: JSON) -> JSON:
+        if path == self.fail_patch_on:
+            raise ApiError("PATCH", path, 403, b"forbidden")
+        self.patches.append((path, patch))
+        return {}
+
+
+# -- sources -----------------------------------------------------------------------------------
+
+
+def test_paths_for_core_and_group_kinds() -> None:
+    assert collection_path("", "v1", "pods") == "/api/v1/pods"
+    assert collection_path("scheduling.x-k8s.io", "v1alpha1", "podgroups", "ns") == (
+        "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/ns/podgroups"
+    )
+    assert object_path("apps", "v1", "deployments", "ns", "d", "status") == (
+        "/apis/apps/v1/namespaces/ns/deployments/d/status"
+    )
+    assert object_path("metrics.k8s.io", "v1beta1", "nodes", "", "n1") == (
+        "/apis/metrics.k8s.io/v1beta1/nodes/n1"
+    )
+
+
+def test_merge_sources_one_per_kind_across_profiles() -> None:
+    pods_a = pb.ObjectKind(
+        version="v1", resource="pods", kind="Pod", label_selector="a", plugins=["A"]
+    )
+    pods_b = pb.ObjectKind(
+        version="v1", resource="pods", kind="Pod", label_selector="b", plugins=["B"]
+    )
+    slow = pb.ObjectKind()
+    slow.CopyFrom(METRICS)
+    slow.poll_seconds = 30
+    merged = merge_sources([pods_a, pods_b, slow, METRICS])
+    assert merged[("", "pods")].label_selector == ""
+    assert merged[("", "pods")].plugins == {"A", "B"}
+    assert merged[("metrics.k8s.io", "nodes")].poll_seconds == 1
+    same = merge_sources([pods_a, pods_a])
+    assert same[("", "pods")].label_selector == "a"
+    assert same[("", "pods")].params() == {"labelSelector": "a"}
+
+
+def test_merge_sources_skips_reads_without_resource() -> None:
+    assert merge_sources([pb.ObjectKind(version="v1")]) == {}
+
+
+def test_object_record_drops_managed_fields_and_fills_kind() -> None:
+    rec = object_record(SOURCE, metrics("n1", "500m"))
+    assert (rec.ref.group, rec.ref.resource, rec.ref.namespace, rec.ref.name) == (
+        "metrics.k8s.io",
+        "nodes",
+        "",
+        "n1",
+    )
+    assert (rec.version, rec.kind) == ("v1beta1", "NodeMetrics")
+    body = json.loads(rec.json)
+    assert body["apiVersion"] == "metrics.k8s.io/v1beta1"
+    assert body["kind"] == "NodeMetrics"
+    assert "managedFields" not in body["metadata"]
+    assert body["usage"] == {"cpu": "500m"}
+
+
+def test_object_record_keeps_namespace_and_served_version() -> None:
+    src = Source("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", 0, "")
+    obj = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "pg", "namespace": "ns"},
+    }
+    rec = object_record(src, obj)
+    assert rec.ref.namespace == "ns"
+    assert orjson.loads(rec.json) == obj
+
+
+def test_object_record_without_name_is_refused() -> None:
+    from berth.kube import ObjectError
+
+    with pytest.raises(ObjectError, match=r"nodes\.metrics\.k8s\.io: metadata\.name: required"):
+        object_record(SOURCE, {"metadata": {}})
+
+
+async def test_poller_delivers_differences_and_keeps_objects_on_errors() -> None:
+    api = FakeApi(
+        [
+            [metrics("n1", "1"), metrics("n2", "2")],
+            [metrics("n1", "1"), metrics("n2", "3")],
+            ApiError("GET", "/apis/metrics.k8s.io/v1beta1/nodes", 503),
+            [metrics("n2", "3")],
+        ]
+    )
+    seen: list[list[tuple[str, str]]] = []
+    poller = Poller(
+        cast(KubeApi, api), SOURCE, lambda evs: seen.append([(e.type, e.key) for e in evs])
+    )
+    await poller.poll()
+    assert poller.synced
+    await poller.poll()
+    with pytest.raises(ApiError):
+        await poller.poll()
+    await poller.poll()
+    assert seen == [
+        [("ADDED", "/n1"), ("ADDED", "/n2")],
+        [("MODIFIED", "/n2")],
+        [("DELETED", "/n1")],
+    ]
+    assert api.listed[0] == ("/apis/metrics.k8s.io/v1beta1/nodes", {})
+
+
+async def test_sources_feed_the_state_and_drop_what_nobody_reads() -> None:
+    api = FakeApi([[metrics("n1", "1")]])
+    state = ClusterStateLog()
+    changed: list[str] = []
+    sources = ObjectSources(cast(KubeApi, api), state, lambda src: changed.append(src.name))
+    sources.update([METRICS])
+    try:
+        assert await sources.wait_synced() == []
+        assert list(state.objects) == [("metrics.k8s.io", "nodes", "", "n1")]
+        assert changed == ["nodes.metrics.k8s.io"]
+        state.commit()
+        # Same reads again: nothing restarts.
+        sources.update([METRICS])
+        assert not state.has_pending
+        sources.update([])
+        assert state.objects == {}
+        state.commit()
+        delta = state.state_since(1).delta
+        assert [r.name for r in delta.delete_objects] == ["n1"]
+    finally:
+        sources.stop()
+
+
+async def test_sources_report_a_kind_that_never_lists() -> None:
+    api = FakeApi([ApiError("GET", "/apis/metrics.k8s.io/v1beta1/nodes", 404)])
+    sources = ObjectSources(cast(KubeApi, api), ClusterStateLog())
+    sources.sync_timeout = 0.2
+    sources.update([METRICS])
+    try:
+        assert await sources.wait_synced() == ["nodes.metrics.k8s.io"]
+    finally:
+        sources.stop()
+    await asyncio.sleep(0)
+
+
+# -- writes ------------------------------------------------------------------------------------
+
+
+def write(name: str, patch: bytes = b'{"a":1}', sub: str = "") -> pb.ObjectWrite:
+    return pb.ObjectWrite(
+        ref=cpb.ObjectRef(resource="pods", namespace="ns", name=name),
+        version="v1",
+        subresource=sub,
+        merge_patch=patch,
+        plugin="Card",
+    )
+
+
+def test_writes_are_applied_in_order_as_merge_patches() -> None:
+    api = FakeApi()
+    perform_writes(cast(KubeApi, api), [write("a"), write("b", b'{"b":null}', "status")])
+    assert api.patches == [
+        ("/api/v1/namespaces/ns/pods/a", {"a": 1}),
+        ("/api/v1/namespaces/ns/pods/b/status", {"b": None}),
+    ]
+    assert write_path(write("x", sub="status")) == "/api/v1/namespaces/ns/pods/x/status"
+
+
+def test_first_failed_write_stops_and_names_plugin_and_object() -> None:
+    api = FakeApi()
+    api.fail_patch_on = "/api/v1/namespaces/ns/pods/b"
+    with pytest.raises(WriteFailed) as info:
+        perform_writes(cast(KubeApi, api), [write("a"), write("b"), write("c")])
+    assert info.value.index == 1
+    assert "write by plugin 'Card' to pods ns/b" in str(info.value)
+    assert "403" in str(info.value)
+    assert [p for p, _ in api.patches] == ["/api/v1/namespaces/ns/pods/a"]
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (write("a", b"{nope"), "merge_patch is not JSON"),
+        (write("a", b"[1]"), "merge_patch must be a JSON object"),
+        (pb.ObjectWrite(ref=cpb.ObjectRef(resource="pods"), version="v1"), "must be set"),
+    ],
+)
+def test_malformed_writes_fail_without_a_request(bad: pb.ObjectWrite, message: str) -> None:
+    api = FakeApi()
+    with pytest.raises(WriteFailed, match=message):
+        perform_writes(cast(KubeApi, api), [bad])
+    assert api.patches == []
+
+
+def test_assumed_pod_carries_reserve_annotations_into_the_state() -> None:
+    from shim.cache import SchedulerCache
+
+    cache = SchedulerCache()
+    pod = cpb.Pod(uid="u1", name="p", namespace="ns", annotations={"keep": "1"})
+    cache.assume(pod, "n1", {"gpu/card": "0"})
+    sent = cache.state.pods["u1"]
+    assert sent.node_name == "n1"
+    assert dict(sent.annotations) == {"keep": "1", "gpu/card": "0"}
+    assert dict(pod.annotations) == {"keep": "1"}  # the queued pod is left alone
