@@ -1035,6 +1035,7 @@ class PostFilterResponse(_message.Message):
     NOMINATED_NODE_NAME_FIELD_NUMBER: _builtins.int
     CYCLE_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    SIGNALS_FIELD_NUMBER: _builtins.int
     nominated_node_name: _builtins.str
     """The node nominated for the pod; empty when none."""
     generation: _builtins.int
@@ -1049,6 +1050,14 @@ class PostFilterResponse(_message.Message):
     def cycle(self) -> Global___CycleState:
         """The cycle's state after PostFilter."""
 
+    @_builtins.property
+    def signals(self) -> _containers.RepeatedCompositeFieldContainer[Global___WaitingPodSignal]:
+        """What the plugins ask of pods already waiting in Permit (upstream's
+        WaitingPod.Reject from PostFilter, e.g. Coscheduling rejecting the rest
+        of a gang when one member fits no node); the caller applies them as
+        PermitResponse.signals.
+        """
+
     def __init__(
         self,
         *,
@@ -1056,10 +1065,11 @@ class PostFilterResponse(_message.Message):
         nominated_node_name: _builtins.str = ...,
         cycle: Global___CycleState | None = ...,
         generation: _builtins.int = ...,
+        signals: _abc.Iterable[Global___WaitingPodSignal] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "generation", b"generation", "nominated_node_name", b"nominated_node_name", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "generation", b"generation", "nominated_node_name", b"nominated_node_name", "signals", b"signals", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1341,6 +1351,7 @@ class StatusResponse(_message.Message):
     ASSUME_ANNOTATIONS_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     SIGNALS_FIELD_NUMBER: _builtins.int
+    ACTIVATE_POD_UIDS_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
     """The snapshot generation the call ran at."""
     @_builtins.property
@@ -1373,6 +1384,15 @@ class StatusResponse(_message.Message):
         reject the rest of a gang), as PermitResponse.signals.
         """
 
+    @_builtins.property
+    def activate_pod_uids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """PreBind and PostBind: uids of pending pods the plugins ask the caller to
+        move to its active queue (upstream's PodsToActivate) once the binding
+        cycle succeeds, when they wait in its backoff or unschedulable pools;
+        pods elsewhere are left as they are. PreBind returns them only when it
+        succeeds.
+        """
+
     def __init__(
         self,
         *,
@@ -1382,10 +1402,11 @@ class StatusResponse(_message.Message):
         assume_annotations: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         generation: _builtins.int = ...,
         signals: _abc.Iterable[Global___WaitingPodSignal] | None = ...,
+        activate_pod_uids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assume_annotations", b"assume_annotations", "cycle", b"cycle", "generation", b"generation", "signals", b"signals", "status", b"status", "writes", b"writes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activate_pod_uids", b"activate_pod_uids", "assume_annotations", b"assume_annotations", "cycle", b"cycle", "generation", b"generation", "signals", b"signals", "status", b"status", "writes", b"writes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1460,6 +1481,7 @@ class PermitResponse(_message.Message):
     WAIT_TIMEOUT_MILLIS_FIELD_NUMBER: _builtins.int
     SIGNALS_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    ACTIVATE_POD_UIDS_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
     """The snapshot generation the call ran at."""
     @_builtins.property
@@ -1482,6 +1504,16 @@ class PermitResponse(_message.Message):
         gang now complete); the caller applies them.
         """
 
+    @_builtins.property
+    def activate_pod_uids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """With Success or Wait: uids of pending pods the plugins of this scheduling
+        cycle (PreFilter through Permit; earlier calls' requests travel in
+        `cycle`) ask the caller to move to its active queue now, when they wait
+        in its backoff or unschedulable pools (upstream's PodsToActivate, e.g.
+        Coscheduling's ActivateSiblings when a gang member starts to wait).
+        Empty after a rejection: a failed cycle activates nothing.
+        """
+
     def __init__(
         self,
         *,
@@ -1490,10 +1522,11 @@ class PermitResponse(_message.Message):
         wait_timeout_millis: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         signals: _abc.Iterable[Global___WaitingPodSignal] | None = ...,
         generation: _builtins.int = ...,
+        activate_pod_uids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "generation", b"generation", "signals", b"signals", "status", b"status", "wait_timeout_millis", b"wait_timeout_millis"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activate_pod_uids", b"activate_pod_uids", "cycle", b"cycle", "generation", b"generation", "signals", b"signals", "status", b"status", "wait_timeout_millis", b"wait_timeout_millis"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1918,6 +1951,7 @@ class ScheduleResponse(_message.Message):
     GENERATION_FIELD_NUMBER: _builtins.int
     POST_FILTER_FIELD_NUMBER: _builtins.int
     ASSUME_ANNOTATIONS_FIELD_NUMBER: _builtins.int
+    UNRESERVE_SIGNALS_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     """The chosen node; empty when the pod fits none."""
     evaluated_nodes: _builtins.int
@@ -1952,7 +1986,9 @@ class ScheduleResponse(_message.Message):
 
     @_builtins.property
     def permit(self) -> Global___PermitResponse:
-        """With reserve_and_permit, when Reserve succeeded: Permit's result."""
+        """With reserve_and_permit, when Reserve succeeded: Permit's result, with
+        its signals and activate_pod_uids.
+        """
 
     @_builtins.property
     def scores(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeScore]:
@@ -1960,11 +1996,19 @@ class ScheduleResponse(_message.Message):
 
     @_builtins.property
     def post_filter(self) -> Global___PostFilterResponse:
-        """PostFilter's result when filtering left no node."""
+        """PostFilter's result when filtering left no node, with its signals."""
 
     @_builtins.property
     def assume_annotations(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """With reserve_and_permit: Reserve's assume_annotations (StatusResponse)."""
+
+    @_builtins.property
+    def unreserve_signals(self) -> _containers.RepeatedCompositeFieldContainer[Global___WaitingPodSignal]:
+        """With reserve_and_permit, when Reserve failed or Permit rejected the pod:
+        the signals of the Unreserve the server then ran (StatusResponse.signals
+        of Unreserve, e.g. reject the rest of a gang). Apply them after
+        permit.signals.
+        """
 
     def __init__(
         self,
@@ -1982,10 +2026,11 @@ class ScheduleResponse(_message.Message):
         generation: _builtins.int = ...,
         post_filter: Global___PostFilterResponse | None = ...,
         assume_annotations: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        unreserve_signals: _abc.Iterable[Global___WaitingPodSignal] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "diagnosis", b"diagnosis", "permit", b"permit", "post_filter", b"post_filter", "reserve_status", b"reserve_status", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assume_annotations", b"assume_annotations", "cycle", b"cycle", "diagnosis", b"diagnosis", "evaluated_nodes", b"evaluated_nodes", "feasible_nodes", b"feasible_nodes", "generation", b"generation", "next_start_index", b"next_start_index", "node", b"node", "permit", b"permit", "post_filter", b"post_filter", "reserve_status", b"reserve_status", "scores", b"scores", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assume_annotations", b"assume_annotations", "cycle", b"cycle", "diagnosis", b"diagnosis", "evaluated_nodes", b"evaluated_nodes", "feasible_nodes", b"feasible_nodes", "generation", b"generation", "next_start_index", b"next_start_index", "node", b"node", "permit", b"permit", "post_filter", b"post_filter", "reserve_status", b"reserve_status", "scores", b"scores", "status", b"status", "unreserve_signals", b"unreserve_signals"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

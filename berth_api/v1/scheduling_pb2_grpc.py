@@ -198,7 +198,8 @@ class SchedulingServiceServicer:
 
     def PostFilter(self, request, context):
         """PostFilter after a cycle found no feasible node (RunPostFilterPlugins),
-        e.g. preemption's nomination; it gets the Filter rejections.
+        e.g. preemption's nomination; it gets the Filter rejections. `signals`
+        may ask waiting pods to be rejected (e.g. the rest of a gang).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

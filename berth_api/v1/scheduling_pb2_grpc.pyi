@@ -83,7 +83,8 @@ class SchedulingServiceStub:
     """
     PostFilter: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.PostFilterRequest, _scheduling_pb2.PostFilterResponse]
     """PostFilter after a cycle found no feasible node (RunPostFilterPlugins),
-    e.g. preemption's nomination; it gets the Filter rejections.
+    e.g. preemption's nomination; it gets the Filter rejections. `signals`
+    may ask waiting pods to be rejected (e.g. the rest of a gang).
     """
     PreScore: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.NodesRequest, _scheduling_pb2.PreScoreResponse]
     """PreScore on the feasible nodes (RunPreScorePlugins). A plugin's Skip
@@ -179,7 +180,8 @@ class SchedulingServiceAsyncStub(SchedulingServiceStub):
     """
     PostFilter: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.PostFilterRequest, _scheduling_pb2.PostFilterResponse]  # type: ignore[assignment]
     """PostFilter after a cycle found no feasible node (RunPostFilterPlugins),
-    e.g. preemption's nomination; it gets the Filter rejections.
+    e.g. preemption's nomination; it gets the Filter rejections. `signals`
+    may ask waiting pods to be rejected (e.g. the rest of a gang).
     """
     PreScore: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.NodesRequest, _scheduling_pb2.PreScoreResponse]  # type: ignore[assignment]
     """PreScore on the feasible nodes (RunPreScorePlugins). A plugin's Skip
@@ -314,7 +316,8 @@ class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_scheduling_pb2.PostFilterResponse, _abc.Awaitable[_scheduling_pb2.PostFilterResponse]]:
         """PostFilter after a cycle found no feasible node (RunPostFilterPlugins),
-        e.g. preemption's nomination; it gets the Filter rejections.
+        e.g. preemption's nomination; it gets the Filter rejections. `signals`
+        may ask waiting pods to be rejected (e.g. the rest of a gang).
         """
 
     @_abc_1.abstractmethod

@@ -18,7 +18,8 @@ be placed before any is bound.
 - Permit: Wait until minMember members are assigned (bound, or assumed on a
   node by the caller: the ones waiting here), then Success, allowing the
   waiting ones. The wait is spec.scheduleTimeoutSeconds, else
-  permitWaitingTimeSeconds, at most 15 minutes.
+  permitWaitingTimeSeconds, at most 15 minutes. The first member to wait
+  asks the caller to activate its siblings (ActivateSiblings).
 - Unreserve (a member timed out, was rejected or failed to bind): every other
   waiting member is rejected, so none is left assumed.
 
@@ -297,17 +298,33 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, PostFilterPlugin, ReservePl
             )
             return SUCCESS, 0.0
         timeout = self._timeout(pg)
+        activated = self._activate_siblings(state, pod, others) if assigned == 1 else 0
         log.info(
-            "pod %s on %s waits up to %gs: PodGroup %s has %d/%d members assigned",
+            "pod %s on %s waits up to %gs: PodGroup %s has %d/%d members assigned%s",
             pod.key,
             node_name,
             timeout,
             pg.full_name,
             assigned,
             pg.min_member,
+            f"; activating {activated} sibling(s)" if activated else "",
         )
         reason = f"PodGroup {pg.full_name} has {assigned}/{pg.min_member} members assigned"
         return Status(Code.WAIT, (reason,)), timeout
+
+    @staticmethod
+    def _activate_siblings(state: CycleState, pod: PodInfo, others: list[Member]) -> int:
+        """core.go PodGroupManager.ActivateSiblings, which Permit calls when
+        the first member of a group starts to wait (PermitState.Activate is
+        set only when it is the group's one assigned pod): the group's other
+        pods go to the caller's active queue, out of backoff or the
+        unschedulable pool, so the rest of the gang is tried now rather than
+        when their backoff ends. Only pods not yet assigned are named (the
+        others are not queued). Returns how many were named."""
+        uids = [m.uid for m in others if not m.assigned and m.uid and m.uid != pod.uid]
+        if uids:
+            state.activate_pods(uids)
+        return len(uids)
 
     def _timeout(self, pg: PodGroup) -> float:
         """util.GetWaitTimeDuration: the PodGroup's scheduleTimeoutSeconds

@@ -446,6 +446,45 @@ def test_permit_ignores_members_of_other_namespaces() -> None:
     assert st.code is Code.WAIT
 
 
+def _permit_state(snap: Snapshot, pod: pb.Pod) -> tuple[Status, CycleState]:
+    state = CycleState()
+    state.current_plugin = "Coscheduling"
+    st, _ = plugin(snap).permit(state, info(pod), "n1")
+    return st, state
+
+
+def test_permit_first_member_to_wait_activates_its_pending_siblings() -> None:
+    """coscheduling.go Permit → core.go ActivateSiblings: the group's only assigned
+    pod (PermitState.Activate) puts the other pods in PodsToActivate; bound or
+    assumed members are not queued, finished ones do not count."""
+    objects = [
+        podgroup("pg", 4),
+        member("p", "pg"),
+        member("q", "pg"),
+        member("r", "pg", gated=True),
+        member("done", "pg", phase="Succeeded"),
+        member("x", "other"),
+    ]
+    st, state = _permit_state(snapshot_of(nodes(1), objects=objects), gang_pod("p"))
+    assert st.code is Code.WAIT
+    assert sorted(state.pods_to_activate) == sorted([uid_of("q"), uid_of("r")])
+
+
+def test_permit_later_waiters_and_the_last_member_activate_nobody() -> None:
+    """core.go Permit sets PermitState.Activate only when len(assigned) == 1."""
+    objects = [podgroup("pg", 3), member("p", "pg"), member("q", "pg"), member("s", "pg")]
+    # q already waits on n1: p is the second member assigned.
+    snap = snapshot_of(nodes(1), [gang_pod("q", node="n1")], objects)
+    st, state = _permit_state(snap, gang_pod("p"))
+    assert st.code is Code.WAIT
+    assert state.pods_to_activate == []
+    # s arrives while p and q wait: Success, nobody to activate.
+    snap = snapshot_of(nodes(1), [gang_pod("q", node="n1"), gang_pod("p", node="n1")], objects)
+    st, state = _permit_state(snap, gang_pod("s"))
+    assert st == SUCCESS
+    assert state.pods_to_activate == []
+
+
 # -- Unreserve ------------------------------------------------------------------------
 
 
@@ -699,13 +738,16 @@ def test_cycles_a_gang_of_four_on_room_for_three_waits_then_binds_when_room_appe
     snap = snapshot_of(nodes(3), objects=objects)
     rng = random.Random(0)
     waiting: list[str] = []
-    for name in names[:3]:
+    for k, name in enumerate(names[:3]):
         pod = gang_pod(name, cpu="3")
         state = CycleState()
         result = fw.schedule(snap, state, info(pod), reserve_and_permit=True, rng=rng)
         assert result.status.is_success, result.message
         assert result.permit_status is not None and result.permit_status.is_wait
         assert result.permit_timeouts == {"Coscheduling": 30.0}
+        # The first to wait activates the rest (ActivateSiblings); the others do not.
+        want = [uid_of(n) for n in names[1:]] if k == 0 else []
+        assert sorted(result.activate_pod_uids) == want
         # The caller assumes the waiting pod on its node.
         pod.node_name = result.node
         snap.apply(pb.ClusterDelta(upsert_pods=[pod]))
@@ -718,7 +760,10 @@ def test_cycles_a_gang_of_four_on_room_for_three_waits_then_binds_when_room_appe
         "0/3 nodes are available: 3 Insufficient cpu. "
         "PodGroup default/pg gets rejected due to Pod g-3 is unschedulable even after PostFilter"
     )
-    assert sorted(uid for uid, _, allow, _ in state.permit_signals if not allow) == sorted(waiting)
+    # PostFilter rejects the waiting members, attributed to the plugin.
+    assert sorted(result.post_filter_signals) == sorted(
+        (uid, "Coscheduling", False, "optimistic rejection in PostFilter") for uid in waiting
+    )
 
     # Room appears: a fourth node.
     snap.apply(pb.ClusterDelta(upsert_nodes=nodes(4)[3:]))

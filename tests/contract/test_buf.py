@@ -157,7 +157,7 @@ def test_no_breaking_change_against_the_release(buf: Path) -> None:
         ),
         pytest.param(
             "  string node = 2;\n  // Nodes Filter ran on",
-            "  string node = 15;\n  // Nodes Filter ran on",
+            "  string node = 99;\n  // Nodes Filter ran on",
             'Previously present field "2" with name "node" on message "ScheduleResponse"',
             id="field-renumbered",
         ),

@@ -1812,7 +1812,12 @@ type PostFilterResponse struct {
 	// The cycle's state after PostFilter.
 	Cycle *CycleState `protobuf:"bytes,3,opt,name=cycle,proto3" json:"cycle,omitempty"`
 	// The snapshot generation the call ran at.
-	Generation    int64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation int64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	// What the plugins ask of pods already waiting in Permit (upstream's
+	// WaitingPod.Reject from PostFilter, e.g. Coscheduling rejecting the rest
+	// of a gang when one member fits no node); the caller applies them as
+	// PermitResponse.signals.
+	Signals       []*WaitingPodSignal `protobuf:"bytes,5,rep,name=signals,proto3" json:"signals,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1873,6 +1878,13 @@ func (x *PostFilterResponse) GetGeneration() int64 {
 		return x.Generation
 	}
 	return 0
+}
+
+func (x *PostFilterResponse) GetSignals() []*WaitingPodSignal {
+	if x != nil {
+		return x.Signals
+	}
+	return nil
 }
 
 // PreScore's result.
@@ -2345,9 +2357,15 @@ type StatusResponse struct {
 	Generation int64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
 	// Unreserve: what the plugins ask of pods that are waiting in Permit (e.g.
 	// reject the rest of a gang), as PermitResponse.signals.
-	Signals       []*WaitingPodSignal `protobuf:"bytes,6,rep,name=signals,proto3" json:"signals,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Signals []*WaitingPodSignal `protobuf:"bytes,6,rep,name=signals,proto3" json:"signals,omitempty"`
+	// PreBind and PostBind: uids of pending pods the plugins ask the caller to
+	// move to its active queue (upstream's PodsToActivate) once the binding
+	// cycle succeeds, when they wait in its backoff or unschedulable pools;
+	// pods elsewhere are left as they are. PreBind returns them only when it
+	// succeeds.
+	ActivatePodUids []string `protobuf:"bytes,7,rep,name=activate_pod_uids,json=activatePodUids,proto3" json:"activate_pod_uids,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2418,6 +2436,13 @@ func (x *StatusResponse) GetGeneration() int64 {
 func (x *StatusResponse) GetSignals() []*WaitingPodSignal {
 	if x != nil {
 		return x.Signals
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetActivatePodUids() []string {
+	if x != nil {
+		return x.ActivatePodUids
 	}
 	return nil
 }
@@ -2511,9 +2536,16 @@ type PermitResponse struct {
 	// gang now complete); the caller applies them.
 	Signals []*WaitingPodSignal `protobuf:"bytes,4,rep,name=signals,proto3" json:"signals,omitempty"`
 	// The snapshot generation the call ran at.
-	Generation    int64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Generation int64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
+	// With Success or Wait: uids of pending pods the plugins of this scheduling
+	// cycle (PreFilter through Permit; earlier calls' requests travel in
+	// `cycle`) ask the caller to move to its active queue now, when they wait
+	// in its backoff or unschedulable pools (upstream's PodsToActivate, e.g.
+	// Coscheduling's ActivateSiblings when a gang member starts to wait).
+	// Empty after a rejection: a failed cycle activates nothing.
+	ActivatePodUids []string `protobuf:"bytes,6,rep,name=activate_pod_uids,json=activatePodUids,proto3" json:"activate_pod_uids,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PermitResponse) Reset() {
@@ -2579,6 +2611,13 @@ func (x *PermitResponse) GetGeneration() int64 {
 		return x.Generation
 	}
 	return 0
+}
+
+func (x *PermitResponse) GetActivatePodUids() []string {
+	if x != nil {
+		return x.ActivatePodUids
+	}
+	return nil
 }
 
 // Bind's result.
@@ -3267,18 +3306,24 @@ type ScheduleResponse struct {
 	Diagnosis *Diagnosis `protobuf:"bytes,7,opt,name=diagnosis,proto3" json:"diagnosis,omitempty"`
 	// With reserve_and_permit.
 	ReserveStatus *Status `protobuf:"bytes,8,opt,name=reserve_status,json=reserveStatus,proto3" json:"reserve_status,omitempty"`
-	// With reserve_and_permit, when Reserve succeeded: Permit's result.
+	// With reserve_and_permit, when Reserve succeeded: Permit's result, with
+	// its signals and activate_pod_uids.
 	Permit *PermitResponse `protobuf:"bytes,9,opt,name=permit,proto3" json:"permit,omitempty"`
 	// With explain: every scored node, highest total first.
 	Scores []*NodeScore `protobuf:"bytes,10,rep,name=scores,proto3" json:"scores,omitempty"`
 	// The snapshot generation the cycle ran at.
 	Generation int64 `protobuf:"varint,11,opt,name=generation,proto3" json:"generation,omitempty"`
-	// PostFilter's result when filtering left no node.
+	// PostFilter's result when filtering left no node, with its signals.
 	PostFilter *PostFilterResponse `protobuf:"bytes,12,opt,name=post_filter,json=postFilter,proto3" json:"post_filter,omitempty"`
 	// With reserve_and_permit: Reserve's assume_annotations (StatusResponse).
 	AssumeAnnotations map[string]string `protobuf:"bytes,14,rep,name=assume_annotations,json=assumeAnnotations,proto3" json:"assume_annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// With reserve_and_permit, when Reserve failed or Permit rejected the pod:
+	// the signals of the Unreserve the server then ran (StatusResponse.signals
+	// of Unreserve, e.g. reject the rest of a gang). Apply them after
+	// permit.signals.
+	UnreserveSignals []*WaitingPodSignal `protobuf:"bytes,15,rep,name=unreserve_signals,json=unreserveSignals,proto3" json:"unreserve_signals,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ScheduleResponse) Reset() {
@@ -3402,6 +3447,13 @@ func (x *ScheduleResponse) GetAssumeAnnotations() map[string]string {
 	return nil
 }
 
+func (x *ScheduleResponse) GetUnreserveSignals() []*WaitingPodSignal {
+	if x != nil {
+		return x.UnreserveSignals
+	}
+	return nil
+}
+
 var File_berth_v1_scheduling_proto protoreflect.FileDescriptor
 
 const file_berth_v1_scheduling_proto_rawDesc = "" +
@@ -3518,14 +3570,15 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\x12\x1f\n" +
 	"\x03pod\x18\x03 \x01(\v2\r.berth.v1.PodR\x03pod\x12*\n" +
 	"\x05cycle\x18\x04 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x120\n" +
-	"\brejected\x18\x05 \x03(\v2\x14.berth.v1.NodeStatusR\brejected\"\xba\x01\n" +
+	"\brejected\x18\x05 \x03(\v2\x14.berth.v1.NodeStatusR\brejected\"\xf0\x01\n" +
 	"\x12PostFilterResponse\x12(\n" +
 	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12.\n" +
 	"\x13nominated_node_name\x18\x02 \x01(\tR\x11nominatedNodeName\x12*\n" +
 	"\x05cycle\x18\x03 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x04 \x01(\x03R\n" +
-	"generation\"\x88\x01\n" +
+	"generation\x124\n" +
+	"\asignals\x18\x05 \x03(\v2\x1a.berth.v1.WaitingPodSignalR\asignals\"\x88\x01\n" +
 	"\x10PreScoreResponse\x12(\n" +
 	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12*\n" +
 	"\x05cycle\x18\x02 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x12\x1e\n" +
@@ -3563,7 +3616,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\vsubresource\x18\x03 \x01(\tR\vsubresource\x12\x1f\n" +
 	"\vmerge_patch\x18\x04 \x01(\fR\n" +
 	"mergePatch\x12\x16\n" +
-	"\x06plugin\x18\x05 \x01(\tR\x06plugin\"\x91\x03\n" +
+	"\x06plugin\x18\x05 \x01(\tR\x06plugin\"\xbd\x03\n" +
 	"\x0eStatusResponse\x12(\n" +
 	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12*\n" +
 	"\x05cycle\x18\x02 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x12-\n" +
@@ -3572,7 +3625,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x05 \x01(\x03R\n" +
 	"generation\x124\n" +
-	"\asignals\x18\x06 \x03(\v2\x1a.berth.v1.WaitingPodSignalR\asignals\x1aD\n" +
+	"\asignals\x18\x06 \x03(\v2\x1a.berth.v1.WaitingPodSignalR\asignals\x12*\n" +
+	"\x11activate_pod_uids\x18\a \x03(\tR\x0factivatePodUids\x1aD\n" +
 	"\x16AssumeAnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"s\n" +
@@ -3580,7 +3634,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\apod_uid\x18\x01 \x01(\tR\x06podUid\x12\x16\n" +
 	"\x06plugin\x18\x02 \x01(\tR\x06plugin\x12\x14\n" +
 	"\x05allow\x18\x03 \x01(\bR\x05allow\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xe3\x02\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x8f\x03\n" +
 	"\x0ePermitResponse\x12(\n" +
 	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12*\n" +
 	"\x05cycle\x18\x02 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x12_\n" +
@@ -3588,7 +3642,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\asignals\x18\x04 \x03(\v2\x1a.berth.v1.WaitingPodSignalR\asignals\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x05 \x01(\x03R\n" +
-	"generation\x1aD\n" +
+	"generation\x12*\n" +
+	"\x11activate_pod_uids\x18\x06 \x03(\tR\x0factivatePodUids\x1aD\n" +
 	"\x16WaitTimeoutMillisEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xaa\x01\n" +
@@ -3648,7 +3703,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x16ScheduleStreamResponse\x128\n" +
 	"\bresponse\x18\x01 \x01(\v2\x1a.berth.v1.ScheduleResponseH\x00R\bresponse\x12.\n" +
 	"\x05error\x18\x02 \x01(\v2\x16.berth.v1.RequestErrorH\x00R\x05errorB\b\n" +
-	"\x06result\"\xd5\x05\n" +
+	"\x06result\"\x9e\x06\n" +
 	"\x10ScheduleResponse\x12(\n" +
 	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12'\n" +
@@ -3666,7 +3721,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"generation\x12=\n" +
 	"\vpost_filter\x18\f \x01(\v2\x1c.berth.v1.PostFilterResponseR\n" +
 	"postFilter\x12`\n" +
-	"\x12assume_annotations\x18\x0e \x03(\v21.berth.v1.ScheduleResponse.AssumeAnnotationsEntryR\x11assumeAnnotations\x1aD\n" +
+	"\x12assume_annotations\x18\x0e \x03(\v21.berth.v1.ScheduleResponse.AssumeAnnotationsEntryR\x11assumeAnnotations\x12G\n" +
+	"\x11unreserve_signals\x18\x0f \x03(\v2\x1a.berth.v1.WaitingPodSignalR\x10unreserveSignals\x1aD\n" +
 	"\x16AssumeAnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\r\x10\x0eR\x05error*\xa9\x02\n" +
@@ -3818,89 +3874,91 @@ var file_berth_v1_scheduling_proto_depIdxs = []int32{
 	23, // 30: berth.v1.PostFilterRequest.rejected:type_name -> berth.v1.NodeStatus
 	2,  // 31: berth.v1.PostFilterResponse.status:type_name -> berth.v1.Status
 	3,  // 32: berth.v1.PostFilterResponse.cycle:type_name -> berth.v1.CycleState
-	2,  // 33: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
-	3,  // 34: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
-	2,  // 35: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
-	28, // 36: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	51, // 37: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
-	52, // 38: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
-	3,  // 39: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
-	28, // 40: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
-	2,  // 41: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
-	28, // 42: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	53, // 43: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
-	2,  // 44: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
-	3,  // 45: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
-	32, // 46: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
-	46, // 47: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
-	34, // 48: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	2,  // 49: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
-	3,  // 50: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
-	47, // 51: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
-	34, // 52: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	2,  // 53: berth.v1.BindResponse.status:type_name -> berth.v1.Status
-	51, // 54: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
-	52, // 55: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
-	48, // 56: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
-	23, // 57: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
-	2,  // 58: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
-	51, // 59: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
-	52, // 60: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
-	44, // 61: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
-	49, // 62: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
-	44, // 63: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
-	42, // 64: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
-	2,  // 65: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
-	3,  // 66: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
-	39, // 67: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
-	2,  // 68: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
-	35, // 69: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
-	38, // 70: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
-	26, // 71: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
-	50, // 72: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	4,  // 73: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
-	6,  // 74: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
-	12, // 75: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
-	17, // 76: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
-	19, // 77: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
-	20, // 78: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
-	25, // 79: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
-	20, // 80: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
-	20, // 81: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
-	30, // 82: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
-	21, // 83: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
-	21, // 84: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
-	21, // 85: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
-	21, // 86: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
-	21, // 87: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
-	21, // 88: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
-	37, // 89: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
-	37, // 90: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
-	40, // 91: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
-	5,  // 92: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
-	11, // 93: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
-	13, // 94: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
-	18, // 95: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
-	22, // 96: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
-	24, // 97: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
-	26, // 98: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
-	27, // 99: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
-	29, // 100: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
-	31, // 101: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
-	33, // 102: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
-	33, // 103: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
-	35, // 104: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
-	33, // 105: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
-	36, // 106: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
-	33, // 107: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
-	44, // 108: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
-	43, // 109: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
-	41, // 110: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
-	92, // [92:111] is the sub-list for method output_type
-	73, // [73:92] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	34, // 33: berth.v1.PostFilterResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	2,  // 34: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
+	3,  // 35: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
+	2,  // 36: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
+	28, // 37: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	51, // 38: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
+	52, // 39: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
+	3,  // 40: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
+	28, // 41: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
+	2,  // 42: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
+	28, // 43: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	53, // 44: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
+	2,  // 45: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
+	3,  // 46: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
+	32, // 47: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
+	46, // 48: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
+	34, // 49: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	2,  // 50: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
+	3,  // 51: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
+	47, // 52: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
+	34, // 53: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	2,  // 54: berth.v1.BindResponse.status:type_name -> berth.v1.Status
+	51, // 55: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
+	52, // 56: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
+	48, // 57: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
+	23, // 58: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
+	2,  // 59: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
+	51, // 60: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
+	52, // 61: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
+	44, // 62: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
+	49, // 63: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
+	44, // 64: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
+	42, // 65: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
+	2,  // 66: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
+	3,  // 67: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
+	39, // 68: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
+	2,  // 69: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
+	35, // 70: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
+	38, // 71: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
+	26, // 72: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
+	50, // 73: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	34, // 74: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
+	4,  // 75: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
+	6,  // 76: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
+	12, // 77: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
+	17, // 78: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
+	19, // 79: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
+	20, // 80: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
+	25, // 81: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
+	20, // 82: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
+	20, // 83: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
+	30, // 84: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
+	21, // 85: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
+	21, // 86: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
+	21, // 87: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
+	21, // 88: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
+	21, // 89: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
+	21, // 90: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
+	37, // 91: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
+	37, // 92: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
+	40, // 93: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
+	5,  // 94: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
+	11, // 95: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
+	13, // 96: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
+	18, // 97: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
+	22, // 98: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
+	24, // 99: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
+	26, // 100: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
+	27, // 101: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
+	29, // 102: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
+	31, // 103: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
+	33, // 104: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
+	33, // 105: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
+	35, // 106: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
+	33, // 107: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
+	36, // 108: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
+	33, // 109: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
+	44, // 110: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
+	43, // 111: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
+	41, // 112: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
+	94, // [94:113] is the sub-list for method output_type
+	75, // [75:94] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_berth_v1_scheduling_proto_init() }

@@ -89,7 +89,8 @@ type SchedulingServiceClient interface {
 	// stops at its first rejecting plugin. A plugin Error fails every node.
 	Filter(ctx context.Context, in *NodesRequest, opts ...grpc.CallOption) (*FilterResponse, error)
 	// PostFilter after a cycle found no feasible node (RunPostFilterPlugins),
-	// e.g. preemption's nomination; it gets the Filter rejections.
+	// e.g. preemption's nomination; it gets the Filter rejections. `signals`
+	// may ask waiting pods to be rejected (e.g. the rest of a gang).
 	PostFilter(ctx context.Context, in *PostFilterRequest, opts ...grpc.CallOption) (*PostFilterResponse, error)
 	// PreScore on the feasible nodes (RunPreScorePlugins). A plugin's Skip
 	// lands in cycle.skip_score_plugins.
@@ -370,7 +371,8 @@ type SchedulingServiceServer interface {
 	// stops at its first rejecting plugin. A plugin Error fails every node.
 	Filter(context.Context, *NodesRequest) (*FilterResponse, error)
 	// PostFilter after a cycle found no feasible node (RunPostFilterPlugins),
-	// e.g. preemption's nomination; it gets the Filter rejections.
+	// e.g. preemption's nomination; it gets the Filter rejections. `signals`
+	// may ask waiting pods to be rejected (e.g. the rest of a gang).
 	PostFilter(context.Context, *PostFilterRequest) (*PostFilterResponse, error)
 	// PreScore on the feasible nodes (RunPreScorePlugins). A plugin's Skip
 	// lands in cycle.skip_score_plugins.
