@@ -225,7 +225,7 @@ def run_shim(args: argparse.Namespace) -> int:
                     procs.append(serve)
                     while b"listening on port" not in (root / "serve.log").read_bytes():
                         time.sleep(0.1)
-                    extra = ["--server", f"127.0.0.1:{port}"]
+                    extra = ["--plugin-server", f"127.0.0.1:{port}"]
                 mport = free_port()
                 shim = subprocess.Popen(
                     [

@@ -5,14 +5,24 @@ What it does, in order (each step prints a progress line on stderr):
 1. builds the upstream binaries that are missing (``hack/build-k8s.sh``; cached afterwards);
 2. starts etcd and kube-apiserver (`berth.localcluster`), its own control plane on free
    loopback ports with its state in ``<state dir>/cluster``, apart from ``berth cluster up``'s;
-3. creates the namespace ``berth-demo`` and four fake nodes of different sizes, one cordoned;
+3. creates the namespace ``berth-demo``, four fake nodes of different sizes (one cordoned) and
+   what the seed plugins read: the label ``avoid=true`` on one node, the GPU cards of another
+   (annotation ``berth.dev/gpu-cards``), NodeMetrics saying how busy each node is (served by a
+   CustomResourceDefinition of group metrics.k8s.io standing in for metrics-server, as
+   tests/integration/test_seed_data_plugins.py does), the PodGroup CRD and a PodGroup, and the
+   RBAC the shim's user needs for them (deploy/components/rbac-*);
 4. starts ``berth serve`` (on a free port) and ``berth shim`` (against the plugin server, as
-   user system:kube-scheduler) with a configuration of one profile, ``berth-demo``: only pods
-   naming that scheduler are Berth's, so no other scheduler competes for them;
+   user system:kube-scheduler) with a configuration of two profiles: ``berth-demo``
+   (upstream's defaults) and ``custom-scheduler`` (the seeds' scheduler name: the defaults plus
+   AvoidNodePlugin, LowCpuScheduler, GPUCardFit and Coscheduling); only pods naming one of them
+   are Berth's, so no other scheduler competes for them;
 5. creates pods with ``schedulerName: berth-demo``: some fit, some cannot (too much CPU, too
-   much memory, a GPU no node has);
+   much memory, a GPU no node has); and pods with ``schedulerName: custom-scheduler``, one or
+   more per seed plugin, each laid out so that the plugin alone decides its outcome;
 6. waits until every pod is bound or marked PodScheduled=False, and prints where each went or
-   why it could not (the FailedScheduling message the shim wrote).
+   why it could not (the FailedScheduling message the shim wrote), the GPU card GPUCardFit
+   chose, and whether the gang was bound together. An outcome other than the expected one is
+   an error (exit 1).
 
 By default everything keeps running afterwards (processes detached, recorded in
 ``<state dir>/demo.json``) so kubectl can look at it; ``--down`` stops it all. ``--once``
@@ -37,11 +47,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
 import urllib3
+import yaml
 
 from berth.localcluster import binaries, objects
 from berth.localcluster.cluster import (
@@ -56,23 +68,93 @@ from berth.localcluster.errors import LocalClusterError, StateError
 from berth.localcluster.ports import LOOPBACK, free_port
 from berth.localcluster.process import ProcessRecord, is_ours, log_tail, spawn, stop
 from berth.localcluster.rest import JSON, ApiError, KubeClient
+from plugins.framework.units import QuantityError, parse_quantity
 
 NAMESPACE = "berth-demo"
 PROFILE = "berth-demo"
+SEED_PROFILE = "custom-scheduler"  # the scheduler name of the seeds' configurations
 STATE_FILE = "demo.json"
 DEFAULT_TIMEOUT = 60.0
 START_TIMEOUT = 60.0  # for each of berth serve and berth shim
+SEED_DATA_TIMEOUT = 30.0  # CRDs established and served, RBAC in effect
 STEPS = 6
 DEMO_LABEL = "berth.dev/demo"
+SEED_LABEL = "berth.dev/demo-seed"  # on the custom-scheduler pods: the plugin they show
+
+# What the seed plugins read and write (their README.md files say more).
+HOSTNAME = "kubernetes.io/hostname"
+AVOID_LABEL = "avoid"  # AvoidNodePlugin: a node labelled avoid=true is rejected
+GPU_CARDS = "berth.dev/gpu-cards"  # GPUCardFit, node: JSON list of each card's memory
+GPU_MEMORY = "berth.dev/gpu-memory"  # GPUCardFit, pod: what it needs on one card
+GPU_CARD = "berth.dev/gpu-card"  # GPUCardFit, pod: the card PreBind wrote
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # Coscheduling: the pod's PodGroup
+METRICS_CRD = "nodes.metrics.k8s.io"
+METRICS_PATH = "/apis/metrics.k8s.io/v1beta1/nodes"  # LowCpuScheduler: NodeMetrics
+PODGROUPS_PATH = f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{NAMESPACE}/podgroups"
+PODGROUP_CRD = binaries.REPO_ROOT / "deploy" / "examples" / "coscheduling" / "podgroup-crd.yaml"
+CRDS_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+SEED_RBAC = "berth-demo:seed-plugins"
+SCHEDULER_USER = "system:kube-scheduler"
+
+# The nodes the seed plugins' stories play on. The custom-scheduler pods share the berth-demo
+# nodes (more nodes would change the berth-demo pods' messages, "0/4 nodes are available");
+# they request little, so the berth-demo pods fit as before.
+AVOIDED_NODE = "demo-small"
+GPU_NODE = "demo-medium"
+HOT_NODE = "demo-large"
+GANG = "demo-gang"
+GANG_SIZE = 3
+GANG_TIMEOUT_SECONDS = 30  # how long the first members wait at Permit for the others
 
 CONFIG_YAML = f"""\
-# Written by `berth demo`: one profile, so only pods with schedulerName {PROFILE} are Berth's.
+# Written by `berth demo`: two profiles, so only pods with schedulerName {PROFILE} or
+# {SEED_PROFILE} are Berth's.
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 leaderElection:
   leaderElect: false
 profiles:
+  # Upstream's default plugins.
   - schedulerName: {PROFILE}
+  # The defaults plus the seed plugins, as deploy/examples/<plugin>/scheduler-config.yaml
+  # enable them one by one. Coscheduling runs at every point it serves but queueSort: all
+  # profiles of a scheduler share one queue sort, and {PROFILE} keeps PrioritySort (a gang
+  # meets at Permit whatever the order the queue gives its members).
+  - schedulerName: {SEED_PROFILE}
+    plugins:
+      multiPoint:
+        enabled:
+          - name: GPUCardFit
+      preFilter:
+        enabled:
+          - name: Coscheduling
+      filter:
+        enabled:
+          - name: AvoidNodePlugin
+          - name: LowCpuScheduler
+      postFilter:
+        enabled:
+          - name: Coscheduling
+      score:
+        enabled:
+          - name: LowCpuScheduler
+      reserve:
+        enabled:
+          - name: Coscheduling
+      permit:
+        enabled:
+          - name: Coscheduling
+    pluginConfig:
+      # NodeMetrics polled every second, not 15: the demo's pods are created as soon as the
+      # shim is ready. The demo writes its NodeMetrics once (nothing refreshes them as
+      # metrics-server would), so they are kept fresh for a day.
+      - name: LowCpuScheduler
+        args:
+          metricsPollSeconds: 1
+          metricsMaxAgeSeconds: 86400
+      - name: Coscheduling
+        args:
+          permitWaitingTimeSeconds: {GANG_TIMEOUT_SECONDS}
 """
 
 
@@ -89,6 +171,9 @@ class DemoNode:
     cpu: str
     memory: str
     cordoned: bool = False
+    avoid: bool = False  # labelled avoid=true (AvoidNodePlugin)
+    cpu_used: Fraction | None = None  # CPU usage its NodeMetrics report (LowCpuScheduler)
+    gpu_cards: tuple[str, ...] = ()  # each GPU card's memory (GPUCardFit)
 
 
 @dataclass(frozen=True)
@@ -108,10 +193,16 @@ class DemoPod:
 
 
 NODES: tuple[DemoNode, ...] = (
-    DemoNode("demo-small", cpu="2", memory="4Gi"),
-    DemoNode("demo-medium", cpu="4", memory="8Gi"),
-    DemoNode("demo-large", cpu="8", memory="16Gi"),
-    DemoNode("demo-cordoned", cpu="16", memory="64Gi", cordoned=True),
+    DemoNode("demo-small", cpu="2", memory="4Gi", avoid=True, cpu_used=Fraction(10, 100)),
+    DemoNode(
+        "demo-medium",
+        cpu="4",
+        memory="8Gi",
+        cpu_used=Fraction(20, 100),
+        gpu_cards=("40Gi", "30Gi"),
+    ),
+    DemoNode("demo-large", cpu="8", memory="16Gi", cpu_used=Fraction(90, 100)),
+    DemoNode("demo-cordoned", cpu="16", memory="64Gi", cordoned=True, cpu_used=Fraction(5, 100)),
 )
 
 # The pods that fit need 7.5 CPUs and 6.5Gi together, so they fit in any order: each outcome is
@@ -127,17 +218,117 @@ PODS: tuple[DemoPod, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Expect:
+    """A custom-scheduler pod's outcome."""
+
+    node: str | None  # where it must be bound; None: it must stay Pending
+    reason: str = ""  # Pending: text its FailedScheduling message must contain
+    card: str | None = None  # bound: the GPU card GPUCardFit's PreBind must have written
+
+
+@dataclass(frozen=True)
+class SeedPod:
+    """A pod with schedulerName custom-scheduler that shows one seed plugin at work. Each
+    requests cpu 100m and memory 128Mi: together they leave the berth-demo pods room."""
+
+    name: str
+    plugin: str
+    wants: str  # what about the pod matters, for the table
+    expect: Expect
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    prefers: str = ""  # a node it prefers (preferred node affinity, weight 100)
+    gpu_memory: str = ""  # berth.dev/gpu-memory
+    group: str = ""  # PodGroup (label scheduling.x-k8s.io/pod-group)
+    # Pods of one contest compete for one thing: exactly one of them meets ``expect``
+    # (which one is up to the queue), the others meet ``lose``.
+    contest: str = ""
+    lose: Expect | None = None
+
+
+# Every custom-scheduler pod meets the same nodes: demo-small is labelled avoid=true, demo-large
+# reports 90% CPU (above LowCpuScheduler's threshold of 80%), demo-cordoned is cordoned; so
+# demo-medium, the GPU node, is the only one left for them, and each outcome below follows.
+_NO_CARD = Expect(None, reason="no free GPU card")
+SEED_PODS: tuple[SeedPod, ...] = (
+    SeedPod(
+        "avoid-me",
+        "AvoidNodePlugin",
+        f"nodeSelector {AVOIDED_NODE}",
+        Expect(None, reason=f"node {AVOIDED_NODE} is labeled avoid=true"),
+        node_selector={HOSTNAME: AVOIDED_NODE},
+    ),
+    SeedPod(
+        "likes-large",
+        "LowCpuScheduler",
+        f"prefers {HOT_NODE} (node affinity, weight 100)",
+        Expect(GPU_NODE),
+        prefers=HOT_NODE,
+    ),
+    SeedPod(
+        "pinned-hot",
+        "LowCpuScheduler",
+        f"nodeSelector {HOT_NODE}",
+        Expect(None, reason="1 cpu usage too high"),
+        node_selector={HOSTNAME: HOT_NODE},
+    ),
+    # Two pods of 40Gi on a node with cards of 40Gi and 30Gi: one gets card 0, the other none.
+    SeedPod(
+        "gpu-40gi-a",
+        "GPUCardFit",
+        "40Gi of GPU memory on one card",
+        Expect(GPU_NODE, card="0"),
+        gpu_memory="40Gi",
+        contest="the 40Gi card",
+        lose=_NO_CARD,
+    ),
+    SeedPod(
+        "gpu-40gi-b",
+        "GPUCardFit",
+        "40Gi of GPU memory on one card",
+        Expect(GPU_NODE, card="0"),
+        gpu_memory="40Gi",
+        contest="the 40Gi card",
+        lose=_NO_CARD,
+    ),
+    # Best fit: the 30Gi card, whether or not the 40Gi one is taken.
+    SeedPod(
+        "gpu-30gi",
+        "GPUCardFit",
+        "30Gi of GPU memory on one card",
+        Expect(GPU_NODE, card="1"),
+        gpu_memory="30Gi",
+    ),
+    *(
+        SeedPod(
+            f"gang-{i}",
+            "Coscheduling",
+            f"PodGroup {GANG} (minMember {GANG_SIZE})",
+            Expect(GPU_NODE),
+            group=GANG,
+        )
+        for i in range(1, GANG_SIZE + 1)
+    ),
+)
+
+
 def node_objects() -> list[JSON]:
-    return [
-        objects.node(
+    nodes = []
+    for n in NODES:
+        labels = {DEMO_LABEL: "true"}
+        if n.avoid:
+            labels[AVOID_LABEL] = "true"
+        obj = objects.node(
             n.name,
             cpu=n.cpu,
             memory=n.memory,
-            labels={DEMO_LABEL: "true"},
+            labels=labels,
             unschedulable=n.cordoned,
         )
-        for n in NODES
-    ]
+        if n.gpu_cards:
+            obj["metadata"]["annotations"] = {GPU_CARDS: json.dumps(list(n.gpu_cards))}
+        nodes.append(obj)
+    return nodes
 
 
 def pod_objects() -> list[JSON]:
@@ -153,6 +344,244 @@ def pod_objects() -> list[JSON]:
         )
         for p in PODS
     ]
+
+
+def seed_pod_objects() -> list[JSON]:
+    pods = []
+    for p in SEED_PODS:
+        labels = {DEMO_LABEL: "true", SEED_LABEL: p.plugin}
+        if p.group:
+            labels[POD_GROUP_LABEL] = p.group
+        obj = objects.pod(
+            p.name,
+            namespace=NAMESPACE,
+            scheduler_name=SEED_PROFILE,
+            labels=labels,
+            node_selector=p.node_selector or None,
+        )
+        if p.gpu_memory:
+            obj["metadata"]["annotations"] = {GPU_MEMORY: p.gpu_memory}
+        if p.prefers:
+            term = {
+                "matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": [p.prefers]}]
+            }
+            obj["spec"]["affinity"] = {
+                "nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 100, "preference": term}
+                    ]
+                }
+            }
+        pods.append(obj)
+    return pods
+
+
+# --- what the seed plugins read ------------------------------------------------------------
+
+
+def node_metrics_crd() -> JSON:
+    """metrics.k8s.io/v1beta1 ``nodes`` (kind NodeMetrics, cluster-scoped) served by the API
+    server from a CRD: what metrics-server serves, without a kubelet to measure. A
+    ``*.k8s.io`` group needs the ``api-approved.kubernetes.io`` annotation."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": METRICS_CRD,
+            "annotations": {
+                "api-approved.kubernetes.io": "unapproved, berth demo's stand-in for metrics-server"
+            },
+        },
+        "spec": {
+            "group": "metrics.k8s.io",
+            "scope": "Cluster",
+            "names": {
+                "plural": "nodes",
+                "singular": "nodemetrics",
+                "kind": "NodeMetrics",
+                "listKind": "NodeMetricsList",
+            },
+            "versions": [
+                {
+                    "name": "v1beta1",
+                    "served": True,
+                    "storage": True,
+                    # NodeMetrics have timestamp, window and usage at the top level.
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def node_metrics(node: DemoNode, now: dt.datetime) -> JSON:
+    """The NodeMetrics metrics-server would report for ``node``: CPU in nanocores, memory
+    (the working set) at the same share of the node's."""
+    assert node.cpu_used is not None
+    cpu = parse_quantity(node.cpu).exact * node.cpu_used
+    memory = parse_quantity(node.memory).exact * node.cpu_used
+    return {
+        "apiVersion": "metrics.k8s.io/v1beta1",
+        "kind": "NodeMetrics",
+        "metadata": {"name": node.name, "labels": {DEMO_LABEL: "true"}},
+        "timestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "window": "20s",
+        "usage": {"cpu": f"{round(cpu * 10**9)}n", "memory": f"{round(memory / 1024)}Ki"},
+    }
+
+
+def pod_group() -> JSON:
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": GANG, "namespace": NAMESPACE, "labels": {DEMO_LABEL: "true"}},
+        "spec": {"minMember": GANG_SIZE, "scheduleTimeoutSeconds": GANG_TIMEOUT_SECONDS},
+    }
+
+
+# What the shim's user (system:kube-scheduler) needs beyond kube-scheduler's own role, as the
+# components deploy/components/rbac-* grant it to the shim's ServiceAccount.
+SEED_RULES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    ("metrics.k8s.io", "nodes", ("list",), "LowCpuScheduler reads NodeMetrics"),
+    ("scheduling.x-k8s.io", "podgroups", ("list", "watch"), "Coscheduling reads PodGroups"),
+    ("", "pods", ("patch",), "GPUCardFit's PreBind writes the card on the pod"),
+)
+
+
+def seed_rbac() -> tuple[JSON, JSON]:
+    role: JSON = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": SEED_RBAC, "labels": {DEMO_LABEL: "true"}},
+        "rules": [
+            {"apiGroups": [group], "resources": [resource], "verbs": list(verbs)}
+            for group, resource, verbs, _why in SEED_RULES
+        ],
+    }
+    binding: JSON = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": SEED_RBAC, "labels": {DEMO_LABEL: "true"}},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": SEED_RBAC,
+        },
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": SCHEDULER_USER}
+        ],
+    }
+    return role, binding
+
+
+def _poll(what: str, check: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() >= deadline:
+            raise DemoError(
+                f"{what}: not within {timeout:g}s; if the machine is just slow, run again"
+            )
+        time.sleep(0.1)
+
+
+def _ensure_crd(client: KubeClient, crd: JSON) -> str:
+    """Creates a CRD, waits until it is Established and its resource answers; returns the
+    resource's path."""
+    name = str(crd["metadata"]["name"])
+    client.create(CRDS_PATH, crd)
+
+    def established() -> bool:
+        conds = (client.get(f"{CRDS_PATH}/{name}").get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conds)
+
+    spec = crd["spec"]
+    version = next(v["name"] for v in spec["versions"] if v.get("served"))
+    path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"
+
+    def served() -> bool:
+        try:
+            client.get(path)
+        except ApiError:
+            return False
+        return True
+
+    _poll(f"CRD {name} established", established, SEED_DATA_TIMEOUT)
+    _poll(f"{path} served", served, SEED_DATA_TIMEOUT)
+    return path
+
+
+def _podgroup_crds() -> list[JSON]:
+    try:
+        docs = [d for d in yaml.safe_load_all(PODGROUP_CRD.read_text()) if d]
+    except (OSError, yaml.YAMLError) as exc:
+        raise DemoError(f"cannot read the PodGroup CRD {PODGROUP_CRD}: {exc}") from exc
+    if not docs or any(d.get("kind") != "CustomResourceDefinition" for d in docs):
+        raise DemoError(f"{PODGROUP_CRD}: expected CustomResourceDefinitions only")
+    return docs
+
+
+def create_seed_data(client: KubeClient) -> list[str]:
+    """CRDs, NodeMetrics, the PodGroup and RBAC; returns a line per thing, for the progress."""
+    done = []
+    _ensure_crd(client, node_metrics_crd())
+    now = dt.datetime.now(dt.UTC)
+    reported = [n for n in NODES if n.cpu_used is not None]
+    for n in reported:
+        client.create(METRICS_PATH, node_metrics(n, now))
+    done.append(
+        "NodeMetrics (metrics.k8s.io/v1beta1 from a CRD, standing in for metrics-server): "
+        + ", ".join(f"{n.name} {_percent(n.cpu_used)} CPU" for n in reported)
+    )
+    for crd in _podgroup_crds():
+        _ensure_crd(client, crd)
+    client.create(PODGROUPS_PATH, pod_group())
+    done.append(
+        f"PodGroup {NAMESPACE}/{GANG} (minMember {GANG_SIZE}), CRD from "
+        f"{PODGROUP_CRD.relative_to(binaries.REPO_ROOT)}"
+    )
+    role, binding = seed_rbac()
+    client.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
+    client.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+    done.append(
+        f"ClusterRole {SEED_RBAC} for {SCHEDULER_USER}: "
+        + "; ".join(
+            f"{'/'.join(verbs)} {resource}{'.' + group if group else ''} ({why})"
+            for group, resource, verbs, why in SEED_RULES
+        )
+    )
+    return done
+
+
+def wait_seed_access(scheduler_kubeconfig: Path) -> None:
+    """Waits until the shim's user may do what the seed plugins need (the RBAC authorizer
+    learns of a new binding through its informers): a shim started earlier would schedule
+    without NodeMetrics or PodGroups until its next list."""
+    with KubeClient.from_kubeconfig(scheduler_kubeconfig) as client:
+        for group, resource, verbs, _why in SEED_RULES:
+            for verb in verbs:
+                review: JSON = {
+                    "apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SelfSubjectAccessReview",
+                    "spec": {
+                        "resourceAttributes": {"group": group, "resource": resource, "verb": verb}
+                    },
+                }
+
+                def allowed(review: JSON = review) -> bool:
+                    path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+                    answer = client.create(path, review)
+                    return bool((answer.get("status") or {}).get("allowed"))
+
+                _poll(f"{SCHEDULER_USER} allowed to {verb} {resource}", allowed, SEED_DATA_TIMEOUT)
+
+
+def _percent(fraction: Fraction | None) -> str:
+    return "-" if fraction is None else f"{round(fraction * 100)}%"
 
 
 # --- state ---------------------------------------------------------------------------------
@@ -348,7 +777,7 @@ def start_shim(state: DemoState, cluster: ClusterState, *, die_with_parent: bool
         "shim",
         "--config",
         str(state.config),
-        "--server",
+        "--plugin-server",
         state.server,
         # kube-scheduler's own identity and RBAC role: the shim needs nothing more.
         "--kubeconfig",
@@ -381,6 +810,9 @@ class PodOutcome:
     node: str | None  # None: pending
     message: str  # why it is pending; "" when bound or not tried yet
     settled: bool  # bound, or found unschedulable
+    scheduler: str = PROFILE  # spec.schedulerName
+    card: str = ""  # the GPU card GPUCardFit wrote on the pod (annotation berth.dev/gpu-card)
+    group: str = ""  # its PodGroup (label scheduling.x-k8s.io/pod-group)
 
 
 def _scheduled_condition(pod: JSON) -> JSON | None:
@@ -413,12 +845,15 @@ def _failed_scheduling_event(client: KubeClient, name: str) -> str:
 
 
 def pod_outcomes(client: KubeClient) -> list[PodOutcome]:
-    """One outcome per demo pod (in the order of PODS), then any pod the user added."""
+    """One outcome per demo pod (in the order of PODS, then SEED_PODS), then any pod the user
+    added."""
     listed = client.get(f"/api/v1/namespaces/{NAMESPACE}/pods").get("items", [])
     by_name = {str(p["metadata"]["name"]): p for p in listed}
     known = {p.name: p for p in PODS}
+    seeds = {p.name for p in SEED_PODS}
     order = [p.name for p in PODS if p.name in by_name]
-    order += sorted(n for n in by_name if n not in known)
+    order += [p.name for p in SEED_PODS if p.name in by_name]
+    order += sorted(n for n in by_name if n not in known and n not in seeds)
     outcomes = []
     for name in order:
         pod = by_name[name]
@@ -434,8 +869,18 @@ def pod_outcomes(client: KubeClient) -> list[PodOutcome]:
         message = ""
         if node is None and cond is not None and cond.get("status") == "False":
             message = str(cond.get("message") or "") or _failed_scheduling_event(client, name)
+        meta = pod.get("metadata", {})
         outcomes.append(
-            PodOutcome(name, requests, node, message, settled=node is not None or unschedulable)
+            PodOutcome(
+                name,
+                requests,
+                node,
+                message,
+                settled=node is not None or unschedulable,
+                scheduler=str(pod.get("spec", {}).get("schedulerName") or ""),
+                card=str((meta.get("annotations") or {}).get(GPU_CARD, "")),
+                group=str((meta.get("labels") or {}).get(POD_GROUP_LABEL, "")),
+            )
         )
     return outcomes
 
@@ -487,6 +932,58 @@ def unexpected(outcomes: list[PodOutcome]) -> list[str]:
             problems.append(f"{pod.name} fits but is Pending: {o.message or 'not tried'}")
         elif pod.fits_on and o.node != pod.fits_on:
             problems.append(f"{pod.name} fits only on {pod.fits_on} but went to {o.node}")
+    return problems + unexpected_seeds(got)
+
+
+def unexpected_seeds(got: Mapping[str, PodOutcome]) -> list[str]:
+    """The custom-scheduler pods: each as its Expect says; of a contest, exactly one winner."""
+    problems: list[str] = []
+    contests: dict[str, list[SeedPod]] = {}
+    for pod in SEED_PODS:
+        o = got.get(pod.name)
+        if o is None:
+            problems.append(f"pod {pod.name} is missing")
+        elif pod.contest:
+            contests.setdefault(pod.contest, []).append(pod)
+        else:
+            problems += _differs(pod, pod.expect, o)
+    for contest, pods in contests.items():
+        winners = [p.name for p in pods if got[p.name].node]
+        if len(winners) != 1:
+            problems.append(
+                f"exactly one of {', '.join(p.name for p in pods)} should get {contest}; "
+                f"{len(winners)} were bound ({', '.join(winners) or 'none'})"
+            )
+        for pod in pods:
+            expect = pod.expect if pod.name in winners or pod.lose is None else pod.lose
+            problems += _differs(pod, expect, got[pod.name])
+    return problems
+
+
+def _differs(pod: SeedPod, expect: Expect, o: PodOutcome) -> list[str]:
+    why = f"({pod.plugin})"
+    if expect.node is None:
+        if o.node:
+            return [f"{pod.name} should stay Pending {why} but was bound to {o.node}"]
+        problems = []
+        if expect.reason not in o.message:
+            problems.append(
+                f"{pod.name} is Pending, but its FailedScheduling message lacks "
+                f"{expect.reason!r} {why}: {o.message or '(none)'}"
+            )
+        if o.card:
+            problems.append(f"{pod.name} is Pending but carries {GPU_CARD}={o.card} {why}")
+        return problems
+    if not o.node:
+        return [f"{pod.name} should be bound to {expect.node} {why} but is Pending: {o.message}"]
+    problems = []
+    if o.node != expect.node:
+        problems.append(f"{pod.name} should be bound to {expect.node} {why} but went to {o.node}")
+    if expect.card is not None and o.card != expect.card:
+        problems.append(
+            f"{pod.name} should have GPU card {expect.card} written on it {why}, "
+            f"has {o.card or 'none'}"
+        )
     return problems
 
 
@@ -507,49 +1004,135 @@ class NodeRow:
     cpu: str
     memory: str
     cordoned: bool
+    avoid: bool = False  # labelled avoid=true
+    cpu_used: str = "-"  # from its NodeMetrics, as a percentage of allocatable CPU
+    gpu_cards: str = "-"  # its berth.dev/gpu-cards annotation
+
+
+def _cpu_used(metrics: JSON | None, allocatable: str) -> str:
+    if metrics is None:
+        return "-"
+    try:
+        used = parse_quantity(str((metrics.get("usage") or {}).get("cpu"))).exact
+        total = parse_quantity(allocatable).exact
+    except QuantityError:
+        return "?"
+    return _percent(used / total) if total > 0 else "?"
+
+
+def _gpu_cards(annotation: str | None) -> str:
+    if annotation is None:
+        return "-"
+    try:
+        cards = json.loads(annotation)
+    except json.JSONDecodeError:
+        return annotation
+    return ", ".join(str(c) for c in cards) if isinstance(cards, list) else annotation
 
 
 def node_rows(client: KubeClient) -> list[NodeRow]:
     """The cluster's nodes as they are now (the user may have uncordoned or added some)."""
+    try:
+        metrics = {str(m["metadata"]["name"]): m for m in client.get(METRICS_PATH).get("items", [])}
+    except ApiError:
+        metrics = {}  # no NodeMetrics API (a demo of an older berth)
     rows = []
     for n in client.get("/api/v1/nodes").get("items", []):
+        name = str(n["metadata"]["name"])
         alloc = n.get("status", {}).get("allocatable") or {}
+        labels = n["metadata"].get("labels") or {}
+        annotations = n["metadata"].get("annotations") or {}
         rows.append(
             NodeRow(
-                name=str(n["metadata"]["name"]),
+                name=name,
                 cpu=str(alloc.get("cpu", "?")),
                 memory=str(alloc.get("memory", "?")),
                 cordoned=bool(n.get("spec", {}).get("unschedulable")),
+                avoid=labels.get(AVOID_LABEL) == "true",
+                cpu_used=_cpu_used(metrics.get(name), str(alloc.get("cpu", "0"))),
+                gpu_cards=_gpu_cards(annotations.get(GPU_CARDS)),
             )
         )
     order = {n.name: i for i, n in enumerate(NODES)}
     return sorted(rows, key=lambda r: (order.get(r.name, len(order)), r.name))
 
 
+def _pending_lines(pending: list[PodOutcome]) -> list[str]:
+    width = max(len(o.name) for o in pending)
+    return [
+        f"  {o.name.ljust(width)}  {o.message or '(no scheduling attempt seen yet)'}"
+        for o in pending
+    ]
+
+
 def render(nodes: list[NodeRow], outcomes: list[PodOutcome]) -> str:
     lines = ["Nodes (fake: no kubelet; created with their capacity):"]
-    rows: list[tuple[str, ...]] = [("NODE", "CPU", "MEMORY", "")]
-    rows += [
-        (n.name, n.cpu, n.memory, "cordoned (spec.unschedulable)" if n.cordoned else "")
-        for n in nodes
+    rows: list[tuple[str, ...]] = [
+        ("NODE", "CPU", "MEMORY", "CPU USED (NodeMetrics)", f"GPU CARDS ({GPU_CARDS})", "")
     ]
+    for n in nodes:
+        notes = ["labelled avoid=true"] if n.avoid else []
+        notes += ["cordoned (spec.unschedulable)"] if n.cordoned else []
+        rows.append((n.name, n.cpu, n.memory, n.cpu_used, n.gpu_cards, ", ".join(notes)))
     lines += _table(rows)
+
+    plain = [o for o in outcomes if o.scheduler != SEED_PROFILE]
     lines += ["", f"Pods in namespace {NAMESPACE} (schedulerName {PROFILE}):"]
     rows = [("POD", "REQUESTS", "NODE")]
-    rows += [(o.name, o.requests, o.node or "Pending") for o in outcomes]
+    rows += [(o.name, o.requests, o.node or "Pending") for o in plain]
     lines += _table(rows)
-    pending = [o for o in outcomes if not o.node]
+    pending = [o for o in plain if not o.node]
     if pending:
         lines += ["", "Why the Pending pods were not scheduled (FailedScheduling):"]
-        width = max(len(o.name) for o in pending)
-        lines += [
-            f"  {o.name.ljust(width)}  {o.message or '(no scheduling attempt seen yet)'}"
-            for o in pending
-        ]
+        lines += _pending_lines(pending)
+
+    seeded = [o for o in outcomes if o.scheduler == SEED_PROFILE]
+    if seeded:
+        lines += ["", *render_seeds(seeded, nodes)]
     return "\n".join(lines)
 
 
-def usage_hints(state: DemoState, *, detached: bool) -> str:
+def render_seeds(outcomes: list[PodOutcome], nodes: list[NodeRow]) -> list[str]:
+    """The custom-scheduler section: each pod with the plugin it shows, what about it
+    matters, where it went, and the GPU card or the gang it was bound with."""
+    seeds = {p.name: p for p in SEED_PODS}
+    used = {n.name: n.cpu_used for n in nodes}
+    lines = [
+        f"Pods in namespace {NAMESPACE} (schedulerName {SEED_PROFILE}: upstream's defaults plus "
+        "the seed plugins AvoidNodePlugin, LowCpuScheduler, GPUCardFit, Coscheduling):"
+    ]
+    rows: list[tuple[str, ...]] = [("POD", "PLUGIN", "WHAT MATTERS", "NODE", "")]
+    for o in outcomes:
+        seed = seeds.get(o.name)
+        note = ""
+        if o.node and o.card:
+            note = f"GPU card {o.card} ({GPU_CARD}, written by PreBind)"
+        elif o.node and seed and seed.prefers and o.node != seed.prefers:
+            note = f"not {seed.prefers}: its NodeMetrics say {used.get(seed.prefers, '?')} CPU used"
+        elif o.node and o.group:
+            members = [m for m in outcomes if m.group == o.group]
+            bound = sum(1 for m in members if m.node)
+            note = f"PodGroup {o.group}: {bound} of {len(members)} bound"
+        rows.append(
+            (
+                o.name,
+                seed.plugin if seed else "-",
+                seed.wants if seed else o.requests,
+                o.node or "Pending",
+                note,
+            )
+        )
+    lines += _table(rows)
+    pending = [o for o in outcomes if not o.node]
+    if pending:
+        lines += ["", f"Why the Pending {SEED_PROFILE} pods were not scheduled (FailedScheduling):"]
+        lines += _pending_lines(pending)
+    return lines
+
+
+def usage_hints(
+    state: DemoState, *, detached: bool, outcomes: list[PodOutcome] | None = None
+) -> str:
     if not detached:
         return (
             "--once: everything stops now. Run without --once to keep the cluster, the "
@@ -557,6 +1140,15 @@ def usage_hints(state: DemoState, *, detached: bool) -> str:
         )
     kubectl = shlex.quote(state.kubectl)
     example = next((p.name for p in PODS if p.fits_on is None), "POD")
+    # The 40Gi pod left without a card: which one is up to the queue.
+    rivals = [p.name for p in SEED_PODS if p.contest]
+    pending = {o.name for o in outcomes or [] if not o.node}
+    no_card = next((name for name in rivals if name in pending), rivals[-1])
+    gpu_columns = (
+        "POD:.metadata.name,NODE:.spec.nodeName,"
+        f"NEEDS:.metadata.annotations.{GPU_MEMORY.replace('.', chr(92) + '.')},"
+        f"CARD:.metadata.annotations.{GPU_CARD.replace('.', chr(92) + '.')}"
+    )
     return "\n".join(
         [
             "Look at it with kubectl (pods stay STATUS Pending there: no kubelet runs them; "
@@ -565,6 +1157,20 @@ def usage_hints(state: DemoState, *, detached: bool) -> str:
             f"  {kubectl} get pods -n {NAMESPACE} -o wide",
             f"  {kubectl} describe pod -n {NAMESPACE} {example}",
             f"  {kubectl} uncordon demo-cordoned    # Pending pods that fit there get scheduled",
+            "",
+            f"The seed plugins' checks (schedulerName {SEED_PROFILE}):",
+            f"  {kubectl} describe pod -n {NAMESPACE} avoid-me    # Events: FailedScheduling "
+            f"... node {AVOIDED_NODE} is labeled avoid=true",
+            f"  {kubectl} top node    # the NodeMetrics LowCpuScheduler reads: {HOT_NODE} at 90%",
+            f"  {kubectl} describe pod -n {NAMESPACE} pinned-hot    # FailedScheduling ... "
+            "cpu usage too high",
+            f"  {kubectl} get pods -n {NAMESPACE} -l {SEED_LABEL}=GPUCardFit -o "
+            f"custom-columns={shlex.quote(gpu_columns)}",
+            f"  {kubectl} describe pod -n {NAMESPACE} {no_card}    # FailedScheduling ... "
+            "no free GPU card",
+            f"  {kubectl} get podgroups -n {NAMESPACE}",
+            f"  {kubectl} get pods -n {NAMESPACE} -l {POD_GROUP_LABEL}={GANG} -o wide",
+            f"  {kubectl} label node {AVOIDED_NODE} avoid-    # avoid-me gets scheduled there",
             "",
             f"Berth keeps running: berth serve at {state.server}, berth shim with health and "
             f"metrics at http://{state.metrics}/metrics.",
@@ -695,15 +1301,24 @@ def _run_steps(
     )
 
     with cluster.cluster.client() as client:
-        progress.step(3, f"creating namespace {NAMESPACE} and {len(NODES)} nodes")
+        progress.step(
+            3,
+            f"creating namespace {NAMESPACE}, {len(NODES)} nodes and what the seed plugins "
+            "read (NodeMetrics, a PodGroup, their CRDs, RBAC for the shim)",
+        )
         try:
             objects.create_namespace(client, NAMESPACE)
             objects.create_nodes(client, node_objects())
+            for line in create_seed_data(client):
+                progress.detail(3, line)
+            wait_seed_access(cluster.scheduler_kubeconfig)
         except LocalClusterError as exc:
             raise DemoError(f"could not create the demo's objects: {exc}") from exc
 
         progress.step(
-            4, f"starting berth serve and berth shim, profile {PROFILE} (config {state.config})"
+            4,
+            f"starting berth serve and berth shim, profiles {PROFILE} and {SEED_PROFILE} "
+            f"(config {state.config})",
         )
         start_serve(state, die_with_parent=die)
         progress.detail(
@@ -718,9 +1333,13 @@ def _run_steps(
             f"http://{state.metrics}, log {state.logs / 'shim.log'}",
         )
 
-        progress.step(5, f"creating {len(PODS)} pods with schedulerName {PROFILE}")
+        progress.step(
+            5,
+            f"creating {len(PODS)} pods with schedulerName {PROFILE} and {len(SEED_PODS)} with "
+            f"schedulerName {SEED_PROFILE}",
+        )
         try:
-            objects.create_pods(client, pod_objects())
+            objects.create_pods(client, pod_objects() + seed_pod_objects())
         except LocalClusterError as exc:
             raise DemoError(f"could not create the demo's pods: {exc}") from exc
 
@@ -739,7 +1358,7 @@ def _run_steps(
     print(file=out)
     print(render(nodes, outcomes), file=out)
     print(file=out)
-    print(usage_hints(state, detached=not opts.once), file=out, flush=True)
+    print(usage_hints(state, detached=not opts.once, outcomes=outcomes), file=out, flush=True)
     logs = f"{state.logs / 'shim.log'} and {state.logs / 'serve.log'}"
     left = (
         ""
@@ -784,7 +1403,7 @@ def show_running(state: DemoState, out: TextIO, err: TextIO) -> int:
         ) from exc
     print(render(nodes, outcomes), file=out)
     print(file=out)
-    print(usage_hints(state, detached=True), file=out)
+    print(usage_hints(state, detached=True, outcomes=outcomes), file=out)
     return 0
 
 
@@ -837,8 +1456,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=(
             "Build what is missing, start a local etcd + kube-apiserver, a plugin server "
             "(berth serve) and the scheduler (berth shim), create four nodes and a few pods "
-            f"with schedulerName {PROFILE} in namespace {NAMESPACE}, wait until each is bound "
-            "or found unschedulable, and print where each went or why it could not. "
+            f"with schedulerName {PROFILE} (upstream's default plugins) and {SEED_PROFILE} "
+            "(the seed plugins AvoidNodePlugin, LowCpuScheduler, GPUCardFit, Coscheduling, with "
+            f"the NodeMetrics and PodGroup they read) in namespace {NAMESPACE}, wait until each "
+            "is bound or found unschedulable, and print where each went or why it could not. "
             "Everything keeps running afterwards for kubectl (the command prints how) until "
             "'berth demo --down'. Run again to see the running demo's pods."
         ),

@@ -182,7 +182,7 @@ def test_shim_schedules_with_its_service_account_and_leader_election(
                 shim_args,
                 {
                     "--config": str(config),
-                    "--server": server.address,
+                    "--plugin-server": server.address,
                     "--metrics-listen": f"127.0.0.1:{s.metrics_port}",
                 },
             ),
