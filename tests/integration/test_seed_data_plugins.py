@@ -174,7 +174,7 @@ def names(nodes: list[JSON]) -> list[str]:
 def _established(crd: JSON) -> bool:
     return any(
         c["type"] == "Established" and c["status"] == "True"
-        for c in crd.get("status", {}).get("conditions", [])
+        for c in (crd.get("status") or {}).get("conditions") or []
     )
 
 
