@@ -848,6 +848,7 @@ class SchedulingClient:
         mode: Mode = "auto",
         interceptors: Sequence[Any] = (),
         credentials: grpc.ChannelCredentials | None = None,
+        tls_name: str | None = None,
         max_message_bytes: int | None = None,
         resolve_every: float = 30.0,
         resolve: Resolve | None = None,
@@ -859,10 +860,15 @@ class SchedulingClient:
         is endpoint-aware for a dns:/// target or a list and opaque for
         anything else; "endpoints" resolves a plain host:port too; "opaque"
         uses one channel whatever the target. ``make_stub``: a stub per
-        address instead of gRPC channels (a transport of one's own, tests)."""
+        address instead of gRPC channels (a transport of one's own, tests).
+        ``credentials``: TLS (berth.tls), the same for every replica's
+        channel; ``tls_name``: the name the servers' certificates must carry
+        (default: the target's host; for a dns:/// target that name, also on
+        the channels to the addresses it resolves to)."""
         spec = parse_target(target)
         client = cls(None, state, timeout, on_event=on_event, clock=clock)
         client.target = spec
+        name_override: list[str] = []
 
         def make(address: str, retries: bool) -> tuple[Any, grpc.aio.Channel | None]:
             if make_stub is not None:
@@ -873,10 +879,13 @@ class SchedulingClient:
                 max_message_bytes=max_message_bytes,
                 credentials=credentials,
                 interceptors=list(interceptors) or None,
+                options=[("grpc.ssl_target_name_override", n) for n in name_override],
             )
             client._owned.append(channel)
             return pb_grpc.SchedulingServiceStub(channel), channel
 
+        if credentials is not None and tls_name:
+            name_override.append(tls_name)
         if mode == "opaque" or (mode == "auto" and spec.kind == "single"):
             if spec.kind == "list":
                 raise ValueError(
@@ -894,6 +903,9 @@ class SchedulingClient:
             host, port = _check_host_port(target, spec.text)
             spec = Target("dns", target, host=host.strip("[]"), port=port)
             client.target = spec
+        if credentials is not None and not name_override and spec.kind == "dns":
+            # Replicas are dialled by IP: verify the name that was resolved.
+            name_override.append(spec.host)
         client._failover = True
         client._make_endpoint = lambda address: make(address, False)
         client._resolve_every = resolve_every

@@ -22,6 +22,7 @@ from google.protobuf import json_format
 
 from berth.client import ClusterStateLog, SchedulingClient, open_channel
 from berth.kube import ObjectError, node_record, occupies_node, pod_record, split_objects
+from berth.tls import add_client_tls_flags, client_tls_from_args
 from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
 
@@ -66,6 +67,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="ADDR",
         help="a running 'berth serve' (host:port); default: start one for this run",
     )
+    add_client_tls_flags(p, "--server")
     p.add_argument(
         "--config",
         metavar="FILE",
@@ -176,6 +178,9 @@ async def _place(args: argparse.Namespace, out: TextIO) -> int:
     profile = args.profile or pod.scheduler_name
     running = None
     address = args.server
+    tls = client_tls_from_args(args)
+    if tls is not None and address is None:
+        raise UsageError("the --plugin-server-* TLS flags need --server")
     if address is None:
         from plugins.framework.config import default_config, load_config
         from plugins.registry import load_registry
@@ -186,7 +191,12 @@ async def _place(args: argparse.Namespace, out: TextIO) -> int:
         running = await start_server(config, registry, "127.0.0.1:0", trace=False)
         address = f"127.0.0.1:{running.port}"
     try:
-        async with open_channel(address) as channel:
+        options = []
+        if tls is not None and tls.server_name:
+            options.append(("grpc.ssl_target_name_override", tls.server_name))
+        async with open_channel(
+            address, credentials=tls.credentials if tls else None, options=options
+        ) as channel:
             client = SchedulingClient(channel, log)
             resp = await client.schedule(profile, pod, explain=True, seed=args.seed)
     finally:
@@ -204,10 +214,11 @@ async def _place(args: argparse.Namespace, out: TextIO) -> int:
 def run(args: argparse.Namespace) -> int:
     from plugins.framework.config import ConfigError
     from plugins.registry import RegistryError
+    from server.tls import TLSFileError
 
     try:
         return asyncio.run(_place(args, sys.stdout))
-    except (UsageError, ConfigError, RegistryError) as exc:
+    except (UsageError, ConfigError, RegistryError, TLSFileError) as exc:
         print(f"berth place: {exc}", file=sys.stderr)
         return 2
     except grpc.aio.AioRpcError as exc:
@@ -217,4 +228,10 @@ def run(args: argparse.Namespace) -> int:
         )
         if exc.code() == grpc.StatusCode.UNAVAILABLE:
             print(f"  is 'berth serve' running at {args.server}?", file=sys.stderr)
+            print(
+                "  does its transport match: TLS needs --plugin-server-ca (and, for a server "
+                "run with --tls-client-ca, --plugin-server-cert/-key), whose certificate names "
+                "the host dialled or --plugin-server-tls-name?",
+                file=sys.stderr,
+            )
         return 2

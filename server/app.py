@@ -24,6 +24,7 @@ from server import errors, telemetry
 from server.errors import Replica
 from server.service import DEFAULT_MAX_BATCH_PODS, DEFAULT_SLICE_SECONDS, SchedulingService
 from server.state import SnapshotStore
+from server.tls import ServerTLS
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +99,17 @@ class RunningServer:
     port: int
     health: health.aio.HealthServicer
     service: SchedulingService
+    # --health-listen: a plaintext server with grpc.health.v1 only (probes
+    # that cannot speak TLS), and its port.
+    health_server: grpc.aio.Server | None = None
+    health_port: int = 0
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop taking work, let in-flight RPCs finish within ``grace``."""
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        if self.health_server is not None:
+            await self.health_server.stop(0)
 
 
 async def start_server(
@@ -115,7 +122,13 @@ async def start_server(
     max_batch_pods: int = DEFAULT_MAX_BATCH_PODS,
     slice_seconds: float = DEFAULT_SLICE_SECONDS,
     replica_id: str | None = None,
+    tls: ServerTLS | None = None,
+    health_listen: str | None = None,
 ) -> RunningServer:
+    """``tls``: serve TLS (mTLS when it names a client CA) instead of
+    plaintext; TLSFileError (a ValueError) when its files do not load.
+    ``health_listen``: also serve grpc.health.v1, and nothing else, in
+    plaintext at this address."""
     frameworks = build_frameworks(config, registry)
     service = SchedulingService(
         config,
@@ -145,28 +158,61 @@ async def start_server(
         ),
         server,
     )
+    credentials = tls.credentials() if tls is not None else None
+    port = _bind(server, listen, "--listen", credentials)
+    health_server = None
+    health_port = 0
+    if health_listen:
+        health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
+        health_port = _bind(health_server, health_listen, "--health-listen", None)
+    await server.start()
+    if health_server is not None:
+        await health_server.start()
+        log.info("grpc.health.v1 in plaintext on %s (port %d)", health_listen, health_port)
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info(
+        "serving %s on %s (port %d, %s) as replica %s; profiles: %s",
+        SERVICE_NAME,
+        listen,
+        port,
+        _transport(tls),
+        service.replica.id,
+        ", ".join(frameworks),
+    )
+    return RunningServer(server, port, health_servicer, service, health_server, health_port)
+
+
+def _transport(tls: ServerTLS | None) -> str:
+    if tls is None:
+        return "plaintext"
+    if tls.client_ca is None:
+        return f"TLS with {tls.cert}"
+    return f"mTLS with {tls.cert}, client certificates from {tls.client_ca} required"
+
+
+def _bind(
+    server: grpc.aio.Server,
+    listen: str,
+    flag: str,
+    credentials: grpc.ServerCredentials | None,
+) -> int:
+    port: int
     try:
-        port = server.add_insecure_port(listen)
+        if credentials is None:
+            port = server.add_insecure_port(listen)
+        else:
+            port = server.add_secure_port(listen, credentials)
     except RuntimeError as exc:
         port = 0
         log.debug("bind failed: %s", exc)
     if port == 0:
         raise OSError(
             f"cannot listen on {listen}: the address is in use or not available here; "
-            "pick another with --listen HOST:PORT"
+            f"pick another with {flag} HOST:PORT"
         )
-    await server.start()
-    for name in ("", SERVICE_NAME):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info(
-        "serving %s on %s (port %d) as replica %s; profiles: %s",
-        SERVICE_NAME,
-        listen,
-        port,
-        service.replica.id,
-        ", ".join(frameworks),
-    )
-    return RunningServer(server, port, health_servicer, service)
+    return port
 
 
 async def serve_forever(running: RunningServer, grace: float) -> None:

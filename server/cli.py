@@ -6,6 +6,11 @@ import argparse
 import asyncio
 import logging
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from server.tls import ServerTLS
 
 log = logging.getLogger("berth.serve")
 
@@ -31,7 +36,40 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--listen",
         metavar="ADDR",
         default="127.0.0.1:50051",
-        help="gRPC address to listen on (default %(default)s; use 0.0.0.0:50051 in a pod)",
+        help="gRPC address to listen on (default %(default)s). An address other hosts can "
+        "reach (0.0.0.0:50051 in a pod) needs --tls-cert, or --insecure-listen to serve "
+        "plaintext there",
+    )
+    tls = p.add_argument_group(
+        "transport security",
+        "TLS for the gRPC API. The files are read at start and again at the first handshake "
+        "after any of them changes (a renewed Secret): new connections get the new "
+        "certificate, open ones keep theirs",
+    )
+    tls.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="serve TLS with this PEM certificate (chain, leaf first); needs --tls-key",
+    )
+    tls.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
+    tls.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="require a client certificate signed by this PEM CA (bundle) and refuse "
+        "clients without one (mTLS); needs --tls-cert",
+    )
+    tls.add_argument(
+        "--insecure-listen",
+        action="store_true",
+        help="allow plaintext gRPC on a non-loopback --listen address: anyone who reaches "
+        "the port can call the API, so only behind a NetworkPolicy or on a trusted network",
+    )
+    tls.add_argument(
+        "--health-listen",
+        metavar="ADDR",
+        default="",
+        help="also serve grpc.health.v1 (and nothing else) in plaintext at ADDR, e.g. "
+        "0.0.0.0:50052 for kubelet gRPC probes, which cannot speak TLS; off by default",
     )
     p.add_argument(
         "--metrics-listen",
@@ -107,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from plugins.registry import RegistryError, load_registry
     from server import telemetry
     from server.app import serve_forever, start_server
+    from server.tls import TLSFileError
 
     if args.list_plugins:
         return print_listing(load_registry(strict=False), sys.stdout)
@@ -121,6 +160,11 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"berth serve: --slice-ms must lie in (0, 1000], got {args.slice_ms}", file=sys.stderr
         )
+        return 2
+    try:
+        tls = server_tls(args)
+    except ValueError as exc:
+        print(f"berth serve: {exc}", file=sys.stderr)
         return 2
     try:
         registry = load_registry()
@@ -161,8 +205,10 @@ def run(args: argparse.Namespace) -> int:
                 max_clusters=args.max_clusters,
                 max_batch_pods=args.max_batch_pods,
                 slice_seconds=args.slice_ms / 1000,
+                tls=tls,
+                health_listen=args.health_listen or None,
             )
-        except (OSError, ProfileError) as exc:
+        except (OSError, ProfileError, TLSFileError) as exc:
             print(f"berth serve: {exc}", file=sys.stderr)
             return 2
         # A line scripts can wait for.
@@ -171,3 +217,37 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(main())
+
+
+def server_tls(args: argparse.Namespace) -> ServerTLS | None:
+    """The TLS settings of ``berth serve``'s flags, their files loaded once to
+    check them; ValueError (TLSFileError for a file) names the flag at fault.
+    Without TLS, a --listen address other hosts can reach needs
+    --insecure-listen."""
+    from server.tls import ServerTLS, is_loopback_listen
+
+    if args.tls_cert is None:
+        for flag, value in (("--tls-key", args.tls_key), ("--tls-client-ca", args.tls_client_ca)):
+            if value is not None:
+                raise ValueError(f"{flag} needs --tls-cert (and --tls-key)")
+        if not is_loopback_listen(args.listen) and not args.insecure_listen:
+            raise ValueError(
+                f"--listen {args.listen} is reachable from other hosts and the API would be "
+                "plaintext: give --tls-cert and --tls-key to serve TLS, or --insecure-listen "
+                "to serve plaintext there anyway (e.g. behind a NetworkPolicy)"
+            )
+        if not is_loopback_listen(args.listen):
+            log.warning(
+                "plaintext gRPC on %s (--insecure-listen): anyone who reaches it can call the API",
+                args.listen,
+            )
+        return None
+    if args.tls_key is None:
+        raise ValueError("--tls-cert needs --tls-key (the certificate's private key)")
+    tls = ServerTLS(
+        Path(args.tls_cert),
+        Path(args.tls_key),
+        Path(args.tls_client_ca) if args.tls_client_ca is not None else None,
+    )
+    tls.load()
+    return tls

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from berth.client import ClusterStateLog, Mode
+from berth.tls import ClientTLS
 from plugins.framework.interfaces import Plugin
 from plugins.framework.profile import SchedulerConfig
 from shim.health import HealthServer
@@ -41,6 +42,8 @@ class ShimSettings:
     burst: int | None = None
     server_timeout: float = 30.0
     traced: bool = False
+    # TLS to the plugin servers (--plugin-server-ca/-cert/-key/-tls-name); None: plaintext.
+    tls: ClientTLS | None = None
     options: ShimOptions = field(default_factory=ShimOptions)
 
 
@@ -57,6 +60,8 @@ def build_service(settings: ShimSettings, state: ClusterStateLog) -> PluginServi
             settings.server_timeout,
             mode=settings.server_mode,
             interceptors=interceptors,
+            credentials=settings.tls.credentials if settings.tls else None,
+            tls_name=settings.tls.server_name if settings.tls else None,
         )
         svc.stream = not settings.traced
         return svc
@@ -114,12 +119,16 @@ async def run(settings: ShimSettings) -> int:
     where = "in-process plugin service"
     if settings.server:
         target = service.client.target
-        where = f"plugin servers at {settings.server} " + (
-            "(one channel per replica, round robin)"
-            if target is not None
-            and target.kind in ("dns", "list")
-            and settings.server_mode != "opaque"
-            else "(one channel; replicas told apart by id)"
+        where = (
+            f"plugin servers at {settings.server} "
+            + (
+                "(one channel per replica, round robin)"
+                if target is not None
+                and target.kind in ("dns", "list")
+                and settings.server_mode != "opaque"
+                else "(one channel; replicas told apart by id)"
+            )
+            + (f" over {settings.tls.description}" if settings.tls else " in plaintext")
         )
     print(
         f"berth shim: scheduling for {', '.join(profiles)} with {where}"

@@ -7,6 +7,8 @@ import asyncio
 import logging
 import sys
 
+from berth.tls import add_client_tls_flags
+
 log = logging.getLogger("berth.shim")
 
 
@@ -40,6 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "balanced by gRPC, a proxy). Calls go round robin over the replicas; one that is "
         "unavailable is skipped. Default: run the plugins in this process",
     )
+    add_client_tls_flags(p, "--plugin-server")
     p.add_argument(
         "--plugin-server-mode",
         choices=("auto", "endpoints", "opaque"),
@@ -125,6 +128,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.verbose == 0:
         logging.getLogger().setLevel(logging.INFO)
+    from berth.tls import client_tls_from_args
     from plugins.framework.config import ConfigError, default_config, load_config
     from plugins.registry import RegistryError, load_registry
     from server import telemetry
@@ -153,6 +157,18 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"berth shim: --plugin-server: {exc}", file=sys.stderr)
             return 2
+    try:
+        tls = client_tls_from_args(args)
+    except ValueError as exc:
+        print(f"berth shim: {exc}", file=sys.stderr)
+        return 2
+    if tls is not None and args.server is None:
+        print(
+            "berth shim: the --plugin-server-* TLS flags need --plugin-server (without it the "
+            "plugins run in this process)",
+            file=sys.stderr,
+        )
+        return 2
     for flag, value in (
         ("--batch-size", args.batch_size),
         ("--assumed-pod-ttl", args.assumed_pod_ttl),
@@ -173,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
         burst=args.kube_api_burst,
         server_timeout=args.server_timeout,
         traced=traced,
+        tls=tls,
         options=ShimOptions(batch_size=args.batch_size, assumed_ttl=args.assumed_pod_ttl),
     )
     try:

@@ -168,6 +168,7 @@ class PluginService:
         mode: Mode = "auto",
         interceptors: Sequence[Any] = (),
         credentials: grpc.ChannelCredentials | None = None,
+        tls_name: str | None = None,
     ) -> PluginService:
         """The plugin servers at ``target`` (berth.client.parse_target):
         endpoint-aware for ``dns:///name:port`` and ``host:port,host:port``,
@@ -179,6 +180,7 @@ class PluginService:
             mode=mode,
             interceptors=interceptors,
             credentials=credentials,
+            tls_name=tls_name,
             on_event=_count,
         )
         return cls(client, remote=True, address=target)
