@@ -68,6 +68,7 @@ from berth.localcluster.errors import LocalClusterError, StateError
 from berth.localcluster.ports import LOOPBACK, free_port
 from berth.localcluster.process import ProcessRecord, is_ours, log_tail, spawn, stop
 from berth.localcluster.rest import JSON, ApiError, KubeClient
+from berth.nodemetrics import METRICS_PATH, node_metrics_crd, node_metrics_object
 from plugins.framework.units import QuantityError, parse_quantity
 
 NAMESPACE = "berth-demo"
@@ -88,8 +89,6 @@ GPU_CARDS = "berth.dev/gpu-cards"  # GPUCardFit, node: JSON list of each card's 
 GPU_MEMORY = "berth.dev/gpu-memory"  # GPUCardFit, pod: what it needs on one card
 GPU_CARD = "berth.dev/gpu-card"  # GPUCardFit, pod: the card PreBind wrote
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # Coscheduling: the pod's PodGroup
-METRICS_CRD = "nodes.metrics.k8s.io"
-METRICS_PATH = "/apis/metrics.k8s.io/v1beta1/nodes"  # LowCpuScheduler: NodeMetrics
 PODGROUPS_PATH = f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{NAMESPACE}/podgroups"
 PODGROUP_CRD = binaries.REPO_ROOT / "deploy" / "examples" / "coscheduling" / "podgroup-crd.yaml"
 CRDS_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -379,60 +378,20 @@ def seed_pod_objects() -> list[JSON]:
 # --- what the seed plugins read ------------------------------------------------------------
 
 
-def node_metrics_crd() -> JSON:
-    """metrics.k8s.io/v1beta1 ``nodes`` (kind NodeMetrics, cluster-scoped) served by the API
-    server from a CRD: what metrics-server serves, without a kubelet to measure. A
-    ``*.k8s.io`` group needs the ``api-approved.kubernetes.io`` annotation."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": METRICS_CRD,
-            "annotations": {
-                "api-approved.kubernetes.io": "unapproved, berth demo's stand-in for metrics-server"
-            },
-        },
-        "spec": {
-            "group": "metrics.k8s.io",
-            "scope": "Cluster",
-            "names": {
-                "plural": "nodes",
-                "singular": "nodemetrics",
-                "kind": "NodeMetrics",
-                "listKind": "NodeMetricsList",
-            },
-            "versions": [
-                {
-                    "name": "v1beta1",
-                    "served": True,
-                    "storage": True,
-                    # NodeMetrics have timestamp, window and usage at the top level.
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
 def node_metrics(node: DemoNode, now: dt.datetime) -> JSON:
     """The NodeMetrics metrics-server would report for ``node``: CPU in nanocores, memory
     (the working set) at the same share of the node's."""
     assert node.cpu_used is not None
     cpu = parse_quantity(node.cpu).exact * node.cpu_used
     memory = parse_quantity(node.memory).exact * node.cpu_used
-    return {
-        "apiVersion": "metrics.k8s.io/v1beta1",
-        "kind": "NodeMetrics",
-        "metadata": {"name": node.name, "labels": {DEMO_LABEL: "true"}},
-        "timestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "window": "20s",
-        "usage": {"cpu": f"{round(cpu * 10**9)}n", "memory": f"{round(memory / 1024)}Ki"},
-    }
+    return node_metrics_object(
+        node.name,
+        cpu=f"{round(cpu * 10**9)}n",
+        memory=f"{round(memory / 1024)}Ki",
+        at=now,
+        window="20s",
+        labels={DEMO_LABEL: "true"},
+    )
 
 
 def pod_group() -> JSON:

@@ -65,7 +65,7 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _name(common_name: str, organization: str | None = None) -> x509.Name:
+def certificate_name(common_name: str, organization: str | None = None) -> x509.Name:
     attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
     if organization:
         attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
@@ -87,7 +87,7 @@ def _builder(
     )
 
 
-def _issue(
+def issue_certificate(
     directory: Path,
     stem: str,
     ca_cert: x509.Certificate,
@@ -97,6 +97,9 @@ def _issue(
     server_names: tuple[str, ...] = (),
     server_ips: tuple[str, ...] = (),
 ) -> KeyPair:
+    """A key and a certificate for ``subject`` signed by the CA, written to
+    ``<directory>/<stem>.crt`` and ``.key``: a serving certificate (serverAuth, these
+    SANs) when names or IPs are given, else a client certificate (clientAuth)."""
     key = _new_key()
     usage = ExtendedKeyUsageOID.SERVER_AUTH if server_names or server_ips else None
     builder = (
@@ -134,12 +137,10 @@ def _issue(
     return pair
 
 
-def generate_pki(directory: Path, *, service_ip: str = "10.0.0.1") -> Pki:
-    """Write a fresh CA, serving and client certificates and the service-account key pair."""
-    directory.mkdir(parents=True, exist_ok=True)
-    os.chmod(directory, 0o700)
+def new_ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A self-signed CA certificate (no intermediates below it) and its key."""
     ca_key = _new_key()
-    ca_subject = _name("berth-local-ca")
+    ca_subject = certificate_name(common_name)
     ca_cert = (
         _builder(ca_subject, ca_subject, ca_key.public_key())
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
@@ -160,16 +161,24 @@ def generate_pki(directory: Path, *, service_ip: str = "10.0.0.1") -> Pki:
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
         .sign(ca_key, hashes.SHA256())
     )
+    return ca_cert, ca_key
+
+
+def generate_pki(directory: Path, *, service_ip: str = "10.0.0.1") -> Pki:
+    """Write a fresh CA, serving and client certificates and the service-account key pair."""
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    ca_cert, ca_key = new_ca("berth-local-ca")
     ca = KeyPair(cert=directory / "ca.crt", key=directory / "ca.key")
     ca.cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     _write_private(ca.key, _key_pem(ca_key))
 
-    apiserver = _issue(
+    apiserver = issue_certificate(
         directory,
         "apiserver",
         ca_cert,
         ca_key,
-        _name("kube-apiserver"),
+        certificate_name("kube-apiserver"),
         server_names=(
             "localhost",
             "kubernetes",
@@ -179,8 +188,12 @@ def generate_pki(directory: Path, *, service_ip: str = "10.0.0.1") -> Pki:
         ),
         server_ips=("127.0.0.1", service_ip),
     )
-    admin = _issue(directory, "admin", ca_cert, ca_key, _name(ADMIN_USER, ADMIN_GROUP))
-    scheduler = _issue(directory, "kube-scheduler", ca_cert, ca_key, _name(SCHEDULER_USER))
+    admin = issue_certificate(
+        directory, "admin", ca_cert, ca_key, certificate_name(ADMIN_USER, ADMIN_GROUP)
+    )
+    scheduler = issue_certificate(
+        directory, "kube-scheduler", ca_cert, ca_key, certificate_name(SCHEDULER_USER)
+    )
 
     sa_key = _new_key()
     sa_private = directory / "service-account.key"

@@ -32,6 +32,8 @@ profiles:
 
 SERVER_READY_TIMEOUT_S = 90.0
 CLIENT_TIMEOUT_S = 60.0
+# A cold build on 2 cores: about a minute (grpc-go; npm ci + tsc); under pytest-timeout.
+BUILD_TIMEOUT_S = 540.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,29 @@ def run_client(cmd: Sequence[str], cwd: Path | None = None) -> Run:
         list(cmd), cwd=cwd, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, check=False
     )
     return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+def build_example_client(client_dir: Path, output: Path) -> Path:
+    """Runs ``<client_dir>/build.sh`` there; returns ``output``, which it must have made.
+    Fails the test (no skip) when the build fails or takes over BUILD_TIMEOUT_S."""
+    where = client_dir.relative_to(REPO)
+    try:
+        proc = subprocess.run(
+            [str(client_dir / "build.sh")],
+            cwd=client_dir,
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{where}/build.sh took over {BUILD_TIMEOUT_S:.0f}s", pytrace=False)
+    if proc.returncode != 0 or not output.is_file():
+        pytest.fail(
+            f"{where}/build.sh failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}",
+            pytrace=False,
+        )
+    return output
 
 
 def _wait_until_serving(proc: subprocess.Popen[bytes], addr: str, log: Path) -> None:

@@ -17,7 +17,8 @@ waiting pods" and "Pods to activate"):
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
@@ -28,95 +29,24 @@ from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
 from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
 from plugins.coscheduling.test_coscheduling import gang_pod, member, podgroup, uid_of
-from plugins.framework import (
-    CycleState,
-    FilterPlugin,
-    NodeInfo,
-    PermitPlugin,
-    PodInfo,
-    PostBindPlugin,
-    PostFilterPlugin,
-    PreBindPlugin,
-    PreFilterPlugin,
-    ReservePlugin,
-    Status,
-)
 from plugins.framework.config import parse_config
 from plugins.framework.cycle_state import PODS_TO_ACTIVATE_KEY
-from plugins.framework.interfaces import PostFilterResult, PreFilterResult
-from plugins.framework.snapshot import NodeBatch
-from plugins.framework.status import Code
 from plugins.framework.testing import make_node, make_pod
 from plugins.registry import REGISTRY as DEFAULT_REGISTRY
-from server.app import RunningServer, start_server
+from server.app import start_server
+from tests.asker import Asker
 
 PROFILE = "gang-protocol"
 COSCHEDULING = "coscheduling"
-
-
-class Asker(
-    PreFilterPlugin,
-    FilterPlugin,
-    PostFilterPlugin,
-    ReservePlugin,
-    PermitPlugin,
-    PreBindPlugin,
-    PostBindPlugin,
-):
-    """Asks something of other pods at each point; the pod's labels decide what
-    fails: ``fit=no``, ``reserve=fail``, ``permit=wait|reject``."""
-
-    name = "TestAsker"
-
-    def pre_filter(
-        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
-    ) -> tuple[PreFilterResult | None, Status]:
-        state.activate_pods(["sibling-from-prefilter"])
-        return None, Status.success()
-
-    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
-        return Status.unschedulable("no fit") if pod.labels.get("fit") == "no" else Status()
-
-    def post_filter(
-        self, state: CycleState, pod: PodInfo, rejected: Mapping[str, Status]
-    ) -> tuple[PostFilterResult | None, Status]:
-        state.signal_waiting_pod("waiting-a", False, f"{pod.name} fits no node")
-        return None, Status.unschedulable(f"{pod.name} takes its gang down")
-
-    def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
-        state.activate_pods(["sibling-from-reserve"])
-        if pod.labels.get("reserve") == "fail":
-            return Status.unschedulable("no room")
-        return Status.success()
-
-    def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
-        state.signal_waiting_pod("waiting-b", False, f"{pod.name} unreserved")
-
-    def permit(self, state: CycleState, pod: PodInfo, node_name: str) -> tuple[Status, float]:
-        state.signal_waiting_pod("waiting-c", True)
-        state.activate_pods(["sibling-from-permit"])
-        how = pod.labels.get("permit")
-        if how == "wait":
-            return Status(Code.WAIT, ("gang incomplete",)), 5.0
-        if how == "reject":
-            return Status.unschedulable("gang broken"), 0.0
-        return Status.success(), 0.0
-
-    def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
-        state.activate_pods(["sibling-from-prebind"])
-        if pod.labels.get("prebind") == "fail":
-            return Status.error("cannot")
-        return Status.success()
-
-    def post_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
-        state.activate_pods(["sibling-from-postbind"])
 
 
 REGISTRY = {**DEFAULT_REGISTRY, Asker.name: Asker}
 ASKER = [{"name": Asker.name}]
 
 
-async def _serve(profile: dict[str, Any]) -> RunningServer:
+@asynccontextmanager
+async def _serve(profile: dict[str, Any]) -> AsyncIterator[pb_grpc.SchedulingServiceStub]:
+    """A stub for a server on a free port with this one profile; stopped afterwards."""
     config = parse_config(
         {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -126,12 +56,17 @@ async def _serve(profile: dict[str, Any]) -> RunningServer:
         "test_gang_protocol",
         REGISTRY,
     )
-    return await start_server(config, REGISTRY, "127.0.0.1:0", trace=False)
+    running = await start_server(config, REGISTRY, "127.0.0.1:0", trace=False)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as ch:
+            yield pb_grpc.SchedulingServiceStub(ch)
+    finally:
+        await running.stop(0)
 
 
 @pytest.fixture
 async def stub() -> AsyncIterator[pb_grpc.SchedulingServiceStub]:
-    running = await _serve(
+    async with _serve(
         {
             "schedulerName": PROFILE,
             "plugins": {
@@ -147,12 +82,8 @@ async def stub() -> AsyncIterator[pb_grpc.SchedulingServiceStub]:
                 )
             },
         }
-    )
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as ch:
-            yield pb_grpc.SchedulingServiceStub(ch)
-    finally:
-        await running.stop(0)
+    ) as served:
+        yield served
 
 
 def one_node() -> ClusterStateLog:
@@ -189,7 +120,7 @@ async def test_post_filter_rpc_returns_the_signals_of_its_plugins(
     )
     assert resp.status.code == pb.CODE_UNSCHEDULABLE
     assert list(resp.status.reasons) == ["p takes its gang down"]
-    assert signals(resp.signals) == [("waiting-a", Asker.name, False, "p fits no node")]
+    assert signals(resp.signals) == [("waiting-1", Asker.name, False, "p fits no node")]
 
 
 async def test_schedule_returns_post_filter_signals_in_post_filter(
@@ -198,7 +129,7 @@ async def test_schedule_returns_post_filter_signals_in_post_filter(
     client = SchedulingClient(None, one_node(), stub=stub)
     resp = await client.schedule(PROFILE, pod_with(fit="no"), reserve_and_permit=True)
     assert resp.status.code == pb.CODE_UNSCHEDULABLE
-    assert signals(resp.post_filter.signals) == [("waiting-a", Asker.name, False, "p fits no node")]
+    assert signals(resp.post_filter.signals) == [("waiting-1", Asker.name, False, "p fits no node")]
     assert not resp.HasField("permit")
     assert list(resp.unreserve_signals) == []
 
@@ -212,11 +143,11 @@ async def test_schedule_returns_what_the_whole_cycle_asked_to_activate_when_perm
     assert resp.node == "n1"
     assert resp.permit.status.code == (pb.CODE_WAIT if permit == "wait" else pb.CODE_SUCCESS)
     assert list(resp.permit.activate_pod_uids) == [
-        "sibling-from-prefilter",
-        "sibling-from-reserve",
-        "sibling-from-permit",
+        "from-prefilter",
+        "from-reserve",
+        "from-permit",
     ]
-    assert signals(resp.permit.signals) == [("waiting-c", Asker.name, True, "")]
+    assert signals(resp.permit.signals) == [("waiting-3", Asker.name, True, "")]
     # Handed over: the cycle sent on to the binding cycle no longer holds them.
     assert PODS_TO_ACTIVATE_KEY not in resp.cycle.data
     assert PODS_TO_ACTIVATE_KEY not in resp.permit.cycle.data
@@ -229,7 +160,7 @@ async def test_failed_reserve_returns_unreserve_signals_and_no_permit(
     resp = await client.schedule(PROFILE, pod_with(reserve="fail"), reserve_and_permit=True)
     assert resp.reserve_status.code == pb.CODE_UNSCHEDULABLE
     assert not resp.HasField("permit")
-    assert signals(resp.unreserve_signals) == [("waiting-b", Asker.name, False, "p unreserved")]
+    assert signals(resp.unreserve_signals) == [("waiting-2", Asker.name, False, "p unreserved")]
     assert PODS_TO_ACTIVATE_KEY not in resp.cycle.data
 
 
@@ -239,8 +170,8 @@ async def test_permit_rejection_returns_permit_signals_then_unreserve_signals(
     client = SchedulingClient(None, one_node(), stub=stub)
     resp = await client.schedule(PROFILE, pod_with(permit="reject"), reserve_and_permit=True)
     assert resp.permit.status.code == pb.CODE_UNSCHEDULABLE
-    assert signals(resp.permit.signals) == [("waiting-c", Asker.name, True, "")]
-    assert signals(resp.unreserve_signals) == [("waiting-b", Asker.name, False, "p unreserved")]
+    assert signals(resp.permit.signals) == [("waiting-3", Asker.name, True, "")]
+    assert signals(resp.unreserve_signals) == [("waiting-2", Asker.name, False, "p unreserved")]
     # A failed cycle activates nothing.
     assert list(resp.permit.activate_pod_uids) == []
 
@@ -271,16 +202,16 @@ async def test_extension_point_calls_carry_activations_to_permit_and_return_bind
     )
     assert permit.status.code == pb.CODE_WAIT
     assert list(permit.activate_pod_uids) == [
-        "sibling-from-prefilter",
-        "sibling-from-reserve",
-        "sibling-from-permit",
+        "from-prefilter",
+        "from-reserve",
+        "from-permit",
     ]
     assert PODS_TO_ACTIVATE_KEY not in permit.cycle.data
 
     pre_bind: pb.StatusResponse = await client.call(
         stub.PreBind, lambda st: node_request(st, permit.cycle)
     )
-    assert list(pre_bind.activate_pod_uids) == ["sibling-from-prebind"]
+    assert list(pre_bind.activate_pod_uids) == ["from-prebind"]
     failed = pod_with(prebind="fail")
     failed_pre_bind: pb.StatusResponse = await client.call(
         stub.PreBind, lambda st: node_request(st, permit.cycle, failed)
@@ -290,7 +221,7 @@ async def test_extension_point_calls_carry_activations_to_permit_and_return_bind
     post_bind: pb.StatusResponse = await client.call(
         stub.PostBind, lambda st: node_request(st, permit.cycle)
     )
-    assert list(post_bind.activate_pod_uids) == ["sibling-from-postbind"]
+    assert list(post_bind.activate_pod_uids) == ["from-postbind"]
 
     # A Permit that rejects drops what the cycle asked for.
     rejected: pb.PermitResponse = await client.call(
@@ -305,7 +236,7 @@ async def test_extension_point_calls_carry_activations_to_permit_and_return_bind
 
 @pytest.fixture
 async def cosched() -> AsyncIterator[pb_grpc.SchedulingServiceStub]:
-    running = await _serve(
+    async with _serve(
         {
             "schedulerName": COSCHEDULING,
             "plugins": {
@@ -313,12 +244,8 @@ async def cosched() -> AsyncIterator[pb_grpc.SchedulingServiceStub]:
                 "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]},
             },
         }
-    )
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as ch:
-            yield pb_grpc.SchedulingServiceStub(ch)
-    finally:
-        await running.stop(0)
+    ) as served:
+        yield served
 
 
 async def test_coscheduling_batch_activates_siblings_then_post_filter_rejects_the_waiting(

@@ -28,13 +28,18 @@ from typing import Any
 
 import pytest
 
-from tests.contract.serve import Run, Server, berth_serve, free_loopback_port, run_client
+from tests.contract.serve import (
+    Run,
+    Server,
+    berth_serve,
+    build_example_client,
+    free_loopback_port,
+    run_client,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_DIR = REPO / "examples" / "go-client"
 CLIENT_BIN = CLIENT_DIR / "bin" / "berth-go-client"
-
-BUILD_TIMEOUT_S = 540.0  # cold: ~1 min on 2 cores (grpc-go); under pytest-timeout
 
 # The client's exit codes (examples/go-client/main.go).
 EXIT_PLACED = 0
@@ -52,24 +57,7 @@ def go_client() -> Path:
             "build examples/go-client (install Go, or put its bin/ directory on PATH)",
             pytrace=False,
         )
-    try:
-        proc = subprocess.run(
-            [str(CLIENT_DIR / "build.sh")],
-            cwd=CLIENT_DIR,
-            capture_output=True,
-            text=True,
-            timeout=BUILD_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"examples/go-client/build.sh took over {BUILD_TIMEOUT_S:.0f}s", pytrace=False)
-    if proc.returncode != 0 or not CLIENT_BIN.is_file():
-        pytest.fail(
-            f"examples/go-client/build.sh failed (exit {proc.returncode}):\n"
-            f"{proc.stdout}\n{proc.stderr}",
-            pytrace=False,
-        )
-    return CLIENT_BIN
+    return build_example_client(CLIENT_DIR, CLIENT_BIN)
 
 
 @pytest.fixture(scope="module")

@@ -23,13 +23,18 @@ import grpc
 import pytest
 
 from berth_api.v1 import scheduling_pb2 as pb
-from tests.contract.serve import Run, Server, berth_serve, free_loopback_port, run_client
+from tests.contract.serve import (
+    Run,
+    Server,
+    berth_serve,
+    build_example_client,
+    free_loopback_port,
+    run_client,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_DIR = REPO / "examples" / "ts-client"
 CLIENT_JS = CLIENT_DIR / "dist" / "src" / "main.js"
-
-BUILD_TIMEOUT_S = 540.0  # cold npm ci + tsc: well under a minute
 
 # The client's exit codes (examples/ts-client/src/main.ts).
 EXIT_PLACED = 0
@@ -50,24 +55,7 @@ def ts_client() -> Path:
                 "18+ and npm to build examples/ts-client",
                 pytrace=False,
             )
-    try:
-        proc = subprocess.run(
-            [str(CLIENT_DIR / "build.sh")],
-            cwd=CLIENT_DIR,
-            capture_output=True,
-            text=True,
-            timeout=BUILD_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"examples/ts-client/build.sh took over {BUILD_TIMEOUT_S:.0f}s", pytrace=False)
-    if proc.returncode != 0 or not CLIENT_JS.is_file():
-        pytest.fail(
-            f"examples/ts-client/build.sh failed (exit {proc.returncode}):\n"
-            f"{proc.stdout}\n{proc.stderr}",
-            pytrace=False,
-        )
-    return CLIENT_JS
+    return build_example_client(CLIENT_DIR, CLIENT_JS)
 
 
 @pytest.fixture(scope="module")

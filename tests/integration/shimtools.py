@@ -328,6 +328,7 @@ def example_config_as(folder: str, seed_profile: str, profile: str, path: Path) 
     field = f"- schedulerName: {seed_profile}"
     assert text.count(field) == 1, text
     path.write_text(text.replace(field, f"- schedulerName: {profile}"))
+    assert [p["schedulerName"] for p in yaml.safe_load(path.read_text())["profiles"]] == [profile]
     return path
 
 
@@ -335,8 +336,14 @@ def ensure_crds(kube: KubeClient, manifest: Path, timeout: float = 30.0) -> list
     """Creates the CustomResourceDefinitions of a YAML manifest unless they exist, and
     waits until each is Established and its resource is served. Returns the CRDs as
     written. They are left in place (cluster-wide, idempotent)."""
-    base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
     crds = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+    ensure_crd_objects(kube, crds, timeout)
+    return crds
+
+
+def ensure_crd_objects(kube: KubeClient, crds: Sequence[JSON], timeout: float = 30.0) -> None:
+    """``ensure_crds`` for CustomResourceDefinitions given as objects."""
+    base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
     for crd in crds:
         try:
             kube.create(base, crd)
@@ -362,7 +369,6 @@ def ensure_crds(kube: KubeClient, manifest: Path, timeout: float = 30.0) -> list
         version = next(v["name"] for v in spec["versions"] if v.get("served"))
         path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"
         wait_for(functools.partial(served, path), timeout, f"{path} served")
-    return crds
 
 
 def failed_scheduling_notes(kube: KubeClient, namespace: str, pod: str) -> list[str]:
@@ -383,16 +389,84 @@ def pod_scheduled_condition(pod: JSON) -> JSON | None:
     return next((c for c in conds if c.get("type") == "PodScheduled"), None)
 
 
+def pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{path_segment(namespace)}/pods/{path_segment(name)}"
+
+
+def node_names(nodes: Sequence[JSON]) -> list[str]:
+    return [n["metadata"]["name"] for n in nodes]
+
+
+def wait_node_of(
+    kube: KubeClient, namespace: str, name: str, proc: Proc, timeout: float = 60
+) -> str:
+    """The node the pod is bound to, once it is (TimeoutError with ``proc``'s log)."""
+    path = pod_path(namespace, name)
+    wait_for(
+        lambda: bool(kube.get(path)["spec"].get("nodeName")), timeout, f"{name} bound", proc.log
+    )
+    node: str = kube.get(path)["spec"]["nodeName"]
+    return node
+
+
+def wait_unschedulable(
+    kube: KubeClient, namespace: str, name: str, proc: Proc, timeout: float = 60
+) -> JSON:
+    """The pod's PodScheduled=False (Unschedulable) condition, once the shim has written
+    it; the pod is not bound."""
+    path = pod_path(namespace, name)
+    wait_for(
+        lambda: pod_scheduled_condition(kube.get(path)) is not None,
+        timeout,
+        f"{name} got a PodScheduled condition",
+        proc.log,
+    )
+    pod = kube.get(path)
+    cond = pod_scheduled_condition(pod)
+    assert cond is not None and cond["status"] == "False", cond
+    assert cond["reason"] == "Unschedulable", cond
+    assert not pod["spec"].get("nodeName"), pod["spec"]
+    return cond
+
+
+def kubectl(cluster: Cluster, bin_dir: Path, *args: str) -> str:
+    """``kubectl --kubeconfig <cluster's> <args>``'s output; fails the test on an error."""
+    out = subprocess.run(
+        [str(bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
+    return out.stdout
+
+
+def described_failed_scheduling(
+    cluster: Cluster, bin_dir: Path, namespace: str, pod: str
+) -> list[str]:
+    """The FailedScheduling lines of ``kubectl describe pod``'s Events, as a user reads
+    them (see ``failed_scheduling_notes`` for the events' notes from the API)."""
+    out = kubectl(cluster, bin_dir, "describe", "pod", pod, "-n", namespace)
+    events = out[out.index("Events:") :] if "Events:" in out else ""
+    return [line for line in events.splitlines() if "FailedScheduling" in line]
+
+
 __all__ = [
     "Cluster",
     "Proc",
     "Server",
     "Shim",
     "assert_no_overcommit",
+    "described_failed_scheduling",
+    "ensure_crd_objects",
     "ensure_crds",
     "example_config_as",
     "failed_scheduling_notes",
     "kubeconfig_for",
+    "kubectl",
+    "node_names",
+    "pod_path",
     "pod_scheduled_condition",
     "pods_of",
     "profile_for",
@@ -401,6 +475,8 @@ __all__ = [
     "service_account",
     "wait_all_bound",
     "wait_for",
+    "wait_node_of",
     "wait_scheduled_events",
+    "wait_unschedulable",
     "write_config",
 ]

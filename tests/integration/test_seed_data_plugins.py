@@ -25,8 +25,6 @@ select this test's nodes (``berth.dev/test=<namespace>``): nodes are cluster-wid
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,56 +35,32 @@ import yaml
 from berth.localcluster import Cluster, KubeClient, objects
 from berth.localcluster.rest import JSON, ApiError
 from berth.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.nodemetrics import METRICS_PATH, node_metrics_crd, node_metrics_object
 from tests.integration.shimtools import (
+    EXAMPLES,
     Server,
     Shim,
+    described_failed_scheduling,
+    ensure_crd_objects,
+    example_config_as,
+    node_names,
+    pod_path,
     pods_of,
     profile_for,
     running,
     wait_for,
+    wait_node_of,
+    wait_unschedulable,
 )
 
 pytestmark = pytest.mark.integration
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
-
-METRICS_CRD = "nodes.metrics.k8s.io"
-METRICS_PATH = "/apis/metrics.k8s.io/v1beta1/nodes"
 CARDS = "berth.dev/gpu-cards"
 GPU_MEMORY = "berth.dev/gpu-memory"
 GPU_CARD = "berth.dev/gpu-card"
 
 
 # -- helpers ---------------------------------------------------------------------------
-
-
-def example_config(folder: str, seed_profile: str, profile: str, path: Path) -> Path:
-    """deploy/examples/<folder>/scheduler-config.yaml, unchanged but for its profile name."""
-    text = (EXAMPLES / folder / "scheduler-config.yaml").read_text()
-    field = f"- schedulerName: {seed_profile}"
-    assert text.count(field) == 1, text
-    path.write_text(text.replace(field, f"- schedulerName: {profile}"))
-    assert [p["schedulerName"] for p in yaml.safe_load(path.read_text())["profiles"]] == [profile]
-    return path
-
-
-def kubectl(cluster: Cluster, bin_dir: Path, *args: str) -> str:
-    out = subprocess.run(
-        [str(bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
-    return out.stdout
-
-
-def failed_scheduling(cluster: Cluster, bin_dir: Path, namespace: str, pod: str) -> list[str]:
-    """The FailedScheduling lines of ``kubectl describe pod``'s Events."""
-    out = kubectl(cluster, bin_dir, "describe", "pod", pod, "-n", namespace)
-    events = out[out.index("Events:") :] if "Events:" in out else ""
-    return [line for line in events.splitlines() if "FailedScheduling" in line]
 
 
 def wait_failed_scheduling(
@@ -97,49 +71,11 @@ def wait_failed_scheduling(
 
     def seen() -> bool:
         nonlocal lines
-        lines = failed_scheduling(cluster, bin_dir, namespace, pod)
+        lines = described_failed_scheduling(cluster, bin_dir, namespace, pod)
         return any(want in line for line in lines)
 
     wait_for(seen, 60, f"FailedScheduling with {want!r} for {pod}", shim.log)
     return lines
-
-
-def pod_path(namespace: str, name: str) -> str:
-    return f"/api/v1/namespaces/{namespace}/pods/{name}"
-
-
-def scheduled_condition(pod: JSON) -> JSON | None:
-    return next(
-        (c for c in pod["status"].get("conditions", []) if c["type"] == "PodScheduled"), None
-    )
-
-
-def wait_node_of(
-    kube: KubeClient, namespace: str, name: str, shim: Shim, timeout: float = 60
-) -> str:
-    path = pod_path(namespace, name)
-    wait_for(
-        lambda: bool(kube.get(path)["spec"].get("nodeName")), timeout, f"{name} bound", shim.log
-    )
-    node: str = kube.get(path)["spec"]["nodeName"]
-    return node
-
-
-def wait_unschedulable(kube: KubeClient, namespace: str, name: str, shim: Shim) -> JSON:
-    """The pod's PodScheduled=False condition, once the shim has written it."""
-    path = pod_path(namespace, name)
-    wait_for(
-        lambda: scheduled_condition(kube.get(path)) is not None,
-        60,
-        f"{name} got a PodScheduled condition",
-        shim.log,
-    )
-    pod = kube.get(path)
-    cond = scheduled_condition(pod)
-    assert cond is not None and cond["status"] == "False", cond
-    assert cond["reason"] == "Unschedulable", cond
-    assert not pod["spec"].get("nodeName"), pod["spec"]
-    return cond
 
 
 def seed_pod(
@@ -164,82 +100,17 @@ def seed_pod(
     return pod
 
 
-def names(nodes: list[JSON]) -> list[str]:
-    return [n["metadata"]["name"] for n in nodes]
-
-
 # -- NodeMetrics served by a CRD-backed API ---------------------------------------------
-
-
-def _established(crd: JSON) -> bool:
-    return any(
-        c["type"] == "Established" and c["status"] == "True"
-        for c in (crd.get("status") or {}).get("conditions") or []
-    )
 
 
 @pytest.fixture(scope="module")
 def node_metrics_api(kube: KubeClient) -> str:
     """metrics.k8s.io/v1beta1 ``nodes`` (kind NodeMetrics, cluster-scoped) served by the
-    local API server from a CRD: the shape metrics-server serves, without a kubelet to
-    measure. A ``*.k8s.io`` group needs the ``api-approved.kubernetes.io`` annotation.
-    Left in place for later tests (creating it is idempotent)."""
-    crd: JSON = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": METRICS_CRD,
-            "annotations": {
-                "api-approved.kubernetes.io": "unapproved, test-only stand-in for metrics-server"
-            },
-        },
-        "spec": {
-            "group": "metrics.k8s.io",
-            "scope": "Cluster",
-            "names": {
-                "plural": "nodes",
-                "singular": "nodemetrics",
-                "kind": "NodeMetrics",
-                "listKind": "NodeMetricsList",
-            },
-            "versions": [
-                {
-                    "name": "v1beta1",
-                    "served": True,
-                    "storage": True,
-                    # No status subresource: NodeMetrics carry timestamp, window and
-                    # usage at the top level.
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
-    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    try:
-        kube.create(path, crd)
-    except ApiError as exc:
-        if exc.status != 409:
-            raise
-    wait_for(lambda: _established(kube.get(f"{path}/{METRICS_CRD}")), 30, "NodeMetrics CRD")
-
-    def served() -> bool:
-        try:
-            kube.get(METRICS_PATH)
-        except ApiError:
-            return False
-        return True
-
-    wait_for(served, 30, "metrics.k8s.io/v1beta1 nodes served")
+    local API server from the CRD ``berth demo`` uses: the shape metrics-server serves,
+    without a kubelet to measure. Left in place for later tests (creating it is
+    idempotent)."""
+    ensure_crd_objects(kube, [node_metrics_crd()])
     return METRICS_PATH
-
-
-def rfc3339(unix: float) -> str:
-    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class NodeMetricsWriter:
@@ -252,14 +123,9 @@ class NodeMetricsWriter:
         self.names: set[str] = set()
 
     def report(self, node: str, cpu: str, memory: str = "1Gi") -> None:
-        body: JSON = {
-            "apiVersion": "metrics.k8s.io/v1beta1",
-            "kind": "NodeMetrics",
-            "metadata": {"name": node},
-            "timestamp": rfc3339(time.time()),
-            "window": "20.035s",
-            "usage": {"cpu": cpu, "memory": memory},
-        }
+        body = node_metrics_object(
+            node, cpu=cpu, memory=memory, at=datetime.now(UTC), window="20.035s"
+        )
         if node in self.names:
             current = self.kube.get(f"{METRICS_PATH}/{node}")
             body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
@@ -306,19 +172,25 @@ def test_lowcpu_seed_steps_avoid_the_90_percent_node_and_report_cpu_usage_too_hi
     profile = profile_for(namespace)
     # Group "mixed": hot is roomy and empty (the default scores prefer it), its
     # NodeMetrics say 90% CPU; cool is small and has requests on it, but 20% busy.
-    hot = names(fake_nodes(1, prefix="hot", cpu="16", memory="64Gi", labels={"group": "mixed"}))[0]
-    cool = names(fake_nodes(1, prefix="cool", cpu="4", memory="8Gi", labels={"group": "mixed"}))[0]
+    hot = node_names(
+        fake_nodes(1, prefix="hot", cpu="16", memory="64Gi", labels={"group": "mixed"})
+    )[0]
+    cool = node_names(
+        fake_nodes(1, prefix="cool", cpu="4", memory="8Gi", labels={"group": "mixed"})
+    )[0]
     objects.create_pods(
         kube, [objects.pod("requests", namespace=namespace, cpu="2", memory="4Gi", node_name=cool)]
     )
     node_metrics.report(hot, nanocores(0.9, 16))
     node_metrics.report(cool, nanocores(0.2, 4))
     # Group "hot": every node above 80%.
-    burning = names(fake_nodes(2, prefix="burning", cpu="4", memory="8Gi", labels={"group": "hot"}))
+    burning = node_names(
+        fake_nodes(2, prefix="burning", cpu="4", memory="8Gi", labels={"group": "hot"})
+    )
     node_metrics.report(burning[0], "3600m")
     node_metrics.report(burning[1], "3500m")
 
-    config = example_config("lowcpu", "lowcpu-scheduler", profile, tmp_path / "config.yaml")
+    config = example_config_as("lowcpu", "lowcpu-scheduler", profile, tmp_path / "config.yaml")
     shim = Shim(config, cluster.kubeconfig, tmp_path / "shim.log")
     with running(shim.start()):
         # The seed's 7.2: a pod with spec.schedulerName naming the scheduler.
@@ -356,7 +228,7 @@ def test_lowcpu_rejecting_unmeasured_nodes_until_metrics_appear_over_grpc(
     ]
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(doc))
-    busy, unmeasured = names(fake_nodes(2, cpu="4", memory="8Gi", labels={"group": "g"}))
+    busy, unmeasured = node_names(fake_nodes(2, cpu="4", memory="8Gi", labels={"group": "g"}))
     node_metrics.report(busy, nanocores(0.95, 4))
 
     server = Server(config, tmp_path / "server.log")
@@ -390,11 +262,13 @@ def test_gpu_card_two_40g_pods_one_free_40g_card_one_binds_one_waits(
 ) -> None:
     profile = profile_for(namespace)
     # One node with a free 40G card and a 30G card: 70G in total, but no two 40G.
-    gpu = names(fake_nodes(1, prefix="gpu", cpu="32", memory="128Gi", labels={"group": "gpu"}))[0]
+    gpu = node_names(
+        fake_nodes(1, prefix="gpu", cpu="32", memory="128Gi", labels={"group": "gpu"})
+    )[0]
     kube.merge_patch(
         f"/api/v1/nodes/{gpu}", {"metadata": {"annotations": {CARDS: json.dumps(["40G", "30G"])}}}
     )
-    config = example_config("gpucard", "my-scheduler", profile, tmp_path / "config.yaml")
+    config = example_config_as("gpucard", "my-scheduler", profile, tmp_path / "config.yaml")
     server = Server(config, tmp_path / "server.log")
     with running(server.start()):
         shim = Shim(config, cluster.kubeconfig, tmp_path / "shim.log", server=server.address)

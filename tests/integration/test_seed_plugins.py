@@ -19,70 +19,34 @@ nodes (``berth.dev/test=<namespace>``): nodes are cluster-wide.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from berth.localcluster import Cluster, KubeClient, objects
 from berth.localcluster.rest import JSON
 from berth.localcluster.testing import TEST_LABEL, NodeFactory
-from tests.integration.shimtools import Shim, profile_for, running, wait_for
+from tests.integration.shimtools import (
+    Shim,
+    described_failed_scheduling,
+    example_config_as,
+    kubectl,
+    node_names,
+    profile_for,
+    running,
+    wait_node_of,
+    wait_unschedulable,
+)
 
 pytestmark = pytest.mark.integration
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 SEED_PROFILE = "custom-scheduler"
 GPU = "nvidia.com/gpu"
 
 
 def example_config(folder: str, profile: str, path: Path) -> Path:
     """deploy/examples/<folder>/scheduler-config.yaml with its profile renamed."""
-    text = (EXAMPLES / folder / "scheduler-config.yaml").read_text()
-    field = f"- schedulerName: {SEED_PROFILE}"
-    assert text.count(field) == 1, text
-    path.write_text(text.replace(field, f"- schedulerName: {profile}"))
-    assert [p["schedulerName"] for p in yaml.safe_load(path.read_text())["profiles"]] == [profile]
-    return path
-
-
-def kubectl(cluster: Cluster, bin_dir: Path, *args: str) -> str:
-    out = subprocess.run(
-        [str(bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
-    return out.stdout
-
-
-def names(nodes: list[JSON]) -> list[str]:
-    return [n["metadata"]["name"] for n in nodes]
-
-
-def pod_path(namespace: str, name: str) -> str:
-    return f"/api/v1/namespaces/{namespace}/pods/{name}"
-
-
-def scheduled_condition(pod: JSON) -> JSON | None:
-    return next(
-        (c for c in pod["status"].get("conditions", []) if c["type"] == "PodScheduled"), None
-    )
-
-
-def wait_node_of(
-    kube: KubeClient, namespace: str, name: str, shim: Shim, timeout: float = 30
-) -> str:
-    """The node the pod is bound to, once it is."""
-    path = pod_path(namespace, name)
-    wait_for(
-        lambda: bool(kube.get(path)["spec"].get("nodeName")), timeout, f"{name} bound", shim.log
-    )
-    node: str = kube.get(path)["spec"]["nodeName"]
-    return node
+    return example_config_as(folder, SEED_PROFILE, profile, path)
 
 
 def our_pod(
@@ -118,7 +82,7 @@ def test_avoid_node_seed_steps_failed_scheduling_then_the_unlabelled_node(
     k8s_bin_dir: Path,
 ) -> None:
     profile = profile_for(namespace)
-    nodes = names(fake_nodes(2, cpu="4", memory="8Gi"))
+    nodes = node_names(fake_nodes(2, cpu="4", memory="8Gi"))
     # kubectl label node node01 avoid=true (every node of this test).
     for node in nodes:
         kubectl(cluster, k8s_bin_dir, "label", "node", node, "avoid=true")
@@ -138,24 +102,13 @@ def test_avoid_node_seed_steps_failed_scheduling_then_the_unlabelled_node(
             "--image=nginx",
             f"--overrides={json.dumps(overrides)}",
         )
-        path = pod_path(namespace, "test")
-        wait_for(
-            lambda: scheduled_condition(kube.get(path)) is not None,
-            30,
-            "pod test got a PodScheduled condition",
-            shim.log,
-        )
-        cond = scheduled_condition(kube.get(path))
-        assert cond is not None and cond["status"] == "False", cond
-        assert cond["reason"] == "Unschedulable"
+        cond = wait_unschedulable(kube, namespace, "test", shim)
         for node in nodes:
             assert f"1 node {node} is labeled avoid=true" in cond["message"]
 
         # kubectl describe pod test | grep -A2 Events
-        out = kubectl(cluster, k8s_bin_dir, "describe", "pod", "test", "-n", namespace)
-        events = out[out.index("Events:") :]
-        failed = [line for line in events.splitlines() if "FailedScheduling" in line]
-        assert len(failed) == 1, events
+        failed = described_failed_scheduling(cluster, k8s_bin_dir, namespace, "test")
+        assert len(failed) == 1, failed
         assert failed[0].split()[:2] == ["Warning", "FailedScheduling"]
         for node in nodes:
             assert f"node {node} is labeled avoid=true" in failed[0]
@@ -170,8 +123,10 @@ def test_avoid_node_every_pod_lands_on_the_one_good_node(
 ) -> None:
     profile = profile_for(namespace)
     # The avoided nodes are the roomy ones: NodeResourcesFit alone would pick them.
-    avoided = names(fake_nodes(2, prefix="big", cpu="64", memory="256Gi", labels={"avoid": "true"}))
-    good = names(fake_nodes(1, prefix="small", cpu="4", memory="8Gi"))[0]
+    avoided = node_names(
+        fake_nodes(2, prefix="big", cpu="64", memory="256Gi", labels={"avoid": "true"})
+    )
+    good = node_names(fake_nodes(1, prefix="small", cpu="4", memory="8Gi"))[0]
     config = example_config("avoidnode", profile, tmp_path / "scheduler-config.yaml")
     shim = Shim(config, cluster.kubeconfig, tmp_path / "shim.log")
     with running(shim.start()):
@@ -194,8 +149,8 @@ def test_gpu_priority_pod_lands_on_the_node_with_most_free_gpus(
     size = {"cpu": "64", "memory": "256Gi"}
     # big: 8 GPUs, 6 taken (2 free); small: 4 GPUs, all free; plain: none. The seed's
     # capacity score would pick big; free GPUs pick small.
-    big = names(fake_nodes(1, prefix="big", extended={GPU: "8"}, **size))[0]
-    small = names(fake_nodes(1, prefix="small", extended={GPU: "4"}, **size))[0]
+    big = node_names(fake_nodes(1, prefix="big", extended={GPU: "8"}, **size))[0]
+    small = node_names(fake_nodes(1, prefix="small", extended={GPU: "4"}, **size))[0]
     fake_nodes(1, prefix="plain", **size)
     objects.create_pods(
         kube,
@@ -230,7 +185,7 @@ def test_same_label_spread_pod_lands_on_the_node_with_fewer_same_label_pods(
     cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
 ) -> None:
     profile = profile_for(namespace)
-    crowded, spread = names(fake_nodes(2, cpu="64", memory="256Gi"))
+    crowded, spread = node_names(fake_nodes(2, cpu="64", memory="256Gi"))
     # crowded: 2 web pods (score 80); spread: no web pod but 3 db pods (100), so it has
     # more pods and more requests: NodeResourcesFit would prefer crowded.
     objects.create_pods(

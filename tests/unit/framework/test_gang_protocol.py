@@ -20,92 +20,19 @@ from collections.abc import Mapping
 import msgspec
 import pytest
 
-from plugins.framework import (
-    CycleState,
-    FilterPlugin,
-    NodeInfo,
-    PermitPlugin,
-    PodInfo,
-    PostBindPlugin,
-    PostFilterPlugin,
-    PreBindPlugin,
-    PreFilterPlugin,
-    ReservePlugin,
-    Status,
-)
+from plugins.framework import CycleState, PodInfo, PostFilterPlugin, Status
 from plugins.framework.cycle_state import (
     PODS_TO_ACTIVATE_KEY,
     StateDecodeError,
     StateKey,
 )
-from plugins.framework.interfaces import PostFilterResult, PreFilterResult
+from plugins.framework.interfaces import PostFilterResult
 from plugins.framework.profile import PluginRef, ProfileConfig
 from plugins.framework.runtime import Framework, ScheduleResult
-from plugins.framework.snapshot import NodeBatch
 from plugins.framework.status import Code
 from plugins.framework.testing import make_node, make_pod, snapshot_of
+from tests.asker import Asker
 from tests.unit.framework.fakes import Binder, Sort
-
-
-class Gang(
-    PreFilterPlugin,
-    FilterPlugin,
-    PostFilterPlugin,
-    ReservePlugin,
-    PermitPlugin,
-    PreBindPlugin,
-    PostBindPlugin,
-):
-    """Asks something of other pods at every point; the pod's labels decide
-    what fails: ``fit=no`` (Filter), ``reserve=fail|raise``, ``permit=wait|reject``."""
-
-    name = "Gang"
-
-    def pre_filter(
-        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
-    ) -> tuple[PreFilterResult | None, Status]:
-        state.activate_pods(["from-prefilter"])
-        return None, Status.success()
-
-    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
-        if pod.labels.get("fit") == "no":
-            return Status.unschedulable("no fit")
-        return Status.success()
-
-    def post_filter(
-        self, state: CycleState, pod: PodInfo, rejected: Mapping[str, Status]
-    ) -> tuple[PostFilterResult | None, Status]:
-        state.signal_waiting_pod("waiting-1", False, f"{pod.name} fits no node")
-        return None, Status(Code.UNSCHEDULABLE)
-
-    def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
-        state.activate_pods(["from-reserve", "from-prefilter"])
-        how = pod.labels.get("reserve")
-        if how == "raise":
-            raise RuntimeError("reserve broke")
-        if how == "fail":
-            return Status.unschedulable("no room")
-        return Status.success()
-
-    def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
-        state.signal_waiting_pod("waiting-2", False, f"{pod.name} unreserved")
-
-    def permit(self, state: CycleState, pod: PodInfo, node_name: str) -> tuple[Status, float]:
-        state.signal_waiting_pod("waiting-3", True)
-        state.activate_pods(["from-permit"])
-        how = pod.labels.get("permit")
-        if how == "wait":
-            return Status(Code.WAIT, ("waiting for the gang",)), 10.0
-        if how == "reject":
-            return Status.unschedulable("gang incomplete"), 0.0
-        return Status.success(), 0.0
-
-    def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
-        state.activate_pods(["from-prebind"])
-        return Status.success()
-
-    def post_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
-        state.activate_pods(["from-postbind"])
 
 
 class Quiet(PostFilterPlugin):
@@ -120,8 +47,8 @@ class Quiet(PostFilterPlugin):
         return None, Status(Code.UNSCHEDULABLE)
 
 
-REGISTRY = {c.name: c for c in (Gang, Quiet, Sort, Binder)}
-GANG = (PluginRef("Gang"),)
+REGISTRY = {c.name: c for c in (Asker, Quiet, Sort, Binder)}
+ASKER = (PluginRef(Asker.name),)
 
 
 def framework() -> Framework:
@@ -130,14 +57,14 @@ def framework() -> Framework:
             scheduler_name="gang",
             plugins={
                 "queueSort": (PluginRef("Sort"),),
-                "preFilter": GANG,
-                "filter": GANG,
-                "postFilter": (PluginRef("Gang"), PluginRef("Quiet")),
-                "reserve": GANG,
-                "permit": GANG,
-                "preBind": GANG,
+                "preFilter": ASKER,
+                "filter": ASKER,
+                "postFilter": (PluginRef(Asker.name), PluginRef("Quiet")),
+                "reserve": ASKER,
+                "permit": ASKER,
+                "preBind": ASKER,
                 "bind": (PluginRef("Binder"),),
-                "postBind": GANG,
+                "postBind": ASKER,
             },
         ),
         REGISTRY,
@@ -164,7 +91,7 @@ def test_post_filter_signals_are_attributed_to_each_plugin_and_kept_apart() -> N
     _, state, result = schedule({"fit": "no"})
     assert result.status.code is Code.UNSCHEDULABLE
     assert result.post_filter_signals == [
-        ("waiting-1", "Gang", False, "p fits no node"),
+        ("waiting-1", Asker.name, False, "p fits no node"),
         ("waiting-q", "Quiet", False, "quiet"),
     ]
     assert result.permit_signals == []
@@ -181,7 +108,7 @@ def test_run_post_filter_names_the_plugin_on_the_state() -> None:
     _, st = fw.run_post_filter(state, make_pod("p").info(), {"n1": Status.unschedulable("x")})
     assert st.code is Code.UNSCHEDULABLE
     assert [(uid, plugin) for uid, plugin, _, _ in state.permit_signals] == [
-        ("waiting-1", "Gang"),
+        ("waiting-1", Asker.name),
         ("waiting-q", "Quiet"),
     ]
     assert state.current_plugin == ""
@@ -199,7 +126,7 @@ def test_failed_reserve_reports_unreserve_signals_only(how: str) -> None:
         assert "reserve broke" in rs.message
     assert result.permit_status is None
     assert result.permit_signals == []
-    assert result.unreserve_signals == [("waiting-2", "Gang", False, "p unreserved")]
+    assert result.unreserve_signals == [("waiting-2", Asker.name, False, "p unreserved")]
     assert result.activate_pod_uids == []
     assert state.pods_to_activate == []
     assert PODS_TO_ACTIVATE_KEY not in state.encode()
@@ -209,8 +136,8 @@ def test_permit_rejection_reports_permit_then_unreserve_signals() -> None:
     _, state, result = schedule({"permit": "reject"})
     assert result.permit_status is not None
     assert result.permit_status.code is Code.UNSCHEDULABLE
-    assert result.permit_signals == [("waiting-3", "Gang", True, "")]
-    assert result.unreserve_signals == [("waiting-2", "Gang", False, "p unreserved")]
+    assert result.permit_signals == [("waiting-3", Asker.name, True, "")]
+    assert result.unreserve_signals == [("waiting-2", Asker.name, False, "p unreserved")]
     assert result.activate_pod_uids == []
     assert state.pods_to_activate == []
 
