@@ -12,12 +12,14 @@ from plugins.framework.interfaces import Plugin
 from plugins.gpucard import GPUCardFit
 from plugins.gpupriority import GPUPriority
 from plugins.imagelocality import ImageLocality
+from plugins.interpodaffinity import InterPodAffinity
 from plugins.lowcpu import LowCpu
 from plugins.nodeaffinity import NodeAffinity
 from plugins.nodename import NodeName
 from plugins.nodeports import NodePorts
 from plugins.noderesources import BalancedAllocation, Fit
 from plugins.nodeunschedulable import NodeUnschedulable
+from plugins.podtopologyspread import PodTopologySpread
 from plugins.queuesort import PrioritySort
 from plugins.samelabelspread import SameLabelSpread
 from plugins.schedulinggates import SchedulingGates
@@ -37,6 +39,8 @@ REGISTRY: dict[str, type[Plugin]] = {
     "NodePorts": NodePorts,
     "NodeResourcesBalancedAllocation": BalancedAllocation,
     "ImageLocality": ImageLocality,
+    "PodTopologySpread": PodTopologySpread,
+    "InterPodAffinity": InterPodAffinity,
     "DefaultBinder": DefaultBinder,
     # Not upstream plugins: the seed documents' examples (never in the default profile).
     "AvoidNodePlugin": AvoidNode,

@@ -31,6 +31,8 @@ def test_registry_holds_upstream_names() -> None:
         "NodePorts",
         "NodeResourcesBalancedAllocation",
         "ImageLocality",
+        "InterPodAffinity",
+        "PodTopologySpread",
         # The seed documents' plugins (not upstream's).
         "AvoidNodePlugin",
         "GPUPriorityPlugin",

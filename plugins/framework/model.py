@@ -495,6 +495,26 @@ class PodInfo:
         return {}
 
     @cached_property
+    def has_pod_affinity(self) -> bool:
+        """Does the pod set pod affinity or anti-affinity (types.go,
+        podWithAffinity)? Such pods are listed in NodeInfo.pods_with_affinity."""
+        a = self.proto.affinity
+        return self.proto.HasField("affinity") and (
+            a.HasField("pod_affinity") or a.HasField("pod_anti_affinity")
+        )
+
+    @cached_property
+    def has_required_anti_affinity(self) -> bool:
+        """Does the pod have required anti-affinity terms (types.go,
+        podWithRequiredAntiAffinity)?"""
+        a = self.proto.affinity
+        return (
+            self.proto.HasField("affinity")
+            and a.HasField("pod_anti_affinity")
+            and len(a.pod_anti_affinity.required) > 0
+        )
+
+    @cached_property
     def host_ports(self) -> tuple[tuple[str, str, int], ...]:
         """(host IP, protocol, host port) of every container port that asks
         for a host port (upstream's schedutil.GetHostPorts)."""
@@ -519,6 +539,8 @@ class NodeInfo:
         "non_zero_requested",
         "owner",
         "pods",
+        "pods_with_affinity",
+        "pods_with_required_anti_affinity",
         "requested",
         "used_ports",
     )
@@ -531,6 +553,11 @@ class NodeInfo:
         self.owner: object | None = None
         self.allocatable = Resource.from_proto(node.allocatable)
         self.pods: dict[str, PodInfo] = {}
+        # The pods with pod (anti-)affinity, and those with required
+        # anti-affinity (upstream's NodeInfo.PodsWithAffinity,
+        # PodsWithRequiredAntiAffinity), by uid.
+        self.pods_with_affinity: dict[str, PodInfo] = {}
+        self.pods_with_required_anti_affinity: dict[str, PodInfo] = {}
         self.requested = Resource()
         # (milli CPU, memory) summed with non-zero defaults.
         self.non_zero_requested = [0, 0]
@@ -547,6 +574,10 @@ class NodeInfo:
 
     def add_pod(self, pod: PodInfo) -> None:
         self.pods[pod.uid] = pod
+        if pod.has_pod_affinity:
+            self.pods_with_affinity[pod.uid] = pod
+            if pod.has_required_anti_affinity:
+                self.pods_with_required_anti_affinity[pod.uid] = pod
         self.requested.add(pod.requests)
         cpu, mem = pod.non_zero_requests
         self.non_zero_requested[0] += cpu
@@ -558,6 +589,9 @@ class NodeInfo:
         pod = self.pods.pop(uid, None)
         if pod is None:
             return None
+        if pod.has_pod_affinity:
+            self.pods_with_affinity.pop(uid, None)
+            self.pods_with_required_anti_affinity.pop(uid, None)
         r = pod.requests
         self.requested.milli_cpu -= r.milli_cpu
         self.requested.memory -= r.memory

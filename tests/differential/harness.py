@@ -18,6 +18,7 @@ rule would otherwise see a tie where upstream has one answer, and hide its own m
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ import yaml
 from berth.kube import node_record, occupies_node, pod_record
 from berth.localcluster import KubeClient, objects
 from berth.localcluster.rest import JSON, ApiError
+from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
 
 UPSTREAM = "diff-upstream"
@@ -41,8 +43,6 @@ NOT_COMPARED = (
     "NodeVolumeLimits",
     "VolumeBinding",
     "VolumeZone",
-    "PodTopologySpread",
-    "InterPodAffinity",
     "DynamicResources",
     "DefaultPreemption",
     "NodeDeclaredFeatures",
@@ -72,6 +72,13 @@ class Scenario:
     nodes: list[dict[str, Any]]
     existing: list[dict[str, Any]] = field(default_factory=list)
     incoming: list[dict[str, Any]] = field(default_factory=list)
+    # Labels of the scenario's own namespace, and further namespaces (name, labels) that
+    # existing pods may live in (``namespace`` on the pod).
+    namespace_labels: dict[str, str] = field(default_factory=dict)
+    namespaces: list[dict[str, Any]] = field(default_factory=list)
+    # Services in the scenario's namespace ({name, selector}): PodTopologySpread's default
+    # constraints spread the pods they select.
+    services: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def load(cls, path: Path) -> Scenario:
@@ -82,6 +89,9 @@ class Scenario:
             nodes=list(doc.get("nodes") or []),
             existing=list(doc.get("existing") or []),
             incoming=list(doc.get("incoming") or []),
+            namespace_labels=dict(doc.get("namespaceLabels") or {}),
+            namespaces=list(doc.get("namespaces") or []),
+            services=list(doc.get("services") or []),
         )
 
 
@@ -129,7 +139,14 @@ def pod_object(spec: dict[str, Any], namespace: str, scheduler: str) -> JSON:
             {"containerPort": int(p.get("containerPort", p.get("hostPort", 80))), **p}
             for p in spec["ports"]
         ]
-    for key in ("affinity", "schedulingGates", "priority", "initContainers", "overhead"):
+    for key in (
+        "affinity",
+        "schedulingGates",
+        "priority",
+        "initContainers",
+        "overhead",
+        "topologySpreadConstraints",
+    ):
         if key in spec:
             podspec[key] = spec[key]
     if spec.get("noRequests"):
@@ -137,6 +154,20 @@ def pod_object(spec: dict[str, Any], namespace: str, scheduler: str) -> JSON:
     if spec.get("containers"):
         podspec["containers"] = spec["containers"]
     return obj
+
+
+def service_object(spec: dict[str, Any], namespace: str) -> JSON:
+    """A headless Service selecting ``spec["selector"]``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": spec["name"], "namespace": namespace},
+        "spec": {
+            "clusterIP": "None",
+            "selector": dict(spec.get("selector") or {}),
+            "ports": [{"port": 80}],
+        },
+    }
 
 
 @dataclass(frozen=True)
@@ -217,6 +248,16 @@ def best_nodes(kube: KubeClient, namespace: str, spec: dict[str, Any]) -> set[st
         rec = pod_record(p)
         if occupies_node(rec):
             state.upsert_pod(rec)
+    for ns in kube.get("/api/v1/namespaces")["items"]:
+        # InterPodAffinity reads namespaces (their labels, for namespaceSelector).
+        state.upsert_object(
+            cpb.ClusterObject(
+                ref=cpb.ObjectRef(resource="namespaces", name=ns["metadata"]["name"]),
+                version="v1",
+                kind="Namespace",
+                json=json.dumps({"apiVersion": "v1", "kind": "Namespace", **ns}).encode(),
+            )
+        )
     state.commit()
     obj = pod_object(spec, namespace, BERTH)
     obj["metadata"]["uid"] = "what-if"
@@ -265,13 +306,22 @@ class Comparison:
 
 def run(kube: KubeClient, scenario: Scenario, namespace: str) -> list[Comparison]:
     """Creates the scenario's objects, compares each incoming pod, removes the objects."""
-    objects.create_namespace(kube, namespace)
+    objects.create_namespace(kube, namespace, scenario.namespace_labels)
+    for svc in scenario.services:
+        kube.create(f"/api/v1/namespaces/{namespace}/services", service_object(svc, namespace))
     created_nodes = [n["name"] for n in scenario.nodes]
+    extra_namespaces = [str(ns["name"]) for ns in scenario.namespaces]
     try:
+        for ns in scenario.namespaces:
+            objects.create_namespace(kube, str(ns["name"]), ns.get("labels"))
         objects.create_nodes(kube, [node_object(n) for n in scenario.nodes])
         if scenario.existing:
             objects.create_pods(
-                kube, [pod_object(p, namespace, "nobody") for p in scenario.existing]
+                kube,
+                [
+                    pod_object(p, str(p.get("namespace") or namespace), "nobody")
+                    for p in scenario.existing
+                ],
             )
         out: list[Comparison] = []
         for spec in scenario.incoming:
@@ -295,6 +345,8 @@ def run(kube: KubeClient, scenario: Scenario, namespace: str) -> list[Comparison
         return out
     finally:
         objects.delete_namespace(kube, namespace)
+        for name in extra_namespaces:
+            objects.delete_namespace(kube, name)
         objects.delete_nodes(kube, created_nodes)
         # Nodes must be gone before the next scenario: both schedulers see every node.
         deadline = time.monotonic() + 30

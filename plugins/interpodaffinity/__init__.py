@@ -1,0 +1,25 @@
+"""PreFilter/Filter/PreScore/Score plugin InterPodAffinity (upstream
+pkg/scheduler/framework/plugins/interpodaffinity), with the term semantics of
+kube-scheduler's framework types in terms.py."""
+
+from plugins.interpodaffinity.args import InterPodAffinityArgs
+from plugins.interpodaffinity.inter_pod_affinity import (
+    ERR_REASON_AFFINITY,
+    ERR_REASON_ANTI_AFFINITY,
+    ERR_REASON_EXISTING_ANTI_AFFINITY,
+    NAMESPACES,
+    PRE_FILTER_STATE_KEY,
+    PRE_SCORE_STATE_KEY,
+    InterPodAffinity,
+)
+
+__all__ = [
+    "ERR_REASON_AFFINITY",
+    "ERR_REASON_ANTI_AFFINITY",
+    "ERR_REASON_EXISTING_ANTI_AFFINITY",
+    "NAMESPACES",
+    "PRE_FILTER_STATE_KEY",
+    "PRE_SCORE_STATE_KEY",
+    "InterPodAffinity",
+    "InterPodAffinityArgs",
+]

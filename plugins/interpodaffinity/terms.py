@@ -1,0 +1,263 @@
+"""Pod (anti-)affinity terms, parsed once per pod.
+
+Port of the semantics of staging/src/k8s.io/kube-scheduler/framework/types.go
+(AffinityTerm, AffinityTerm.Matches, GetAffinityTerms, GetWeightedAffinityTerms,
+newAffinityTerm, getNamespacesFromPodAffinityTerm), of PodInfo.Update in
+pkg/scheduler/framework/types.go (the four term lists, each parsed on its
+own) and of apimachinery's metav1.LabelSelectorAsSelector:
+
+* a label selector that is unset matches nothing, one that is set but empty
+  matches everything; ``matchLabels`` and ``matchExpressions`` are ANDed;
+* a term counts pods in ``namespaces``, or in the pod's own namespace when
+  neither ``namespaces`` nor ``namespaceSelector`` is set, or in namespaces
+  whose labels ``namespaceSelector`` matches;
+* ``matchLabelKeys``/``mismatchLabelKeys`` are not read: since v1.33 the API
+  server merges them into ``labelSelector`` when the pod is created
+  (pkg/registry/core/pod/strategy.go, applyMatchLabelKeysAndMismatchLabelKeys),
+  and kube-scheduler reads only the merged selector.
+
+Label key and value syntax is not checked (the API server validated the pod);
+an unknown operator or a value count the operator does not take makes the
+term list fail to parse, as LabelSelectorAsSelector does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from berth_api.v1 import cluster_pb2 as pb
+from plugins.framework.model import PodInfo
+
+__all__ = [
+    "EVERYTHING",
+    "NOTHING",
+    "AffinityTerm",
+    "ParsedTerms",
+    "Selector",
+    "Signature",
+    "TermError",
+    "compile_selector",
+    "parsed_terms",
+    "pod_matches_all",
+    "signature",
+]
+
+IN: Final = "In"
+NOT_IN: Final = "NotIn"
+EXISTS: Final = "Exists"
+DOES_NOT_EXIST: Final = "DoesNotExist"
+
+
+class TermError(ValueError):
+    """A term whose selector does not parse."""
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """A parsed label selector: ``nothing`` matches no labels; otherwise every
+    requirement (key, operator, values) must hold. No requirements: every
+    label set matches (``empty``)."""
+
+    requirements: tuple[tuple[str, str, frozenset[str]], ...] = ()
+    nothing: bool = False
+
+    @property
+    def empty(self) -> bool:
+        """labels.Selector.Empty: true only for the match-everything selector."""
+        return not self.nothing and not self.requirements
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.nothing:
+            return False
+        for key, op, values in self.requirements:
+            value = labels.get(key)
+            if op == IN:
+                if value is None or value not in values:
+                    return False
+            elif op == NOT_IN:
+                if value is not None and value in values:
+                    return False
+            elif op == EXISTS:
+                if value is None:
+                    return False
+            elif value is not None:  # DoesNotExist
+                return False
+        return True
+
+
+NOTHING: Final = Selector(nothing=True)
+EVERYTHING: Final = Selector()
+
+
+def compile_selector(sel: pb.LabelSelector | None) -> Selector:
+    """metav1.LabelSelectorAsSelector: None (unset) is Nothing, set but
+    empty is Everything. Raises TermError for an unknown operator or a
+    value count the operator does not take."""
+    if sel is None:
+        return NOTHING
+    reqs: list[tuple[str, str, frozenset[str]]] = []
+    for key, value in sel.match_labels.items():
+        reqs.append((key, IN, frozenset((value,))))
+    for e in sel.match_expressions:
+        op = e.operator
+        if op in (IN, NOT_IN):
+            if not e.values:
+                raise TermError(
+                    f"for 'in', 'notin' operators, values set can't be empty (key {e.key!r})"
+                )
+        elif op in (EXISTS, DOES_NOT_EXIST):
+            if e.values:
+                raise TermError(
+                    f"values set must be empty for exists and does not exist (key {e.key!r})"
+                )
+        else:
+            raise TermError(f"{op!r} is not a valid label selector operator")
+        reqs.append((e.key, op, frozenset(e.values)))
+    # Sorted by key like labels.NewSelector().Add, so equal selectors compare equal.
+    reqs.sort(key=lambda r: (r[0], r[1], sorted(r[2])))
+    return Selector(tuple(reqs))
+
+
+@dataclass(frozen=True, slots=True)
+class AffinityTerm:
+    """fwk.AffinityTerm: a processed PodAffinityTerm."""
+
+    namespaces: frozenset[str]
+    selector: Selector
+    topology_key: str
+    namespace_selector: Selector
+
+    def matches(self, pod: pb.Pod, ns_labels: Mapping[str, str] | None) -> bool:
+        """AffinityTerm.Matches: the pod is in one of the namespaces, or its
+        namespace's labels (``ns_labels``; None reads as no labels) match the
+        namespace selector; and its labels match the selector."""
+        return self.matches_parts(pod.namespace, pod.labels, ns_labels)
+
+    def matches_parts(
+        self, namespace: str, labels: Mapping[str, str], ns_labels: Mapping[str, str] | None
+    ) -> bool:
+        """``matches`` for a pod given as its namespace and labels (read
+        once by callers that test many terms against one pod)."""
+        if namespace in self.namespaces or self.namespace_selector.matches(ns_labels or {}):
+            return self.selector.matches(labels)
+        return False
+
+    def with_namespaces(self, names: frozenset[str]) -> AffinityTerm:
+        """The term with ``names`` added to its namespaces."""
+        return AffinityTerm(
+            self.namespaces | names, self.selector, self.topology_key, self.namespace_selector
+        )
+
+
+def _term(pod: pb.Pod, t: pb.PodAffinityTerm) -> AffinityTerm:
+    selector = compile_selector(t.label_selector if t.HasField("label_selector") else None)
+    has_ns_selector = t.HasField("namespace_selector")
+    # getNamespacesFromPodAffinityTerm.
+    if not t.namespaces and not has_ns_selector:
+        namespaces = frozenset((pod.namespace,))
+    else:
+        namespaces = frozenset(t.namespaces)
+    ns_selector = compile_selector(t.namespace_selector if has_ns_selector else None)
+    return AffinityTerm(namespaces, selector, t.topology_key, ns_selector)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedTerms:
+    """PodInfo's RequiredAffinityTerms, RequiredAntiAffinityTerms,
+    PreferredAffinityTerms and PreferredAntiAffinityTerms (weight, term);
+    ``errors`` lists the groups that did not parse, as PodInfo.Update words
+    them (those groups are empty)."""
+
+    required_affinity: tuple[AffinityTerm, ...] = ()
+    required_anti_affinity: tuple[AffinityTerm, ...] = ()
+    preferred_affinity: tuple[tuple[int, AffinityTerm], ...] = ()
+    preferred_anti_affinity: tuple[tuple[int, AffinityTerm], ...] = ()
+    errors: tuple[str, ...] = ()
+
+    @property
+    def scores_others(self) -> bool:
+        """Do these terms, on an existing pod, score an incoming pod
+        (required affinity through hardPodAffinityWeight, preferred terms)?"""
+        return bool(
+            self.required_affinity or self.preferred_affinity or self.preferred_anti_affinity
+        )
+
+
+_NO_TERMS: Final = ParsedTerms()
+_CACHE_ATTR: Final = "_interpodaffinity_terms"
+
+
+def _parse(pod: pb.Pod) -> ParsedTerms:
+    if not pod.HasField("affinity"):
+        return _NO_TERMS
+    a = pod.affinity
+    errors: list[str] = []
+
+    def required(group: str, src: pb.PodAffinity | None) -> tuple[AffinityTerm, ...]:
+        if src is None:
+            return ()
+        try:
+            return tuple(_term(pod, t) for t in src.required)
+        except TermError as exc:
+            errors.append(f"{group}: {exc}")
+            return ()
+
+    def preferred(group: str, src: pb.PodAffinity | None) -> tuple[tuple[int, AffinityTerm], ...]:
+        if src is None:
+            return ()
+        try:
+            return tuple((w.weight, _term(pod, w.term)) for w in src.preferred)
+        except TermError as exc:
+            errors.append(f"{group}: {exc}")
+            return ()
+
+    aff = a.pod_affinity if a.HasField("pod_affinity") else None
+    anti = a.pod_anti_affinity if a.HasField("pod_anti_affinity") else None
+    if aff is None and anti is None:
+        return _NO_TERMS
+    return ParsedTerms(
+        required("requiredAffinityTerms", aff),
+        required("requiredAntiAffinityTerms", anti),
+        preferred("preferredAffinityTerms", aff),
+        preferred("preferredAntiAffinityTerms", anti),
+        tuple(errors),
+    )
+
+
+def parsed_terms(pod: PodInfo) -> ParsedTerms:
+    """The pod's terms, parsed at the first call and kept on the PodInfo
+    (which lives as long as the pod's record in the snapshot)."""
+    cache = vars(pod)
+    terms = cache.get(_CACHE_ATTR)
+    if terms is None:
+        terms = cache[_CACHE_ATTR] = _parse(pod.proto)
+    assert isinstance(terms, ParsedTerms)
+    return terms
+
+
+_SIGNATURE_ATTR: Final = "_interpodaffinity_signature"
+
+Signature = tuple[str, frozenset[tuple[str, str]]]
+
+
+def signature(pod: PodInfo) -> Signature:
+    """What a term reads of a pod it is matched against: its namespace and
+    labels, hashable, kept on the PodInfo. Pods of one workload share it, so
+    a cycle decides each term once per signature, not once per pod."""
+    cache = vars(pod)
+    sig = cache.get(_SIGNATURE_ATTR)
+    if sig is None:
+        proto = pod.proto
+        sig = cache[_SIGNATURE_ATTR] = (proto.namespace, frozenset(proto.labels.items()))
+    return sig
+
+
+def pod_matches_all(terms: tuple[AffinityTerm, ...], pod: pb.Pod) -> bool:
+    """filtering.go, podMatchesAllAffinityTerms: false without terms; else
+    every term matches the pod (no namespace labels)."""
+    if not terms:
+        return False
+    namespace, labels = pod.namespace, pod.labels
+    return all(t.matches_parts(namespace, labels, None) for t in terms)

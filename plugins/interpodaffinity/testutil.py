@@ -1,0 +1,106 @@
+"""Builders for InterPodAffinity tests: pods with (anti-)affinity terms as
+wire records, and a plugin bound to a snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from berth_api.v1 import cluster_pb2 as pb
+from plugins.framework.model import PodInfo
+from plugins.framework.snapshot import Snapshot
+from plugins.framework.testing import handle_for, make_object, snapshot_of
+from plugins.interpodaffinity.args import InterPodAffinityArgs
+from plugins.interpodaffinity.inter_pod_affinity import NAMESPACES, InterPodAffinity
+
+Expr = tuple[str, str, Sequence[str]]
+
+
+def selector(
+    match_labels: Mapping[str, str] | None = None, exprs: Iterable[Expr] = ()
+) -> pb.LabelSelector:
+    sel = pb.LabelSelector(match_labels=dict(match_labels or {}))
+    for key, op, values in exprs:
+        sel.match_expressions.add(key=key, operator=op, values=list(values))
+    return sel
+
+
+def term(
+    topology_key: str,
+    label_selector: pb.LabelSelector | None,
+    namespaces: Sequence[str] = (),
+    namespace_selector: pb.LabelSelector | None = None,
+) -> pb.PodAffinityTerm:
+    t = pb.PodAffinityTerm(topology_key=topology_key, namespaces=list(namespaces))
+    if label_selector is not None:
+        t.label_selector.CopyFrom(label_selector)
+    if namespace_selector is not None:
+        t.namespace_selector.CopyFrom(namespace_selector)
+    return t
+
+
+def term_in(key: str, topology_key: str, *values: str) -> pb.PodAffinityTerm:
+    """upstream testing wrappers' PodAffinityIn: ``key In values``."""
+    return term(topology_key, selector(exprs=[(key, "In", values)]))
+
+
+def term_not_in(key: str, topology_key: str, *values: str) -> pb.PodAffinityTerm:
+    return term(topology_key, selector(exprs=[(key, "NotIn", values)]))
+
+
+def term_exists(key: str, topology_key: str) -> pb.PodAffinityTerm:
+    return term(topology_key, selector(exprs=[(key, "Exists", ())]))
+
+
+def pod(
+    name: str = "p",
+    namespace: str = "default",
+    labels: Mapping[str, str] | None = None,
+    node: str = "",
+    affinity: Iterable[pb.PodAffinityTerm] = (),
+    anti: Iterable[pb.PodAffinityTerm] = (),
+    preferred: Iterable[tuple[int, pb.PodAffinityTerm]] = (),
+    preferred_anti: Iterable[tuple[int, pb.PodAffinityTerm]] = (),
+    uid: str = "",
+) -> pb.Pod:
+    p = pb.Pod(name=name, namespace=namespace, uid=uid or f"{namespace}/{name}", node_name=node)
+    p.labels.update(labels or {})
+    affinity, anti = list(affinity), list(anti)
+    preferred, preferred_anti = list(preferred), list(preferred_anti)
+    if affinity or preferred:
+        p.affinity.pod_affinity.required.extend(affinity)
+        for w, t in preferred:
+            p.affinity.pod_affinity.preferred.add(weight=w, term=t)
+    if anti or preferred_anti:
+        p.affinity.pod_anti_affinity.required.extend(anti)
+        for w, t in preferred_anti:
+            p.affinity.pod_anti_affinity.preferred.add(weight=w, term=t)
+    return p
+
+
+def node(name: str, **labels: str) -> pb.Node:
+    n = pb.Node(name=name)
+    n.labels.update(labels)
+    return n
+
+
+def namespace(name: str, **labels: str) -> pb.ClusterObject:
+    return make_object(NAMESPACES, name, labels=labels)
+
+
+def setup(
+    nodes: Iterable[pb.Node],
+    pods: Iterable[pb.Pod] = (),
+    namespaces: Iterable[pb.ClusterObject] = (),
+    args: InterPodAffinityArgs | None = None,
+) -> tuple[Snapshot, InterPodAffinity]:
+    existing = list(pods)
+    for i, p in enumerate(existing):
+        if not p.name:
+            p.name = f"existing-{i}"
+            p.uid = f"{p.namespace}/existing-{i}"
+    snap = snapshot_of(nodes, existing, namespaces)
+    return snap, InterPodAffinity(args, handle_for(snap))
+
+
+def info(p: pb.Pod) -> PodInfo:
+    return PodInfo(p)

@@ -1,0 +1,20 @@
+"""PreFilter/Filter/PreScore/Score plugin PodTopologySpread (upstream
+pkg/scheduler/framework/plugins/podtopologyspread)."""
+
+from plugins.podtopologyspread.args import PodTopologySpreadArgs
+from plugins.podtopologyspread.pod_topology_spread import (
+    ERR_REASON_CONSTRAINTS_NOT_MATCH,
+    ERR_REASON_NODE_LABEL_NOT_MATCH,
+    PRE_FILTER_STATE_KEY,
+    PRE_SCORE_STATE_KEY,
+    PodTopologySpread,
+)
+
+__all__ = [
+    "ERR_REASON_CONSTRAINTS_NOT_MATCH",
+    "ERR_REASON_NODE_LABEL_NOT_MATCH",
+    "PRE_FILTER_STATE_KEY",
+    "PRE_SCORE_STATE_KEY",
+    "PodTopologySpread",
+    "PodTopologySpreadArgs",
+]
