@@ -556,7 +556,8 @@ def test_example_config_is_the_seeds_and_loads() -> None:
     assert "NodeResourcesFit" in [r.name for r in profile.enabled("preFilter")]
     assert profile.plugin_args["StickyVM"] == StickyNodeArgs()
     fw = Framework(profile, REGISTRY)
-    assert [(r.kind, r.plugins) for r in fw.reads] == [(VMI, ("StickyVM",)), (VM, ("StickyVM",))]
+    mine = [(r.kind, r.plugins) for r in fw.reads if "StickyVM" in r.plugins]
+    assert mine == [(VMI, ("StickyVM",)), (VM, ("StickyVM",))]
 
 
 # -- whole cycles with the seed's profile ------------------------------------------

@@ -308,6 +308,14 @@ SHIM_MAY = [
     Access("update", "leases", "coordination.k8s.io", NAMESPACE, LEASE),
     # RBAC cannot restrict create by name: any Lease, but only in berth-system.
     Access("create", "leases", "coordination.k8s.io", NAMESPACE),
+    # What the default profile's cross-pod plugins read (Plugin.reads).
+    Access("list", "namespaces"),
+    Access("watch", "namespaces"),
+    Access("list", "services"),
+    Access("watch", "services"),
+    Access("list", "replicationcontrollers"),
+    Access("list", "replicasets", "apps"),
+    Access("watch", "statefulsets", "apps"),
 ]
 
 SHIM_MAY_NOT = [
@@ -362,9 +370,11 @@ SHIM_MAY_NOT = [
     Access("create", "deployments", "apps", namespace=NAMESPACE),
     Access("update", "deployments", "apps", namespace=NAMESPACE, name="berth-scheduler"),
     # Reads Berth's base does not make (upstream's kube-scheduler role has them).
-    Access("list", "namespaces"),
     Access("list", "persistentvolumeclaims"),
-    Access("list", "services"),
+    Access("list", "storageclasses", "storage.k8s.io"),
+    # The cross-pod plugins' reads are list/watch only.
+    Access("get", "services", namespace="default", name="s"),
+    Access("update", "namespaces", name="default"),
     # What the plugin components add, absent from the base.
     Access("list", "nodes", "metrics.k8s.io"),
     Access("list", "podgroups", "scheduling.x-k8s.io"),
