@@ -805,12 +805,14 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
                 if result.node and _holds_node(result):
                     held = snap.pods.get(pod.uid)
                     placed.append((pod.uid, None if held is None else held.proto))
-                    assumed = cpb.Pod()
+                    # One copy of the pod, made in the delta itself.
+                    delta = cpb.ClusterDelta()
+                    assumed = delta.upsert_pods.add()
                     assumed.CopyFrom(pod.proto)
                     assumed.node_name = result.node
                     # What Reserve annotated travels with the assumed pod.
                     assumed.annotations.update(out.results[-1].assume_annotations)
-                    snap.apply(cpb.ClusterDelta(upsert_pods=[assumed]))
+                    snap.apply(delta)
         finally:
             # Also when the deadline or a cancellation stopped the batch.
             undo = cpb.ClusterDelta()

@@ -101,6 +101,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(default %(default)s; 1 sends every pod alone)",
     )
     p.add_argument(
+        "--bind-connections",
+        type=int,
+        default=16,
+        metavar="N",
+        help="binding POSTs go from the event loop over at most N keep-alive connections to the "
+        "API server; 0 sends them from worker threads through the kubernetes client's pool "
+        "(default %(default)s; a proxy or an assert_hostname in the kubeconfig means threads)",
+    )
+    p.add_argument(
         "--assumed-pod-ttl",
         type=float,
         default=30.0,
@@ -169,6 +178,12 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.bind_connections < 0:
+        print(
+            f"berth shim: --bind-connections must be >= 0, got {args.bind_connections}",
+            file=sys.stderr,
+        )
+        return 2
     for flag, value in (
         ("--batch-size", args.batch_size),
         ("--assumed-pod-ttl", args.assumed_pod_ttl),
@@ -190,7 +205,11 @@ def run(args: argparse.Namespace) -> int:
         server_timeout=args.server_timeout,
         traced=traced,
         tls=tls,
-        options=ShimOptions(batch_size=args.batch_size, assumed_ttl=args.assumed_pod_ttl),
+        options=ShimOptions(
+            batch_size=args.batch_size,
+            assumed_ttl=args.assumed_pod_ttl,
+            bind_connections=args.bind_connections,
+        ),
     )
     try:
         return asyncio.run(run_shim(settings))

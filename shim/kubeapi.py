@@ -246,6 +246,20 @@ class KubeApi:
         before its request (then sent with ``limit=False``)."""
         self._limiter.wait()
 
+    def reserve_token(self) -> float:
+        """Takes a token of the rate limiter without waiting; returns how long
+        the caller must wait before its request (shim.asynchttp)."""
+        return self._limiter.reserve()
+
+    def auth_header(self) -> str | None:
+        """The Authorization header value (None: none), current."""
+        token: str | None = self._auth_header()
+        return token
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
     def get(self, path: str, **params: Any) -> JSON:
         return self.request("GET", path, params=params, limit=False)
 

@@ -8,6 +8,8 @@ In-process mode puts the plugin framework's metrics
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 # metrics.go: ExponentialBuckets(0.001, 2, 15).
@@ -81,29 +83,42 @@ _QUEUE_LABEL = {
 }
 
 
+# Each metric's children by label values: ``labels()`` validates and looks up
+# its arguments on every call, and these are called several times per pod.
+_children: dict[tuple[object, tuple[str, ...]], Any] = {}
+
+
+def _child(metric: Any, *values: str) -> Any:
+    key = (metric, values)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*values)
+    return child
+
+
 def pending_moved(old: str, new: str) -> None:
     a = _QUEUE_LABEL.get(old)
     b = _QUEUE_LABEL.get(new)
     if a == b:
         return
     if a is not None:
-        PENDING_PODS.labels(a).dec()
+        _child(PENDING_PODS, a).dec()
     if b is not None:
-        PENDING_PODS.labels(b).inc()
+        _child(PENDING_PODS, b).inc()
 
 
 def incoming(event: str, queue: str) -> None:
-    QUEUE_INCOMING.labels(queue, event).inc()
+    _child(QUEUE_INCOMING, queue, event).inc()
 
 
 def attempt(result: str, profile: str, seconds: float) -> None:
-    SCHEDULE_ATTEMPTS.labels(result, profile).inc()
-    ATTEMPT_DURATION.labels(result, profile).observe(seconds)
+    _child(SCHEDULE_ATTEMPTS, result, profile).inc()
+    _child(ATTEMPT_DURATION, result, profile).observe(seconds)
 
 
 def scheduled(attempts: int, since_first_seen: float) -> None:
     POD_SCHEDULING_ATTEMPTS.observe(attempts)
-    POD_SCHEDULING_SLI.labels(str(attempts)).observe(since_first_seen)
+    _child(POD_SCHEDULING_SLI, str(attempts)).observe(since_first_seen)
 
 
 __all__ = [

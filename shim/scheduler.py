@@ -15,7 +15,11 @@ Follows kube-scheduler's pkg/scheduler/schedule_one.go:
 - ``bindingCycle`` runs as its own task, never blocking the next scheduling
   cycle: wait at Permit, PreBind, Bind (the pods/binding subresource when the
   Bind plugin answers caller_binds), PostBind, the Scheduled event. Any
-  failure: Unreserve, forget, requeue with backoff.
+  failure: Unreserve, forget, requeue with backoff. When DefaultBinder is the
+  only Bind plugin and no PreBind or PostBind plugin runs, the shim POSTs the
+  binding without asking Bind (the answer could only be caller_binds); the
+  POST goes from the event loop (shim.asynchttp) unless the API access
+  configuration needs the kubernetes client's pool.
 - Objects beyond nodes and pods that the profiles' plugins read
   (DescribeProfiles' Profile.reads) are watched or polled into the cluster
   state (shim/objects.py); Reserve's assume_annotations go on the assumed
@@ -52,6 +56,7 @@ from berth.kube import node_record, pod_record
 from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
 from shim import metrics
+from shim.asynchttp import AsyncApi
 from shim.cache import DEFAULT_ASSUMED_TTL, SchedulerCache
 from shim.events import EventRecorder, ObjectRef
 from shim.informer import ADDED, DELETED, Event, Informer, node_key, pod_key
@@ -99,8 +104,12 @@ class ShimOptions:
     # Most pods one ScheduleBatch call takes (1: always ScheduleStream).
     batch_size: int = 16
     assumed_ttl: float = DEFAULT_ASSUMED_TTL
-    # Threads that carry API writes (bindings, status patches, expiry checks).
+    # Threads that carry API writes (status patches, expiry checks, PreBind and
+    # PostBind writes; bindings too when not sent from the event loop).
     bind_workers: int = 16
+    # Binding POSTs from the event loop over keep-alive connections
+    # (shim.asynchttp), this many at a time; 0: from the worker threads.
+    bind_connections: int = 16
 
 
 @dataclass(eq=False)
@@ -180,6 +189,16 @@ class Scheduler:
         self._conditions: dict[str, tuple[str, str, str]] = {}
         self._stopping = asyncio.Event()
         self.ready = False
+        # Spans per pod only when they go somewhere.
+        self._traced = tracing()
+        self._async_api: AsyncApi | None = None
+        if self.options.bind_connections > 0:
+            self._async_api = AsyncApi.from_kubeapi(api, connections=self.options.bind_connections)
+            if self._async_api is None:
+                log.info(
+                    "binding POSTs go from worker threads: the API access configuration "
+                    "(a proxy, or assert_hostname) needs the kubernetes client's pool"
+                )
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -296,6 +315,8 @@ class Scheduler:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(asyncio.to_thread(rec.stop) for rec in set(self.recorders.values())))
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._async_api is not None:
+            await self._async_api.close()
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)
@@ -439,7 +460,12 @@ class Scheduler:
                     span.end()
             raise
 
+    def _span(self, name: str) -> contextlib.AbstractContextManager[None]:
+        return _span(name) if self._traced else contextlib.nullcontext()
+
     def _attempt_span(self, qp: QueuedPod, popped: float) -> trace.Span:
+        if not self._traced:
+            return trace.INVALID_SPAN
         span = tracer.start_span(
             "scheduling_attempt",
             attributes={
@@ -647,7 +673,7 @@ class Scheduler:
         start: float,
     ) -> None:
         pod = qp.pod
-        token = otel_context.attach(trace.set_span_in_context(span))
+        token = otel_context.attach(trace.set_span_in_context(span)) if self._traced else None
         try:
             failure = await self._binding_cycle(qp, profile, node, cycle, waiting)
         except asyncio.CancelledError:
@@ -659,7 +685,8 @@ class Scheduler:
         finally:
             self.waiting.pop(qp.uid, None)
             metrics.PERMIT_WAITING.set(len(self.waiting))
-            otel_context.detach(token)
+            if token is not None:
+                otel_context.detach(token)
         if failure is None:
             self.counters.bound += 1
             metrics.attempt("scheduled", profile, time.perf_counter() - start)
@@ -704,7 +731,7 @@ class Scheduler:
         # PreBind's and PostBind's PodsToActivate, activated once bound.
         activate: list[str] = []
         if waiting is not None:
-            with _span("permit_wait"):
+            with self._span("permit_wait"):
                 rejection = await self._wait_permit(waiting)
             if rejection is not None:
                 await unreserve()
@@ -714,7 +741,7 @@ class Scheduler:
             return f"binding rejected: node {node} was deleted", True
         try:
             if info is None or info.has("preBind"):
-                with _span("PreBind"):
+                with self._span("PreBind"):
                     st = await self.service.node_call("PreBind", profile, pod, node, cycle)
                 if st.status.code not in (CODE_SUCCESS, CODE_SKIP):
                     await unreserve()
@@ -727,12 +754,25 @@ class Scheduler:
                     # The plugins' writes, with the shim's credentials, before binding:
                     # a failed write fails PreBind.
                     try:
-                        with _span("PreBind writes"):
+                        with self._span("PreBind writes"):
                             await self._api(perform_writes, self.api, list(st.writes))
                     except WriteFailed as exc:
                         await unreserve()
                         return f"running PreBind plugin {exc.write.plugin!r}: {exc}", True
-            with _span("Bind"):
+            if info is not None and info.shim_binds:
+                # The only Bind plugin is DefaultBinder, whose answer is always
+                # Success with caller_binds, and nothing runs before or after
+                # it: POST the binding without asking (default_binder.go Bind).
+                with self._span("Bind"):
+                    outcome = await self._post_binding(pod, node)
+                if outcome is not None:
+                    await unreserve()
+                    return outcome
+                self.cache.finish_binding(qp.uid)
+                log.debug("bound %s/%s to %s", pod.namespace, pod.name, node)
+                self._scheduled_event(profile, pod, node)
+                return None
+            with self._span("Bind"):
                 bind: pb.BindResponse = await self.service.node_call(
                     "Bind", profile, pod, node, cycle
                 )
@@ -743,7 +783,7 @@ class Scheduler:
                     True,
                 )
             if bind.caller_binds:
-                with _span("binding"):
+                with self._span("binding"):
                     outcome = await self._post_binding(pod, node)
                 if outcome is not None:
                     await unreserve()
@@ -753,15 +793,21 @@ class Scheduler:
             return f"binding rejected: {exc}", True
         self.cache.finish_binding(qp.uid)
         if info is None or info.has("postBind"):
-            with contextlib.suppress(ServiceUnavailable), _span("PostBind"):
+            with contextlib.suppress(ServiceUnavailable), self._span("PostBind"):
                 post: pb.StatusResponse = await self.service.node_call(
                     "PostBind", profile, pod, node, cycle
                 )
                 activate.extend(post.activate_pod_uids)
                 await self._post_bind_writes(profile, pod, list(post.writes))
-        log.info("bound %s/%s to %s", pod.namespace, pod.name, node)
+        # kube-scheduler logs a binding at V(2) (schedule_one.go bindingCycle).
+        log.debug("bound %s/%s to %s", pod.namespace, pod.name, node)
         # The end of a binding cycle that bound the pod (bindingCycle).
         self._activate(pod, "the binding cycle", activate)
+        self._scheduled_event(profile, pod, node)
+        return None
+
+    def _scheduled_event(self, profile: str, pod: cpb.Pod, node: str) -> None:
+        """schedule_one.go bindingCycle: the Scheduled event of a bound pod."""
         self.recorders[profile].record(
             _ref(pod),
             "Normal",
@@ -769,7 +815,6 @@ class Scheduler:
             "Binding",
             f"Successfully assigned {pod.namespace}/{pod.name} to {node}",
         )
-        return None
 
     async def _post_bind_writes(
         self, profile: str, pod: cpb.Pod, writes: list[pb.ObjectWrite]
@@ -805,6 +850,16 @@ class Scheduler:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         nodes = self.cache.nodes
+        path = pod_path(pod.namespace, pod.name, "binding")
+        if self._async_api is not None:
+            try:
+                await self._async_api.wait_for_token()
+                if node not in nodes:
+                    return f"binding rejected: node {node} was deleted", True
+                await self._async_api.request("POST", path, body=body, limit=False)
+                return None
+            except ApiError as exc:
+                return self._binding_error(pod, exc)
 
         def post() -> bool:
             # The rate limiter may hold the bind for a while: check the node is
@@ -812,9 +867,7 @@ class Scheduler:
             self.api.wait_for_token()
             if node not in nodes:
                 return False
-            self.api.request(
-                "POST", pod_path(pod.namespace, pod.name, "binding"), body=body, limit=False
-            )
+            self.api.request("POST", path, body=body, limit=False)
             return True
 
         try:
@@ -822,14 +875,19 @@ class Scheduler:
                 return f"binding rejected: node {node} was deleted", True
             return None
         except ApiError as exc:
-            if exc.not_found:
-                return f"binding rejected: pod {pod.namespace}/{pod.name} no longer exists", False
-            if exc.conflict:
-                # Already bound (by us through a retried request, or by another
-                # scheduler): the informer brings the truth; nothing to retry.
-                log.info("pod %s/%s was already bound: %s", pod.namespace, pod.name, exc.message)
-                return f"binding rejected: {exc.message}", False
-            return f"binding rejected: {exc}", True
+            return self._binding_error(pod, exc)
+
+    @staticmethod
+    def _binding_error(pod: cpb.Pod, exc: ApiError) -> tuple[str, bool]:
+        """What a refused binding POST means: (message, requeue)."""
+        if exc.not_found:
+            return f"binding rejected: pod {pod.namespace}/{pod.name} no longer exists", False
+        if exc.conflict:
+            # Already bound (by us through a retried request, or by another
+            # scheduler): the informer brings the truth; nothing to retry.
+            log.info("pod %s/%s was already bound: %s", pod.namespace, pod.name, exc.message)
+            return f"binding rejected: {exc.message}", False
+        return f"binding rejected: {exc}", True
 
     # -- assumed pods that never showed up ----------------------------------------------------
 
@@ -894,6 +952,15 @@ def _node_changed_for_scheduling(old: cpb.Node, new: cpb.Node) -> bool:
 def _span(name: str) -> Iterator[None]:
     with tracer.start_as_current_span(name):
         yield
+
+
+def tracing() -> bool:
+    """Is a tracer provider installed (berth shim --otlp-endpoint, or
+    OTEL_PYTHON_TRACER_PROVIDER)? Without one every span is a no-op, not
+    worth building per pod."""
+    return not isinstance(
+        trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+    )
 
 
 __all__ = ["Counters", "Scheduler", "ShimOptions", "WaitingPod"]

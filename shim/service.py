@@ -34,8 +34,24 @@ from berth.client import (
 )
 from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
+from plugins.framework.interfaces import PreEnqueuePlugin, QueuedPodInfo, QueueSortPlugin
+from plugins.framework.model import PodInfo
+from plugins.queuesort import PrioritySort
+from plugins.schedulinggates import SchedulingGates
 
 log = logging.getLogger(__name__)
+
+# Plugins whose answer depends on the pod alone (no args, no cluster state, no
+# objects): when they are all a profile runs at PreEnqueue or QueueSort, the
+# shim runs the same plugin code (plugins/<name>) itself rather than ask the
+# plugin service for an answer that could not differ. Any other plugin at that
+# point and the shim asks, as before.
+LOCAL_PRE_ENQUEUE: dict[str, type[PreEnqueuePlugin]] = {"SchedulingGates": SchedulingGates}
+LOCAL_QUEUE_SORT: dict[str, type[QueueSortPlugin]] = {"PrioritySort": PrioritySort}
+# A Bind plugin that only answers "the caller binds" (plugins/defaultbinder:
+# Success and caller_binds for every pod, upstream's DefaultBinder POST done
+# by the caller).
+CALLER_BINDS = "DefaultBinder"
 
 # What keeping the replicas' snapshots current costs, per replica address.
 FULL_STATES = Counter(
@@ -130,6 +146,35 @@ class ProfileInfo:
         return bool(self.points.get(point))
 
     @property
+    def local_pre_enqueue(self) -> tuple[PreEnqueuePlugin, ...] | None:
+        """The PreEnqueue plugins, in order, when the shim can run every one
+        of them itself (LOCAL_PRE_ENQUEUE); None when any must be asked."""
+        names = self.points.get("preEnqueue", ())
+        if not all(n in LOCAL_PRE_ENQUEUE for n in names):
+            return None
+        return tuple(LOCAL_PRE_ENQUEUE[n]() for n in names)
+
+    @property
+    def local_queue_sort(self) -> QueueSortPlugin | None:
+        """The QueueSort plugin when the shim can run it itself, else None."""
+        names = self.points.get("queueSort", ())
+        if len(names) != 1 or names[0] not in LOCAL_QUEUE_SORT or self.queue_sort_reads:
+            return None
+        return LOCAL_QUEUE_SORT[names[0]]()
+
+    @property
+    def shim_binds(self) -> bool:
+        """Is the binding cycle only the pods/binding POST? True when the only
+        Bind plugin is DefaultBinder (which always answers caller_binds) and no
+        PreBind or PostBind plugin runs: the shim POSTs the binding without
+        asking Bind."""
+        return (
+            self.points.get("bind", ()) == (CALLER_BINDS,)
+            and not self.has("preBind")
+            and not self.has("postBind")
+        )
+
+    @property
     def queue_sort_reads(self) -> bool:
         """Does the QueueSort plugin read objects (so QueueSort needs the state)?"""
         sorters = set(self.points.get("queueSort", ()))
@@ -144,6 +189,10 @@ class PluginService:
         self.remote = remote
         self.address = address or ("in-process" if not remote else "")
         self.profiles: dict[str, ProfileInfo] = {}
+        # Per profile, what the shim runs itself (ProfileInfo.local_pre_enqueue,
+        # local_queue_sort), set by describe().
+        self._pre_enqueue: dict[str, tuple[PreEnqueuePlugin, ...]] = {}
+        self._queue_sort: dict[str, QueueSortPlugin] = {}
         # Single cycles over ScheduleStream; off when tracing, since a stream
         # carries one trace context for all its messages and each unary
         # Schedule carries its own.
@@ -219,7 +268,26 @@ class PluginService:
         for prof in resp.profiles:
             points = {ep.name: tuple(p.name for p in ep.plugins) for ep in prof.extension_points}
             out[prof.scheduler_name] = ProfileInfo(prof.scheduler_name, points, tuple(prof.reads))
-        self.profiles = out
+        pre_enqueue: dict[str, tuple[PreEnqueuePlugin, ...]] = {}
+        queue_sort: dict[str, QueueSortPlugin] = {}
+        for name, info in out.items():
+            pre = info.local_pre_enqueue
+            if pre is not None:
+                pre_enqueue[name] = pre
+            sort = info.local_queue_sort
+            if sort is not None:
+                queue_sort[name] = sort
+        if out != self.profiles:
+            log.info(
+                "profiles: %s",
+                "; ".join(
+                    f"{name}: PreEnqueue {'in the shim' if name in pre_enqueue else 'asked'}, "
+                    f"QueueSort {'in the shim' if name in queue_sort else 'asked'}, "
+                    f"binding {'POSTed directly' if info.shim_binds else 'through Bind'}"
+                    for name, info in sorted(out.items())
+                ),
+            )
+        self.profiles, self._pre_enqueue, self._queue_sort = out, pre_enqueue, queue_sort
         return out
 
     async def sync(self) -> pb.SyncResponse:
@@ -228,8 +296,15 @@ class PluginService:
         return resp
 
     async def pre_enqueue(self, profile: str, pod: cpb.Pod) -> pb.Status:
-        info = self.profiles.get(profile)
-        if info is not None and not info.has("preEnqueue"):
+        local = self._pre_enqueue.get(profile)
+        if local is not None:
+            # framework.go RunPreEnqueuePlugins, as the server's Framework runs
+            # it: the first non-success wins, naming its plugin.
+            info = PodInfo(pod)
+            for pl in local:
+                st = pl.pre_enqueue(info)
+                if not st.is_success:
+                    return pb.Status(code=int(st.code), reasons=st.reasons, plugin=pl.name)  # type: ignore[arg-type]
             return pb.Status()
         resp: pb.PreEnqueueResponse = await self._guard(
             "PreEnqueue",
@@ -238,6 +313,12 @@ class PluginService:
         return resp.status
 
     async def sort_keys(self, profile: str, pods: Sequence[pb.QueuedPod]) -> list[SortKey]:
+        local = self._queue_sort.get(profile)
+        if local is not None:
+            return [
+                local.sort_key(QueuedPodInfo(PodInfo(qp.pod), qp.enqueued_unix_micros, qp.attempts))
+                for qp in pods
+            ]
         info = self.profiles.get(profile)
         if info is not None and info.queue_sort_reads:
             # The QueueSort plugin reads objects: send the cluster state too.

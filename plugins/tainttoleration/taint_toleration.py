@@ -14,11 +14,14 @@ extension point).
 
 from __future__ import annotations
 
+import operator
+import weakref
 from collections.abc import Iterable
 from typing import ClassVar
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from plugins.framework.cycle_state import CycleState, StateError, StateKey
 from plugins.framework.interfaces import (
@@ -31,7 +34,7 @@ from plugins.framework.interfaces import (
 )
 from plugins.framework.model import NodeInfo, PodInfo
 from plugins.framework.normalize import default_normalize_score
-from plugins.framework.snapshot import NodeBatch
+from plugins.framework.snapshot import NodeBatch, Snapshot
 from plugins.framework.status import SUCCESS, Status
 from plugins.framework.tolerations import (
     EFFECT_NO_EXECUTE,
@@ -47,12 +50,14 @@ __all__ = [
     "NAME",
     "PRE_SCORE_STATE_KEY",
     "PreScoreState",
+    "TaintIndex",
     "TaintToleration",
     "TolerationRecord",
     "count_intolerable_prefer_no_schedule",
     "default_normalize_score",
     "find_untolerated_taint",
     "prefer_no_schedule_tolerations",
+    "taint_index",
 ]
 
 NAME = "TaintToleration"
@@ -130,6 +135,71 @@ def count_intolerable_prefer_no_schedule(
     )
 
 
+# -- which nodes have taints, per snapshot ---------------------------------------------
+
+_node_of = operator.attrgetter("node")
+
+
+class TaintIndex:
+    """For one snapshot: which slots hold a node with any taint, so the batch
+    forms visit only those (most clusters taint few nodes, often none).
+    ``sync`` brings it up to the snapshot's node records: the snapshot has no
+    generation number, so it walks the records once and compares them by
+    identity (a node update replaces its record); any change rebuilds the
+    mask. Holds no reference to the snapshot."""
+
+    __slots__ = ("_cycle", "_order", "_protos", "tainted", "tainted_any")
+
+    def __init__(self) -> None:
+        # The cycle last synced for: a cycle's Filter and Score see the same
+        # nodes, so its second call need not walk them again.
+        self._cycle: CycleState | None = None
+        self._order: npt.NDArray[np.int64] | None = None
+        self._protos: list[object] = []
+        # By slot: does the node there have a taint?
+        self.tainted: npt.NDArray[np.bool_] = np.zeros(0, dtype=np.bool_)
+        self.tainted_any = False
+
+    def sync(self, snapshot: Snapshot, cycle: CycleState | None = None) -> None:
+        if cycle is not None and cycle is self._cycle:
+            return
+        self._cycle = cycle
+        order = snapshot.node_order()
+        current = snapshot.nodes
+        protos: list[object] = list(map(_node_of, current.values()))
+        if order is self._order and protos == self._protos:
+            # Same nodes in the same slots, no record replaced (list equality
+            # takes identical records at once).
+            return
+        tainted = np.zeros(snapshot.columns.capacity, dtype=np.bool_)
+        for ni in current.values():
+            if ni.node.taints:
+                tainted[ni.index] = True
+        self.tainted = tainted
+        self.tainted_any = bool(tainted.any())
+        self._protos = protos
+        self._order = order
+
+    def candidates(self, nodes: NodeBatch) -> npt.NDArray[np.intp]:
+        """Positions in ``nodes`` of the tainted ones."""
+        if not self.tainted_any:
+            return np.empty(0, dtype=np.intp)
+        return np.flatnonzero(self.tainted[nodes.idx])
+
+
+_INDEXES: weakref.WeakKeyDictionary[Snapshot, TaintIndex] = weakref.WeakKeyDictionary()
+
+
+def taint_index(snapshot: Snapshot, cycle: CycleState | None = None) -> TaintIndex:
+    """The snapshot's taint index, up to date (already, when last synced in
+    the same ``cycle``); dropped with the snapshot."""
+    index = _INDEXES.get(snapshot)
+    if index is None:
+        index = _INDEXES[snapshot] = TaintIndex()
+    index.sync(snapshot, cycle)
+    return index
+
+
 def _read_pre_score_state(state: CycleState) -> PreScoreState:
     """taint_toleration.go, getPreScoreState: Score needs PreScore's state."""
     try:
@@ -153,16 +223,19 @@ class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin):
         return _REJECTED
 
     def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
-        """The batch form loops over the nodes (taints are not snapshot
-        columns), skipping untainted nodes at once and deciding each distinct
+        """The batch form visits only the tainted nodes (the snapshot's
+        TaintIndex; taints are not snapshot columns) and decides each distinct
         taint once per call: many nodes usually share a few taints."""
+        tainted = taint_index(nodes.snapshot, state).candidates(nodes)
+        if not tainted.size:
+            return NodeVerdicts.all_pass(len(nodes))
         tolerations = list(pod.proto.tolerations)
         tolerated: dict[tuple[str, str, str], bool] = {}
         rejected = np.zeros(len(nodes), dtype=np.bool_)
-        for k, ni in enumerate(nodes):
-            taints = ni.node.taints
-            if not taints:
-                continue
+        slot = nodes.snapshot.slot
+        idx = nodes.idx
+        for k in tainted.tolist():
+            taints = slot(int(idx[k])).node.taints
             for taint in taints:
                 if taint.effect not in _DO_NOT_SCHEDULE:
                     continue
@@ -199,15 +272,19 @@ class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin):
         )
 
     def score_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> ScoreArray:
-        """The batch form: a loop over the nodes, untainted nodes scoring 0 at
-        once and each distinct PreferNoSchedule taint decided once per call."""
+        """The batch form: untainted nodes score 0 (only the tainted ones of
+        the snapshot's TaintIndex are visited), each distinct PreferNoSchedule
+        taint decided once per call."""
         tolerations = _read_pre_score_state(state).tolerations_prefer_no_schedule
-        tolerated: dict[tuple[str, str], bool] = {}
         scores = np.zeros(len(nodes), dtype=np.int64)
-        for k, ni in enumerate(nodes):
-            taints = ni.node.taints
-            if not taints:
-                continue
+        tainted = taint_index(nodes.snapshot, state).candidates(nodes)
+        if not tainted.size:
+            return scores
+        tolerated: dict[tuple[str, str], bool] = {}
+        slot = nodes.snapshot.slot
+        idx = nodes.idx
+        for k in tainted.tolist():
+            taints = slot(int(idx[k])).node.taints
             count = 0
             for taint in taints:
                 if taint.effect != EFFECT_PREFER_NO_SCHEDULE:

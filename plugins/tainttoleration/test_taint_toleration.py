@@ -465,6 +465,43 @@ def test_batch_filter_tells_apart_taints_differing_only_in_effect() -> None:
     assert verdicts.passed().tolist() == [True, False]
 
 
+def test_batch_forms_follow_node_changes_in_one_snapshot() -> None:
+    """The TaintIndex behind the batch forms is per snapshot: a node that gains
+    or loses a taint, a new tainted node and a deleted one (its slot reused)
+    are all seen on the next call, agreeing with the per-node forms."""
+    snap = snapshot_of([node_with_taints("a", []), node_with_taints("b", [])])
+    pod = pod_with_tolerations([])
+    plugin = TaintToleration()
+
+    def check(want_pass: dict[str, bool], want_score: dict[str, int]) -> None:
+        nb = batch_of(snap)
+        state = fresh_state()
+        names = nb.names
+        verdicts = plugin.filter_nodes(state, pod, nb)
+        assert dict(zip(names, verdicts.passed().tolist(), strict=True)) == want_pass
+        for k, ni in enumerate(nb):
+            assert verdicts.status_of(k) == plugin.filter(state, pod, ni)
+        plugin.pre_score(state, pod, nb)
+        scores = plugin.score_nodes(state, pod, nb).tolist()
+        assert dict(zip(names, scores, strict=True)) == want_score
+        assert scores == [plugin.score(state, pod, ni) for ni in nb]
+
+    check({"a": True, "b": True}, {"a": 0, "b": 0})
+    # An update replaces b's record with a tainted one.
+    snap.apply(pb.ClusterDelta(upsert_nodes=[node_with_taints("b", [("k", "", NS)])]))
+    check({"a": True, "b": False}, {"a": 0, "b": 0})
+    snap.apply(pb.ClusterDelta(upsert_nodes=[node_with_taints("a", [("s", "", PNS)])]))
+    check({"a": True, "b": False}, {"a": 1, "b": 0})
+    # b's taint lifted; a deleted and c takes its slot with a NoExecute taint.
+    snap.apply(
+        pb.ClusterDelta(
+            delete_nodes=["a"],
+            upsert_nodes=[node_with_taints("b", []), node_with_taints("c", [("x", "", NE)])],
+        )
+    )
+    check({"b": True, "c": False}, {"b": 0, "c": 0})
+
+
 # -- through a whole cycle ---------------------------------------------------
 
 REGISTRY: dict[str, type[Plugin]] = {

@@ -1,0 +1,203 @@
+"""shim.asynchttp: the binding POST from the event loop, against a small
+HTTP/1.1 server on a local socket that answers the way the API server does
+(Content-Length or chunked bodies, keep-alive, error Status objects)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import pytest
+import urllib3
+from kubernetes import client as kclient
+
+from shim.asynchttp import AsyncApi
+from shim.kubeapi import ApiError, KubeApi
+
+Handler = Callable[[str, str, dict[str, str], bytes], tuple[int, bytes, dict[str, str]]]
+
+
+@dataclass
+class FakeServer:
+    handler: Handler
+    connections: int = 0
+    requests: list[tuple[str, str, dict[str, str], bytes]] = field(default_factory=list)
+    # Close each connection after this many requests (0: never).
+    close_after: int = 0
+    chunked: bool = False
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        served = 0
+        try:
+            while True:
+                try:
+                    line = await reader.readuntil(b"\r\n")
+                except asyncio.IncompleteReadError:
+                    return
+                method, path, _ = line.decode().split(" ", 2)
+                headers: dict[str, str] = {}
+                while (h := await reader.readuntil(b"\r\n")) != b"\r\n":
+                    k, _, v = h.decode().partition(":")
+                    headers[k.strip().lower()] = v.strip()
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                self.requests.append((method, path, headers, body))
+                status, payload, extra = self.handler(method, path, headers, body)
+                served += 1
+                closing = self.close_after and served >= self.close_after
+                head = [f"HTTP/1.1 {status} X", "Content-Type: application/json"]
+                head += [f"{k}: {v}" for k, v in extra.items()]
+                if closing:
+                    head.append("Connection: close")
+                if self.chunked:
+                    head.append("Transfer-Encoding: chunked")
+                    half = len(payload) // 2
+                    data = b"".join(
+                        f"{len(part):x}\r\n".encode() + part + b"\r\n"
+                        for part in (payload[:half], payload[half:])
+                        if part
+                    )
+                    data += b"0\r\n\r\n"
+                else:
+                    head.append(f"Content-Length: {len(payload)}")
+                    data = payload
+                writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
+                await writer.drain()
+                if closing:
+                    return
+        finally:
+            writer.close()
+
+
+def created(
+    method: str, path: str, headers: dict[str, str], body: bytes
+) -> tuple[int, bytes, dict[str, str]]:
+    return 201, json.dumps({"kind": "Status", "status": "Success", "code": 201}).encode(), {}
+
+
+@asynccontextmanager
+async def running(server: FakeServer, token: str | None = "Bearer t0k") -> AsyncIterator[AsyncApi]:
+    srv = await asyncio.start_server(server.serve, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    cfg = kclient.Configuration()
+    cfg.host = f"http://127.0.0.1:{port}"
+    api = KubeApi(
+        cfg.host, urllib3.PoolManager(), lambda: token, qps=0, burst=1, configuration=(cfg, None)
+    )
+    asy = AsyncApi.from_kubeapi(api, connections=4)
+    assert asy is not None
+    try:
+        yield asy
+    finally:
+        await asy.close()
+        srv.close()
+        await srv.wait_closed()
+
+
+BINDING = {"apiVersion": "v1", "kind": "Binding", "target": {"kind": "Node", "name": "n1"}}
+PATH = "/api/v1/namespaces/ns/pods/p/binding"
+
+
+async def test_posts_the_binding_with_headers_and_reuses_the_connection() -> None:
+    server = FakeServer(created)
+    async with running(server) as api:
+        for _ in range(5):
+            out = await api.request("POST", PATH, body=BINDING)
+            assert out["status"] == "Success"
+    assert server.connections == 1
+    method, path, headers, body = server.requests[0]
+    assert (method, path) == ("POST", PATH)
+    assert json.loads(body) == BINDING
+    assert headers["authorization"] == "Bearer t0k"
+    assert headers["content-type"] == "application/json"
+    assert headers["host"].startswith("127.0.0.1:")
+
+
+async def test_concurrent_requests_use_at_most_the_pool() -> None:
+    server = FakeServer(created)
+    async with running(server) as api:
+        await asyncio.gather(*(api.request("POST", PATH, body=BINDING) for _ in range(20)))
+    assert len(server.requests) == 20
+    assert 1 <= server.connections <= 4
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+async def test_error_status_raises_api_error_with_the_status_reason(chunked: bool) -> None:
+    def conflict(*_: object) -> tuple[int, bytes, dict[str, str]]:
+        status = {
+            "kind": "Status",
+            "status": "Failure",
+            "reason": "Conflict",
+            "message": 'pod p is already assigned to node "n0"',
+            "code": 409,
+        }
+        return 409, json.dumps(status).encode(), {}
+
+    server = FakeServer(conflict, chunked=chunked)
+    async with running(server) as api:
+        with pytest.raises(ApiError) as err:
+            await api.request("POST", PATH, body=BINDING)
+        # The connection stays usable after an error answer.
+        with pytest.raises(ApiError):
+            await api.request("POST", PATH, body=BINDING)
+    assert err.value.conflict and err.value.reason == "Conflict"
+    assert "already assigned" in err.value.message
+    assert server.connections == 1
+
+
+async def test_chunked_body_is_reassembled() -> None:
+    server = FakeServer(created, chunked=True)
+    async with running(server) as api:
+        out = await api.request("POST", PATH, body=BINDING)
+    assert out == {"kind": "Status", "status": "Success", "code": 201}
+
+
+async def test_connection_closed_by_the_server_is_not_reused() -> None:
+    server = FakeServer(created, close_after=1)
+    async with running(server) as api:
+        for _ in range(3):
+            await api.request("POST", PATH, body=BINDING)
+            await asyncio.sleep(0.01)  # the close reaches the idle connection
+    assert server.connections == 3
+
+
+async def test_unreachable_server_is_status_zero() -> None:
+    srv = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    srv.close()
+    await srv.wait_closed()
+    cfg = kclient.Configuration()
+    cfg.host = f"http://127.0.0.1:{port}"
+    api = AsyncApi.from_kubeapi(
+        KubeApi(cfg.host, urllib3.PoolManager(), lambda: None, configuration=(cfg, None))
+    )
+    assert api is not None
+    with pytest.raises(ApiError) as err:
+        await api.request("POST", PATH, body=BINDING)
+    assert err.value.status == 0 and err.value.temporary
+
+
+def test_configurations_it_does_not_handle_keep_urllib3() -> None:
+    pool = urllib3.PoolManager()
+    proxied = kclient.Configuration()
+    proxied.host = "https://10.0.0.1:6443"
+    proxied.proxy = "http://proxy:3128"
+    assert (
+        AsyncApi.from_kubeapi(
+            KubeApi(proxied.host, pool, lambda: None, configuration=(proxied, None))
+        )
+        is None
+    )
+    pinned = kclient.Configuration()
+    pinned.host = "https://10.0.0.1:6443"
+    pinned.assert_hostname = False
+    assert (
+        AsyncApi.from_kubeapi(
+            KubeApi(pinned.host, pool, lambda: None, configuration=(pinned, None))
+        )
+        is None
+    )
+    assert AsyncApi.from_kubeapi(KubeApi("https://10.0.0.1:6443", pool, lambda: None)) is None

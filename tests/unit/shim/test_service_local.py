@@ -1,0 +1,148 @@
+"""shim.service: what the shim answers itself instead of asking the plugin
+service (PreEnqueue when only SchedulingGates runs there, QueueSort when only
+PrioritySort does, Bind when DefaultBinder is the whole binding cycle): the
+same answers the service gives, and a call whenever another plugin is
+configured at that point."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from berth.client import ClusterStateLog, SchedulingClient
+from berth_api.v1 import cluster_pb2 as cpb
+from berth_api.v1 import scheduling_pb2 as pb
+from plugins.framework.config import API_VERSION, KIND, default_config, parse_config
+from plugins.framework.cycle_state import CycleState
+from plugins.framework.interfaces import PostBindPlugin, PreEnqueuePlugin
+from plugins.framework.model import PodInfo
+from plugins.framework.status import SUCCESS, Status
+from plugins.registry import load_registry
+from server.app import build_frameworks
+from server.service import SchedulingService
+from shim.service import InProcessStub, PluginService, ProfileInfo
+
+
+class CountingStub(InProcessStub):
+    def __init__(self, service: Any) -> None:
+        super().__init__(service)
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        call = super().__getattr__(name)
+
+        async def counted(request: Any, **options: Any) -> Any:
+            self.calls[name] += 1
+            return await call(request, **options)
+
+        return counted
+
+
+class NoWhitespace(PreEnqueuePlugin):
+    """A PreEnqueue plugin the shim does not know: it must be asked."""
+
+    name = "NoWhitespace"
+
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        return Status.unresolvable("no") if " " in pod.name else SUCCESS
+
+
+class Audit(PostBindPlugin):
+    name = "Audit"
+
+    def post_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        return None
+
+
+def service_for(doc: dict[str, Any] | None = None) -> tuple[PluginService, CountingStub]:
+    registry = {**load_registry(), "NoWhitespace": NoWhitespace, "Audit": Audit}
+    config = (
+        default_config(registry)
+        if doc is None
+        else parse_config({"apiVersion": API_VERSION, "kind": KIND, **doc}, "<test>", registry)
+    )
+    server = SchedulingService(config, build_frameworks(config, registry))
+    stub = CountingStub(server)
+    svc = PluginService(SchedulingClient(None, ClusterStateLog(), stub=stub), remote=False)
+    return svc, stub
+
+
+def pod(name: str, *gates: str, priority: int = 0) -> cpb.Pod:
+    p = cpb.Pod(uid=f"uid-{name}", name=name, namespace="ns", priority=priority)
+    p.scheduling_gates.extend(gates)
+    return p
+
+
+async def asked(svc: PluginService, stub: CountingStub, method: str, request: Any) -> Any:
+    before = stub.calls[method]
+    resp = await getattr(stub, method)(request)
+    stub.calls[method] = before
+    return resp
+
+
+async def test_default_profile_answers_pre_enqueue_and_queue_sort_in_the_shim() -> None:
+    svc, stub = service_for()
+    profiles = await svc.describe()
+    info = profiles["default-scheduler"]
+    assert info.points["preEnqueue"] == ("SchedulingGates",)
+    assert info.shim_binds
+    pods = [pod("a"), pod("b", "example.com/quota", "z"), pod("c", "one")]
+    for p in pods:
+        local = await svc.pre_enqueue("default-scheduler", p)
+        remote = await asked(
+            svc, stub, "PreEnqueue", pb.PreEnqueueRequest(profile="default-scheduler", pod=p)
+        )
+        # The service's own answer, field for field (code, reasons, plugin).
+        assert local == remote.status
+    assert (await svc.pre_enqueue("default-scheduler", pods[1])).reasons == [
+        "waiting for scheduling gates: [example.com/quota z]"
+    ]
+    queued = [
+        pb.QueuedPod(pod=pod("x", priority=5), enqueued_unix_micros=30, attempts=1),
+        pb.QueuedPod(pod=pod("y"), enqueued_unix_micros=10),
+        pb.QueuedPod(pod=pod("w", priority=-1), enqueued_unix_micros=5),
+    ]
+    local_keys = await svc.sort_keys("default-scheduler", queued)
+    remote = await asked(
+        svc, stub, "QueueSort", pb.QueueSortRequest(profile="default-scheduler", pods=queued)
+    )
+    remote_keys = [
+        tuple(getattr(p, str(p.WhichOneof("value"))) for p in k.parts) for k in remote.keys
+    ]
+    assert local_keys == remote_keys == [(-5, 30), (0, 10), (1, 5)]
+    assert stub.calls["PreEnqueue"] == 0 and stub.calls["QueueSort"] == 0
+    assert stub.calls["DescribeProfiles"] == 1  # the counting stub is the one in use
+
+
+async def test_any_other_plugin_at_a_point_is_asked() -> None:
+    svc, stub = service_for(
+        {
+            "profiles": [
+                {
+                    "schedulerName": "custom",
+                    "plugins": {
+                        "preEnqueue": {"enabled": [{"name": "NoWhitespace"}]},
+                        "postBind": {"enabled": [{"name": "Audit"}]},
+                    },
+                }
+            ]
+        }
+    )
+    info = (await svc.describe())["custom"]
+    assert info.points["preEnqueue"] == ("SchedulingGates", "NoWhitespace")
+    assert not info.shim_binds  # a PostBind plugin runs
+    st = await svc.pre_enqueue("custom", pod("a"))
+    assert st.code == 0
+    assert stub.calls["PreEnqueue"] == 1
+
+
+def test_shim_binds_only_for_default_binder_alone() -> None:
+    def info(**points: tuple[str, ...]) -> ProfileInfo:
+        return ProfileInfo("p", dict(points))
+
+    assert info(bind=("DefaultBinder",)).shim_binds
+    assert info(bind=("DefaultBinder",), reserve=("X",), permit=("Y",)).shim_binds
+    assert not info(bind=("Other", "DefaultBinder")).shim_binds
+    assert not info(bind=("DefaultBinder",), preBind=("VolumeBinding",)).shim_binds
+    assert not info(bind=("DefaultBinder",), postBind=("Audit",)).shim_binds
+    assert not info().shim_binds
