@@ -1,11 +1,12 @@
-"""shim.asynchttp: the binding POST from the event loop, against a small
-HTTP/1.1 server on a local socket that answers the way the API server does
-(Content-Length or chunked bodies, keep-alive, error Status objects)."""
+"""shim.asynchttp: the binding POST from the event loop (aiohttp), against a
+small HTTP/1.1 server on a local socket that answers the way the API server
+does (Content-Length or chunked bodies, keep-alive, error Status objects)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ import urllib3
 from kubernetes import client as kclient
 
 from shim.asynchttp import AsyncApi
-from shim.kubeapi import ApiError, KubeApi
+from shim.kubeapi import USER_AGENT, ApiError, KubeApi
 
 Handler = Callable[[str, str, dict[str, str], bytes], tuple[int, bytes, dict[str, str]]]
 
@@ -46,6 +47,9 @@ class FakeServer:
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 self.requests.append((method, path, headers, body))
                 status, payload, extra = self.handler(method, path, headers, body)
+                if status == 0:
+                    # Drop the connection without an answer.
+                    return
                 served += 1
                 closing = self.close_after and served >= self.close_after
                 head = [f"HTTP/1.1 {status} X", "Content-Type: application/json"]
@@ -79,14 +83,14 @@ def created(
 
 
 @asynccontextmanager
-async def running(server: FakeServer, token: str | None = "Bearer t0k") -> AsyncIterator[AsyncApi]:
+async def running(
+    server: FakeServer, token: Callable[[], str | None] = lambda: "Bearer t0k"
+) -> AsyncIterator[AsyncApi]:
     srv = await asyncio.start_server(server.serve, "127.0.0.1", 0)
     port = srv.sockets[0].getsockname()[1]
     cfg = kclient.Configuration()
     cfg.host = f"http://127.0.0.1:{port}"
-    api = KubeApi(
-        cfg.host, urllib3.PoolManager(), lambda: token, qps=0, burst=1, configuration=(cfg, None)
-    )
+    api = KubeApi(cfg.host, urllib3.PoolManager(), token, qps=0, burst=1, configuration=(cfg, None))
     asy = AsyncApi.from_kubeapi(api, connections=4)
     assert asy is not None
     try:
@@ -114,6 +118,8 @@ async def test_posts_the_binding_with_headers_and_reuses_the_connection() -> Non
     assert headers["authorization"] == "Bearer t0k"
     assert headers["content-type"] == "application/json"
     assert headers["host"].startswith("127.0.0.1:")
+    assert headers["user-agent"] == USER_AGENT
+    assert headers["accept"] == "application/json"
 
 
 async def test_concurrent_requests_use_at_most_the_pool() -> None:
@@ -175,9 +181,72 @@ async def test_unreachable_server_is_status_zero() -> None:
         KubeApi(cfg.host, urllib3.PoolManager(), lambda: None, configuration=(cfg, None))
     )
     assert api is not None
-    with pytest.raises(ApiError) as err:
-        await api.request("POST", PATH, body=BINDING)
+    try:
+        with pytest.raises(ApiError) as err:
+            await api.request("POST", PATH, body=BINDING)
+    finally:
+        await api.close()
     assert err.value.status == 0 and err.value.temporary
+
+
+async def test_a_request_the_server_drops_is_not_resent() -> None:
+    # KubeApi.request sends with retries=False; aiohttp would otherwise repeat
+    # an idempotent request (PUT here) once on a reused connection.
+    answers = iter([201, 0])
+
+    def once_then_drop(*_: object) -> tuple[int, bytes, dict[str, str]]:
+        return next(answers), b"{}", {}
+
+    server = FakeServer(once_then_drop)
+    async with running(server) as api:
+        await api.request("PUT", PATH, body=BINDING)
+        with pytest.raises(ApiError) as err:
+            await api.request("PUT", PATH, body=BINDING)
+    assert err.value.status == 0
+    assert len(server.requests) == 2
+
+
+async def test_the_token_is_read_for_every_request() -> None:
+    tokens = iter(["Bearer one", "Bearer two", None])
+    server = FakeServer(created)
+    async with running(server, token=lambda: next(tokens)) as api:
+        for _ in range(3):
+            await api.request("POST", PATH, body=BINDING)
+    seen = [headers.get("authorization") for _, _, headers, _ in server.requests]
+    assert seen == ["Bearer one", "Bearer two", None]
+
+
+async def test_empty_body_is_an_empty_object_and_no_body_sends_none() -> None:
+    server = FakeServer(lambda *_: (200, b"", {}))
+    async with running(server) as api:
+        assert await api.request("DELETE", PATH) == {}
+    _, _, headers, body = server.requests[0]
+    assert body == b"" and "content-type" not in headers
+
+
+def test_tls_settings_come_from_the_client_configuration() -> None:
+    pool = urllib3.PoolManager()
+    insecure = kclient.Configuration()
+    insecure.host = "https://10.0.0.1:6443"
+    insecure.verify_ssl = False
+    insecure.tls_server_name = "kubernetes.default"
+    api = AsyncApi.from_kubeapi(
+        KubeApi(insecure.host, pool, lambda: None, configuration=(insecure, None))
+    )
+    assert api is not None
+    assert api._ssl is not None and api._ssl.verify_mode == ssl.CERT_NONE
+    assert api._server_hostname == "kubernetes.default"
+    assert api._base == "https://10.0.0.1:6443"
+    verified = kclient.Configuration()
+    verified.host = "https://[fd00::1]:6443"
+    api = AsyncApi.from_kubeapi(
+        KubeApi(verified.host, pool, lambda: None, configuration=(verified, None))
+    )
+    assert api is not None
+    assert api._ssl is not None and api._ssl.verify_mode == ssl.CERT_REQUIRED
+    assert api._ssl.check_hostname
+    assert api._server_hostname == "fd00::1"
+    assert api._base == "https://[fd00::1]:6443"
 
 
 def test_configurations_it_does_not_handle_keep_urllib3() -> None:
