@@ -234,9 +234,9 @@ def test_three_replicas_restarted_mid_run_answer_like_one(
     }
     restarted_ids = {replica_id(s) for s in every[3:]}
     assert all(full_states_logged(s) >= 1 for s in every[3:]), logged  # restarts took part
-    # A replica gone for good costs no full state anywhere.
-    assert per_stretch["replica 0 killed for good"] == 0, per_stretch
     if mode == "endpoints":
+        # A replica gone for good costs no full state anywhere.
+        assert per_stretch["replica 0 killed for good"] == 0, per_stretch
         # Exactly one full state per replica process per caller run: 3 when the caller
         # starts, one per replica restart.
         for per_replica in run.full_sends:
@@ -249,6 +249,13 @@ def test_three_replicas_restarted_mid_run_answer_like_one(
         # (protos/README.md, "Client contract").
         for what, count in per_stretch.items():
             assert count <= 2 * 3, (what, per_stretch)
+        # The caller cannot pick the replica, so the full states a restarted replica
+        # needs may still be going out after the previous event's stretch ends; a replica
+        # gone for good adds none of its own: both stretches together stay in one bound.
+        together = (
+            per_stretch["replica 2 restarted at once"] + per_stretch["replica 0 killed for good"]
+        )
+        assert together <= 2 * 3, per_stretch
     assert sum(logged) == sum(sent), (logged, run.full_sends)
     print(f"{mode}: full states {per_stretch}; per replica process {logged}")
 
