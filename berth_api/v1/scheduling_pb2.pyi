@@ -1036,10 +1036,17 @@ class PostFilterResponse(_message.Message):
     CYCLE_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     SIGNALS_FIELD_NUMBER: _builtins.int
+    VICTIMS_FIELD_NUMBER: _builtins.int
+    CLEAR_NOMINATION_POD_UIDS_FIELD_NUMBER: _builtins.int
+    PLUGIN_FIELD_NUMBER: _builtins.int
     nominated_node_name: _builtins.str
     """The node nominated for the pod; empty when none."""
     generation: _builtins.int
     """The snapshot generation the call ran at."""
+    plugin: _builtins.str
+    """The PostFilter plugin whose result this is (e.g. DefaultPreemption);
+    empty when none succeeded.
+    """
     @_builtins.property
     def status(self) -> Global___Status:
         """Success when a plugin made the pod schedulable (e.g. nominated a node
@@ -1058,6 +1065,25 @@ class PostFilterResponse(_message.Message):
         PermitResponse.signals.
         """
 
+    @_builtins.property
+    def victims(self) -> _containers.RepeatedCompositeFieldContainer[Global___Victim]:
+        """The pods to evict so the pod fits on nominated_node_name (the chosen
+        preemption candidate's victims; upstream's
+        preemption/executor.go prepareCandidateAsync and PreemptPod). For each
+        victim the caller, in order: rejects it if it waits at Permit (no API
+        call); otherwise, unless it is already terminating, sets its
+        DisruptionTarget condition (reason PreemptionByScheduler) and deletes it
+        with its uid as precondition; then records a Preempted event on it.
+        """
+
+    @_builtins.property
+    def clear_nomination_pod_uids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Pods nominated to nominated_node_name with a lower priority than the pod;
+        the caller clears their status.nominatedNodeName so they are tried
+        elsewhere (executor.go getLowerPriorityNominatedPods,
+        clearNominatedNodeName).
+        """
+
     def __init__(
         self,
         *,
@@ -1066,14 +1092,47 @@ class PostFilterResponse(_message.Message):
         cycle: Global___CycleState | None = ...,
         generation: _builtins.int = ...,
         signals: _abc.Iterable[Global___WaitingPodSignal] | None = ...,
+        victims: _abc.Iterable[Global___Victim] | None = ...,
+        clear_nomination_pod_uids: _abc.Iterable[_builtins.str] | None = ...,
+        plugin: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "generation", b"generation", "nominated_node_name", b"nominated_node_name", "signals", b"signals", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clear_nomination_pod_uids", b"clear_nomination_pod_uids", "cycle", b"cycle", "generation", b"generation", "nominated_node_name", b"nominated_node_name", "plugin", b"plugin", "signals", b"signals", "status", b"status", "victims", b"victims"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PostFilterResponse: _TypeAlias = PostFilterResponse  # noqa: Y015
+
+@_typing.final
+class Victim(_message.Message):
+    """A pod a preemption evicts."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UID_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    uid: _builtins.str
+    """metadata.uid; the deletion's precondition."""
+    namespace: _builtins.str
+    """metadata.namespace."""
+    name: _builtins.str
+    """metadata.name."""
+    def __init__(
+        self,
+        *,
+        uid: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "namespace", b"namespace", "uid", b"uid"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Victim: _TypeAlias = Victim  # noqa: Y015
 
 @_typing.final
 class PreScoreResponse(_message.Message):

@@ -1817,7 +1817,23 @@ type PostFilterResponse struct {
 	// WaitingPod.Reject from PostFilter, e.g. Coscheduling rejecting the rest
 	// of a gang when one member fits no node); the caller applies them as
 	// PermitResponse.signals.
-	Signals       []*WaitingPodSignal `protobuf:"bytes,5,rep,name=signals,proto3" json:"signals,omitempty"`
+	Signals []*WaitingPodSignal `protobuf:"bytes,5,rep,name=signals,proto3" json:"signals,omitempty"`
+	// The pods to evict so the pod fits on nominated_node_name (the chosen
+	// preemption candidate's victims; upstream's
+	// preemption/executor.go prepareCandidateAsync and PreemptPod). For each
+	// victim the caller, in order: rejects it if it waits at Permit (no API
+	// call); otherwise, unless it is already terminating, sets its
+	// DisruptionTarget condition (reason PreemptionByScheduler) and deletes it
+	// with its uid as precondition; then records a Preempted event on it.
+	Victims []*Victim `protobuf:"bytes,6,rep,name=victims,proto3" json:"victims,omitempty"`
+	// Pods nominated to nominated_node_name with a lower priority than the pod;
+	// the caller clears their status.nominatedNodeName so they are tried
+	// elsewhere (executor.go getLowerPriorityNominatedPods,
+	// clearNominatedNodeName).
+	ClearNominationPodUids []string `protobuf:"bytes,7,rep,name=clear_nomination_pod_uids,json=clearNominationPodUids,proto3" json:"clear_nomination_pod_uids,omitempty"`
+	// The PostFilter plugin whose result this is (e.g. DefaultPreemption);
+	// empty when none succeeded.
+	Plugin        string `protobuf:"bytes,8,opt,name=plugin,proto3" json:"plugin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1887,6 +1903,91 @@ func (x *PostFilterResponse) GetSignals() []*WaitingPodSignal {
 	return nil
 }
 
+func (x *PostFilterResponse) GetVictims() []*Victim {
+	if x != nil {
+		return x.Victims
+	}
+	return nil
+}
+
+func (x *PostFilterResponse) GetClearNominationPodUids() []string {
+	if x != nil {
+		return x.ClearNominationPodUids
+	}
+	return nil
+}
+
+func (x *PostFilterResponse) GetPlugin() string {
+	if x != nil {
+		return x.Plugin
+	}
+	return ""
+}
+
+// A pod a preemption evicts.
+type Victim struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// metadata.uid; the deletion's precondition.
+	Uid string `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	// metadata.namespace.
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// metadata.name.
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Victim) Reset() {
+	*x = Victim{}
+	mi := &file_berth_v1_scheduling_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Victim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Victim) ProtoMessage() {}
+
+func (x *Victim) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_v1_scheduling_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Victim.ProtoReflect.Descriptor instead.
+func (*Victim) Descriptor() ([]byte, []int) {
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *Victim) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *Victim) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Victim) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 // PreScore's result.
 type PreScoreResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1902,7 +2003,7 @@ type PreScoreResponse struct {
 
 func (x *PreScoreResponse) Reset() {
 	*x = PreScoreResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[25]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +2015,7 @@ func (x *PreScoreResponse) String() string {
 func (*PreScoreResponse) ProtoMessage() {}
 
 func (x *PreScoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[25]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2028,7 @@ func (x *PreScoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreScoreResponse.ProtoReflect.Descriptor instead.
 func (*PreScoreResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{25}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PreScoreResponse) GetStatus() *Status {
@@ -1966,7 +2067,7 @@ type PluginScores struct {
 
 func (x *PluginScores) Reset() {
 	*x = PluginScores{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[26]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2079,7 @@ func (x *PluginScores) String() string {
 func (*PluginScores) ProtoMessage() {}
 
 func (x *PluginScores) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[26]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2092,7 @@ func (x *PluginScores) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginScores.ProtoReflect.Descriptor instead.
 func (*PluginScores) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{26}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PluginScores) GetPlugin() string {
@@ -2032,7 +2133,7 @@ type ScoreResponse struct {
 
 func (x *ScoreResponse) Reset() {
 	*x = ScoreResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[27]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2145,7 @@ func (x *ScoreResponse) String() string {
 func (*ScoreResponse) ProtoMessage() {}
 
 func (x *ScoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[27]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2158,7 @@ func (x *ScoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreResponse.ProtoReflect.Descriptor instead.
 func (*ScoreResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{27}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ScoreResponse) GetStatus() *Status {
@@ -2110,7 +2211,7 @@ type NormalizeScoreRequest struct {
 
 func (x *NormalizeScoreRequest) Reset() {
 	*x = NormalizeScoreRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[28]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2223,7 @@ func (x *NormalizeScoreRequest) String() string {
 func (*NormalizeScoreRequest) ProtoMessage() {}
 
 func (x *NormalizeScoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[28]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2236,7 @@ func (x *NormalizeScoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NormalizeScoreRequest.ProtoReflect.Descriptor instead.
 func (*NormalizeScoreRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{28}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NormalizeScoreRequest) GetProfile() string {
@@ -2198,7 +2299,7 @@ type NormalizeScoreResponse struct {
 
 func (x *NormalizeScoreResponse) Reset() {
 	*x = NormalizeScoreResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[29]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2210,7 +2311,7 @@ func (x *NormalizeScoreResponse) String() string {
 func (*NormalizeScoreResponse) ProtoMessage() {}
 
 func (x *NormalizeScoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[29]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2223,7 +2324,7 @@ func (x *NormalizeScoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NormalizeScoreResponse.ProtoReflect.Descriptor instead.
 func (*NormalizeScoreResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{29}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NormalizeScoreResponse) GetStatus() *Status {
@@ -2274,7 +2375,7 @@ type ObjectWrite struct {
 
 func (x *ObjectWrite) Reset() {
 	*x = ObjectWrite{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[30]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2387,7 @@ func (x *ObjectWrite) String() string {
 func (*ObjectWrite) ProtoMessage() {}
 
 func (x *ObjectWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[30]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2400,7 @@ func (x *ObjectWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectWrite.ProtoReflect.Descriptor instead.
 func (*ObjectWrite) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{30}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ObjectWrite) GetRef() *ObjectRef {
@@ -2370,7 +2471,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[31]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2483,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[31]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2496,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{31}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -2466,7 +2567,7 @@ type WaitingPodSignal struct {
 
 func (x *WaitingPodSignal) Reset() {
 	*x = WaitingPodSignal{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[32]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2478,7 +2579,7 @@ func (x *WaitingPodSignal) String() string {
 func (*WaitingPodSignal) ProtoMessage() {}
 
 func (x *WaitingPodSignal) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[32]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2491,7 +2592,7 @@ func (x *WaitingPodSignal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitingPodSignal.ProtoReflect.Descriptor instead.
 func (*WaitingPodSignal) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{32}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WaitingPodSignal) GetPodUid() string {
@@ -2550,7 +2651,7 @@ type PermitResponse struct {
 
 func (x *PermitResponse) Reset() {
 	*x = PermitResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[33]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2562,7 +2663,7 @@ func (x *PermitResponse) String() string {
 func (*PermitResponse) ProtoMessage() {}
 
 func (x *PermitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[33]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2575,7 +2676,7 @@ func (x *PermitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermitResponse.ProtoReflect.Descriptor instead.
 func (*PermitResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{33}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PermitResponse) GetStatus() *Status {
@@ -2641,7 +2742,7 @@ type BindResponse struct {
 
 func (x *BindResponse) Reset() {
 	*x = BindResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2653,7 +2754,7 @@ func (x *BindResponse) String() string {
 func (*BindResponse) ProtoMessage() {}
 
 func (x *BindResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2666,7 +2767,7 @@ func (x *BindResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindResponse.ProtoReflect.Descriptor instead.
 func (*BindResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{34}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *BindResponse) GetStatus() *Status {
@@ -2730,7 +2831,7 @@ type ScheduleRequest struct {
 
 func (x *ScheduleRequest) Reset() {
 	*x = ScheduleRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2742,7 +2843,7 @@ func (x *ScheduleRequest) String() string {
 func (*ScheduleRequest) ProtoMessage() {}
 
 func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2755,7 +2856,7 @@ func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{35}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ScheduleRequest) GetProfile() string {
@@ -2822,7 +2923,7 @@ type NodeScore struct {
 
 func (x *NodeScore) Reset() {
 	*x = NodeScore{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2834,7 +2935,7 @@ func (x *NodeScore) String() string {
 func (*NodeScore) ProtoMessage() {}
 
 func (x *NodeScore) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2847,7 +2948,7 @@ func (x *NodeScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeScore.ProtoReflect.Descriptor instead.
 func (*NodeScore) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{36}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NodeScore) GetNode() string {
@@ -2889,7 +2990,7 @@ type Diagnosis struct {
 
 func (x *Diagnosis) Reset() {
 	*x = Diagnosis{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2901,7 +3002,7 @@ func (x *Diagnosis) String() string {
 func (*Diagnosis) ProtoMessage() {}
 
 func (x *Diagnosis) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2914,7 +3015,7 @@ func (x *Diagnosis) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnosis.ProtoReflect.Descriptor instead.
 func (*Diagnosis) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{37}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Diagnosis) GetRejected() []*NodeStatus {
@@ -2968,7 +3069,7 @@ type ScheduleBatchRequest struct {
 
 func (x *ScheduleBatchRequest) Reset() {
 	*x = ScheduleBatchRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2980,7 +3081,7 @@ func (x *ScheduleBatchRequest) String() string {
 func (*ScheduleBatchRequest) ProtoMessage() {}
 
 func (x *ScheduleBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2993,7 +3094,7 @@ func (x *ScheduleBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleBatchRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleBatchRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{38}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ScheduleBatchRequest) GetProfile() string {
@@ -3053,7 +3154,7 @@ type ScheduleBatchResponse struct {
 
 func (x *ScheduleBatchResponse) Reset() {
 	*x = ScheduleBatchResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3065,7 +3166,7 @@ func (x *ScheduleBatchResponse) String() string {
 func (*ScheduleBatchResponse) ProtoMessage() {}
 
 func (x *ScheduleBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3078,7 +3179,7 @@ func (x *ScheduleBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleBatchResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleBatchResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{39}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ScheduleBatchResponse) GetResults() []*ScheduleResponse {
@@ -3126,7 +3227,7 @@ type RequestError struct {
 
 func (x *RequestError) Reset() {
 	*x = RequestError{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3138,7 +3239,7 @@ func (x *RequestError) String() string {
 func (*RequestError) ProtoMessage() {}
 
 func (x *RequestError) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3151,7 +3252,7 @@ func (x *RequestError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestError.ProtoReflect.Descriptor instead.
 func (*RequestError) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{40}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RequestError) GetGrpcCode() int32 {
@@ -3213,7 +3314,7 @@ type ScheduleStreamResponse struct {
 
 func (x *ScheduleStreamResponse) Reset() {
 	*x = ScheduleStreamResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3225,7 +3326,7 @@ func (x *ScheduleStreamResponse) String() string {
 func (*ScheduleStreamResponse) ProtoMessage() {}
 
 func (x *ScheduleStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3238,7 +3339,7 @@ func (x *ScheduleStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleStreamResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleStreamResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{41}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ScheduleStreamResponse) GetResult() isScheduleStreamResponse_Result {
@@ -3328,7 +3429,7 @@ type ScheduleResponse struct {
 
 func (x *ScheduleResponse) Reset() {
 	*x = ScheduleResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3441,7 @@ func (x *ScheduleResponse) String() string {
 func (*ScheduleResponse) ProtoMessage() {}
 
 func (x *ScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3454,7 @@ func (x *ScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{42}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ScheduleResponse) GetStatus() *Status {
@@ -3570,7 +3671,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\x12\x1f\n" +
 	"\x03pod\x18\x03 \x01(\v2\r.berth.v1.PodR\x03pod\x12*\n" +
 	"\x05cycle\x18\x04 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x120\n" +
-	"\brejected\x18\x05 \x03(\v2\x14.berth.v1.NodeStatusR\brejected\"\xf0\x01\n" +
+	"\brejected\x18\x05 \x03(\v2\x14.berth.v1.NodeStatusR\brejected\"\xef\x02\n" +
 	"\x12PostFilterResponse\x12(\n" +
 	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12.\n" +
 	"\x13nominated_node_name\x18\x02 \x01(\tR\x11nominatedNodeName\x12*\n" +
@@ -3578,7 +3679,14 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x04 \x01(\x03R\n" +
 	"generation\x124\n" +
-	"\asignals\x18\x05 \x03(\v2\x1a.berth.v1.WaitingPodSignalR\asignals\"\x88\x01\n" +
+	"\asignals\x18\x05 \x03(\v2\x1a.berth.v1.WaitingPodSignalR\asignals\x12*\n" +
+	"\avictims\x18\x06 \x03(\v2\x10.berth.v1.VictimR\avictims\x129\n" +
+	"\x19clear_nomination_pod_uids\x18\a \x03(\tR\x16clearNominationPodUids\x12\x16\n" +
+	"\x06plugin\x18\b \x01(\tR\x06plugin\"L\n" +
+	"\x06Victim\x12\x10\n" +
+	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\x88\x01\n" +
 	"\x10PreScoreResponse\x12(\n" +
 	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12*\n" +
 	"\x05cycle\x18\x02 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x12\x1e\n" +
@@ -3783,7 +3891,7 @@ func file_berth_v1_scheduling_proto_rawDescGZIP() []byte {
 }
 
 var file_berth_v1_scheduling_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_berth_v1_scheduling_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_berth_v1_scheduling_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_berth_v1_scheduling_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: berth.v1.ErrorReason
 	(Code)(0),                        // 1: berth.v1.Code
@@ -3812,153 +3920,155 @@ var file_berth_v1_scheduling_proto_goTypes = []any{
 	(*FilterResponse)(nil),           // 24: berth.v1.FilterResponse
 	(*PostFilterRequest)(nil),        // 25: berth.v1.PostFilterRequest
 	(*PostFilterResponse)(nil),       // 26: berth.v1.PostFilterResponse
-	(*PreScoreResponse)(nil),         // 27: berth.v1.PreScoreResponse
-	(*PluginScores)(nil),             // 28: berth.v1.PluginScores
-	(*ScoreResponse)(nil),            // 29: berth.v1.ScoreResponse
-	(*NormalizeScoreRequest)(nil),    // 30: berth.v1.NormalizeScoreRequest
-	(*NormalizeScoreResponse)(nil),   // 31: berth.v1.NormalizeScoreResponse
-	(*ObjectWrite)(nil),              // 32: berth.v1.ObjectWrite
-	(*StatusResponse)(nil),           // 33: berth.v1.StatusResponse
-	(*WaitingPodSignal)(nil),         // 34: berth.v1.WaitingPodSignal
-	(*PermitResponse)(nil),           // 35: berth.v1.PermitResponse
-	(*BindResponse)(nil),             // 36: berth.v1.BindResponse
-	(*ScheduleRequest)(nil),          // 37: berth.v1.ScheduleRequest
-	(*NodeScore)(nil),                // 38: berth.v1.NodeScore
-	(*Diagnosis)(nil),                // 39: berth.v1.Diagnosis
-	(*ScheduleBatchRequest)(nil),     // 40: berth.v1.ScheduleBatchRequest
-	(*ScheduleBatchResponse)(nil),    // 41: berth.v1.ScheduleBatchResponse
-	(*RequestError)(nil),             // 42: berth.v1.RequestError
-	(*ScheduleStreamResponse)(nil),   // 43: berth.v1.ScheduleStreamResponse
-	(*ScheduleResponse)(nil),         // 44: berth.v1.ScheduleResponse
-	nil,                              // 45: berth.v1.CycleState.DataEntry
-	nil,                              // 46: berth.v1.StatusResponse.AssumeAnnotationsEntry
-	nil,                              // 47: berth.v1.PermitResponse.WaitTimeoutMillisEntry
-	nil,                              // 48: berth.v1.NodeScore.PluginsEntry
-	nil,                              // 49: berth.v1.RequestError.MetadataEntry
-	nil,                              // 50: berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	(*ClusterState)(nil),             // 51: berth.v1.ClusterState
-	(*Pod)(nil),                      // 52: berth.v1.Pod
-	(*ObjectRef)(nil),                // 53: berth.v1.ObjectRef
+	(*Victim)(nil),                   // 27: berth.v1.Victim
+	(*PreScoreResponse)(nil),         // 28: berth.v1.PreScoreResponse
+	(*PluginScores)(nil),             // 29: berth.v1.PluginScores
+	(*ScoreResponse)(nil),            // 30: berth.v1.ScoreResponse
+	(*NormalizeScoreRequest)(nil),    // 31: berth.v1.NormalizeScoreRequest
+	(*NormalizeScoreResponse)(nil),   // 32: berth.v1.NormalizeScoreResponse
+	(*ObjectWrite)(nil),              // 33: berth.v1.ObjectWrite
+	(*StatusResponse)(nil),           // 34: berth.v1.StatusResponse
+	(*WaitingPodSignal)(nil),         // 35: berth.v1.WaitingPodSignal
+	(*PermitResponse)(nil),           // 36: berth.v1.PermitResponse
+	(*BindResponse)(nil),             // 37: berth.v1.BindResponse
+	(*ScheduleRequest)(nil),          // 38: berth.v1.ScheduleRequest
+	(*NodeScore)(nil),                // 39: berth.v1.NodeScore
+	(*Diagnosis)(nil),                // 40: berth.v1.Diagnosis
+	(*ScheduleBatchRequest)(nil),     // 41: berth.v1.ScheduleBatchRequest
+	(*ScheduleBatchResponse)(nil),    // 42: berth.v1.ScheduleBatchResponse
+	(*RequestError)(nil),             // 43: berth.v1.RequestError
+	(*ScheduleStreamResponse)(nil),   // 44: berth.v1.ScheduleStreamResponse
+	(*ScheduleResponse)(nil),         // 45: berth.v1.ScheduleResponse
+	nil,                              // 46: berth.v1.CycleState.DataEntry
+	nil,                              // 47: berth.v1.StatusResponse.AssumeAnnotationsEntry
+	nil,                              // 48: berth.v1.PermitResponse.WaitTimeoutMillisEntry
+	nil,                              // 49: berth.v1.NodeScore.PluginsEntry
+	nil,                              // 50: berth.v1.RequestError.MetadataEntry
+	nil,                              // 51: berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	(*ClusterState)(nil),             // 52: berth.v1.ClusterState
+	(*Pod)(nil),                      // 53: berth.v1.Pod
+	(*ObjectRef)(nil),                // 54: berth.v1.ObjectRef
 }
 var file_berth_v1_scheduling_proto_depIdxs = []int32{
 	1,  // 0: berth.v1.Status.code:type_name -> berth.v1.Code
-	45, // 1: berth.v1.CycleState.data:type_name -> berth.v1.CycleState.DataEntry
-	51, // 2: berth.v1.SyncRequest.state:type_name -> berth.v1.ClusterState
+	46, // 1: berth.v1.CycleState.data:type_name -> berth.v1.CycleState.DataEntry
+	52, // 2: berth.v1.SyncRequest.state:type_name -> berth.v1.ClusterState
 	7,  // 3: berth.v1.ExtensionPoint.plugins:type_name -> berth.v1.PluginRef
 	8,  // 4: berth.v1.Profile.extension_points:type_name -> berth.v1.ExtensionPoint
 	9,  // 5: berth.v1.Profile.reads:type_name -> berth.v1.ObjectKind
 	10, // 6: berth.v1.DescribeProfilesResponse.profiles:type_name -> berth.v1.Profile
-	52, // 7: berth.v1.PreEnqueueRequest.pod:type_name -> berth.v1.Pod
+	53, // 7: berth.v1.PreEnqueueRequest.pod:type_name -> berth.v1.Pod
 	2,  // 8: berth.v1.PreEnqueueResponse.status:type_name -> berth.v1.Status
-	52, // 9: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
+	53, // 9: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
 	15, // 10: berth.v1.SortKey.parts:type_name -> berth.v1.SortKeyPart
 	14, // 11: berth.v1.QueueSortRequest.pods:type_name -> berth.v1.QueuedPod
-	51, // 12: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
+	52, // 12: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
 	16, // 13: berth.v1.QueueSortResponse.keys:type_name -> berth.v1.SortKey
-	51, // 14: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
-	52, // 15: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
+	52, // 14: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
+	53, // 15: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
 	3,  // 16: berth.v1.CycleRequest.cycle:type_name -> berth.v1.CycleState
-	51, // 17: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
-	52, // 18: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
+	52, // 17: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
+	53, // 18: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
 	3,  // 19: berth.v1.NodesRequest.cycle:type_name -> berth.v1.CycleState
-	51, // 20: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
-	52, // 21: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
+	52, // 20: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
+	53, // 21: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
 	3,  // 22: berth.v1.NodeRequest.cycle:type_name -> berth.v1.CycleState
 	2,  // 23: berth.v1.PreFilterResponse.status:type_name -> berth.v1.Status
 	3,  // 24: berth.v1.PreFilterResponse.cycle:type_name -> berth.v1.CycleState
 	2,  // 25: berth.v1.NodeStatus.status:type_name -> berth.v1.Status
 	23, // 26: berth.v1.FilterResponse.rejected:type_name -> berth.v1.NodeStatus
-	51, // 27: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
-	52, // 28: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
+	52, // 27: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
+	53, // 28: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
 	3,  // 29: berth.v1.PostFilterRequest.cycle:type_name -> berth.v1.CycleState
 	23, // 30: berth.v1.PostFilterRequest.rejected:type_name -> berth.v1.NodeStatus
 	2,  // 31: berth.v1.PostFilterResponse.status:type_name -> berth.v1.Status
 	3,  // 32: berth.v1.PostFilterResponse.cycle:type_name -> berth.v1.CycleState
-	34, // 33: berth.v1.PostFilterResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	2,  // 34: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
-	3,  // 35: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
-	2,  // 36: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
-	28, // 37: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	51, // 38: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
-	52, // 39: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
-	3,  // 40: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
-	28, // 41: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
-	2,  // 42: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
-	28, // 43: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	53, // 44: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
-	2,  // 45: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
-	3,  // 46: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
-	32, // 47: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
-	46, // 48: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
-	34, // 49: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	2,  // 50: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
-	3,  // 51: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
-	47, // 52: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
-	34, // 53: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	2,  // 54: berth.v1.BindResponse.status:type_name -> berth.v1.Status
-	51, // 55: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
-	52, // 56: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
-	48, // 57: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
-	23, // 58: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
-	2,  // 59: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
-	51, // 60: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
-	52, // 61: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
-	44, // 62: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
-	49, // 63: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
-	44, // 64: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
-	42, // 65: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
-	2,  // 66: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
-	3,  // 67: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
-	39, // 68: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
-	2,  // 69: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
-	35, // 70: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
-	38, // 71: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
-	26, // 72: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
-	50, // 73: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	34, // 74: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
-	4,  // 75: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
-	6,  // 76: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
-	12, // 77: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
-	17, // 78: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
-	19, // 79: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
-	20, // 80: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
-	25, // 81: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
-	20, // 82: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
-	20, // 83: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
-	30, // 84: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
-	21, // 85: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
-	21, // 86: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
-	21, // 87: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
-	21, // 88: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
-	21, // 89: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
-	21, // 90: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
-	37, // 91: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
-	37, // 92: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
-	40, // 93: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
-	5,  // 94: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
-	11, // 95: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
-	13, // 96: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
-	18, // 97: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
-	22, // 98: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
-	24, // 99: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
-	26, // 100: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
-	27, // 101: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
-	29, // 102: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
-	31, // 103: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
-	33, // 104: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
-	33, // 105: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
-	35, // 106: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
-	33, // 107: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
-	36, // 108: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
-	33, // 109: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
-	44, // 110: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
-	43, // 111: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
-	41, // 112: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
-	94, // [94:113] is the sub-list for method output_type
-	75, // [75:94] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	35, // 33: berth.v1.PostFilterResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	27, // 34: berth.v1.PostFilterResponse.victims:type_name -> berth.v1.Victim
+	2,  // 35: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
+	3,  // 36: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
+	2,  // 37: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
+	29, // 38: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	52, // 39: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
+	53, // 40: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
+	3,  // 41: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
+	29, // 42: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
+	2,  // 43: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
+	29, // 44: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	54, // 45: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
+	2,  // 46: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
+	3,  // 47: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
+	33, // 48: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
+	47, // 49: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
+	35, // 50: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	2,  // 51: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
+	3,  // 52: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
+	48, // 53: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
+	35, // 54: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	2,  // 55: berth.v1.BindResponse.status:type_name -> berth.v1.Status
+	52, // 56: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
+	53, // 57: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
+	49, // 58: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
+	23, // 59: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
+	2,  // 60: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
+	52, // 61: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
+	53, // 62: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
+	45, // 63: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
+	50, // 64: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
+	45, // 65: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
+	43, // 66: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
+	2,  // 67: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
+	3,  // 68: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
+	40, // 69: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
+	2,  // 70: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
+	36, // 71: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
+	39, // 72: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
+	26, // 73: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
+	51, // 74: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	35, // 75: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
+	4,  // 76: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
+	6,  // 77: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
+	12, // 78: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
+	17, // 79: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
+	19, // 80: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
+	20, // 81: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
+	25, // 82: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
+	20, // 83: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
+	20, // 84: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
+	31, // 85: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
+	21, // 86: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
+	21, // 87: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
+	21, // 88: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
+	21, // 89: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
+	21, // 90: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
+	21, // 91: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
+	38, // 92: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
+	38, // 93: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
+	41, // 94: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
+	5,  // 95: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
+	11, // 96: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
+	13, // 97: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
+	18, // 98: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
+	22, // 99: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
+	24, // 100: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
+	26, // 101: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
+	28, // 102: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
+	30, // 103: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
+	32, // 104: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
+	34, // 105: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
+	34, // 106: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
+	36, // 107: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
+	34, // 108: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
+	37, // 109: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
+	34, // 110: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
+	45, // 111: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
+	44, // 112: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
+	42, // 113: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
+	95, // [95:114] is the sub-list for method output_type
+	76, // [76:95] is the sub-list for method input_type
+	76, // [76:76] is the sub-list for extension type_name
+	76, // [76:76] is the sub-list for extension extendee
+	0,  // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_berth_v1_scheduling_proto_init() }
@@ -3972,7 +4082,7 @@ func file_berth_v1_scheduling_proto_init() {
 		(*SortKeyPart_Float)(nil),
 		(*SortKeyPart_Str)(nil),
 	}
-	file_berth_v1_scheduling_proto_msgTypes[41].OneofWrappers = []any{
+	file_berth_v1_scheduling_proto_msgTypes[42].OneofWrappers = []any{
 		(*ScheduleStreamResponse_Response)(nil),
 		(*ScheduleStreamResponse_Error)(nil),
 	}
@@ -3982,7 +4092,7 @@ func file_berth_v1_scheduling_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_v1_scheduling_proto_rawDesc), len(file_berth_v1_scheduling_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   49,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
