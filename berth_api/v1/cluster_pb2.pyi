@@ -851,6 +851,7 @@ class Pod(_message.Message):
     POD_LEVEL_ALLOCATED_REQUESTS_FIELD_NUMBER: _builtins.int
     POD_LEVEL_ACTUATED_REQUESTS_FIELD_NUMBER: _builtins.int
     RESIZE_INFEASIBLE_FIELD_NUMBER: _builtins.int
+    VOLUMES_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
     """metadata.uid; required, and the pod's identity in deltas (delete_pods)."""
     namespace: _builtins.str
@@ -961,6 +962,13 @@ class Pod(_message.Message):
         has `resources`.
         """
 
+    @_builtins.property
+    def volumes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Volume]:
+        """spec.volumes that the volume plugins read: claims, generic ephemeral
+        volumes, and the inline sources some plugins inspect. Other volumes
+        (configMap, secret, emptyDir, ...) may be left out.
+        """
+
     def __init__(
         self,
         *,
@@ -993,14 +1001,59 @@ class Pod(_message.Message):
         pod_level_allocated_requests: Global___Resources | None = ...,
         pod_level_actuated_requests: Global___Resources | None = ...,
         resize_infeasible: _builtins.bool = ...,
+        volumes: _abc.Iterable[Global___Volume] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "overhead", b"overhead", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "annotations", b"annotations", "containers", b"containers", "creation_unix_micros", b"creation_unix_micros", "init_containers", b"init_containers", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "node_selector", b"node_selector", "nominated_node_name", b"nominated_node_name", "overhead", b"overhead", "owner_kind", b"owner_kind", "owner_name", b"owner_name", "phase", b"phase", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests", "preemption_policy", b"preemption_policy", "priority", b"priority", "pvc_names", b"pvc_names", "resize_infeasible", b"resize_infeasible", "scheduler_name", b"scheduler_name", "scheduling_gates", b"scheduling_gates", "terminating", b"terminating", "tolerations", b"tolerations", "topology_spread_constraints", b"topology_spread_constraints", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "annotations", b"annotations", "containers", b"containers", "creation_unix_micros", b"creation_unix_micros", "init_containers", b"init_containers", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "node_selector", b"node_selector", "nominated_node_name", b"nominated_node_name", "overhead", b"overhead", "owner_kind", b"owner_kind", "owner_name", b"owner_name", "phase", b"phase", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests", "preemption_policy", b"preemption_policy", "priority", b"priority", "pvc_names", b"pvc_names", "resize_infeasible", b"resize_infeasible", "scheduler_name", b"scheduler_name", "scheduling_gates", b"scheduling_gates", "terminating", b"terminating", "tolerations", b"tolerations", "topology_spread_constraints", b"topology_spread_constraints", "uid", b"uid", "volumes", b"volumes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Pod: _TypeAlias = Pod  # noqa: Y015
+
+@_typing.final
+class Volume(_message.Message):
+    """One entry of a pod's spec.volumes."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CLAIM_NAME_FIELD_NUMBER: _builtins.int
+    EPHEMERAL_FIELD_NUMBER: _builtins.int
+    READ_ONLY_FIELD_NUMBER: _builtins.int
+    SOURCE_JSON_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The volume's name in the pod."""
+    claim_name: _builtins.str
+    """The PersistentVolumeClaim the volume uses: persistentVolumeClaim.claimName,
+    or for a generic ephemeral volume the claim the API creates for it
+    ("<pod name>-<volume name>"). Empty for other sources.
+    """
+    ephemeral: _builtins.bool
+    """The volume is a generic ephemeral volume (spec.volumes[].ephemeral)."""
+    read_only: _builtins.bool
+    """persistentVolumeClaim.readOnly."""
+    source_json: _builtins.bytes
+    """For inline sources other than a claim that plugins inspect
+    (gcePersistentDisk, awsElasticBlockStore, rbd, iscsi, azureDisk, cinder,
+    csi): the whole spec.volumes entry as JSON. Empty otherwise.
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        claim_name: _builtins.str = ...,
+        ephemeral: _builtins.bool = ...,
+        read_only: _builtins.bool = ...,
+        source_json: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claim_name", b"claim_name", "ephemeral", b"ephemeral", "name", b"name", "read_only", b"read_only", "source_json", b"source_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Volume: _TypeAlias = Volume  # noqa: Y015
 
 @_typing.final
 class ImageState(_message.Message):

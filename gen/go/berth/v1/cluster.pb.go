@@ -1324,8 +1324,12 @@ type Pod struct {
 	// resize will not be admitted, so the spec's requests do not count, only
 	// what is allocated and applied.
 	ResizeInfeasible bool `protobuf:"varint,29,opt,name=resize_infeasible,json=resizeInfeasible,proto3" json:"resize_infeasible,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// spec.volumes that the volume plugins read: claims, generic ephemeral
+	// volumes, and the inline sources some plugins inspect. Other volumes
+	// (configMap, secret, emptyDir, ...) may be left out.
+	Volumes       []*Volume `protobuf:"bytes,30,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Pod) Reset() {
@@ -1561,6 +1565,99 @@ func (x *Pod) GetResizeInfeasible() bool {
 	return false
 }
 
+func (x *Pod) GetVolumes() []*Volume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+// One entry of a pod's spec.volumes.
+type Volume struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The volume's name in the pod.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The PersistentVolumeClaim the volume uses: persistentVolumeClaim.claimName,
+	// or for a generic ephemeral volume the claim the API creates for it
+	// ("<pod name>-<volume name>"). Empty for other sources.
+	ClaimName string `protobuf:"bytes,2,opt,name=claim_name,json=claimName,proto3" json:"claim_name,omitempty"`
+	// The volume is a generic ephemeral volume (spec.volumes[].ephemeral).
+	Ephemeral bool `protobuf:"varint,3,opt,name=ephemeral,proto3" json:"ephemeral,omitempty"`
+	// persistentVolumeClaim.readOnly.
+	ReadOnly bool `protobuf:"varint,4,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	// For inline sources other than a claim that plugins inspect
+	// (gcePersistentDisk, awsElasticBlockStore, rbd, iscsi, azureDisk, cinder,
+	// csi): the whole spec.volumes entry as JSON. Empty otherwise.
+	SourceJson    []byte `protobuf:"bytes,5,opt,name=source_json,json=sourceJson,proto3" json:"source_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Volume) Reset() {
+	*x = Volume{}
+	mi := &file_berth_v1_cluster_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Volume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Volume) ProtoMessage() {}
+
+func (x *Volume) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_v1_cluster_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Volume.ProtoReflect.Descriptor instead.
+func (*Volume) Descriptor() ([]byte, []int) {
+	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Volume) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Volume) GetClaimName() string {
+	if x != nil {
+		return x.ClaimName
+	}
+	return ""
+}
+
+func (x *Volume) GetEphemeral() bool {
+	if x != nil {
+		return x.Ephemeral
+	}
+	return false
+}
+
+func (x *Volume) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+func (x *Volume) GetSourceJson() []byte {
+	if x != nil {
+		return x.SourceJson
+	}
+	return nil
+}
+
 // A container image present on a node (core/v1 ContainerImage).
 type ImageState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1574,7 +1671,7 @@ type ImageState struct {
 
 func (x *ImageState) Reset() {
 	*x = ImageState{}
-	mi := &file_berth_v1_cluster_proto_msgTypes[18]
+	mi := &file_berth_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1683,7 @@ func (x *ImageState) String() string {
 func (*ImageState) ProtoMessage() {}
 
 func (x *ImageState) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_cluster_proto_msgTypes[18]
+	mi := &file_berth_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1696,7 @@ func (x *ImageState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageState.ProtoReflect.Descriptor instead.
 func (*ImageState) Descriptor() ([]byte, []int) {
-	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ImageState) GetNames() []string {
@@ -1646,7 +1743,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_berth_v1_cluster_proto_msgTypes[19]
+	mi := &file_berth_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +1755,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_cluster_proto_msgTypes[19]
+	mi := &file_berth_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +1768,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{19}
+	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Node) GetName() string {
@@ -1755,7 +1852,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_berth_v1_cluster_proto_msgTypes[20]
+	mi := &file_berth_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1767,7 +1864,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_cluster_proto_msgTypes[20]
+	mi := &file_berth_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1780,7 +1877,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{20}
+	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ObjectRef) GetGroup() string {
@@ -1831,7 +1928,7 @@ type ClusterObject struct {
 
 func (x *ClusterObject) Reset() {
 	*x = ClusterObject{}
-	mi := &file_berth_v1_cluster_proto_msgTypes[21]
+	mi := &file_berth_v1_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +1940,7 @@ func (x *ClusterObject) String() string {
 func (*ClusterObject) ProtoMessage() {}
 
 func (x *ClusterObject) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_cluster_proto_msgTypes[21]
+	mi := &file_berth_v1_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +1953,7 @@ func (x *ClusterObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterObject.ProtoReflect.Descriptor instead.
 func (*ClusterObject) Descriptor() ([]byte, []int) {
-	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{21}
+	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClusterObject) GetRef() *ObjectRef {
@@ -1919,7 +2016,7 @@ type ClusterDelta struct {
 
 func (x *ClusterDelta) Reset() {
 	*x = ClusterDelta{}
-	mi := &file_berth_v1_cluster_proto_msgTypes[22]
+	mi := &file_berth_v1_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +2028,7 @@ func (x *ClusterDelta) String() string {
 func (*ClusterDelta) ProtoMessage() {}
 
 func (x *ClusterDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_cluster_proto_msgTypes[22]
+	mi := &file_berth_v1_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2041,7 @@ func (x *ClusterDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDelta.ProtoReflect.Descriptor instead.
 func (*ClusterDelta) Descriptor() ([]byte, []int) {
-	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{22}
+	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClusterDelta) GetUpsertNodes() []*Node {
@@ -2028,7 +2125,7 @@ type ClusterState struct {
 
 func (x *ClusterState) Reset() {
 	*x = ClusterState{}
-	mi := &file_berth_v1_cluster_proto_msgTypes[23]
+	mi := &file_berth_v1_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2137,7 @@ func (x *ClusterState) String() string {
 func (*ClusterState) ProtoMessage() {}
 
 func (x *ClusterState) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_cluster_proto_msgTypes[23]
+	mi := &file_berth_v1_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2150,7 @@ func (x *ClusterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterState.ProtoReflect.Descriptor instead.
 func (*ClusterState) Descriptor() ([]byte, []int) {
-	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{23}
+	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClusterState) GetClusterId() string {
@@ -2204,7 +2301,7 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"\x05ports\x18\x05 \x03(\v2\x17.berth.v1.ContainerPortR\x05ports\x12 \n" +
 	"\vrestartable\x18\x06 \x01(\bR\vrestartable\x12B\n" +
 	"\x12allocated_requests\x18\a \x01(\v2\x13.berth.v1.ResourcesR\x11allocatedRequests\x12@\n" +
-	"\x11actuated_requests\x18\b \x01(\v2\x13.berth.v1.ResourcesR\x10actuatedRequests\"\xb6\f\n" +
+	"\x11actuated_requests\x18\b \x01(\v2\x13.berth.v1.ResourcesR\x10actuatedRequests\"\xe2\f\n" +
 	"\x03Pod\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -2239,7 +2336,8 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"\x10pod_level_limits\x18\x1a \x01(\v2\x13.berth.v1.ResourcesR\x0epodLevelLimits\x12T\n" +
 	"\x1cpod_level_allocated_requests\x18\x1b \x01(\v2\x13.berth.v1.ResourcesR\x19podLevelAllocatedRequests\x12R\n" +
 	"\x1bpod_level_actuated_requests\x18\x1c \x01(\v2\x13.berth.v1.ResourcesR\x18podLevelActuatedRequests\x12+\n" +
-	"\x11resize_infeasible\x18\x1d \x01(\bR\x10resizeInfeasible\x1a9\n" +
+	"\x11resize_infeasible\x18\x1d \x01(\bR\x10resizeInfeasible\x12*\n" +
+	"\avolumes\x18\x1e \x03(\v2\x10.berth.v1.VolumeR\avolumes\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
@@ -2248,7 +2346,15 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"A\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x97\x01\n" +
+	"\x06Volume\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"claim_name\x18\x02 \x01(\tR\tclaimName\x12\x1c\n" +
+	"\tephemeral\x18\x03 \x01(\bR\tephemeral\x12\x1b\n" +
+	"\tread_only\x18\x04 \x01(\bR\breadOnly\x12\x1f\n" +
+	"\vsource_json\x18\x05 \x01(\fR\n" +
+	"sourceJson\"A\n" +
 	"\n" +
 	"ImageState\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\x12\x1d\n" +
@@ -2314,7 +2420,7 @@ func file_berth_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_berth_v1_cluster_proto_rawDescData
 }
 
-var file_berth_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_berth_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_berth_v1_cluster_proto_goTypes = []any{
 	(*Resources)(nil),                // 0: berth.v1.Resources
 	(*Taint)(nil),                    // 1: berth.v1.Taint
@@ -2334,29 +2440,30 @@ var file_berth_v1_cluster_proto_goTypes = []any{
 	(*ContainerPort)(nil),            // 15: berth.v1.ContainerPort
 	(*Container)(nil),                // 16: berth.v1.Container
 	(*Pod)(nil),                      // 17: berth.v1.Pod
-	(*ImageState)(nil),               // 18: berth.v1.ImageState
-	(*Node)(nil),                     // 19: berth.v1.Node
-	(*ObjectRef)(nil),                // 20: berth.v1.ObjectRef
-	(*ClusterObject)(nil),            // 21: berth.v1.ClusterObject
-	(*ClusterDelta)(nil),             // 22: berth.v1.ClusterDelta
-	(*ClusterState)(nil),             // 23: berth.v1.ClusterState
-	nil,                              // 24: berth.v1.Resources.ScalarEntry
-	nil,                              // 25: berth.v1.LabelSelector.MatchLabelsEntry
-	nil,                              // 26: berth.v1.Pod.LabelsEntry
-	nil,                              // 27: berth.v1.Pod.AnnotationsEntry
-	nil,                              // 28: berth.v1.Pod.NodeSelectorEntry
-	nil,                              // 29: berth.v1.Node.LabelsEntry
-	nil,                              // 30: berth.v1.Node.AnnotationsEntry
+	(*Volume)(nil),                   // 18: berth.v1.Volume
+	(*ImageState)(nil),               // 19: berth.v1.ImageState
+	(*Node)(nil),                     // 20: berth.v1.Node
+	(*ObjectRef)(nil),                // 21: berth.v1.ObjectRef
+	(*ClusterObject)(nil),            // 22: berth.v1.ClusterObject
+	(*ClusterDelta)(nil),             // 23: berth.v1.ClusterDelta
+	(*ClusterState)(nil),             // 24: berth.v1.ClusterState
+	nil,                              // 25: berth.v1.Resources.ScalarEntry
+	nil,                              // 26: berth.v1.LabelSelector.MatchLabelsEntry
+	nil,                              // 27: berth.v1.Pod.LabelsEntry
+	nil,                              // 28: berth.v1.Pod.AnnotationsEntry
+	nil,                              // 29: berth.v1.Pod.NodeSelectorEntry
+	nil,                              // 30: berth.v1.Node.LabelsEntry
+	nil,                              // 31: berth.v1.Node.AnnotationsEntry
 }
 var file_berth_v1_cluster_proto_depIdxs = []int32{
-	24, // 0: berth.v1.Resources.scalar:type_name -> berth.v1.Resources.ScalarEntry
+	25, // 0: berth.v1.Resources.scalar:type_name -> berth.v1.Resources.ScalarEntry
 	3,  // 1: berth.v1.NodeSelectorTerm.match_expressions:type_name -> berth.v1.NodeSelectorRequirement
 	3,  // 2: berth.v1.NodeSelectorTerm.match_fields:type_name -> berth.v1.NodeSelectorRequirement
 	4,  // 3: berth.v1.NodeSelector.terms:type_name -> berth.v1.NodeSelectorTerm
 	4,  // 4: berth.v1.PreferredSchedulingTerm.preference:type_name -> berth.v1.NodeSelectorTerm
 	5,  // 5: berth.v1.NodeAffinity.required:type_name -> berth.v1.NodeSelector
 	6,  // 6: berth.v1.NodeAffinity.preferred:type_name -> berth.v1.PreferredSchedulingTerm
-	25, // 7: berth.v1.LabelSelector.match_labels:type_name -> berth.v1.LabelSelector.MatchLabelsEntry
+	26, // 7: berth.v1.LabelSelector.match_labels:type_name -> berth.v1.LabelSelector.MatchLabelsEntry
 	8,  // 8: berth.v1.LabelSelector.match_expressions:type_name -> berth.v1.LabelSelectorRequirement
 	9,  // 9: berth.v1.PodAffinityTerm.label_selector:type_name -> berth.v1.LabelSelector
 	9,  // 10: berth.v1.PodAffinityTerm.namespace_selector:type_name -> berth.v1.LabelSelector
@@ -2372,12 +2479,12 @@ var file_berth_v1_cluster_proto_depIdxs = []int32{
 	15, // 20: berth.v1.Container.ports:type_name -> berth.v1.ContainerPort
 	0,  // 21: berth.v1.Container.allocated_requests:type_name -> berth.v1.Resources
 	0,  // 22: berth.v1.Container.actuated_requests:type_name -> berth.v1.Resources
-	26, // 23: berth.v1.Pod.labels:type_name -> berth.v1.Pod.LabelsEntry
-	27, // 24: berth.v1.Pod.annotations:type_name -> berth.v1.Pod.AnnotationsEntry
+	27, // 23: berth.v1.Pod.labels:type_name -> berth.v1.Pod.LabelsEntry
+	28, // 24: berth.v1.Pod.annotations:type_name -> berth.v1.Pod.AnnotationsEntry
 	16, // 25: berth.v1.Pod.containers:type_name -> berth.v1.Container
 	16, // 26: berth.v1.Pod.init_containers:type_name -> berth.v1.Container
 	0,  // 27: berth.v1.Pod.overhead:type_name -> berth.v1.Resources
-	28, // 28: berth.v1.Pod.node_selector:type_name -> berth.v1.Pod.NodeSelectorEntry
+	29, // 28: berth.v1.Pod.node_selector:type_name -> berth.v1.Pod.NodeSelectorEntry
 	13, // 29: berth.v1.Pod.affinity:type_name -> berth.v1.Affinity
 	2,  // 30: berth.v1.Pod.tolerations:type_name -> berth.v1.Toleration
 	14, // 31: berth.v1.Pod.topology_spread_constraints:type_name -> berth.v1.TopologySpreadConstraint
@@ -2385,23 +2492,24 @@ var file_berth_v1_cluster_proto_depIdxs = []int32{
 	0,  // 33: berth.v1.Pod.pod_level_limits:type_name -> berth.v1.Resources
 	0,  // 34: berth.v1.Pod.pod_level_allocated_requests:type_name -> berth.v1.Resources
 	0,  // 35: berth.v1.Pod.pod_level_actuated_requests:type_name -> berth.v1.Resources
-	29, // 36: berth.v1.Node.labels:type_name -> berth.v1.Node.LabelsEntry
-	30, // 37: berth.v1.Node.annotations:type_name -> berth.v1.Node.AnnotationsEntry
-	0,  // 38: berth.v1.Node.capacity:type_name -> berth.v1.Resources
-	0,  // 39: berth.v1.Node.allocatable:type_name -> berth.v1.Resources
-	1,  // 40: berth.v1.Node.taints:type_name -> berth.v1.Taint
-	18, // 41: berth.v1.Node.images:type_name -> berth.v1.ImageState
-	20, // 42: berth.v1.ClusterObject.ref:type_name -> berth.v1.ObjectRef
-	19, // 43: berth.v1.ClusterDelta.upsert_nodes:type_name -> berth.v1.Node
-	17, // 44: berth.v1.ClusterDelta.upsert_pods:type_name -> berth.v1.Pod
-	21, // 45: berth.v1.ClusterDelta.upsert_objects:type_name -> berth.v1.ClusterObject
-	20, // 46: berth.v1.ClusterDelta.delete_objects:type_name -> berth.v1.ObjectRef
-	22, // 47: berth.v1.ClusterState.delta:type_name -> berth.v1.ClusterDelta
-	48, // [48:48] is the sub-list for method output_type
-	48, // [48:48] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	18, // 36: berth.v1.Pod.volumes:type_name -> berth.v1.Volume
+	30, // 37: berth.v1.Node.labels:type_name -> berth.v1.Node.LabelsEntry
+	31, // 38: berth.v1.Node.annotations:type_name -> berth.v1.Node.AnnotationsEntry
+	0,  // 39: berth.v1.Node.capacity:type_name -> berth.v1.Resources
+	0,  // 40: berth.v1.Node.allocatable:type_name -> berth.v1.Resources
+	1,  // 41: berth.v1.Node.taints:type_name -> berth.v1.Taint
+	19, // 42: berth.v1.Node.images:type_name -> berth.v1.ImageState
+	21, // 43: berth.v1.ClusterObject.ref:type_name -> berth.v1.ObjectRef
+	20, // 44: berth.v1.ClusterDelta.upsert_nodes:type_name -> berth.v1.Node
+	17, // 45: berth.v1.ClusterDelta.upsert_pods:type_name -> berth.v1.Pod
+	22, // 46: berth.v1.ClusterDelta.upsert_objects:type_name -> berth.v1.ClusterObject
+	21, // 47: berth.v1.ClusterDelta.delete_objects:type_name -> berth.v1.ObjectRef
+	23, // 48: berth.v1.ClusterState.delta:type_name -> berth.v1.ClusterDelta
+	49, // [49:49] is the sub-list for method output_type
+	49, // [49:49] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_berth_v1_cluster_proto_init() }
@@ -2418,7 +2526,7 @@ func file_berth_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_v1_cluster_proto_rawDesc), len(file_berth_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
