@@ -115,6 +115,33 @@ class PreFilterPlugin(Plugin):
         does not run this cycle."""
         raise NotImplementedError
 
+    # PreFilterExtensions (upstream framework/interface.go): a plugin whose
+    # PreFilter state depends on other pods updates that state when a pod is
+    # added to or removed from a node for evaluation: nominated pods in
+    # Filter (RunFilterPluginsWithNominatedPods) and victims in preemption's
+    # dry runs (SelectVictimsOnNode). ``node`` already holds the change.
+
+    def add_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node: NodeInfo
+    ) -> Status:
+        """AddPod: ``pod_to_add`` now counts on ``node`` for ``pod``'s cycle."""
+        return SUCCESS
+
+    def remove_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node: NodeInfo
+    ) -> Status:
+        """RemovePod: ``pod_to_remove`` no longer counts on ``node``."""
+        return SUCCESS
+
+    @classmethod
+    def has_extensions(cls) -> bool:
+        """Upstream's PreFilterExtensions() != nil: the plugin overrides
+        add_pod or remove_pod."""
+        return (
+            cls.add_pod is not PreFilterPlugin.add_pod
+            or cls.remove_pod is not PreFilterPlugin.remove_pod
+        )
+
 
 @dataclass(slots=True)
 class NodeVerdicts:
