@@ -134,6 +134,7 @@ def node_record(obj: Obj) -> pb.Node:
             names=[str(x) for x in img.get("names") or []],
             size_bytes=int(img.get("sizeBytes") or 0),
         )
+    n.declared_features.extend(str(f) for f in status.get("declaredFeatures") or ())
     return n
 
 
@@ -156,6 +157,9 @@ def _container(c: Obj, where: str, restartable: bool = False) -> pb.Container:
             protocol=str(p.get("protocol") or "TCP"),
             host_ip=str(p.get("hostIP") or ""),
         )
+    rules = c.get("restartPolicyRules")
+    if rules:
+        out.restart_rule_actions.extend(str(r.get("action") or "") for r in rules)
     return out
 
 
@@ -324,6 +328,7 @@ def pod_record(obj: Obj, *, assign_uid: bool = False) -> pb.Pod:
         terminating=bool(meta.get("deletionTimestamp")),
         nominated_node_name=str(status.get("nominatedNodeName") or ""),
         preemption_policy=str(spec.get("preemptionPolicy") or "PreemptLowerPriority"),
+        host_network=bool(spec.get("hostNetwork")),
     )
     p.labels.update({str(k): str(v) for k, v in _map(meta, "labels").items()})
     p.annotations.update({str(k): str(v) for k, v in _map(meta, "annotations").items()})
@@ -335,6 +340,8 @@ def pod_record(obj: Obj, *, assign_uid: bool = False) -> pb.Pod:
                 c, f"{where}.initContainers[{i}]", restartable=c.get("restartPolicy") == "Always"
             )
         )
+    if spec.get("hostUsers") is not None:
+        p.host_users = bool(spec["hostUsers"])
     if spec.get("overhead"):
         p.overhead.CopyFrom(resources(_map(spec, "overhead"), f"{where}.overhead"))
     if isinstance(spec.get("resources"), Mapping):

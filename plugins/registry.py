@@ -15,6 +15,7 @@ from plugins.imagelocality import ImageLocality
 from plugins.interpodaffinity import InterPodAffinity
 from plugins.lowcpu import LowCpu
 from plugins.nodeaffinity import NodeAffinity
+from plugins.nodedeclaredfeatures import NodeDeclaredFeatures
 from plugins.nodename import NodeName
 from plugins.nodeports import NodePorts
 from plugins.noderesources import BalancedAllocation, Fit
@@ -42,6 +43,7 @@ REGISTRY: dict[str, type[Plugin]] = {
     "PodTopologySpread": PodTopologySpread,
     "InterPodAffinity": InterPodAffinity,
     "DefaultBinder": DefaultBinder,
+    "NodeDeclaredFeatures": NodeDeclaredFeatures,
     # Not upstream plugins: the seed documents' examples (never in the default profile).
     "AvoidNodePlugin": AvoidNode,
     "GPUPriorityPlugin": GPUPriority,

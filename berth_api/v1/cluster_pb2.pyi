@@ -697,6 +697,7 @@ class Container(_message.Message):
     RESTARTABLE_FIELD_NUMBER: _builtins.int
     ALLOCATED_REQUESTS_FIELD_NUMBER: _builtins.int
     ACTUATED_REQUESTS_FIELD_NUMBER: _builtins.int
+    RESTART_RULE_ACTIONS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """The container's name, unique within the pod."""
     image: _builtins.str
@@ -734,6 +735,12 @@ class Container(_message.Message):
         (component-helpers resource.PodRequests, UseStatusResources).
         """
 
+    @_builtins.property
+    def restart_rule_actions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """restartPolicyRules[].action, in order (e.g. "RestartAllContainers"):
+        NodeDeclaredFeatures infers the node features a pod needs from them.
+        """
+
     def __init__(
         self,
         *,
@@ -745,10 +752,11 @@ class Container(_message.Message):
         restartable: _builtins.bool = ...,
         allocated_requests: Global___Resources | None = ...,
         actuated_requests: Global___Resources | None = ...,
+        restart_rule_actions: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["actuated_requests", b"actuated_requests", "allocated_requests", b"allocated_requests", "limits", b"limits", "requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actuated_requests", b"actuated_requests", "allocated_requests", b"allocated_requests", "image", b"image", "limits", b"limits", "name", b"name", "ports", b"ports", "requests", b"requests", "restartable", b"restartable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actuated_requests", b"actuated_requests", "allocated_requests", b"allocated_requests", "image", b"image", "limits", b"limits", "name", b"name", "ports", b"ports", "requests", b"requests", "restart_rule_actions", b"restart_rule_actions", "restartable", b"restartable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -852,6 +860,8 @@ class Pod(_message.Message):
     POD_LEVEL_ACTUATED_REQUESTS_FIELD_NUMBER: _builtins.int
     RESIZE_INFEASIBLE_FIELD_NUMBER: _builtins.int
     VOLUMES_FIELD_NUMBER: _builtins.int
+    HOST_NETWORK_FIELD_NUMBER: _builtins.int
+    HOST_USERS_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
     """metadata.uid; required, and the pod's identity in deltas (delete_pods)."""
     namespace: _builtins.str
@@ -889,6 +899,10 @@ class Pod(_message.Message):
     resize will not be admitted, so the spec's requests do not count, only
     what is allocated and applied.
     """
+    host_network: _builtins.bool
+    """spec.hostNetwork."""
+    host_users: _builtins.bool
+    """spec.hostUsers; unset when the spec leaves it out (the default, true)."""
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """metadata.labels."""
@@ -1002,12 +1016,16 @@ class Pod(_message.Message):
         pod_level_actuated_requests: Global___Resources | None = ...,
         resize_infeasible: _builtins.bool = ...,
         volumes: _abc.Iterable[Global___Volume] | None = ...,
+        host_network: _builtins.bool = ...,
+        host_users: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "overhead", b"overhead", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_host_users", b"_host_users", "affinity", b"affinity", "host_users", b"host_users", "overhead", b"overhead", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "annotations", b"annotations", "containers", b"containers", "creation_unix_micros", b"creation_unix_micros", "init_containers", b"init_containers", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "node_selector", b"node_selector", "nominated_node_name", b"nominated_node_name", "overhead", b"overhead", "owner_kind", b"owner_kind", "owner_name", b"owner_name", "phase", b"phase", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests", "preemption_policy", b"preemption_policy", "priority", b"priority", "pvc_names", b"pvc_names", "resize_infeasible", b"resize_infeasible", "scheduler_name", b"scheduler_name", "scheduling_gates", b"scheduling_gates", "terminating", b"terminating", "tolerations", b"tolerations", "topology_spread_constraints", b"topology_spread_constraints", "uid", b"uid", "volumes", b"volumes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_host_users", b"_host_users", "affinity", b"affinity", "annotations", b"annotations", "containers", b"containers", "creation_unix_micros", b"creation_unix_micros", "host_network", b"host_network", "host_users", b"host_users", "init_containers", b"init_containers", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "node_selector", b"node_selector", "nominated_node_name", b"nominated_node_name", "overhead", b"overhead", "owner_kind", b"owner_kind", "owner_name", b"owner_name", "phase", b"phase", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests", "preemption_policy", b"preemption_policy", "priority", b"priority", "pvc_names", b"pvc_names", "resize_infeasible", b"resize_infeasible", "scheduler_name", b"scheduler_name", "scheduling_gates", b"scheduling_gates", "terminating", b"terminating", "tolerations", b"tolerations", "topology_spread_constraints", b"topology_spread_constraints", "uid", b"uid", "volumes", b"volumes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__host_users: _TypeAlias = _typing.Literal["host_users"]  # noqa: Y015
+    _WhichOneofArgType__host_users: _TypeAlias = _typing.Literal["_host_users", b"_host_users"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__host_users) -> _WhichOneofReturnType__host_users | None: ...
 
 Global___Pod: _TypeAlias = Pod  # noqa: Y015
 
@@ -1138,6 +1156,7 @@ class Node(_message.Message):
     UNSCHEDULABLE_FIELD_NUMBER: _builtins.int
     IMAGES_FIELD_NUMBER: _builtins.int
     UID_FIELD_NUMBER: _builtins.int
+    DECLARED_FEATURES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """metadata.name; required, and the node's identity in deltas
     (delete_nodes) and in every node list of the API.
@@ -1174,6 +1193,12 @@ class Node(_message.Message):
     def images(self) -> _containers.RepeatedCompositeFieldContainer[Global___ImageState]:
         """status.images, for ImageLocality."""
 
+    @_builtins.property
+    def declared_features(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """status.declaredFeatures: the node features the kubelet declares
+        (NodeDeclaredFeatures).
+        """
+
     def __init__(
         self,
         *,
@@ -1186,10 +1211,11 @@ class Node(_message.Message):
         unschedulable: _builtins.bool = ...,
         images: _abc.Iterable[Global___ImageState] | None = ...,
         uid: _builtins.str = ...,
+        declared_features: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["allocatable", b"allocatable", "capacity", b"capacity"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocatable", b"allocatable", "annotations", b"annotations", "capacity", b"capacity", "images", b"images", "labels", b"labels", "name", b"name", "taints", b"taints", "uid", b"uid", "unschedulable", b"unschedulable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocatable", b"allocatable", "annotations", b"annotations", "capacity", b"capacity", "declared_features", b"declared_features", "images", b"images", "labels", b"labels", "name", b"name", "taints", b"taints", "uid", b"uid", "unschedulable", b"unschedulable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -414,3 +414,39 @@ def test_bad_status_quantity_names_the_field() -> None:
     assert str(err.value).startswith(
         "Pod p status.containerStatuses[0].allocatedResources.cpu: quantity 'x'"
     )
+
+
+def test_node_declared_features_facts() -> None:
+    """The facts NodeDeclaredFeatures reads: restartPolicyRules actions,
+    hostNetwork, hostUsers, status.declaredFeatures."""
+    pod = pod_record(
+        {
+            "metadata": {"name": "p", "namespace": "d", "uid": "u"},
+            "spec": {
+                "hostNetwork": True,
+                "hostUsers": False,
+                "containers": [
+                    {
+                        "name": "c",
+                        "restartPolicy": "Never",
+                        "restartPolicyRules": [
+                            {
+                                "action": "RestartAllContainers",
+                                "exitCodes": {"operator": "In", "values": [42]},
+                            }
+                        ],
+                    }
+                ],
+            },
+        }
+    )
+    assert list(pod.containers[0].restart_rule_actions) == ["RestartAllContainers"]
+    assert pod.host_network and pod.HasField("host_users") and not pod.host_users
+    assert not pod_record({"metadata": {"name": "q", "uid": "q"}, "spec": {}}).HasField("host_users")
+    node = node_record(
+        {
+            "metadata": {"name": "n"},
+            "status": {"declaredFeatures": ["RestartAllContainersOnContainerExits"]},
+        }
+    )
+    assert list(node.declared_features) == ["RestartAllContainersOnContainerExits"]

@@ -1159,8 +1159,11 @@ type Container struct {
 	// the status (for containers and restartable init containers) only then
 	// (component-helpers resource.PodRequests, UseStatusResources).
 	ActuatedRequests *Resources `protobuf:"bytes,8,opt,name=actuated_requests,json=actuatedRequests,proto3" json:"actuated_requests,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// restartPolicyRules[].action, in order (e.g. "RestartAllContainers"):
+	// NodeDeclaredFeatures infers the node features a pod needs from them.
+	RestartRuleActions []string `protobuf:"bytes,9,rep,name=restart_rule_actions,json=restartRuleActions,proto3" json:"restart_rule_actions,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Container) Reset() {
@@ -1249,6 +1252,13 @@ func (x *Container) GetActuatedRequests() *Resources {
 	return nil
 }
 
+func (x *Container) GetRestartRuleActions() []string {
+	if x != nil {
+		return x.RestartRuleActions
+	}
+	return nil
+}
+
 // A pod: the one being scheduled, or one that occupies a node in the cluster
 // state (ClusterDelta.upsert_pods).
 type Pod struct {
@@ -1327,7 +1337,11 @@ type Pod struct {
 	// spec.volumes that the volume plugins read: claims, generic ephemeral
 	// volumes, and the inline sources some plugins inspect. Other volumes
 	// (configMap, secret, emptyDir, ...) may be left out.
-	Volumes       []*Volume `protobuf:"bytes,30,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Volumes []*Volume `protobuf:"bytes,30,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// spec.hostNetwork.
+	HostNetwork bool `protobuf:"varint,31,opt,name=host_network,json=hostNetwork,proto3" json:"host_network,omitempty"`
+	// spec.hostUsers; unset when the spec leaves it out (the default, true).
+	HostUsers     *bool `protobuf:"varint,32,opt,name=host_users,json=hostUsers,proto3,oneof" json:"host_users,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1572,6 +1586,20 @@ func (x *Pod) GetVolumes() []*Volume {
 	return nil
 }
 
+func (x *Pod) GetHostNetwork() bool {
+	if x != nil {
+		return x.HostNetwork
+	}
+	return false
+}
+
+func (x *Pod) GetHostUsers() bool {
+	if x != nil && x.HostUsers != nil {
+		return *x.HostUsers
+	}
+	return false
+}
+
 // One entry of a pod's spec.volumes.
 type Volume struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1736,9 +1764,12 @@ type Node struct {
 	// status.images, for ImageLocality.
 	Images []*ImageState `protobuf:"bytes,8,rep,name=images,proto3" json:"images,omitempty"`
 	// metadata.uid; may be empty (plugins match nodes by name).
-	Uid           string `protobuf:"bytes,9,opt,name=uid,proto3" json:"uid,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Uid string `protobuf:"bytes,9,opt,name=uid,proto3" json:"uid,omitempty"`
+	// status.declaredFeatures: the node features the kubelet declares
+	// (NodeDeclaredFeatures).
+	DeclaredFeatures []string `protobuf:"bytes,10,rep,name=declared_features,json=declaredFeatures,proto3" json:"declared_features,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -1832,6 +1863,13 @@ func (x *Node) GetUid() string {
 		return x.Uid
 	}
 	return ""
+}
+
+func (x *Node) GetDeclaredFeatures() []string {
+	if x != nil {
+		return x.DeclaredFeatures
+	}
+	return nil
 }
 
 // Names a Kubernetes object other than a node or a pod by its API resource.
@@ -2292,7 +2330,7 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"\x0econtainer_port\x18\x01 \x01(\x05R\rcontainerPort\x12\x1b\n" +
 	"\thost_port\x18\x02 \x01(\x05R\bhostPort\x12\x1a\n" +
 	"\bprotocol\x18\x03 \x01(\tR\bprotocol\x12\x17\n" +
-	"\ahost_ip\x18\x04 \x01(\tR\x06hostIp\"\xea\x02\n" +
+	"\ahost_ip\x18\x04 \x01(\tR\x06hostIp\"\x9c\x03\n" +
 	"\tContainer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12/\n" +
@@ -2301,7 +2339,8 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"\x05ports\x18\x05 \x03(\v2\x17.berth.v1.ContainerPortR\x05ports\x12 \n" +
 	"\vrestartable\x18\x06 \x01(\bR\vrestartable\x12B\n" +
 	"\x12allocated_requests\x18\a \x01(\v2\x13.berth.v1.ResourcesR\x11allocatedRequests\x12@\n" +
-	"\x11actuated_requests\x18\b \x01(\v2\x13.berth.v1.ResourcesR\x10actuatedRequests\"\xe2\f\n" +
+	"\x11actuated_requests\x18\b \x01(\v2\x13.berth.v1.ResourcesR\x10actuatedRequests\x120\n" +
+	"\x14restart_rule_actions\x18\t \x03(\tR\x12restartRuleActions\"\xb8\r\n" +
 	"\x03Pod\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -2337,7 +2376,10 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"\x1cpod_level_allocated_requests\x18\x1b \x01(\v2\x13.berth.v1.ResourcesR\x19podLevelAllocatedRequests\x12R\n" +
 	"\x1bpod_level_actuated_requests\x18\x1c \x01(\v2\x13.berth.v1.ResourcesR\x18podLevelActuatedRequests\x12+\n" +
 	"\x11resize_infeasible\x18\x1d \x01(\bR\x10resizeInfeasible\x12*\n" +
-	"\avolumes\x18\x1e \x03(\v2\x10.berth.v1.VolumeR\avolumes\x1a9\n" +
+	"\avolumes\x18\x1e \x03(\v2\x10.berth.v1.VolumeR\avolumes\x12!\n" +
+	"\fhost_network\x18\x1f \x01(\bR\vhostNetwork\x12\"\n" +
+	"\n" +
+	"host_users\x18  \x01(\bH\x00R\thostUsers\x88\x01\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
@@ -2346,7 +2388,8 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x97\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
+	"\v_host_users\"\x97\x01\n" +
 	"\x06Volume\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -2359,7 +2402,7 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"ImageState\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\"\x83\x04\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\"\xb0\x04\n" +
 	"\x04Node\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x06labels\x18\x02 \x03(\v2\x1a.berth.v1.Node.LabelsEntryR\x06labels\x12A\n" +
@@ -2369,7 +2412,9 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"\x06taints\x18\x06 \x03(\v2\x0f.berth.v1.TaintR\x06taints\x12$\n" +
 	"\runschedulable\x18\a \x01(\bR\runschedulable\x12,\n" +
 	"\x06images\x18\b \x03(\v2\x14.berth.v1.ImageStateR\x06images\x12\x10\n" +
-	"\x03uid\x18\t \x01(\tR\x03uid\x1a9\n" +
+	"\x03uid\x18\t \x01(\tR\x03uid\x12+\n" +
+	"\x11declared_features\x18\n" +
+	" \x03(\tR\x10declaredFeatures\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
@@ -2520,6 +2565,7 @@ func file_berth_v1_cluster_proto_init() {
 	file_berth_v1_cluster_proto_msgTypes[0].OneofWrappers = []any{}
 	file_berth_v1_cluster_proto_msgTypes[2].OneofWrappers = []any{}
 	file_berth_v1_cluster_proto_msgTypes[14].OneofWrappers = []any{}
+	file_berth_v1_cluster_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

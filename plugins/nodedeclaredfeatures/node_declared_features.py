@@ -1,0 +1,140 @@
+"""NodeDeclaredFeatures: keep a pod off nodes that do not declare the node
+features its spec needs.
+
+Port of pkg/scheduler/framework/plugins/nodedeclaredfeatures/
+nodedeclaredfeatures.go (PreFilter, Filter) at v1.36, where the
+NodeDeclaredFeatures gate is beta and on. What a pod needs is inferred from
+its spec by the feature registry of k8s.io/component-helpers/
+nodedeclaredfeatures (features/registry.go AllFeatures; framework.go
+InferForPodScheduling). Of the five registered features, two infer a need at
+scheduling time:
+
+* RestartAllContainersOnContainerExits (features/restartallcontainers,
+  InferForScheduling): a container or init container has a restart policy
+  rule with action ``RestartAllContainers``;
+* UserNamespacesHostNetworkSupport (features/usernamespaceshostnetwork,
+  InferForScheduling): ``hostNetwork: true`` together with
+  ``hostUsers: false``.
+
+The other three (the two in-place resize features and
+ExtendWebSocketsToKubelet) infer nothing for scheduling. None of the five has
+a MaxVersion, so the scheduler's version never drops a need.
+
+A node's declared features are ``status.declaredFeatures``; names the
+registry does not know are ignored (framework's FeatureMapper.TryMap). A pod
+needing nothing skips the plugin. Upstream's EnqueueExtensions (requeue on
+node declared-feature changes) belong to the caller's queue; SignPod has no
+Berth extension point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import msgspec
+import numpy as np
+
+from berth_api.v1 import cluster_pb2 as pb
+from plugins.framework.cycle_state import CycleState, StateKey
+from plugins.framework.interfaces import (
+    FilterPlugin,
+    NodeVerdicts,
+    PreFilterPlugin,
+    PreFilterResult,
+)
+from plugins.framework.model import NodeInfo, PodInfo
+from plugins.framework.snapshot import NodeBatch
+from plugins.framework.status import SUCCESS, Status
+
+__all__ = [
+    "ERR_REASON_UNSATISFIED_REQUIREMENTS",
+    "FEATURES",
+    "NAME",
+    "NodeDeclaredFeatures",
+    "required_features",
+]
+
+NAME = "NodeDeclaredFeatures"
+
+# nodedeclaredfeatures.go, errReasonUnsatisfiedRequirements.
+ERR_REASON_UNSATISFIED_REQUIREMENTS = "node(s) didn't match Pod's required features"
+
+_REJECTED = Status.unresolvable(ERR_REASON_UNSATISFIED_REQUIREMENTS)
+
+# restartallcontainers: v1.ContainerRestartRuleActionRestartAllContainers.
+_RESTART_ALL_CONTAINERS = "RestartAllContainers"
+
+
+def _restart_all_containers(pod: pb.Pod) -> bool:
+    """restart_all_containers.go InferForScheduling."""
+    for c in (*pod.containers, *pod.init_containers):
+        if _RESTART_ALL_CONTAINERS in c.restart_rule_actions:
+            return True
+    return False
+
+
+def _user_namespaces_host_network(pod: pb.Pod) -> bool:
+    """user_namespaces_host_network.go InferForScheduling: host network with
+    an explicit ``hostUsers: false``."""
+    return pod.host_network and pod.HasField("host_users") and not pod.host_users
+
+
+# features/registry.go AllFeatures, in its order, with each feature's
+# InferForScheduling (None: infers nothing at scheduling time).
+FEATURES: tuple[tuple[str, Callable[[pb.Pod], bool] | None], ...] = (
+    ("RestartAllContainersOnContainerExits", _restart_all_containers),
+    ("InPlacePodLevelResourcesVerticalScaling", None),
+    ("ExtendWebSocketsToKubelet", None),
+    ("InPlacePodVerticalScalingInitContainers", None),
+    ("UserNamespacesHostNetworkSupport", _user_namespaces_host_network),
+)
+
+
+def required_features(pod: pb.Pod) -> tuple[str, ...]:
+    """framework.go InferForPodScheduling: the registered features the pod's
+    spec needs, in registry order."""
+    return tuple(name for name, infer in FEATURES if infer is not None and infer(pod))
+
+
+class PreFilterState(msgspec.Struct, frozen=True):
+    """nodedeclaredfeatures.go, preFilterState: the features the pod needs."""
+
+    required: tuple[str, ...]
+
+
+PRE_FILTER_STATE_KEY = StateKey("PreFilter" + NAME, PreFilterState)
+
+
+def _declares(node: pb.Node, required: tuple[str, ...]) -> bool:
+    """FeatureSet.IsSubset over the node's declared features."""
+    declared = node.declared_features
+    return all(f in declared for f in required)
+
+
+class NodeDeclaredFeatures(PreFilterPlugin, FilterPlugin):
+    name: ClassVar[str] = NAME
+
+    def pre_filter(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
+    ) -> tuple[PreFilterResult | None, Status]:
+        required = required_features(pod.proto)
+        if not required:
+            return None, Status.skip()
+        state.write(PRE_FILTER_STATE_KEY, PreFilterState(required))
+        return None, SUCCESS
+
+    def _required(self, state: CycleState) -> tuple[str, ...]:
+        return state.read(PRE_FILTER_STATE_KEY).required
+
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        if _declares(node.node, self._required(state)):
+            return SUCCESS
+        return _REJECTED
+
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
+        required = self._required(state)
+        rejected = np.fromiter(
+            (not _declares(ni.node, required) for ni in nodes), dtype=np.bool_, count=len(nodes)
+        )
+        return NodeVerdicts.from_mask(rejected, _REJECTED)
