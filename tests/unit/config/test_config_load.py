@@ -69,6 +69,18 @@ def test_one_warning_lists_the_upstream_defaults_not_available(
     assert "TaintToleration" not in message
 
 
+def test_the_in_tree_default_set_says_why_dynamic_resources_is_left_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The one upstream default Berth does not port names its reason."""
+    with caplog.at_level(logging.WARNING, logger="plugins.framework.config"):
+        default_config(IN_TREE)
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "DynamicResources (Dynamic Resource Allocation is not ported" in warning
+    assert "spec.resourceClaims" in warning
+    assert "NodeDeclaredFeatures" not in warning
+
+
 def test_no_warning_when_multi_point_defaults_are_all_disabled(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
