@@ -156,6 +156,44 @@ for something outside the scheduler; the pod is retried without backoff.
 """
 Global___Code: _TypeAlias = Code  # noqa: Y015
 
+class _NominatingMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _NominatingModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_NominatingMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    NOMINATING_MODE_UNSPECIFIED: _NominatingMode.ValueType  # 0
+    """Not said (servers before this field): set nominated_node_name when it is
+    not empty, otherwise leave the nomination as it is.
+    """
+    NOMINATING_MODE_NOOP: _NominatingMode.ValueType  # 1
+    """Leave the pod's nomination as it is (upstream's ModeNoop, e.g. a pod that
+    may not preempt now because its nominated node's victims are still
+    terminating).
+    """
+    NOMINATING_MODE_OVERRIDE: _NominatingMode.ValueType  # 2
+    """Set the nomination to nominated_node_name; empty clears it (ModeOverride,
+    e.g. preemption found no candidate).
+    """
+
+class NominatingMode(_NominatingMode, metaclass=_NominatingModeEnumTypeWrapper):
+    """How a failed cycle's result changes the pod's nominated node."""
+
+NOMINATING_MODE_UNSPECIFIED: NominatingMode.ValueType  # 0
+"""Not said (servers before this field): set nominated_node_name when it is
+not empty, otherwise leave the nomination as it is.
+"""
+NOMINATING_MODE_NOOP: NominatingMode.ValueType  # 1
+"""Leave the pod's nomination as it is (upstream's ModeNoop, e.g. a pod that
+may not preempt now because its nominated node's victims are still
+terminating).
+"""
+NOMINATING_MODE_OVERRIDE: NominatingMode.ValueType  # 2
+"""Set the nomination to nominated_node_name; empty clears it (ModeOverride,
+e.g. preemption found no candidate).
+"""
+Global___NominatingMode: _TypeAlias = NominatingMode  # noqa: Y015
+
 @_typing.final
 class Status(_message.Message):
     """A plugin's verdict, upstream's framework.Status."""
@@ -1039,6 +1077,7 @@ class PostFilterResponse(_message.Message):
     VICTIMS_FIELD_NUMBER: _builtins.int
     CLEAR_NOMINATION_POD_UIDS_FIELD_NUMBER: _builtins.int
     PLUGIN_FIELD_NUMBER: _builtins.int
+    NOMINATING_MODE_FIELD_NUMBER: _builtins.int
     nominated_node_name: _builtins.str
     """The node nominated for the pod; empty when none."""
     generation: _builtins.int
@@ -1046,6 +1085,10 @@ class PostFilterResponse(_message.Message):
     plugin: _builtins.str
     """The PostFilter plugin whose result this is (e.g. DefaultPreemption);
     empty when none succeeded.
+    """
+    nominating_mode: Global___NominatingMode.ValueType
+    """What the caller does with the pod's status.nominatedNodeName (upstream's
+    NominatingInfo.NominatingMode; schedule_one.go handleSchedulingFailure).
     """
     @_builtins.property
     def status(self) -> Global___Status:
@@ -1095,10 +1138,11 @@ class PostFilterResponse(_message.Message):
         victims: _abc.Iterable[Global___Victim] | None = ...,
         clear_nomination_pod_uids: _abc.Iterable[_builtins.str] | None = ...,
         plugin: _builtins.str = ...,
+        nominating_mode: Global___NominatingMode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["clear_nomination_pod_uids", b"clear_nomination_pod_uids", "cycle", b"cycle", "generation", b"generation", "nominated_node_name", b"nominated_node_name", "plugin", b"plugin", "signals", b"signals", "status", b"status", "victims", b"victims"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clear_nomination_pod_uids", b"clear_nomination_pod_uids", "cycle", b"cycle", "generation", b"generation", "nominated_node_name", b"nominated_node_name", "nominating_mode", b"nominating_mode", "plugin", b"plugin", "signals", b"signals", "status", b"status", "victims", b"victims"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

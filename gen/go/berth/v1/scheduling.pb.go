@@ -195,6 +195,63 @@ func (Code) EnumDescriptor() ([]byte, []int) {
 	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{1}
 }
 
+// How a failed cycle's result changes the pod's nominated node.
+type NominatingMode int32
+
+const (
+	// Not said (servers before this field): set nominated_node_name when it is
+	// not empty, otherwise leave the nomination as it is.
+	NominatingMode_NOMINATING_MODE_UNSPECIFIED NominatingMode = 0
+	// Leave the pod's nomination as it is (upstream's ModeNoop, e.g. a pod that
+	// may not preempt now because its nominated node's victims are still
+	// terminating).
+	NominatingMode_NOMINATING_MODE_NOOP NominatingMode = 1
+	// Set the nomination to nominated_node_name; empty clears it (ModeOverride,
+	// e.g. preemption found no candidate).
+	NominatingMode_NOMINATING_MODE_OVERRIDE NominatingMode = 2
+)
+
+// Enum value maps for NominatingMode.
+var (
+	NominatingMode_name = map[int32]string{
+		0: "NOMINATING_MODE_UNSPECIFIED",
+		1: "NOMINATING_MODE_NOOP",
+		2: "NOMINATING_MODE_OVERRIDE",
+	}
+	NominatingMode_value = map[string]int32{
+		"NOMINATING_MODE_UNSPECIFIED": 0,
+		"NOMINATING_MODE_NOOP":        1,
+		"NOMINATING_MODE_OVERRIDE":    2,
+	}
+)
+
+func (x NominatingMode) Enum() *NominatingMode {
+	p := new(NominatingMode)
+	*p = x
+	return p
+}
+
+func (x NominatingMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NominatingMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_berth_v1_scheduling_proto_enumTypes[2].Descriptor()
+}
+
+func (NominatingMode) Type() protoreflect.EnumType {
+	return &file_berth_v1_scheduling_proto_enumTypes[2]
+}
+
+func (x NominatingMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NominatingMode.Descriptor instead.
+func (NominatingMode) EnumDescriptor() ([]byte, []int) {
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{2}
+}
+
 // A plugin's verdict, upstream's framework.Status.
 type Status struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1833,9 +1890,12 @@ type PostFilterResponse struct {
 	ClearNominationPodUids []string `protobuf:"bytes,7,rep,name=clear_nomination_pod_uids,json=clearNominationPodUids,proto3" json:"clear_nomination_pod_uids,omitempty"`
 	// The PostFilter plugin whose result this is (e.g. DefaultPreemption);
 	// empty when none succeeded.
-	Plugin        string `protobuf:"bytes,8,opt,name=plugin,proto3" json:"plugin,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Plugin string `protobuf:"bytes,8,opt,name=plugin,proto3" json:"plugin,omitempty"`
+	// What the caller does with the pod's status.nominatedNodeName (upstream's
+	// NominatingInfo.NominatingMode; schedule_one.go handleSchedulingFailure).
+	NominatingMode NominatingMode `protobuf:"varint,9,opt,name=nominating_mode,json=nominatingMode,proto3,enum=berth.v1.NominatingMode" json:"nominating_mode,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PostFilterResponse) Reset() {
@@ -1922,6 +1982,13 @@ func (x *PostFilterResponse) GetPlugin() string {
 		return x.Plugin
 	}
 	return ""
+}
+
+func (x *PostFilterResponse) GetNominatingMode() NominatingMode {
+	if x != nil {
+		return x.NominatingMode
+	}
+	return NominatingMode_NOMINATING_MODE_UNSPECIFIED
 }
 
 // A pod a preemption evicts.
@@ -3671,7 +3738,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\x12\x1f\n" +
 	"\x03pod\x18\x03 \x01(\v2\r.berth.v1.PodR\x03pod\x12*\n" +
 	"\x05cycle\x18\x04 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x120\n" +
-	"\brejected\x18\x05 \x03(\v2\x14.berth.v1.NodeStatusR\brejected\"\xef\x02\n" +
+	"\brejected\x18\x05 \x03(\v2\x14.berth.v1.NodeStatusR\brejected\"\xb2\x03\n" +
 	"\x12PostFilterResponse\x12(\n" +
 	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12.\n" +
 	"\x13nominated_node_name\x18\x02 \x01(\tR\x11nominatedNodeName\x12*\n" +
@@ -3682,7 +3749,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\asignals\x18\x05 \x03(\v2\x1a.berth.v1.WaitingPodSignalR\asignals\x12*\n" +
 	"\avictims\x18\x06 \x03(\v2\x10.berth.v1.VictimR\avictims\x129\n" +
 	"\x19clear_nomination_pod_uids\x18\a \x03(\tR\x16clearNominationPodUids\x12\x16\n" +
-	"\x06plugin\x18\b \x01(\tR\x06plugin\"L\n" +
+	"\x06plugin\x18\b \x01(\tR\x06plugin\x12A\n" +
+	"\x0fnominating_mode\x18\t \x01(\x0e2\x18.berth.v1.NominatingModeR\x0enominatingMode\"L\n" +
 	"\x06Victim\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -3852,7 +3920,11 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"#CODE_UNSCHEDULABLE_AND_UNRESOLVABLE\x10\x03\x12\r\n" +
 	"\tCODE_WAIT\x10\x04\x12\r\n" +
 	"\tCODE_SKIP\x10\x05\x12\x10\n" +
-	"\fCODE_PENDING\x10\x062\x97\n" +
+	"\fCODE_PENDING\x10\x06*i\n" +
+	"\x0eNominatingMode\x12\x1f\n" +
+	"\x1bNOMINATING_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14NOMINATING_MODE_NOOP\x10\x01\x12\x1c\n" +
+	"\x18NOMINATING_MODE_OVERRIDE\x10\x022\x97\n" +
 	"\n" +
 	"\x11SchedulingService\x125\n" +
 	"\x04Sync\x12\x15.berth.v1.SyncRequest\x1a\x16.berth.v1.SyncResponse\x12Y\n" +
@@ -3890,185 +3962,187 @@ func file_berth_v1_scheduling_proto_rawDescGZIP() []byte {
 	return file_berth_v1_scheduling_proto_rawDescData
 }
 
-var file_berth_v1_scheduling_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_berth_v1_scheduling_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_berth_v1_scheduling_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_berth_v1_scheduling_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: berth.v1.ErrorReason
 	(Code)(0),                        // 1: berth.v1.Code
-	(*Status)(nil),                   // 2: berth.v1.Status
-	(*CycleState)(nil),               // 3: berth.v1.CycleState
-	(*SyncRequest)(nil),              // 4: berth.v1.SyncRequest
-	(*SyncResponse)(nil),             // 5: berth.v1.SyncResponse
-	(*DescribeProfilesRequest)(nil),  // 6: berth.v1.DescribeProfilesRequest
-	(*PluginRef)(nil),                // 7: berth.v1.PluginRef
-	(*ExtensionPoint)(nil),           // 8: berth.v1.ExtensionPoint
-	(*ObjectKind)(nil),               // 9: berth.v1.ObjectKind
-	(*Profile)(nil),                  // 10: berth.v1.Profile
-	(*DescribeProfilesResponse)(nil), // 11: berth.v1.DescribeProfilesResponse
-	(*PreEnqueueRequest)(nil),        // 12: berth.v1.PreEnqueueRequest
-	(*PreEnqueueResponse)(nil),       // 13: berth.v1.PreEnqueueResponse
-	(*QueuedPod)(nil),                // 14: berth.v1.QueuedPod
-	(*SortKeyPart)(nil),              // 15: berth.v1.SortKeyPart
-	(*SortKey)(nil),                  // 16: berth.v1.SortKey
-	(*QueueSortRequest)(nil),         // 17: berth.v1.QueueSortRequest
-	(*QueueSortResponse)(nil),        // 18: berth.v1.QueueSortResponse
-	(*CycleRequest)(nil),             // 19: berth.v1.CycleRequest
-	(*NodesRequest)(nil),             // 20: berth.v1.NodesRequest
-	(*NodeRequest)(nil),              // 21: berth.v1.NodeRequest
-	(*PreFilterResponse)(nil),        // 22: berth.v1.PreFilterResponse
-	(*NodeStatus)(nil),               // 23: berth.v1.NodeStatus
-	(*FilterResponse)(nil),           // 24: berth.v1.FilterResponse
-	(*PostFilterRequest)(nil),        // 25: berth.v1.PostFilterRequest
-	(*PostFilterResponse)(nil),       // 26: berth.v1.PostFilterResponse
-	(*Victim)(nil),                   // 27: berth.v1.Victim
-	(*PreScoreResponse)(nil),         // 28: berth.v1.PreScoreResponse
-	(*PluginScores)(nil),             // 29: berth.v1.PluginScores
-	(*ScoreResponse)(nil),            // 30: berth.v1.ScoreResponse
-	(*NormalizeScoreRequest)(nil),    // 31: berth.v1.NormalizeScoreRequest
-	(*NormalizeScoreResponse)(nil),   // 32: berth.v1.NormalizeScoreResponse
-	(*ObjectWrite)(nil),              // 33: berth.v1.ObjectWrite
-	(*StatusResponse)(nil),           // 34: berth.v1.StatusResponse
-	(*WaitingPodSignal)(nil),         // 35: berth.v1.WaitingPodSignal
-	(*PermitResponse)(nil),           // 36: berth.v1.PermitResponse
-	(*BindResponse)(nil),             // 37: berth.v1.BindResponse
-	(*ScheduleRequest)(nil),          // 38: berth.v1.ScheduleRequest
-	(*NodeScore)(nil),                // 39: berth.v1.NodeScore
-	(*Diagnosis)(nil),                // 40: berth.v1.Diagnosis
-	(*ScheduleBatchRequest)(nil),     // 41: berth.v1.ScheduleBatchRequest
-	(*ScheduleBatchResponse)(nil),    // 42: berth.v1.ScheduleBatchResponse
-	(*RequestError)(nil),             // 43: berth.v1.RequestError
-	(*ScheduleStreamResponse)(nil),   // 44: berth.v1.ScheduleStreamResponse
-	(*ScheduleResponse)(nil),         // 45: berth.v1.ScheduleResponse
-	nil,                              // 46: berth.v1.CycleState.DataEntry
-	nil,                              // 47: berth.v1.StatusResponse.AssumeAnnotationsEntry
-	nil,                              // 48: berth.v1.PermitResponse.WaitTimeoutMillisEntry
-	nil,                              // 49: berth.v1.NodeScore.PluginsEntry
-	nil,                              // 50: berth.v1.RequestError.MetadataEntry
-	nil,                              // 51: berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	(*ClusterState)(nil),             // 52: berth.v1.ClusterState
-	(*Pod)(nil),                      // 53: berth.v1.Pod
-	(*ObjectRef)(nil),                // 54: berth.v1.ObjectRef
+	(NominatingMode)(0),              // 2: berth.v1.NominatingMode
+	(*Status)(nil),                   // 3: berth.v1.Status
+	(*CycleState)(nil),               // 4: berth.v1.CycleState
+	(*SyncRequest)(nil),              // 5: berth.v1.SyncRequest
+	(*SyncResponse)(nil),             // 6: berth.v1.SyncResponse
+	(*DescribeProfilesRequest)(nil),  // 7: berth.v1.DescribeProfilesRequest
+	(*PluginRef)(nil),                // 8: berth.v1.PluginRef
+	(*ExtensionPoint)(nil),           // 9: berth.v1.ExtensionPoint
+	(*ObjectKind)(nil),               // 10: berth.v1.ObjectKind
+	(*Profile)(nil),                  // 11: berth.v1.Profile
+	(*DescribeProfilesResponse)(nil), // 12: berth.v1.DescribeProfilesResponse
+	(*PreEnqueueRequest)(nil),        // 13: berth.v1.PreEnqueueRequest
+	(*PreEnqueueResponse)(nil),       // 14: berth.v1.PreEnqueueResponse
+	(*QueuedPod)(nil),                // 15: berth.v1.QueuedPod
+	(*SortKeyPart)(nil),              // 16: berth.v1.SortKeyPart
+	(*SortKey)(nil),                  // 17: berth.v1.SortKey
+	(*QueueSortRequest)(nil),         // 18: berth.v1.QueueSortRequest
+	(*QueueSortResponse)(nil),        // 19: berth.v1.QueueSortResponse
+	(*CycleRequest)(nil),             // 20: berth.v1.CycleRequest
+	(*NodesRequest)(nil),             // 21: berth.v1.NodesRequest
+	(*NodeRequest)(nil),              // 22: berth.v1.NodeRequest
+	(*PreFilterResponse)(nil),        // 23: berth.v1.PreFilterResponse
+	(*NodeStatus)(nil),               // 24: berth.v1.NodeStatus
+	(*FilterResponse)(nil),           // 25: berth.v1.FilterResponse
+	(*PostFilterRequest)(nil),        // 26: berth.v1.PostFilterRequest
+	(*PostFilterResponse)(nil),       // 27: berth.v1.PostFilterResponse
+	(*Victim)(nil),                   // 28: berth.v1.Victim
+	(*PreScoreResponse)(nil),         // 29: berth.v1.PreScoreResponse
+	(*PluginScores)(nil),             // 30: berth.v1.PluginScores
+	(*ScoreResponse)(nil),            // 31: berth.v1.ScoreResponse
+	(*NormalizeScoreRequest)(nil),    // 32: berth.v1.NormalizeScoreRequest
+	(*NormalizeScoreResponse)(nil),   // 33: berth.v1.NormalizeScoreResponse
+	(*ObjectWrite)(nil),              // 34: berth.v1.ObjectWrite
+	(*StatusResponse)(nil),           // 35: berth.v1.StatusResponse
+	(*WaitingPodSignal)(nil),         // 36: berth.v1.WaitingPodSignal
+	(*PermitResponse)(nil),           // 37: berth.v1.PermitResponse
+	(*BindResponse)(nil),             // 38: berth.v1.BindResponse
+	(*ScheduleRequest)(nil),          // 39: berth.v1.ScheduleRequest
+	(*NodeScore)(nil),                // 40: berth.v1.NodeScore
+	(*Diagnosis)(nil),                // 41: berth.v1.Diagnosis
+	(*ScheduleBatchRequest)(nil),     // 42: berth.v1.ScheduleBatchRequest
+	(*ScheduleBatchResponse)(nil),    // 43: berth.v1.ScheduleBatchResponse
+	(*RequestError)(nil),             // 44: berth.v1.RequestError
+	(*ScheduleStreamResponse)(nil),   // 45: berth.v1.ScheduleStreamResponse
+	(*ScheduleResponse)(nil),         // 46: berth.v1.ScheduleResponse
+	nil,                              // 47: berth.v1.CycleState.DataEntry
+	nil,                              // 48: berth.v1.StatusResponse.AssumeAnnotationsEntry
+	nil,                              // 49: berth.v1.PermitResponse.WaitTimeoutMillisEntry
+	nil,                              // 50: berth.v1.NodeScore.PluginsEntry
+	nil,                              // 51: berth.v1.RequestError.MetadataEntry
+	nil,                              // 52: berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	(*ClusterState)(nil),             // 53: berth.v1.ClusterState
+	(*Pod)(nil),                      // 54: berth.v1.Pod
+	(*ObjectRef)(nil),                // 55: berth.v1.ObjectRef
 }
 var file_berth_v1_scheduling_proto_depIdxs = []int32{
 	1,  // 0: berth.v1.Status.code:type_name -> berth.v1.Code
-	46, // 1: berth.v1.CycleState.data:type_name -> berth.v1.CycleState.DataEntry
-	52, // 2: berth.v1.SyncRequest.state:type_name -> berth.v1.ClusterState
-	7,  // 3: berth.v1.ExtensionPoint.plugins:type_name -> berth.v1.PluginRef
-	8,  // 4: berth.v1.Profile.extension_points:type_name -> berth.v1.ExtensionPoint
-	9,  // 5: berth.v1.Profile.reads:type_name -> berth.v1.ObjectKind
-	10, // 6: berth.v1.DescribeProfilesResponse.profiles:type_name -> berth.v1.Profile
-	53, // 7: berth.v1.PreEnqueueRequest.pod:type_name -> berth.v1.Pod
-	2,  // 8: berth.v1.PreEnqueueResponse.status:type_name -> berth.v1.Status
-	53, // 9: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
-	15, // 10: berth.v1.SortKey.parts:type_name -> berth.v1.SortKeyPart
-	14, // 11: berth.v1.QueueSortRequest.pods:type_name -> berth.v1.QueuedPod
-	52, // 12: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
-	16, // 13: berth.v1.QueueSortResponse.keys:type_name -> berth.v1.SortKey
-	52, // 14: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
-	53, // 15: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
-	3,  // 16: berth.v1.CycleRequest.cycle:type_name -> berth.v1.CycleState
-	52, // 17: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
-	53, // 18: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
-	3,  // 19: berth.v1.NodesRequest.cycle:type_name -> berth.v1.CycleState
-	52, // 20: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
-	53, // 21: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
-	3,  // 22: berth.v1.NodeRequest.cycle:type_name -> berth.v1.CycleState
-	2,  // 23: berth.v1.PreFilterResponse.status:type_name -> berth.v1.Status
-	3,  // 24: berth.v1.PreFilterResponse.cycle:type_name -> berth.v1.CycleState
-	2,  // 25: berth.v1.NodeStatus.status:type_name -> berth.v1.Status
-	23, // 26: berth.v1.FilterResponse.rejected:type_name -> berth.v1.NodeStatus
-	52, // 27: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
-	53, // 28: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
-	3,  // 29: berth.v1.PostFilterRequest.cycle:type_name -> berth.v1.CycleState
-	23, // 30: berth.v1.PostFilterRequest.rejected:type_name -> berth.v1.NodeStatus
-	2,  // 31: berth.v1.PostFilterResponse.status:type_name -> berth.v1.Status
-	3,  // 32: berth.v1.PostFilterResponse.cycle:type_name -> berth.v1.CycleState
-	35, // 33: berth.v1.PostFilterResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	27, // 34: berth.v1.PostFilterResponse.victims:type_name -> berth.v1.Victim
-	2,  // 35: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
-	3,  // 36: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
-	2,  // 37: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
-	29, // 38: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	52, // 39: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
-	53, // 40: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
-	3,  // 41: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
-	29, // 42: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
-	2,  // 43: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
-	29, // 44: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	54, // 45: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
-	2,  // 46: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
-	3,  // 47: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
-	33, // 48: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
-	47, // 49: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
-	35, // 50: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	2,  // 51: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
-	3,  // 52: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
-	48, // 53: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
-	35, // 54: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	2,  // 55: berth.v1.BindResponse.status:type_name -> berth.v1.Status
-	52, // 56: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
-	53, // 57: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
-	49, // 58: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
-	23, // 59: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
-	2,  // 60: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
-	52, // 61: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
-	53, // 62: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
-	45, // 63: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
-	50, // 64: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
-	45, // 65: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
-	43, // 66: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
-	2,  // 67: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
-	3,  // 68: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
-	40, // 69: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
-	2,  // 70: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
-	36, // 71: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
-	39, // 72: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
-	26, // 73: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
-	51, // 74: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	35, // 75: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
-	4,  // 76: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
-	6,  // 77: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
-	12, // 78: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
-	17, // 79: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
-	19, // 80: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
-	20, // 81: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
-	25, // 82: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
-	20, // 83: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
-	20, // 84: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
-	31, // 85: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
-	21, // 86: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
-	21, // 87: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
-	21, // 88: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
-	21, // 89: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
-	21, // 90: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
-	21, // 91: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
-	38, // 92: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
-	38, // 93: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
-	41, // 94: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
-	5,  // 95: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
-	11, // 96: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
-	13, // 97: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
-	18, // 98: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
-	22, // 99: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
-	24, // 100: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
-	26, // 101: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
-	28, // 102: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
-	30, // 103: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
-	32, // 104: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
-	34, // 105: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
-	34, // 106: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
-	36, // 107: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
-	34, // 108: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
-	37, // 109: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
-	34, // 110: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
-	45, // 111: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
-	44, // 112: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
-	42, // 113: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
-	95, // [95:114] is the sub-list for method output_type
-	76, // [76:95] is the sub-list for method input_type
-	76, // [76:76] is the sub-list for extension type_name
-	76, // [76:76] is the sub-list for extension extendee
-	0,  // [0:76] is the sub-list for field type_name
+	47, // 1: berth.v1.CycleState.data:type_name -> berth.v1.CycleState.DataEntry
+	53, // 2: berth.v1.SyncRequest.state:type_name -> berth.v1.ClusterState
+	8,  // 3: berth.v1.ExtensionPoint.plugins:type_name -> berth.v1.PluginRef
+	9,  // 4: berth.v1.Profile.extension_points:type_name -> berth.v1.ExtensionPoint
+	10, // 5: berth.v1.Profile.reads:type_name -> berth.v1.ObjectKind
+	11, // 6: berth.v1.DescribeProfilesResponse.profiles:type_name -> berth.v1.Profile
+	54, // 7: berth.v1.PreEnqueueRequest.pod:type_name -> berth.v1.Pod
+	3,  // 8: berth.v1.PreEnqueueResponse.status:type_name -> berth.v1.Status
+	54, // 9: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
+	16, // 10: berth.v1.SortKey.parts:type_name -> berth.v1.SortKeyPart
+	15, // 11: berth.v1.QueueSortRequest.pods:type_name -> berth.v1.QueuedPod
+	53, // 12: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
+	17, // 13: berth.v1.QueueSortResponse.keys:type_name -> berth.v1.SortKey
+	53, // 14: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
+	54, // 15: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
+	4,  // 16: berth.v1.CycleRequest.cycle:type_name -> berth.v1.CycleState
+	53, // 17: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
+	54, // 18: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
+	4,  // 19: berth.v1.NodesRequest.cycle:type_name -> berth.v1.CycleState
+	53, // 20: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
+	54, // 21: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
+	4,  // 22: berth.v1.NodeRequest.cycle:type_name -> berth.v1.CycleState
+	3,  // 23: berth.v1.PreFilterResponse.status:type_name -> berth.v1.Status
+	4,  // 24: berth.v1.PreFilterResponse.cycle:type_name -> berth.v1.CycleState
+	3,  // 25: berth.v1.NodeStatus.status:type_name -> berth.v1.Status
+	24, // 26: berth.v1.FilterResponse.rejected:type_name -> berth.v1.NodeStatus
+	53, // 27: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
+	54, // 28: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
+	4,  // 29: berth.v1.PostFilterRequest.cycle:type_name -> berth.v1.CycleState
+	24, // 30: berth.v1.PostFilterRequest.rejected:type_name -> berth.v1.NodeStatus
+	3,  // 31: berth.v1.PostFilterResponse.status:type_name -> berth.v1.Status
+	4,  // 32: berth.v1.PostFilterResponse.cycle:type_name -> berth.v1.CycleState
+	36, // 33: berth.v1.PostFilterResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	28, // 34: berth.v1.PostFilterResponse.victims:type_name -> berth.v1.Victim
+	2,  // 35: berth.v1.PostFilterResponse.nominating_mode:type_name -> berth.v1.NominatingMode
+	3,  // 36: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
+	4,  // 37: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
+	3,  // 38: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
+	30, // 39: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	53, // 40: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
+	54, // 41: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
+	4,  // 42: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
+	30, // 43: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
+	3,  // 44: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
+	30, // 45: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	55, // 46: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
+	3,  // 47: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
+	4,  // 48: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
+	34, // 49: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
+	48, // 50: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
+	36, // 51: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	3,  // 52: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
+	4,  // 53: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
+	49, // 54: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
+	36, // 55: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	3,  // 56: berth.v1.BindResponse.status:type_name -> berth.v1.Status
+	53, // 57: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
+	54, // 58: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
+	50, // 59: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
+	24, // 60: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
+	3,  // 61: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
+	53, // 62: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
+	54, // 63: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
+	46, // 64: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
+	51, // 65: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
+	46, // 66: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
+	44, // 67: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
+	3,  // 68: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
+	4,  // 69: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
+	41, // 70: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
+	3,  // 71: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
+	37, // 72: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
+	40, // 73: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
+	27, // 74: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
+	52, // 75: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	36, // 76: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
+	5,  // 77: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
+	7,  // 78: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
+	13, // 79: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
+	18, // 80: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
+	20, // 81: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
+	21, // 82: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
+	26, // 83: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
+	21, // 84: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
+	21, // 85: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
+	32, // 86: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
+	22, // 87: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
+	22, // 88: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
+	22, // 89: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
+	22, // 90: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
+	22, // 91: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
+	22, // 92: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
+	39, // 93: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
+	39, // 94: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
+	42, // 95: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
+	6,  // 96: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
+	12, // 97: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
+	14, // 98: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
+	19, // 99: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
+	23, // 100: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
+	25, // 101: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
+	27, // 102: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
+	29, // 103: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
+	31, // 104: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
+	33, // 105: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
+	35, // 106: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
+	35, // 107: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
+	37, // 108: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
+	35, // 109: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
+	38, // 110: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
+	35, // 111: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
+	46, // 112: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
+	45, // 113: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
+	43, // 114: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
+	96, // [96:115] is the sub-list for method output_type
+	77, // [77:96] is the sub-list for method input_type
+	77, // [77:77] is the sub-list for extension type_name
+	77, // [77:77] is the sub-list for extension extendee
+	0,  // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_berth_v1_scheduling_proto_init() }
@@ -4091,7 +4165,7 @@ func file_berth_v1_scheduling_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_v1_scheduling_proto_rawDesc), len(file_berth_v1_scheduling_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
