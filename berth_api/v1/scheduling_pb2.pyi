@@ -2055,6 +2055,7 @@ class ScheduleResponse(_message.Message):
     POST_FILTER_FIELD_NUMBER: _builtins.int
     ASSUME_ANNOTATIONS_FIELD_NUMBER: _builtins.int
     UNRESERVE_SIGNALS_FIELD_NUMBER: _builtins.int
+    PRE_BIND_SKIP_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     """The chosen node; empty when the pod fits none."""
     evaluated_nodes: _builtins.int
@@ -2067,6 +2068,14 @@ class ScheduleResponse(_message.Message):
     """Where the next cycle's search starts (ScheduleRequest.start_index)."""
     generation: _builtins.int
     """The snapshot generation the cycle ran at."""
+    pre_bind_skip: _builtins.bool
+    """With reserve_and_permit, when Permit let the pod on: every PreBind
+    plugin's PreBindPreFlight answered Skip (upstream's
+    framework.go RunPreBindPreFlights), so the caller need not call PreBind
+    for this pod. False (also from servers that predate it) means call
+    PreBind as usual. The plugins that skipped are recorded in `cycle`, so a
+    PreBind call still skips them.
+    """
     @_builtins.property
     def status(self) -> Global___Status:
         """Success with a node, Unschedulable(AndUnresolvable) with a diagnosis, or
@@ -2130,10 +2139,11 @@ class ScheduleResponse(_message.Message):
         post_filter: Global___PostFilterResponse | None = ...,
         assume_annotations: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         unreserve_signals: _abc.Iterable[Global___WaitingPodSignal] | None = ...,
+        pre_bind_skip: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "diagnosis", b"diagnosis", "permit", b"permit", "post_filter", b"post_filter", "reserve_status", b"reserve_status", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assume_annotations", b"assume_annotations", "cycle", b"cycle", "diagnosis", b"diagnosis", "evaluated_nodes", b"evaluated_nodes", "feasible_nodes", b"feasible_nodes", "generation", b"generation", "next_start_index", b"next_start_index", "node", b"node", "permit", b"permit", "post_filter", b"post_filter", "reserve_status", b"reserve_status", "scores", b"scores", "status", b"status", "unreserve_signals", b"unreserve_signals"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assume_annotations", b"assume_annotations", "cycle", b"cycle", "diagnosis", b"diagnosis", "evaluated_nodes", b"evaluated_nodes", "feasible_nodes", b"feasible_nodes", "generation", b"generation", "next_start_index", b"next_start_index", "node", b"node", "permit", b"permit", "post_filter", b"post_filter", "pre_bind_skip", b"pre_bind_skip", "reserve_status", b"reserve_status", "scores", b"scores", "status", b"status", "unreserve_signals", b"unreserve_signals"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

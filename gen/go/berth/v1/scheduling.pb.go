@@ -3490,8 +3490,15 @@ type ScheduleResponse struct {
 	// of Unreserve, e.g. reject the rest of a gang). Apply them after
 	// permit.signals.
 	UnreserveSignals []*WaitingPodSignal `protobuf:"bytes,15,rep,name=unreserve_signals,json=unreserveSignals,proto3" json:"unreserve_signals,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// With reserve_and_permit, when Permit let the pod on: every PreBind
+	// plugin's PreBindPreFlight answered Skip (upstream's
+	// framework.go RunPreBindPreFlights), so the caller need not call PreBind
+	// for this pod. False (also from servers that predate it) means call
+	// PreBind as usual. The plugins that skipped are recorded in `cycle`, so a
+	// PreBind call still skips them.
+	PreBindSkip   bool `protobuf:"varint,16,opt,name=pre_bind_skip,json=preBindSkip,proto3" json:"pre_bind_skip,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleResponse) Reset() {
@@ -3620,6 +3627,13 @@ func (x *ScheduleResponse) GetUnreserveSignals() []*WaitingPodSignal {
 		return x.UnreserveSignals
 	}
 	return nil
+}
+
+func (x *ScheduleResponse) GetPreBindSkip() bool {
+	if x != nil {
+		return x.PreBindSkip
+	}
+	return false
 }
 
 var File_berth_v1_scheduling_proto protoreflect.FileDescriptor
@@ -3879,7 +3893,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x16ScheduleStreamResponse\x128\n" +
 	"\bresponse\x18\x01 \x01(\v2\x1a.berth.v1.ScheduleResponseH\x00R\bresponse\x12.\n" +
 	"\x05error\x18\x02 \x01(\v2\x16.berth.v1.RequestErrorH\x00R\x05errorB\b\n" +
-	"\x06result\"\x9e\x06\n" +
+	"\x06result\"\xc2\x06\n" +
 	"\x10ScheduleResponse\x12(\n" +
 	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12'\n" +
@@ -3898,7 +3912,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\vpost_filter\x18\f \x01(\v2\x1c.berth.v1.PostFilterResponseR\n" +
 	"postFilter\x12`\n" +
 	"\x12assume_annotations\x18\x0e \x03(\v21.berth.v1.ScheduleResponse.AssumeAnnotationsEntryR\x11assumeAnnotations\x12G\n" +
-	"\x11unreserve_signals\x18\x0f \x03(\v2\x1a.berth.v1.WaitingPodSignalR\x10unreserveSignals\x1aD\n" +
+	"\x11unreserve_signals\x18\x0f \x03(\v2\x1a.berth.v1.WaitingPodSignalR\x10unreserveSignals\x12\"\n" +
+	"\rpre_bind_skip\x18\x10 \x01(\bR\vpreBindSkip\x1aD\n" +
 	"\x16AssumeAnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\r\x10\x0eR\x05error*\xa9\x02\n" +
