@@ -862,6 +862,8 @@ class Pod(_message.Message):
     VOLUMES_FIELD_NUMBER: _builtins.int
     HOST_NETWORK_FIELD_NUMBER: _builtins.int
     HOST_USERS_FIELD_NUMBER: _builtins.int
+    START_UNIX_MICROS_FIELD_NUMBER: _builtins.int
+    PREEMPTED_BY_SCHEDULER_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
     """metadata.uid; required, and the pod's identity in deltas (delete_pods)."""
     namespace: _builtins.str
@@ -903,6 +905,16 @@ class Pod(_message.Message):
     """spec.hostNetwork."""
     host_users: _builtins.bool
     """spec.hostUsers; unset when the spec leaves it out (the default, true)."""
+    start_unix_micros: _builtins.int
+    """status.startTime as microseconds since the Unix epoch; 0 while the pod
+    has not started (the kubelet sets it). Preemption orders victims by it
+    and counts a pod without one as started now (util.GetPodStartTime).
+    """
+    preempted_by_scheduler: _builtins.bool
+    """status.conditions holds DisruptionTarget=True with reason
+    PreemptionByScheduler: a preemption chose the pod as a victim
+    (default_preemption.go podTerminatingByPreemption, with terminating).
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """metadata.labels."""
@@ -1018,10 +1030,12 @@ class Pod(_message.Message):
         volumes: _abc.Iterable[Global___Volume] | None = ...,
         host_network: _builtins.bool = ...,
         host_users: _builtins.bool | None = ...,
+        start_unix_micros: _builtins.int = ...,
+        preempted_by_scheduler: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_host_users", b"_host_users", "affinity", b"affinity", "host_users", b"host_users", "overhead", b"overhead", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_host_users", b"_host_users", "affinity", b"affinity", "annotations", b"annotations", "containers", b"containers", "creation_unix_micros", b"creation_unix_micros", "host_network", b"host_network", "host_users", b"host_users", "init_containers", b"init_containers", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "node_selector", b"node_selector", "nominated_node_name", b"nominated_node_name", "overhead", b"overhead", "owner_kind", b"owner_kind", "owner_name", b"owner_name", "phase", b"phase", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests", "preemption_policy", b"preemption_policy", "priority", b"priority", "pvc_names", b"pvc_names", "resize_infeasible", b"resize_infeasible", "scheduler_name", b"scheduler_name", "scheduling_gates", b"scheduling_gates", "terminating", b"terminating", "tolerations", b"tolerations", "topology_spread_constraints", b"topology_spread_constraints", "uid", b"uid", "volumes", b"volumes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_host_users", b"_host_users", "affinity", b"affinity", "annotations", b"annotations", "containers", b"containers", "creation_unix_micros", b"creation_unix_micros", "host_network", b"host_network", "host_users", b"host_users", "init_containers", b"init_containers", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "node_selector", b"node_selector", "nominated_node_name", b"nominated_node_name", "overhead", b"overhead", "owner_kind", b"owner_kind", "owner_name", b"owner_name", "phase", b"phase", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests", "preempted_by_scheduler", b"preempted_by_scheduler", "preemption_policy", b"preemption_policy", "priority", b"priority", "pvc_names", b"pvc_names", "resize_infeasible", b"resize_infeasible", "scheduler_name", b"scheduler_name", "scheduling_gates", b"scheduling_gates", "start_unix_micros", b"start_unix_micros", "terminating", b"terminating", "tolerations", b"tolerations", "topology_spread_constraints", b"topology_spread_constraints", "uid", b"uid", "volumes", b"volumes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__host_users: _TypeAlias = _typing.Literal["host_users"]  # noqa: Y015
     _WhichOneofArgType__host_users: _TypeAlias = _typing.Literal["_host_users", b"_host_users"]  # noqa: Y015

@@ -1341,9 +1341,17 @@ type Pod struct {
 	// spec.hostNetwork.
 	HostNetwork bool `protobuf:"varint,31,opt,name=host_network,json=hostNetwork,proto3" json:"host_network,omitempty"`
 	// spec.hostUsers; unset when the spec leaves it out (the default, true).
-	HostUsers     *bool `protobuf:"varint,32,opt,name=host_users,json=hostUsers,proto3,oneof" json:"host_users,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HostUsers *bool `protobuf:"varint,32,opt,name=host_users,json=hostUsers,proto3,oneof" json:"host_users,omitempty"`
+	// status.startTime as microseconds since the Unix epoch; 0 while the pod
+	// has not started (the kubelet sets it). Preemption orders victims by it
+	// and counts a pod without one as started now (util.GetPodStartTime).
+	StartUnixMicros int64 `protobuf:"varint,33,opt,name=start_unix_micros,json=startUnixMicros,proto3" json:"start_unix_micros,omitempty"`
+	// status.conditions holds DisruptionTarget=True with reason
+	// PreemptionByScheduler: a preemption chose the pod as a victim
+	// (default_preemption.go podTerminatingByPreemption, with terminating).
+	PreemptedByScheduler bool `protobuf:"varint,34,opt,name=preempted_by_scheduler,json=preemptedByScheduler,proto3" json:"preempted_by_scheduler,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Pod) Reset() {
@@ -1596,6 +1604,20 @@ func (x *Pod) GetHostNetwork() bool {
 func (x *Pod) GetHostUsers() bool {
 	if x != nil && x.HostUsers != nil {
 		return *x.HostUsers
+	}
+	return false
+}
+
+func (x *Pod) GetStartUnixMicros() int64 {
+	if x != nil {
+		return x.StartUnixMicros
+	}
+	return 0
+}
+
+func (x *Pod) GetPreemptedByScheduler() bool {
+	if x != nil {
+		return x.PreemptedByScheduler
 	}
 	return false
 }
@@ -2340,7 +2362,7 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"\vrestartable\x18\x06 \x01(\bR\vrestartable\x12B\n" +
 	"\x12allocated_requests\x18\a \x01(\v2\x13.berth.v1.ResourcesR\x11allocatedRequests\x12@\n" +
 	"\x11actuated_requests\x18\b \x01(\v2\x13.berth.v1.ResourcesR\x10actuatedRequests\x120\n" +
-	"\x14restart_rule_actions\x18\t \x03(\tR\x12restartRuleActions\"\xb8\r\n" +
+	"\x14restart_rule_actions\x18\t \x03(\tR\x12restartRuleActions\"\x9a\x0e\n" +
 	"\x03Pod\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -2379,7 +2401,9 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"\avolumes\x18\x1e \x03(\v2\x10.berth.v1.VolumeR\avolumes\x12!\n" +
 	"\fhost_network\x18\x1f \x01(\bR\vhostNetwork\x12\"\n" +
 	"\n" +
-	"host_users\x18  \x01(\bH\x00R\thostUsers\x88\x01\x01\x1a9\n" +
+	"host_users\x18  \x01(\bH\x00R\thostUsers\x88\x01\x01\x12*\n" +
+	"\x11start_unix_micros\x18! \x01(\x03R\x0fstartUnixMicros\x124\n" +
+	"\x16preempted_by_scheduler\x18\" \x01(\bR\x14preemptedByScheduler\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
