@@ -1,18 +1,18 @@
 """InterPodAffinity: required and preferred pod affinity and anti-affinity.
 
 Port of pkg/scheduler/framework/plugins/interpodaffinity at v1.36
-(filtering.go: PreFilter, Filter; scoring.go: PreScore, Score,
-NormalizeScore; plugin.go: New, mergeAffinityTermNamespacesIfNotEmpty,
+(filtering.go: PreFilter, AddPod, RemovePod, Filter; scoring.go: PreScore,
+Score, NormalizeScore; plugin.go: New, mergeAffinityTermNamespacesIfNotEmpty,
 GetNamespaceLabelsSnapshot). Terms are parsed once per pod (terms.py).
 
-Counts are computed per cycle from the snapshot, as upstream does: PreFilter
-walks the nodes' pods with required anti-affinity (NodeInfo.
-pods_with_required_anti_affinity) and, when the incoming pod has required
-terms, every pod; PreScore walks the pods with affinity (NodeInfo.
-pods_with_affinity), or every pod when the incoming pod has preferred terms.
-Not done here: upstream's PreFilterExtensions (AddPod/RemovePod, used for
-nominated pods and preemption; Berth's runtime has no such extension point),
-EnqueueExtensions (the caller's queue) and SignPod.
+Counts are computed per cycle, as upstream does, but not by walking the
+nodes: upstream visits every node's pods (in parallel) when the incoming pod
+has terms, else only the nodes holding pods with (required anti-)affinity.
+Here a per-snapshot index (index.py) groups the pods on the nodes by
+namespace and labels and by the terms they carry, with their count per node,
+so a cycle decides each group once and adds the counts of the matching ones:
+a pod without terms in a cluster where no pod has terms does no per-node
+work. Not done here: EnqueueExtensions (the caller's queue) and SignPod.
 
 Namespace labels (for ``namespaceSelector``) come from the core v1
 Namespace objects the plugin declares in ``reads``; a namespace the snapshot
@@ -22,8 +22,8 @@ does not hold has no labels (upstream logs and assumes an empty set).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Final, cast
 
 import msgspec
 import numpy as np
@@ -32,6 +32,7 @@ from plugins.framework.cycle_state import CycleState, StateKey
 from plugins.framework.interfaces import (
     MAX_NODE_SCORE,
     FilterPlugin,
+    NodeVerdicts,
     PreFilterPlugin,
     PreFilterResult,
     PreScorePlugin,
@@ -40,16 +41,11 @@ from plugins.framework.interfaces import (
 )
 from plugins.framework.model import NodeInfo, PodInfo
 from plugins.framework.objects import ObjectKind
-from plugins.framework.snapshot import NodeBatch, Snapshot
+from plugins.framework.snapshot import BoolArray, NodeBatch, Snapshot
 from plugins.framework.status import SUCCESS, Status
 from plugins.interpodaffinity.args import InterPodAffinityArgs
-from plugins.interpodaffinity.terms import (
-    AffinityTerm,
-    Signature,
-    parsed_terms,
-    pod_matches_all,
-    signature,
-)
+from plugins.interpodaffinity.index import AffinityIndex, SlotCounts, affinity_index
+from plugins.interpodaffinity.terms import AffinityTerm, parsed_terms, pod_matches_all
 
 if TYPE_CHECKING:
     from plugins.framework.handle import Handle
@@ -83,6 +79,9 @@ ERR_REASON_ANTI_AFFINITY: Final = "node(s) didn't match pod anti-affinity rules"
 _REJECT_AFFINITY = Status.unresolvable(ERR_REASON_AFFINITY)
 _REJECT_ANTI_AFFINITY = Status.unschedulable(ERR_REASON_ANTI_AFFINITY)
 _REJECT_EXISTING = Status.unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY)
+# Filter's verdict per node, as an index into _REJECTIONS (-1: passes).
+_REJECTIONS: Final = (_REJECT_AFFINITY, _REJECT_ANTI_AFFINITY, _REJECT_EXISTING)
+_PASS, _AFFINITY, _ANTI, _EXISTING = -1, 0, 1, 2
 
 # The namespaces a namespaceSelector is resolved against (plugin.go, New:
 # the Namespace informer's lister).
@@ -91,15 +90,20 @@ NAMESPACES: Final = ObjectKind(
 )
 
 # topology key -> topology value -> count (upstream's
-# topologyToMatchedTermCount keyed by topologyPair, and scoreMap).
+# topologyToMatchedTermCount keyed by topologyPair, and scoreMap). A pair
+# whose count comes back to zero is dropped, as upstream's update does, so
+# "no pairs" is upstream's len(map) == 0.
 Counts = dict[str, dict[str, int]]
 
 
 class PreFilterState(msgspec.Struct):
-    """filtering.go, preFilterState, reduced to what Filter reads: the three
-    counts (only positive entries), the topology keys of the incoming pod's
-    required affinity and anti-affinity terms, and whether the pod matches
-    all of its own affinity terms (the first pod of a group)."""
+    """filtering.go, preFilterState, reduced to what Filter and the
+    PreFilterExtensions read: the three counts, the topology keys of the
+    incoming pod's required affinity and anti-affinity terms, whether the pod
+    matches all of its own affinity terms (the first pod of a group), and the
+    labels of its namespace (upstream's namespaceLabels, for AddPod and
+    RemovePod). Treat as immutable: AddPod/RemovePod write a new one, since a
+    cloned CycleState shares its values."""
 
     existing_anti_affinity: Counts
     affinity: Counts
@@ -107,6 +111,7 @@ class PreFilterState(msgspec.Struct):
     affinity_keys: list[str]
     anti_affinity_keys: list[str]
     self_match: bool
+    namespace_labels: dict[str, str] = {}
 
 
 class PreScoreState(msgspec.Struct):
@@ -118,22 +123,54 @@ class PreScoreState(msgspec.Struct):
 PRE_FILTER_STATE_KEY: Final = StateKey("PreFilter" + NAME, PreFilterState)
 PRE_SCORE_STATE_KEY: Final = StateKey("PreScore" + NAME, PreScoreState)
 
+_NOT_FOUND: Final = Status.error(
+    f'error reading "{PRE_FILTER_STATE_KEY.name}" from cycleState: not found'
+)
 
-def _add(counts: Counts, labels: Mapping[str, str], key: str, value: int) -> bool:
-    """topologyToMatchedTermCount.update / scoreMap.processTerm's addition:
-    only when the node has the topology key. Returns whether it had."""
-    tv = labels.get(key)
-    if tv is None:
-        return False
-    by_value = counts.get(key)
-    if by_value is None:
-        by_value = counts[key] = {}
-    by_value[tv] = by_value.get(tv, 0) + value
-    return True
+
+def _add_slots(
+    counts: Counts, snap: Snapshot, key: str, slots: SlotCounts, weight: int = 1
+) -> bool:
+    """topologyToMatchedTermCount.update / scoreMap.processTerm, for the
+    pods counted in ``slots``: ``weight`` per pod to the pair (key, value)
+    of its node, when the node has the key. Returns whether any had."""
+    by_value: dict[str, int] | None = None
+    slot = snap.slot
+    for i, n in slots.items():
+        value = slot(i).node.labels.get(key)
+        if value is None:
+            continue
+        if by_value is None:
+            by_value = counts.setdefault(key, {})
+        by_value[value] = by_value.get(value, 0) + n * weight
+    return by_value is not None
 
 
 def _has_counts(counts: Counts) -> bool:
     return any(counts.values())
+
+
+def _updated(counts: Counts, keys: Iterable[str], labels: Mapping[str, str], change: int) -> Counts:
+    """``counts`` with ``change`` added to the pair (key, value) of a node
+    with ``labels`` for every key it has (filtering.go, update): a new map
+    where anything changes (the old one may be shared with a clone of the
+    cycle state), pairs that reach zero dropped."""
+    out: Counts | None = None
+    for key in keys:
+        value = labels.get(key)
+        if value is None:
+            continue
+        if out is None:
+            out = dict(counts)
+        by_value = out[key] = dict(out.get(key, {}))
+        n = by_value.get(value, 0) + change
+        if n:
+            by_value[value] = n
+        else:
+            del by_value[value]
+            if not by_value:
+                del out[key]
+    return counts if out is None else out
 
 
 class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
@@ -170,27 +207,25 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         except RuntimeError:
             return None
 
-    def _namespace_labels(self, namespace: str) -> Mapping[str, str]:
+    @staticmethod
+    def _namespace_labels(snap: Snapshot | None, namespace: str) -> dict[str, str]:
         """GetNamespaceLabelsSnapshot: the namespace's labels, none when the
         snapshot does not hold it."""
-        snap = self._snapshot()
         obj = None if snap is None else snap.object("", "namespaces", "", namespace)
         if obj is None:
             log.debug("namespace %s not in the snapshot, assuming no labels", namespace)
             return {}
-        return obj.labels
+        return dict(obj.labels)
 
-    def _merge_namespaces(self, term: AffinityTerm) -> AffinityTerm:
+    @staticmethod
+    def _merge_namespaces(snap: Snapshot | None, term: AffinityTerm) -> AffinityTerm:
         """plugin.go, mergeAffinityTermNamespacesIfNotEmpty: unless the
         namespace selector is the empty (match-everything) one, the names of
         the namespaces it selects join the term's namespaces. Upstream's
         function gets the term by value, so the selector itself stays as it
         was (only the shared namespace set changes); so here."""
         sel = term.namespace_selector
-        if sel.empty or sel.nothing:
-            return term
-        snap = self._snapshot()
-        if snap is None:
+        if sel.empty or sel.nothing or snap is None:
             return term
         names = frozenset(
             name
@@ -199,6 +234,17 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         )
         return term.with_namespaces(names) if names else term
 
+    def _required_terms(
+        self, snap: Snapshot | None, pod: PodInfo
+    ) -> tuple[tuple[AffinityTerm, ...], tuple[AffinityTerm, ...]]:
+        """The incoming pod's required affinity and anti-affinity terms,
+        namespace selectors merged."""
+        terms = parsed_terms(pod)
+        return (
+            tuple(self._merge_namespaces(snap, t) for t in terms.required_affinity),
+            tuple(self._merge_namespaces(snap, t) for t in terms.required_anti_affinity),
+        )
+
     # -- PreFilter ------------------------------------------------------------
 
     def pre_filter(
@@ -206,63 +252,30 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
     ) -> tuple[PreFilterResult | None, Status]:
         """filtering.go, PreFilter: the existing pods' required anti-affinity
         terms the incoming pod matches, counted per topology pair of their
-        nodes; the incoming pod's required affinity (pods matching all terms)
-        and anti-affinity (per term) counted the same way over every pod.
-        Skip when there is nothing to check."""
+        nodes (getExistingAntiAffinityCounts); the incoming pod's required
+        affinity (pods matching all terms) and anti-affinity (per term)
+        counted the same way over every pod of the snapshot
+        (getIncomingAffinityAntiAffinityCounts). Skip when there is nothing
+        to check."""
         terms = parsed_terms(pod)
         if terms.errors:
             return None, Status.unresolvable("parsing pod: " + _aggregate(terms.errors))
-        affinity = tuple(self._merge_namespaces(t) for t in terms.required_affinity)
-        anti = tuple(self._merge_namespaces(t) for t in terms.required_anti_affinity)
-        ns_labels = self._namespace_labels(pod.namespace)
+        snap = nodes.snapshot
+        index = affinity_index(snap)
+        affinity, anti = self._required_terms(snap, pod)
+        ns_labels = self._namespace_labels(snap, pod.namespace)
         incoming = pod.proto
-        # The incoming pod's namespace and labels, read once for every term.
         inc_ns, inc_labels = incoming.namespace, dict(incoming.labels)
 
         existing_anti: Counts = {}
-        for ni in nodes:
-            with_anti = ni.pods_with_required_anti_affinity
-            if not with_anti:
-                continue
-            labels = ni.node.labels
-            for existing in with_anti.values():
-                for t in parsed_terms(existing).required_anti_affinity:
-                    if t.matches_parts(inc_ns, inc_labels, ns_labels):
-                        _add(existing_anti, labels, t.topology_key, 1)
+        for t, slots in index.required_anti.items():
+            if t.matches_parts(inc_ns, inc_labels, ns_labels):
+                _add_slots(existing_anti, snap, t.topology_key, slots)
 
         affinity_counts: Counts = {}
         anti_counts: Counts = {}
         if affinity or anti:
-            affinity_keys = tuple(t.topology_key for t in affinity)
-            # Signature -> (the affinity keys to count when the pod matches
-            # all affinity terms, else (); the keys of the anti-affinity terms
-            # it matches).
-            decided: dict[Signature, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-            for ni in nodes:
-                if not ni.pods:
-                    continue
-                labels = ni.node.labels
-                for existing in ni.pods.values():
-                    sig = signature(existing)
-                    keys = decided.get(sig)
-                    if keys is None:
-                        o_ns, o_labels = sig[0], dict(sig[1])
-                        # podMatchesAllAffinityTerms.
-                        matches_all = bool(affinity) and all(
-                            t.matches_parts(o_ns, o_labels, None) for t in affinity
-                        )
-                        keys = decided[sig] = (
-                            affinity_keys if matches_all else (),
-                            tuple(
-                                t.topology_key
-                                for t in anti
-                                if t.matches_parts(o_ns, o_labels, None)
-                            ),
-                        )
-                    for key in keys[0]:
-                        _add(affinity_counts, labels, key, 1)
-                    for key in keys[1]:
-                        _add(anti_counts, labels, key, 1)
+            _count_incoming(index, snap, affinity, anti, affinity_counts, anti_counts)
 
         if not _has_counts(existing_anti) and not affinity and not anti:
             return None, Status.skip()
@@ -275,29 +288,134 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
                 affinity_keys=[t.topology_key for t in affinity],
                 anti_affinity_keys=[t.topology_key for t in anti],
                 self_match=pod_matches_all(affinity, incoming),
+                namespace_labels=ns_labels,
             ),
         )
         return None, SUCCESS
+
+    # -- PreFilterExtensions --------------------------------------------------
+
+    def add_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node: NodeInfo
+    ) -> Status:
+        """filtering.go, AddPod: ``pod_to_add`` counts on ``node``."""
+        return self._update_with_pod(state, pod, pod_to_add, node, 1)
+
+    def remove_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node: NodeInfo
+    ) -> Status:
+        """filtering.go, RemovePod: ``pod_to_remove`` no longer counts on ``node``."""
+        return self._update_with_pod(state, pod, pod_to_remove, node, -1)
+
+    def _update_with_pod(
+        self, state: CycleState, pod: PodInfo, other: PodInfo, node: NodeInfo, change: int
+    ) -> Status:
+        """filtering.go, preFilterState.updateWithPod: the other pod's
+        required anti-affinity terms the incoming pod matches (with its
+        namespace's labels as PreFilter saw them), the incoming pod's
+        affinity terms when the other pod matches them all, and its
+        anti-affinity terms the other pod matches, each by ``change`` on the
+        node's topology pairs."""
+        s = state.get(PRE_FILTER_STATE_KEY)
+        if s is None:
+            return _NOT_FOUND
+        snap = self._snapshot()
+        if snap is None and isinstance(node.owner, Snapshot):
+            snap = node.owner
+        affinity, anti = self._required_terms(snap, pod)
+        incoming, proto = pod.proto, other.proto
+        inc_ns, inc_labels = incoming.namespace, dict(incoming.labels)
+        labels = node.node.labels
+        existing = _updated(
+            s.existing_anti_affinity,
+            (
+                t.topology_key
+                for t in parsed_terms(other).required_anti_affinity
+                if t.matches_parts(inc_ns, inc_labels, s.namespace_labels)
+            ),
+            labels,
+            change,
+        )
+        # The incoming pod's terms have their namespace selectors merged, so
+        # the other pod's namespace labels are not needed (upstream passes nil).
+        matched = pod_matches_all(affinity, proto)
+        affinity_counts = _updated(
+            s.affinity, (t.topology_key for t in affinity if matched), labels, change
+        )
+        o_ns, o_labels = proto.namespace, dict(proto.labels)
+        anti_counts = _updated(
+            s.anti_affinity,
+            (t.topology_key for t in anti if t.matches_parts(o_ns, o_labels, None)),
+            labels,
+            change,
+        )
+        if (
+            existing is not s.existing_anti_affinity
+            or affinity_counts is not s.affinity
+            or anti_counts is not s.anti_affinity
+        ):
+            state.write(
+                PRE_FILTER_STATE_KEY,
+                msgspec.structs.replace(
+                    s,
+                    existing_anti_affinity=existing,
+                    affinity=affinity_counts,
+                    anti_affinity=anti_counts,
+                ),
+            )
+        return SUCCESS
 
     # -- Filter ---------------------------------------------------------------
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
         """filtering.go, Filter: the pod's affinity (UnschedulableAndUnresolvable),
         then its anti-affinity, then the existing pods' anti-affinity (both
-        Unschedulable)."""
+        Unschedulable). Reads only the node's labels, so it works on a
+        NodeInfo outside the snapshot (a clone for a what-if) as well."""
         s = state.get(PRE_FILTER_STATE_KEY)
         if s is None:
-            return Status.error(
-                f'error reading "{PRE_FILTER_STATE_KEY.name}" from cycleState: not found'
-            )
-        labels = node.node.labels
-        if not _satisfy_pod_affinity(s, labels):
-            return _REJECT_AFFINITY
-        if not _satisfy_pod_anti_affinity(s, labels):
-            return _REJECT_ANTI_AFFINITY
-        if not _satisfy_existing_pods_anti_affinity(s, labels):
-            return _REJECT_EXISTING
-        return SUCCESS
+            return _NOT_FOUND
+        verdict = _verdict(s, node.node.labels)
+        return SUCCESS if verdict == _PASS else _REJECTIONS[verdict]
+
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
+        """Filter over a batch, one pass over the nodes' labels per topology
+        key to check rather than one call per node."""
+        s = state.get(PRE_FILTER_STATE_KEY)
+        n = len(nodes)
+        if s is None:
+            return NodeVerdicts.uniform(n, _NOT_FOUND)
+        labels = [ni.node.labels for ni in nodes]
+        verdicts = np.full(n, _PASS, dtype=np.int32)
+        # The checks in reverse order, so that a node keeps the first it fails.
+        for key, by_value in s.existing_anti_affinity.items():
+            verdicts[_hits(labels, key, by_value)] = _EXISTING
+        if _has_counts(s.anti_affinity):
+            for key in dict.fromkeys(s.anti_affinity_keys):
+                anti = s.anti_affinity.get(key)
+                if anti:
+                    verdicts[_hits(labels, key, anti)] = _ANTI
+        if s.affinity_keys:
+            has_keys = np.ones(n, dtype=np.bool_)
+            pods_exist = np.ones(n, dtype=np.bool_)
+            for key in s.affinity_keys:
+                values = [node_labels.get(key) for node_labels in labels]
+                has_keys &= np.fromiter((v is not None for v in values), np.bool_, n)
+                matched = {v for v, c in s.affinity.get(key, {}).items() if c > 0}
+                pods_exist &= np.fromiter((v in matched for v in values), np.bool_, n)
+            # satisfyPodAffinity's first pod of a group.
+            if not _has_counts(s.affinity) and s.self_match:
+                pods_exist[:] = True
+            verdicts[~(has_keys & pods_exist)] = _AFFINITY
+        failed = verdicts >= 0
+        if not failed.any():
+            return NodeVerdicts.all_pass(n)
+        # Only the rejections that occur, in upstream's order.
+        used = np.flatnonzero(np.bincount(verdicts[failed], minlength=len(_REJECTIONS)))
+        table = np.full(len(_REJECTIONS), -1, dtype=np.int32)
+        table[used] = np.arange(len(used), dtype=np.int32)
+        index = np.where(failed, table[np.where(failed, verdicts, 0)], -1).astype(np.int32)
+        return NodeVerdicts(index, [_REJECTIONS[int(k)] for k in used])
 
     # -- PreScore -------------------------------------------------------------
 
@@ -311,7 +429,6 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         a pod without preferred terms of its own skips scoring altogether
         (existing pods' terms still count for a pod that has some, as
         upstream's processExistingPod does). Skip when nothing was counted."""
-        terms = parsed_terms(pod)
         proto = pod.proto
         has_constraints = False
         if proto.HasField("affinity"):
@@ -322,65 +439,36 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             )
         if self.ignore_preferred_terms_of_existing_pods and not has_constraints:
             return Status.skip()
+        terms = parsed_terms(pod)
         if terms.errors:
             return Status.error("failed to parse pod: " + _aggregate(terms.errors))
-        snap = self._snapshot()
-        all_nodes = nodes if snap is None else snap.all_nodes()
-        preferred = tuple((w, self._merge_namespaces(t)) for w, t in terms.preferred_affinity)
-        preferred_anti = tuple(
-            (w, self._merge_namespaces(t)) for w, t in terms.preferred_anti_affinity
-        )
-        ns_labels = self._namespace_labels(pod.namespace)
-        inc_ns, inc_labels = proto.namespace, dict(proto.labels)
-        hard = self.hard_pod_affinity_weight
-
+        snap = nodes.snapshot
+        index = affinity_index(snap)
         score: Counts = {}
         counted = False
-        # Signature -> (topology key, weight) of the incoming pod's preferred
-        # terms the pod matches.
-        decided: dict[Signature, tuple[tuple[str, int], ...]] = {}
-        for ni in all_nodes:
-            pods = ni.pods if has_constraints else ni.pods_with_affinity
-            if not pods:
-                continue
-            labels = ni.node.labels
-            if not labels:
-                continue
-            for existing in pods.values():
-                if has_constraints:
-                    sig = signature(existing)
-                    weights = decided.get(sig)
-                    if weights is None:
-                        o_ns, o_labels = sig[0], dict(sig[1])
-                        weights = decided[sig] = tuple(
-                            [
-                                (t.topology_key, w)
-                                for w, t in preferred
-                                if t.matches_parts(o_ns, o_labels, None)
-                            ]
-                            + [
-                                (t.topology_key, -w)
-                                for w, t in preferred_anti
-                                if t.matches_parts(o_ns, o_labels, None)
-                            ]
-                        )
-                    for key, w in weights:
-                        counted |= _add(score, labels, key, w)
-                if not existing.has_pod_affinity:
-                    continue
-                ex = parsed_terms(existing)
-                if not ex.scores_others:
-                    continue
-                if hard > 0:
-                    for t in ex.required_affinity:
-                        if t.matches_parts(inc_ns, inc_labels, ns_labels):
-                            counted |= _add(score, labels, t.topology_key, hard)
-                for w, t in ex.preferred_affinity:
-                    if t.matches_parts(inc_ns, inc_labels, ns_labels):
-                        counted |= _add(score, labels, t.topology_key, w)
-                for w, t in ex.preferred_anti_affinity:
-                    if t.matches_parts(inc_ns, inc_labels, ns_labels):
-                        counted |= _add(score, labels, t.topology_key, -w)
+        if has_constraints:
+            # Every pod: the incoming pod's preferred terms it matches, as
+            # (topology key, signed weight), decided once per signature.
+            weighted = [(w, self._merge_namespaces(snap, t)) for w, t in terms.preferred_affinity]
+            weighted += [
+                (-w, self._merge_namespaces(snap, t)) for w, t in terms.preferred_anti_affinity
+            ]
+            for sig, slots in index.by_signature.items():
+                o_ns, o_labels = sig[0], index.labels[sig]
+                for w, t in weighted:
+                    if t.matches_parts(o_ns, o_labels, None):
+                        counted |= _add_slots(score, snap, t.topology_key, slots, w)
+        # The existing pods' own terms (only pods with affinity have any).
+        ns_labels = self._namespace_labels(snap, pod.namespace)
+        inc_ns, inc_labels = proto.namespace, dict(proto.labels)
+        hard = self.hard_pod_affinity_weight
+        if hard > 0:
+            for t, slots in index.hard_affinity.items():
+                if t.matches_parts(inc_ns, inc_labels, ns_labels):
+                    counted |= _add_slots(score, snap, t.topology_key, slots, hard)
+        for (w, t), slots in index.weighted.items():
+            if t.matches_parts(inc_ns, inc_labels, ns_labels):
+                counted |= _add_slots(score, snap, t.topology_key, slots, w)
         if not counted:
             return Status.skip()
         state.write(PRE_SCORE_STATE_KEY, PreScoreState(score))
@@ -402,11 +490,18 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
 
     def score_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> ScoreArray:
         topology = self._pre_score_state(state).topology_score
-        return np.fromiter(
-            (_node_score(topology, ni.node.labels) for ni in nodes),
-            dtype=np.int64,
-            count=len(nodes),
-        )
+        n = len(nodes)
+        scores = np.zeros(n, dtype=np.int64)
+        if not topology:
+            return scores
+        labels = [ni.node.labels for ni in nodes]
+        for key, by_value in topology.items():
+            # A node without the key reads None, which no value equals.
+            score_of = cast(Mapping[str | None, int], by_value)
+            scores += np.fromiter(
+                (score_of.get(node_labels.get(key), 0) for node_labels in labels), np.int64, n
+            )
+        return scores
 
     def normalize_score(
         self, state: CycleState, pod: PodInfo, nodes: NodeBatch, scores: ScoreArray
@@ -426,10 +521,45 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         return SUCCESS
 
 
+def _count_incoming(
+    index: AffinityIndex,
+    snap: Snapshot,
+    affinity: tuple[AffinityTerm, ...],
+    anti: tuple[AffinityTerm, ...],
+    affinity_counts: Counts,
+    anti_counts: Counts,
+) -> None:
+    """getIncomingAffinityAntiAffinityCounts over the index: per group of
+    pods sharing namespace and labels, whether they match all the affinity
+    terms (then every term's key counts them, appendWithAffinityTerms) and
+    which anti-affinity terms they match; the incoming pod's terms have their
+    namespace selectors merged, so no namespace labels are read."""
+    affinity_keys = [t.topology_key for t in affinity]
+    for sig, slots in index.by_signature.items():
+        o_ns, o_labels = sig[0], index.labels[sig]
+        if affinity and all(t.matches_parts(o_ns, o_labels, None) for t in affinity):
+            for key in affinity_keys:
+                _add_slots(affinity_counts, snap, key, slots)
+        for t in anti:
+            if t.matches_parts(o_ns, o_labels, None):
+                _add_slots(anti_counts, snap, t.topology_key, slots)
+
+
 def _aggregate(errors: tuple[str, ...]) -> str:
     """utilerrors.NewAggregate(...).Error(): one message as it is, several
     in brackets."""
     return errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+
+
+def _hits(labels: Sequence[Mapping[str, str]], key: str, by_value: Mapping[str, int]) -> BoolArray:
+    """Which of the nodes (by their labels) sit in a pair (key, value) with
+    a positive count."""
+    bad = {v for v, c in by_value.items() if c > 0}
+    if not bad:
+        return np.zeros(len(labels), dtype=np.bool_)
+    return np.fromiter(
+        (node_labels.get(key) in bad for node_labels in labels), np.bool_, len(labels)
+    )
 
 
 def _node_score(topology: Counts, labels: Mapping[str, str]) -> int:
@@ -439,6 +569,18 @@ def _node_score(topology: Counts, labels: Mapping[str, str]) -> int:
         if v is not None:
             total += by_value.get(v, 0)
     return total
+
+
+def _verdict(s: PreFilterState, labels: Mapping[str, str]) -> int:
+    """Filter's checks in upstream's order: _AFFINITY, _ANTI, _EXISTING, or
+    _PASS."""
+    if not _satisfy_pod_affinity(s, labels):
+        return _AFFINITY
+    if not _satisfy_pod_anti_affinity(s, labels):
+        return _ANTI
+    if not _satisfy_existing_pods_anti_affinity(s, labels):
+        return _EXISTING
+    return _PASS
 
 
 def _satisfy_pod_affinity(s: PreFilterState, labels: Mapping[str, str]) -> bool:

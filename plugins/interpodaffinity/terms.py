@@ -237,21 +237,17 @@ def parsed_terms(pod: PodInfo) -> ParsedTerms:
     return terms
 
 
-_SIGNATURE_ATTR: Final = "_interpodaffinity_signature"
-
 Signature = tuple[str, frozenset[tuple[str, str]]]
 
 
 def signature(pod: PodInfo) -> Signature:
     """What a term reads of a pod it is matched against: its namespace and
-    labels, hashable, kept on the PodInfo. Pods of one workload share it, so
-    a cycle decides each term once per signature, not once per pod."""
-    cache = vars(pod)
-    sig = cache.get(_SIGNATURE_ATTR)
-    if sig is None:
-        proto = pod.proto
-        sig = cache[_SIGNATURE_ATTR] = (proto.namespace, frozenset(proto.labels.items()))
-    return sig
+    labels, hashable. Pods of one workload share it, so a cycle decides each
+    term once per signature, not once per pod (index.py). Not kept on the
+    PodInfo: the index keeps one per group, and a copy per pod would cost
+    more memory than recomputing it when a pod comes or goes."""
+    proto = pod.proto
+    return (proto.namespace, frozenset(proto.labels.items()))
 
 
 def pod_matches_all(terms: tuple[AffinityTerm, ...], pod: pb.Pod) -> bool:

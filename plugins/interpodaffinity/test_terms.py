@@ -121,8 +121,15 @@ def test_pod_matches_all_needs_at_least_one_term() -> None:
     assert not pod_matches_all((t,), pod(labels={"a": "y"}))
 
 
-def test_terms_and_signature_are_parsed_once_per_pod_info() -> None:
+def test_terms_are_parsed_once_per_pod_info() -> None:
     pi = info(pod(labels={"a": "x"}, affinity=[term_in("a", "zone", "x")]))
     assert parsed_terms(pi) is parsed_terms(pi)
-    assert signature(pi) == ("default", frozenset({("a", "x")}))
-    assert signature(pi) is signature(pi)
+
+
+def test_pods_of_one_workload_share_a_signature() -> None:
+    a = info(pod("a", labels={"app": "x", "tier": "web"}))
+    b = info(pod("b", labels={"tier": "web", "app": "x"}))
+    assert signature(a) == signature(b) == ("default", frozenset({("app", "x"), ("tier", "web")}))
+    assert signature(a) != signature(
+        info(pod("c", namespace="other", labels={"app": "x", "tier": "web"}))
+    )

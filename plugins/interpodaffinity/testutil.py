@@ -1,5 +1,7 @@
-"""Builders for InterPodAffinity tests: pods with (anti-)affinity terms as
-wire records, and a plugin bound to a snapshot."""
+"""Builders and shared fixtures for InterPodAffinity tests: pods with
+(anti-)affinity terms as wire records, a plugin bound to a snapshot, and the
+label sets, namespaces, terms and node sets upstream's case tables
+(filtering_test.go, scoring_test.go) use over and over."""
 
 from __future__ import annotations
 
@@ -8,9 +10,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.model import PodInfo
 from plugins.framework.snapshot import Snapshot
+from plugins.framework.status import Status
 from plugins.framework.testing import handle_for, make_object, snapshot_of
 from plugins.interpodaffinity.args import InterPodAffinityArgs
-from plugins.interpodaffinity.inter_pod_affinity import NAMESPACES, InterPodAffinity
+from plugins.interpodaffinity.inter_pod_affinity import (
+    ERR_REASON_AFFINITY,
+    ERR_REASON_ANTI_AFFINITY,
+    ERR_REASON_EXISTING_ANTI_AFFINITY,
+    NAMESPACES,
+    InterPodAffinity,
+)
 
 Expr = tuple[str, str, Sequence[str]]
 
@@ -104,3 +113,74 @@ def setup(
 
 def info(p: pb.Pod) -> PodInfo:
     return PodInfo(p)
+
+
+# -- shared fixtures ------------------------------------------------------------------
+
+# Filter's answers (filtering.go's ErrReasons with their codes).
+AFF = Status.unresolvable(ERR_REASON_AFFINITY)
+ANTI = Status.unschedulable(ERR_REASON_ANTI_AFFINITY)
+EXISTING = Status.unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY)
+OK = Status()
+
+# Pod and node label sets of upstream's tables.
+S1 = {"security": "S1"}
+S2 = {"security": "S2"}
+SECURITYSCAN = {"service": "securityscan"}
+RG_CHINA = {"region": "China"}
+RG_CHINA_AZ1 = {"region": "China", "az": "az1"}
+RG_INDIA = {"region": "India"}
+AZ1 = {"az": "az1"}
+AZ2 = {"az": "az2"}
+
+# scoring_test.go's namespaces, labelled with their team.
+TEAM_NAMESPACES = (
+    namespace("subteam1.team1", team="team1"),
+    namespace("subteam2.team1", team="team1"),
+    namespace("subteam1.team2", team="team2"),
+    namespace("subteam2.team2", team="team2"),
+)
+
+
+def exists_without(key: str, absent: str = "wrongkey") -> pb.LabelSelector:
+    """``key Exists, absent DoesNotExist``: upstream's two-requirement selector."""
+    return selector(exprs=[(key, "Exists", ()), (absent, "DoesNotExist", ())])
+
+
+def team_term(
+    topology_key: str, team: str, key: str, value: str, namespaces: Sequence[str] = ()
+) -> pb.PodAffinityTerm:
+    """A term selecting ``key In (value)`` in the namespaces of ``team``
+    (a namespaceSelector on the namespaces' ``team`` label)."""
+    return term(
+        topology_key,
+        selector(exprs=[(key, "In", [value])]),
+        namespaces,
+        namespace_selector=selector({"team": team}),
+    )
+
+
+def securityscan_pod(
+    node_name: str = "node1",
+    anti: Iterable[pb.PodAffinityTerm] = (),
+    namespace: str = "default",
+    labels: Mapping[str, str] = SECURITYSCAN,
+) -> pb.Pod:
+    """filtering_test.go's usual existing pod: ``service: securityscan``
+    on node1."""
+    return pod("existing", namespace=namespace, labels=labels, node=node_name, anti=anti)
+
+
+def hosts(*names: str, **labels: str) -> list[pb.Node]:
+    """Nodes with a ``hostname`` label of their own and ``labels``."""
+    return [node(n, hostname=n, **labels) for n in names]
+
+
+def two_zones(region: str = "") -> list[pb.Node]:
+    """nodeA in zone z1, nodeB in zone z2 (both in ``region`` when given),
+    each with its hostname."""
+    extra = {"region": region} if region else {}
+    return [
+        node("nodeA", zone="z1", hostname="nodeA", **extra),
+        node("nodeB", zone="z2", hostname="nodeB", **extra),
+    ]
