@@ -7,19 +7,26 @@ filtering.go (PreFilter, calPreFilterState, Filter, minMatchNum),
 scoring.go (PreScore, initPreScoreState, Score, NormalizeScore,
 topologyNormalizingWeight, scoreForCount); common.go in common.py.
 
-Differences from upstream, all for lack of a framework facility:
+PreFilterExtensions (filtering.go, AddPod/RemovePod, updateWithPod) keep the
+PreFilter state's domain counts right when the framework adds nominated pods
+to a node (RunFilterPluginsWithNominatedPods) or preemption removes and adds
+back victims (SelectVictimsOnNode). CycleState.clone shares values, so they
+write an updated copy (upstream's preFilterState.Clone, here sharing the count
+tables the pod does not change) instead of changing the state in place.
 
-* Upstream's PreFilterExtensions (AddPod/RemovePod) have no Berth extension
-  point yet, so Filter does not see nominated pods added in (upstream's
-  addNominatedPods) and preemption cannot evaluate victims against this
-  state. ``PreFilterState.add_pod`` implements updateWithPod for when it
-  does.
+Differences from upstream, for lack of a framework facility:
+
 * EnqueueExtensions (queueing hints) and SignPod belong to the caller's queue.
 
-Matching pods per node come from count tables kept up to date across cycles
-(counts.py: O(changed pods) per cycle, not O(pods)); PreFilter and PreScore
-still walk every node once per constraint to sum them by domain, as upstream
-does.
+Matching pods per node come from count tables and topology values from
+topology columns, both per snapshot and kept current in O(change) (counts.py,
+through Snapshot.watch_pods and the nodes' generation). PreFilter, Filter's
+batch form, PreScore and Score's batch form sum and look them up with numpy
+over node slots instead of walking nodes and pods in Python; the results are
+upstream's (test_counts.py compares them with upstream's walks). Only the
+node inclusion policies that can exclude a node (nodeAffinityPolicy Honor for
+a pod with required node affinity, nodeTaintsPolicy Honor) are still checked
+node by node, once per cycle and pair of policies.
 """
 
 from __future__ import annotations
@@ -45,9 +52,9 @@ from plugins.framework.interfaces import (
 )
 from plugins.framework.model import NodeInfo, PodInfo
 from plugins.framework.objects import ObjectKind
-from plugins.framework.snapshot import NodeBatch, Snapshot
+from plugins.framework.snapshot import BoolArray, IntArray, NodeBatch, Snapshot
 from plugins.framework.status import SUCCESS, Status
-from plugins.nodeaffinity.selector import required_node_affinity
+from plugins.nodeaffinity.selector import RequiredNodeAffinity, required_node_affinity
 from plugins.podtopologyspread.args import (
     DO_NOT_SCHEDULE,
     SCHEDULE_ANYWAY,
@@ -68,7 +75,11 @@ from plugins.podtopologyspread.common import (
     filter_constraints,
     node_labels_match_spread_constraints,
 )
-from plugins.podtopologyspread.counts import pod_count_index
+from plugins.podtopologyspread.counts import (
+    TopologyColumn,
+    pod_count_index,
+    topology_index,
+)
 from plugins.podtopologyspread.selector import SelectorError
 
 if TYPE_CHECKING:
@@ -127,6 +138,35 @@ class PreFilterState(msgspec.Struct):
         if len(self.tp_value_to_match_num[i]) < min_domains:
             return 0
         return self.critical_paths[i][0][1]
+
+    def with_pod(self, pod: pb.Pod, preemptor: pb.Pod, node: pb.Node, delta: int) -> PreFilterState:
+        """updateWithPod on a copy: this state when ``pod`` changes no count
+        (another namespace, a node outside the domains, no constraint
+        selecting it), else a new state sharing every count table but the
+        ones it changes."""
+        if pod.namespace != preemptor.namespace:
+            return self
+        if not node_labels_match_spread_constraints(node.labels, self.constraints):
+            return self
+        required = required_node_affinity(preemptor)
+        out: PreFilterState | None = None
+        for i, c in enumerate(self.constraints):
+            if not c.selector.matches(pod.labels):
+                continue
+            if not c.match_node_inclusion_policies(preemptor, node, required):
+                continue
+            if out is None:
+                out = PreFilterState(
+                    self.constraints,
+                    list(self.tp_value_to_match_num),
+                    list(self.critical_paths),
+                )
+            v = node.labels[c.topology_key]
+            counts = out.tp_value_to_match_num[i] = dict(out.tp_value_to_match_num[i])
+            counts[v] = counts.get(v, 0) + delta
+            paths = out.critical_paths[i] = list(out.critical_paths[i])
+            _update_critical_paths(paths, v, counts[v])
+        return self if out is None else out
 
     def add_pod(self, pod: pb.Pod, preemptor: pb.Pod, node: pb.Node, delta: int) -> None:
         """filtering.go, updateWithPod: count ``pod`` (delta +1) or uncount
@@ -270,47 +310,66 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         return None, SUCCESS
 
     def cal_pre_filter_state(self, pod: PodInfo, all_nodes: NodeBatch) -> PreFilterState:
-        """filtering.go, calPreFilterState."""
+        """filtering.go, calPreFilterState, over node slots with numpy: the
+        topology values come from the snapshot's topology columns and the
+        matching pods per node from its count tables (counts.py)."""
         proto = pod.proto
-        constraints = tuple(self.get_constraints(proto, DO_NOT_SCHEDULE, all_nodes.snapshot))
+        snapshot = all_nodes.snapshot
+        constraints = tuple(self.get_constraints(proto, DO_NOT_SCHEDULE, snapshot))
         if not constraints:
             return PreFilterState()
-        counts: list[dict[str, int]] = [{} for _ in constraints]
         required = required_node_affinity(proto)
-        index = pod_count_index(all_nodes.snapshot)
-        tables = [index.table(proto.namespace, c.selector) for c in constraints]
-        # Constraints whose inclusion policies admit every node (Ignore, or
-        # Honor of a pod without nodeSelector, required affinity or tolerations
-        # to check) need no per-node check.
-        check = [not c.admits_every_node(proto, required) for c in constraints]
-        keys = [c.topology_key for c in constraints]
-        per_constraint = list(zip(constraints, check, tables, counts, strict=True))
-        for ni in all_nodes:
-            node = ni.node
-            labels = node.labels
-            # nodeLabelsMatchSpreadConstraints: every topology key present.
-            values = [labels.get(k) for k in keys]
-            if None in values:
-                continue
-            name = node.name
-            for (c, must_check, table, domain_counts), value in zip(
-                per_constraint, values, strict=True
-            ):
-                if must_check and not c.match_node_inclusion_policies(proto, node, required):
-                    continue
-                # countPodsMatchSelector over the node's pods, from the table.
-                assert value is not None
-                domain_counts[value] = domain_counts.get(value, 0) + table.get(name, 0)
-        paths = []
-        for i in range(len(constraints)):
-            p = _new_critical_paths()
-            for value, num in counts[i].items():
-                _update_critical_paths(p, value, num)
-            paths.append(p)
+        index = pod_count_index(snapshot)
+        topology = topology_index(snapshot)
+        idx = all_nodes.idx
+        columns = [topology.column(snapshot, c.topology_key) for c in constraints]
+        codes = [col.codes[idx] for col in columns]
+        # nodeLabelsMatchSpreadConstraints: every topology key present.
+        eligible = np.logical_and.reduce([c >= 0 for c in codes])
+        policy_masks: dict[tuple[str, str], BoolArray] = {}
+        counts: list[dict[str, int]] = []
+        paths: list[list[tuple[str, int]]] = []
+        for c, col, code in zip(constraints, columns, codes, strict=True):
+            keep = eligible
+            if not c.admits_every_node(proto, required):
+                keep = keep & _inclusion_mask(
+                    policy_masks, c, proto, snapshot, idx, eligible, required
+                )
+            # countPodsMatchSelector per node, from the table, summed by domain.
+            table = index.table(proto.namespace, c.selector)
+            domain_counts, sums, domains = _sum_by_domain(code[keep], table[idx[keep]], col)
+            counts.append(domain_counts)
+            paths.append(_critical_paths(domains, sums, col))
         return PreFilterState(constraints, counts, paths)
 
     def _pre_filter_state(self, state: CycleState) -> PreFilterState:
         return state.read(PRE_FILTER_STATE_KEY)
+
+    # -- PreFilterExtensions -------------------------------------------------------
+
+    def add_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node: NodeInfo
+    ) -> Status:
+        """filtering.go, AddPod: ``pod_to_add`` counts in its domains."""
+        return self._update_with_pod(state, pod, pod_to_add, node, 1)
+
+    def remove_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node: NodeInfo
+    ) -> Status:
+        """filtering.go, RemovePod: ``pod_to_remove`` no longer counts."""
+        return self._update_with_pod(state, pod, pod_to_remove, node, -1)
+
+    def _update_with_pod(
+        self, state: CycleState, pod: PodInfo, other: PodInfo, node: NodeInfo, delta: int
+    ) -> Status:
+        """getPreFilterState then updateWithPod, on a copy written back."""
+        s = state.get(PRE_FILTER_STATE_KEY)
+        if s is None:
+            return Status.error(f'reading "{PRE_FILTER_STATE_KEY.name}" from cycleState: not found')
+        updated = s.with_pod(other.proto, pod.proto, node.node, delta)
+        if updated is not s:
+            state.write(PRE_FILTER_STATE_KEY, updated)
+        return SUCCESS
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
         """filtering.go, Filter: for each hard constraint in order, a node
@@ -333,23 +392,32 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         return SUCCESS
 
     def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
-        """Batch form of Filter: decided once per distinct combination of
-        the node's topology values."""
+        """Batch form of Filter, constraint by constraint over the batch with
+        numpy; a node's status is that of the first constraint it fails, as
+        in Filter."""
         s = self._pre_filter_state(state)
         if not s.constraints:
             return NodeVerdicts.all_pass(len(nodes))
-        keys = [c.topology_key for c in s.constraints]
+        snapshot = nodes.snapshot
+        topology = topology_index(snapshot)
         pod_labels = pod.proto.labels
-        memo: dict[tuple[str | None, ...], Status] = {}
-        out: list[Status] = []
-        for ni in nodes:
-            labels = ni.node.labels
-            combo = tuple(labels.get(k) for k in keys)
-            st = memo.get(combo)
-            if st is None:
-                st = memo[combo] = self._verdict(s, pod_labels, labels)
-            out.append(st)
-        return NodeVerdicts.from_statuses(out)
+        status_index = np.full(len(nodes), -1, dtype=np.int32)
+        statuses: list[Status] = []
+        for i, c in enumerate(s.constraints):
+            col = topology.column(snapshot, c.topology_key)
+            code = col.codes[nodes.idx]
+            undecided = status_index < 0
+            missing = undecided & (code < 0)
+            if missing.any():
+                status_index[missing] = _status_slot(statuses, _LABEL_MISSING)
+            min_match = s.min_match_num(i, c.min_domains)
+            self_match = 1 if c.selector.matches(pod_labels) else 0
+            match = _per_code(s.tp_value_to_match_num[i], col)
+            over = undecided & (code >= 0)
+            over[over] = match[code[over]] + self_match - min_match > c.max_skew
+            if over.any():
+                status_index[over] = _status_slot(statuses, _NOT_MATCH)
+        return NodeVerdicts(status_index, statuses)
 
     # -- PreScore / Score / NormalizeScore -------------------------------------------
 
@@ -374,18 +442,30 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
             )
         if not constraints:
             return Status.skip()
-        # initPreScoreState.
-        counts: list[dict[str, int]] = [{} for _ in constraints]
-        ignored: set[str] = set()
-        for ni in nodes:
-            labels = ni.node.labels
-            if require_all and not node_labels_match_spread_constraints(labels, constraints):
-                ignored.add(ni.name)
+        # initPreScoreState, over node slots with numpy.
+        topology = topology_index(snapshot)
+        columns = [topology.column(snapshot, c.topology_key) for c in constraints]
+        idx = nodes.idx
+        cand_codes = [col.codes[idx] for col in columns]
+        if require_all:
+            has_all = np.logical_and.reduce([c >= 0 for c in cand_codes])
+            slot = snapshot.slot
+            ignored = frozenset(slot(i).name for i in idx[~has_all].tolist())
+        else:
+            has_all = np.ones(len(idx), dtype=np.bool_)
+            ignored = frozenset()
+        # Per constraint (but hostname): the codes of the candidates'
+        # domains, a missing label read as "" (labels.get(key, "")).
+        counts: list[dict[str, int]] = []
+        domain_codes: list[IntArray | None] = []
+        for c, col, code in zip(constraints, columns, cand_codes, strict=True):
+            if c.topology_key == LABEL_HOSTNAME:
+                counts.append({})
+                domain_codes.append(None)
                 continue
-            for i, c in enumerate(constraints):
-                if c.topology_key == LABEL_HOSTNAME:
-                    continue
-                counts[i].setdefault(labels.get(c.topology_key, ""), 0)
+            present = np.unique(_missing_as_empty(code[has_all], col))
+            domain_codes.append(present)
+            counts.append(dict.fromkeys((col.values[k] for k in present.tolist()), 0))
         weights = []
         for i, c in enumerate(constraints):
             size = len(counts[i])
@@ -395,30 +475,33 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         # processAllNode.
         required = required_node_affinity(proto)
         index = pod_count_index(snapshot)
-        tables = [
-            None if c.topology_key == LABEL_HOSTNAME else index.table(proto.namespace, c.selector)
-            for c in constraints
-        ]
-        check = [not c.admits_every_node(proto, required) for c in constraints]
-        for ni in all_nodes:
-            node = ni.node
-            labels = node.labels
-            if require_all and not node_labels_match_spread_constraints(labels, constraints):
+        all_idx = all_nodes.idx
+        all_codes = [col.codes[all_idx] for col in columns]
+        if require_all:
+            eligible = np.logical_and.reduce([c >= 0 for c in all_codes])
+        else:
+            eligible = np.ones(len(all_idx), dtype=np.bool_)
+        policy_masks: dict[tuple[str, str], BoolArray] = {}
+        for c, col, node_codes, wanted, domain_counts in zip(
+            constraints, columns, all_codes, domain_codes, counts, strict=True
+        ):
+            if wanted is None or not len(wanted):
+                # Hostname: counted at Score, per candidate.
                 continue
-            for i, c in enumerate(constraints):
-                table = tables[i]
-                if table is None:
-                    # Hostname: counted at Score, per candidate.
-                    continue
-                value = labels.get(c.topology_key, "")
-                if value not in counts[i]:
-                    continue
-                if check[i] and not c.match_node_inclusion_policies(proto, node, required):
-                    continue
-                counts[i][value] += table.get(node.name, 0)
-        state.write(
-            PRE_SCORE_STATE_KEY, PreScoreState(constraints, frozenset(ignored), counts, weights)
-        )
+            keep = eligible
+            if not c.admits_every_node(proto, required):
+                keep = keep & _inclusion_mask(
+                    policy_masks, c, proto, snapshot, all_idx, eligible, required
+                )
+            table = index.table(proto.namespace, c.selector)
+            sums = np.bincount(
+                _missing_as_empty(node_codes[keep], col),
+                weights=table[all_idx[keep]],
+                minlength=int(wanted.max()) + 1,
+            )
+            for k, n in zip(wanted.tolist(), sums[wanted].tolist(), strict=True):
+                domain_counts[col.values[k]] += int(n)
+        state.write(PRE_SCORE_STATE_KEY, PreScoreState(constraints, ignored, counts, weights))
         return SUCCESS
 
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
@@ -458,16 +541,30 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         return _go_round(total)
 
     def score_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> ScoreArray:
-        """Batch form of Score: hostname counts come from the count tables."""
+        """Batch form of Score with numpy: domain counts looked up by
+        topology code, hostname counts read from the count tables; the
+        constraints' terms added in order, as Score adds them."""
         s = state.read(PRE_SCORE_STATE_KEY)
-        index = pod_count_index(nodes.snapshot)
-        tables: list[dict[str, int] | None] = [
-            index.table(pod.namespace, c.selector) if c.topology_key == LABEL_HOSTNAME else None
-            for c in s.constraints
-        ]
-        return np.fromiter(
-            (self._score(s, pod, ni, tables) for ni in nodes), dtype=np.int64, count=len(nodes)
-        )
+        snapshot = nodes.snapshot
+        topology = topology_index(snapshot)
+        index = pod_count_index(snapshot)
+        idx = nodes.idx
+        total = np.zeros(len(idx), dtype=np.float64)
+        for i, c in enumerate(s.constraints):
+            col = topology.column(snapshot, c.topology_key)
+            code = col.codes[idx]
+            present = code >= 0
+            if c.topology_key == LABEL_HOSTNAME:
+                cnt = index.table(pod.namespace, c.selector)[idx]
+            else:
+                cnt = _per_code(s.topology_value_to_pod_counts[i], col)[np.where(present, code, 0)]
+            term = cnt.astype(np.float64) * s.topology_normalizing_weight[i] + float(c.max_skew - 1)
+            total += np.where(present, term, 0.0)
+        # math.Round, half away from zero (the total is never negative).
+        scores = np.floor(total + 0.5).astype(np.int64)
+        if s.ignored_nodes:
+            scores[_ignored_mask(s, nodes)] = 0
+        return scores
 
     def normalize_score(
         self, state: CycleState, pod: PodInfo, nodes: NodeBatch, scores: ScoreArray
@@ -478,9 +575,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         s = state.read(PRE_SCORE_STATE_KEY)
         if len(scores) == 0:
             return SUCCESS
-        ignored = np.fromiter(
-            (name in s.ignored_nodes for name in nodes.names), dtype=np.bool_, count=len(nodes)
-        )
+        ignored = _ignored_mask(s, nodes)
         scored = scores[~ignored]
         if len(scored):
             min_score = int(scored.min())
@@ -493,3 +588,106 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
             scores[:] = MAX_NODE_SCORE * (max_score + min_score - scores) // max_score
         scores[ignored] = 0
         return SUCCESS
+
+
+# -- numpy helpers -------------------------------------------------------------------
+
+
+def _status_slot(statuses: list[Status], status: Status) -> int:
+    """The index of ``status`` in a NodeVerdicts' status list, added when new."""
+    try:
+        return statuses.index(status)
+    except ValueError:
+        statuses.append(status)
+        return len(statuses) - 1
+
+
+def _per_code(by_value: dict[str, int], col: TopologyColumn) -> IntArray:
+    """``by_value`` as an array over ``col``'s codes (0 for values it does
+    not hold)."""
+    out = np.zeros(len(col.values) + 1, dtype=np.int64)
+    code_of = col.code_of
+    for value, n in by_value.items():
+        k = code_of.get(value)
+        if k is not None:
+            out[k] = n
+    return out
+
+
+def _missing_as_empty(codes: IntArray, col: TopologyColumn) -> IntArray:
+    """``codes`` with -1 (no label) read as the code of "" (labels.get(key, ""))."""
+    missing = codes < 0
+    if not missing.any():
+        return codes
+    return np.where(missing, col.code(""), codes)
+
+
+def _sum_by_domain(
+    codes: IntArray, pods: IntArray, col: TopologyColumn
+) -> tuple[dict[str, int], IntArray, IntArray]:
+    """Matching pods per domain of the nodes with ``codes`` (none missing),
+    the domains in the order their first node comes (upstream fills its map
+    in node order; only the critical paths' ties depend on it). Also the
+    sums and the domains' codes, in that order."""
+    if not len(codes):
+        empty = np.empty(0, dtype=np.int64)
+        return {}, empty, empty
+    domains, first = np.unique(codes, return_index=True)
+    domains = domains[np.argsort(first, kind="stable")]
+    sums = np.bincount(codes, weights=pods)[domains].astype(np.int64)
+    values = col.values
+    return (
+        {values[k]: n for k, n in zip(domains.tolist(), sums.tolist(), strict=True)},
+        sums,
+        domains,
+    )
+
+
+def _critical_paths(
+    domains: IntArray, sums: IntArray, col: TopologyColumn
+) -> list[tuple[str, int]]:
+    """criticalPaths.update applied to the domains in order, in one go: the
+    first domain with the fewest pods, then the first of the others with the
+    fewest (what the sequential strict-less-than updates leave)."""
+    paths = _new_critical_paths()
+    if not len(sums):
+        return paths
+    first = int(np.argmin(sums))
+    paths[0] = (col.values[int(domains[first])], int(sums[first]))
+    if len(sums) > 1:
+        rest = sums.copy()
+        rest[first] = np.iinfo(np.int64).max
+        second = int(np.argmin(rest))
+        paths[1] = (col.values[int(domains[second])], int(sums[second]))
+    return paths
+
+
+def _inclusion_mask(
+    memo: dict[tuple[str, str], BoolArray],
+    c: Constraint,
+    pod: pb.Pod,
+    snapshot: Snapshot,
+    idx: IntArray,
+    eligible: BoolArray,
+    required: RequiredNodeAffinity,
+) -> BoolArray:
+    """matchNodeInclusionPolicies over the nodes at ``idx`` (False where
+    not ``eligible``), once per pair of policies in a cycle. A Python walk:
+    only for constraints whose policies can exclude a node."""
+    key = (c.node_affinity_policy, c.node_taints_policy)
+    mask = memo.get(key)
+    if mask is None:
+        mask = np.zeros(len(idx), dtype=np.bool_)
+        slot = snapshot.slot
+        for k in np.flatnonzero(eligible).tolist():
+            node = slot(int(idx[k])).node
+            mask[k] = c.match_node_inclusion_policies(pod, node, required)
+        memo[key] = mask
+    return mask
+
+
+def _ignored_mask(s: PreScoreState, nodes: NodeBatch) -> BoolArray:
+    if not s.ignored_nodes:
+        return np.zeros(len(nodes), dtype=np.bool_)
+    ignored = s.ignored_nodes
+    return np.fromiter((name in ignored for name in nodes.names), dtype=np.bool_, count=len(nodes))

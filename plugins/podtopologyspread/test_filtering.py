@@ -15,7 +15,7 @@ import pytest
 from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.cycle_state import CycleState, StateError
 from plugins.framework.model import PodInfo
-from plugins.framework.status import Code
+from plugins.framework.status import Code, Status
 from plugins.framework.testing import fresh_state, snapshot_of
 from plugins.podtopologyspread import (
     ERR_REASON_CONSTRAINTS_NOT_MATCH,
@@ -616,6 +616,40 @@ def test_add_pod_skips_nodes_without_every_topology_key() -> None:
     s = state.read(PRE_FILTER_STATE_KEY)
     s.add_pod(pod("p@node-z foo="), incoming.proto, snap.nodes["node-z"].node, 1)
     assert s.tp_value_to_match_num[0] == {"zone1": 0, "zone2": 0}
+
+
+def test_add_pod_and_remove_pod_extensions_write_a_copy() -> None:
+    """filtering.go, AddPod/RemovePod (PreFilterExtensions): the counts of a
+    cloned CycleState change, the original's do not (its value is shared
+    with the clone); a pod that changes no count leaves the value as it is."""
+    incoming = spread_pod("foo=", C(1, "zone", DNS, "foo"), C(1, "node", DNS, "foo"))
+    snap = snapshot_of([node(s) for s in ZONES], [pod("p-a1@node-a foo="), pod("p-y1@node-y foo=")])
+    plugin = PodTopologySpread(LIST)
+    assert plugin.has_extensions()
+    state = CycleState()
+    plugin.pre_filter(state, incoming, snap.all_nodes())
+    original = state.read(PRE_FILTER_STATE_KEY)
+    before = [dict(m) for m in original.tp_value_to_match_num]
+    clone = state.clone()
+    node_b = snap.nodes["node-b"]
+    added = PodInfo(pod("p-b1@node-b foo="))
+    assert plugin.add_pod(clone, incoming, added, node_b).is_success
+    s = clone.read(PRE_FILTER_STATE_KEY)
+    assert s.tp_value_to_match_num == [
+        {"zone1": 2, "zone2": 1},
+        {"node-a": 1, "node-b": 1, "node-x": 0, "node-y": 1},
+    ]
+    assert state.read(PRE_FILTER_STATE_KEY).tp_value_to_match_num == before
+    assert plugin.remove_pod(clone, incoming, added, node_b).is_success
+    assert clone.read(PRE_FILTER_STATE_KEY).tp_value_to_match_num == before
+    # Another namespace: nothing to count, the value stays the same object.
+    current = clone.read(PRE_FILTER_STATE_KEY)
+    other = PodInfo(pod("q@node-b ns=other foo="))
+    assert plugin.add_pod(clone, incoming, other, node_b).is_success
+    assert clone.read(PRE_FILTER_STATE_KEY) is current
+    # Without PreFilter's state: upstream's getPreFilterState error.
+    st = plugin.add_pod(CycleState(), incoming, added, node_b)
+    assert st == Status.error('reading "PreFilterPodTopologySpread" from cycleState: not found')
 
 
 def test_state_survives_the_round_trip() -> None:
