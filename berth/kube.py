@@ -16,6 +16,7 @@ already carry these defaults; applying them again changes nothing.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -49,16 +50,52 @@ class ObjectError(ValueError):
 
 def _map(obj: Obj, key: str) -> Mapping[str, Any]:
     v = obj.get(key)
-    return v if isinstance(v, Mapping) else {}
+    # type() first: decoded JSON holds plain dicts, and the ABC check is slow.
+    if type(v) is dict or isinstance(v, Mapping):
+        return v
+    return {}
 
 
 def _list(obj: Obj, key: str) -> list[Any]:
     v = obj.get(key)
-    return v if isinstance(v, list) else []
+    return v if type(v) is list or isinstance(v, list) else []
 
 
 def resources(rl: Mapping[str, Any], where: str) -> pb.Resources:
     """A ResourceList ({"cpu": "500m", ...}) as decoded integers."""
+    r = pb.Resources()
+    r.CopyFrom(_resources(rl, where))
+    return r
+
+
+# Decoded ResourceLists by their items. A cluster's pods ask for few distinct
+# lists (a workload's pods all ask the same), and parsing quantities was most
+# of a watch event's decoding (~50 of ~90 us per pod); a hit costs a tuple and
+# a copy. Only lists of strings (what the API server serves) are kept, so that
+# no two inputs that decode differently share a key (1 == True as dict keys).
+_RESOURCES: dict[tuple[tuple[str, str], ...], pb.Resources] = {}
+_RESOURCES_MAX = 4096
+
+
+def _resources(rl: Mapping[str, Any], where: str) -> pb.Resources:
+    """``resources``, from the cache when it can: the message returned is
+    shared, for CopyFrom or reading only."""
+    key = tuple(rl.items())
+    try:
+        hit = _RESOURCES.get(key)
+    except TypeError:  # an unhashable value: no quantity, decoding says why
+        return _decode_resources(rl, where)
+    if hit is not None:
+        return hit
+    r = _decode_resources(rl, where)
+    if all(type(k) is str and type(v) is str for k, v in key):
+        if len(_RESOURCES) >= _RESOURCES_MAX:
+            _RESOURCES.clear()
+        _RESOURCES[key] = r
+    return r
+
+
+def _decode_resources(rl: Mapping[str, Any], where: str) -> pb.Resources:
     r = pb.Resources()
     for name, raw in rl.items():
         try:
@@ -120,9 +157,9 @@ def node_record(obj: Obj) -> pb.Node:
     n.labels.update({str(k): str(v) for k, v in _map(meta, "labels").items()})
     n.annotations.update({str(k): str(v) for k, v in _map(meta, "annotations").items()})
     where = f"Node {name} status"
-    n.capacity.CopyFrom(resources(_map(status, "capacity"), f"{where}.capacity"))
+    n.capacity.CopyFrom(_resources(_map(status, "capacity"), f"{where}.capacity"))
     alloc = _map(status, "allocatable") or _map(status, "capacity")
-    n.allocatable.CopyFrom(resources(alloc, f"{where}.allocatable"))
+    n.allocatable.CopyFrom(_resources(alloc, f"{where}.allocatable"))
     for t in _list(spec, "taints"):
         n.taints.add(
             key=str(t.get("key", "")),
@@ -148,8 +185,8 @@ def _container(c: Obj, where: str, restartable: bool = False) -> pb.Container:
     out = pb.Container(
         name=str(c.get("name", "")), image=str(c.get("image", "")), restartable=restartable
     )
-    out.requests.CopyFrom(resources(requests, f"{where}.resources.requests"))
-    out.limits.CopyFrom(resources(limits, f"{where}.resources.limits"))
+    out.requests.CopyFrom(_resources(requests, f"{where}.resources.requests"))
+    out.limits.CopyFrom(_resources(limits, f"{where}.resources.limits"))
     for p in _list(c, "ports"):
         out.ports.add(
             container_port=int(p.get("containerPort") or 0),
@@ -237,8 +274,8 @@ def _pod_level_resources(res: Obj, p: pb.Pod, where: str) -> None:
     containers' limits became their requests): defaultHugePagePodLimits, then
     defaultPodRequests."""
     raw_requests, raw_limits = _map(res, "requests"), _map(res, "limits")
-    requests = resource_list(resources(raw_requests, f"{where}.requests"))
-    limits = resource_list(resources(raw_limits, f"{where}.limits"))
+    requests = resource_list(_resources(raw_requests, f"{where}.requests"))
+    limits = resource_list(_resources(raw_limits, f"{where}.limits"))
     if raw_requests or raw_limits:
         # defaultHugePagePodLimits: hugepages limited in the containers and
         # neither requested nor limited at pod level are limited at pod level
@@ -279,11 +316,22 @@ def _resize_status(status: Obj, p: pb.Pod, where: str) -> None:
             if found is not None:
                 _status_requests(found[1], c.allocated_requests, c.actuated_requests, found[0])
     _status_requests(status, p.pod_level_allocated_requests, p.pod_level_actuated_requests, where)
+    resize_seen = disruption_seen = False
     for cond in _list(status, "conditions"):
-        if isinstance(cond, Mapping) and cond.get("type") == "PodResizePending":
+        if not isinstance(cond, Mapping):
+            continue
+        kind = cond.get("type")
+        if kind == "PodResizePending" and not resize_seen:
             # IsPodResizeInfeasible: the first such condition decides.
+            resize_seen = True
             p.resize_infeasible = cond.get("reason") == "Infeasible"
-            break
+        elif kind == "DisruptionTarget" and not disruption_seen:
+            # default_preemption.go podTerminatingByPreemption: the first
+            # DisruptionTarget condition decides.
+            disruption_seen = True
+            p.preempted_by_scheduler = (
+                cond.get("status") == "True" and cond.get("reason") == "PreemptionByScheduler"
+            )
 
 
 def _status_requests(
@@ -293,12 +341,12 @@ def _status_requests(
     ``actuated``, which is set (even empty) exactly when ``resources`` is."""
     if isinstance(status.get("allocatedResources"), Mapping):
         allocated.CopyFrom(
-            resources(_map(status, "allocatedResources"), f"{where}.allocatedResources")
+            _resources(_map(status, "allocatedResources"), f"{where}.allocatedResources")
         )
     res = status.get("resources")
     if isinstance(res, Mapping):
         # CopyFrom sets the field even when the requests are empty.
-        actuated.CopyFrom(resources(_map(res, "requests"), f"{where}.resources.requests"))
+        actuated.CopyFrom(_resources(_map(res, "requests"), f"{where}.resources.requests"))
 
 
 def pod_record(obj: Obj, *, assign_uid: bool = False) -> pb.Pod:
@@ -325,6 +373,7 @@ def pod_record(obj: Obj, *, assign_uid: bool = False) -> pb.Pod:
         priority=int(spec.get("priority") or 0),
         phase=str(status.get("phase") or ""),
         creation_unix_micros=parse_time_micros(meta.get("creationTimestamp")),
+        start_unix_micros=parse_time_micros(status.get("startTime")),
         terminating=bool(meta.get("deletionTimestamp")),
         nominated_node_name=str(status.get("nominatedNodeName") or ""),
         preemption_policy=str(spec.get("preemptionPolicy") or "PreemptLowerPriority"),
@@ -343,7 +392,7 @@ def pod_record(obj: Obj, *, assign_uid: bool = False) -> pb.Pod:
     if spec.get("hostUsers") is not None:
         p.host_users = bool(spec["hostUsers"])
     if spec.get("overhead"):
-        p.overhead.CopyFrom(resources(_map(spec, "overhead"), f"{where}.overhead"))
+        p.overhead.CopyFrom(_resources(_map(spec, "overhead"), f"{where}.overhead"))
     if isinstance(spec.get("resources"), Mapping):
         _pod_level_resources(_map(spec, "resources"), p, f"{where}.resources")
     _resize_status(status, p, f"Pod {name} status")
@@ -375,15 +424,41 @@ def pod_record(obj: Obj, *, assign_uid: bool = False) -> pb.Pod:
             tsc.min_domains = int(c["minDomains"])
         tsc.match_label_keys.extend(str(x) for x in c.get("matchLabelKeys") or [])
     p.scheduling_gates.extend(str(g.get("name", "")) for g in _list(spec, "schedulingGates"))
-    for v in _list(spec, "volumes"):
-        claim = _map(v, "persistentVolumeClaim")
-        if claim.get("claimName"):
-            p.pvc_names.append(str(claim["claimName"]))
+    _volumes(_list(spec, "volumes"), p)
     for ref in _list(meta, "ownerReferences"):
         if ref.get("controller"):
             p.owner_kind = str(ref.get("kind", ""))
             p.owner_name = str(ref.get("name", ""))
     return p
+
+
+# The inline sources (spec.volumes[] other than a claim) that volume plugins
+# inspect; Volume.source_json carries the whole entry for them (cluster.proto).
+_INLINE_SOURCES = frozenset(
+    {"gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi", "azureDisk", "cinder", "csi"}
+)
+
+
+def _volumes(volumes: list[Any], p: pb.Pod) -> None:
+    """spec.volumes into ``p.volumes`` (claims, generic ephemeral volumes with
+    the claim the API creates for them, ``<pod name>-<volume name>`` as
+    component-helpers ephemeral.VolumeClaimName names it, and the inline
+    sources plugins inspect), and the claim names into ``p.pvc_names``. Other
+    volumes (configMap, secret, emptyDir, ...) are left out."""
+    for v in volumes:
+        if not isinstance(v, Mapping):
+            continue
+        name = str(v.get("name") or "")
+        claim = v.get("persistentVolumeClaim")
+        if isinstance(claim, Mapping):
+            claim_name = str(claim.get("claimName") or "")
+            if claim_name:
+                p.pvc_names.append(claim_name)
+            p.volumes.add(name=name, claim_name=claim_name, read_only=bool(claim.get("readOnly")))
+        elif isinstance(v.get("ephemeral"), Mapping):
+            p.volumes.add(name=name, claim_name=f"{p.name}-{name}", ephemeral=True)
+        elif not _INLINE_SOURCES.isdisjoint(v):
+            p.volumes.add(name=name, source_json=json.dumps(v, separators=(",", ":")).encode())
 
 
 def occupies_node(pod: pb.Pod) -> bool:

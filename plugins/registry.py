@@ -7,6 +7,7 @@ from __future__ import annotations
 from plugins.avoidnode import AvoidNode
 from plugins.coscheduling import Coscheduling
 from plugins.defaultbinder import DefaultBinder
+from plugins.defaultpreemption import DefaultPreemption
 from plugins.framework.discovery import PluginRegistry, RegistryError, discover
 from plugins.framework.interfaces import Plugin
 from plugins.gpucard import GPUCardFit
@@ -20,12 +21,16 @@ from plugins.nodename import NodeName
 from plugins.nodeports import NodePorts
 from plugins.noderesources import BalancedAllocation, Fit
 from plugins.nodeunschedulable import NodeUnschedulable
+from plugins.nodevolumelimits import CSILimits
 from plugins.podtopologyspread import PodTopologySpread
 from plugins.queuesort import PrioritySort
 from plugins.samelabelspread import SameLabelSpread
 from plugins.schedulinggates import SchedulingGates
 from plugins.stickynode import StickyNode, StickyVM
 from plugins.tainttoleration import TaintToleration
+from plugins.volumebinding import VolumeBinding
+from plugins.volumerestrictions import VolumeRestrictions
+from plugins.volumezone import VolumeZone
 
 __all__ = ["REGISTRY", "PluginRegistry", "RegistryError", "load_registry"]
 
@@ -38,11 +43,16 @@ REGISTRY: dict[str, type[Plugin]] = {
     "TaintToleration": TaintToleration,
     "NodeAffinity": NodeAffinity,
     "NodePorts": NodePorts,
+    "VolumeRestrictions": VolumeRestrictions,
+    "NodeVolumeLimits": CSILimits,
+    "VolumeBinding": VolumeBinding,
+    "VolumeZone": VolumeZone,
     "NodeResourcesBalancedAllocation": BalancedAllocation,
     "ImageLocality": ImageLocality,
     "PodTopologySpread": PodTopologySpread,
     "InterPodAffinity": InterPodAffinity,
     "DefaultBinder": DefaultBinder,
+    "DefaultPreemption": DefaultPreemption,
     "NodeDeclaredFeatures": NodeDeclaredFeatures,
     # Not upstream plugins: the seed documents' examples (never in the default profile).
     "AvoidNodePlugin": AvoidNode,

@@ -37,7 +37,13 @@ from plugins.framework.cycle_state import CycleState, StateDecodeError
 from plugins.framework.interfaces import QueuedPodInfo
 from plugins.framework.model import PodInfo
 from plugins.framework.profile import SchedulerConfig
-from plugins.framework.runtime import CycleError, Framework, ScheduleResult, Signal
+from plugins.framework.runtime import (
+    CycleError,
+    Framework,
+    NominatingMode,
+    ScheduleResult,
+    Signal,
+)
 from plugins.framework.snapshot import NodeBatch, Snapshot
 from plugins.framework.status import Code, Status
 from server import errors
@@ -524,8 +530,15 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
             with _bound(fw, snap):
                 res, st = _guard2(lambda: fw.run_post_filter(state, pod, rejected))
             out = pb.PostFilterResponse(status=status_to_pb(st), cycle=cycle_to_pb(state))
+            # A result overrides the pod's nomination (upstream's
+            # NewPostFilterResultWithNominatedNode); none leaves it (ModeNoop).
+            out.nominating_mode = (
+                pb.NOMINATING_MODE_NOOP if res is None else pb.NOMINATING_MODE_OVERRIDE
+            )
             if res is not None:
                 out.nominated_node_name = res.nominated_node_name
+                if st.is_success:
+                    _add_preemption(out, res.plugin, res.victims, res.clear_nomination_pod_uids)
             _add_signals(out.signals, state.permit_signals)
             return out
 
@@ -813,6 +826,19 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
                     # What Reserve annotated travels with the assumed pod.
                     assumed.annotations.update(out.results[-1].assume_annotations)
                     snap.apply(delta)
+                elif _renominates(result, pod, snap):
+                    # handleSchedulingFailure: the nominator takes the
+                    # PostFilter's nomination (or drops the pod's, after any
+                    # other failure) at once, so the later pods of the batch
+                    # see it.
+                    held = snap.pods.get(pod.uid)
+                    placed.append((pod.uid, None if held is None else held.proto))
+                    delta = cpb.ClusterDelta()
+                    nominated = delta.upsert_pods.add()
+                    nominated.CopyFrom(pod.proto)
+                    nominated.node_name = ""
+                    nominated.nominated_node_name = result.nominated_node
+                    snap.apply(delta)
         finally:
             # Also when the deadline or a cancellation stopped the batch.
             undo = cpb.ClusterDelta()
@@ -925,7 +951,18 @@ def schedule_response(
     if result.post_filter_status is not None:
         out.post_filter.status.CopyFrom(status_to_pb(result.post_filter_status))
         out.post_filter.nominated_node_name = result.nominated_node
+        out.post_filter.nominating_mode = (
+            pb.NOMINATING_MODE_OVERRIDE
+            if result.nominating_mode is NominatingMode.OVERRIDE
+            else pb.NOMINATING_MODE_NOOP
+        )
         _add_signals(out.post_filter.signals, result.post_filter_signals)
+        _add_preemption(
+            out.post_filter,
+            result.post_filter_plugin,
+            result.victims,
+            result.clear_nomination_pod_uids,
+        )
     if result.reserve_status is not None:
         out.reserve_status.CopyFrom(status_to_pb(result.reserve_status))
         if result.reserve_status.is_success:
@@ -940,6 +977,10 @@ def schedule_response(
                 result.activate_pod_uids,
             )
         )
+        # Permit let the pod on and every PreBind plugin's PreBindPreFlight
+        # answered Skip: the caller need not call PreBind (the skipped plugins
+        # are also recorded in `cycle`, so a PreBind call skips them too).
+        out.pre_bind_skip = result.pre_bind_skip
     # Reserve failed or Permit rejected: what the Unreserve that followed asked.
     _add_signals(out.unreserve_signals, result.unreserve_signals)
     if explain and result.scores is not None:
@@ -953,6 +994,20 @@ def schedule_response(
             for p, s in per_plugin.items():
                 ns.plugins[p] = s[k]
     return out
+
+
+def _renominates(result: ScheduleResult, pod: PodInfo, snap: Snapshot) -> bool:
+    """Does a failed cycle change the pod's nomination as the snapshot holds
+    it (NominatingMode OVERRIDE to another node, or to none)?"""
+    if result.nominating_mode is not NominatingMode.OVERRIDE:
+        return False
+    held = snap.pods.get(pod.uid)
+    current = pod.proto.nominated_node_name if held is None else held.proto.nominated_node_name
+    if held is not None and held.node_name:
+        # The snapshot holds the pod on a node (a caller's stale record):
+        # leave it to the caller.
+        return False
+    return result.nominated_node != current
 
 
 def _holds_node(result: ScheduleResult) -> bool:
@@ -983,6 +1038,17 @@ def _add_signals(out: Any, signals: Iterable[Signal]) -> None:
     """PostFilter/Permit/Unreserve: the waiting-pod signals plugins raised."""
     for uid, plugin, allow, message in signals:
         out.add(pod_uid=uid, plugin=plugin, allow=allow, message=message)
+
+
+def _add_preemption(
+    out: pb.PostFilterResponse, plugin: str, victims: Iterable[PodInfo], clear: Iterable[str]
+) -> None:
+    """A successful PostFilter's plugin and what it asks of the caller: the
+    victims to evict, in order, and the nominations to clear."""
+    out.plugin = plugin
+    for v in victims:
+        out.victims.add(uid=v.uid, namespace=v.namespace, name=v.name)
+    out.clear_nomination_pod_uids.extend(clear)
 
 
 def _add_writes(out: pb.StatusResponse, state: CycleState) -> None:

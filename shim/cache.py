@@ -18,6 +18,15 @@ so each request carries only what changed since the replica's generation.
   API server: a pod found bound is confirmed, a pod found gone is removed, a
   pod found unbound is forgotten and scheduled again. So a lost watch event
   cannot leak a node's resources, and a slow watch cannot overcommit one.
+
+Nominated pods (upstream's nominator, pkg/scheduler/backend/queue/nominator.go)
+live here too, since the plugin service sees them through the same cluster
+state: a pending pod of this shim's profiles with a nominated node is upserted
+with an empty ``node_name`` and ``nominated_node_name`` set, so the service
+counts it on that node for pods of lower or equal priority
+(RunFilterPluginsWithNominatedPods). ``nominated`` maps such pods to their
+node; a pod leaves it when it is assumed, bound or deleted, or when its
+nomination is cleared. No nominations: no entries, no cost.
 """
 
 from __future__ import annotations
@@ -51,6 +60,8 @@ class SchedulerCache:
         self.state = state or ClusterStateLog()
         self.clock = clock
         self.assumed: dict[str, Assumed] = {}
+        # Pending pods nominated to a node: uid -> node (nominatedPodToNode).
+        self.nominated: dict[str, str] = {}
 
     # -- nodes --------------------------------------------------------------------
 
@@ -72,6 +83,9 @@ class SchedulerCache:
         """An assigned pod as the API server has it. Returns True when it
         confirmed an assumed pod."""
         confirmed = self.assumed.pop(pod.uid, None) is not None
+        # Bound: no longer a nominated pod (addNominatedPodUnlocked refuses a
+        # scheduled pod); the upsert below replaces the nominated entry.
+        self.nominated.pop(pod.uid, None)
         if occupies_node(pod):
             self.state.upsert_pod(pod)
         else:
@@ -81,11 +95,66 @@ class SchedulerCache:
 
     def remove_pod(self, uid: str) -> None:
         self.assumed.pop(uid, None)
+        self.nominated.pop(uid, None)
         self.state.delete_pod(uid)
         self._sizes()
 
     def holds(self, uid: str) -> bool:
-        return uid in self.state.pods
+        """Does the pod occupy a node here (bound or assumed; a nominated pod
+        does not)?"""
+        return uid in self.state.pods and uid not in self.nominated
+
+    # -- nominated pods (nominator.go) ----------------------------------------------
+
+    def nominate(self, pod: cpb.Pod, node: str) -> bool:
+        """The pending ``pod`` is nominated to ``node`` (addNominatedPod with
+        ModeOverride; an empty ``node`` clears the nomination). A pod that is
+        assumed or bound is not nominated. Returns whether the cluster state
+        changed."""
+        uid = pod.uid
+        if not node:
+            return self.clear_nomination(uid)
+        if uid in self.assumed or (uid in self.state.pods and uid not in self.nominated):
+            return False
+        current = self.state.pods.get(uid)
+        record = pod
+        if pod.node_name or pod.nominated_node_name != node:
+            record = cpb.Pod()
+            record.CopyFrom(pod)
+            record.node_name = ""
+            record.nominated_node_name = node
+        if (
+            self.nominated.get(uid) == node
+            and current is not None
+            and (current is record or current == record)
+        ):
+            return False
+        self.nominated[uid] = node
+        self.state.upsert_pod(record)
+        return True
+
+    def clear_nomination(self, uid: str) -> bool:
+        """The pod is no longer nominated (deleteUnlocked). Returns whether
+        the cluster state changed."""
+        if self.nominated.pop(uid, None) is None:
+            return False
+        self.state.delete_pod(uid)
+        return True
+
+    def update_nominated(self, old_nominated: str, pod: cpb.Pod) -> bool:
+        """An informer update of a pending pod of this shim's profiles
+        (UpdateNominatedPod): the pod's status.nominatedNodeName decides,
+        except that a nomination made in memory survives an update where the
+        old and the new pod both show none yet (the status patch has not
+        landed). Returns whether the cluster state changed."""
+        node = pod.nominated_node_name
+        if not old_nominated and not node:
+            node = self.nominated.get(pod.uid, "")
+        return self.nominate(pod, node)
+
+    def nominated_to(self, uid: str) -> str:
+        """The node the pod is nominated to here; empty when none."""
+        return self.nominated.get(uid, "")
 
     # -- the scheduler's own placements ---------------------------------------------
 
@@ -100,6 +169,8 @@ class SchedulerCache:
         assumed.node_name = node
         if annotations:
             assumed.annotations.update(annotations)
+        # schedule_one.go assume: DeleteNominatedPodIfExists.
+        self.nominated.pop(pod.uid, None)
         self.assumed[pod.uid] = Assumed(assumed, node)
         self.state.upsert_pod(assumed)
         self._sizes()
@@ -113,12 +184,15 @@ class SchedulerCache:
         if a is not None:
             a.binding_finished = self.clock()
 
-    def forget(self, uid: str) -> None:
+    def forget(self, uid: str) -> bool:
         """The binding failed: the node gets its resources back (ForgetPod).
-        A pod the informer already confirmed is left alone."""
+        A pod the informer already confirmed is left alone. Returns whether an
+        assumed pod was forgotten."""
         if self.assumed.pop(uid, None) is not None:
             self.state.delete_pod(uid)
             self._sizes()
+            return True
+        return False
 
     def expired(self, ttl: float) -> list[Assumed]:
         """Assumed pods whose binding finished more than ``ttl`` ago and that
@@ -132,7 +206,7 @@ class SchedulerCache:
 
     def _sizes(self) -> None:
         metrics.CACHE_SIZE.labels("nodes").set(len(self.state.nodes))
-        metrics.CACHE_SIZE.labels("pods").set(len(self.state.pods))
+        metrics.CACHE_SIZE.labels("pods").set(len(self.state.pods) - len(self.nominated))
         metrics.CACHE_SIZE.labels("assumed_pods").set(len(self.assumed))
 
 

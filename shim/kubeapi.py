@@ -42,12 +42,19 @@ class ApiError(Exception):
         self.path = path
         self.status = status
         self.reason = ""
+        # The fields a 422 Invalid names (Status.details.causes[].field).
+        self.fields: tuple[str, ...] = ()
         message = body.decode(errors="replace")[:500]
         try:
             parsed = orjson.loads(body) if body else None
             if isinstance(parsed, dict):
                 self.reason = str(parsed.get("reason", ""))
                 message = str(parsed.get("message", message))
+                details = parsed.get("details")
+                if isinstance(details, dict) and isinstance(details.get("causes"), list):
+                    self.fields = tuple(
+                        str(c.get("field", "")) for c in details["causes"] if isinstance(c, dict)
+                    )
         except orjson.JSONDecodeError:
             pass
         self.message = message
@@ -65,6 +72,13 @@ class ApiError(Exception):
     @property
     def gone(self) -> bool:
         return self.status == 410
+
+    @property
+    def uid_mismatch(self) -> bool:
+        """A write that named the object's uid (``metadata.uid`` in a patch)
+        found another object under that name: 422 Invalid on metadata.uid,
+        which may not change. The object the writer meant is gone."""
+        return self.status == 422 and "metadata.uid" in self.fields
 
     @property
     def temporary(self) -> bool:
@@ -286,8 +300,13 @@ class KubeApi:
     def update(self, path: str, body: JSON) -> JSON:
         return self.request("PUT", path, body=body)
 
-    def delete(self, path: str) -> JSON:
-        return self.request("DELETE", path)
+    def delete(self, path: str, *, uid: str = "") -> JSON:
+        """DELETE; with ``uid``, only the object with that uid (a DeleteOptions
+        precondition: another object of the same name is answered 409)."""
+        body = None
+        if uid:
+            body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
+        return self.request("DELETE", path, body=body)
 
     def strategic_patch(self, path: str, patch: JSON) -> JSON:
         return self.request(

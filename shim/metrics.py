@@ -66,6 +66,36 @@ PERMIT_WAITING = Gauge(
     "scheduler_permit_wait_pods",
     "Number of pods waiting at Permit (Berth).",
 )
+# metrics.go: PreemptionVictims, ExponentialBuckets(1, 2, 7).
+_VICTIMS_BUCKETS = tuple(float(2**i) for i in range(7))
+# metrics.go: PreemptionGoroutinesDuration, ExponentialBuckets(0.01, 2, 20).
+_GOROUTINE_BUCKETS = tuple(0.01 * 2**i for i in range(20))
+
+# The preemption's actuation runs in the shim (the plugin service only picks
+# the victims), so these are the shim's: attempts are counted per cycle whose
+# PostFilter ran a preemption plugin (DefaultPreemption.PostFilter counts every
+# call), victims per preemption that deletes or rejects something
+# (executor.go prepareCandidateAsync).
+PREEMPTION_ATTEMPTS = Counter(
+    "scheduler_preemption_attempts_total",
+    "Total preemption attempts in the cluster till now",
+)
+PREEMPTION_VICTIMS = Histogram(
+    "scheduler_preemption_victims",
+    "Number of selected preemption victims",
+    buckets=_VICTIMS_BUCKETS,
+)
+PREEMPTION_GOROUTINES_DURATION = Histogram(
+    "scheduler_preemption_goroutines_duration_seconds",
+    "Duration in seconds for running goroutines for the preemption.",
+    ["result"],
+    buckets=_GOROUTINE_BUCKETS,
+)
+PREEMPTION_GOROUTINES_EXECUTION = Counter(
+    "scheduler_preemption_goroutines_execution_total",
+    "Number of preemption goroutines executed.",
+    ["result"],
+)
 PLUGIN_SERVICE_ERRORS = Counter(
     "berth_plugin_service_errors_total",
     "Calls to the plugin service that failed (unreachable, refused, timed out), by call.",
@@ -121,14 +151,25 @@ def scheduled(attempts: int, since_first_seen: float) -> None:
     _child(POD_SCHEDULING_SLI, str(attempts)).observe(since_first_seen)
 
 
+def preemption_finished(result: str, seconds: float) -> None:
+    """One asynchronous preemption ended ("success" or "error")."""
+    _child(PREEMPTION_GOROUTINES_DURATION, result).observe(seconds)
+    _child(PREEMPTION_GOROUTINES_EXECUTION, result).inc()
+
+
 __all__ = [
     "ATTEMPT_DURATION",
     "CACHE_SIZE",
     "PENDING_PODS",
+    "PREEMPTION_ATTEMPTS",
+    "PREEMPTION_GOROUTINES_DURATION",
+    "PREEMPTION_GOROUTINES_EXECUTION",
+    "PREEMPTION_VICTIMS",
     "QUEUE_INCOMING",
     "SCHEDULE_ATTEMPTS",
     "attempt",
     "incoming",
     "pending_moved",
+    "preemption_finished",
     "scheduled",
 ]

@@ -490,6 +490,23 @@ class SchedulingQueue:
         log.debug("activated %d pod(s)", len(moved))
         return len(moved)
 
+    def ungate(self, uid: str, plugin: str) -> bool:
+        """A gate the shim itself holds was lifted without any change to the pod
+        (the end of the pod's asynchronous preemption, which DefaultPreemption's
+        PreEnqueue waits for: executor.go IsPodRunningPreemption). A pod gated
+        there was on its way to the activeQ (an event, e.g. a victim's deletion,
+        or the end of its backoff, sent it), so it carries on: to the backoffQ,
+        or the activeQ once its backoff is over. Upstream reaches the same end
+        with its last-victim check: a deletion that arrives before the
+        preemption's goroutine returns is not lost. A pod not gated by
+        ``plugin`` is left alone. Returns whether the pod moved."""
+        qp = self._pods.get(uid)
+        if qp is None or qp.where != GATED or qp.gated_by != plugin:
+            return False
+        qp.gated_by = ""
+        self._to_backoff(qp, "PreemptionFinished")
+        return True
+
     def flush_unschedulable_leftover(self) -> int:
         """flushUnschedulablePodsLeftover: pods unschedulable for longer than
         podMaxInUnschedulablePodsDuration are retried."""

@@ -13,13 +13,17 @@ Follows kube-scheduler's pkg/scheduler/schedule_one.go:
   condition False/Unschedulable, nominatedNodeName when a PostFilter
   nominated one, and goes back to the queue.
 - ``bindingCycle`` runs as its own task, never blocking the next scheduling
-  cycle: wait at Permit, PreBind, Bind (the pods/binding subresource when the
-  Bind plugin answers caller_binds), PostBind, the Scheduled event. Any
-  failure: Unreserve, forget, requeue with backoff. When DefaultBinder is the
-  only Bind plugin and no PreBind or PostBind plugin runs, the shim POSTs the
-  binding without asking Bind (the answer could only be caller_binds); the
-  POST goes from the event loop (shim.asynchttp) unless the API access
-  configuration needs the kubernetes client's pool.
+  cycle: nominatedNodeName (NominatedNodeNameForExpectation, when the pod
+  waits at Permit or PreBind has work), wait at Permit, PreBind, Bind (the
+  pods/binding subresource when the Bind plugin answers caller_binds),
+  PostBind, the Scheduled event. Any failure: Unreserve, forget, requeue with
+  backoff. PreBind is not called when the scheduling cycle's PreBindPreFlight
+  found no PreBind plugin with work (ScheduleResponse.pre_bind_skip). When
+  DefaultBinder is the only Bind plugin, the shim POSTs the binding without
+  asking Bind (the answer could only be caller_binds), so a pod whose PreBind
+  plugins all skip costs no RPC beyond its scheduling cycle; the POST goes
+  from the event loop (shim.asynchttp) unless the API access configuration
+  needs the kubernetes client's pool.
 - Objects beyond nodes and pods that the profiles' plugins read
   (DescribeProfiles' Profile.reads) are watched or polled into the cluster
   state (shim/objects.py); Reserve's assume_annotations go on the assumed
@@ -35,6 +39,17 @@ Follows kube-scheduler's pkg/scheduler/schedule_one.go:
 - The plugin service unreachable: the pods of the failed call go to the
   error backoff queue; nothing is dropped; the next call reconnects and the
   cluster-state protocol resyncs the replica.
+- Preemption (framework/preemption/executor.go, asynchronous as
+  SchedulerAsyncPreemption has it by default): the plugin service picks the
+  victims (PostFilterResponse.victims); the shim nominates the pod, then, in
+  a task of its own that never blocks the next cycle, clears the nominations
+  of lower-priority pods on that node, rejects victims waiting at Permit and
+  marks (DisruptionTarget) and deletes the others. Meanwhile the preemptor is
+  held at PreEnqueue (IsPodRunningPreemption); an API failure activates it.
+- Nominated pods (backend/queue/nominator.go): pending pods of this shim's
+  profiles with a nominated node are in the cluster state (shim/cache.py), from
+  the moment PostFilter nominates them, so the plugin service counts them for
+  pods of lower or equal priority.
 """
 
 from __future__ import annotations
@@ -42,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -84,6 +100,15 @@ PROFILES_REFRESH_SECONDS = 30.0
 # status.phase!=Succeeded,status.phase!=Failed).
 POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 
+# executor.go: the default preemption plugin, the gate it holds at PreEnqueue
+# while a pod's preemption runs, and the texts of PreemptPod.
+DEFAULT_PREEMPTION = "DefaultPreemption"
+PREEMPTION_PLUGINS = frozenset({DEFAULT_PREEMPTION})
+PREEMPTION_GATE_MESSAGE = "waiting for the preemption for this pod to be finished"
+# v1.DisruptionTarget and v1.PodReasonPreemptionByScheduler.
+DISRUPTION_TARGET = "DisruptionTarget"
+REASON_PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
+
 # Plugins whose rejection an event may undo (their EventsToRegister in
 # pkg/scheduler/framework/plugins/*). A plugin not listed here (out-of-tree, or
 # not ported yet) is moved by every event, as upstream treats a plugin that does
@@ -123,6 +148,8 @@ class WaitingPod:
     done: asyncio.Future[str | None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    # Rejected as a preemption's victim (WaitingPod.Preempt).
+    preempted: bool = False
 
     def allow(self, plugin: str) -> None:
         self.pending.pop(plugin, None)
@@ -173,12 +200,15 @@ class Scheduler:
         self.cache = SchedulerCache(service.state)
         self.queue = SchedulingQueue(
             service.sort_keys,
-            service.pre_enqueue,
+            self._pre_enqueue,
             initial_backoff=initial_backoff,
             max_backoff=max_backoff,
         )
         self.counters = Counters()
         self.waiting: dict[str, WaitingPod] = {}
+        # Pods whose asynchronous preemption is running, to the plugin that
+        # asked for it (executor.go Executor.preempting).
+        self.preempting: dict[str, str] = {}
         self._executor = ThreadPoolExecutor(
             max_workers=self.options.bind_workers, thread_name_prefix="berth-api"
         )
@@ -186,7 +216,13 @@ class Scheduler:
         self._informers: list[Informer[Any]] = []
         self.objects = ObjectSources(api, self.cache.state, self._on_object_change)
         self._start_index: dict[str, int] = {}
-        self._conditions: dict[str, tuple[str, str, str]] = {}
+        self._conditions: dict[str, tuple[str, str, str | None]] = {}
+        # Pods whose status.nominatedNodeName the binding cycle set (bindingCycle,
+        # NominatedNodeNameForExpectation), to that node, until it changes again.
+        self._binding_nominations: dict[str, str] = {}
+        # Per pod: the lock that orders its status patches, and how many
+        # patches hold or wait for it.
+        self._condition_locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._stopping = asyncio.Event()
         self.ready = False
         # Spans per pod only when they go somewhere.
@@ -348,14 +384,22 @@ class Scheduler:
             uid = ev.key
             if ev.type == DELETED:
                 was_placed = self.cache.holds(uid)
+                was_nominated = bool(self.cache.nominated_to(uid)) or (
+                    bool(pod.nominated_node_name) and pod.scheduler_name in self.profiles
+                )
                 self.cache.remove_pod(uid)
                 self.queue.delete(uid)
                 self._conditions.pop(uid, None)
+                self._binding_nominations.pop(uid, None)
                 w = self.waiting.get(uid)
                 if w is not None:
                     w.reject("", "pod deleted while waiting at Permit")
                 if was_placed:
                     self.queue.move_all("AssignedPodDelete", _pod_delete_helps)
+                elif was_nominated and not pod.node_name:
+                    # deletePodFromSchedulingQueue: pods of lower or equal
+                    # priority counted the nominated pod as if it were assigned.
+                    self.queue.move_all("AssignedPodDelete", _le_priority(pod.priority))
                 continue
             if pod.node_name:
                 # Bound (by us or anyone): it occupies its node; stop queueing it.
@@ -372,16 +416,60 @@ class Scheduler:
             if pod.terminating:
                 # skipPodSchedule: a pod being deleted is not scheduled.
                 self.queue.delete(uid)
+                self.cache.clear_nomination(uid)
                 continue
             if self.cache.is_assumed(uid):
                 # Being bound: the unbound copy is older news (skipPodUpdate).
                 continue
-            if uid in self.queue:
+            qp = self.queue.get(uid)
+            old = None
+            if qp is not None:
+                old = qp.updated if qp.updated is not None else qp.pod
                 self.queue.update(pod)
             else:
                 self.queue.add(pod, pod.scheduler_name)
+            if (
+                pod.nominated_node_name
+                or uid in self.cache.nominated
+                or (old is not None and old.nominated_node_name)
+            ):
+                self._nomination_update(old, pod)
+
+    def _nomination_update(self, old: cpb.Pod | None, pod: cpb.Pod) -> None:
+        """A pending pod of ours arrived or changed with a nomination, or lost
+        one: the nominator follows (AddNominatedPod, UpdateNominatedPod), and a
+        nomination that moved away from a node may let lower or equal priority
+        pods fit there (updatePodInSchedulingQueue, hasNominatedNodeNameChanged)."""
+        old_node = old.nominated_node_name if old is not None else ""
+        self.cache.update_nominated(old_node, pod)
+        expected = self._binding_nominations.get(pod.uid)
+        if expected is not None and pod.nominated_node_name != expected:
+            self._binding_nominations.pop(pod.uid, None)
+            if old_node == expected:
+                # The binding cycle's nomination, cleared after that cycle failed:
+                # the node got back what the assumed pod held when it was
+                # forgotten, which moves pods only after a preemption (_bind,
+                # handleBindingCycleError); its nomination leaving moves none
+                # either, or a gang rejected at Permit would bring its
+                # unschedulable member straight back to reject it again.
+                return
+        if old is not None and old_node and old_node != pod.nominated_node_name:
+            self.queue.move_all("AssignedPodDelete", _le_priority(old.priority))
 
     # -- admission ---------------------------------------------------------------------
+
+    async def _pre_enqueue(self, profile: str, pod: cpb.Pod) -> pb.Status:
+        """PreEnqueue: the shim's own gate first (DefaultPreemption.PreEnqueue:
+        a pod whose preemption is still running waits for it), then the
+        profile's PreEnqueue plugins."""
+        plugin = self.preempting.get(pod.uid)
+        if plugin is not None:
+            return pb.Status(
+                code=pb.CODE_UNSCHEDULABLE_AND_UNRESOLVABLE,
+                reasons=[PREEMPTION_GATE_MESSAGE],
+                plugin=plugin,
+            )
+        return await self.service.pre_enqueue(profile, pod)
 
     async def _admit_loop(self) -> None:
         delay = 0.5
@@ -447,7 +535,15 @@ class Scheduler:
                 metrics.PLUGIN_SERVICE_ERRORS.labels("Schedule").inc()
                 log.warning("%s; %d pod(s) back to the queue with backoff", exc, len(batch))
                 for qp, span in zip(batch, spans, strict=True):
-                    self._failed(qp, str(exc), REASON_SCHEDULER_ERROR, error=True, start=start)
+                    # No cycle ran: the pod's nomination stands.
+                    self._failed(
+                        qp,
+                        str(exc),
+                        REASON_SCHEDULER_ERROR,
+                        error=True,
+                        start=start,
+                        nominated=None,
+                    )
                     span.set_status(trace.StatusCode.ERROR, str(exc))
                     span.end()
                 return
@@ -533,15 +629,34 @@ class Scheduler:
             # The end of a scheduling cycle that lets the pod on
             # (prepareForBindingCycle): the pods its plugins asked for go active.
             self._activate(pod, "Permit", permit.activate_pod_uids)
-            self._spawn(self._bind(qp, profile, resp.node, resp.cycle, waiting, span, start))
+            self._spawn(
+                self._bind(
+                    qp,
+                    profile,
+                    resp.node,
+                    resp.cycle,
+                    waiting,
+                    span,
+                    start,
+                    pre_bind_skip=resp.pre_bind_skip,
+                )
+            )
             return
         # No node: FitError (Unschedulable) or an Error. PostFilter may have
         # rejected pods waiting at Permit (e.g. the rest of a gang).
-        self._signals(resp.post_filter.signals)
+        pf = resp.post_filter
+        self._signals(pf.signals)
         error = st.code == CODE_ERROR
         msg = resp.diagnosis.message or "; ".join(st.reasons) or "scheduling failed"
-        nominated = resp.post_filter.nominated_node_name
+        nominated = self._nomination_after_failure(pod, resp)
         plugins = frozenset(resp.diagnosis.unschedulable_plugins)
+        if resp.HasField("post_filter") and self._runs_preemption(profile, pf):
+            metrics.PREEMPTION_ATTEMPTS.inc()
+        if pf.nominated_node_name:
+            # Before the pod goes back to the queue, so it is held at
+            # PreEnqueue from the start (prepareCandidateAsync runs inside
+            # PostFilter, before handleSchedulingFailure).
+            self._start_preemption(qp, pf)
         self._failed(
             qp,
             msg,
@@ -600,10 +715,17 @@ class Scheduler:
         error: bool,
         start: float,
         plugins: frozenset[str] = frozenset(),
-        nominated: str = "",
+        nominated: str | None = "",
     ) -> None:
-        """handleSchedulingFailure: event, condition, requeue."""
+        """handleSchedulingFailure: event, condition, requeue, nomination.
+        ``nominated``: the pod's nominated node from now on ("" clears it,
+        upstream's clearNominatedNode), or None to leave it as it is
+        (NominatingMode Noop)."""
         pod = qp.pod
+        if nominated is not None:
+            # AddNominatedPod, before the status patch below reaches the API
+            # server: the next cycles count the pod on its node at once.
+            self.cache.nominate(pod, nominated)
         result = "error" if error else "unschedulable"
         metrics.attempt(result, qp.profile, time.perf_counter() - start)
         if error:
@@ -622,17 +744,44 @@ class Scheduler:
         self.recorders[qp.profile].record(
             _ref(pod), "Warning", "FailedScheduling", "Scheduling", message
         )
+        if nominated is None:
+            # Left as it is: the nominator's node, which the API has or will
+            # have (an earlier patch carrying it may be superseded by this one).
+            nominated = self.cache.nominated_to(pod.uid) or None
         self._spawn(self._patch_condition(pod, reason, message, nominated))
 
     async def _patch_condition(
-        self, pod: cpb.Pod, reason: str, message: str, nominated: str
+        self, pod: cpb.Pod, reason: str, message: str, nominated: str | None
     ) -> None:
         """updatePod: PodScheduled=False with the reason and message, and
-        nominatedNodeName, patched only when they change."""
+        nominatedNodeName when ``nominated`` is not None and differs from the
+        pod's (None: left as it is), patched only when they change."""
         want = (reason, message, nominated)
-        if self._conditions.get(pod.uid) == want:
+        uid = pod.uid
+        if self._conditions.get(uid) == want:
             return
-        self._conditions[pod.uid] = want
+        self._conditions[uid] = want
+        # One patch per pod at a time, the latest wanted status last: two
+        # failures of one pod in quick succession must not land out of order
+        # (the older message would stay while the cache says the newer one).
+        lock, users = self._condition_locks.get(uid) or (asyncio.Lock(), 0)
+        self._condition_locks[uid] = (lock, users + 1)
+        try:
+            async with lock:
+                if self._conditions.get(uid) != want:
+                    return  # superseded: the newer status's own task patches it
+                await self._send_condition(pod, reason, message, nominated)
+        finally:
+            lock, users = self._condition_locks[uid]
+            if users <= 1:
+                del self._condition_locks[uid]
+            else:
+                self._condition_locks[uid] = (lock, users - 1)
+
+    async def _send_condition(
+        self, pod: cpb.Pod, reason: str, message: str, nominated: str | None
+    ) -> None:
+        want = (reason, message, nominated)
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         status: dict[str, Any] = {
             "conditions": [
@@ -646,7 +795,7 @@ class Scheduler:
                 }
             ]
         }
-        if nominated or pod.nominated_node_name:
+        if nominated is not None and nominated != pod.nominated_node_name:
             status["nominatedNodeName"] = nominated or None
         patch = {"metadata": {"uid": pod.uid}, "status": status}
         try:
@@ -654,11 +803,256 @@ class Scheduler:
                 self.api.strategic_patch, pod_path(pod.namespace, pod.name, "status"), patch
             )
         except ApiError as exc:
-            self._conditions.pop(pod.uid, None)
-            if not exc.not_found and not exc.conflict:
+            if self._conditions.get(pod.uid) == want:
+                self._conditions.pop(pod.uid, None)
+            if not exc.not_found and not exc.conflict and not exc.uid_mismatch:
                 log.warning(
                     "could not update status of pod %s/%s: %s", pod.namespace, pod.name, exc
                 )
+
+    # -- preemption (framework/preemption/executor.go) -------------------------------------
+
+    def _runs_preemption(self, profile: str, pf: pb.PostFilterResponse) -> bool:
+        """Did this cycle's PostFilter attempt a preemption (what
+        scheduler_preemption_attempts_total counts: every DefaultPreemption
+        PostFilter call)? Yes when the profile runs a preemption plugin at
+        PostFilter, or when the answer names victims."""
+        if pf.victims or pf.plugin in PREEMPTION_PLUGINS:
+            return True
+        info = self.service.profiles.get(profile)
+        return info is not None and any(
+            p in PREEMPTION_PLUGINS for p in info.points.get("postFilter", ())
+        )
+
+    def _nomination_after_failure(self, pod: cpb.Pod, resp: pb.ScheduleResponse) -> str | None:
+        """The pod's nominated node after a cycle that found no node
+        (schedulingAlgorithm's nominatingInfo): "" clears it, None leaves it.
+
+        An error, or a FitError without PostFilter plugins, clears it
+        (clearNominatedNode). Otherwise PostFilter's nominating_mode decides:
+        Override sets nominated_node_name ("" clears: no preemption
+        candidate), Noop leaves the nomination (the pod may not preempt now,
+        PodEligibleToPreemptOthers). A server that does not say (Unspecified)
+        gets the same answer worked out here: the nomination stands when the
+        pod may not preempt (preemptionPolicy Never) or when its nominated
+        node still holds a terminating pod of lower priority, the victims of
+        its own preemption being deleted; otherwise it is cleared."""
+        if resp.status.code == CODE_ERROR or not resp.HasField("post_filter"):
+            return ""
+        pf = resp.post_filter
+        if pf.nominating_mode == pb.NOMINATING_MODE_NOOP:
+            return None
+        if pf.nominating_mode == pb.NOMINATING_MODE_OVERRIDE:
+            return pf.nominated_node_name
+        if pf.nominated_node_name:
+            return pf.nominated_node_name
+        current = self.cache.nominated_to(pod.uid) or pod.nominated_node_name
+        if not current:
+            return ""
+        if pod.preemption_policy == "Never":
+            return None
+        for other in self.cache.state.pods.values():
+            if other.node_name == current and other.terminating and other.priority < pod.priority:
+                return None
+        return ""
+
+    def _start_preemption(self, qp: QueuedPod, pf: pb.PostFilterResponse) -> None:
+        """executor.go prepareCandidateAsync: victims already terminating need
+        no call; with none left nothing starts. Otherwise the pod is marked as
+        preempting (held at PreEnqueue) and the calls run in a task of their
+        own."""
+        pod = qp.pod
+        node = pf.nominated_node_name
+        plugin = pf.plugin or DEFAULT_PREEMPTION
+        victims: list[pb.Victim] = []
+        for v in pf.victims:
+            known = self.cache.state.pods.get(v.uid)
+            if known is not None and known.terminating:
+                log.debug(
+                    "victim %s/%s is already being deleted; no call for it", v.namespace, v.name
+                )
+                continue
+            victims.append(v)
+        if not victims:
+            return
+        metrics.PREEMPTION_VICTIMS.observe(len(pf.victims))
+        self.preempting[pod.uid] = plugin
+        self._spawn(self._preempt(pod, node, plugin, victims, list(pf.clear_nomination_pod_uids)))
+
+    async def _preempt(
+        self,
+        preemptor: cpb.Pod,
+        node: str,
+        plugin: str,
+        victims: list[pb.Victim],
+        clear_uids: list[str],
+    ) -> None:
+        """The goroutine of prepareCandidateAsync: clear the nominations of
+        lower-priority pods on the node (a failure is noted, not fatal), then
+        preempt every victim concurrently; the first failure cancels the rest.
+        At the end the pod leaves the preempting set; after a failure it is
+        activated (it might otherwise sit in the unschedulable pool with
+        nothing left to move it), else, if an event or its backoff brought it
+        to the gate meanwhile, it carries on towards the activeQ
+        (SchedulingQueue.ungate).
+
+        Upstream preempts the last victim on its own so that PreEnqueue can
+        tell a finished deletion from a pending one, and a deletion event that
+        arrives before the goroutine returns is not lost; here the gate is
+        lifted in the event loop that delivers the deletions, and a pod an
+        event sent to the gate meanwhile is sent on, so no such split is
+        needed."""
+        start = time.perf_counter()
+        ok = True
+        log.info(
+            "preempting %d pod(s) on node %s for pod %s/%s: %s",
+            len(victims),
+            node,
+            preemptor.namespace,
+            preemptor.name,
+            ", ".join(f"{v.namespace}/{v.name}" for v in victims),
+        )
+        try:
+            if not await self._clear_nominations(clear_uids, node):
+                ok = False
+            tasks = [
+                asyncio.ensure_future(self._preempt_victim(preemptor, node, plugin, v))
+                for v in victims
+            ]
+            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            for t in done:
+                exc = t.exception()
+                if exc is not None:
+                    ok = False
+                    log.warning(
+                        "preemption for pod %s/%s on node %s failed: %s",
+                        preemptor.namespace,
+                        preemptor.name,
+                        node,
+                        exc,
+                    )
+        finally:
+            self.preempting.pop(preemptor.uid, None)
+        result = "success" if ok else "error"
+        metrics.preemption_finished(result, time.perf_counter() - start)
+        log.info(
+            "preemption for pod %s/%s on node %s finished: %s",
+            preemptor.namespace,
+            preemptor.name,
+            node,
+            result,
+        )
+        if ok:
+            self.queue.ungate(preemptor.uid, plugin)
+        else:
+            self._activate(preemptor, "a failed preemption", [preemptor.uid])
+
+    async def _preempt_victim(
+        self, preemptor: cpb.Pod, node: str, plugin: str, victim: pb.Victim
+    ) -> None:
+        """executor.go PreemptPod: a victim waiting at Permit is rejected in
+        memory (WaitingPod.Preempt: it goes back to the queue as an error, no
+        API call); any other gets the DisruptionTarget condition, then is
+        deleted, with its uid as precondition (a victim already gone, or
+        replaced by a pod of the same name, is no failure and gets no event).
+        Then the Preempted event. Raises ApiError when a call fails."""
+        note = f"Preempted by pod {preemptor.uid} on node {node}"
+        w = self.waiting.get(victim.uid)
+        if w is not None and not w.done.done():
+            w.preempted = True
+            w.reject(plugin, "preempted")
+            log.info(
+                "pod %s/%s waiting at Permit preempted by %s/%s",
+                victim.namespace,
+                victim.name,
+                preemptor.namespace,
+                preemptor.name,
+            )
+            note += " (in kube-scheduler memory)."
+        else:
+            now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            condition = {
+                "type": DISRUPTION_TARGET,
+                "status": "True",
+                "reason": REASON_PREEMPTION_BY_SCHEDULER,
+                "message": (
+                    f"{preemptor.scheduler_name}: preempting to accommodate a higher priority pod"
+                ),
+                "lastTransitionTime": now,
+            }
+            patch = {"metadata": {"uid": victim.uid}, "status": {"conditions": [condition]}}
+            path = pod_path(victim.namespace, victim.name)
+            try:
+                await self._api(self.api.strategic_patch, f"{path}/status", patch)
+                await self._api(functools.partial(self.api.delete, path, uid=victim.uid))
+            except ApiError as exc:
+                # Gone (404), or replaced by a pod of the same name: the patch's
+                # uid does not match (422 on metadata.uid), nor the deletion's
+                # precondition (409).
+                if exc.not_found or exc.conflict or exc.uid_mismatch:
+                    log.info(
+                        "victim %s/%s is already gone (%s)",
+                        victim.namespace,
+                        victim.name,
+                        exc.reason or exc.status,
+                    )
+                    return
+                raise
+            log.info(
+                "pod %s/%s preempted pod %s/%s on node %s",
+                preemptor.namespace,
+                preemptor.name,
+                victim.namespace,
+                victim.name,
+                node,
+            )
+        self.recorders[preemptor.scheduler_name].record(
+            ObjectRef(kind="Pod", namespace=victim.namespace, name=victim.name, uid=victim.uid),
+            "Normal",
+            "Preempted",
+            "Preempting",
+            note,
+            related=_ref(preemptor),
+        )
+
+    async def _clear_nominations(self, uids: list[str], node: str) -> bool:
+        """executor.go clearNominatedNodeName: lower-priority pods nominated to
+        the node may no longer fit there; their status.nominatedNodeName is
+        cleared (the informer brings the change to the nominator, which moves
+        them). Returns False when a patch failed."""
+        ok = True
+        for uid in uids:
+            qp = self.queue.get(uid)
+            pod = qp.pod if qp is not None else self.cache.state.pods.get(uid)
+            if pod is None or not pod.nominated_node_name:
+                continue
+            self._conditions.pop(uid, None)
+            patch = {"metadata": {"uid": uid}, "status": {"nominatedNodeName": None}}
+            try:
+                await self._api(
+                    self.api.strategic_patch, pod_path(pod.namespace, pod.name, "status"), patch
+                )
+                log.info(
+                    "cleared the nomination of pod %s/%s to node %s",
+                    pod.namespace,
+                    pod.name,
+                    node,
+                )
+            except ApiError as exc:
+                if exc.not_found or exc.conflict or exc.uid_mismatch:
+                    continue
+                log.warning(
+                    "could not clear the nomination of pod %s/%s to node %s: %s",
+                    pod.namespace,
+                    pod.name,
+                    node,
+                    exc,
+                )
+                ok = False
+        return ok
 
     # -- binding cycles -------------------------------------------------------------------
 
@@ -671,11 +1065,15 @@ class Scheduler:
         waiting: WaitingPod | None,
         span: trace.Span,
         start: float,
+        *,
+        pre_bind_skip: bool = False,
     ) -> None:
         pod = qp.pod
         token = otel_context.attach(trace.set_span_in_context(span)) if self._traced else None
         try:
-            failure = await self._binding_cycle(qp, profile, node, cycle, waiting)
+            failure = await self._binding_cycle(
+                qp, profile, node, cycle, waiting, pre_bind_skip=pre_bind_skip
+            )
         except asyncio.CancelledError:
             self.cache.forget(qp.uid)
             raise
@@ -693,6 +1091,7 @@ class Scheduler:
             metrics.scheduled(qp.attempts, time.time() - qp.first_seen)
             self.queue.done_bound(qp)
             self._conditions.pop(qp.uid, None)
+            self._binding_nominations.pop(qp.uid, None)
             span.set_attribute("berth.result", "scheduled")
             span.set_attribute("k8s.node.name", node)
             span.end()
@@ -700,13 +1099,23 @@ class Scheduler:
         message, requeue = failure
         span.set_status(trace.StatusCode.ERROR, message)
         span.end()
-        self.cache.forget(qp.uid)
+        forgotten = self.cache.forget(qp.uid)
         if requeue and qp.uid in self.queue:
             self.counters.bind_failures += 1
             self._failed(qp, message, REASON_SCHEDULER_ERROR, error=True, start=start)
         else:
             # The pod is gone, or bound by someone else: nothing to retry.
             self.queue.done_bound(qp)
+        if forgotten and waiting is not None and waiting.preempted:
+            # handleBindingCycleError: forgetting an assumed pod frees what it
+            # held on its node, like an assigned pod's deletion: a victim
+            # preempted while waiting at Permit makes room for its preemptor.
+            # Upstream moves pods after every forgotten binding cycle; the shim
+            # only after a preempted one for now: it requeues every Permit
+            # rejection as an error, and moving pods after the rejections of a
+            # gang (Coscheduling) would bring its unschedulable member straight
+            # back (SchedulerPopFromBackoffQ) to reject the gang again.
+            self.queue.move_all("AssignedPodDelete", _pod_delete_helps_others(qp.uid))
 
     async def _binding_cycle(
         self,
@@ -715,10 +1124,20 @@ class Scheduler:
         node: str,
         cycle: pb.CycleState,
         waiting: WaitingPod | None,
+        *,
+        pre_bind_skip: bool = False,
     ) -> tuple[str, bool] | None:
-        """Returns None when bound, else (message, requeue)."""
+        """Returns None when bound, else (message, requeue).
+
+        ``pre_bind_skip``: the scheduling cycle's PreBindPreFlight found no
+        PreBind plugin with work for the pod (ScheduleResponse.pre_bind_skip),
+        so PreBind is not called. False, also from a plugin server that
+        predates the field, means PreBind is called when the profile has
+        PreBind plugins (or is not known)."""
         pod = qp.pod
         info = self.service.profiles.get(profile)
+        # RunPreBindPreFlights' Success as the scheduling cycle reported it.
+        pre_bind = (info is None or info.has("preBind")) and not pre_bind_skip
 
         async def unreserve() -> None:
             if info is None or info.has("reserve"):
@@ -730,6 +1149,13 @@ class Scheduler:
 
         # PreBind's and PostBind's PodsToActivate, activated once bound.
         activate: list[str] = []
+        if (pre_bind or waiting is not None) and pod.nominated_node_name != node:
+            # schedule_one.go bindingCycle (NominatedNodeNameForExpectation,
+            # beta and on in v1.36): when PreBind has work or the pod waits at
+            # Permit, the pod is not bound at once, so tell other components
+            # (e.g. the cluster autoscaler) where it is going. Otherwise it is
+            # bound soon anyway and nothing is written.
+            await self._nominate_for_binding(qp, node)
         if waiting is not None:
             with self._span("permit_wait"):
                 rejection = await self._wait_permit(waiting)
@@ -740,7 +1166,7 @@ class Scheduler:
             await unreserve()
             return f"binding rejected: node {node} was deleted", True
         try:
-            if info is None or info.has("preBind"):
+            if pre_bind:
                 with self._span("PreBind"):
                     st = await self.service.node_call("PreBind", profile, pod, node, cycle)
                 if st.status.code not in (CODE_SUCCESS, CODE_SKIP):
@@ -761,33 +1187,30 @@ class Scheduler:
                         return f"running PreBind plugin {exc.write.plugin!r}: {exc}", True
             if info is not None and info.shim_binds:
                 # The only Bind plugin is DefaultBinder, whose answer is always
-                # Success with caller_binds, and nothing runs before or after
-                # it: POST the binding without asking (default_binder.go Bind).
+                # Success with caller_binds: POST the binding without asking
+                # (default_binder.go Bind).
                 with self._span("Bind"):
                     outcome = await self._post_binding(pod, node)
                 if outcome is not None:
                     await unreserve()
                     return outcome
-                self.cache.finish_binding(qp.uid)
-                log.debug("bound %s/%s to %s", pod.namespace, pod.name, node)
-                self._scheduled_event(profile, pod, node)
-                return None
-            with self._span("Bind"):
-                bind: pb.BindResponse = await self.service.node_call(
-                    "Bind", profile, pod, node, cycle
-                )
-            if bind.status.code != CODE_SUCCESS:
-                await unreserve()
-                return (
-                    f"binding rejected: {'; '.join(bind.status.reasons) or 'no bind plugin bound the pod'}",
-                    True,
-                )
-            if bind.caller_binds:
-                with self._span("binding"):
-                    outcome = await self._post_binding(pod, node)
-                if outcome is not None:
+            else:
+                with self._span("Bind"):
+                    bind: pb.BindResponse = await self.service.node_call(
+                        "Bind", profile, pod, node, cycle
+                    )
+                if bind.status.code != CODE_SUCCESS:
                     await unreserve()
-                    return outcome
+                    return (
+                        f"binding rejected: {'; '.join(bind.status.reasons) or 'no bind plugin bound the pod'}",
+                        True,
+                    )
+                if bind.caller_binds:
+                    with self._span("binding"):
+                        outcome = await self._post_binding(pod, node)
+                    if outcome is not None:
+                        await unreserve()
+                        return outcome
         except ServiceUnavailable as exc:
             await unreserve()
             return f"binding rejected: {exc}", True
@@ -805,6 +1228,42 @@ class Scheduler:
         self._activate(pod, "the binding cycle", activate)
         self._scheduled_event(profile, pod, node)
         return None
+
+    async def _nominate_for_binding(self, qp: QueuedPod, node: str) -> None:
+        """bindingCycle's updatePod with NominatingInfo{node, ModeOverride}:
+        the pod's status.nominatedNodeName becomes ``node``. A failure is
+        logged and the binding cycle goes on, as upstream's does. Once it is
+        written, the queued copy of the pod carries it too, so a binding cycle
+        that fails clears it again (handleBindingCycleError's
+        clearNominatedNode, which upstream patches against the informer's
+        copy); a binding that succeeds has it cleared by the API server
+        (ClearingNominatedNodeNameAfterBinding)."""
+        pod = qp.pod
+        patch = {"metadata": {"uid": pod.uid}, "status": {"nominatedNodeName": node}}
+        try:
+            with self._span("nominate"):
+                await self._api(
+                    self.api.strategic_patch, pod_path(pod.namespace, pod.name, "status"), patch
+                )
+        except ApiError as exc:
+            log.warning(
+                "could not set the nominated node of pod %s/%s to %s before binding it "
+                "(binding goes on): %s",
+                pod.namespace,
+                pod.name,
+                node,
+                exc,
+            )
+            return
+        log.debug("pod %s/%s nominated to %s for its binding", pod.namespace, pod.name, node)
+        self._binding_nominations[pod.uid] = node
+        # The status changed: a later condition patch must not be skipped as
+        # already written (it also clears this nomination).
+        self._conditions.pop(pod.uid, None)
+        nominated = cpb.Pod()
+        nominated.CopyFrom(pod)
+        nominated.nominated_node_name = node
+        qp.pod = nominated
 
     def _scheduled_event(self, profile: str, pod: cpb.Pod, node: str) -> None:
         """schedule_one.go bindingCycle: the Scheduled event of a bound pod."""
@@ -930,6 +1389,26 @@ def _ref(pod: cpb.Pod) -> ObjectRef:
 
 def _pod_delete_helps(qp: QueuedPod) -> bool:
     return not qp.unschedulable_plugins or not qp.unschedulable_plugins <= NODE_EVENTS_ONLY
+
+
+def _pod_delete_helps_others(uid: str) -> Callable[[QueuedPod], bool]:
+    """An assumed pod forgotten: the other pods its deletion may help."""
+
+    def helps(qp: QueuedPod) -> bool:
+        return qp.uid != uid and _pod_delete_helps(qp)
+
+    return helps
+
+
+def _le_priority(priority: int) -> Callable[[QueuedPod], bool]:
+    """getLEPriorityPreCheck: pods of lower or equal priority, for the event
+    of a nominated pod leaving a node (checked against their rejectors as an
+    assigned pod's deletion is)."""
+
+    def helps(qp: QueuedPod) -> bool:
+        return qp.pod.priority <= priority and _pod_delete_helps(qp)
+
+    return helps
 
 
 def _pod_add_helps(qp: QueuedPod) -> bool:

@@ -36,17 +36,34 @@ from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
 from plugins.framework.interfaces import PreEnqueuePlugin, QueuedPodInfo, QueueSortPlugin
 from plugins.framework.model import PodInfo
+from plugins.framework.status import SUCCESS, Status
 from plugins.queuesort import PrioritySort
 from plugins.schedulinggates import SchedulingGates
 
 log = logging.getLogger(__name__)
+
+
+class PreemptionGate(PreEnqueuePlugin):
+    """DefaultPreemption's PreEnqueue turns a pod away while its asynchronous
+    preemption runs (executor.go IsPodRunningPreemption). The preemption runs
+    in the shim, so only the shim knows: ``Scheduler`` holds that gate, and the
+    plugin service's answer could only be Success."""
+
+    name = "DefaultPreemption"
+
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        return SUCCESS
+
 
 # Plugins whose answer depends on the pod alone (no args, no cluster state, no
 # objects): when they are all a profile runs at PreEnqueue or QueueSort, the
 # shim runs the same plugin code (plugins/<name>) itself rather than ask the
 # plugin service for an answer that could not differ. Any other plugin at that
 # point and the shim asks, as before.
-LOCAL_PRE_ENQUEUE: dict[str, type[PreEnqueuePlugin]] = {"SchedulingGates": SchedulingGates}
+LOCAL_PRE_ENQUEUE: dict[str, type[PreEnqueuePlugin]] = {
+    "SchedulingGates": SchedulingGates,
+    "DefaultPreemption": PreemptionGate,
+}
 LOCAL_QUEUE_SORT: dict[str, type[QueueSortPlugin]] = {"PrioritySort": PrioritySort}
 # A Bind plugin that only answers "the caller binds" (plugins/defaultbinder:
 # Success and caller_binds for every pod, upstream's DefaultBinder POST done
@@ -164,15 +181,16 @@ class ProfileInfo:
 
     @property
     def shim_binds(self) -> bool:
-        """Is the binding cycle only the pods/binding POST? True when the only
-        Bind plugin is DefaultBinder (which always answers caller_binds) and no
-        PreBind or PostBind plugin runs: the shim POSTs the binding without
-        asking Bind."""
-        return (
-            self.points.get("bind", ()) == (CALLER_BINDS,)
-            and not self.has("preBind")
-            and not self.has("postBind")
-        )
+        """Is the Bind step only the pods/binding POST? True when the only Bind
+        plugin is DefaultBinder, which answers Success with caller_binds for
+        every pod whatever the cycle state: the shim POSTs the binding without
+        asking Bind. PreBind and PostBind, when the profile has them, are
+        still called around it (PreBind only when the scheduling cycle's
+        PreBindPreFlight said some plugin has work: ScheduleResponse.
+        pre_bind_skip), so a profile whose PreBind plugins all skip a pod
+        (the default profile's VolumeBinding for a pod without volumes)
+        binds it with no RPC beyond the scheduling cycle."""
+        return self.points.get("bind", ()) == (CALLER_BINDS,)
 
     @property
     def queue_sort_reads(self) -> bool:
@@ -284,6 +302,7 @@ class PluginService:
                     f"{name}: PreEnqueue {'in the shim' if name in pre_enqueue else 'asked'}, "
                     f"QueueSort {'in the shim' if name in queue_sort else 'asked'}, "
                     f"binding {'POSTed directly' if info.shim_binds else 'through Bind'}"
+                    + (", PreBind asked unless its pre-flight skips" if info.has("preBind") else "")
                     for name, info in sorted(out.items())
                 ),
             )

@@ -18,6 +18,7 @@ from typing import Any, Final, Generic, TypeVar
 import msgspec
 
 from plugins.framework.objects import ObjectWrite
+from plugins.framework.status import Status
 
 T = TypeVar("T")
 
@@ -26,6 +27,24 @@ T = TypeVar("T")
 # (pkg/scheduler/framework/interface.go), a list of pod uids, msgpack.
 PODS_TO_ACTIVATE_KEY: Final = "kubernetes.io/pods-to-activate"
 _UIDS_DECODER = msgspec.msgpack.Decoder(list[str])
+
+# The reserved state key under which what PreBindPreFlight found travels from
+# the scheduling cycle to the PreBind call: the PreBind plugins that answered
+# Skip (upstream's CycleState.SetSkipPreBindPlugins) or the pre-flight's
+# Error, msgpack (``PreBindPreFlightRecord``).
+PRE_BIND_PRE_FLIGHT_KEY: Final = "berth.dev/pre-bind-pre-flight"
+
+
+class PreBindPreFlightRecord(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The wire form of a CycleState's pre-flight outcome: the PreBind plugins
+    to skip, or the Error (message and plugin) that fails the binding cycle."""
+
+    skip: list[str] = []
+    error: str = ""
+    error_plugin: str = ""
+
+
+_PRE_FLIGHT_DECODER = msgspec.msgpack.Decoder(PreBindPreFlightRecord)
 
 
 class StateError(KeyError):
@@ -50,6 +69,11 @@ class StateKey(Generic[T]):
             raise ValueError(
                 f"state key {name!r} is reserved for the pods to activate: use "
                 "CycleState.activate_pods"
+            )
+        if name == PRE_BIND_PRE_FLIGHT_KEY:
+            raise ValueError(
+                f"state key {name!r} is reserved for the PreBind plugins that "
+                "PreBindPreFlight skipped: the runtime keeps it"
             )
         self.name = name
         self.type = type_
@@ -88,6 +112,11 @@ class CycleState:
     reserved key ``PODS_TO_ACTIVATE_KEY``, so what PreFilter .. Reserve ask
     for reaches the end of the scheduling cycle (Permit) when each point is
     its own call; the runtime takes them out when the caller is to act.
+
+    So is what PreBindPreFlight found (``skip_pre_bind_plugins``, upstream's
+    Set/GetSkipPreBindPlugins, and ``pre_bind_pre_flight_error``): it is
+    worked out at the end of the scheduling cycle and read by the PreBind
+    call, so it travels under the reserved key ``PRE_BIND_PRE_FLIGHT_KEY``.
     """
 
     __slots__ = (
@@ -98,7 +127,9 @@ class CycleState:
         "assume_annotations",
         "current_plugin",
         "permit_signals",
+        "pre_bind_pre_flight_error",
         "skip_filter_plugins",
+        "skip_pre_bind_plugins",
         "skip_score_plugins",
     )
 
@@ -107,6 +138,12 @@ class CycleState:
         self._encoded: dict[str, bytes] = {}
         self.skip_filter_plugins: set[str] = set()
         self.skip_score_plugins: set[str] = set()
+        # PreBind plugins whose PreBindPreFlight answered Skip: their PreBind
+        # is not run (upstream's SetSkipPreBindPlugins).
+        self.skip_pre_bind_plugins: set[str] = set()
+        # The Error of RunPreBindPreFlights, if it failed: the binding cycle
+        # fails with it (the PreBind call answers it without running plugins).
+        self.pre_bind_pre_flight_error: Status | None = None
         # (pod uid, plugin, allow, message) signals raised by Permit or
         # Unreserve plugins for pods that are already waiting; the caller
         # applies them.
@@ -269,6 +306,8 @@ class CycleState:
         other._activate = self._activate
         other.skip_filter_plugins = set(self.skip_filter_plugins)
         other.skip_score_plugins = set(self.skip_score_plugins)
+        other.skip_pre_bind_plugins = set(self.skip_pre_bind_plugins)
+        other.pre_bind_pre_flight_error = self.pre_bind_pre_flight_error
         return other
 
     # -- wire form ---------------------------------------------------------
@@ -280,6 +319,15 @@ class CycleState:
             out[name] = _ENCODER.encode(value)
         if self._activate:
             out[PODS_TO_ACTIVATE_KEY] = _ENCODER.encode(list(self._activate))
+        err = self.pre_bind_pre_flight_error
+        if err is not None:
+            out[PRE_BIND_PRE_FLIGHT_KEY] = _ENCODER.encode(
+                PreBindPreFlightRecord(error=err.message or "error", error_plugin=err.plugin)
+            )
+        elif self.skip_pre_bind_plugins:
+            out[PRE_BIND_PRE_FLIGHT_KEY] = _ENCODER.encode(
+                PreBindPreFlightRecord(skip=sorted(self.skip_pre_bind_plugins))
+            )
         return out
 
     @classmethod
@@ -300,6 +348,18 @@ class CycleState:
                     f"cycle state {PODS_TO_ACTIVATE_KEY!r} is not a msgpack list of pod uids: {exc}"
                 ) from exc
             state._activate = dict.fromkeys(u for u in uids if u)
+        raw = state._encoded.pop(PRE_BIND_PRE_FLIGHT_KEY, None)
+        if raw is not None:
+            try:
+                record = _PRE_FLIGHT_DECODER.decode(raw)
+            except msgspec.DecodeError as exc:
+                raise StateDecodeError(
+                    f"cycle state {PRE_BIND_PRE_FLIGHT_KEY!r} is not a msgpack map with "
+                    f"skip (plugin names), error and error_plugin (strings): {exc}"
+                ) from exc
+            state.skip_pre_bind_plugins = {n for n in record.skip if n}
+            if record.error:
+                state.pre_bind_pre_flight_error = Status.error(record.error, record.error_plugin)
         state.skip_filter_plugins = set(skip_filter)
         state.skip_score_plugins = set(skip_score)
         return state

@@ -14,7 +14,7 @@ plugin overrides exactly one.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -199,7 +199,17 @@ class FilterPlugin(Plugin):
 
 @dataclass(frozen=True, slots=True)
 class PostFilterResult:
+    """upstream's PostFilterResult (NominatingInfo), plus what a preemption
+    asks the caller to do, since the server itself holds no credentials
+    (preemption/executor.go): evict ``victims`` (in order) so the pod fits
+    on ``nominated_node_name``, and clear the nomination of the pods in
+    ``clear_nomination_pod_uids``. ``plugin``, the plugin that returned it,
+    is filled by the runtime (not part of equality)."""
+
     nominated_node_name: str = ""
+    victims: tuple[PodInfo, ...] = ()
+    clear_nomination_pod_uids: tuple[str, ...] = ()
+    plugin: str = field(default="", compare=False)
 
 
 class PostFilterPlugin(Plugin):
@@ -261,6 +271,20 @@ class PermitPlugin(Plugin):
 
 
 class PreBindPlugin(Plugin):
+    def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        """PreBindPreFlight (upstream framework/interface.go): will this
+        plugin's PreBind have work for the pod on ``node_name``? Runs at the
+        end of the scheduling cycle, once Permit lets the pod on (Success or
+        Wait), with the cycle's state. Success: PreBind has work (or may);
+        Skip: none, so PreBind is not called for this plugin and, when every
+        PreBind plugin skips, the caller need not call PreBind at all; Error:
+        the binding cycle fails. Any other code is treated as an Error.
+
+        The default answers Success, which is always safe (PreBind runs as
+        before): override it only where the answer is certain, and keep it
+        cheap and free of side effects (no writes)."""
+        return SUCCESS
+
     def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         raise NotImplementedError
 

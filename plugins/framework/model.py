@@ -613,5 +613,26 @@ class NodeInfo:
         self.node = node
         self.allocatable = Resource.from_proto(node.allocatable)
 
+    def clone(self) -> NodeInfo:
+        """A private copy to add pods to or remove pods from for a what-if
+        evaluation (upstream's NodeInfo.Snapshot, used by
+        RunFilterPluginsWithNominatedPods and preemption's dry runs). The
+        node record and the PodInfos are shared (both are immutable); the
+        pod sets and the sums are copied. The copy belongs to no snapshot:
+        ``owner`` None, ``index`` -1, so plugins' per-snapshot caches and
+        columns never see it; per-node plugin forms read it directly."""
+        other = NodeInfo.__new__(NodeInfo)
+        other.node = self.node
+        other.index = -1
+        other.owner = None
+        other.allocatable = self.allocatable.copy()
+        other.pods = dict(self.pods)
+        other.pods_with_affinity = dict(self.pods_with_affinity)
+        other.pods_with_required_anti_affinity = dict(self.pods_with_required_anti_affinity)
+        other.requested = self.requested.copy()
+        other.non_zero_requested = list(self.non_zero_requested)
+        other.used_ports = dict(self.used_ports)
+        return other
+
     def __repr__(self) -> str:
         return f"NodeInfo({self.name}, pods={len(self.pods)})"

@@ -6,18 +6,21 @@ numFeasibleNodesToFind, prioritizeNodes, selectHost). Each function cites the
 upstream function it mirrors. Timing, metrics and tracing wrap plugin calls
 here, never inside plugins.
 
-Known deviations from v1.36.3, on purpose until preemption is ported:
+Nominated pods (pods whose status.nominatedNodeName names a node, kept by the
+snapshot apart from the NodeInfos) are honoured as upstream does: Filter runs
+on a node with its equal-or-higher-priority nominated pods added, then, if
+that passes, without them (framework.go, RunFilterPluginsWithNominatedPods);
+a pod with a nominated node is tried there first (schedule_one.go,
+evaluateNominatedNode). The batch Filter path pays for this only on the nodes
+that have such pods.
 
-- schedule_one.go evaluateNominatedNode: a pod whose status.nominatedNodeName
-  is set is not tried on that node first;
-- framework.go RunFilterPluginsWithNominatedPods: pods nominated to a node with
-  equal or higher priority are not added to it for Filter.
-  Upstream's only source of nominations is DefaultPreemption (a PostFilter
-  plugin Berth does not ship yet), and the shim does not put nominated pods in
-  the cluster state; both land with the preemption work, which needs them.
+Known deviations from v1.36.3:
+
 - selectHost: among equal top scores Berth picks at random (seeded per
   request when asked); upstream takes the heap's maximum, which depends on the
   order parallel Filter found the nodes, so neither is reproducible.
+- With ``explain`` the nominated node is not tried first: an explanation
+  evaluates every node.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -58,10 +61,10 @@ from plugins.framework.interfaces import (
     ScorePlugin,
     SortKey,
 )
-from plugins.framework.model import PodInfo
+from plugins.framework.model import NodeInfo, PodInfo
 from plugins.framework.objects import ObjectKind, ProfileRead, merge_reads
 from plugins.framework.profile import ProfileConfig
-from plugins.framework.snapshot import NodeBatch, Snapshot
+from plugins.framework.snapshot import NodeBatch, Snapshot, detached_batch
 from plugins.framework.status import SUCCESS, Code, Status
 
 log = logging.getLogger(__name__)
@@ -144,6 +147,12 @@ def plugin_error_message(point: str, plugin: str, detail: str) -> str:
     if point == "PostFilter":
         # RunPostFilterPlugins passes the plugin's error on unwrapped.
         return detail
+    if point == "PreFilterExtensionAddPod":
+        return f"running AddPod on PreFilter plugin {q}: {detail}"
+    if point == "PreFilterExtensionRemovePod":
+        return f"running RemovePod on PreFilter plugin {q}: {detail}"
+    if point == "PreBindPreFlight":
+        return f"running PreBindPreFlight {q}: {detail}"
     return f"running {point} plugin {q}: {detail}"
 
 
@@ -241,6 +250,12 @@ class ScheduleResult:
     permit_status: Status | None = None
     permit_timeouts: dict[str, float] = field(default_factory=dict)
     post_filter_status: Status | None = None
+    # When a PostFilter plugin succeeded: its name, and what it asks the
+    # caller to do (a preemption's victims to evict, the lower-priority
+    # nominations on its node to clear).
+    post_filter_plugin: str = ""
+    victims: tuple[PodInfo, ...] = ()
+    clear_nomination_pod_uids: tuple[str, ...] = ()
     # ScheduleResult.nominatingInfo: OVERRIDE with an empty name clears the
     # pod's nominated node (clearNominatedNode); NOOP leaves it as it is.
     nominated_node: str = ""
@@ -258,6 +273,11 @@ class ScheduleResult:
     # the cycle's plugins asked to activate (schedule_one.go,
     # prepareForBindingCycle: podsToActivate after Permit).
     activate_pod_uids: list[str] = field(default_factory=list)
+    # With reserve_and_permit, when Permit answered Success or Wait: what
+    # RunPreBindPreFlights answered (Success, Skip or Error), and whether
+    # every PreBind plugin answered Skip (the caller need not call PreBind).
+    pre_bind_pre_flight_status: Status | None = None
+    pre_bind_skip: bool = False
 
 
 class Framework:
@@ -272,6 +292,7 @@ class Framework:
         self.profile = profile
         self.name = profile.scheduler_name
         self.handle = Handle(profile.scheduler_name)
+        self.handle.bind_framework(self)
         pct = profile.percentage_of_nodes_to_score
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score if pct is None else pct
         self.record_plugin_metrics = False
@@ -463,10 +484,158 @@ class Framework:
     def filter_verdicts(
         self, state: CycleState, pod: PodInfo, nodes: NodeBatch
     ) -> tuple[NodeVerdicts, int]:
-        """framework.go, RunFilterPlugins, over a batch: each node stops at its
-        first non-success. A status that is not a rejection is an Error for
-        that node; returns the verdicts and the position of the first node
-        with an Error (-1 when none)."""
+        """framework.go, RunFilterPluginsWithNominatedPods over a batch: each
+        node stops at its first non-success. A status that is not a rejection
+        is an Error for that node; returns the verdicts and the position of
+        the first node with an Error (-1 when none).
+
+        The batch runs without nominated pods (RunFilterPlugins); then the
+        nodes that have nominated pods of equal or higher priority (other
+        than ``pod``) are filtered again one by one with those pods added:
+        where that first pass of upstream's fails, its status is the node's,
+        else the batch verdict stands (upstream's second pass, without them)."""
+        verdicts, first_error = self._filter_batch(state, pod, nodes)
+        if nodes.snapshot.has_nominated_pods:
+            verdicts, first_error = self._with_nominated_pods(
+                state, pod, nodes, verdicts, first_error
+            )
+        return verdicts, first_error
+
+    def _with_nominated_pods(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        nodes: NodeBatch,
+        verdicts: NodeVerdicts,
+        first_error: int,
+    ) -> tuple[NodeVerdicts, int]:
+        """The nominated-pods pass of filter_verdicts, only over the batch's
+        nodes that have equal-or-higher-priority nominated pods."""
+        snap = nodes.snapshot
+        positions = np.flatnonzero(snap.nominated_slot_mask()[nodes.idx])
+        if not positions.size:
+            return verdicts, first_error
+        index = verdicts.status_index
+        statuses = verdicts.statuses
+        changed = False
+        for k in positions.tolist():
+            ni = snap.slot(int(nodes.idx[k]))
+            pods = ge_nominated_pods(snap, ni.name, pod)
+            if not pods:
+                continue
+            st = self._filter_with_pods_added(state, pod, ni, pods)
+            if st.is_success:
+                continue
+            if not changed:
+                index = index.copy()
+                statuses = list(statuses)
+            index[k] = len(statuses)
+            statuses.append(st)
+            changed = True
+        if not changed:
+            return verdicts, first_error
+        errors = [i for i, st in enumerate(statuses) if st.code is Code.ERROR]
+        hit = np.flatnonzero(np.isin(index, errors)) if errors else positions[:0]
+        return NodeVerdicts(index, statuses), int(hit[0]) if hit.size else -1
+
+    def _filter_with_pods_added(
+        self, state: CycleState, pod: PodInfo, node: NodeInfo, pods: list[PodInfo]
+    ) -> Status:
+        """The first pass of RunFilterPluginsWithNominatedPods
+        (addGENominatedPods, then RunFilterPlugins): ``pods`` added to a
+        clone of the node and, through the PreFilter extensions, to a clone of
+        the cycle state. An AddPod failure is the node's Error."""
+        node_out = node.clone()
+        state_out = state.clone()
+        for p in pods:
+            node_out.add_pod(p)
+            st = self.run_pre_filter_extension_add_pod(state_out, pod, p, node_out)
+            if not st.is_success:
+                return Status.error(st.message)
+        return self.run_filter_plugins(state_out, pod, node_out)
+
+    def run_filter_with_nominated_pods(
+        self, state: CycleState, pod: PodInfo, node: NodeInfo
+    ) -> Status:
+        """framework.go, RunFilterPluginsWithNominatedPods on one node (which
+        may be a clone outside the snapshot, as preemption's dry runs pass):
+        with the nominated pods of equal or higher priority added first; if
+        that passes, again without them. The nominated pods are those of the
+        snapshot the handle is bound to."""
+        pods = ge_nominated_pods(self.handle.snapshot, node.name, pod)
+        if pods:
+            st = self._filter_with_pods_added(state, pod, node, pods)
+            if not st.is_success:
+                return st
+        return self.run_filter_plugins(state, pod, node)
+
+    def run_filter_plugins(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        """framework.go, RunFilterPlugins on one node: the first non-success
+        stops, with the plugin set; one that is not a rejection is an
+        Error."""
+        for pl in self.filter:
+            if pl.name in state.skip_filter_plugins:
+                continue
+            try:
+                with self._plugin("Filter", pl) as box:
+                    st = _filter_one(pl, state, pod, node)
+                    box.append(st)
+            except CycleError as exc:
+                return exc.status
+            if st.is_success:
+                continue
+            if not st.is_rejected:
+                return Status.error(plugin_error_message("Filter", pl.name, st.message), pl.name)
+            return st.with_plugin(pl.name)
+        return SUCCESS
+
+    def run_pre_filter_extension_add_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node: NodeInfo
+    ) -> Status:
+        """framework.go, RunPreFilterExtensionAddPod: every PreFilter plugin
+        with extensions that did not Skip; the first failure is an Error."""
+        return self._pre_filter_extension("PreFilterExtensionAddPod", state, pod, pod_to_add, node)
+
+    def run_pre_filter_extension_remove_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node: NodeInfo
+    ) -> Status:
+        """framework.go, RunPreFilterExtensionRemovePod."""
+        return self._pre_filter_extension(
+            "PreFilterExtensionRemovePod", state, pod, pod_to_remove, node
+        )
+
+    def _pre_filter_extension(
+        self, point: str, state: CycleState, pod: PodInfo, other: PodInfo, node: NodeInfo
+    ) -> Status:
+        for pl in self.pre_filter:
+            if not pl.has_extensions() or pl.name in state.skip_filter_plugins:
+                continue
+            try:
+                with self._plugin(point, pl) as box:
+                    if point == "PreFilterExtensionAddPod":
+                        st = pl.add_pod(state, pod, other, node)
+                    else:
+                        st = pl.remove_pod(state, pod, other, node)
+                    box.append(st)
+            except CycleError as exc:
+                return exc.status
+            if not st.is_success:
+                log.error(
+                    "pod %s: %s of %s on node %s failed: %s",
+                    pod.key,
+                    point,
+                    pl.name,
+                    node.name,
+                    st.message,
+                )
+                return Status.error(plugin_error_message(point, pl.name, st.message), pl.name)
+        return SUCCESS
+
+    def _filter_batch(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
+    ) -> tuple[NodeVerdicts, int]:
+        """framework.go, RunFilterPlugins over a batch (filter_verdicts
+        without the nominated pods)."""
         n = len(nodes)
         index = np.full(n, -1, dtype=np.int32)
         statuses: list[Status] = []
@@ -603,6 +772,8 @@ class Framework:
                 with self._plugin("PostFilter", pl) as box, _acting(state, pl):
                     r, st = pl.post_filter(state, pod, rejected)
                     box.append(st)
+                if r is not None and r.plugin != pl.name:
+                    r = replace(r, plugin=pl.name)
                 if st.is_success:
                     return r, st
                 if st.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
@@ -794,13 +965,86 @@ class Framework:
                 return st, waits
             return SUCCESS, {}
 
-    def run_pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
-        """framework.go, RunPreBindPlugins: the first failure stops. Berth has
-        no PreBindPreFlight, so no plugin is skipped here; a Skip returned by
-        PreBind itself is neither Success nor a rejection, hence an Error."""
-        with self.extension_point("PreBind") as ep:
-            before = len(state.plugin_writes)
+    def run_pre_bind_pre_flights(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """framework.go, RunPreBindPreFlights: Success when any PreBind plugin
+        answers Success (some PreBind has work), Skip when all answer Skip
+        (also with no PreBind plugin), Error at the first plugin's Error; any
+        other code (Unschedulable, Wait, ...) is unsupported and an Error too.
+        The plugins that skipped are recorded in ``state``
+        (SetSkipPreBindPlugins), so ``run_pre_bind`` leaves them out, also
+        after the state's round trip through the caller. An Error is recorded
+        in ``state`` as well: the binding cycle fails with it (schedule_one.go
+        bindingCycle returns it before PreBind), so ``run_pre_bind`` answers
+        it without running any plugin. A plugin that raises answers Error."""
+        with self.extension_point("PreBindPreFlight") as ep:
+            skip: set[str] = set()
+            answer = Status(Code.SKIP)
             for pl in self.pre_bind:
+                try:
+                    with self._plugin("PreBindPreFlight", pl) as box, _acting(state, pl):
+                        st = pl.pre_bind_pre_flight(state, pod, node)
+                        box.append(st)
+                except CycleError as exc:
+                    # A plugin that raised: worded by _PluginCall as upstream
+                    # wraps the plugin's error.
+                    return self._pre_flight_failed(state, ep, exc.status.with_plugin(pl.name))
+                if st.is_success:
+                    answer = SUCCESS
+                elif st.is_skip:
+                    skip.add(pl.name)
+                elif st.code is Code.ERROR:
+                    return self._pre_flight_failed(
+                        state,
+                        ep,
+                        Status.error(
+                            plugin_error_message("PreBindPreFlight", pl.name, st.message),
+                            pl.name,
+                        ),
+                    )
+                else:
+                    return self._pre_flight_failed(
+                        state,
+                        ep,
+                        Status.error(
+                            f"PreBindPreFlight {pl.name} returned "
+                            f"{go_quote(observe.CODE_LABEL[st.code])}, which is unsupported. "
+                            "It is supposed to return Success, Skip, or Error status",
+                            pl.name,
+                        ),
+                    )
+            state.skip_pre_bind_plugins = skip
+            state.pre_bind_pre_flight_error = None
+            ep.append(answer)
+            return answer
+
+    @staticmethod
+    def _pre_flight_failed(state: CycleState, ep: list[Status], st: Status) -> Status:
+        """RunPreBindPreFlights returned an Error: nothing is skipped, and the
+        PreBind call answers the Error (the binding cycle fails with it)."""
+        log.error("PreBindPreFlight failed: %s", st.message)
+        state.skip_pre_bind_plugins = set()
+        state.pre_bind_pre_flight_error = st
+        ep.append(st)
+        return st
+
+    def run_pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """framework.go, RunPreBindPlugins: the first failure stops; the
+        plugins whose PreBindPreFlight answered Skip are not run
+        (GetSkipPreBindPlugins). When RunPreBindPreFlights failed, its Error
+        is the answer and no plugin runs (bindingCycle stops there). A Skip
+        returned by PreBind itself is neither Success nor a rejection, hence
+        an Error. Upstream may run PreBind plugins that allow it in parallel
+        (PreBindPreFlightResult.AllowParallel); Berth runs them in order."""
+        with self.extension_point("PreBind") as ep:
+            failed = state.pre_bind_pre_flight_error
+            if failed is not None:
+                ep.append(failed)
+                return failed
+            before = len(state.plugin_writes)
+            skipped = state.skip_pre_bind_plugins
+            for pl in self.pre_bind:
+                if pl.name in skipped:
+                    continue
                 try:
                     with self._plugin("PreBind", pl) as box, _acting(state, pl):
                         st = pl.pre_bind(state, pod, node)
@@ -928,6 +1172,23 @@ class Framework:
             result.status = Status(Code.UNSCHEDULABLE, (result.message,), st.plugin)
             return result
 
+        # findNodesThatFitPod: a pod nominated by an earlier preemption tries
+        # its nominated node first (evaluateNominatedNode); when it fits, no
+        # other node is evaluated and the start index stays.
+        nominated = pod.proto.nominated_node_name
+        nominated_rejection: Status | None = None
+        if nominated and not explain:
+            fits, nominated_rejection = self._evaluate_nominated_node(
+                snapshot, state, pod, nominated
+            )
+            if fits:
+                result = ScheduleResult(
+                    SUCCESS, node=nominated, evaluated=1, feasible=1, next_start_index=start_index
+                )
+                if reserve_and_permit:
+                    self._reserve_and_permit(state, pod, result)
+                return result
+
         candidates = all_nodes
         if pf_result is not None and pf_result.node_names is not None:
             keep = [k for k, name in enumerate(all_nodes.names) if name in pf_result.node_names]
@@ -944,11 +1205,23 @@ class Framework:
             # A what-if explanation evaluates every node.
             num_to_find = len(candidates)
         outcome = self.find_feasible(state, pod, candidates, start_index, num_to_find)
+        feasible = outcome.feasible
+        rejected = outcome.rejected
+        processed = outcome.processed
+        if (
+            nominated_rejection is not None
+            and nominated not in rejected
+            and nominated not in feasible.names
+        ):
+            # The nominated node's rejection stays in the diagnosis even when
+            # the walk did not reach it again (upstream's NodeToStatus is
+            # shared), and counts as processed.
+            rejected = {**rejected, nominated: nominated_rejection}
+            processed += 1
         # findNodesThatFitPod: the walk wraps over the candidates, the next
         # start over all nodes (len(allNodes)), even when PreFilter narrowed
         # them, and it advances even when a Filter plugin failed.
-        next_start = (start_index + outcome.processed) % num_all
-        feasible = outcome.feasible
+        next_start = (start_index + processed) % num_all
         if outcome.error is not None:
             return ScheduleResult(
                 outcome.error,
@@ -963,7 +1236,7 @@ class Framework:
             # PendingPlugins.
             plugins = set(restricting)
             pending: set[str] = set()
-            for rejection in set(outcome.rejected.values()):
+            for rejection in set(rejected.values()):
                 if rejection.plugin and rejection.is_rejected:
                     plugins.add(rejection.plugin)
                     if rejection.code is Code.PENDING:
@@ -972,9 +1245,9 @@ class Framework:
             # (schedulingCycle); those stay in the diagnosis for PostFilter.
             result = ScheduleResult(
                 Status(Code.UNSCHEDULABLE, ("no node passed Filter",)),
-                evaluated=outcome.processed,
+                evaluated=processed,
                 next_start_index=next_start,
-                rejected=outcome.rejected,
+                rejected=rejected,
                 unschedulable_plugins=plugins,
                 pending_plugins=pending,
             )
@@ -984,19 +1257,19 @@ class Framework:
                 absent = Status.unresolvable(
                     f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(restricting))}]"
                 )
-            self._post_filter(state, pod, result, outcome.rejected)
+            self._post_filter(state, pod, result, rejected)
             result.message = fit_error_message(
-                num_all, outcome.rejected, "", self._post_filter_msg(result), absent
+                num_all, rejected, "", self._post_filter_msg(result), absent
             )
             result.status = Status(result.status.code, (result.message,), result.status.plugin)
             return result
 
         result = ScheduleResult(
             SUCCESS,
-            evaluated=outcome.processed,
+            evaluated=processed,
             feasible=len(feasible),
             next_start_index=next_start,
-            rejected=outcome.rejected if explain else {},
+            rejected=rejected if explain else {},
         )
         if len(feasible) == 1 and not explain:
             # schedulePod: one feasible node needs no scoring.
@@ -1021,6 +1294,33 @@ class Framework:
             self._reserve_and_permit(state, pod, result)
         return result
 
+    def _evaluate_nominated_node(
+        self, snapshot: Snapshot, state: CycleState, pod: PodInfo, name: str
+    ) -> tuple[bool, Status | None]:
+        """schedule_one.go, evaluateNominatedNode: Filter (with nominated
+        pods) on the pod's nominated node alone. Returns whether it fits, and
+        its rejection when it does not. A node the snapshot lacks, or a
+        Filter Error there, is only logged: the cycle goes on over every
+        node."""
+        if name not in snapshot.nodes:
+            log.info(
+                "pod %s: nominated node %s is not in the snapshot; evaluating every node",
+                pod.key,
+                name,
+            )
+            return False, None
+        with self.extension_point("Filter") as ep:
+            verdicts, first_error = self.filter_verdicts(state, pod, snapshot.batch([name]))
+            st = verdicts.status_of(0)
+            if not st.is_success:
+                ep.append(st)
+        if first_error >= 0:
+            log.warning("pod %s: evaluation failed on nominated node %s: %s", pod.key, name, st)
+            return False, None
+        if st.is_success:
+            return True, None
+        return False, st
+
     def _post_filter(
         self,
         state: CycleState,
@@ -1040,6 +1340,13 @@ class Framework:
         if pf is not None:
             result.nominating_mode = NominatingMode.OVERRIDE
             result.nominated_node = pf.nominated_node_name
+            if st.is_success:
+                # Preempt's step 5, actuation, is the caller's (the server
+                # holds no credentials): the victims and the nominations to
+                # clear travel in the result.
+                result.post_filter_plugin = pf.plugin
+                result.victims = pf.victims
+                result.clear_nomination_pod_uids = pf.clear_nomination_pod_uids
 
     @staticmethod
     def _post_filter_msg(result: ScheduleResult) -> str:
@@ -1085,6 +1392,13 @@ class Framework:
             state.take_activations()
             return
         result.activate_pod_uids = state.take_activations()
+        # schedule_one.go bindingCycle: RunPreBindPreFlights, before
+        # WaitOnPermit (so also for a pod that waits), with the state as
+        # Permit left it. Run here, at the end of the scheduling cycle, so the
+        # caller learns in the same answer whether PreBind has work.
+        pre_flight = self.run_pre_bind_pre_flights(state, pod, result.node)
+        result.pre_bind_pre_flight_status = pre_flight
+        result.pre_bind_skip = pre_flight.is_skip
 
 
 class _acting:
@@ -1180,6 +1494,29 @@ class _ExtensionPointCall:
         )
         if self.span is not None:
             self.span.__exit__(kind, exc, tb)
+
+
+def ge_nominated_pods(snapshot: Snapshot, node: str, pod: PodInfo) -> list[PodInfo]:
+    """framework.go, addGENominatedPods' choice: the pods nominated to
+    ``node`` with a priority at least ``pod``'s, other than ``pod`` itself."""
+    nominated = snapshot.nominated_pods_for_node(node)
+    if not nominated:
+        return []
+    priority = pod.priority
+    return [p for p in nominated.values() if p.priority >= priority and p.uid != pod.uid]
+
+
+def _filter_one(pl: FilterPlugin, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+    """One plugin's Filter on one node: its per-node form, or for a plugin
+    that only has the batch form, a one-node batch (over the node's snapshot,
+    or a scratch one when the node is a clone)."""
+    if type(pl).filter is not FilterPlugin.filter:
+        return pl.filter(state, pod, node)
+    owner = node.owner
+    if isinstance(owner, Snapshot) and owner.nodes.get(node.name) is node:
+        return pl.filter_nodes(state, pod, NodeBatch(owner, np.asarray([node.index]))).status_of(0)
+    with detached_batch(node) as batch:
+        return pl.filter_nodes(state, pod, batch).status_of(0)
 
 
 def select_host(nodes: NodeBatch, totals: ScoreArray, rng: random.Random | None = None) -> str:

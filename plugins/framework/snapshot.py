@@ -20,7 +20,8 @@ in the tree, and the walk shows it at the next addition or removal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -33,6 +34,8 @@ from plugins.framework.objects import ClusterObject
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+# Snapshot.watch_pods: (node, pod, +1 joined / -1 left).
+PodWatcher = Callable[[NodeInfo, PodInfo, int], None]
 
 # Zone and region labels (k8s.io/api/core/v1 well_known_labels.go); the
 # deprecated beta labels take precedence, as in GetZoneKey.
@@ -169,6 +172,7 @@ class NodeColumns:
 
 
 _NO_OBJECTS: Mapping[tuple[str, str], ClusterObject] = MappingProxyType({})
+_NO_PODS: Mapping[str, PodInfo] = MappingProxyType({})
 
 
 class Snapshot:
@@ -191,6 +195,34 @@ class Snapshot:
         self._order: IntArray | None = None
         # (group, resource) -> (namespace, name) -> object.
         self._objects: dict[tuple[str, str], dict[tuple[str, str], ClusterObject]] = {}
+        # Bumped whenever a node is added, removed or its record replaced (not
+        # for pods): an index over node records (TaintToleration's taints,
+        # ImageLocality's images) built at one value is current while it holds.
+        self.node_generation = 0
+        # Nominated pods (status.nominatedNodeName set, not bound): node name
+        # -> uid -> pod, in the order they were nominated. They are in
+        # ``pods`` but in no NodeInfo (upstream keeps them in the scheduling
+        # queue's nominator, PodNominator.NominatedPodsForNode).
+        self._nominated: dict[str, dict[str, PodInfo]] = {}
+        # Slots of the nodes that have nominated pods, as a mask over the
+        # columns' rows; rebuilt lazily after a change to either.
+        self._nominated_mask: BoolArray | None = None
+        # Told of every pod that joins or leaves a NodeInfo (``watch_pods``).
+        self._pod_watchers: list[PodWatcher] = []
+
+    def watch_pods(self, watcher: PodWatcher) -> None:
+        """From now on, call ``watcher(node, pod, +1)`` whenever a pod joins
+        a NodeInfo of this snapshot and ``watcher(node, pod, -1)`` whenever
+        one leaves (deleted, replaced, or its node deleted), so a plugin can
+        keep an index per snapshot current in O(change) (InterPodAffinity's,
+        upstream's HavePodsWithAffinityList and more). Pods already there are
+        not reported: the caller indexes them when it starts watching.
+        Nominated pods and NodeInfo clones are no NodeInfo of the snapshot."""
+        self._pod_watchers.append(watcher)
+
+    def _tell(self, ni: NodeInfo, pod: PodInfo, change: int) -> None:
+        for watcher in self._pod_watchers:
+            watcher(ni, pod, change)
 
     # -- reading -------------------------------------------------------------
 
@@ -211,6 +243,37 @@ class Snapshot:
     @property
     def object_count(self) -> int:
         return sum(len(objs) for objs in self._objects.values())
+
+    @property
+    def has_nominated_pods(self) -> bool:
+        """Is any pod nominated to a node? (The common answer, no, lets Filter
+        skip the nominated-pods pass.)"""
+        return bool(self._nominated)
+
+    def nominated_pods_for_node(self, node: str) -> Mapping[str, PodInfo]:
+        """The pods nominated to ``node`` by uid, in nomination order
+        (upstream's PodNominator.NominatedPodsForNode): pods whose
+        status.nominatedNodeName names it and whose nodeName is empty.
+        Read-only."""
+        return self._nominated.get(node, _NO_PODS)
+
+    def nominated_slot_mask(self) -> BoolArray:
+        """A mask over node slots (column rows): True where the node has
+        nominated pods. ``mask[batch.idx]`` finds them in a batch."""
+        mask = self._nominated_mask
+        if mask is None or len(mask) != self.columns.capacity:
+            mask = np.zeros(self.columns.capacity, dtype=np.bool_)
+            for name in self._nominated:
+                ni = self.nodes.get(name)
+                if ni is not None:
+                    mask[ni.index] = True
+            self._nominated_mask = mask
+        return mask
+
+    def nominated_node_names(self) -> list[str]:
+        """Nodes that have nominated pods (the node may be missing from the
+        snapshot)."""
+        return list(self._nominated)
 
     def object_kinds(self) -> list[tuple[str, str]]:
         """(group, resource) of every kind that has objects."""
@@ -296,6 +359,7 @@ class Snapshot:
             del self._objects[key]
 
     def _upsert_node(self, node: pb.Node) -> None:
+        self.node_generation += 1
         ni = self.nodes.get(node.name)
         if ni is not None:
             ni.set_node(node)
@@ -319,23 +383,31 @@ class Snapshot:
         self.nodes[node.name] = ni
         for pod in self._orphans.pop(node.name, {}).values():
             ni.add_pod(pod)
+            if self._pod_watchers:
+                self._tell(ni, pod, 1)
         self.columns.write(ni)
         self._tree_add(index, zone_key(node.labels))
         self._order = None
+        self._nominated_mask = None
 
     def _delete_node(self, name: str) -> None:
         ni = self.nodes.pop(name, None)
         if ni is None:
             return
+        self.node_generation += 1
         # Pods stay known: they may still be bound there (upstream keeps a
         # node's pods until they are deleted, see cache.RemoveNode).
         if ni.pods:
             self._orphans[name] = dict(ni.pods)
+            if self._pod_watchers:
+                for pod in ni.pods.values():
+                    self._tell(ni, pod, -1)
         self._slots[ni.index] = None
         self._free.append(ni.index)
         self.columns.clear(ni.index)
         self._tree_remove(ni.index)
         self._order = None
+        self._nominated_mask = None
 
     def _tree_add(self, slot: int, zone: str) -> None:
         self._zones.setdefault(zone, []).append(slot)
@@ -353,6 +425,9 @@ class Snapshot:
         info = PodInfo(pod)
         self.pods[pod.uid] = info
         if not pod.node_name:
+            if pod.nominated_node_name:
+                self._nominated.setdefault(pod.nominated_node_name, {})[pod.uid] = info
+                self._nominated_mask = None
             return
         ni = self.nodes.get(pod.node_name)
         if ni is None:
@@ -360,14 +435,28 @@ class Snapshot:
             return
         ni.add_pod(info)
         self.columns.write(ni)
+        if self._pod_watchers:
+            self._tell(ni, info, 1)
 
     def _delete_pod(self, uid: str) -> None:
         old = self.pods.pop(uid, None)
-        if old is None or not old.node_name:
+        if old is None:
+            return
+        if not old.node_name:
+            # A nominated pod leaves the index when it is deleted, bound
+            # (upserted with a node) or nominated elsewhere (upserted again).
+            nominated = old.proto.nominated_node_name
+            pods = self._nominated.get(nominated) if nominated else None
+            if pods is not None:
+                pods.pop(uid, None)
+                if not pods:
+                    del self._nominated[nominated]
+                    self._nominated_mask = None
             return
         ni = self.nodes.get(old.node_name)
         if ni is not None:
-            ni.remove_pod(uid)
+            if ni.remove_pod(uid) is not None and self._pod_watchers:
+                self._tell(ni, old, -1)
             self.columns.write(ni)
             return
         orphans = self._orphans.get(old.node_name)
@@ -421,3 +510,24 @@ class NodeBatch:
     def take(self, positions: npt.NDArray[np.integer] | Sequence[int]) -> NodeBatch:
         """The candidates at ``positions`` (indices into this batch)."""
         return NodeBatch(self.snapshot, self.idx[np.asarray(positions, dtype=np.int64)])
+
+
+@contextmanager
+def detached_batch(ni: NodeInfo) -> Iterator[NodeBatch]:
+    """A one-node batch over ``ni``, a NodeInfo outside any snapshot (a clone
+    with pods added or removed for a what-if), for a plugin that only has the
+    batch form of Filter: a scratch snapshot holds ``ni`` for the block, with
+    its columns written from it. ``ni``'s owner and index are restored
+    after."""
+    owner, index = ni.owner, ni.index
+    scratch = Snapshot()
+    scratch._slots.append(ni)
+    scratch.nodes[ni.name] = ni
+    scratch.columns.grow(1)
+    ni.owner, ni.index = scratch, 0
+    try:
+        scratch.columns.write(ni)
+        scratch._tree_add(0, zone_key(ni.node.labels))
+        yield NodeBatch(scratch, np.zeros(1, dtype=np.int64))
+    finally:
+        ni.owner, ni.index = owner, index

@@ -300,6 +300,16 @@ class GPUCardFit(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin):
         text = assumed.proto.annotations.get(self.cfg.pod_card_annotation)
         return None if text is None else parse_card_index(text)
 
+    def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        """Skip for a pod without the GPU memory annotation: its PreBind
+        writes nothing. Success otherwise (also for an annotation that does
+        not parse: PreBind reports it)."""
+        try:
+            need = self._need(state, pod)
+        except ValueError:
+            return SUCCESS
+        return Status.skip() if need is None else SUCCESS
+
     def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         try:
             need = self._need(state, pod)

@@ -346,7 +346,10 @@ def test_two_pods_in_flight_never_take_the_same_card() -> None:
     assume(snap, first, node, annotations)
     node, message, annotations = schedule(fw, snap, second)
     assert (node, annotations) == ("", {})
-    assert message == "0/1 nodes are available: 1 no free GPU card."
+    assert message == (
+        "0/1 nodes are available: 1 no free GPU card. "
+        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+    )
     # The first pod goes away (unreserved, or deleted): the card is free again.
     snap.apply(pb.ClusterDelta(delete_pods=[first.uid]))
     assert schedule(fw, snap, second)[::2] == ("n1", {CARD: "0"})
@@ -362,7 +365,10 @@ def test_two_pods_in_flight_share_a_big_card_by_memory() -> None:
         got.append(annotations)
         assume(snap, pod, node, annotations)
     assert got == [{CARD: "0"}, {CARD: "0"}]
-    assert schedule(fw, snap, pods[2])[1] == "0/1 nodes are available: 1 no free GPU card."
+    assert schedule(fw, snap, pods[2])[1] == (
+        "0/1 nodes are available: 1 no free GPU card. "
+        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+    )
 
 
 def test_cycle_picks_the_node_whose_card_fits_not_the_most_total() -> None:
@@ -389,6 +395,37 @@ def test_cycle_with_prebind_through_the_framework() -> None:
         fw.handle.bind_snapshot(None)
     assert st.is_success
     assert state.plugin_writes == [("GPUCardFit", card_patch(pod, "1"))]
+
+
+def test_pre_bind_pre_flight_skips_only_pods_without_a_need() -> None:
+    """PreBind writes the card only for a pod with the memory annotation: its
+    PreBindPreFlight answers Skip exactly when PreBind would write nothing."""
+    snap = snapshot_of([gpu_node("n1", ["40G"])])
+    plugin = plugin_on(snap)
+    state = fresh_state()
+    assert plugin.pre_bind_pre_flight(state, PodInfo(gpu_pod("web")), "n1").is_skip
+    assert plugin.pre_bind_pre_flight(state, PodInfo(gpu_pod("p", "40G")), "n1").is_success
+    # A need that does not parse: Success, so PreBind runs and reports it.
+    bad = PodInfo(gpu_pod("bad", "lots"))
+    assert plugin.pre_bind_pre_flight(state, bad, "n1").is_success
+    assert plugin.pre_bind(state, bad, "n1").code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+
+
+def test_cycle_says_pre_bind_skip_for_pods_without_a_need() -> None:
+    """framework.go RunPreBindPreFlights through a whole cycle: a pod without the
+    annotation needs no PreBind; a pod with one does."""
+    fw = example_framework()
+    snap = snapshot_of([gpu_node("n1", ["40G"])])
+    for pod, skip in ((gpu_pod("web"), True), (gpu_pod("p", "40G"), False)):
+        state = CycleState()
+        result = fw.schedule(
+            snap, state, PodInfo(pod), reserve_and_permit=True, rng=random.Random(0)
+        )
+        assert result.node == "n1"
+        assert result.pre_bind_skip is skip, pod.name
+        # The default plugins' VolumeBinding skips both (no volumes).
+        skipped = CycleState.decode(state.encode()).skip_pre_bind_plugins
+        assert skipped == ({"GPUCardFit", "VolumeBinding"} if skip else {"VolumeBinding"})
 
 
 def test_pods_without_a_need_schedule_anywhere() -> None:

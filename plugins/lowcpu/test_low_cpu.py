@@ -590,5 +590,8 @@ def test_cycle_all_nodes_hot_is_a_fit_error_naming_the_seed_reason() -> None:
     snap.apply(pb.ClusterDelta(upsert_objects=[node_metrics("c", "3300m")]))
     result = fw.schedule(snap, CycleState(), pod, rng=random.Random(0))
     assert result.status.code is Code.UNSCHEDULABLE
-    assert result.message == "0/3 nodes are available: 3 cpu usage too high."
+    assert result.message == (
+        "0/3 nodes are available: 3 cpu usage too high. "
+        "preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
+    )
     assert result.rejected["a"] == Status(Code.UNSCHEDULABLE, (REASON_CPU,), "LowCpuScheduler")

@@ -607,7 +607,9 @@ def test_cycle_recorded_node_full_the_pod_waits_with_the_reason() -> None:
     result, _ = _cycle(fw, snap, launcher())
     assert result.status.code is Code.UNSCHEDULABLE
     assert result.message == (
-        "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) [StickyVM]."
+        "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) "
+        "[StickyVM]. preemption: 0/3 nodes are available: 1 No preemption victims found for "
+        "incoming pod, 2 Preemption is not helpful for scheduling."
     )
     assert "StickyVM" in result.unschedulable_plugins
 
@@ -618,7 +620,8 @@ def test_cycle_recorded_node_gone_the_pod_waits_naming_node_and_owner() -> None:
     result, _ = _cycle(fw, snap, launcher())
     assert result.status.code is Code.UNSCHEDULABLE
     assert result.message == (
-        "0/1 nodes are available: sticky node n9 of VirtualMachine default/vm1 does not exist."
+        "0/1 nodes are available: sticky node n9 of VirtualMachine default/vm1 does not exist. "
+        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     )
 
 

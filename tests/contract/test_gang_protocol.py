@@ -119,7 +119,11 @@ async def test_post_filter_rpc_returns_the_signals_of_its_plugins(
         ),
     )
     assert resp.status.code == pb.CODE_UNSCHEDULABLE
-    assert list(resp.status.reasons) == ["p takes its gang down"]
+    # The default DefaultPreemption runs first: the reasons of both.
+    assert list(resp.status.reasons) == [
+        "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.",
+        "p takes its gang down",
+    ]
     assert signals(resp.signals) == [("waiting-1", Asker.name, False, "p fits no node")]
 
 

@@ -78,13 +78,18 @@ def test_demo_once(tmp_path: Path, k8s_bin_dir: Path) -> None:
         if pod.fits_on:
             assert rows[pod.name] == pod.fits_on, done.stdout
     # Upstream's FitError text, from the PodScheduled condition the shim wrote.
+    # Every node is unresolvable for them (cordoned, or less allocatable than
+    # the request): DefaultPreemption's message says preemption cannot help.
+    not_helpful = (
+        " preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."
+    )
     expected = {
         "too-much-cpu": "0/4 nodes are available: 1 node(s) were unschedulable, "
-        "3 Insufficient cpu.",
+        "3 Insufficient cpu." + not_helpful,
         "too-much-memory": "0/4 nodes are available: 1 node(s) were unschedulable, "
-        "3 Insufficient memory.",
+        "3 Insufficient memory." + not_helpful,
         "wants-gpu": "0/4 nodes are available: 1 node(s) were unschedulable, "
-        "3 Insufficient nvidia.com/gpu.",
+        "3 Insufficient nvidia.com/gpu." + not_helpful,
     }
     for name, message in expected.items():
         assert re.search(rf"^  {re.escape(name)}\s+{re.escape(message)}$", done.stdout, re.M), (
@@ -195,7 +200,8 @@ def test_demo_config_loads_with_both_profiles() -> None:
     ]
     assert "LowCpuScheduler" in [r.name for r in seed["score"]]
     assert [r.name for r in seed["permit"]] == ["Coscheduling"]
-    assert [r.name for r in seed["preBind"]] == ["GPUCardFit"]
+    # VolumeBinding comes with upstream's default plugins (multiPoint), before the seed's.
+    assert [r.name for r in seed["preBind"]] == ["VolumeBinding", "GPUCardFit"]
     assert profiles[SEED_PROFILE].plugin_args["LowCpuScheduler"].metrics_poll_seconds == 1
     # berth-demo is upstream's defaults, nothing of the seeds.
     plain = {r.name for refs in profiles[PROFILE].plugins.values() for r in refs}

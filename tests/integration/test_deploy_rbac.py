@@ -302,6 +302,11 @@ SHIM_MAY = [
     Access("get", "pods", namespace="default", name="p"),
     Access("create", "pods", namespace="default", name="p", subresource="binding"),
     Access("patch", "pods", namespace="default", name="p", subresource="status"),
+    # Preemption deletes its victims (executor.go PreemptPod).
+    Access("delete", "pods", namespace="default", name="p"),
+    # DefaultPreemption reads the PodDisruptionBudgets.
+    Access("list", "poddisruptionbudgets", "policy"),
+    Access("watch", "poddisruptionbudgets", "policy"),
     Access("create", "events", "events.k8s.io", namespace="default"),
     Access("patch", "events", "events.k8s.io", namespace="default", name="e"),
     Access("get", "leases", "coordination.k8s.io", NAMESPACE, LEASE),
@@ -316,6 +321,18 @@ SHIM_MAY = [
     Access("list", "replicationcontrollers"),
     Access("list", "replicasets", "apps"),
     Access("watch", "statefulsets", "apps"),
+    # VolumeBinding: its reads, and the merge patches its PreBind asks for.
+    Access("list", "persistentvolumes"),
+    Access("watch", "persistentvolumeclaims"),
+    Access("list", "storageclasses", "storage.k8s.io"),
+    Access("watch", "csinodes", "storage.k8s.io"),
+    Access("list", "csidrivers", "storage.k8s.io"),
+    Access("watch", "csistoragecapacities", "storage.k8s.io"),
+    # NodeVolumeLimits: the VolumeAttachments to each node.
+    Access("list", "volumeattachments", "storage.k8s.io"),
+    Access("watch", "volumeattachments", "storage.k8s.io"),
+    Access("patch", "persistentvolumes", name="pv"),
+    Access("patch", "persistentvolumeclaims", namespace="default", name="pvc"),
 ]
 
 SHIM_MAY_NOT = [
@@ -335,11 +352,10 @@ SHIM_MAY_NOT = [
     Access("watch", "secrets"),
     Access("get", "configmaps", namespace="kube-system", name="c"),
     Access("list", "configmaps"),
-    # Pods: nothing beyond binding and status.
+    # Pods: nothing beyond binding, status and a victim's deletion.
     Access("create", "pods", namespace="default"),
     Access("update", "pods", namespace="default", name="p"),
     Access("patch", "pods", namespace="default", name="p"),
-    Access("delete", "pods", namespace="default", name="p"),
     Access("deletecollection", "pods", namespace="default"),
     Access("update", "pods", namespace="default", name="p", subresource="status"),
     Access("create", "pods", namespace="default", name="p", subresource="eviction"),
@@ -369,9 +385,24 @@ SHIM_MAY_NOT = [
     Access("create", "serviceaccounts", namespace=NAMESPACE, name=SHIM_SA, subresource="token"),
     Access("create", "deployments", "apps", namespace=NAMESPACE),
     Access("update", "deployments", "apps", namespace=NAMESPACE, name="berth-scheduler"),
+    # Volumes: read and patched, never updated, created or deleted.
+    Access("update", "persistentvolumes", name="pv"),
+    Access("delete", "persistentvolumes", name="pv"),
+    Access("create", "persistentvolumes"),
+    Access("update", "persistentvolumeclaims", namespace="default", name="pvc"),
+    Access("delete", "persistentvolumeclaims", namespace="default", name="pvc"),
+    Access(
+        "patch", "persistentvolumeclaims", namespace="default", name="pvc", subresource="status"
+    ),
+    Access("patch", "storageclasses", "storage.k8s.io", name="sc"),
+    Access("patch", "volumeattachments", "storage.k8s.io", name="va"),
+    Access("get", "csinodes", "storage.k8s.io", name="n"),
+    Access("get", "persistentvolumes", name="pv"),
     # Reads Berth's base does not make (upstream's kube-scheduler role has them).
-    Access("list", "persistentvolumeclaims"),
-    Access("list", "storageclasses", "storage.k8s.io"),
+    Access("list", "resourceclaims", "resource.k8s.io"),
+    # PDBs are read, never written (preemption only checks them).
+    Access("get", "poddisruptionbudgets", "policy", namespace="default", name="b"),
+    Access("patch", "poddisruptionbudgets", "policy", namespace="default", name="b"),
     # The cross-pod plugins' reads are list/watch only.
     Access("get", "services", namespace="default", name="s"),
     Access("update", "namespaces", name="default"),
@@ -414,6 +445,8 @@ def test_kubectl_auth_can_i_agrees(cluster: Cluster, installed: list[JSON]) -> N
     assert can_i("delete", "nodes") == "no"
     assert can_i("get", "secrets", "-n", "kube-system") == "no"
     assert can_i("patch", "pods", "-n", "default") == "no"
+    assert can_i("delete", "pods", "-n", "default") == "yes"
+    assert can_i("deletecollection", "pods", "-n", "default") == "no"
     assert can_i("update", "leases.coordination.k8s.io/kube-scheduler", "-n", "kube-system") == "no"
 
 
@@ -454,7 +487,7 @@ def test_components_grant_their_verbs_only_once_applied(
             assert not wrong, "\n".join(wrong)
             # Still nothing beyond what each component names.
             assert (
-                check(client, [Access("delete", "pods", namespace="default", name="p")], False)
+                check(client, [Access("deletecollection", "pods", namespace="default")], False)
                 == []
             )
             assert check(client, [Access("watch", "nodes", "metrics.k8s.io")], False) == []

@@ -190,12 +190,18 @@ def test_gang_of_four_on_room_for_three_is_rejected_at_once_then_binds_without_w
         wait_for(three_rejected, PROMPT + 10, "3 waiting members rejected by PostFilter", shim.log)
         took = time.monotonic() - created
         assert took < TIMEOUT / 2, f"rejected after {took:.1f}s: that is not at once"
-        log = shim.text()
-        # Each was failed and unreserved with the plugin's reason, not by a timeout.
-        failed = pods_in(
-            rf"pod {namespace}/(?P<pod>gang-\d) failed: {REJECTED} \(plugin Coscheduling\)", log
+        # Each was failed and unreserved with the plugin's reason, not by a timeout
+        # (the binding cycles log that just after the rejection itself).
+        failed_line = (
+            rf"pod {namespace}/(?P<pod>gang-\d) failed: {REJECTED} \(plugin Coscheduling\)"
         )
-        assert len(failed) == 3, log[-3000:]
+        wait_for(
+            lambda: len(pods_in(failed_line, shim.text())) == 3,
+            PROMPT,
+            "3 rejected members failed with Coscheduling's reason",
+            shim.log,
+        )
+        log = shim.text()
         assert "rejected due to timeout" not in log
         # The member that fits no node says why, in upstream's words.
         assert "gets rejected due to Pod gang-" in log, log[-3000:]

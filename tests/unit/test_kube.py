@@ -122,6 +122,46 @@ def test_pod_spec_fields_the_plugins_read() -> None:
     assert list(p.pvc_names) == ["data-0"]
 
 
+def test_pod_volumes_the_volume_plugins_read() -> None:
+    """spec.volumes into Pod.volumes: claims (readOnly kept), generic ephemeral volumes
+    with the claim the API creates (ephemeral.VolumeClaimName: <pod>-<volume>), the
+    inline sources some plugins inspect as their whole JSON entry; other volumes left
+    out. pvc_names keeps the claims' names."""
+    gce = {"name": "disk", "gcePersistentDisk": {"pdName": "pd-1", "fsType": "ext4"}}
+    csi = {"name": "inline-csi", "csi": {"driver": "hostpath.csi.k8s.io"}}
+    p = pod_record(
+        pod_obj(
+            volumes=[
+                {"name": "data", "persistentVolumeClaim": {"claimName": "data-0"}},
+                {"name": "logs", "persistentVolumeClaim": {"claimName": "logs", "readOnly": True}},
+                {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+                {"name": "cfg", "configMap": {"name": "cfg"}},
+                {"name": "tmp", "emptyDir": {}},
+                gce,
+                csi,
+            ]
+        )
+    )
+    got = [(v.name, v.claim_name, v.ephemeral, v.read_only) for v in p.volumes]
+    assert got == [
+        ("data", "data-0", False, False),
+        ("logs", "logs", False, True),
+        ("scratch", "p-scratch", True, False),
+        ("disk", "", False, False),
+        ("inline-csi", "", False, False),
+    ]
+    assert [json.loads(v.source_json) if v.source_json else None for v in p.volumes] == [
+        None,
+        None,
+        None,
+        gce,
+        csi,
+    ]
+    assert list(p.pvc_names) == ["data-0", "logs"]
+    # A pod without volumes has none.
+    assert not pod_record(pod_obj()).volumes
+
+
 def test_defaults_for_a_hand_written_manifest() -> None:
     p = pod_record(
         {"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}}, assign_uid=True
@@ -442,7 +482,9 @@ def test_node_declared_features_facts() -> None:
     )
     assert list(pod.containers[0].restart_rule_actions) == ["RestartAllContainers"]
     assert pod.host_network and pod.HasField("host_users") and not pod.host_users
-    assert not pod_record({"metadata": {"name": "q", "uid": "q"}, "spec": {}}).HasField("host_users")
+    assert not pod_record({"metadata": {"name": "q", "uid": "q"}, "spec": {}}).HasField(
+        "host_users"
+    )
     node = node_record(
         {
             "metadata": {"name": "n"},
@@ -450,3 +492,57 @@ def test_node_declared_features_facts() -> None:
         }
     )
     assert list(node.declared_features) == ["RestartAllContainersOnContainerExits"]
+
+
+def test_repeated_resource_lists_decode_alike_and_bad_ones_still_fail() -> None:
+    """Decoded ResourceLists are reused by their items (berth.kube._resources):
+    the reuse gives what a first decoding gives, a value that is not a string
+    is never taken for an equal string's, and a bad quantity fails every time."""
+    from berth.kube import resources
+
+    def container(requests: dict[str, Any]) -> dict[str, Any]:
+        return {"name": "c", "image": "i", "resources": {"requests": requests}}
+
+    first = pod_record(pod_obj(containers=[container({"cpu": "1", "memory": "1Gi"})]))
+    again = pod_record(pod_obj(containers=[container({"cpu": "1", "memory": "1Gi"})]))
+    assert first == again and first.containers[0].requests.milli_cpu == 1000
+    # The list the caller got is its own: changing it changes no later decoding.
+    mine = resources({"cpu": "1", "memory": "1Gi"}, "x")
+    mine.milli_cpu = 5
+    assert resources({"cpu": "1", "memory": "1Gi"}, "x").milli_cpu == 1000
+    # 1 == True as keys go: an int decodes as its number, a bool is no quantity.
+    as_int = pod_record(pod_obj(containers=[container({"cpu": 1})]))
+    assert as_int.containers[0].requests.milli_cpu == 1000
+    for _ in range(2):
+        with pytest.raises(ObjectError, match=r"containers\[0\]\.resources\.requests\.cpu"):
+            pod_record(pod_obj(containers=[container({"cpu": True})]))
+        with pytest.raises(ObjectError, match="not a Kubernetes quantity"):
+            pod_record(pod_obj(containers=[container({"cpu": "lots"})]))
+    with pytest.raises(ObjectError):
+        pod_record(pod_obj(containers=[container({"cpu": ["1"]})]))
+
+
+def test_preemption_facts() -> None:
+    """What DefaultPreemption reads of a pod's status: startTime
+    (util.GetPodStartTime) and the first DisruptionTarget condition
+    (podTerminatingByPreemption)."""
+    obj: dict[str, Any] = {
+        "metadata": {"name": "v", "uid": "v", "deletionTimestamp": "2026-11-23T10:00:05Z"},
+        "spec": {},
+        "status": {
+            "startTime": "2026-11-23T10:00:00Z",
+            "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"},
+                {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"},
+            ],
+        },
+    }
+    p = pod_record(obj)
+    assert p.start_unix_micros == 1_795_428_000_000_000
+    assert p.terminating and p.preempted_by_scheduler
+    obj["status"]["conditions"][1]["reason"] = "DeletionByTaintManager"
+    assert not pod_record(obj).preempted_by_scheduler
+    obj["status"] = {}
+    bare = pod_record(obj)
+    assert bare.start_unix_micros == 0 and not bare.preempted_by_scheduler

@@ -299,3 +299,71 @@ def test_cache_size_gauge_follows_assumed_and_confirmed_pods(cache: SchedulerCac
     assert (cache_size("pods"), cache_size("assumed_pods")) == (0, 0)
     cache.delete_node("n2")
     assert cache_size("nodes") == 1
+
+
+# -- nominated pods (backend/queue/nominator.go) ------------------------------------------
+
+
+def test_addNominatedPod_puts_a_pending_pod_in_the_state_on_no_node(cache: SchedulerCache) -> None:
+    """A nominated pod is in the cluster state with an empty node_name and its
+    nominated node, and occupies no node (the service keeps it apart)."""
+    pod = pending_pod()
+    assert cache.nominate(pod, "n1")
+    assert cache.nominated_to("p1") == "n1"
+    assert not cache.holds("p1")
+    assert pods_on(cache, "n1") == []
+    assert pod.nominated_node_name == "", "nominate works on a copy"
+    (up,) = committed_delta(cache).upsert_pods
+    assert (up.uid, up.node_name, up.nominated_node_name) == ("p1", "", "n1")
+    # The same nomination again changes nothing; another node replaces it.
+    assert not cache.nominate(pod, "n1")
+    assert cache.nominate(pod, "n2")
+    (up,) = committed_delta(cache).upsert_pods
+    assert up.nominated_node_name == "n2"
+    # ModeOverride with an empty name clears it.
+    assert cache.nominate(pod, "")
+    assert list(committed_delta(cache).delete_pods) == ["p1"]
+    assert cache.nominated == {}
+
+
+def test_addNominatedPod_refuses_a_scheduled_pod(cache: SchedulerCache) -> None:
+    """addNominatedPodUnlocked: a pod already assumed or bound is not nominated."""
+    pod = pending_pod()
+    cache.assume(pod, "n1")
+    assert not cache.nominate(pod, "n2")
+    other = pending_pod("p2")
+    cache.add_or_update_pod(bound(other, "n2"))
+    assert not cache.nominate(other, "n1")
+    assert cache.nominated == {}
+    assert pods_on(cache, "n1") == ["p1"] and pods_on(cache, "n2") == ["p2"]
+
+
+def test_assume_and_bind_and_remove_end_a_nomination(cache: SchedulerCache) -> None:
+    """DeleteNominatedPodIfExists at assume; a bound or deleted pod leaves the nominator."""
+    for uid in ("a", "b", "c"):
+        cache.nominate(pending_pod(uid), "n2")
+    cache.assume(pending_pod("a"), "n1")
+    cache.add_or_update_pod(bound(pending_pod("b"), "n1"))
+    cache.remove_pod("c")
+    assert cache.nominated == {}
+    assert pods_on(cache, "n1") == ["a", "b"]
+    assert "c" not in cache.state.pods
+    assert cache_size("pods") == 2
+
+
+def test_UpdateNominatedPod_keeps_a_nomination_the_update_does_not_know_yet(
+    cache: SchedulerCache,
+) -> None:
+    pod = pending_pod()
+    cache.nominate(pod, "n1")
+    assert not cache.update_nominated("", pending_pod())
+    assert cache.nominated_to("p1") == "n1"
+    # The pod had a nomination and lost it: the update decides.
+    assert cache.update_nominated("n1", pending_pod())
+    assert cache.nominated == {}
+
+
+def test_forget_says_whether_it_forgot(cache: SchedulerCache) -> None:
+    cache.assume(pending_pod(), "n1")
+    assert cache.forget("p1")
+    assert not cache.forget("p1")

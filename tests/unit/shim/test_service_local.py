@@ -1,6 +1,6 @@
 """shim.service: what the shim answers itself instead of asking the plugin
 service (PreEnqueue when only SchedulingGates runs there, QueueSort when only
-PrioritySort does, Bind when DefaultBinder is the whole binding cycle): the
+PrioritySort does, Bind when DefaultBinder is the only Bind plugin): the
 same answers the service gives, and a call whenever another plugin is
 configured at that point."""
 
@@ -85,6 +85,12 @@ async def test_default_profile_answers_pre_enqueue_and_queue_sort_in_the_shim() 
     profiles = await svc.describe()
     info = profiles["default-scheduler"]
     assert info.points["preEnqueue"] == ("SchedulingGates",)
+    # The default profile has upstream's PreBind plugin VolumeBinding; its Bind plugin
+    # is DefaultBinder alone, so the shim POSTs the binding itself, and asks PreBind
+    # only when the scheduling cycle's PreBindPreFlight says VolumeBinding has work
+    # (ScheduleResponse.pre_bind_skip false; tests/unit/shim/test_pre_bind_skip.py).
+    assert info.points["preBind"] == ("VolumeBinding",)
+    assert info.points["bind"] == ("DefaultBinder",)
     assert info.shim_binds
     pods = [pod("a"), pod("b", "example.com/quota", "z"), pod("c", "one")]
     for p in pods:
@@ -130,19 +136,24 @@ async def test_any_other_plugin_at_a_point_is_asked() -> None:
     )
     info = (await svc.describe())["custom"]
     assert info.points["preEnqueue"] == ("SchedulingGates", "NoWhitespace")
-    assert not info.shim_binds  # a PostBind plugin runs
+    # DefaultBinder is still the only Bind plugin: PostBind runs after the shim's POST.
+    assert info.shim_binds
     st = await svc.pre_enqueue("custom", pod("a"))
     assert st.code == 0
     assert stub.calls["PreEnqueue"] == 1
 
 
 def test_shim_binds_only_for_default_binder_alone() -> None:
+    """Only the Bind plugins decide: PreBind and PostBind plugins run around the
+    shim's POST (PreBind only when its pre-flight found work)."""
+
     def info(**points: tuple[str, ...]) -> ProfileInfo:
         return ProfileInfo("p", dict(points))
 
     assert info(bind=("DefaultBinder",)).shim_binds
     assert info(bind=("DefaultBinder",), reserve=("X",), permit=("Y",)).shim_binds
+    assert info(bind=("DefaultBinder",), preBind=("VolumeBinding",)).shim_binds
+    assert info(bind=("DefaultBinder",), postBind=("Audit",)).shim_binds
     assert not info(bind=("Other", "DefaultBinder")).shim_binds
-    assert not info(bind=("DefaultBinder",), preBind=("VolumeBinding",)).shim_binds
-    assert not info(bind=("DefaultBinder",), postBind=("Audit",)).shim_binds
+    assert not info(bind=("Other",), preBind=("VolumeBinding",)).shim_binds
     assert not info().shim_binds

@@ -1,0 +1,461 @@
+"""DefaultPreemption: when a pod fits no node, find lower-priority pods whose
+eviction would make room, and nominate the node.
+
+Port of kube-scheduler v1.36.3's PostFilter plugin
+(pkg/scheduler/framework/plugins/defaultpreemption/default_preemption.go) and
+the evaluator it drives (pkg/scheduler/framework/preemption/preemption.go,
+Evaluator.Preempt, findCandidates, DryRunPreemption, SelectCandidate,
+pickOneNodeForPreemption). Each function names the upstream one it follows.
+
+The server holds no credentials, so step 5 of Preempt, actuation
+(preemption/executor.go), is the caller's: the result carries the victims to
+evict, in order, and the lower-priority pods nominated to the chosen node
+whose nomination the caller clears (getLowerPriorityNominatedPods), and the
+pod's nominated node (PostFilterResponse.victims, clear_nomination_pod_uids,
+nominated_node_name). Like upstream's asynchronous preemption (on by default
+in v1.36), the plugin answers Success as soon as it has chosen; when every
+victim is already terminating there is nothing to clear
+(prepareCandidateAsync returns before clearing).
+
+A pod's start time (MoreImportantPod, the latest-start-time criterion) is
+status.startTime (``Pod.start_unix_micros``); a pod without one counts as
+started now (util.GetPodStartTime). "Terminating by preemption"
+(podTerminatingByPreemption) is ``Pod.terminating`` with
+``Pod.preempted_by_scheduler`` (the DisruptionTarget condition the caller
+sets on its victims).
+
+Not ported: extenders (Berth has none), workload-aware and topology-aware
+pod group preemption (alpha gates, off), PreEnqueue of pods whose async
+preemption is still running (the caller's queue knows that, not a stateless
+server), and the preemption metrics (the caller's).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+from plugins.defaultpreemption.args import DefaultPreemptionArgs
+from plugins.defaultpreemption.pdb import PDB_KIND, PodDisruptionBudget, pdbs_of
+from plugins.framework.cycle_state import CycleState
+from plugins.framework.interfaces import PostFilterPlugin, PostFilterResult
+from plugins.framework.model import NodeInfo, PodInfo
+from plugins.framework.objects import ObjectKind
+from plugins.framework.runtime import fit_error_message, go_quote
+from plugins.framework.snapshot import Snapshot
+from plugins.framework.status import SUCCESS, Code, Status
+
+if TYPE_CHECKING:
+    from plugins.framework.handle import Handle
+
+__all__ = [
+    "ERR_NO_VICTIMS",
+    "MSG_NOT_HELPFUL",
+    "NAME",
+    "Candidate",
+    "DefaultPreemption",
+    "filter_pods_with_pdb_violation",
+    "more_important_key",
+    "pick_one_node_for_preemption",
+    "pod_start_time",
+]
+
+log = logging.getLogger(__name__)
+
+NAME: Final = "DefaultPreemption"
+
+# SelectVictimsOnNode's status when the node has no lower-priority pod.
+ERR_NO_VICTIMS: Final = "No preemption victims found for incoming pod"
+# Preempt: the status of the nodes preemption did not try.
+MSG_NOT_HELPFUL: Final = "Preemption is not helpful for scheduling"
+
+# A pod with no start time counts as started now: after any recorded time.
+_STARTED_NOW: Final = math.inf
+
+_ABSENT = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """preemption.Candidate: a node and the pods to evict there, most
+    important first, with how many of them violate a PDB
+    (extenderv1.Victims)."""
+
+    name: str
+    victims: tuple[PodInfo, ...]
+    num_pdb_violations: int = 0
+
+
+def _terminating_by_preemption(pod: PodInfo) -> bool:
+    """podTerminatingByPreemption: being deleted, and a DisruptionTarget
+    condition with reason PreemptionByScheduler says a preemption did it."""
+    return pod.proto.terminating and pod.proto.preempted_by_scheduler
+
+
+def pod_start_time(pod: PodInfo) -> float:
+    """util.GetPodStartTime: status.startTime in microseconds; a pod that
+    has not started (0) counts as started now, later than every known time."""
+    t = pod.proto.start_unix_micros
+    return t if t > 0 else _STARTED_NOW
+
+
+def more_important_key(pod: PodInfo) -> tuple[int, float]:
+    """util.MoreImportantPod as a sort key: higher priority first, then the
+    earlier start."""
+    return (-pod.priority, pod_start_time(pod))
+
+
+def earliest_pod_start_time(victims: Sequence[PodInfo]) -> float:
+    """util.GetEarliestPodStartTime: the earliest start among the victims of
+    the highest priority."""
+    top = max(v.priority for v in victims)
+    return min(pod_start_time(v) for v in victims if v.priority == top)
+
+
+def filter_pods_with_pdb_violation(
+    pods: Sequence[PodInfo], pdbs: Sequence[PodDisruptionBudget]
+) -> tuple[list[PodInfo], list[PodInfo]]:
+    """default_preemption.go, filterPodsWithPDBViolation: (violating,
+    non-violating), each in the input order. Every PDB covering a pod spends
+    one of its allowed disruptions, unless the pod is already in its
+    disruptedPods; a pod that drives a budget below zero violates it."""
+    allowed = [p.disruptions_allowed for p in pdbs]
+    violating: list[PodInfo] = []
+    non_violating: list[PodInfo] = []
+    for pod in pods:
+        violated = False
+        labels = pod.proto.labels
+        # A pod with no labels matches no PDB.
+        if labels:
+            for i, pdb in enumerate(pdbs):
+                if not pdb.selects(pod.namespace, labels):
+                    continue
+                if pod.name in pdb.disrupted_pods:
+                    # The API server has processed its eviction already.
+                    continue
+                allowed[i] -= 1
+                if allowed[i] < 0:
+                    violated = True
+        (violating if violated else non_violating).append(pod)
+    return violating, non_violating
+
+
+def pick_one_node_for_preemption(candidates: Sequence[Candidate]) -> str:
+    """preemption.go, pickOneNodeForPreemption with the default criteria, in
+    order, each applied to the nodes the previous ones tied: the fewest PDB
+    violations; the lowest highest-priority victim; the smallest sum of
+    priorities (each shifted by 2^31 so negative ones count); the fewest
+    victims; the latest earliest start among the highest-priority victims.
+    Still tied: the first candidate."""
+    if not candidates:
+        return ""
+    criteria: list[Callable[[Candidate], float]] = [
+        lambda c: -c.num_pdb_violations,
+        lambda c: -c.victims[0].priority,
+        lambda c: -sum(v.priority + 2**31 for v in c.victims),
+        lambda c: -len(c.victims),
+        lambda c: earliest_pod_start_time(c.victims),
+    ]
+    remaining = list(candidates)
+    for score in criteria:
+        scores = [score(c) for c in remaining]
+        best = max(scores)
+        remaining = [c for c, s in zip(remaining, scores, strict=True) if s == best]
+        if len(remaining) == 1:
+            break
+    return remaining[0].name
+
+
+def aggregate_errors(messages: Sequence[str]) -> str:
+    """apimachinery utilerrors.NewAggregate(...).Error(): one error as it
+    is; several deduplicated, joined with ", " in brackets."""
+    if not messages:
+        return ""
+    if len(messages) == 1:
+        return messages[0]
+    seen = list(dict.fromkeys(messages))
+    return seen[0] if len(seen) == 1 else "[" + ", ".join(seen) + "]"
+
+
+class DefaultPreemption(PostFilterPlugin):
+    """The DefaultPreemption plugin (upstream's defaultpreemption.DefaultPreemption
+    with the preemption.Evaluator it builds)."""
+
+    name: ClassVar[str] = NAME
+    Args: ClassVar[type[Any] | None] = DefaultPreemptionArgs
+
+    def __init__(
+        self, args: DefaultPreemptionArgs | None = None, handle: Handle | None = None
+    ) -> None:
+        dp_args = DefaultPreemptionArgs() if args is None else args
+        # New validates (ValidateDefaultPreemptionArgs).
+        dp_args.validate()
+        super().__init__(dp_args, handle)
+        self.min_candidate_nodes_percentage = dp_args.min_candidate_nodes_percentage
+        self.min_candidate_nodes_absolute = dp_args.min_candidate_nodes_absolute
+        # getOffsetRand: where the dry run starts among the potential nodes;
+        # replaceable so tests are deterministic, as upstream's.
+        self.offset_rand: Callable[[int], int] = random.randrange
+
+    @classmethod
+    def reads(cls, args: Any) -> tuple[ObjectKind, ...]:
+        """NewEvaluator: the PodDisruptionBudget lister."""
+        return (PDB_KIND,)
+
+    # -- PostFilter -------------------------------------------------------------
+
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, rejected: Mapping[str, Status]
+    ) -> tuple[PostFilterResult | None, Status]:
+        """default_preemption.go, PostFilter: Evaluator.Preempt, its message
+        prefixed with "preemption: "."""
+        result, st = self.preempt(state, pod, rejected)
+        if st.message:
+            return result, Status(st.code, (f"preemption: {st.message}",))
+        return result, st
+
+    def preempt(
+        self, state: CycleState, pod: PodInfo, rejected: Mapping[str, Status]
+    ) -> tuple[PostFilterResult | None, Status]:
+        """preemption.go, Evaluator.Preempt. ``rejected`` is the cycle's
+        Filter statuses by node; a node it does not name counts as
+        UnschedulableAndUnresolvable (NewDefaultNodeToStatus). Returns None
+        with Error or Unschedulable to leave the pod's nomination as it is, a
+        result without a node with Unschedulable to clear it, and a result
+        with the node and the victims with Success."""
+        snapshot = self.handle.snapshot
+        # 1) Is the pod eligible to preempt others?
+        nominated_status = rejected.get(pod.proto.nominated_node_name, _ABSENT)
+        ok, msg = self.pod_eligible_to_preempt_others(pod, nominated_status)
+        if not ok:
+            log.debug("pod %s is not eligible for preemption: %s", pod.key, msg)
+            return None, Status.unschedulable(msg)
+
+        # 2) Find all preemption candidates.
+        num_nodes = len(snapshot.nodes)
+        candidates, statuses, err = self.find_candidates(state, pod, rejected, snapshot)
+        if err and not candidates:
+            return None, Status.error(err)
+        if not candidates:
+            # A FitError over the dry run's statuses; nodes it did not try
+            # are "not helpful".
+            log.info("pod %s: no preemption candidate is found; preemption is not helpful", pod.key)
+            msg = fit_error_message(
+                num_nodes, statuses, absent_status=Status.unresolvable(MSG_NOT_HELPFUL)
+            )
+            return PostFilterResult(""), Status.unschedulable(msg)
+
+        # 3) Extenders: Berth has none. 4) Find the best candidate.
+        best = self.select_candidate(candidates)
+        if best is None or not best.name:
+            return None, Status.unschedulable("no candidate node for preemption")
+
+        # 5) Actuation is the caller's (executor.go): the victims, and the
+        # lower-priority nominations on the node to clear.
+        clear: tuple[str, ...] = ()
+        if any(not v.proto.terminating for v in best.victims):
+            clear = tuple(
+                p.uid
+                for p in snapshot.nominated_pods_for_node(best.name).values()
+                if p.priority < pod.priority
+            )
+        log.info(
+            "pod %s: preemption nominates node %s, evicting %s",
+            pod.key,
+            best.name,
+            ", ".join(v.key for v in best.victims),
+        )
+        return (
+            PostFilterResult(best.name, victims=best.victims, clear_nomination_pod_uids=clear),
+            SUCCESS,
+        )
+
+    # -- eligibility ------------------------------------------------------------------
+
+    def pod_eligible_to_preempt_others(
+        self, pod: PodInfo, nominated_node_status: Status
+    ) -> tuple[bool, str]:
+        """default_preemption.go, PodEligibleToPreemptOthers: not with
+        preemptionPolicy Never; not while a lower-priority pod on its
+        nominated node is terminating (an earlier preemption's victim still
+        going), unless Filter found that node UnschedulableAndUnresolvable."""
+        proto = pod.proto
+        if proto.preemption_policy == "Never":
+            return False, "not eligible due to preemptionPolicy=Never."
+        nominated = proto.nominated_node_name
+        if nominated:
+            if nominated_node_status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                return True, ""
+            ni = self.handle.snapshot.nodes.get(nominated)
+            if ni is not None:
+                for p in ni.pods.values():
+                    if self.is_preemption_allowed(ni, p, pod) and _terminating_by_preemption(p):
+                        return False, "not eligible due to a terminating pod on the nominated node."
+        return True, ""
+
+    def is_preemption_allowed(self, node: NodeInfo, victim: PodInfo, preemptor: PodInfo) -> bool:
+        """isPreemptionAllowed: the victim's priority is lower (IsEligiblePod
+        is upstream's default, always true)."""
+        return victim.priority < preemptor.priority
+
+    # -- candidates ---------------------------------------------------------------------
+
+    def find_candidates(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        rejected: Mapping[str, Status],
+        snapshot: Snapshot,
+    ) -> tuple[list[Candidate], dict[str, Status], str]:
+        """preemption.go, findCandidates: the dry run over the nodes Filter
+        found Unschedulable (nodesWherePreemptionMightHelp: not
+        UnschedulableAndUnresolvable), from a random offset. Returns the
+        candidates, the statuses of the nodes that are not, and the
+        aggregated error message ("" for none)."""
+        if not snapshot.nodes:
+            return [], {}, "no nodes available"
+        potential = [
+            ni
+            for name, st in rejected.items()
+            if st.code is Code.UNSCHEDULABLE and (ni := snapshot.nodes.get(name)) is not None
+        ]
+        if not potential:
+            log.debug("pod %s: preemption will not help schedule it on any node", pod.key)
+            return [], {}, ""
+        pdbs = pdbs_of(snapshot)
+        offset, num = self.get_offset_and_num_candidates(len(potential))
+        return self.dry_run_preemption(state, pod, potential, pdbs, offset, num)
+
+    def calculate_num_candidates(self, num_nodes: int) -> int:
+        """default_preemption.go, calculateNumCandidates."""
+        n = num_nodes * self.min_candidate_nodes_percentage // 100
+        n = max(n, self.min_candidate_nodes_absolute)
+        return min(n, num_nodes)
+
+    def get_offset_and_num_candidates(self, num_nodes: int) -> tuple[int, int]:
+        """default_preemption.go, GetOffsetAndNumCandidates."""
+        return self.offset_rand(num_nodes), self.calculate_num_candidates(num_nodes)
+
+    def dry_run_preemption(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        potential_nodes: Sequence[NodeInfo],
+        pdbs: Sequence[PodDisruptionBudget],
+        offset: int,
+        num_candidates: int,
+    ) -> tuple[list[Candidate], dict[str, Status], str]:
+        """preemption.go, DryRunPreemption with one worker: from ``offset``
+        (wrapping), SelectVictimsOnNode on a copy of each node and of the
+        cycle state, until a non-violating candidate has been found and there
+        are ``num_candidates`` in all (each kind capped at that number).
+        Non-violating candidates come first."""
+        non_violating: list[Candidate] = []
+        violating: list[Candidate] = []
+        statuses: dict[str, Status] = {}
+        errors: list[str] = []
+        n = len(potential_nodes)
+        for i in range(n):
+            ni = potential_nodes[(offset + i) % n]
+            victims, num_violations, st = self.select_victims_on_node(
+                state.clone(), pod, ni.clone(), pdbs
+            )
+            if st.is_success and victims:
+                kept = non_violating if num_violations == 0 else violating
+                if len(kept) < num_candidates:
+                    kept.append(Candidate(ni.name, tuple(victims), num_violations))
+                if non_violating and len(non_violating) + len(violating) >= num_candidates:
+                    break
+                continue
+            if st.is_success:
+                st = Status.error(f"expected at least one victim pod on node {go_quote(ni.name)}")
+            if st.code is Code.ERROR:
+                errors.append(st.message)
+            statuses[ni.name] = st
+        return non_violating + violating, statuses, aggregate_errors(errors)
+
+    def select_victims_on_node(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        node: NodeInfo,
+        pdbs: Sequence[PodDisruptionBudget],
+    ) -> tuple[list[PodInfo], int, Status]:
+        """default_preemption.go, SelectVictimsOnNode, on a private copy of
+        the node and the state: remove every lower-priority pod (RemovePod
+        extensions); if the pod then fits (Filter with nominated pods), add
+        them back one by one, most important first, the PDB-violating ones
+        before the others, keeping each that still lets the pod fit; the
+        rest are the victims, most important first. Returns the victims, how
+        many of them violate a PDB, and the status."""
+        fw = self.handle.framework
+
+        def remove(p: PodInfo) -> Status:
+            node.remove_pod(p.uid)
+            return fw.run_pre_filter_extension_remove_pod(state, pod, p, node)
+
+        def add(p: PodInfo) -> Status:
+            node.add_pod(p)
+            return fw.run_pre_filter_extension_add_pod(state, pod, p, node)
+
+        potential = [p for p in node.pods.values() if self.is_preemption_allowed(node, p, pod)]
+        for p in potential:
+            st = remove(p)
+            if not st.is_success:
+                return [], 0, Status.error(st.message)
+        # Nothing to remove: the node is as Filter saw it.
+        if not potential:
+            return [], 0, Status.unresolvable(ERR_NO_VICTIMS)
+        # Without every eligible pod it still does not fit: not a candidate
+        # (affinity to a victim is not considered, as upstream).
+        st = fw.run_filter_with_nominated_pods(state, pod, node)
+        if not st.is_success:
+            return [], 0, st
+        potential.sort(key=more_important_key)
+        violating, non_violating = filter_pods_with_pdb_violation(potential, pdbs)
+        victims: list[PodInfo] = []
+
+        def reprieve(p: PodInfo) -> tuple[bool, Status]:
+            st = add(p)
+            if not st.is_success:
+                return False, Status.error(st.message)
+            fits = fw.run_filter_with_nominated_pods(state, pod, node).is_success
+            if not fits:
+                st = remove(p)
+                if not st.is_success:
+                    return False, Status.error(st.message)
+                victims.append(p)
+                log.debug("pod %s is a potential preemption victim on node %s", p.key, node.name)
+            return fits, SUCCESS
+
+        num_violating = 0
+        for p in violating:
+            fits, st = reprieve(p)
+            if not st.is_success:
+                return [], 0, st
+            if not fits:
+                num_violating += 1
+        for p in non_violating:
+            _, st = reprieve(p)
+            if not st.is_success:
+                return [], 0, st
+        if violating and non_violating:
+            # Keep the victims in order of importance.
+            victims.sort(key=more_important_key)
+        return victims, num_violating, SUCCESS
+
+    def select_candidate(self, candidates: Sequence[Candidate]) -> Candidate | None:
+        """preemption.go, SelectCandidate."""
+        if not candidates:
+            return None
+        if len(candidates) == 1:
+            return candidates[0]
+        name = pick_one_node_for_preemption(candidates)
+        for c in candidates:
+            if c.name == name:
+                return c
+        return candidates[0]  # not reached: the name is one of theirs
