@@ -1171,10 +1171,10 @@ class Scheduler:
                     st = await self.service.node_call("PreBind", profile, pod, node, cycle)
                 if st.status.code not in (CODE_SUCCESS, CODE_SKIP):
                     await unreserve()
-                    return (
-                        f"running PreBind plugin {st.status.plugin!r}: {'; '.join(st.status.reasons)}",
-                        True,
-                    )
+                    # The server's reasons already say which plugin, in upstream's
+                    # words (RunPreBindPlugins: 'running PreBind plugin "X": ...').
+                    reasons = "; ".join(st.status.reasons)
+                    return reasons or f"PreBind plugin {st.status.plugin!r} failed", True
                 activate.extend(st.activate_pod_uids)
                 if st.writes:
                     # The plugins' writes, with the shim's credentials, before binding:
@@ -1184,7 +1184,8 @@ class Scheduler:
                             await self._api(perform_writes, self.api, list(st.writes))
                     except WriteFailed as exc:
                         await unreserve()
-                        return f"running PreBind plugin {exc.write.plugin!r}: {exc}", True
+                        # Worded as RunPreBindPlugins words a plugin's error.
+                        return f'running PreBind plugin "{exc.write.plugin}": {exc}', True
             if info is not None and info.shim_binds:
                 # The only Bind plugin is DefaultBinder, whose answer is always
                 # Success with caller_binds: POST the binding without asking

@@ -322,5 +322,5 @@ def test_two_claims_never_get_the_same_pv(
         # lose the race at PreBind (the resourceVersion in the patch would make the
         # API server refuse it with 409, and the pod would be retried).
         text = shim.text()
-        assert "running PreBind plugin 'VolumeBinding'" not in text, text[-3000:]
+        assert 'running PreBind plugin "VolumeBinding"' not in text, text[-3000:]
         assert "409 Conflict" not in text, text[-3000:]
