@@ -1,10 +1,15 @@
 """A control plane of its own for the differential suite: both schedulers see every node,
 so no other test's nodes may exist while a scenario runs. kube-scheduler (profile
 ``diff-upstream``) and ``berth shim`` (profile ``diff-berth``) run for the whole session with
-the same configuration but for the profile name."""
+the same configuration but for the profile name.
+
+``BERTH_DIFF_ONLY=upstream`` runs kube-scheduler alone, with every plugin the suite can compare
+enabled (harness.ALWAYS_OUT only left out): a scenario's ``expect`` is checked against upstream
+before Berth has the plugins it needs. It is a tool for writing scenarios, not a pass."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -13,7 +18,7 @@ import yaml
 from berth.localcluster import KubeClient, LocalCluster, start_kube_scheduler
 from berth.localcluster.binaries import default_bin_dir, require_binaries
 from berth.localcluster.cluster import ClusterConfig
-from tests.differential.harness import BERTH, UPSTREAM, config
+from tests.differential.harness import ALWAYS_OUT, BERTH, UPSTREAM, config
 from tests.integration.shimtools import Shim
 
 
@@ -33,12 +38,29 @@ def diff_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClus
         local.stop()
 
 
+def upstream_only() -> bool:
+    only = os.environ.get("BERTH_DIFF_ONLY", "")
+    if only not in ("", "upstream"):
+        raise pytest.UsageError(f"BERTH_DIFF_ONLY: must be empty or 'upstream', got {only!r}")
+    return only == "upstream"
+
+
 @pytest.fixture(scope="session")
 def schedulers(
     diff_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[None]:
+) -> Iterator[bool]:
+    """Starts the schedulers; yields whether Berth runs too."""
     work = tmp_path_factory.mktemp("diff-schedulers")
     cluster = diff_cluster.cluster
+    if upstream_only():
+        with start_kube_scheduler(
+            cluster,
+            work / "kube-scheduler",
+            config=config(UPSTREAM, ALWAYS_OUT),
+            scheduler_name=UPSTREAM,
+        ):
+            yield False
+        return
     berth_config = work / "berth.yaml"
     berth_config.write_text(yaml.safe_dump(config(BERTH)))
     shim = Shim(berth_config, cluster.scheduler_kubeconfig or cluster.kubeconfig, work / "shim.log")
@@ -47,7 +69,7 @@ def schedulers(
     ):
         shim.start()
         try:
-            yield
+            yield True
         finally:
             shim.stop()
 

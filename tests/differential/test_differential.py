@@ -2,25 +2,137 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from berth.localcluster import KubeClient
-from tests.differential.harness import Scenario, all_scenarios, run
+from tests.differential.harness import (
+    SEQUENCE,
+    Comparison,
+    Outcome,
+    Scenario,
+    StepOutcome,
+    all_scenarios,
+    run,
+    unexpected,
+)
+
+# Issue 11's scenarios: spreading and inter-pod affinity (spread-*, ipa-*), preemption
+# (preempt-*) and volumes (volume-*).
+ISSUE_11_PREFIXES = ("spread-", "ipa-", "preempt-", "volume-")
+
+
+def namespace_of(scenario: Scenario) -> str:
+    return "diff-" + re.sub(r"[^a-z0-9-]+", "-", scenario.name.lower())[:50]
 
 
 @pytest.mark.parametrize("path", all_scenarios(), ids=lambda p: p.stem)
 def test_berth_decides_like_kube_scheduler(
-    path: Path, schedulers: None, diff_kube: KubeClient
+    path: Path, schedulers: bool, diff_kube: KubeClient
 ) -> None:
     scenario = Scenario.load(path)
-    namespace = "diff-" + re.sub(r"[^a-z0-9-]+", "-", scenario.name.lower())[:50]
-    comparisons = run(diff_kube, scenario, namespace)
+    comparisons = run(diff_kube, scenario, namespace_of(scenario), berth=schedulers)
+    wrong = [u for c in comparisons for u in c.unexpected]
+    assert not wrong, f"kube-scheduler did not do what the scenario expects: {scenario.about}\n" + (
+        "\n".join(wrong)
+    )
     disagreements = [str(c) for c in comparisons if not c.agrees]
     assert not disagreements, f"{scenario.about}\n" + "\n".join(disagreements)
+    if not schedulers:
+        pytest.skip("BERTH_DIFF_ONLY=upstream: kube-scheduler did as expected; Berth not run")
+
+
+def test_every_scenario_loads_and_cluster_scoped_names_are_unique() -> None:
+    """Scenarios run one after another on one control plane: cluster-scoped objects (other
+    than nodes and their CSINodes, which are removed and awaited after each scenario) must not
+    share names, and each scenario's namespace is its own."""
+    owners: dict[str, list[str]] = {}
+    namespaces: Counter[str] = Counter()
+    for path in all_scenarios():
+        scenario = Scenario.load(path)
+        namespaces[namespace_of(scenario)] += 1
+        for kind, entries in (
+            ("namespace", scenario.namespaces),
+            ("storageclass", scenario.storage_classes),
+            ("persistentvolume", scenario.volumes),
+        ):
+            for entry in entries:
+                owners.setdefault(f"{kind}/{entry['name']}", []).append(scenario.name)
+    shared = {k: v for k, v in owners.items() if len(v) > 1}
+    assert not shared, f"cluster-scoped names used by more than one scenario: {shared}"
+    assert max(namespaces.values()) == 1, namespaces.most_common(3)
 
 
 def test_the_corpus_covers_enough_scenarios() -> None:
-    assert len(all_scenarios()) >= 30
+    names = [p.stem for p in all_scenarios()]
+    assert len(names) >= 30
+    issue_11 = [n for n in names if n.startswith(ISSUE_11_PREFIXES)]
+    assert len(issue_11) >= 25, issue_11
+    preempt = [n for n in names if n.startswith("preempt-")]
+    volume = [n for n in names if n.startswith("volume-")]
+    assert len(preempt) + len(volume) >= 15, (preempt, volume)
+    for path in all_scenarios():
+        if path.stem.startswith(("preempt-", "volume-")):
+            assert Scenario.load(path).mode == SEQUENCE, path.stem
+
+
+def test_a_difference_in_any_recorded_field_is_a_disagreement() -> None:
+    """The comparison itself can fail: every field a step records counts."""
+    bound = StepOutcome(
+        node="d-a",
+        first="Unschedulable: 0/2 nodes are available: 2 Insufficient cpu.",
+        nominated=("d-a",),
+        victims=("low",),
+        cleared=("other",),
+        claims=(("data", "pv-1", ""),),
+    )
+    assert Comparison("p", bound, bound, {"d-a"}).agrees
+    for change in (
+        {"node": "d-b"},
+        {"first": ""},
+        {"nominated": ()},
+        {"victims": ("low", "more")},
+        {"cleared": ()},
+        {"claims": (("data", "pv-2", ""),)},
+    ):
+        other = dataclasses.replace(bound, **change)
+        assert not Comparison("p", bound, other, {"d-a"}).agrees, change
+    pending = StepOutcome(node="", first="Unschedulable: x", last="Unschedulable: y")
+    assert Comparison("p", pending, pending, set()).agrees
+    assert not Comparison("p", pending, dataclasses.replace(pending, last="other"), set()).agrees
+    assert not Comparison("p", pending, bound, set()).agrees
+    # A declared tie accepts either node only if Berth's own explain finds exactly that tie.
+    on_b = dataclasses.replace(bound, node="d-b")
+    assert Comparison("p", bound, on_b, {"d-a", "d-b"}, {"d-a", "d-b"}).agrees
+    assert not Comparison("p", bound, on_b, {"d-a"}, {"d-a", "d-b"}).agrees
+    # Interleaved outcomes compare reason and message.
+    assert not Comparison(
+        "p", Outcome("", "Unschedulable", "a"), Outcome("", "Unschedulable", "b"), set()
+    ).agrees
+
+
+def test_expectations_are_checked_against_upstream() -> None:
+    outcome = StepOutcome(
+        node="d-a", first="Unschedulable: m", nominated=("d-a",), victims=("low",)
+    )
+    good = {
+        "name": "p",
+        "expect": {"node": "d-a", "message": "m", "nominated": "d-a", "victims": ["low"]},
+    }
+    assert unexpected(good, outcome) == []
+    wrongs: list[dict[str, Any]] = [
+        {"node": "d-b"},
+        {"pending": True},
+        {"message": "n"},
+        {"nominated": ""},
+        {"victims": []},
+        {"cleared": ["x"]},
+        {"claims": {"data": "pv"}},
+    ]
+    for wrong in wrongs:
+        assert unexpected({"name": "p", "expect": wrong}, outcome), wrong
