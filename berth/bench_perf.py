@@ -16,9 +16,12 @@ in turn, alone on the cluster:
   server's ceiling for this workload on this machine.
 
 Each run gets fresh namespaces and a fresh scheduler process, creates the initial pods (not
-measured) and waits until all are bound, then creates the measured pods from a pool of
-client threads while the scheduler runs (scheduler_perf's createPods with
-collectMetrics). Throughput follows upstream's throughputCollector
+measured) and waits until all are bound, then creates the measured pods while the
+scheduler runs (scheduler_perf's createPods with collectMetrics), from a process of their
+own (``PodCreator``: 30 keep-alive connections, client QPS and burst 5000, as
+scheduler_perf's CreatePod and its client), so that creating them is not what limits the
+run; the output says, per run, how many created pods waited for their scheduler and
+whether the run was creation-limited anyway. Throughput follows upstream's throughputCollector
 (test/integration/scheduler_perf/util.go, run and collect): bound pods counted from a watch,
 sampled every second; the first sample only starts the clock; an interval in which nothing
 was bound is not recorded but the next rate is repeated over the skipped intervals;
@@ -82,12 +85,23 @@ ATTEMPTS_TOTAL = "scheduler_schedule_attempts_total"
 CONFLICT_TEXT = "is already assigned to node"
 # shim.scheduler.ShimOptions.bind_workers: the bind-only loop binds from as many threads.
 BIND_WORKERS = 16
-CREATE_WORKERS = 16  # scheduler_perf creates pods from 16 workers (createPodsRapidly)
+# Threads creating the nodes and the initial pods (not measured; the measured pods come from
+# PodCreator).
+CREATE_WORKERS = 16
+# The measured pods: scheduler_perf creates them from 30 workers (test/utils/runners.go,
+# CreatePod: ParallelizeUntil(ctx, 30, ...)) through a client of QPS 5000, burst 5000
+# (util.go, mustSetupCluster); here from one process of as many keep-alive connections.
+CREATE_CONNECTIONS = 30
+CREATE_QPS = 5000.0
+CREATE_PROCESSES = 1
 SAMPLE_INTERVAL = 1.0  # util.go, throughputSampleInterval
 # How long a scheduler's own count of bindings may trail what the API server shows.
 REPORT_GRACE = 15.0
 # A run whose last binding came this soon after the last creation had no backlog left.
 CREATION_TAIL = 0.25
+# ... and was creation-limited if, at the median 1 s sample, fewer than this share of the
+# measured pods waited for the scheduler (it kept up with creation most of the time).
+CREATION_BACKLOG = 0.05
 
 # --- workloads ---------------------------------------------------------------------------------
 
@@ -611,6 +625,7 @@ class PodWatch:
         self.history: dict[str, list[str]] = defaultdict(list)
         self.bound_measured = 0
         self.bound_other = 0
+        self.seen_measured = 0  # measured pods the watch has seen created
         self.last_bound = time.monotonic()
         self.error: str | None = None
         self.changed = threading.Condition()
@@ -651,7 +666,10 @@ class PodWatch:
         key = _key(obj)
         node = obj.get("spec", {}).get("nodeName")
         with self.changed:
-            self.first_seen.setdefault(key, now)
+            if key not in self.first_seen:
+                self.first_seen[key] = now
+                if obj["metadata"]["namespace"] == self.measured_namespace:
+                    self.seen_measured += 1
             if not node or kind == "DELETED":
                 return
             hist = self.history[key]
@@ -729,12 +747,24 @@ def _count_in(path: Path, text: str) -> int:
         return 0
 
 
-def _berth_config(path: Path, profile: str) -> Path:
-    path.write_text(
-        "apiVersion: kubescheduler.config.k8s.io/v1\n"
-        "kind: KubeSchedulerConfiguration\n"
-        f"profiles:\n  - schedulerName: {profile}\n"
-    )
+def _berth_config(path: Path, profile: str, base: Path | None = None) -> Path:
+    """Berth's configuration for a run: the defaults, or ``base``'s first profile
+    (``--berth-config``) renamed to the run's scheduler name."""
+    if base is None:
+        path.write_text(
+            "apiVersion: kubescheduler.config.k8s.io/v1\n"
+            "kind: KubeSchedulerConfiguration\n"
+            f"profiles:\n  - schedulerName: {profile}\n"
+        )
+        return path
+    import yaml
+
+    doc = yaml.safe_load(base.read_text())
+    profiles = doc.get("profiles") if isinstance(doc, dict) else None
+    if not profiles or not isinstance(profiles[0], dict):
+        raise BenchError(f"--berth-config {base}: needs a KubeSchedulerConfiguration with profiles")
+    doc["profiles"] = [{**profiles[0], "schedulerName": profile}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
 
@@ -782,12 +812,13 @@ def start_berth_run(
     burst: int,
     batch_size: int,
     grpc: bool,
+    config_base: Path | None = None,
 ) -> Running:
     from berth.localcluster.ports import free_port
     from berth.localcluster.process import ProcessRecord, spawn, stop
 
     work.mkdir(parents=True, exist_ok=True)
-    config = _berth_config(work / "scheduler-config.yaml", profile)
+    config = _berth_config(work / "scheduler-config.yaml", profile, config_base)
     berth = [sys.executable, "-m", "berth"]
     records: list[ProcessRecord] = []
     processes: dict[str, int] = {}
@@ -949,6 +980,11 @@ class Options:
     schedulers: tuple[str, ...]
     stall_timeout: float
     settle: float
+    create_processes: int = CREATE_PROCESSES
+    create_connections: int = CREATE_CONNECTIONS
+    create_qps: float = CREATE_QPS
+    create_burst: int = int(CREATE_QPS)
+    berth_config: Path | None = None
 
 
 def _progress(workload: str, message: str) -> None:
@@ -1057,6 +1093,7 @@ def run_one(
     }
     if scheduler.startswith("berth"):
         record["batch_size"] = opts.batch_size
+        record["berth_config"] = str(opts.berth_config) if opts.berth_config else None
     say("starting")
     t_start = time.monotonic()
     sdir = work / scheduler
@@ -1064,13 +1101,21 @@ def run_one(
         running = start_kube_scheduler_run(cluster, sdir, profile, opts.qps, opts.burst)
     elif scheduler in ("berth", "berth-inprocess"):
         running = start_berth_run(
-            cluster, sdir, profile, opts.qps, opts.burst, opts.batch_size, grpc=scheduler == "berth"
+            cluster,
+            sdir,
+            profile,
+            opts.qps,
+            opts.burst,
+            opts.batch_size,
+            grpc=scheduler == "berth",
+            config_base=opts.berth_config,
         )
     elif scheduler == "bind-only":
         running = start_bind_only_run(cluster, sdir, profile, opts.qps, opts.burst)
     else:
         raise BenchError(f"unknown scheduler {scheduler!r}")
     watch = PodWatch(client, run, measured_ns)
+    creator: PodCreator | None = None
     stopped = False
     error: BenchError | None = None
     try:
@@ -1093,34 +1138,58 @@ def run_one(
             )
         say(f"initial pods bound; creating {opts.pods} measured pods while it schedules")
         before = parse_metrics(running.metrics()) if running.metrics else {}
-        pids = {**running.processes, **server_pids, "harness": os.getpid()}
-        cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
         measured = pods(w.measured_kind, measured_ns, opts.pods)
         created: list[BaseException] = []
         created_at: list[float] = []
+        creator_cpu: float | None = None
+        if opts.create_processes > 0:
+            creator = PodCreator(
+                cluster.kubeconfig,
+                measured,
+                sdir / "creator",
+                processes=opts.create_processes,
+                connections=opts.create_connections,
+                qps=opts.create_qps,
+                burst=opts.create_burst,
+            )
+            creator.start()
+        pids = {**running.processes, **server_pids, "harness": os.getpid()}
+        cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
 
         def create() -> None:
+            """The old way: threads of the harness (``--create-processes 0``)."""
             try:
-                objects.create_pods(client, measured, concurrency=CREATE_WORKERS)
+                objects.create_pods(client, measured, concurrency=opts.create_connections)
                 created_at.append(time.monotonic())
             except BaseException as exc:
                 created.append(exc)
 
+        # Created, seen by the watch and not yet bound, at each sample: a scheduler that
+        # keeps up with creation has next to none.
+        backlog: list[tuple[float, int]] = []
         began = time.monotonic()
-        creator = threading.Thread(target=create, name="bench-create", daemon=True)
         collector = ThroughputCollector(began)
         last_said = [began]
 
         def on_tick(now: float, n: int) -> None:
             rate = collector.tick(now, n)
+            backlog.append((now - collector.began, watch.seen_measured - n))
             if now - last_said[0] >= 2.0:
                 last_said[0] = now
                 shown = f", {rate:.0f} pods/s" if rate is not None else ""
-                say(f"{n}/{opts.pods} measured pods bound{shown}")
+                say(f"{n}/{opts.pods} measured pods bound{shown}, {backlog[-1][1]} pending")
             if created:
                 raise BenchError(f"creating the measured pods failed: {created[0]}")
+            why = creator.failure() if creator is not None else None
+            if why:
+                raise BenchError(f"creating the measured pods failed: {why}")
 
-        creator.start()
+        thread: threading.Thread | None = None
+        if creator is not None:
+            creator.go()
+        else:
+            thread = threading.Thread(target=create, name="bench-create", daemon=True)
+            thread.start()
         _wait_bound(
             watch,
             lambda: watch.bound_measured,
@@ -1133,7 +1202,14 @@ def run_one(
         elapsed = time.monotonic() - began
         cpu1 = {k: cpu_seconds(p) for k, p in pids.items()}
         rss = {k: peak_rss_mib(p) for k, p in running.processes.items()}
-        creator.join(60)
+        if creator is not None:
+            result = creator.wait(60)
+            created_at.append(result.last)
+            creator_cpu = result.cpu_seconds
+            if result.created != opts.pods:
+                raise BenchError(f"the pod creator created {result.created} of {opts.pods} pods")
+        elif thread is not None:
+            thread.join(60)
         # The API server shows a binding before the scheduler has counted it (its binding
         # call has yet to return): give its count a moment to catch up before comparing.
         total = opts.init_pods + opts.pods
@@ -1179,6 +1255,8 @@ def run_one(
         )
         buckets = attempt_buckets(before, after, profile) if running.metrics else []
         per_k = 1000.0 / opts.pods
+        caught_up = bool(created_at) and elapsed - (created_at[0] - began) < CREATION_TAIL
+        backlog_p50 = percentile_ceil(sorted(n for _, n in backlog), 50) if backlog else None
         cpu = {k: (cpu1[k] - cpu0[k]) * per_k for k in running.processes}
         if len(cpu) > 1:
             cpu["total"] = sum(cpu.values())
@@ -1197,10 +1275,23 @@ def run_one(
                 # When creating the pods took about as long as binding them, creation was
                 # the limit (bind-only usually is in that case).
                 "creation_seconds": created_at[0] - began if created_at else None,
+                "creation": {
+                    "processes": opts.create_processes,
+                    "connections": opts.create_connections,
+                    "qps": opts.create_qps,
+                    "burst": opts.create_burst,
+                },
                 # The last pod was bound right after the last creation: the scheduler had no
-                # backlog left, so its rate is (at least partly) the creation rate.
-                "creation_limited": bool(created_at)
-                and elapsed - (created_at[0] - began) < CREATION_TAIL,
+                # backlog left at the end ...
+                "caught_up_at_end": caught_up,
+                # ... and little during the run: its rate is (at least partly) the
+                # creation rate.
+                "creation_limited": caught_up
+                and (backlog_p50 is None or backlog_p50 < CREATION_BACKLOG * opts.pods),
+                # Pods created (seen by the watch) and not yet bound, each second.
+                "backlog": [[round(t, 3), n] for t, n in backlog],
+                "backlog_p50": backlog_p50,
+                "backlog_max": max((n for _, n in backlog), default=None),
                 "samples": [[round(t, 3), round(r, 2)] for t, r in collector.result.points],
                 "attempt_latency_ms_p50": _ms(histogram_quantile(0.50, buckets)),
                 "attempt_latency_ms_p99": _ms(histogram_quantile(0.99, buckets)),
@@ -1209,7 +1300,9 @@ def run_one(
                 "cpu_seconds_per_1000_pods": cpu,
                 "peak_rss_mib": rss,
                 "other_cpu_seconds_per_1000_pods": {
-                    k: (cpu1[k] - cpu0[k]) * per_k for k in pids if k not in running.processes
+                    **{k: (cpu1[k] - cpu0[k]) * per_k for k in pids if k not in running.processes},
+                    # From its own count: it has exited by now.
+                    **({"creator": creator_cpu * per_k} if creator_cpu is not None else {}),
                 },
                 "checks": {
                     "pods": len(expected),
@@ -1236,6 +1329,8 @@ def run_one(
         error = BenchError(why + tails)
     finally:
         watch.stop()
+        if creator is not None:
+            creator.stop()
         if not stopped:
             running.stop()
     say("deleting the run's pods")
@@ -1399,6 +1494,49 @@ def format_other_cpu(records: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _creation_text(opts: Options) -> str:
+    if opts.create_processes == 0:
+        return (
+            f"measured pods created by {opts.create_connections} threads of the harness "
+            f"(no client limit)"
+        )
+    return (
+        f"measured pods created by {opts.create_processes} process(es) x "
+        f"{opts.create_connections} connections, client QPS {opts.create_qps:g} and burst "
+        f"{opts.create_burst}"
+    )
+
+
+def format_creation(records: Sequence[dict[str, Any]]) -> str:
+    """Was the run creation-limited? How long creating took against binding, and how many
+    created pods waited for their scheduler each second."""
+    rows = [r for r in records if r.get("status") == "ok"]
+    if not rows:
+        return ""
+    lines = [
+        "| scheduler | created in s | created pods/s | all bound in s | pending p50 / max | "
+        "creation-limited |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for r in rows:
+        made = r.get("creation_seconds")
+        lines.append(
+            f"| {r['scheduler']} | {_num(made, '.1f')} | "
+            f"{_num(None if not made else r['pods'] / made)} | "
+            f"{_num(r.get('measured_seconds'), '.1f')} | "
+            f"{_num(r.get('backlog_p50'))} / {_num(r.get('backlog_max'))} | "
+            + (
+                "yes"
+                if r.get("creation_limited")
+                else "caught up at the end only"
+                if r.get("caught_up_at_end")
+                else "no"
+            )
+            + " |"
+        )
+    return "\n".join(lines)
+
+
 def write_plot(records: Sequence[dict[str, Any]], path: Path, title: str) -> None:
     import matplotlib
 
@@ -1484,6 +1622,38 @@ def register(bsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             default=16,
             help="the shim's --batch-size (default %(default)s)",
         )
+        p.add_argument(
+            "--create-processes",
+            type=int,
+            default=CREATE_PROCESSES,
+            help="processes creating the measured pods, each with --create-connections "
+            "keep-alive connections; 0: the harness's own threads, as before (default "
+            "%(default)s)",
+        )
+        p.add_argument(
+            "--create-connections",
+            type=int,
+            default=CREATE_CONNECTIONS,
+            help="concurrent creations per creating process (scheduler_perf's CreatePod uses "
+            "30 workers) (default %(default)s)",
+        )
+        p.add_argument(
+            "--create-qps",
+            type=float,
+            default=CREATE_QPS,
+            help="the creating client's QPS, split between the processes (scheduler_perf's "
+            "client: 5000) (default %(default)s)",
+        )
+        p.add_argument(
+            "--create-burst", type=int, default=None, help="its burst (default: its QPS)"
+        )
+        p.add_argument(
+            "--berth-config",
+            metavar="FILE",
+            help="run Berth with this KubeSchedulerConfiguration's first profile (renamed to "
+            "the run's scheduler name) instead of the defaults, e.g. to measure what a "
+            "plugin costs; kube-scheduler keeps its defaults",
+        )
         p.add_argument("--json", metavar="FILE", help="write the records as a JSON list")
         p.add_argument(
             "--plot", metavar="FILE", help="write a PNG of pods/s over time per scheduler"
@@ -1525,6 +1695,8 @@ def options_from(args: argparse.Namespace) -> Options:
         ("--pods", args.pods, 1),
         ("--init-pods", args.init_pods, 0),
         ("--batch-size", args.batch_size, 1),
+        ("--create-processes", args.create_processes, 0),
+        ("--create-connections", args.create_connections, 1),
     ):
         if value < least:
             raise BenchError(f"{flag} must be at least {least}, got {value}")
@@ -1533,6 +1705,13 @@ def options_from(args: argparse.Namespace) -> Options:
     burst = int(args.qps) if args.burst is None else args.burst
     if burst < 1:
         raise BenchError(f"--burst must be at least 1, got {burst}")
+    if args.berth_config and not Path(args.berth_config).is_file():
+        raise BenchError(f"--berth-config {args.berth_config}: no such file")
+    if args.create_qps <= 0:
+        raise BenchError(f"--create-qps must be > 0, got {args.create_qps:g}")
+    create_burst = int(args.create_qps) if args.create_burst is None else args.create_burst
+    if create_burst < 1:
+        raise BenchError(f"--create-burst must be at least 1, got {create_burst}")
     total = args.init_pods + args.pods
     if w.measured_kind == "anti-affinity" and total > args.nodes:
         raise BenchError(
@@ -1555,6 +1734,11 @@ def options_from(args: argparse.Namespace) -> Options:
         schedulers=schedulers,
         stall_timeout=args.stall_timeout,
         settle=args.settle,
+        create_processes=args.create_processes,
+        create_connections=args.create_connections,
+        create_qps=float(args.create_qps),
+        create_burst=create_burst,
+        berth_config=Path(args.berth_config) if args.berth_config else None,
     )
 
 
@@ -1580,7 +1764,8 @@ def run_perf(args: argparse.Namespace) -> int:
         w.name,
         f"{opts.nodes} nodes, {opts.init_pods} initial pods, {opts.pods} measured pods; "
         f"schedulers {', '.join(opts.schedulers)}; client QPS {opts.qps:g}, burst {opts.burst} "
-        f"for every scheduler; shim batch size {opts.batch_size}",
+        f"for every scheduler; shim batch size {opts.batch_size}; {_creation_text(opts)}"
+        + (f"; Berth configured by {opts.berth_config}" if opts.berth_config else ""),
     )
     started = time.monotonic()
     failed = True
@@ -1606,10 +1791,15 @@ def run_perf(args: argparse.Namespace) -> int:
     if limited:
         print(
             f"(creation-limited: {', '.join(limited)}: the last pod was bound within "
-            f"{CREATION_TAIL:g} s of the last creation, so the rate is at least partly the "
-            "rate at which this machine created the pods; bind-only's ceiling includes "
-            "creation anyway, but a scheduler marked so may be faster than it shows)"
+            f"{CREATION_TAIL:g} s of the last creation and at the median second fewer than "
+            f"{CREATION_BACKLOG:.0%} of the pods waited to be scheduled, so the rate is at least "
+            "partly the rate at which this machine created the pods; bind-only's ceiling "
+            "includes creation anyway, but a scheduler marked so may be faster than it shows)"
         )
+    creation = format_creation(records)
+    if creation:
+        print(f"\nCreating the measured pods ({_creation_text(opts)}):")
+        print(creation)
     other = format_other_cpu(records)
     if other:
         print("\nCPU s / 1000 measured pods elsewhere during each measured window:")
@@ -1633,6 +1823,266 @@ def run_perf(args: argparse.Namespace) -> int:
                 print(f"  {r['scheduler']}: " + "; ".join(problems[:10]), file=sys.stderr)
         return 1
     return 0
+
+
+# --- creating the measured pods ------------------------------------------------------------------
+
+CREATOR_READY = "creator: ready"
+_CREATOR_DONE = re.compile(
+    r"creator: created (\d+) pods in ([0-9.]+) s, last at ([0-9.]+), cpu ([0-9.]+) s"
+)
+
+
+class TokenBucket:
+    """client-go's flowcontrol token bucket for one thread or event loop: ``qps`` tokens a
+    second, at most ``burst`` saved, full at the start."""
+
+    def __init__(self, qps: float, burst: int, now: float | None = None) -> None:
+        if qps <= 0 or burst < 1:
+            raise ValueError(f"token bucket: qps must be > 0 and burst >= 1, got {qps}, {burst}")
+        self.qps = qps
+        self.burst = burst
+        self._tokens = float(burst)
+        self._at = time.monotonic() if now is None else now
+
+    def take(self, now: float | None = None) -> float:
+        """Take a token; the seconds to wait before using it (0 when one was saved)."""
+        now = time.monotonic() if now is None else now
+        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.qps)
+        self._at = now
+        self._tokens -= 1.0
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+
+async def _create_pods_async(
+    kubeconfig: Path, bodies: Sequence[tuple[str, bytes]], connections: int, bucket: TokenBucket
+) -> None:
+    """Open ``connections`` keep-alive connections, say CREATOR_READY, wait for SIGUSR1, then
+    POST every (path, body) over them and print what _CREATOR_DONE reads. Raises on the
+    first error status: a run with a pod missing means nothing."""
+    import asyncio
+    import signal
+
+    import aiohttp
+
+    from berth.localcluster.rest import load_kubeconfig, ssl_context
+
+    auth = load_kubeconfig(kubeconfig)
+    headers = {
+        "Accept": "application/json",
+        "Content-Type": "application/json",
+        "User-Agent": "berth-bench-creator",
+    }
+    if auth.token:
+        headers["Authorization"] = f"Bearer {auth.token}"
+    secure = auth.server.startswith("https:")
+    connector = aiohttp.TCPConnector(
+        limit=connections,
+        limit_per_host=connections,
+        ssl=ssl_context(auth) if secure else False,
+    )
+    loop = asyncio.get_running_loop()
+    go = asyncio.Event()
+    loop.add_signal_handler(signal.SIGUSR1, go.set)
+    async with aiohttp.ClientSession(
+        base_url=auth.server, connector=connector, headers=headers, trust_env=False
+    ) as session:
+        session._retry_connection = False  # a POST is never resent
+
+        async def warm() -> None:
+            async with session.get("/version") as resp:
+                await resp.read()
+
+        # Connections and TLS handshakes before the clock starts: the threads that created
+        # the pods before this process did held warm pooled connections too.
+        await asyncio.gather(*(warm() for _ in range(connections)))
+        print(CREATOR_READY, flush=True)
+        await go.wait()
+        began, cpu0 = time.monotonic(), time.process_time()
+        todo = iter(bodies)
+        last = began
+        created = 0
+
+        async def worker() -> None:
+            nonlocal last, created
+            for path, body in todo:
+                wait = bucket.take()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                async with session.post(path, data=body) as resp:
+                    payload = await resp.read()
+                    if resp.status >= 300:
+                        raise RuntimeError(
+                            f"POST {path} -> HTTP {resp.status}: "
+                            + payload[:300].decode(errors="replace")
+                        )
+                created += 1
+                last = time.monotonic()
+
+        await asyncio.gather(*(worker() for _ in range(connections)))
+        print(
+            f"creator: created {created} pods in {last - began:.3f} s, last at {last:.6f}, "
+            f"cpu {time.process_time() - cpu0:.3f} s",
+            flush=True,
+        )
+
+
+def creator_main(argv: Sequence[str]) -> int:
+    """``python -m berth.bench_perf create``: create the pods of ``--pods FILE`` (a JSON list)
+    when SIGUSR1 arrives. Its own process, so that creating the pods competes with the
+    scheduler for the CPU only, not for the harness's GIL (the watch that times the run)."""
+    import asyncio
+
+    p = argparse.ArgumentParser(prog="python -m berth.bench_perf create")
+    p.add_argument("--kubeconfig", required=True)
+    p.add_argument("--pods", required=True, help="a JSON list of pod objects")
+    p.add_argument("--connections", type=int, default=CREATE_CONNECTIONS)
+    p.add_argument("--qps", type=float, default=CREATE_QPS)
+    p.add_argument("--burst", type=int, default=int(CREATE_QPS))
+    args = p.parse_args(argv)
+    pods = orjson.loads(Path(args.pods).read_bytes())
+    # Serialised before the clock starts: what is timed is the API server's work.
+    bodies = [
+        (f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods", orjson.dumps(pod))
+        for pod in pods
+    ]
+    try:
+        asyncio.run(
+            _create_pods_async(
+                Path(args.kubeconfig),
+                bodies,
+                max(1, min(args.connections, len(bodies) or 1)),
+                TokenBucket(args.qps, args.burst),
+            )
+        )
+    except Exception as exc:
+        print(f"creator: FAILED: {type(exc).__name__}: {exc}", flush=True)
+        return 1
+    return 0
+
+
+@dataclass
+class CreatorResult:
+    created: int
+    seconds: float  # from the signal to the last answer, the slowest process
+    last: float  # time.monotonic() of the last answer, any process
+    cpu_seconds: float  # all processes, from the signal on
+
+
+def _says(path: Path, text: str) -> Callable[[], bool]:
+    return lambda: text in path.read_text(errors="replace")
+
+
+class PodCreator:
+    """The measured pods' creation, in ``processes`` processes of ``connections`` keep-alive
+    connections each (round robin split of the pods; the QPS and burst split evenly), started
+    and warmed up by ``start``, let go by ``go``."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        pods: Sequence[JSON],
+        work: Path,
+        *,
+        processes: int,
+        connections: int,
+        qps: float,
+        burst: int,
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.pods = pods
+        self.work = work
+        self.processes = max(1, min(processes, len(pods)))
+        self.connections = connections
+        self.qps = qps
+        self.burst = burst
+        self._procs: list[tuple[subprocess.Popen[bytes], Any, Path]] = []
+
+    @property
+    def pids(self) -> list[int]:
+        return [proc.pid for proc, _, _ in self._procs]
+
+    def start(self, timeout: float = 60.0) -> None:
+        from berth.localcluster.process import spawn
+
+        self.work.mkdir(parents=True, exist_ok=True)
+        n = self.processes
+        for k in range(n):
+            share = self.pods[k::n]
+            spec = self.work / f"creator-{k}.json"
+            spec.write_bytes(orjson.dumps(list(share)))
+            log_path = self.work / f"creator-{k}.log"
+            log_path.unlink(missing_ok=True)
+            proc, rec = spawn(
+                f"creator {k}",
+                [
+                    sys.executable,
+                    "-m",
+                    "berth.bench_perf",
+                    "create",
+                    "--kubeconfig",
+                    str(self.kubeconfig),
+                    "--pods",
+                    str(spec),
+                    "--connections",
+                    str(self.connections),
+                    "--qps",
+                    f"{self.qps / n:g}",
+                    "--burst",
+                    str(max(1, self.burst // n)),
+                ],
+                log_path,
+                die_with_parent=True,
+            )
+            self._procs.append((proc, rec, log_path))
+        try:
+            for proc, _, log_path in self._procs:
+                _wait(_says(log_path, CREATOR_READY), timeout, "pod creator", proc, log_path)
+        except BaseException:
+            self.stop()
+            raise
+
+    def go(self) -> None:
+        import signal
+
+        for proc, _, _ in self._procs:
+            proc.send_signal(signal.SIGUSR1)
+
+    def failure(self) -> str | None:
+        """Why a process failed, if one has."""
+        for proc, _, log_path in self._procs:
+            code = proc.poll()
+            if code is not None and code != 0:
+                from berth.localcluster.process import log_tail
+
+                return f"pod creator exited with code {code}: {log_tail(log_path, 5)}"
+        return None
+
+    def wait(self, timeout: float) -> CreatorResult:
+        deadline = time.monotonic() + timeout
+        results = []
+        for proc, _, log_path in self._procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired as exc:
+                raise BenchError(f"the pod creator did not finish within {timeout:g}s") from exc
+            found = _CREATOR_DONE.findall(log_path.read_text(errors="replace"))
+            if proc.returncode != 0 or not found:
+                raise BenchError(self.failure() or f"the pod creator said nothing; see {log_path}")
+            results.append(tuple(float(x) for x in found[-1]))
+        return CreatorResult(
+            created=int(sum(r[0] for r in results)),
+            seconds=max(r[1] for r in results),
+            last=max(r[2] for r in results),
+            cpu_seconds=sum(r[3] for r in results),
+        )
+
+    def stop(self) -> None:
+        from berth.localcluster.process import stop
+
+        for proc, rec, _ in self._procs:
+            if proc.poll() is None:
+                log.info("%s", stop(rec))
 
 
 # --- bind-only: the API server's ceiling ---------------------------------------------------------
@@ -1741,7 +2191,9 @@ def bind_only_main(argv: Sequence[str]) -> int:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "bind-only":
         sys.exit(bind_only_main(sys.argv[2:]))
-    print("usage: python -m berth.bench_perf bind-only ...", file=sys.stderr)
+    if len(sys.argv) > 1 and sys.argv[1] == "create":
+        sys.exit(creator_main(sys.argv[2:]))
+    print("usage: python -m berth.bench_perf bind-only|create ...", file=sys.stderr)
     sys.exit(2)
 
 

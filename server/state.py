@@ -94,41 +94,53 @@ def _check_each_object_once(delta: pb.ClusterDelta, field: str) -> None:
     object both upserted and deleted, or upserted twice, has no defined result, so the
     delta is refused whole, naming the entries. Objects are keyed by group, resource,
     namespace and name. Each upserted object must name its resource and itself and
-    carry valid JSON (the object as the API server serves it)."""
-    for i, obj in enumerate(delta.upsert_objects):
-        entry = f"{field}.delta.upsert_objects[{i}]"
-        if not obj.ref.resource:
-            raise InvalidState(f"{entry}.ref.resource", "must not be empty")
-        if not obj.ref.name:
-            raise InvalidState(f"{entry}.ref.name", "must not be empty")
-        try:
-            doc = orjson.loads(obj.json)
-        except orjson.JSONDecodeError as exc:
-            raise InvalidState(f"{entry}.json", f"not valid JSON: {exc}") from exc
-        if not isinstance(doc, dict):
-            raise InvalidState(f"{entry}.json", f"must be a JSON object, got {type(doc).__name__}")
-    for i, ref in enumerate(delta.delete_objects):
-        entry = f"{field}.delta.delete_objects[{i}]"
-        if not ref.resource:
-            raise InvalidState(f"{entry}.resource", "must not be empty")
-        if not ref.name:
-            raise InvalidState(f"{entry}.name", "must not be empty")
-    kinds: tuple[tuple[str, str, str, list[str], list[str]], ...] = (
-        (
+    carry valid JSON (the object as the API server serves it).
+
+    Every request with cluster state passes here, most with a handful of pods or
+    nothing: a kind with fewer than two entries cannot repeat, and one set over a
+    kind's upserts and deletions says whether any key repeats."""
+    if delta.upsert_objects or delta.delete_objects:
+        for i, obj in enumerate(delta.upsert_objects):
+            entry = f"{field}.delta.upsert_objects[{i}]"
+            if not obj.ref.resource:
+                raise InvalidState(f"{entry}.ref.resource", "must not be empty")
+            if not obj.ref.name:
+                raise InvalidState(f"{entry}.ref.name", "must not be empty")
+            try:
+                doc = orjson.loads(obj.json)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidState(f"{entry}.json", f"not valid JSON: {exc}") from exc
+            if not isinstance(doc, dict):
+                raise InvalidState(
+                    f"{entry}.json", f"must be a JSON object, got {type(doc).__name__}"
+                )
+        for i, ref in enumerate(delta.delete_objects):
+            entry = f"{field}.delta.delete_objects[{i}]"
+            if not ref.resource:
+                raise InvalidState(f"{entry}.resource", "must not be empty")
+            if not ref.name:
+                raise InvalidState(f"{entry}.name", "must not be empty")
+    if len(delta.upsert_nodes) + len(delta.delete_nodes) > 1:
+        _check_keys(
+            field,
             "node",
             "upsert_nodes",
             "delete_nodes",
             [n.name for n in delta.upsert_nodes],
             list(delta.delete_nodes),
-        ),
-        (
+        )
+    if len(delta.upsert_pods) + len(delta.delete_pods) > 1:
+        _check_keys(
+            field,
             "pod",
             "upsert_pods",
             "delete_pods",
             [p.uid for p in delta.upsert_pods],
             list(delta.delete_pods),
-        ),
-        (
+        )
+    if len(delta.upsert_objects) + len(delta.delete_objects) > 1:
+        _check_keys(
+            field,
             "object",
             "upsert_objects",
             "delete_objects",
@@ -137,27 +149,29 @@ def _check_each_object_once(delta: pb.ClusterDelta, field: str) -> None:
                 for o in delta.upsert_objects
             ],
             [_object_name(r.group, r.resource, r.namespace, r.name) for r in delta.delete_objects],
-        ),
-    )
-    for kind, up_field, del_field, upserts, deletes in kinds:
-        if len(set(upserts)) + len(set(deletes)) == len(upserts) + len(deletes) and not (
-            set(upserts) & set(deletes)
-        ):
-            continue
-        where: dict[str, list[str]] = {}
-        for i, key in enumerate(upserts):
-            where.setdefault(key, []).append(f"{up_field}[{i}]")
-        for i, key in enumerate(deletes):
-            where.setdefault(key, []).append(f"{del_field}[{i}]")
-        repeated = {k: v for k, v in where.items() if len(v) > 1}
-        first = sorted(repeated)[0]
-        raise InvalidState(
-            f"{field}.delta",
-            f"{kind} {first!r} appears {len(repeated[first])} times "
-            f"({', '.join(repeated[first])})"
-            + (f" and {len(repeated) - 1} more {kind}(s) repeat" if len(repeated) > 1 else "")
-            + "; a delta holds each object at most once, in its last state",
         )
+
+
+def _check_keys(
+    field: str, kind: str, up_field: str, del_field: str, upserts: list[str], deletes: list[str]
+) -> None:
+    """Refuse the delta when a key repeats among one kind's upserts and deletions."""
+    if len(set(upserts).union(deletes)) == len(upserts) + len(deletes):
+        return
+    where: dict[str, list[str]] = {}
+    for i, key in enumerate(upserts):
+        where.setdefault(key, []).append(f"{up_field}[{i}]")
+    for i, key in enumerate(deletes):
+        where.setdefault(key, []).append(f"{del_field}[{i}]")
+    repeated = {k: v for k, v in where.items() if len(v) > 1}
+    first = sorted(repeated)[0]
+    raise InvalidState(
+        f"{field}.delta",
+        f"{kind} {first!r} appears {len(repeated[first])} times "
+        f"({', '.join(repeated[first])})"
+        + (f" and {len(repeated) - 1} more {kind}(s) repeat" if len(repeated) > 1 else "")
+        + "; a delta holds each object at most once, in its last state",
+    )
 
 
 def full_entries(state: pb.ClusterState) -> int:

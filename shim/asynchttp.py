@@ -20,6 +20,14 @@ threads) for what it does not handle: a proxy, an ``assert_hostname``
 override, or a ``KubeApi`` built without a configuration. Like
 ``KubeApi.request`` (``retries=False``) it never resends a request: aiohttp's
 retry of idempotent requests on a reused connection is turned off.
+
+The timeout runs from the moment a request has a connection, not while it
+waits for one: when the shim schedules faster than the API server binds,
+hundreds of bindings wait their turn, and a timeout that counted the wait
+failed bindings that were never sent, or (sent at the end of their wait)
+that the API server went on to make, so that the retry met "already
+assigned" (urllib3's pool, whose read timeout starts with the request, never
+did either).
 """
 
 from __future__ import annotations
@@ -64,6 +72,11 @@ class AsyncApi:
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         # Made on first use: an aiohttp session belongs to the running loop.
         self._session: aiohttp.ClientSession | None = None
+        # A request holds a slot from before it asks the connector for a
+        # connection until its answer is read: with as many slots as
+        # connections it never queues inside aiohttp, where the wait would
+        # count against its timeout.
+        self._slots: asyncio.Semaphore | None = None
 
     @classmethod
     def from_kubeapi(cls, api: KubeApi, *, connections: int = 16) -> AsyncApi | None:
@@ -115,6 +128,7 @@ class AsyncApi:
         )
 
     async def close(self) -> None:
+        self._slots = None
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
@@ -162,6 +176,9 @@ class AsyncApi:
         session = self._session
         if session is None or session.closed:
             session = self._session = self._open()
+        slots = self._slots
+        if slots is None:
+            slots = self._slots = asyncio.Semaphore(self._connections)
         headers: dict[str, str] = {}
         data: bytes | None = None
         if body is not None:
@@ -171,14 +188,17 @@ class AsyncApi:
         if token:
             headers["Authorization"] = token
         try:
-            async with session.request(
-                method,
-                path,
-                data=data,
-                headers=headers,
-                server_hostname=self._server_hostname,
-                allow_redirects=False,
-            ) as resp:
+            async with (
+                slots,
+                session.request(
+                    method,
+                    path,
+                    data=data,
+                    headers=headers,
+                    server_hostname=self._server_hostname,
+                    allow_redirects=False,
+                ) as resp,
+            ):
                 status = resp.status
                 payload = await resp.read()
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:

@@ -103,7 +103,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--bind-connections",
         type=int,
-        default=16,
+        default=64,
         metavar="N",
         help="binding POSTs go from the event loop over at most N keep-alive connections to the "
         "API server; 0 sends them from worker threads through the kubernetes client's pool "

@@ -134,7 +134,11 @@ class ShimOptions:
     bind_workers: int = 16
     # Binding POSTs from the event loop over keep-alive connections
     # (shim.asynchttp), this many at a time; 0: from the worker threads.
-    bind_connections: int = 16
+    # kube-scheduler has a binding in flight per bound pod (one goroutine each,
+    # over HTTP/2); 16 made a queue of bindings that held Berth at ~300 pods
+    # waiting in `berth bench SchedulingBasic` where 64 keeps up
+    # (docs/benchmarks.md, session 16).
+    bind_connections: int = 64
 
 
 @dataclass(eq=False)

@@ -25,9 +25,10 @@ and the node's score is the sum clamped to ``[23 MiB, 1000 MiB * containers]``
 The counts come from a per-snapshot index (image name -> the nodes holding
 it, and their sizes), kept in this module and brought up to date at each call
 by what changed: a node whose record was replaced is re-indexed, others are
-not. Checking what changed walks the node records once (Snapshot has no
-generation number to compare); everything else is numpy over the holders of
-the pod's images.
+not. While the snapshot's ``node_generation`` is the one last synced at,
+nothing changed and nothing is walked; else finding what changed walks the
+node records once. Everything else is numpy over the holders of the pod's
+images.
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ class ImageIndex:
     reference to the snapshot (nor to its NodeInfos), so the snapshot can be
     collected and the index with it."""
 
-    __slots__ = ("_arrays", "_holders", "_nodes", "_order", "_protos")
+    __slots__ = ("_arrays", "_generation", "_holders", "_nodes", "_order", "_protos", "_synced")
 
     def __init__(self) -> None:
         # Node name -> what was indexed for it.
@@ -183,8 +184,18 @@ class ImageIndex:
         # identity unique); a node update replaces the node's record.
         self._protos: list[pb.Node] = []
         self._order: IntArray | None = None
+        # The snapshot (weakly) and its node_generation when last synced.
+        self._synced: weakref.ref[Snapshot] | None = None
+        self._generation = -1
 
     def sync(self, snapshot: Snapshot) -> None:
+        generation = snapshot.node_generation
+        synced = self._synced
+        if generation == self._generation and synced is not None and synced() is snapshot:
+            return
+        self._generation = generation
+        if synced is None or synced() is not snapshot:
+            self._synced = weakref.ref(snapshot)
         order = snapshot.node_order()
         current = snapshot.nodes
         protos = list(map(_node_of, current.values()))

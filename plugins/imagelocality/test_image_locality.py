@@ -317,6 +317,35 @@ def test_the_index_follows_deltas_on_random_clusters() -> None:
         snap.apply(delta)
 
 
+def test_the_index_walks_the_nodes_only_after_a_node_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While Snapshot.node_generation stands still (pods come and go) the
+    index is current and no node record is looked at; a node update moves it
+    and is indexed."""
+    snap = snapshot_of([image_node("a", [(["x:1"], 600 * MB)]), image_node("b")])
+    plugin = plugin_on(snap)
+    p = PodInfo(image_pod("x:1"))
+    walks = 0
+    real_order = snap.node_order
+
+    def counted() -> np.ndarray:
+        nonlocal walks
+        walks += 1
+        return real_order()
+
+    monkeypatch.setattr(snap, "node_order", counted)
+    assert plugin.score_nodes(fresh_state(), p, snap.batch(["a", "b"])).tolist() == [28, 0]
+    assert walks == 1
+    snap.apply(pb.ClusterDelta(upsert_pods=[make_pod("p").node("a").obj()]))
+    for _ in range(3):
+        assert plugin.score_nodes(fresh_state(), p, snap.batch(["a", "b"])).tolist() == [28, 0]
+    assert walks == 1
+    snap.apply(pb.ClusterDelta(upsert_nodes=[image_node("b", [(["x:1"], 600 * MB)])]))
+    assert plugin.score_nodes(fresh_state(), p, snap.batch(["a", "b"])).tolist() == [59, 59]
+    assert walks == 2
+
+
 def test_a_node_deleted_and_another_added_in_its_slot() -> None:
     snap = snapshot_of(
         [image_node("a", [(["x:1"], 600 * MB)]), image_node("b", [(["x:1"], 600 * MB)])]

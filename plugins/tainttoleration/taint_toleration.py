@@ -143,17 +143,29 @@ _node_of = operator.attrgetter("node")
 class TaintIndex:
     """For one snapshot: which slots hold a node with any taint, so the batch
     forms visit only those (most clusters taint few nodes, often none).
-    ``sync`` brings it up to the snapshot's node records: the snapshot has no
-    generation number, so it walks the records once and compares them by
-    identity (a node update replaces its record); any change rebuilds the
-    mask. Holds no reference to the snapshot."""
+    ``sync`` brings it up to the snapshot's node records: nothing to do while
+    the snapshot's ``node_generation`` is the one last synced at (no node
+    added, removed or replaced since); else it walks the records once and
+    compares them by identity (a node update replaces its record), and any
+    change rebuilds the mask. Holds no reference to the snapshot."""
 
-    __slots__ = ("_cycle", "_order", "_protos", "tainted", "tainted_any")
+    __slots__ = (
+        "_cycle",
+        "_generation",
+        "_order",
+        "_protos",
+        "_synced",
+        "tainted",
+        "tainted_any",
+    )
 
     def __init__(self) -> None:
         # The cycle last synced for: a cycle's Filter and Score see the same
         # nodes, so its second call need not walk them again.
         self._cycle: CycleState | None = None
+        # The snapshot (weakly) and its node_generation when last synced.
+        self._synced: weakref.ref[Snapshot] | None = None
+        self._generation = -1
         self._order: npt.NDArray[np.int64] | None = None
         self._protos: list[object] = []
         # By slot: does the node there have a taint?
@@ -164,6 +176,13 @@ class TaintIndex:
         if cycle is not None and cycle is self._cycle:
             return
         self._cycle = cycle
+        generation = snapshot.node_generation
+        synced = self._synced
+        if generation == self._generation and synced is not None and synced() is snapshot:
+            return
+        self._generation = generation
+        if synced is None or synced() is not snapshot:
+            self._synced = weakref.ref(snapshot)
         order = snapshot.node_order()
         current = snapshot.nodes
         protos: list[object] = list(map(_node_of, current.values()))

@@ -29,6 +29,7 @@ from plugins.tainttoleration.taint_toleration import (
     PreScoreState,
     TolerationRecord,
     default_normalize_score,
+    taint_index,
 )
 
 REJECTED = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, ("node(s) had untolerated taint(s)",))
@@ -500,6 +501,42 @@ def test_batch_forms_follow_node_changes_in_one_snapshot() -> None:
         )
     )
     check({"b": True, "c": False}, {"b": 0, "c": 0})
+
+
+def test_the_taint_index_walks_the_nodes_only_after_a_node_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Snapshot.node_generation moves with node upserts and deletions, not
+    with pods; while it stands still the index is current and the node
+    records are not walked again, in any cycle."""
+    snap = snapshot_of([node_with_taints("a", []), node_with_taints("b", [("k", "", NS)])])
+    walks = 0
+    real_order = snap.node_order
+
+    def counted() -> np.ndarray:
+        nonlocal walks
+        walks += 1
+        return real_order()
+
+    monkeypatch.setattr(snap, "node_order", counted)
+    index = taint_index(snap, fresh_state())
+    assert (walks, index.tainted_any) == (1, True)
+    generation = snap.node_generation
+    snap.apply(pb.ClusterDelta(upsert_pods=[make_pod("p").node("a").obj()]))
+    assert snap.node_generation == generation
+    for _ in range(3):
+        assert taint_index(snap, fresh_state()) is index
+    assert walks == 1
+    # b's taint lifted: one more walk, and the index says so.
+    snap.apply(pb.ClusterDelta(upsert_nodes=[node_with_taints("b", [])]))
+    assert snap.node_generation > generation
+    assert not taint_index(snap, fresh_state()).tainted_any
+    assert walks == 2
+    generation = snap.node_generation
+    snap.apply(pb.ClusterDelta(delete_nodes=["missing"]))
+    assert snap.node_generation == generation  # nothing removed
+    snap.apply(pb.ClusterDelta(delete_nodes=["a"]))
+    assert snap.node_generation > generation
 
 
 # -- through a whole cycle ---------------------------------------------------

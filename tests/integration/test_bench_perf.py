@@ -19,7 +19,9 @@ from berth.bench_perf import (
     SCHEDULERS,
     RunFacts,
     ThroughputCollector,
+    TokenBucket,
     check_run,
+    format_creation,
     histogram_quantile,
     perf_node,
     perf_pod,
@@ -169,6 +171,67 @@ def test_histogram_quantile_interpolates_within_buckets_like_prometheus() -> Non
     assert histogram_quantile(0.5, [(0.001, 0.0), (float("inf"), 0.0)]) is None
 
 
+def test_the_creators_token_bucket_spends_its_burst_then_paces_at_the_qps() -> None:
+    """client-go's flowcontrol token bucket, as the pod creator uses it."""
+    bucket = TokenBucket(10.0, 3, now=0.0)
+    assert [bucket.take(now=0.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.take(now=0.0) == pytest.approx(0.1)  # the 4th waits a tenth of a second
+    assert bucket.take(now=0.0) == pytest.approx(0.2)
+    # 1 s later 10 tokens accrued, minus the 2 taken ahead: at most the burst is saved.
+    assert bucket.take(now=1.0) == 0.0
+    assert bucket.take(now=100.0) == 0.0
+    assert [bucket.take(now=100.0) for _ in range(2)] == [0.0, 0.0]
+    assert bucket.take(now=100.0) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="qps must be > 0"):
+        TokenBucket(0.0, 1)
+
+
+def test_the_creation_table_says_which_runs_were_creation_limited() -> None:
+    rows: list[dict[str, Any]] = [
+        {
+            "scheduler": "kube-scheduler",
+            "status": "ok",
+            "pods": 2000,
+            "creation_seconds": 4.0,
+            "measured_seconds": 9.0,
+            "backlog_p50": 700,
+            "backlog_max": 1200,
+            "creation_limited": False,
+        },
+        {
+            "scheduler": "berth",
+            "status": "ok",
+            "pods": 2000,
+            "creation_seconds": 8.0,
+            "measured_seconds": 8.1,
+            "backlog_p50": 3,
+            "backlog_max": 20,
+            "caught_up_at_end": True,
+            "creation_limited": True,
+        },
+        {
+            "scheduler": "berth-inprocess",
+            "status": "ok",
+            "pods": 2000,
+            "creation_seconds": 7.9,
+            "measured_seconds": 8.0,
+            "backlog_p50": 400,
+            "backlog_max": 900,
+            "caught_up_at_end": True,
+            "creation_limited": False,
+        },
+        {"scheduler": "bind-only", "status": "failed: x"},
+    ]
+    table = format_creation(rows).splitlines()
+    assert table[2] == "| kube-scheduler | 4.0 | 500 | 9.0 | 700 / 1200 | no |"
+    assert table[3] == "| berth | 8.0 | 250 | 8.1 | 3 / 20 | yes |"
+    assert (
+        table[4] == "| berth-inprocess | 7.9 | 253 | 8.0 | 400 / 900 | caught up at the end only |"
+    )
+    assert len(table) == 5  # the failed run has no row
+    assert format_creation([rows[3]]) == ""
+
+
 # --- a small run of every scheduler --------------------------------------------------------------
 
 REQUIRED: dict[str, type | tuple[type, ...]] = {
@@ -235,6 +298,13 @@ def test_scheduling_basic_runs_all_four_schedulers_and_checks_each_run(tmp_path:
         assert checks["conflicts_reported"] == 0
         assert checks["scheduled_reported"] == 400
         assert r["e2e_latency_ms_p50"] is not None
+        # The measured pods came from the creator process, which reported its CPU.
+        assert r["creation"] == {"processes": 1, "connections": 30, "qps": 5000.0, "burst": 5000}
+        assert 0 < r["creation_seconds"] <= r["measured_seconds"]
+        assert isinstance(r["creation_limited"], bool)
+        assert r["caught_up_at_end"] or not r["creation_limited"]
+        assert r["other_cpu_seconds_per_1000_pods"]["creator"] > 0
+        assert r["backlog_max"] is None or r["backlog_max"] >= r["backlog_p50"] >= 0
         assert set(r["cpu_seconds_per_1000_pods"]) >= set(r["peak_rss_mib"]) - {"total"}
         if r["scheduler"] != "kube-scheduler":
             assert "ratio_to_kube_scheduler" in r
@@ -246,6 +316,7 @@ def test_scheduling_basic_runs_all_four_schedulers_and_checks_each_run(tmp_path:
         assert by[name]["attempt_latency_ms_p50"] is not None, name
     assert by["bind-only"]["attempt_latency_ms_p50"] is None
     assert "| SchedulingBasic | berth |" in proc.stdout
+    assert "Creating the measured pods (measured pods created by 1 process(es) x 30" in proc.stdout
 
 
 def test_workloads_berth_cannot_run_are_reported_not_measured() -> None:
@@ -282,3 +353,9 @@ def test_bad_flags_are_refused_naming_the_flag() -> None:
     out = run("SchedulingBasic", "--nodes", "1", "--init-pods", "0", "--pods", "41")
     assert out.returncode == 2
     assert "41 pods do not fit on 1 nodes" in out.stderr
+    out = run("SchedulingBasic", "--create-connections", "0")
+    assert out.returncode == 2
+    assert "--create-connections must be at least 1, got 0" in out.stderr
+    out = run("SchedulingBasic", "--berth-config", "/nonexistent/berth.yaml")
+    assert out.returncode == 2
+    assert "--berth-config /nonexistent/berth.yaml: no such file" in out.stderr

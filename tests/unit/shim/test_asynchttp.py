@@ -29,6 +29,10 @@ class FakeServer:
     # Close each connection after this many requests (0: never).
     close_after: int = 0
     chunked: bool = False
+    # Seconds each answer takes; the most requests the server held at once.
+    delay: float = 0.0
+    busy: int = 0
+    most_busy: int = 0
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -46,6 +50,11 @@ class FakeServer:
                     headers[k.strip().lower()] = v.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 self.requests.append((method, path, headers, body))
+                if self.delay:
+                    self.busy += 1
+                    self.most_busy = max(self.most_busy, self.busy)
+                    await asyncio.sleep(self.delay)
+                    self.busy -= 1
                 status, payload, extra = self.handler(method, path, headers, body)
                 if status == 0:
                     # Drop the connection without an answer.
@@ -84,13 +93,23 @@ def created(
 
 @asynccontextmanager
 async def running(
-    server: FakeServer, token: Callable[[], str | None] = lambda: "Bearer t0k"
+    server: FakeServer,
+    token: Callable[[], str | None] = lambda: "Bearer t0k",
+    api_timeout: float = 30.0,
 ) -> AsyncIterator[AsyncApi]:
     srv = await asyncio.start_server(server.serve, "127.0.0.1", 0)
     port = srv.sockets[0].getsockname()[1]
     cfg = kclient.Configuration()
     cfg.host = f"http://127.0.0.1:{port}"
-    api = KubeApi(cfg.host, urllib3.PoolManager(), token, qps=0, burst=1, configuration=(cfg, None))
+    api = KubeApi(
+        cfg.host,
+        urllib3.PoolManager(),
+        token,
+        qps=0,
+        burst=1,
+        configuration=(cfg, None),
+        timeout=api_timeout,
+    )
     asy = AsyncApi.from_kubeapi(api, connections=4)
     assert asy is not None
     try:
@@ -128,6 +147,30 @@ async def test_concurrent_requests_use_at_most_the_pool() -> None:
         await asyncio.gather(*(api.request("POST", PATH, body=BINDING) for _ in range(20)))
     assert len(server.requests) == 20
     assert 1 <= server.connections <= 4
+
+
+async def test_waiting_for_a_connection_does_not_count_against_the_timeout() -> None:
+    # 24 requests over 4 connections, 0.15 s each: the last waits ~0.75 s for a
+    # connection, longer than the 0.5 s timeout, and must still be sent once and
+    # answered (a timeout that counted the wait failed it, or failed it after
+    # sending it).
+    server = FakeServer(created, delay=0.15)
+    async with running(server, api_timeout=0.5) as api:
+        results = await asyncio.gather(
+            *(api.request("POST", PATH, body=BINDING) for _ in range(24)),
+            return_exceptions=True,
+        )
+    assert [r for r in results if isinstance(r, BaseException)] == []
+    assert len(server.requests) == 24
+    assert server.most_busy <= 4
+
+
+async def test_a_request_slower_than_the_timeout_still_times_out() -> None:
+    server = FakeServer(created, delay=0.6)
+    async with running(server, api_timeout=0.2) as api:
+        with pytest.raises(ApiError) as err:
+            await api.request("POST", PATH, body=BINDING)
+    assert err.value.status == 0
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
