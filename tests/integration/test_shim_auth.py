@@ -1,10 +1,13 @@
 """API access the way users configure it: a kubeconfig whose credentials come from an exec
 credential plugin (client.authentication.k8s.io/v1 ExecCredential), for an identity that
-holds only upstream's ``system:kube-scheduler`` ClusterRole. The shim schedules with it:
-what kube-scheduler may do is enough for Berth."""
+holds only what upstream grants kube-scheduler: the ``system:kube-scheduler`` and
+``system:volume-scheduler`` ClusterRoles (bootstrappolicy/policy.go binds both to the user
+system:kube-scheduler; a second scheduler's service account needs both too). The shim
+schedules with them: what kube-scheduler may do is enough for Berth."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import stat
 import sys
@@ -13,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from berth.localcluster import Cluster, KubeClient, objects
+from berth.localcluster.rest import ApiError
 from berth.localcluster.testing import NodeFactory
 from tests.integration.shimtools import (
     Shim,
@@ -35,6 +39,20 @@ def test_exec_credential_kubeconfig_with_kube_schedulers_role(
     binding = f"{namespace}-shim"
     try:
         token = service_account(kube, namespace, "shim", "system:kube-scheduler")
+        # VolumeBinding's reads and writes (PVs, PVCs, StorageClasses), as upstream's
+        # ClusterRoleBinding system:volume-scheduler grants kube-scheduler.
+        kube.create(
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            {
+                "metadata": {"name": f"{binding}-volume"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "system:volume-scheduler",
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": "shim", "namespace": namespace}],
+            },
+        )
         calls = tmp_path / "calls"
         plugin = tmp_path / "credential-plugin"
         credential = {
@@ -73,4 +91,6 @@ def test_exec_credential_kubeconfig_with_kube_schedulers_role(
             assert "FailedScheduling" in reasons or "Scheduled" in reasons
             assert "forbidden" not in shim.text().lower(), shim.text()[-2000:]
     finally:
-        kube.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{binding}")
+        for name in (binding, f"{binding}-volume"):
+            with contextlib.suppress(ApiError):  # not created when the test failed early
+                kube.delete(f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{name}")
