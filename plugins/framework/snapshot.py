@@ -20,6 +20,7 @@ in the tree, and the walk shows it at the next addition or removal.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -173,6 +174,31 @@ class NodeColumns:
 
 _NO_OBJECTS: Mapping[tuple[str, str], ClusterObject] = MappingProxyType({})
 _NO_PODS: Mapping[str, PodInfo] = MappingProxyType({})
+
+
+class NodesMark:
+    """Where an index over a snapshot's node records last synced: the
+    snapshot (weakly) and its ``node_generation``. ``moved`` says whether the
+    index must look at the nodes again."""
+
+    __slots__ = ("_generation", "_snapshot")
+
+    def __init__(self) -> None:
+        self._snapshot: weakref.ref[Snapshot] | None = None
+        self._generation = -1
+
+    def moved(self, snapshot: Snapshot) -> bool:
+        """True, and ``snapshot`` remembered as it is now, when it is another
+        snapshot than last time or a node was added, removed or replaced
+        since; False while nothing but pods changed."""
+        ref = self._snapshot
+        same = ref is not None and ref() is snapshot
+        if same and snapshot.node_generation == self._generation:
+            return False
+        if not same:
+            self._snapshot = weakref.ref(snapshot)
+        self._generation = snapshot.node_generation
+        return True
 
 
 class Snapshot:

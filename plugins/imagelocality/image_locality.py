@@ -48,7 +48,7 @@ from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.cycle_state import CycleState
 from plugins.framework.interfaces import MAX_NODE_SCORE, ScoreArray, ScorePlugin
 from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.snapshot import NodeBatch, Snapshot
+from plugins.framework.snapshot import NodeBatch, NodesMark, Snapshot
 
 __all__ = [
     "MAX_CONTAINER_THRESHOLD",
@@ -169,7 +169,7 @@ class ImageIndex:
     reference to the snapshot (nor to its NodeInfos), so the snapshot can be
     collected and the index with it."""
 
-    __slots__ = ("_arrays", "_generation", "_holders", "_nodes", "_order", "_protos", "_synced")
+    __slots__ = ("_arrays", "_holders", "_mark", "_nodes", "_order", "_protos")
 
     def __init__(self) -> None:
         # Node name -> what was indexed for it.
@@ -184,18 +184,11 @@ class ImageIndex:
         # identity unique); a node update replaces the node's record.
         self._protos: list[pb.Node] = []
         self._order: IntArray | None = None
-        # The snapshot (weakly) and its node_generation when last synced.
-        self._synced: weakref.ref[Snapshot] | None = None
-        self._generation = -1
+        self._mark = NodesMark()
 
     def sync(self, snapshot: Snapshot) -> None:
-        generation = snapshot.node_generation
-        synced = self._synced
-        if generation == self._generation and synced is not None and synced() is snapshot:
+        if not self._mark.moved(snapshot):
             return
-        self._generation = generation
-        if synced is None or synced() is not snapshot:
-            self._synced = weakref.ref(snapshot)
         order = snapshot.node_order()
         current = snapshot.nodes
         protos = list(map(_node_of, current.values()))

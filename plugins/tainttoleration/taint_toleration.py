@@ -34,7 +34,7 @@ from plugins.framework.interfaces import (
 )
 from plugins.framework.model import NodeInfo, PodInfo
 from plugins.framework.normalize import default_normalize_score
-from plugins.framework.snapshot import NodeBatch, Snapshot
+from plugins.framework.snapshot import NodeBatch, NodesMark, Snapshot
 from plugins.framework.status import SUCCESS, Status
 from plugins.framework.tolerations import (
     EFFECT_NO_EXECUTE,
@@ -151,10 +151,9 @@ class TaintIndex:
 
     __slots__ = (
         "_cycle",
-        "_generation",
+        "_mark",
         "_order",
         "_protos",
-        "_synced",
         "tainted",
         "tainted_any",
     )
@@ -163,9 +162,7 @@ class TaintIndex:
         # The cycle last synced for: a cycle's Filter and Score see the same
         # nodes, so its second call need not walk them again.
         self._cycle: CycleState | None = None
-        # The snapshot (weakly) and its node_generation when last synced.
-        self._synced: weakref.ref[Snapshot] | None = None
-        self._generation = -1
+        self._mark = NodesMark()
         self._order: npt.NDArray[np.int64] | None = None
         self._protos: list[object] = []
         # By slot: does the node there have a taint?
@@ -176,13 +173,8 @@ class TaintIndex:
         if cycle is not None and cycle is self._cycle:
             return
         self._cycle = cycle
-        generation = snapshot.node_generation
-        synced = self._synced
-        if generation == self._generation and synced is not None and synced() is snapshot:
+        if not self._mark.moved(snapshot):
             return
-        self._generation = generation
-        if synced is None or synced() is not snapshot:
-            self._synced = weakref.ref(snapshot)
         order = snapshot.node_order()
         current = snapshot.nodes
         protos: list[object] = list(map(_node_of, current.values()))

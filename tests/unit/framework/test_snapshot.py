@@ -10,7 +10,7 @@ import pytest
 
 from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.model import PodInfo, pod_requests
-from plugins.framework.snapshot import Snapshot, SnapshotError, zone_key
+from plugins.framework.snapshot import NodesMark, Snapshot, SnapshotError, zone_key
 from plugins.framework.testing import make_node, make_pod, snapshot_of
 
 
@@ -215,3 +215,24 @@ def test_node_tree_update_node_moves_zones_at_the_next_list() -> None:
 def test_get_zone_key(labels: dict[str, str], want: str) -> None:
     """component-helpers node/topology GetZoneKey: beta labels win when present."""
     assert zone_key(labels) == want
+
+
+def test_nodes_mark_moves_with_nodes_not_pods() -> None:
+    """NodesMark: an index over node records is current while neither the
+    snapshot nor its node_generation changed; pods do not move it."""
+    snap = snapshot_of([make_node("a").obj()])
+    mark = NodesMark()
+    assert mark.moved(snap)
+    assert not mark.moved(snap)
+    delta = pb.ClusterDelta()
+    delta.upsert_pods.append(make_pod("p").uid("p").node("a").obj())
+    snap.apply(delta)
+    assert not mark.moved(snap)
+    delta = pb.ClusterDelta()
+    delta.upsert_nodes.append(make_node("b").obj())
+    snap.apply(delta)
+    assert mark.moved(snap)
+    assert not mark.moved(snap)
+    other = snapshot_of([make_node("a").obj()])
+    assert mark.moved(other)
+    assert mark.moved(snap)
