@@ -515,13 +515,15 @@ class Scheduler:
             try:
                 if len(batch) == 1:
                     with trace.use_span(spans[0], end_on_exit=False):
-                        resp = await self.service.schedule(profile, batch[0].pod, start_index)
+                        resp = await self.service.schedule(
+                            profile, self._as_nominated(batch[0].pod), start_index
+                        )
                     results = [resp]
                     self._start_index[profile] = resp.next_start_index
                 else:
                     with trace.use_span(spans[0], end_on_exit=False):
                         bresp = await self.service.schedule_batch(
-                            profile, [qp.pod for qp in batch], start_index
+                            profile, [self._as_nominated(qp.pod) for qp in batch], start_index
                         )
                     results = list(bresp.results)
                     self._start_index[profile] = bresp.next_start_index
@@ -559,6 +561,23 @@ class Scheduler:
                 if span.is_recording():
                     span.end()
             raise
+
+    def _as_nominated(self, pod: cpb.Pod) -> cpb.Pod:
+        """The pod as a cycle sees it: with the node this scheduler nominated
+        it to even when the informer has not yet delivered the status patch
+        that writes it. Upstream's queue holds the pod with the nomination
+        applied once the patch call is made (framework/api_calls/
+        pod_status_patch.go PodStatusPatchCall.Sync), so the next cycle's
+        evaluateNominatedNode (schedule_one.go findNodesThatFitPod) tries that
+        node first. A victim's deletion can reach the shim before the patch
+        does; without this the retry would weigh every node alike."""
+        node = self.cache.nominated_to(pod.uid)
+        if not node or pod.nominated_node_name == node:
+            return pod
+        nominated = cpb.Pod()
+        nominated.CopyFrom(pod)
+        nominated.nominated_node_name = node
+        return nominated
 
     def _span(self, name: str) -> contextlib.AbstractContextManager[None]:
         return _span(name) if self._traced else contextlib.nullcontext()

@@ -53,6 +53,11 @@ class FakeService:
         self.profiles: dict[str, Any] = {}
         self.address = "fake"
         self.calls: list[tuple[str, str]] = []
+        self.scheduled: list[cpb.Pod] = []
+
+    async def schedule(self, profile: str, pod: cpb.Pod, start_index: int) -> pb.ScheduleResponse:
+        self.scheduled.append(pod)
+        return no_fit()
 
     async def sort_keys(self, profile: str, pods: Sequence[pb.QueuedPod]) -> list[SortKey]:
         return [(-qp.pod.priority, qp.enqueued_unix_micros) for qp in pods]
@@ -530,6 +535,38 @@ async def test_updatePod_keeps_the_nomination_while_the_victims_terminate(env: E
     (status,) = api.of("patch", "high")
     assert "nominatedNodeName" not in status["status"]
     assert s.cache.nominated == {"high": "n1"}
+
+
+async def test_the_next_cycle_sees_the_nomination_before_the_patch_lands(env: Env) -> None:
+    """api_calls/pod_status_patch.go PodStatusPatchCall.Sync: upstream's queue holds the
+    pod with the nomination applied, so evaluateNominatedNode (schedule_one.go
+    findNodesThatFitPod) tries the node first even when the victim's deletion is seen
+    before the pod's own status update."""
+    s, service, _, _ = env
+    (v1,) = victims_on(s, "n1", "v1")
+    (qp,) = await popped(s, pending("high", priority=100))
+    handle(s, qp, no_fit("n1", [v1]))
+    await settled(s)
+    # The victim's deletion arrives; the pod's update carrying nominatedNodeName has not.
+    s._on_pod_events([event(DELETED, v1)])
+    assert where(s, "high") == BACKOFF
+    s.queue.activate(["high"])
+    await s.queue.admit_incoming()
+    (again,) = await asyncio.wait_for(s.queue.pop_batch(1), TIMEOUT)
+    assert again.pod.nominated_node_name == ""
+    await s._schedule([again])
+    (sent,) = service.scheduled
+    assert sent.uid == "high" and sent.nominated_node_name == "n1"
+    # The queued pod itself is left as the informer reported it.
+    assert again.pod.nominated_node_name == ""
+
+
+async def test_a_pod_nominated_elsewhere_by_its_status_is_sent_as_it_is(env: Env) -> None:
+    s, service, _, _ = env
+    (qp,) = await popped(s, pending("p", priority=5, nominated="n2"))
+    await s._schedule([qp])
+    (sent,) = service.scheduled
+    assert sent is qp.pod and sent.nominated_node_name == "n2"
 
 
 async def test_updatePod_clears_the_nomination_when_preemption_finds_nothing(env: Env) -> None:
