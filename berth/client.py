@@ -166,7 +166,7 @@ class ClusterStateLog:
         self.generation = 0
         self.nodes: dict[str, cpb.Node] = {}
         self.pods: dict[str, cpb.Pod] = {}
-        self._log: deque[tuple[int, cpb.ClusterDelta]] = deque(maxlen=keep)
+        self._log: deque[tuple[int, _Changes]] = deque(maxlen=keep)
         # Pending changes, one entry per object (None: deleted), so an object
         # changed several times before a commit lands in the delta once, in
         # its last state: an upsert then a delete is a delete.
@@ -211,33 +211,25 @@ class ClusterStateLog:
         return bool(self._pending_nodes or self._pending_pods or self._pending_objects)
 
     def commit(self) -> int:
-        """Closes the pending changes into a new generation (if any)."""
+        """Closes the pending changes into a new generation (if any). The log
+        keeps the changed records themselves, not a message holding copies of
+        them: records are never changed in place once upserted, and a delta
+        is built only when a replica asks for it (``state_since``)."""
         if self._pending_nodes or self._pending_pods or self._pending_objects:
-            d = cpb.ClusterDelta()
-            for name, node in self._pending_nodes.items():
-                if node is None:
-                    d.delete_nodes.append(name)
-                else:
-                    d.upsert_nodes.append(node)
-            for uid, pod in self._pending_pods.items():
-                if pod is None:
-                    d.delete_pods.append(uid)
-                else:
-                    d.upsert_pods.append(pod)
-            for key, obj in self._pending_objects.items():
-                if obj is None:
-                    d.delete_objects.append(object_ref(key))
-                else:
-                    d.upsert_objects.append(obj)
+            self.generation += 1
+            self._log.append(
+                (
+                    self.generation,
+                    _Changes(self._pending_nodes, self._pending_pods, self._pending_objects),
+                )
+            )
             self._pending_nodes = {}
             self._pending_pods = {}
             self._pending_objects = {}
-            self.generation += 1
-            self._log.append((self.generation, d))
         elif self.generation == 0:
             # An empty cluster is still a state a replica can hold.
             self.generation = 1
-            self._log.append((1, cpb.ClusterDelta()))
+            self._log.append((1, _Changes({}, {}, {})))
         return self.generation
 
     # -- what to send ---------------------------------------------------------
@@ -315,45 +307,49 @@ class ClusterStateLog:
         return st
 
     def _merge(self, base: int, upto: int | None = None) -> cpb.ClusterDelta:
-        nodes: dict[str, cpb.Node | None] = {}
-        pods: dict[str, cpb.Pod | None] = {}
-        objects: dict[ObjectKey, cpb.ClusterObject | None] = {}
-        newer: list[cpb.ClusterDelta] = []
-        for gen, d in reversed(self._log):
+        """The changes after ``base`` up to ``upto`` (default: the current
+        generation) as one delta, each object once in its last state."""
+        newer: list[_Changes] = []
+        for gen, changes in reversed(self._log):
             if gen <= base:
                 break
             if upto is None or gen <= upto:
-                newer.append(d)
-        for d in reversed(newer):
-            for name in d.delete_nodes:
-                nodes[name] = None
-            for n in d.upsert_nodes:
-                nodes[n.name] = n
-            for uid in d.delete_pods:
-                pods[uid] = None
-            for p in d.upsert_pods:
-                pods[p.uid] = p
-            for ref in d.delete_objects:
-                objects[object_key(ref)] = None
-            for o in d.upsert_objects:
-                objects[object_key(o.ref)] = o
+                newer.append(changes)
+        if len(newer) == 1:
+            merged = newer[0]
+        else:
+            merged = _Changes({}, {}, {})
+            for changes in reversed(newer):
+                merged.nodes.update(changes.nodes)
+                merged.pods.update(changes.pods)
+                merged.objects.update(changes.objects)
         out = cpb.ClusterDelta()
-        for name, node in nodes.items():
+        for name, node in merged.nodes.items():
             if node is None:
                 out.delete_nodes.append(name)
             else:
                 out.upsert_nodes.append(node)
-        for uid, pod in pods.items():
+        for uid, pod in merged.pods.items():
             if pod is None:
                 out.delete_pods.append(uid)
             else:
                 out.upsert_pods.append(pod)
-        for key, obj in objects.items():
+        for key, obj in merged.objects.items():
             if obj is None:
                 out.delete_objects.append(object_ref(key))
             else:
                 out.upsert_objects.append(obj)
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Changes:
+    """One generation's changes in ``ClusterStateLog``'s log: each object once,
+    in its last state (None: deleted)."""
+
+    nodes: dict[str, cpb.Node | None]
+    pods: dict[str, cpb.Pod | None]
+    objects: dict[ObjectKey, cpb.ClusterObject | None]
 
 
 R = TypeVar("R")
