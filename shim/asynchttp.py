@@ -28,6 +28,12 @@ failed bindings that were never sent, or (sent at the end of their wait)
 that the API server went on to make, so that the retry met "already
 assigned" (urllib3's pool, whose read timeout starts with the request, never
 did either).
+
+Each TLS connection of asyncio reads into a buffer of its own, 256 KiB by
+default (``asyncio.sslproto.SSLProtocol.max_size``): 16 MiB of a 64-connection
+pool, ~10% of the shim's memory, for answers of a few hundred bytes. The
+shim's session lowers it to one TLS record (16 KiB); a longer answer is read
+in more than one step (``tls_read_buffer``).
 """
 
 from __future__ import annotations
@@ -45,6 +51,21 @@ import urllib3
 from shim.kubeapi import JSON, USER_AGENT, ApiError, KubeApi
 
 log = logging.getLogger(__name__)
+
+# RFC 8446 5.1: a TLS record carries at most 2^14 bytes of data.
+TLS_RECORD_BYTES = 16 * 1024
+
+
+def tls_read_buffer(size: int = TLS_RECORD_BYTES) -> int:
+    """Sets the read buffer of the asyncio TLS connections this process opens
+    from now on to ``size`` bytes (asyncio's default is 256 KiB, allocated
+    per connection); returns the previous size. Only this process's
+    asyncio TLS connections are concerned: the shim's are its binding pool."""
+    from asyncio import sslproto
+
+    previous = int(sslproto.SSLProtocol.max_size)
+    sslproto.SSLProtocol.max_size = size
+    return previous
 
 
 class AsyncApi:
@@ -134,6 +155,8 @@ class AsyncApi:
             await session.close()
 
     def _open(self) -> aiohttp.ClientSession:
+        if self._ssl is not None:
+            tls_read_buffer()
         connector = aiohttp.TCPConnector(
             limit=self._connections,
             limit_per_host=self._connections,

@@ -10,12 +10,15 @@ import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import urllib3
+from cryptography.hazmat.primitives import serialization
 from kubernetes import client as kclient
 
-from shim.asynchttp import AsyncApi
+from berth.localcluster.pki import certificate_name, issue_certificate, new_ca
+from shim.asynchttp import TLS_RECORD_BYTES, AsyncApi
 from shim.kubeapi import USER_AGENT, ApiError, KubeApi
 
 Handler = Callable[[str, str, dict[str, str], bytes], tuple[int, bytes, dict[str, str]]]
@@ -265,6 +268,42 @@ async def test_empty_body_is_an_empty_object_and_no_body_sends_none() -> None:
         assert await api.request("DELETE", PATH) == {}
     _, _, headers, body = server.requests[0]
     assert body == b"" and "content-type" not in headers
+
+
+async def test_tls_answers_longer_than_the_read_buffer_arrive_whole(tmp_path: Path) -> None:
+    """asyncio's TLS connections read into a 16 KiB buffer once the shim opens its pool
+    (``tls_read_buffer``); an answer of several TLS records is still read whole."""
+    ca_cert, ca_key = new_ca("test-ca")
+    ca_path = tmp_path / "ca.crt"
+    ca_path.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    leaf = issue_certificate(
+        tmp_path, "server", ca_cert, ca_key, certificate_name("server"), server_ips=("127.0.0.1",)
+    )
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(str(leaf.cert), str(leaf.key))
+    long_answer = {"kind": "Status", "message": "x" * (5 * TLS_RECORD_BYTES + 123)}
+    server = FakeServer(lambda *_: (201, json.dumps(long_answer).encode(), {}))
+    srv = await asyncio.start_server(server.serve, "127.0.0.1", 0, ssl=server_ctx)
+    port = srv.sockets[0].getsockname()[1]
+    cfg = kclient.Configuration()
+    cfg.host = f"https://127.0.0.1:{port}"
+    cfg.ssl_ca_cert = str(ca_path)
+    api = KubeApi(cfg.host, urllib3.PoolManager(), lambda: None, configuration=(cfg, None))
+    asy = AsyncApi.from_kubeapi(api, connections=2)
+    assert asy is not None
+    from asyncio import sslproto
+
+    default = sslproto.SSLProtocol.max_size
+    try:
+        for _ in range(2):
+            assert await asy.request("POST", PATH, body=BINDING) == long_answer
+        assert sslproto.SSLProtocol.max_size == TLS_RECORD_BYTES
+        assert server.connections == 1
+    finally:
+        sslproto.SSLProtocol.max_size = default
+        await asy.close()
+        srv.close()
+        await srv.wait_closed()
 
 
 def test_tls_settings_come_from_the_client_configuration() -> None:
