@@ -366,6 +366,16 @@ def sample(samples: Samples, name: str, **labels: str) -> float:
     return sum(v for (n, lbl), v in samples.items() if n == name and want <= set(lbl))
 
 
+def _batch_average(before: Samples, after: Samples) -> float | None:
+    """Pods per scheduling call of the shim during the window
+    (berth_shim_schedule_batch_pods); None for a scheduler without it."""
+    name = "berth_shim_schedule_batch_pods"
+    calls = sample(after, f"{name}_count") - sample(before, f"{name}_count")
+    if calls <= 0:
+        return None
+    return round((sample(after, f"{name}_sum") - sample(before, f"{name}_sum")) / calls, 2)
+
+
 def attempt_buckets(before: Samples, after: Samples, profile: str) -> list[tuple[float, float]]:
     """The increase of scheduled attempts' duration buckets between two scrapes."""
     bounds: set[str] = {
@@ -1293,6 +1303,8 @@ def run_one(
                 "backlog_p50": backlog_p50,
                 "backlog_max": max((n for _, n in backlog), default=None),
                 "samples": [[round(t, 3), round(r, 2)] for t, r in collector.result.points],
+                # The shim's pods per scheduling call (its --batch-size is the most).
+                "shim_batch_pods_avg": _batch_average(before, after),
                 "attempt_latency_ms_p50": _ms(histogram_quantile(0.50, buckets)),
                 "attempt_latency_ms_p99": _ms(histogram_quantile(0.99, buckets)),
                 "e2e_latency_ms_p50": percentile_ceil(e2e, 50) if e2e else None,

@@ -62,6 +62,13 @@ CACHE_SIZE = Gauge(
     "Number of nodes, pods, and assumed (bound) pods in the scheduler cache.",
     ["type"],
 )
+# Berth's own: pods per scheduling call (1: ScheduleStream, more: one
+# ScheduleBatch), to see how far --batch-size is used.
+SCHEDULE_BATCH_PODS = Histogram(
+    "berth_shim_schedule_batch_pods",
+    "Pods sent to the plugin service in one scheduling call (Berth).",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+)
 PERMIT_WAITING = Gauge(
     "scheduler_permit_wait_pods",
     "Number of pods waiting at Permit (Berth).",
@@ -167,6 +174,7 @@ __all__ = [
     "PREEMPTION_VICTIMS",
     "QUEUE_INCOMING",
     "SCHEDULE_ATTEMPTS",
+    "SCHEDULE_BATCH_PODS",
     "attempt",
     "incoming",
     "pending_moved",

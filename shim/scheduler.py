@@ -510,6 +510,7 @@ class Scheduler:
         start = time.perf_counter()
         pops = time.time()
         spans = [self._attempt_span(qp, pops) for qp in batch]
+        metrics.SCHEDULE_BATCH_PODS.observe(len(batch))
         try:
             start_index = self._start_index.get(profile, 0)
             try:

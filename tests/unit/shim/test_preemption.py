@@ -569,6 +569,18 @@ async def test_a_pod_nominated_elsewhere_by_its_status_is_sent_as_it_is(env: Env
     assert sent is qp.pod and sent.nominated_node_name == "n2"
 
 
+async def test_each_scheduling_call_observes_its_pod_count(env: Env) -> None:
+    """berth_shim_schedule_batch_pods: how many pods each call to the plugin service
+    carried (docs/benchmarks.md reads it to see how far --batch-size is used)."""
+    s, _, _, _ = env
+    calls = metric("berth_shim_schedule_batch_pods_count")
+    pods = metric("berth_shim_schedule_batch_pods_sum")
+    (qp,) = await popped(s, pending("p"))
+    await s._schedule([qp])
+    assert metric("berth_shim_schedule_batch_pods_count") == calls + 1
+    assert metric("berth_shim_schedule_batch_pods_sum") == pods + 1
+
+
 async def test_updatePod_clears_the_nomination_when_preemption_finds_nothing(env: Env) -> None:
     s, _, api, _ = env
     (qp,) = await popped(s, pending("high", priority=100, nominated="n1"))
