@@ -63,7 +63,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -141,29 +141,6 @@ class ShimOptions:
     bind_connections: int = 64
 
 
-@dataclass(frozen=True, slots=True)
-class PermitStop:
-    """Why a pod waiting at Permit did not go on (waiting_pods_map.go
-    stopWithStatus): ``rejected`` by a plugin or a timeout (Reject: an
-    Unschedulable status naming the plugin), else ``preempted`` (Preempt: an
-    Error status)."""
-
-    plugin: str
-    message: str
-    rejected: bool = True
-
-
-class BindingFailure(NamedTuple):
-    """A binding cycle that did not bind: the message, whether the pod goes
-    back to the queue, and, for a rejection at Permit, the plugin that
-    rejected it (bindingCycle turns WaitOnPermit's rejection into a FitError:
-    the pod is unschedulable because of that plugin, not in error)."""
-
-    message: str
-    requeue: bool
-    rejected_by: str | None = None
-
-
 @dataclass(eq=False)
 class WaitingPod:
     """A pod held at Permit (upstream's waitingPod): allowed once every
@@ -172,7 +149,7 @@ class WaitingPod:
     qp: QueuedPod
     node: str
     pending: dict[str, float]
-    done: asyncio.Future[PermitStop | None] = field(
+    done: asyncio.Future[str | None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     # Rejected as a preemption's victim (WaitingPod.Preempt).
@@ -184,16 +161,8 @@ class WaitingPod:
             self.done.set_result(None)
 
     def reject(self, plugin: str, message: str) -> None:
-        """waitingPod.Reject: Unschedulable, because of ``plugin``."""
         if not self.done.done():
-            self.done.set_result(PermitStop(plugin, message))
-
-    def preempt(self, plugin: str, message: str) -> None:
-        """waitingPod.Preempt: an Error, so the pod is retried after backoff
-        rather than marked unschedulable."""
-        if not self.done.done():
-            self.preempted = True
-            self.done.set_result(PermitStop(plugin, message, rejected=False))
+            self.done.set_result(f"{message} (plugin {plugin})" if plugin else message)
 
 
 @dataclass
@@ -1017,7 +986,8 @@ class Scheduler:
         note = f"Preempted by pod {preemptor.uid} on node {node}"
         w = self.waiting.get(victim.uid)
         if w is not None and not w.done.done():
-            w.preempt(plugin, "preempted")
+            w.preempted = True
+            w.reject(plugin, "preempted")
             log.info(
                 "pod %s/%s waiting at Permit preempted by %s/%s",
                 victim.namespace,
@@ -1133,7 +1103,7 @@ class Scheduler:
             raise
         except Exception as exc:
             log.exception("binding pod %s/%s failed unexpectedly", pod.namespace, pod.name)
-            failure = BindingFailure(f"binding rejected: {exc}", True)
+            failure = (f"binding rejected: {exc}", True)
         finally:
             self.waiting.pop(qp.uid, None)
             metrics.PERMIT_WAITING.set(len(self.waiting))
@@ -1150,27 +1120,13 @@ class Scheduler:
             span.set_attribute("k8s.node.name", node)
             span.end()
             return
-        message, requeue = failure[0], failure[1]
-        rejected_by = failure.rejected_by if isinstance(failure, BindingFailure) else None
+        message, requeue = failure
         span.set_status(trace.StatusCode.ERROR, message)
         span.end()
         forgotten = self.cache.forget(qp.uid)
         if requeue and qp.uid in self.queue:
             self.counters.bind_failures += 1
-            if rejected_by is not None:
-                # handleSchedulingFailure with the rejection's FitError:
-                # Unschedulable, and in the unschedulable pool with the plugin
-                # that rejected it, for the events that plugin waits for.
-                self._failed(
-                    qp,
-                    message,
-                    REASON_UNSCHEDULABLE,
-                    error=False,
-                    start=start,
-                    plugins=frozenset({rejected_by}) if rejected_by else frozenset(),
-                )
-            else:
-                self._failed(qp, message, REASON_SCHEDULER_ERROR, error=True, start=start)
+            self._failed(qp, message, REASON_SCHEDULER_ERROR, error=True, start=start)
         else:
             # The pod is gone, or bound by someone else: nothing to retry.
             self.queue.done_bound(qp)
@@ -1178,12 +1134,11 @@ class Scheduler:
             # handleBindingCycleError: forgetting an assumed pod frees what it
             # held on its node, like an assigned pod's deletion: a victim
             # preempted while waiting at Permit makes room for its preemptor.
-            # Upstream moves pods after every forgotten binding cycle, and its
-            # plugins' queueing hints decide which; the shim's hints are per
-            # plugin, not per event, so it moves pods only after a preempted
-            # one for now: moving them after the rejections of a gang
-            # (Coscheduling) would bring its unschedulable member straight
-            # back to reject the gang again.
+            # Upstream moves pods after every forgotten binding cycle; the shim
+            # only after a preempted one for now: it requeues every Permit
+            # rejection as an error, and moving pods after the rejections of a
+            # gang (Coscheduling) would bring its unschedulable member straight
+            # back (SchedulerPopFromBackoffQ) to reject the gang again.
             self.queue.move_all("AssignedPodDelete", _pod_delete_helps_others(qp.uid))
 
     async def _binding_cycle(
@@ -1195,9 +1150,8 @@ class Scheduler:
         waiting: WaitingPod | None,
         *,
         pre_bind_skip: bool = False,
-    ) -> BindingFailure | tuple[str, bool] | None:
-        """Returns None when bound, else (message, requeue), a
-        ``BindingFailure`` for a stop at Permit.
+    ) -> tuple[str, bool] | None:
+        """Returns None when bound, else (message, requeue).
 
         ``pre_bind_skip``: the scheduling cycle's PreBindPreFlight found no
         PreBind plugin with work for the pod (ScheduleResponse.pre_bind_skip),
@@ -1228,17 +1182,10 @@ class Scheduler:
             await self._nominate_for_binding(qp, node)
         if waiting is not None:
             with self._span("permit_wait"):
-                stop = await self._wait_permit(waiting)
-            if stop is not None:
+                rejection = await self._wait_permit(waiting)
+            if rejection is not None:
                 await unreserve()
-                if stop.rejected:
-                    # schedule_one.go bindingCycle: a rejection is a FitError
-                    # over one node whose status is the rejection, with the
-                    # plugin as the unschedulable plugin (FitError.Error).
-                    return BindingFailure(
-                        f"0/1 nodes are available: 1 {stop.message}.", True, stop.plugin
-                    )
-                return BindingFailure(stop.message, True)
+                return rejection, True
         if node not in self.cache.nodes:
             await unreserve()
             return f"binding rejected: node {node} was deleted", True
@@ -1368,17 +1315,14 @@ class Scheduler:
                 _ref(pod), "Warning", "FailedPostBindWrite", "PostBind", str(exc)
             )
 
-    async def _wait_permit(self, w: WaitingPod) -> PermitStop | None:
-        """WaitOnPermit: the first plugin to time out rejects the pod
-        (waiting_pods_map.go newWaitingPod's timers)."""
+    async def _wait_permit(self, w: WaitingPod) -> str | None:
+        """WaitOnPermit: the first plugin to time out rejects the pod."""
         timeout = min(w.pending.values()) if w.pending else 0.0
         try:
             return await asyncio.wait_for(asyncio.shield(w.done), timeout)
         except TimeoutError:
             plugin = min(w.pending, key=lambda p: w.pending[p]) if w.pending else ""
-            return PermitStop(
-                plugin, f"rejected due to timeout after waiting {timeout:g}s at plugin {plugin}"
-            )
+            return f"rejected due to timeout after waiting {timeout:g}s at plugin {plugin}"
 
     async def _post_binding(self, pod: cpb.Pod, node: str) -> tuple[str, bool] | None:
         """DefaultBinder's write, done here with the shim's credentials:

