@@ -50,6 +50,7 @@ import os
 import re
 import shutil
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -995,6 +996,8 @@ class Options:
     create_qps: float = CREATE_QPS
     create_burst: int = int(CREATE_QPS)
     berth_config: Path | None = None
+    # Runs of the scheduler list, the order reversed every other round.
+    rounds: int = 1
 
 
 def _progress(workload: str, message: str) -> None:
@@ -1383,7 +1386,15 @@ def run_bench(opts: Options, work: Path) -> list[dict[str, Any]]:
         )
         nodes = client.get("/api/v1/nodes", labelSelector=f"{NODE_LABEL}=true")["items"]
         _progress(w.name, f"{len(nodes)} nodes in {time.monotonic() - t0:.1f}s")
-        for scheduler in opts.schedulers:
+        runs = [
+            (rnd, scheduler)
+            for rnd in range(1, opts.rounds + 1)
+            for scheduler in round_order(opts.schedulers, rnd)
+        ]
+        for i, (rnd, scheduler) in enumerate(runs):
+            if opts.rounds > 1 and (i == 0 or runs[i - 1][0] != rnd):
+                order = ", ".join(round_order(opts.schedulers, rnd))
+                _progress(w.name, f"round {rnd} of {opts.rounds}: {order}")
             if scheduler.startswith("berth") and missing:
                 note = "; ".join(f"{p} not implemented (issue 11)" for p in missing)
                 _progress(w.name, f"{scheduler}: not run: {note}")
@@ -1397,6 +1408,7 @@ def run_bench(opts: Options, work: Path) -> list[dict[str, Any]]:
                         "qps": opts.qps,
                         "burst": opts.burst,
                         "status": f"not run: {note}",
+                        "round": rnd,
                         "pods_per_second_avg": None,
                         "pods_per_second_p50": None,
                         "pods_per_second_p99": None,
@@ -1405,9 +1417,9 @@ def run_bench(opts: Options, work: Path) -> list[dict[str, Any]]:
                 )
                 continue
             try:
-                records.append(
-                    run_one(opts, scheduler, local.cluster, client, nodes, work, server_pids)
-                )
+                record = run_one(opts, scheduler, local.cluster, client, nodes, work, server_pids)
+                record["round"] = rnd
+                records.append(record)
             except BenchError as exc:
                 _progress(w.name, f"{scheduler}: FAILED: {exc}")
                 records.append(
@@ -1420,32 +1432,125 @@ def run_bench(opts: Options, work: Path) -> list[dict[str, Any]]:
                         "qps": opts.qps,
                         "burst": opts.burst,
                         "status": f"failed: {str(exc).splitlines()[0]}",
+                        "round": rnd,
                         "error": str(exc),
                         "pods_per_second_avg": None,
                         "pods_per_second_p50": None,
                         "pods_per_second_p99": None,
                     }
                 )
-            if scheduler != opts.schedulers[-1]:
+            if i != len(runs) - 1:
                 time.sleep(opts.settle)
     _add_ratios(records)
     return records
 
 
+def round_order(schedulers: Sequence[str], rnd: int) -> tuple[str, ...]:
+    """The order of round ``rnd`` (from 1): as given in odd rounds, reversed in even ones.
+    Over two rounds each scheduler runs once earlier and once later on the API server, so a
+    drift of the machine or of the cluster's state over the session weighs on both alike."""
+    return tuple(schedulers) if rnd % 2 else tuple(reversed(schedulers))
+
+
 def _add_ratios(records: list[dict[str, Any]]) -> None:
-    def avg_of(name: str) -> float | None:
+    """Ratios to kube-scheduler and shares of bind-only's ceiling, each against the run of
+    the same round."""
+
+    def avg_of(name: str, rnd: Any) -> float | None:
         for r in records:
-            if r["scheduler"] == name and r.get("status") == "ok":
+            if r["scheduler"] == name and r.get("round") == rnd and r.get("status") == "ok":
                 v = r.get("pods_per_second_avg")
                 return float(v) if v else None
         return None
 
-    kube, ceiling = avg_of("kube-scheduler"), avg_of("bind-only")
     for r in records:
+        rnd = r.get("round")
+        kube, ceiling = avg_of("kube-scheduler", rnd), avg_of("bind-only", rnd)
         avg = r.get("pods_per_second_avg")
         if r["scheduler"] != "kube-scheduler":
             r["ratio_to_kube_scheduler"] = avg / kube if avg and kube else None
         r["share_of_bind_only"] = avg / ceiling if avg and ceiling else None
+
+
+def summarize_rounds(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per scheduler over every round (``"round": "median"``): the median of its
+    runs' figures, and of its per-round ratios to kube-scheduler. Empty with one round."""
+    rounds = sorted({r["round"] for r in records if isinstance(r.get("round"), int)})
+    if len(rounds) < 2:
+        return []
+    out: list[dict[str, Any]] = []
+    names = list(dict.fromkeys(r["scheduler"] for r in records))
+    for name in names:
+        runs = [r for r in records if r["scheduler"] == name and r.get("status") == "ok"]
+        if not runs:
+            continue
+
+        def median_of(key: str, rows: Sequence[dict[str, Any]] = runs) -> float | None:
+            values = [float(r[key]) for r in rows if r.get(key) is not None]
+            return statistics.median(values) if values else None
+
+        first = runs[0]
+        cpu = [r["cpu_seconds_per_1000_pods"] for r in runs if r.get("cpu_seconds_per_1000_pods")]
+        rss = [r["peak_rss_mib"] for r in runs if r.get("peak_rss_mib")]
+        summary: dict[str, Any] = {
+            "workload": first["workload"],
+            "scheduler": name,
+            "round": "median",
+            "rounds": len(runs),
+            "status": "ok",
+            "nodes": first["nodes"],
+            "init_pods": first.get("init_pods"),
+            "pods": first["pods"],
+            "qps": first.get("qps"),
+            "burst": first.get("burst"),
+            "pods_per_second_avg": median_of("pods_per_second_avg"),
+            "pods_per_second_p50": median_of("pods_per_second_p50"),
+            "pods_per_second_p99": median_of("pods_per_second_p99"),
+            "pods_per_second_avg_by_round": [r.get("pods_per_second_avg") for r in runs],
+            "cpu_seconds_per_1000_pods": {
+                k: statistics.median(float(c[k]) for c in cpu if k in c) for k in cpu[0]
+            }
+            if cpu
+            else None,
+            "peak_rss_mib": {k: max(float(m[k]) for m in rss if k in m) for k in rss[0]}
+            if rss
+            else None,
+        }
+        if name != "kube-scheduler":
+            ratios = [r.get("ratio_to_kube_scheduler") for r in runs]
+            summary["ratio_to_kube_scheduler_by_round"] = ratios
+            summary["ratio_to_kube_scheduler"] = median_of("ratio_to_kube_scheduler")
+        out.append(summary)
+    return out
+
+
+def format_rounds(summaries: Sequence[dict[str, Any]]) -> str:
+    if not summaries:
+        return ""
+    lines = [
+        "| scheduler | pods/s avg by round | median | x kube-scheduler by round | median | "
+        "CPU s / 1000 pods (median) | peak RSS MiB (max) |",
+        "|---|---|---:|---|---:|---|---|",
+    ]
+    for s in summaries:
+        by_round = ", ".join(_num(v) for v in s["pods_per_second_avg_by_round"])
+        ratios = s.get("ratio_to_kube_scheduler_by_round")
+        lines.append(
+            f"| {s['scheduler']} | {by_round} | {_num(s['pods_per_second_avg'])} | "
+            f"{'-' if ratios is None else ', '.join(_num(v, '.2f') for v in ratios)} | "
+            f"{_num(s.get('ratio_to_kube_scheduler'), '.2f')} | "
+            f"{_per_process(s.get('cpu_seconds_per_1000_pods'), '.1f')} | "
+            f"{_per_process(s.get('peak_rss_mib'), '.0f')} |"
+        )
+    return "\n".join(lines)
+
+
+def run_label(r: Mapping[str, Any], rounds: int = 1) -> str:
+    """The scheduler, and its round when there is more than one."""
+    rnd = r.get("round")
+    return (
+        f"{r['scheduler']} #{rnd}" if rounds > 1 and isinstance(rnd, int) else str(r["scheduler"])
+    )
 
 
 # --- output --------------------------------------------------------------------------------------
@@ -1464,7 +1569,7 @@ def _per_process(values: Mapping[str, float] | None, fmt: str) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts)
 
 
-def format_table(records: Sequence[dict[str, Any]]) -> str:
+def format_table(records: Sequence[dict[str, Any]], rounds: int = 1) -> str:
     head = (
         "| workload | scheduler | pods/s avg | p50 | p90 | p99 | attempt ms p50 / p99 | "
         "e2e ms p50 / p99 | x kube-scheduler | of bind-only | CPU s / 1000 pods | peak RSS MiB |"
@@ -1472,10 +1577,12 @@ def format_table(records: Sequence[dict[str, Any]]) -> str:
     lines = [head, "|" + "---|" * 12]
     for r in records:
         if r.get("status") != "ok":
-            lines.append(f"| {r['workload']} | {r['scheduler']} | {r.get('status')} |" + " |" * 9)
+            lines.append(
+                f"| {r['workload']} | {run_label(r, rounds)} | {r.get('status')} |" + " |" * 9
+            )
             continue
         lines.append(
-            f"| {r['workload']} | {r['scheduler']} | {_num(r['pods_per_second_avg'])} | "
+            f"| {r['workload']} | {run_label(r, rounds)} | {_num(r['pods_per_second_avg'])} | "
             f"{_num(r['pods_per_second_p50'])} | {_num(r['pods_per_second_p90'])} | "
             f"{_num(r['pods_per_second_p99'])} | "
             f"{_num(r.get('attempt_latency_ms_p50'), '.1f')} / {_num(r.get('attempt_latency_ms_p99'), '.1f')} | "
@@ -1488,7 +1595,7 @@ def format_table(records: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def format_other_cpu(records: Sequence[dict[str, Any]]) -> str:
+def format_other_cpu(records: Sequence[dict[str, Any]], rounds: int = 1) -> str:
     """The rest of the machine during each measured window."""
     rows = [r for r in records if r.get("status") == "ok"]
     if not rows:
@@ -1501,7 +1608,9 @@ def format_other_cpu(records: Sequence[dict[str, Any]]) -> str:
     for r in rows:
         other = r.get("other_cpu_seconds_per_1000_pods", {})
         lines.append(
-            f"| {r['scheduler']} | " + " | ".join(_num(other.get(n), ".1f") for n in names) + " |"
+            f"| {run_label(r, rounds)} | "
+            + " | ".join(_num(other.get(n), ".1f") for n in names)
+            + " |"
         )
     return "\n".join(lines)
 
@@ -1519,7 +1628,7 @@ def _creation_text(opts: Options) -> str:
     )
 
 
-def format_creation(records: Sequence[dict[str, Any]]) -> str:
+def format_creation(records: Sequence[dict[str, Any]], rounds: int = 1) -> str:
     """Was the run creation-limited? How long creating took against binding, and how many
     created pods waited for their scheduler each second."""
     rows = [r for r in records if r.get("status") == "ok"]
@@ -1533,7 +1642,7 @@ def format_creation(records: Sequence[dict[str, Any]]) -> str:
     for r in rows:
         made = r.get("creation_seconds")
         lines.append(
-            f"| {r['scheduler']} | {_num(made, '.1f')} | "
+            f"| {run_label(r, rounds)} | {_num(made, '.1f')} | "
             f"{_num(None if not made else r['pods'] / made)} | "
             f"{_num(r.get('measured_seconds'), '.1f')} | "
             f"{_num(r.get('backlog_p50'))} / {_num(r.get('backlog_max'))} | "
@@ -1549,7 +1658,7 @@ def format_creation(records: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_plot(records: Sequence[dict[str, Any]], path: Path, title: str) -> None:
+def write_plot(records: Sequence[dict[str, Any]], path: Path, title: str, rounds: int = 1) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -1568,7 +1677,7 @@ def write_plot(records: Sequence[dict[str, Any]], path: Path, title: str) -> Non
             ys,
             marker="o",
             markersize=3,
-            label=f"{r['scheduler']} (avg {r['pods_per_second_avg']:.0f})",
+            label=f"{run_label(r, rounds)} (avg {r['pods_per_second_avg']:.0f})",
         )
         drawn += 1
     ax.set_xlabel("seconds since the measured pods began to be created")
@@ -1627,6 +1736,15 @@ def register(bsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "--schedulers",
             default=",".join(SCHEDULERS),
             help="comma-separated subset, run in this order (default %(default)s)",
+        )
+        p.add_argument(
+            "--rounds",
+            type=int,
+            default=1,
+            help="run the schedulers this many times on the same API server, the order "
+            "reversed every other round (kube-scheduler, berth, then berth, kube-scheduler), "
+            "so that neither always runs first; each ratio is taken within its round and the "
+            "medians are printed at the end (default %(default)s)",
         )
         p.add_argument(
             "--batch-size",
@@ -1705,6 +1823,7 @@ def options_from(args: argparse.Namespace) -> Options:
     for flag, value, least in (
         ("--nodes", args.nodes, 1),
         ("--pods", args.pods, 1),
+        ("--rounds", args.rounds, 1),
         ("--init-pods", args.init_pods, 0),
         ("--batch-size", args.batch_size, 1),
         ("--create-processes", args.create_processes, 0),
@@ -1751,6 +1870,7 @@ def options_from(args: argparse.Namespace) -> Options:
         create_qps=float(args.create_qps),
         create_burst=create_burst,
         berth_config=Path(args.berth_config) if args.berth_config else None,
+        rounds=args.rounds,
     )
 
 
@@ -1775,7 +1895,13 @@ def run_perf(args: argparse.Namespace) -> int:
     _progress(
         w.name,
         f"{opts.nodes} nodes, {opts.init_pods} initial pods, {opts.pods} measured pods; "
-        f"schedulers {', '.join(opts.schedulers)}; client QPS {opts.qps:g}, burst {opts.burst} "
+        f"schedulers {', '.join(opts.schedulers)}"
+        + (
+            f" in {opts.rounds} rounds, the order reversed every other round"
+            if opts.rounds > 1
+            else ""
+        )
+        + f"; client QPS {opts.qps:g}, burst {opts.burst} "
         f"for every scheduler; shim batch size {opts.batch_size}; {_creation_text(opts)}"
         + (f"; Berth configured by {opts.berth_config}" if opts.berth_config else ""),
     )
@@ -1793,13 +1919,14 @@ def run_perf(args: argparse.Namespace) -> int:
         f"measured pods; client QPS {opts.qps:g} and burst {opts.burst} for every scheduler; "
         f"{time.monotonic() - started:.0f}s in all"
     )
-    print(format_table(records))
+    rounds = opts.rounds
+    print(format_table(records, rounds))
     if any(r.get("status") == "ok" and not r.get("samples") for r in records):
         print(
             "(pods/s '-': the measured pods were bound before a second 1 s sample, so "
             "upstream's collector has no rate; pods_per_second_overall in the JSON still is)"
         )
-    limited = [r["scheduler"] for r in records if r.get("creation_limited")]
+    limited = [run_label(r, rounds) for r in records if r.get("creation_limited")]
     if limited:
         print(
             f"(creation-limited: {', '.join(limited)}: the last pod was bound within "
@@ -1808,22 +1935,31 @@ def run_perf(args: argparse.Namespace) -> int:
             "partly the rate at which this machine created the pods; bind-only's ceiling "
             "includes creation anyway, but a scheduler marked so may be faster than it shows)"
         )
-    creation = format_creation(records)
+    creation = format_creation(records, rounds)
     if creation:
         print(f"\nCreating the measured pods ({_creation_text(opts)}):")
         print(creation)
-    other = format_other_cpu(records)
+    other = format_other_cpu(records, rounds)
     if other:
         print("\nCPU s / 1000 measured pods elsewhere during each measured window:")
         print(other)
+    summaries = summarize_rounds(records)
+    if summaries:
+        print(
+            f"\nOver {rounds} rounds (each ratio against kube-scheduler's run of the same round):"
+        )
+        print(format_rounds(summaries))
     if args.json:
-        Path(args.json).write_bytes(orjson.dumps(records, option=orjson.OPT_INDENT_2) + b"\n")
+        Path(args.json).write_bytes(
+            orjson.dumps([*records, *summaries], option=orjson.OPT_INDENT_2) + b"\n"
+        )
         print(f"\nrecords written to {args.json}")
     if args.plot:
         write_plot(
             records,
             Path(args.plot),
             f"{w.name}: {opts.nodes} nodes, {opts.pods} measured pods, client QPS {opts.qps:g}",
+            rounds,
         )
         print(f"plot written to {args.plot}")
     if failed:

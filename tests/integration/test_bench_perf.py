@@ -20,11 +20,16 @@ from berth.bench_perf import (
     RunFacts,
     ThroughputCollector,
     TokenBucket,
+    _add_ratios,
     check_run,
     format_creation,
+    format_rounds,
+    format_table,
     histogram_quantile,
     perf_node,
     perf_pod,
+    round_order,
+    summarize_rounds,
 )
 from berth.localcluster.rest import JSON
 
@@ -232,6 +237,84 @@ def test_the_creation_table_says_which_runs_were_creation_limited() -> None:
     assert format_creation([rows[3]]) == ""
 
 
+# --- rounds: the order reversed every other round, ratios within a round ----------------------
+
+
+def test_rounds_reverse_the_order_every_other_round() -> None:
+    order = ("kube-scheduler", "berth", "bind-only")
+    assert round_order(order, 1) == order
+    assert round_order(order, 2) == ("bind-only", "berth", "kube-scheduler")
+    assert round_order(order, 3) == order
+
+
+def _run(scheduler: str, rnd: int, avg: float, cpu: float) -> dict[str, Any]:
+    return {
+        "workload": "SchedulingBasic",
+        "scheduler": scheduler,
+        "round": rnd,
+        "status": "ok",
+        "nodes": 10,
+        "init_pods": 0,
+        "pods": 100,
+        "pods_per_second_avg": avg,
+        "pods_per_second_p50": avg,
+        "pods_per_second_p90": avg,
+        "pods_per_second_p99": avg,
+        "cpu_seconds_per_1000_pods": {"shim": cpu / 2, "serve": cpu / 2, "total": cpu}
+        if scheduler.startswith("berth")
+        else {scheduler: cpu},
+        "peak_rss_mib": {scheduler: 100.0 + rnd},
+    }
+
+
+def test_each_ratio_is_taken_against_kube_scheduler_in_the_same_round() -> None:
+    # Round 1: kube-scheduler first; round 2: berth first. The machine got slower in round 2.
+    records = [
+        _run("kube-scheduler", 1, 300.0, 2.0),
+        _run("berth", 1, 330.0, 1.9),
+        _run("berth", 2, 280.0, 2.1),
+        _run("kube-scheduler", 2, 200.0, 2.6),
+        _run("bind-only", 2, 400.0, 0.7),
+    ]
+    _add_ratios(records)
+    assert records[1]["ratio_to_kube_scheduler"] == pytest.approx(1.1)
+    assert records[2]["ratio_to_kube_scheduler"] == pytest.approx(1.4)
+    # bind-only ran in round 2 only: round 1 has no ceiling.
+    assert records[0]["share_of_bind_only"] is None
+    assert records[2]["share_of_bind_only"] == pytest.approx(0.7)
+
+    summaries = {s["scheduler"]: s for s in summarize_rounds(records)}
+    berth = summaries["berth"]
+    assert berth["round"] == "median" and berth["rounds"] == 2
+    assert berth["ratio_to_kube_scheduler_by_round"] == pytest.approx([1.1, 1.4])
+    assert berth["ratio_to_kube_scheduler"] == pytest.approx(1.25)
+    assert berth["pods_per_second_avg"] == pytest.approx(305.0)
+    assert berth["cpu_seconds_per_1000_pods"] == pytest.approx(
+        {"shim": 1.0, "serve": 1.0, "total": 2.0}
+    )
+    assert berth["peak_rss_mib"] == {"berth": 102.0}
+    assert "ratio_to_kube_scheduler" not in summaries["kube-scheduler"]
+    assert summaries["bind-only"]["rounds"] == 1
+
+    table = format_rounds(list(summaries.values())).splitlines()
+    assert table[2] == (
+        "| kube-scheduler | 300, 200 | 250 | - | - | kube-scheduler 2.3 | kube-scheduler 102 |"
+    )
+    assert table[3] == (
+        "| berth | 330, 280 | 305 | 1.10, 1.40 | 1.25 | shim 1.0 + serve 1.0 = 2.0 | berth 102 |"
+    )
+    # Per-run rows name their round.
+    assert "| SchedulingBasic | berth #2 | 280 |" in format_table(records, rounds=2)
+    assert "| SchedulingBasic | berth | 330 |" in format_table(records[:2])
+
+
+def test_one_round_has_no_summary() -> None:
+    records = [_run("kube-scheduler", 1, 300.0, 2.0), _run("berth", 1, 330.0, 1.9)]
+    _add_ratios(records)
+    assert summarize_rounds(records) == []
+    assert format_rounds([]) == ""
+
+
 # --- a small run of every scheduler --------------------------------------------------------------
 
 REQUIRED: dict[str, type | tuple[type, ...]] = {
@@ -353,6 +436,9 @@ def test_bad_flags_are_refused_naming_the_flag() -> None:
     out = run("SchedulingBasic", "--nodes", "1", "--init-pods", "0", "--pods", "41")
     assert out.returncode == 2
     assert "41 pods do not fit on 1 nodes" in out.stderr
+    out = run("SchedulingBasic", "--rounds", "0")
+    assert out.returncode == 2
+    assert "--rounds must be at least 1, got 0" in out.stderr
     out = run("SchedulingBasic", "--create-connections", "0")
     assert out.returncode == 2
     assert "--create-connections must be at least 1, got 0" in out.stderr
