@@ -780,6 +780,7 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
         # Pods placed in this batch, with what the snapshot held for them
         # before, so the snapshot can be put back: the caller owns the truth.
         placed: list[tuple[str, cpb.Pod | None]] = []
+        answered = False
         try:
             for i, pod in enumerate(pods):
                 now = time.perf_counter()
@@ -839,15 +840,25 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
                     nominated.node_name = ""
                     nominated.nominated_node_name = result.nominated_node
                     snap.apply(delta)
+            answered = True
         finally:
             # Also when the deadline or a cancellation stopped the batch.
             undo = cpb.ClusterDelta()
+            added: list[str] = []
             for uid, previous in reversed(placed):
-                if previous is None:
-                    undo.delete_pods.append(uid)
-                else:
+                if previous is not None:
                     undo.upsert_pods.append(previous)
+                elif answered:
+                    added.append(uid)
+                else:
+                    undo.delete_pods.append(uid)
             snap.apply(undo)
+            # The pods of an answered batch that were new to the snapshot go
+            # when it is next used, unless the caller's next delta brings them
+            # back as they were assumed here (Snapshot.remove_later): most do,
+            # and stay without being removed and added again. A batch stopped
+            # early is answered with an error: its pods go at once.
+            snap.remove_later(added)
         out.next_start_index = start
         return out
 

@@ -250,6 +250,8 @@ class SnapshotStore:
             # request is pinned to its generation.
             if state.pinned and entry.generation > state.generation:
                 raise SnapshotPassed(state.cluster_id, entry.generation, state.generation)
+            # No delta to match a batch's assumed pods against: they go.
+            entry.snapshot.settle()
             return entry
         if entry.generation < state.base_generation:
             raise StaleReplica(state.cluster_id, entry.generation, state.base_generation)

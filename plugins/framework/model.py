@@ -585,6 +585,21 @@ class NodeInfo:
         for port in pod.host_ports:
             self.used_ports[port] = self.used_ports.get(port, 0) + 1
 
+    def move_last(self, uid: str) -> bool:
+        """Moves the pod to the end of the node's pods, as removing and
+        adding it back would; False if the node does not hold it."""
+        pod = self.pods.pop(uid, None)
+        if pod is None:
+            return False
+        self.pods[uid] = pod
+        if uid in self.pods_with_affinity:
+            self.pods_with_affinity[uid] = self.pods_with_affinity.pop(uid)
+        if uid in self.pods_with_required_anti_affinity:
+            self.pods_with_required_anti_affinity[uid] = self.pods_with_required_anti_affinity.pop(
+                uid
+            )
+        return True
+
     def remove_pod(self, uid: str) -> PodInfo | None:
         pod = self.pods.pop(uid, None)
         if pod is None:

@@ -205,6 +205,11 @@ class Snapshot:
     """Nodes and the pods that occupy them, and the other objects plugins
     read (``objects``), as of one generation."""
 
+    # An upsert of a bound pod with the record the snapshot already holds
+    # only moves it last on its node (False: removed and added like any
+    # other; the tests compare the two).
+    reuse_equal_pods = True
+
     def __init__(self) -> None:
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, PodInfo] = {}
@@ -235,6 +240,9 @@ class Snapshot:
         self._nominated_mask: BoolArray | None = None
         # Told of every pod that joins or leaves a NodeInfo (``watch_pods``).
         self._pod_watchers: list[PodWatcher] = []
+        # Pods a ScheduleBatch assumed whose removal waits for the next delta
+        # (``remove_later``), by uid.
+        self._tentative: dict[str, PodInfo] = {}
 
     def watch_pods(self, watcher: PodWatcher) -> None:
         """From now on, call ``watcher(node, pod, +1)`` whenever a pod joins
@@ -357,6 +365,8 @@ class Snapshot:
             _check_ref(obj.ref, f"delta.upsert_objects[{i}].ref")
         for i, ref in enumerate(delta.delete_objects):
             _check_ref(ref, f"delta.delete_objects[{i}]")
+        if self._tentative:
+            self._settle_against(delta)
         for name in delta.delete_nodes:
             self._delete_node(name)
         for node in delta.upsert_nodes:
@@ -369,6 +379,44 @@ class Snapshot:
             self._delete_object(ref)
         for obj in delta.upsert_objects:
             self._upsert_object(obj)
+
+    # -- pods a batch assumed ------------------------------------------------
+
+    def remove_later(self, uids: Iterable[str]) -> None:
+        """The pods ``uids`` (added since the caller's state, by a
+        ScheduleBatch assuming them) are to be removed again, but only when
+        the snapshot is next used: the next ``apply`` keeps those its delta
+        brings back unchanged, as the caller's assumed pods, and removes the
+        rest; ``settle`` removes them all. Either way the snapshot ends as if
+        they had been removed at once and the delta applied after: a pod kept
+        still moves to the end of its node's pods, where re-adding it would
+        have put it (upstream's cache.updatePod removes and adds). What it
+        saves is the work of removing and adding back the same pod."""
+        for uid in uids:
+            info = self.pods.get(uid)
+            if info is None:
+                continue
+            if info.node_name:
+                self._tentative[uid] = info
+            else:
+                self._delete_pod(uid)
+
+    def settle(self) -> None:
+        """Removes every pod ``remove_later`` named: the snapshot is as
+        the caller's state has it, for a request that brings no delta."""
+        tentative, self._tentative = self._tentative, {}
+        for uid in tentative:
+            self._delete_pod(uid)
+
+    def _settle_against(self, delta: pb.ClusterDelta) -> None:
+        """Removes the ``remove_later`` pods the delta does not upsert. Those
+        it upserts stay for now: the upsert only moves one brought back as
+        it was, and removes and adds one that changed, like any other."""
+        tentative, self._tentative = self._tentative, {}
+        upserted = {pod.uid for pod in delta.upsert_pods}
+        for uid in tentative:
+            if uid not in upserted:
+                self._delete_pod(uid)
 
     def _upsert_object(self, obj: pb.ClusterObject) -> None:
         ref = obj.ref
@@ -447,6 +495,14 @@ class Snapshot:
             del self._zones[zone]
 
     def _upsert_pod(self, pod: pb.Pod) -> None:
+        old = self.pods.get(pod.uid) if self.reuse_equal_pods else None
+        if old is not None and old.node_name and old.proto == pod:
+            ni = self.nodes.get(old.node_name)
+            if ni is not None and ni.move_last(pod.uid):
+                # The same record on the same node (an assumed pod bound as
+                # assumed): nothing the pod holds changes, only its place.
+                self.pods[pod.uid] = self.pods.pop(pod.uid)
+                return
         self._delete_pod(pod.uid)
         info = PodInfo(pod)
         self.pods[pod.uid] = info

@@ -70,6 +70,8 @@ async def test_batch_places_like_serial_cycles_with_assumed_pods(
 async def test_batch_leaves_the_replica_snapshot_as_it_found_it(
     default_server: RunningServer,
 ) -> None:
+    """The pods a batch assumed go when the snapshot is next used: a call
+    at the same generation sees the snapshot as the batch found it."""
     log = small_cluster()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{default_server.port}") as ch:
         client = SchedulingClient(ch, log)
@@ -79,16 +81,49 @@ async def test_batch_leaves_the_replica_snapshot_as_it_found_it(
         before = {n: ni.requested.milli_cpu for n, ni in snap.nodes.items()}
         out = await client.schedule_batch(PROFILE, queue())
         assert sum(1 for r in out.results if r.node) == 6
+        assert store.generation(log.cluster_id) == log.generation
+        # The caller's state did not change: the next call finds the snapshot as before.
+        await client.sync()
         assert {n: ni.requested.milli_cpu for n, ni in snap.nodes.items()} == before
         assert len(snap.pods) == 0
-        assert store.generation(log.cluster_id) == log.generation
         # The caller adds the placements as its next delta; the replica follows.
         for pod, res in zip(queue(), out.results, strict=False):
             if res.node:
                 assume(log, pod, res.node)
         log.commit()
         await client.sync()
-        assert sum(ni.requested.milli_cpu for ni in snap.nodes.values()) > 0
+        assert sum(ni.requested.milli_cpu for ni in snap.nodes.values()) == 6000
+
+
+async def test_assumed_pods_the_next_delta_brings_back_are_kept_not_rebuilt(
+    default_server: RunningServer,
+) -> None:
+    """The caller's next delta carries the batch's placements as it assumed
+    them: the replica keeps the pods the batch placed (the same PodInfo
+    objects) instead of removing and adding them again, and drops a
+    placement the caller did not take (plugins/framework/snapshot.py
+    Snapshot.remove_later)."""
+    log = small_cluster()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{default_server.port}") as ch:
+        client = SchedulingClient(ch, log)
+        await client.sync()
+        snap = default_server.service.store._entries[log.cluster_id].snapshot
+        pods = queue()
+        out = await client.schedule_batch(PROFILE, pods)
+        placed = [(pod, res.node) for pod, res in zip(pods, out.results, strict=True) if res.node]
+        held = {pod.uid: snap.pods[pod.uid] for pod, _ in placed}
+        # The caller takes all but the last placement (say its pod was deleted meanwhile).
+        for pod, node in placed[:-1]:
+            assume(log, pod, node)
+        log.commit()
+        await client.sync()
+        for pod, node in placed[:-1]:
+            assert snap.pods[pod.uid] is held[pod.uid]
+            assert pod.uid in snap.nodes[node].pods
+        dropped, node = placed[-1]
+        assert dropped.uid not in snap.pods
+        assert dropped.uid not in snap.nodes[node].pods
+        assert sum(ni.requested.milli_cpu for ni in snap.nodes.values()) == 5000
 
 
 @pytest.mark.parametrize(

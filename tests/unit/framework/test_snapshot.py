@@ -236,3 +236,144 @@ def test_nodes_mark_moves_with_nodes_not_pods() -> None:
     other = snapshot_of([make_node("a").obj()])
     assert mark.moved(other)
     assert mark.moved(snap)
+
+
+# --- pods a ScheduleBatch assumed, removed when the snapshot is next used -----------------------
+
+
+def _fingerprint(snap: Snapshot, seen: dict[tuple[int, str], int]) -> object:
+    """Everything a plugin can observe of the pods: their order in the
+    snapshot and on each node, the sums, the ports, and what pod watchers
+    were told (net joins per node slot and pod)."""
+    nodes = {
+        name: (
+            list(ni.pods),
+            list(ni.pods_with_affinity),
+            list(ni.pods_with_required_anti_affinity),
+            (ni.requested.milli_cpu, ni.requested.memory),
+            tuple(ni.non_zero_requested),
+            dict(ni.used_ports),
+        )
+        for name, ni in snap.nodes.items()
+    }
+    told = {k: v for k, v in seen.items() if v}
+    return list(snap.pods), nodes, told
+
+
+class _RemoveAndAdd(Snapshot):
+    """The reference: every upsert removes the pod and adds it again."""
+
+    reuse_equal_pods = False
+
+
+def _watched(reference: bool = False) -> tuple[Snapshot, dict[tuple[int, str], int]]:
+    snap = _RemoveAndAdd() if reference else Snapshot()
+    seen: dict[tuple[int, str], int] = {}
+
+    def watcher(ni: object, pod: PodInfo, change: int) -> None:
+        key = (ni.index, pod.uid)  # type: ignore[attr-defined]
+        seen[key] = seen.get(key, 0) + change
+
+    snap.watch_pods(watcher)
+    return snap, seen
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_remove_later_ends_as_removing_at_once_then_applying(seed: int) -> None:
+    """server/service.py ScheduleBatch leaves the pods it assumed for the next
+    delta to match (Snapshot.remove_later), and an upsert of a record the
+    snapshot holds only moves the pod. Against a snapshot that removes the
+    batch's pods at once and removes and adds every upserted pod, every
+    observable is the same after every step: kept pods move last on their
+    node as re-adding them would (upstream's cache.updatePod removes and
+    adds)."""
+    rng = random.Random(seed)
+    fast, fast_seen = _watched()
+    ref, ref_seen = _watched(reference=True)
+    names = [f"n{i}" for i in range(6)]
+    start = delta(
+        upsert_nodes=[make_node(n).capacity(cpu="64", memory="64Gi").obj() for n in names]
+    )
+    for i in range(12):
+        start.upsert_pods.append(make_pod(f"b{i}").req(cpu="100m").node(rng.choice(names)).obj())
+    fast.apply(start)
+    ref.apply(start)
+    serial = 0
+    for _ in range(120):
+        # A batch assumes new pods on both snapshots.
+        placed: list[pb.Pod] = []
+        for _ in range(rng.randint(0, 4)):
+            serial += 1
+            w = make_pod(f"a{serial}").req(cpu="200m").node(rng.choice(names))
+            if rng.random() < 0.3:
+                w = w.host_port(8000 + serial % 3)
+            if rng.random() < 0.3:
+                w = w.labels(app=rng.choice(["x", "y"]))
+            placed.append(w.obj())
+        for snap in (fast, ref):
+            for pod in placed:
+                snap.apply(delta(upsert_pods=[pod]))
+        fast.remove_later(p.uid for p in placed)
+        ref.apply(delta(delete_pods=[p.uid for p in placed]))
+        if rng.random() < 0.15:
+            # A request with no delta (the caller's state unchanged).
+            fast.settle()
+            assert _fingerprint(fast, fast_seen) == _fingerprint(ref, ref_seen)
+            continue
+        # The caller's next delta: most assumed pods come back as they were.
+        d = pb.ClusterDelta()
+        upserts: list[pb.Pod] = []
+        for pod in placed:
+            roll = rng.random()
+            if roll < 0.6:
+                upserts.append(pod)
+            elif roll < 0.75:
+                changed = pb.Pod()
+                changed.CopyFrom(pod)
+                changed.node_name = rng.choice(names)
+                changed.labels["moved"] = "yes"
+                upserts.append(changed)
+            elif roll < 0.85:
+                d.delete_pods.append(pod.uid)
+        # Bound pods seen again unchanged, or changed.
+        for info in rng.sample(list(ref.pods.values()), k=min(3, len(ref.pods))):
+            again = pb.Pod()
+            again.CopyFrom(info.proto)
+            if rng.random() < 0.3:
+                again.labels["v"] = str(rng.random())
+            upserts.append(again)
+        rng.shuffle(upserts)
+        d.upsert_pods.extend(upserts)
+        if rng.random() < 0.1:
+            d.delete_nodes.append(rng.choice(names))
+        if rng.random() < 0.2:
+            d.upsert_nodes.append(
+                make_node(rng.choice(names)).capacity(cpu="64", memory="64Gi").obj()
+            )
+        fast.apply(d)
+        ref.apply(d)
+        assert _fingerprint(fast, fast_seen) == _fingerprint(ref, ref_seen)
+        check_columns_match_nodeinfos(fast)
+
+
+def test_an_assumed_pod_brought_back_unchanged_is_not_removed_and_added() -> None:
+    snap, seen = _watched()
+    snap.apply(delta(upsert_nodes=[make_node("a").capacity(cpu="4").obj()]))
+    first = make_pod("first").req(cpu="1").node("a").obj()
+    second = make_pod("second").req(cpu="1").node("a").obj()
+    snap.apply(delta(upsert_pods=[first, second]))
+    snap.remove_later([first.uid])
+    before = snap.pods[first.uid]
+    snap.apply(delta(upsert_pods=[first]))
+    # The same PodInfo, never taken off the node (the watcher saw one join),
+    # now last on its node as a re-add would have put it.
+    assert snap.pods[first.uid] is before
+    assert seen[(snap.nodes["a"].index, first.uid)] == 1
+    assert list(snap.nodes["a"].pods) == [second.uid, first.uid]
+    assert snap.nodes["a"].requested.milli_cpu == 2000
+    # Not brought back: removed at the next use.
+    snap.remove_later([second.uid])
+    snap.apply(delta())
+    assert list(snap.nodes["a"].pods) == [first.uid]
+    assert snap.nodes["a"].requested.milli_cpu == 1000
+    check_columns_match_nodeinfos(snap)
