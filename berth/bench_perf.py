@@ -1809,6 +1809,17 @@ def register(bsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p.set_defaults(func=run_perf, workload=w.name)
 
 
+def _qps_and_burst(prefix: str, qps: float, burst: int | None) -> int:
+    """Checks ``--{prefix}qps`` and ``--{prefix}burst``; the burst, which defaults to the
+    QPS."""
+    if qps <= 0:
+        raise BenchError(f"--{prefix}qps must be > 0, got {qps:g}")
+    out = int(qps) if burst is None else burst
+    if out < 1:
+        raise BenchError(f"--{prefix}burst must be at least 1, got {out}")
+    return out
+
+
 def options_from(args: argparse.Namespace) -> Options:
     w = WORKLOADS[args.workload]
     schedulers = tuple(s.strip() for s in str(args.schedulers).split(",") if s.strip())
@@ -1831,18 +1842,10 @@ def options_from(args: argparse.Namespace) -> Options:
     ):
         if value < least:
             raise BenchError(f"{flag} must be at least {least}, got {value}")
-    if args.qps <= 0:
-        raise BenchError(f"--qps must be > 0, got {args.qps:g}")
-    burst = int(args.qps) if args.burst is None else args.burst
-    if burst < 1:
-        raise BenchError(f"--burst must be at least 1, got {burst}")
+    burst = _qps_and_burst("", args.qps, args.burst)
     if args.berth_config and not Path(args.berth_config).is_file():
         raise BenchError(f"--berth-config {args.berth_config}: no such file")
-    if args.create_qps <= 0:
-        raise BenchError(f"--create-qps must be > 0, got {args.create_qps:g}")
-    create_burst = int(args.create_qps) if args.create_burst is None else args.create_burst
-    if create_burst < 1:
-        raise BenchError(f"--create-burst must be at least 1, got {create_burst}")
+    create_burst = _qps_and_burst("create-", args.create_qps, args.create_burst)
     total = args.init_pods + args.pods
     if w.measured_kind == "anti-affinity" and total > args.nodes:
         raise BenchError(

@@ -436,6 +436,12 @@ def test_bad_flags_are_refused_naming_the_flag() -> None:
     out = run("SchedulingBasic", "--nodes", "1", "--init-pods", "0", "--pods", "41")
     assert out.returncode == 2
     assert "41 pods do not fit on 1 nodes" in out.stderr
+    out = run("SchedulingBasic", "--qps", "0")
+    assert out.returncode == 2
+    assert "--qps must be > 0, got 0" in out.stderr
+    out = run("SchedulingBasic", "--create-burst", "0")
+    assert out.returncode == 2
+    assert "--create-burst must be at least 1, got 0" in out.stderr
     out = run("SchedulingBasic", "--rounds", "0")
     assert out.returncode == 2
     assert "--rounds must be at least 1, got 0" in out.stderr
