@@ -992,6 +992,9 @@ def schedule_response(
         # answered Skip: the caller need not call PreBind (the skipped plugins
         # are also recorded in `cycle`, so a PreBind call skips them too).
         out.pre_bind_skip = result.pre_bind_skip
+        pre_flight = result.pre_bind_pre_flight_status
+        if pre_flight is not None and not (pre_flight.is_success or pre_flight.is_skip):
+            out.pre_bind_pre_flight_error.CopyFrom(status_to_pb(pre_flight))
     # Reserve failed or Permit rejected: what the Unreserve that followed asked.
     _add_signals(out.unreserve_signals, result.unreserve_signals)
     if explain and result.scores is not None:

@@ -18,7 +18,9 @@ Follows kube-scheduler's pkg/scheduler/schedule_one.go:
   pods/binding subresource when the Bind plugin answers caller_binds),
   PostBind, the Scheduled event. Any failure: Unreserve, forget, requeue with
   backoff. PreBind is not called when the scheduling cycle's PreBindPreFlight
-  found no PreBind plugin with work (ScheduleResponse.pre_bind_skip). When
+  found no PreBind plugin with work (ScheduleResponse.pre_bind_skip); when it
+  failed (pre_bind_pre_flight_error), the binding cycle ends with that error
+  before anything else, Unreserve aside. When
   DefaultBinder is the only Bind plugin, the shim POSTs the binding without
   asking Bind (the answer could only be caller_binds), so a pod whose PreBind
   plugins all skip costs no RPC beyond its scheduling cycle; the POST goes
@@ -663,6 +665,9 @@ class Scheduler:
                     span,
                     start,
                     pre_bind_skip=resp.pre_bind_skip,
+                    pre_flight_error=resp.pre_bind_pre_flight_error
+                    if resp.HasField("pre_bind_pre_flight_error")
+                    else None,
                 )
             )
             return
@@ -1091,12 +1096,19 @@ class Scheduler:
         start: float,
         *,
         pre_bind_skip: bool = False,
+        pre_flight_error: pb.Status | None = None,
     ) -> None:
         pod = qp.pod
         token = otel_context.attach(trace.set_span_in_context(span)) if self._traced else None
         try:
             failure = await self._binding_cycle(
-                qp, profile, node, cycle, waiting, pre_bind_skip=pre_bind_skip
+                qp,
+                profile,
+                node,
+                cycle,
+                waiting,
+                pre_bind_skip=pre_bind_skip,
+                pre_flight_error=pre_flight_error,
             )
         except asyncio.CancelledError:
             self.cache.forget(qp.uid)
@@ -1150,6 +1162,7 @@ class Scheduler:
         waiting: WaitingPod | None,
         *,
         pre_bind_skip: bool = False,
+        pre_flight_error: pb.Status | None = None,
     ) -> tuple[str, bool] | None:
         """Returns None when bound, else (message, requeue).
 
@@ -1157,7 +1170,9 @@ class Scheduler:
         PreBind plugin with work for the pod (ScheduleResponse.pre_bind_skip),
         so PreBind is not called. False, also from a plugin server that
         predates the field, means PreBind is called when the profile has
-        PreBind plugins (or is not known)."""
+        PreBind plugins (or is not known). ``pre_flight_error``:
+        PreBindPreFlight failed (ScheduleResponse.pre_bind_pre_flight_error),
+        which ends the binding cycle at once."""
         pod = qp.pod
         info = self.service.profiles.get(profile)
         # RunPreBindPreFlights' Success as the scheduling cycle reported it.
@@ -1171,6 +1186,13 @@ class Scheduler:
                     )
                     self._signals(resp.signals)
 
+        if pre_flight_error is not None:
+            # schedule_one.go bindingCycle: a failed RunPreBindPreFlights is
+            # returned before the nomination, WaitOnPermit and PreBind; the
+            # binding cycle's error handling unreserves and requeues.
+            await unreserve()
+            reasons = "; ".join(pre_flight_error.reasons)
+            return reasons or f"PreBindPreFlight of plugin {pre_flight_error.plugin!r} failed", True
         # PreBind's and PostBind's PodsToActivate, activated once bound.
         activate: list[str] = []
         if (pre_bind or waiting is not None) and pod.nominated_node_name != node:

@@ -2056,6 +2056,7 @@ class ScheduleResponse(_message.Message):
     ASSUME_ANNOTATIONS_FIELD_NUMBER: _builtins.int
     UNRESERVE_SIGNALS_FIELD_NUMBER: _builtins.int
     PRE_BIND_SKIP_FIELD_NUMBER: _builtins.int
+    PRE_BIND_PRE_FLIGHT_ERROR_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     """The chosen node; empty when the pod fits none."""
     evaluated_nodes: _builtins.int
@@ -2122,6 +2123,17 @@ class ScheduleResponse(_message.Message):
         permit.signals.
         """
 
+    @_builtins.property
+    def pre_bind_pre_flight_error(self) -> Global___Status:
+        """With reserve_and_permit, when Permit let the pod on: set when
+        PreBindPreFlight failed (an Error, or a code it does not support).
+        schedule_one.go bindingCycle ends the binding cycle with it before
+        anything else: no nominatedNodeName is written, Permit is not waited on,
+        PreBind and Bind are not called; the caller unreserves and requeues the
+        pod as for a failed PreBind. Unset (also from servers that predate it):
+        a PreBind call answers the same error.
+        """
+
     def __init__(
         self,
         *,
@@ -2140,10 +2152,11 @@ class ScheduleResponse(_message.Message):
         assume_annotations: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         unreserve_signals: _abc.Iterable[Global___WaitingPodSignal] | None = ...,
         pre_bind_skip: _builtins.bool = ...,
+        pre_bind_pre_flight_error: Global___Status | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "diagnosis", b"diagnosis", "permit", b"permit", "post_filter", b"post_filter", "reserve_status", b"reserve_status", "status", b"status"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "diagnosis", b"diagnosis", "permit", b"permit", "post_filter", b"post_filter", "pre_bind_pre_flight_error", b"pre_bind_pre_flight_error", "reserve_status", b"reserve_status", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assume_annotations", b"assume_annotations", "cycle", b"cycle", "diagnosis", b"diagnosis", "evaluated_nodes", b"evaluated_nodes", "feasible_nodes", b"feasible_nodes", "generation", b"generation", "next_start_index", b"next_start_index", "node", b"node", "permit", b"permit", "post_filter", b"post_filter", "pre_bind_skip", b"pre_bind_skip", "reserve_status", b"reserve_status", "scores", b"scores", "status", b"status", "unreserve_signals", b"unreserve_signals"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assume_annotations", b"assume_annotations", "cycle", b"cycle", "diagnosis", b"diagnosis", "evaluated_nodes", b"evaluated_nodes", "feasible_nodes", b"feasible_nodes", "generation", b"generation", "next_start_index", b"next_start_index", "node", b"node", "permit", b"permit", "post_filter", b"post_filter", "pre_bind_pre_flight_error", b"pre_bind_pre_flight_error", "pre_bind_skip", b"pre_bind_skip", "reserve_status", b"reserve_status", "scores", b"scores", "status", b"status", "unreserve_signals", b"unreserve_signals"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -11,6 +11,7 @@ from typing import ClassVar
 import msgspec
 import pytest
 
+from berth_api.v1 import scheduling_pb2 as spb
 from plugins.framework import Code, CycleState, StateKey, Status
 from plugins.framework.cycle_state import (
     PRE_BIND_PRE_FLIGHT_KEY,
@@ -21,6 +22,7 @@ from plugins.framework.model import PodInfo
 from plugins.framework.profile import PluginRef, ProfileConfig
 from plugins.framework.runtime import Framework
 from plugins.framework.testing import make_node, make_pod, snapshot_of
+from server.service import schedule_response
 from tests.unit.framework.fakes import REGISTRY as FAKES
 
 
@@ -305,3 +307,32 @@ def test_clone_keeps_the_pre_flight_outcome() -> None:
     assert other.skip_pre_bind_plugins == {"FlightA"}
     other.skip_pre_bind_plugins.add("FlightB")
     assert state.skip_pre_bind_plugins == {"FlightA"}
+
+
+@pytest.mark.parametrize(
+    ("flight", "wanted"),
+    [
+        ({"FlightA": "SKIP", "FlightB": "SKIP"}, None),
+        ({"FlightA": "SKIP"}, None),
+        ({"FlightB": "ERROR"}, 'running PreBindPreFlight "FlightB": FlightB says ERROR'),
+        ({"FlightA": "UNSCHEDULABLE"}, "which is unsupported"),
+    ],
+    ids=["all-skip", "some-work", "error", "unsupported-code"],
+)
+def test_the_answer_carries_a_failed_pre_flight(flight: dict[str, str], wanted: str | None) -> None:
+    """server/service.py schedule_response: ScheduleResponse.pre_bind_pre_flight_error is set
+    exactly when RunPreBindPreFlights failed, with its message and plugin, so the caller can
+    end the binding cycle where schedule_one.go bindingCycle does."""
+    fw = framework("FlightA", "FlightB")
+    snap = snapshot_of([make_node("n1").capacity(cpu="4", memory="8Gi").obj()])
+    state = CycleState()
+    result = fw.schedule(snap, state, pod(**flight), reserve_and_permit=True, rng=random.Random(0))
+    out = schedule_response(result, state, 0, False)
+    if wanted is None:
+        assert not out.HasField("pre_bind_pre_flight_error")
+        return
+    err = out.pre_bind_pre_flight_error
+    assert err.code == spb.CODE_ERROR
+    assert wanted in "; ".join(err.reasons)
+    assert err.plugin == next(iter(flight))
+    assert not out.pre_bind_skip

@@ -273,6 +273,39 @@ async def test_a_failed_binding_clears_the_nomination_it_wrote(harness: Harness)
     assert condition["status"]["conditions"][0]["reason"] == "SchedulerError"
 
 
+def pre_flight_failed(*, wait: bool = False) -> pb.ScheduleResponse:
+    resp = placed(skip=False, wait=wait)
+    resp.pre_bind_pre_flight_error.CopyFrom(
+        pb.Status(
+            code=pb.CODE_ERROR,
+            reasons=['running PreBindPreFlight "VolumeBinding": claim lookup failed'],
+            plugin="VolumeBinding",
+        )
+    )
+    return resp
+
+
+@pytest.mark.parametrize("wait", [False, True], ids=["permitted", "waiting-at-permit"])
+async def test_a_failed_pre_flight_ends_the_binding_cycle_before_anything_else(
+    harness: Harness, wait: bool
+) -> None:
+    """schedule_one.go bindingCycle returns RunPreBindPreFlights' error before writing
+    nominatedNodeName, before WaitOnPermit and before PreBind: nothing but Unreserve runs,
+    and the pod goes back with the error, backing off."""
+    s, log, api, service = harness
+    service.profiles[PROFILE] = ProfileInfo(PROFILE, {**DEFAULT_POINTS, "reserve": ("R",)})
+    handle(s, await popped(s, "db"), pre_flight_failed(wait=wait))
+    await done(s, failed=1)
+    assert log == [("Unreserve", "db")]
+    assert "db" not in s.waiting
+    (_, condition) = api.patches[-1]
+    cond = condition["status"]["conditions"][0]
+    assert cond["reason"] == "SchedulerError"
+    assert cond["message"] == 'running PreBindPreFlight "VolumeBinding": claim lookup failed'
+    assert where(s, "db") == "backoff"
+    assert "db" not in s.cache.assumed
+
+
 # -- the real plugin server, default profile ------------------------------------------
 
 

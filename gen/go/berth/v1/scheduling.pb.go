@@ -3496,9 +3496,17 @@ type ScheduleResponse struct {
 	// for this pod. False (also from servers that predate it) means call
 	// PreBind as usual. The plugins that skipped are recorded in `cycle`, so a
 	// PreBind call still skips them.
-	PreBindSkip   bool `protobuf:"varint,16,opt,name=pre_bind_skip,json=preBindSkip,proto3" json:"pre_bind_skip,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PreBindSkip bool `protobuf:"varint,16,opt,name=pre_bind_skip,json=preBindSkip,proto3" json:"pre_bind_skip,omitempty"`
+	// With reserve_and_permit, when Permit let the pod on: set when
+	// PreBindPreFlight failed (an Error, or a code it does not support).
+	// schedule_one.go bindingCycle ends the binding cycle with it before
+	// anything else: no nominatedNodeName is written, Permit is not waited on,
+	// PreBind and Bind are not called; the caller unreserves and requeues the
+	// pod as for a failed PreBind. Unset (also from servers that predate it):
+	// a PreBind call answers the same error.
+	PreBindPreFlightError *Status `protobuf:"bytes,17,opt,name=pre_bind_pre_flight_error,json=preBindPreFlightError,proto3" json:"pre_bind_pre_flight_error,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ScheduleResponse) Reset() {
@@ -3634,6 +3642,13 @@ func (x *ScheduleResponse) GetPreBindSkip() bool {
 		return x.PreBindSkip
 	}
 	return false
+}
+
+func (x *ScheduleResponse) GetPreBindPreFlightError() *Status {
+	if x != nil {
+		return x.PreBindPreFlightError
+	}
+	return nil
 }
 
 var File_berth_v1_scheduling_proto protoreflect.FileDescriptor
@@ -3893,7 +3908,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x16ScheduleStreamResponse\x128\n" +
 	"\bresponse\x18\x01 \x01(\v2\x1a.berth.v1.ScheduleResponseH\x00R\bresponse\x12.\n" +
 	"\x05error\x18\x02 \x01(\v2\x16.berth.v1.RequestErrorH\x00R\x05errorB\b\n" +
-	"\x06result\"\xc2\x06\n" +
+	"\x06result\"\x8e\a\n" +
 	"\x10ScheduleResponse\x12(\n" +
 	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12'\n" +
@@ -3913,7 +3928,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"postFilter\x12`\n" +
 	"\x12assume_annotations\x18\x0e \x03(\v21.berth.v1.ScheduleResponse.AssumeAnnotationsEntryR\x11assumeAnnotations\x12G\n" +
 	"\x11unreserve_signals\x18\x0f \x03(\v2\x1a.berth.v1.WaitingPodSignalR\x10unreserveSignals\x12\"\n" +
-	"\rpre_bind_skip\x18\x10 \x01(\bR\vpreBindSkip\x1aD\n" +
+	"\rpre_bind_skip\x18\x10 \x01(\bR\vpreBindSkip\x12J\n" +
+	"\x19pre_bind_pre_flight_error\x18\x11 \x01(\v2\x10.berth.v1.StatusR\x15preBindPreFlightError\x1aD\n" +
 	"\x16AssumeAnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\r\x10\x0eR\x05error*\xa9\x02\n" +
@@ -4115,49 +4131,50 @@ var file_berth_v1_scheduling_proto_depIdxs = []int32{
 	27, // 74: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
 	52, // 75: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
 	36, // 76: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
-	5,  // 77: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
-	7,  // 78: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
-	13, // 79: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
-	18, // 80: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
-	20, // 81: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
-	21, // 82: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
-	26, // 83: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
-	21, // 84: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
-	21, // 85: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
-	32, // 86: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
-	22, // 87: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
-	22, // 88: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
-	22, // 89: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
-	22, // 90: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
-	22, // 91: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
-	22, // 92: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
-	39, // 93: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
-	39, // 94: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
-	42, // 95: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
-	6,  // 96: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
-	12, // 97: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
-	14, // 98: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
-	19, // 99: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
-	23, // 100: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
-	25, // 101: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
-	27, // 102: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
-	29, // 103: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
-	31, // 104: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
-	33, // 105: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
-	35, // 106: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
-	35, // 107: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
-	37, // 108: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
-	35, // 109: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
-	38, // 110: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
-	35, // 111: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
-	46, // 112: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
-	45, // 113: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
-	43, // 114: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
-	96, // [96:115] is the sub-list for method output_type
-	77, // [77:96] is the sub-list for method input_type
-	77, // [77:77] is the sub-list for extension type_name
-	77, // [77:77] is the sub-list for extension extendee
-	0,  // [0:77] is the sub-list for field type_name
+	3,  // 77: berth.v1.ScheduleResponse.pre_bind_pre_flight_error:type_name -> berth.v1.Status
+	5,  // 78: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
+	7,  // 79: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
+	13, // 80: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
+	18, // 81: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
+	20, // 82: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
+	21, // 83: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
+	26, // 84: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
+	21, // 85: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
+	21, // 86: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
+	32, // 87: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
+	22, // 88: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
+	22, // 89: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
+	22, // 90: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
+	22, // 91: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
+	22, // 92: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
+	22, // 93: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
+	39, // 94: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
+	39, // 95: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
+	42, // 96: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
+	6,  // 97: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
+	12, // 98: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
+	14, // 99: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
+	19, // 100: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
+	23, // 101: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
+	25, // 102: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
+	27, // 103: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
+	29, // 104: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
+	31, // 105: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
+	33, // 106: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
+	35, // 107: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
+	35, // 108: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
+	37, // 109: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
+	35, // 110: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
+	38, // 111: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
+	35, // 112: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
+	46, // 113: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
+	45, // 114: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
+	43, // 115: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
+	97, // [97:116] is the sub-list for method output_type
+	78, // [78:97] is the sub-list for method input_type
+	78, // [78:78] is the sub-list for extension type_name
+	78, // [78:78] is the sub-list for extension extendee
+	0,  // [0:78] is the sub-list for field type_name
 }
 
 func init() { file_berth_v1_scheduling_proto_init() }
