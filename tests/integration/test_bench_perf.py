@@ -418,36 +418,50 @@ def test_workloads_berth_cannot_run_are_reported_not_measured() -> None:
         assert missing == ([] if plugin in registry else [plugin])
 
 
-def test_bad_flags_are_refused_naming_the_flag() -> None:
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "berth", "bench", *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-
-    out = run("PodAntiAffinity", "--nodes", "10", "--init-pods", "5", "--pods", "6")
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("PodAntiAffinity", "--nodes", "10", "--init-pods", "5", "--pods", "6"),
+            "--init-pods + --pods (11) must not exceed --nodes (10)",
+        ),
+        (
+            ("SchedulingBasic", "--schedulers", "kube-scheduler,volcano"),
+            "--schedulers: unknown volcano",
+        ),
+        (
+            ("SchedulingBasic", "--nodes", "1", "--init-pods", "0", "--pods", "41"),
+            "41 pods do not fit on 1 nodes",
+        ),
+        (("SchedulingBasic", "--qps", "0"), "--qps must be > 0, got 0"),
+        (("SchedulingBasic", "--create-burst", "0"), "--create-burst must be at least 1, got 0"),
+        (("SchedulingBasic", "--rounds", "0"), "--rounds must be at least 1, got 0"),
+        (
+            ("SchedulingBasic", "--create-connections", "0"),
+            "--create-connections must be at least 1, got 0",
+        ),
+        (
+            ("SchedulingBasic", "--berth-config", "/nonexistent/berth.yaml"),
+            "--berth-config /nonexistent/berth.yaml: no such file",
+        ),
+    ],
+    ids=[
+        "anti-affinity-pods",
+        "unknown-scheduler",
+        "pods-do-not-fit",
+        "qps",
+        "create-burst",
+        "rounds",
+        "create-connections",
+        "berth-config",
+    ],
+)
+def test_bad_flags_are_refused_naming_the_flag(args: tuple[str, ...], message: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "berth", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2
-    assert "--init-pods + --pods (11) must not exceed --nodes (10)" in out.stderr
-    out = run("SchedulingBasic", "--schedulers", "kube-scheduler,volcano")
-    assert out.returncode == 2
-    assert "--schedulers: unknown volcano" in out.stderr
-    out = run("SchedulingBasic", "--nodes", "1", "--init-pods", "0", "--pods", "41")
-    assert out.returncode == 2
-    assert "41 pods do not fit on 1 nodes" in out.stderr
-    out = run("SchedulingBasic", "--qps", "0")
-    assert out.returncode == 2
-    assert "--qps must be > 0, got 0" in out.stderr
-    out = run("SchedulingBasic", "--create-burst", "0")
-    assert out.returncode == 2
-    assert "--create-burst must be at least 1, got 0" in out.stderr
-    out = run("SchedulingBasic", "--rounds", "0")
-    assert out.returncode == 2
-    assert "--rounds must be at least 1, got 0" in out.stderr
-    out = run("SchedulingBasic", "--create-connections", "0")
-    assert out.returncode == 2
-    assert "--create-connections must be at least 1, got 0" in out.stderr
-    out = run("SchedulingBasic", "--berth-config", "/nonexistent/berth.yaml")
-    assert out.returncode == 2
-    assert "--berth-config /nonexistent/berth.yaml: no such file" in out.stderr
+    assert message in out.stderr
