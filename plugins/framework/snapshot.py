@@ -21,7 +21,7 @@ in the tree, and the walk shows it at the next addition or removal.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -401,22 +401,20 @@ class Snapshot:
             else:
                 self._delete_pod(uid)
 
-    def settle(self) -> None:
-        """Removes every pod ``remove_later`` named: the snapshot is as
-        the caller's state has it, for a request that brings no delta."""
+    def settle(self, keep: Collection[str] = ()) -> None:
+        """Removes every pod ``remove_later`` named but those in ``keep``:
+        with none kept, the snapshot is as the caller's state has it, for a
+        request that brings no delta."""
         tentative, self._tentative = self._tentative, {}
         for uid in tentative:
-            self._delete_pod(uid)
+            if uid not in keep:
+                self._delete_pod(uid)
 
     def _settle_against(self, delta: pb.ClusterDelta) -> None:
         """Removes the ``remove_later`` pods the delta does not upsert. Those
         it upserts stay for now: the upsert only moves one brought back as
         it was, and removes and adds one that changed, like any other."""
-        tentative, self._tentative = self._tentative, {}
-        upserted = {pod.uid for pod in delta.upsert_pods}
-        for uid in tentative:
-            if uid not in upserted:
-                self._delete_pod(uid)
+        self.settle(keep={pod.uid for pod in delta.upsert_pods})
 
     def _upsert_object(self, obj: pb.ClusterObject) -> None:
         ref = obj.ref
