@@ -60,7 +60,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +98,8 @@ CREATE_PROCESSES = 1
 SAMPLE_INTERVAL = 1.0  # util.go, throughputSampleInterval
 # How long a scheduler's own count of bindings may trail what the API server shows.
 REPORT_GRACE = 15.0
+# The schedulers that write a Scheduled event per binding (bind-only writes none).
+EVENT_WRITERS = frozenset({"kube-scheduler", "berth", "berth-inprocess"})
 # A run whose last binding came this soon after the last creation had no backlog left.
 CREATION_TAIL = 0.25
 # ... and was creation-limited if, at the median 1 s sample, fewer than this share of the
@@ -427,6 +429,31 @@ class RunFacts:
     scheduled_reported: int | None
     # Bindings the API server refused because the pod was bound already, as reported.
     conflicts_reported: int
+    # "namespace/name" of each pod with a Scheduled event; None: the scheduler writes
+    # no events (bind-only) and none are expected.
+    scheduled_events: Set[str] | None = None
+
+
+def scheduled_events(client: KubeClient, namespaces: Iterable[str]) -> set[str]:
+    """ "namespace/name" of every pod with a Scheduled event in ``namespaces``
+    (core/v1 events: the events.k8s.io/v1 ones the schedulers write, listed with
+    a field selector on the reason)."""
+    out: set[str] = set()
+    for ns in namespaces:
+        cont = ""
+        while True:
+            params: dict[str, Any] = {"fieldSelector": "reason=Scheduled", "limit": 2000}
+            if cont:
+                params["continue"] = cont
+            page = client.get(f"/api/v1/namespaces/{ns}/events", **params)
+            for ev in page.get("items") or []:
+                obj = ev.get("involvedObject") or {}
+                if obj.get("kind") == "Pod":
+                    out.add(f"{obj.get('namespace') or ns}/{obj.get('name')}")
+            cont = (page.get("metadata") or {}).get("continue") or ""
+            if not cont:
+                break
+    return out
 
 
 def _key(pod: JSON) -> str:
@@ -505,6 +532,16 @@ def check_run(facts: RunFacts) -> list[str]:
             f"the scheduler reported {facts.scheduled_reported} successful bindings for "
             f"{len(facts.expected)} pods"
         )
+    if facts.scheduled_events is not None:
+        # schedule_one.go bindingCycle: kube-scheduler records a Scheduled event for
+        # every pod it binds. A scheduler that drops them saves the API server work
+        # the other schedulers pay for, so the run does not compare like with like.
+        missing = [k for k in facts.expected if k not in facts.scheduled_events]
+        if missing:
+            problems.append(
+                f"{len(missing)} of {len(facts.expected)} pod(s) have no Scheduled event: "
+                f"{', '.join(sorted(missing)[:5])}"
+            )
     if facts.conflicts_reported:
         problems.append(
             f"the scheduler reported {facts.conflicts_reported} binding(s) of a pod that was "
@@ -1234,6 +1271,15 @@ def run_one(
             if time.monotonic() > deadline:
                 break
             time.sleep(0.2)
+        # Events are written after the binding, in the background: give the last
+        # ones the same grace, with the scheduler still running.
+        events: set[str] | None = None
+        if scheduler in EVENT_WRITERS:
+            while True:
+                events = scheduled_events(client, (init_ns, measured_ns))
+                if len(events) >= total or time.monotonic() > deadline:
+                    break
+                time.sleep(1.0)
         after = parse_metrics(running.metrics()) if running.metrics else {}
         running.stop()
         stopped = True
@@ -1257,6 +1303,7 @@ def run_one(
                 expected=expected,
                 scheduled_reported=scheduled_reported,
                 conflicts_reported=conflicts,
+                scheduled_events=events,
             )
         )
 
@@ -1324,6 +1371,7 @@ def run_one(
                     "nodes": len(nodes),
                     "scheduled_reported": scheduled_reported,
                     "conflicts_reported": conflicts,
+                    "scheduled_events": None if events is None else len(events),
                     "violations": violations,
                 },
                 "logs": [str(p) for p in running.logs],
@@ -1334,7 +1382,7 @@ def run_one(
         else:
             say(
                 f"checked: {len(expected)} pods bound once each, no node overcommitted, "
-                "constraints hold"
+                "constraints hold" + ("" if events is None else ", a Scheduled event for each")
             )
     except Exception as exc:  # reported as this run's failure; the next run goes on
         from berth.localcluster.process import log_tail

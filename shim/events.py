@@ -23,9 +23,15 @@ event_broadcaster.go and event_recorder.go):
   and an occurrence that does not fit is dropped with a log line
   (``maxQueuedEvents``, ``watch.DropIfChannelFull``, event_recorder.go).
 
-Writes happen on one daemon thread that owns the queue and the two timers, so
-``record`` can be called from the asyncio event loop or any other thread at the cost
-of a lock and an append.
+Writes happen on daemon writer threads, so ``record`` can be called from the asyncio
+event loop or any other thread at the cost of a lock and an append. Upstream writes
+each occurrence from a goroutine of its own (``recordToSink``), so writes overlap and
+the queue drains as fast as the API server answers. Here the first writer thread also
+runs the two timers; when an occurrence is queued while every writer is busy, another
+writer thread starts, up to ``writers`` (8 by default). One writer at a time is not
+enough: at a few milliseconds per POST it writes a few hundred events a second, and a
+scheduler binding faster than that filled the queue and dropped most of its Scheduled
+events.
 
 Where this differs from upstream, on purpose:
 
@@ -67,6 +73,8 @@ MAX_TRIES_PER_EVENT = 12
 FINISH_TIME = 6 * 60.0
 REFRESH_TIME = 30 * 60.0
 MAX_QUEUED_EVENTS = 1000
+# Writer threads per recorder at most (upstream: a goroutine per occurrence).
+DEFAULT_WRITERS = 8
 DEFAULT_SLEEP_DURATION = 10.0
 # wait.Jitter(sleepDuration, 0.25) in attemptRecording: d + rand * 0.25 * d.
 SLEEP_JITTER = 0.25
@@ -234,8 +242,10 @@ class EventRecorder:
         max_tries: int = MAX_TRIES_PER_EVENT,
         max_queued: int = MAX_QUEUED_EVENTS,
         rng: random.Random | None = None,
+        writers: int = DEFAULT_WRITERS,
     ) -> None:
-        """``reporting_instance`` defaults to ``<controller>-<hostname>`` as in
+        """``writers`` is how many writes may be under way at once (writer
+        threads, started as the queue needs them). ``reporting_instance`` defaults to ``<controller>-<hostname>`` as in
         event_broadcaster.go ``NewRecorder``. ``clock`` gives event times (and the
         ages ``finish_series`` compares); ``sleep`` waits between retries (None: a
         wait that ``stop`` cuts short). ``refresh_time`` and ``finish_time`` are
@@ -255,19 +265,27 @@ class EventRecorder:
         self._retry_sleep = retry_sleep
         self._max_tries = max(1, max_tries)
         self._max_queued = max_queued
+        if writers < 1:
+            raise ValueError(f"writers must be at least 1, got {writers}")
+        self._writers = writers
         self._rng = rng or random.Random()
         self.stats = RecorderStats()
         self._last_drop_log = -DROP_LOG_INTERVAL
         self._drops_since_log = 0
 
-        # _cond guards the queue, _busy, _closed and the stats; _lock the cache.
-        self._cond = threading.Condition()
+        # _cond guards the queue, _busy, _idle, _threads, _closed and the stats;
+        # _lock the cache.
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)
+        # Wakes wait_idle (not the idle writers) when a write ends.
+        self._done = threading.Condition(lock)
         self._queue: deque[_Occurrence] = deque()
-        self._busy = False
+        self._busy = 0  # writes (or drains) under way
+        self._idle = 0  # writer threads free to take an occurrence
         self._closed = False
         self._deadline: float | None = None  # time.monotonic() by which stop() gives up
         self._stop_event = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
         self._lock = threading.Lock()
         self._cache: dict[_Key, _CachedEvent] = {}
@@ -305,7 +323,15 @@ class EventRecorder:
             elif len(self._queue) < self._max_queued:
                 self._queue.append(occurrence)
                 self.stats.recorded += 1
-                self._cond.notify()
+                if (
+                    self._threads
+                    and len(self._queue) > self._idle
+                    and len(self._threads) < self._writers
+                ):
+                    # More occurrences wait than writers are free: one more.
+                    self._start_writer()
+                else:
+                    self._cond.notify()
                 return
             else:
                 closed = False
@@ -343,12 +369,29 @@ class EventRecorder:
         with self._cond:
             if self._closed:
                 raise RuntimeError("EventRecorder.start after stop")
-            if self._thread is not None:
+            if self._threads:
                 return
-            self._thread = threading.Thread(
-                target=self._run, name=f"events-{self.reporting_controller}", daemon=True
-            )
-        self._thread.start()
+            self._start_writer()
+
+    def _start_writer(self) -> None:
+        """Starts one more writer thread, free until it takes an occurrence;
+        called with ``_cond`` held. The first one also runs the timers."""
+        k = len(self._threads)
+        self._idle += 1
+        thread = threading.Thread(
+            target=self._run,
+            args=(k == 0,),
+            name=f"events-{self.reporting_controller}" + (f"-{k}" if k else ""),
+            daemon=True,
+        )
+        self._threads.append(thread)
+        thread.start()
+
+    @property
+    def writer_threads(self) -> int:
+        """How many writer threads have started."""
+        with self._cond:
+            return len(self._threads)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Writes what is queued and the series counts the API server has not seen,
@@ -359,14 +402,16 @@ class EventRecorder:
                 return
             self._closed = True
             self._deadline = time.monotonic() + timeout
-            thread = self._thread
+            threads = list(self._threads)
             self._cond.notify_all()
         self._stop_event.set()  # no more retry sleeps
-        if thread is None:
+        if not threads:
             self._drain_and_flush()
             return
-        thread.join(timeout)
-        if thread.is_alive():
+        # The first writer finishes last (it flushes the series counts once
+        # the others have drained the queue).
+        threads[0].join(timeout)
+        if threads[0].is_alive():
             log.warning(
                 "event writer still busy %.1fs after stop (a write in flight); leaving it behind",
                 timeout,
@@ -375,7 +420,7 @@ class EventRecorder:
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Waits until the queue is empty and no write is under way; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
+            return self._done.wait_for(lambda: not self._queue and self._busy == 0, timeout)
 
     @property
     def queued(self) -> int:
@@ -448,69 +493,106 @@ class EventRecorder:
             ]
         for key, w in writes:
             if self._past_deadline():
-                self.stats.abandoned_on_stop += 1
+                self._count("abandoned_on_stop")
                 continue
             if self._write_once(w) is _Result.WRITTEN:
                 self._mark_written(key, w)
 
     # -- internals --------------------------------------------------------------
 
-    def _run(self) -> None:
-        """The writer thread: queued occurrences first, the timers when due."""
+    def _run(self, primary: bool) -> None:
+        """A writer thread: queued occurrences first; the primary writer also
+        runs the timers when due. After ``stop`` every writer helps drain the
+        queue, and the primary one then writes the series counts."""
         next_refresh = time.monotonic() + self.refresh_time
         next_finish = time.monotonic() + self.finish_time
         while True:
             with self._cond:
+                # This writer counts as free (_idle) until it takes an occurrence.
                 if not self._queue and not self._closed:
-                    wait = min(next_refresh, next_finish) - time.monotonic()
-                    if wait > 0:
-                        self._cond.wait(wait)
+                    if primary:
+                        wait = min(next_refresh, next_finish) - time.monotonic()
+                        if wait > 0:
+                            self._cond.wait(wait)
+                    else:
+                        self._cond.wait()
                 if self._closed:
+                    self._idle -= 1
                     break
                 occurrence = self._queue.popleft() if self._queue else None
-                self._busy = True
+                self._idle -= 1
+                self._busy += 1
             try:
                 if occurrence is not None:
                     self._guarded(self._process, occurrence)
-                now = time.monotonic()
-                if now >= next_finish:
-                    self._guarded(self.finish_series)
-                    next_finish = time.monotonic() + self.finish_time
-                if now >= next_refresh:
-                    self._guarded(self.refresh_series)
-                    next_refresh = time.monotonic() + self.refresh_time
+                if primary:
+                    now = time.monotonic()
+                    if now >= next_finish:
+                        self._guarded(self.finish_series)
+                        next_finish = time.monotonic() + self.finish_time
+                    if now >= next_refresh:
+                        self._guarded(self.refresh_series)
+                        next_refresh = time.monotonic() + self.refresh_time
             finally:
                 with self._cond:
-                    self._busy = False
-                    self._cond.notify_all()
-        self._drain_and_flush()
+                    self._busy -= 1
+                    self._idle += 1
+                    self._done.notify_all()
+        self._drain()
+        if primary:
+            with self._cond:
+                others = self._threads[1:]
+            for thread in others:
+                left = None if self._deadline is None else self._deadline - time.monotonic()
+                thread.join(max(left, 0.0) if left is not None else None)
+            self._flush()
 
     def _drain_and_flush(self) -> None:
-        """stop's work: the queue, then the unwritten series counts, until the deadline."""
-        with self._cond:
-            self._busy = True
-        try:
-            while True:
-                with self._cond:
-                    if not self._queue:
-                        break
-                    if self._past_deadline():
-                        abandoned = len(self._queue)
-                        self._queue.clear()
-                        self.stats.abandoned_on_stop += abandoned
-                        log.warning(
-                            "event recorder stopped with %d event(s) not written: "
-                            "stop's deadline passed",
-                            abandoned,
-                        )
-                        break
-                    occurrence = self._queue.popleft()
+        """stop's work on the caller's thread: the queue, then the unwritten
+        series counts, until the deadline."""
+        self._drain()
+        self._flush()
+
+    def _drain(self) -> None:
+        """Writes what is queued (shared by every writer after ``stop``), until
+        the deadline; what is left then is dropped with a log line."""
+        while True:
+            with self._cond:
+                if not self._queue:
+                    return
+                if self._past_deadline():
+                    abandoned = len(self._queue)
+                    self._queue.clear()
+                    self.stats.abandoned_on_stop += abandoned
+                    log.warning(
+                        "event recorder stopped with %d event(s) not written: "
+                        "stop's deadline passed",
+                        abandoned,
+                    )
+                    return
+                occurrence = self._queue.popleft()
+                self._busy += 1
+            try:
                 self._guarded(self._process, occurrence)
+            finally:
+                with self._cond:
+                    self._busy -= 1
+                    self._done.notify_all()
+
+    def _flush(self) -> None:
+        with self._cond:
+            self._busy += 1
+        try:
             self._guarded(self.flush_series)
         finally:
             with self._cond:
-                self._busy = False
-                self._cond.notify_all()
+                self._busy -= 1
+                self._done.notify_all()
+
+    def _count(self, stat: str) -> None:
+        """One more of a counter the writers share."""
+        with self._cond:
+            setattr(self.stats, stat, getattr(self.stats, stat) + 1)
 
     def _past_deadline(self) -> bool:
         return self._deadline is not None and time.monotonic() > self._deadline
@@ -619,17 +701,17 @@ class EventRecorder:
                     self._api.strategic_patch(
                         events_path(w.namespace, w.name), {"series": w.series}
                     )
-                    self.stats.writes += 1
+                    self._count("writes")
                     return _Result.WRITTEN
                 except ApiError as exc:
                     if not exc.not_found:
                         raise
                     log.debug("event %s/%s is gone; creating it again", w.namespace, w.name)
             self._api.create(events_path(w.namespace), w.body)
-            self.stats.writes += 1
+            self._count("writes")
             return _Result.WRITTEN
         except ApiError as exc:
-            self.stats.write_failures += 1
+            self._count("write_failures")
             if exc.conflict and w.series is not None:
                 # The create after a 404 met the create of the first occurrence:
                 # the Event exists now, so the PATCH will work next time.

@@ -106,6 +106,19 @@ def test_the_check_flags_unbound_pods_reported_double_binds_and_unknown_nodes() 
     assert "pod m/c is bound to no-such-node, which is not a node" in problems
 
 
+def test_the_check_flags_pods_without_a_scheduled_event() -> None:
+    """schedule_one.go bindingCycle records Scheduled for every binding; a run
+    whose scheduler dropped some did less API work than it should have."""
+    nodes = _nodes(1)
+    pods = [_pod("default", f"p{i}", "perf-node-00000") for i in range(3)]
+    assert check_run(_facts(pods, nodes, scheduled_events={"m/p0", "m/p1", "m/p2"})) == []
+    assert check_run(_facts(pods, nodes, scheduled_events={"m/p1"})) == [
+        "2 of 3 pod(s) have no Scheduled event: m/p0, m/p2"
+    ]
+    # None: a scheduler that writes no events (bind-only) is not asked for them.
+    assert check_run(_facts(pods, nodes, scheduled_events=None)) == []
+
+
 def test_the_check_counts_pods_per_node_against_allocatable_pods() -> None:
     [node] = _nodes(1)
     node["status"]["allocatable"]["pods"] = "2"
@@ -380,6 +393,9 @@ def test_scheduling_basic_runs_all_four_schedulers_and_checks_each_run(tmp_path:
         assert (checks["pods"], checks["nodes"], checks["violations"]) == (400, 50, [])
         assert checks["conflicts_reported"] == 0
         assert checks["scheduled_reported"] == 400
+        # Every scheduler but bind-only wrote a Scheduled event for each pod.
+        want_events = None if r["scheduler"] == "bind-only" else 400
+        assert checks["scheduled_events"] == want_events, r["scheduler"]
         assert r["e2e_latency_ms_p50"] is not None
         # The measured pods came from the creator process, which reported its CPU.
         assert r["creation"] == {"processes": 1, "connections": 30, "qps": 5000.0, "burst": 5000}

@@ -557,7 +557,7 @@ def test_record_never_blocks_while_the_writer_is_stuck(
     """event_recorder.go: recording is fire-and-forget; a hung API server costs the
     caller nothing, and the excess is dropped rather than waited for."""
     api, entered, release = stuck_api
-    rec = EventRecorder(api, "berth")
+    rec = EventRecorder(api, "berth", writers=1)
     rec.start()
     try:
         failed_scheduling(rec)
@@ -582,7 +582,7 @@ async def test_record_from_the_event_loop_returns_while_the_writer_is_stuck(
     """record is a plain call usable from asyncio code: it neither awaits nor waits
     for the writer thread."""
     api, entered, release = stuck_api
-    rec = EventRecorder(api, "berth")
+    rec = EventRecorder(api, "berth", writers=1)
     rec.start()
     try:
         failed_scheduling(rec)
@@ -596,6 +596,111 @@ async def test_record_from_the_event_loop_returns_while_the_writer_is_stuck(
         release.set()
         await asyncio.to_thread(rec.stop, 5)
     assert [c.method for c in api.calls] == ["create", "patch", "patch"]  # + stop's flush
+
+
+# -- concurrent writers (recordToSink writes each occurrence from a goroutine) ----
+
+
+class GatedApi(FakeApi):
+    """Calls wait at a gate; counts how many are under way at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self._count_lock = threading.Condition()
+        self.before_call = self._enter
+
+    def _enter(self) -> None:
+        with self._count_lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            self._count_lock.notify_all()
+        try:
+            assert self.gate.wait(10)
+        finally:
+            with self._count_lock:
+                self.in_flight -= 1
+
+    def wait_in_flight(self, n: int) -> bool:
+        with self._count_lock:
+            return self._count_lock.wait_for(lambda: self.in_flight >= n, 5)
+
+
+def scheduled(rec: EventRecorder, i: int) -> None:
+    pod = ObjectRef("Pod", "ns", f"p{i}", f"uid-{i}")
+    rec.record(pod, "Normal", "Scheduled", "Binding", f"Successfully assigned ns/p{i} to n1")
+
+
+def test_writes_overlap_up_to_the_writer_count() -> None:
+    """event_broadcaster.go recordToSink writes every occurrence from a goroutine
+    of its own: a slow API server delays events, it does not serialize them.
+    Distinct occurrences are written at once, up to ``writers`` at a time."""
+    api = GatedApi()
+    rec = EventRecorder(api, "berth", writers=3)
+    rec.start()
+    try:
+        for i in range(7):
+            scheduled(rec, i)
+        assert api.wait_in_flight(3)
+        assert rec.writer_threads == 3
+        assert rec.queued == 4
+        api.gate.set()
+        assert rec.wait_idle(5)
+    finally:
+        api.gate.set()
+        rec.stop(timeout=5)
+    assert api.most_in_flight == 3
+    names = sorted(c.body["regarding"]["name"] for c in api.calls)
+    assert names == [f"p{i}" for i in range(7)]
+    assert rec.stats.writes == 7
+
+
+def test_an_idle_recorder_keeps_one_writer() -> None:
+    """More writer threads start only while occurrences wait for a busy writer."""
+    api = FakeApi()
+    rec = EventRecorder(api, "berth", writers=8)
+    rec.start()
+    try:
+        for i in range(5):
+            scheduled(rec, i)
+            assert rec.wait_idle(5)
+        assert rec.writer_threads == 1
+    finally:
+        rec.stop(timeout=5)
+    assert len(api.calls) == 5
+
+
+def test_stop_drains_with_every_writer_then_flushes_series() -> None:
+    """stop: the queue is written by all writers; the series counts last."""
+    api = GatedApi()
+    rec = EventRecorder(api, "berth", writers=4)
+    rec.start()
+    try:
+        failed_scheduling(rec)
+        assert api.wait_in_flight(1)
+        for i in range(10):
+            scheduled(rec, i)
+        assert api.wait_in_flight(4)
+        failed_scheduling(rec)  # a series of the first key, written as a PATCH
+        failed_scheduling(rec)  # counted only
+    finally:
+        api.gate.set()
+        rec.stop(timeout=5)
+    created = [c for c in api.calls if c.method == "create"]
+    assert sorted(
+        c.body["regarding"]["name"] for c in created if c.body["reason"] == "Scheduled"
+    ) == sorted(f"p{i}" for i in range(10))
+    patches = [c for c in api.calls if c.method == "patch"]
+    # The series PATCH (count 2), then stop's flush with the count seen since (3).
+    assert [p.body["series"]["count"] for p in patches] == [2, 3]
+    assert rec.stats.abandoned_on_stop == 0
+
+
+def test_writers_must_be_positive(api: FakeApi) -> None:
+    with pytest.raises(ValueError, match="writers must be at least 1, got 0"):
+        EventRecorder(api, "berth", writers=0)
 
 
 # -- the writer thread, the timers, stop ----------------------------------------
