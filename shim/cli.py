@@ -11,6 +11,9 @@ from berth.tls import add_client_tls_flags
 
 log = logging.getLogger("berth.shim")
 
+# sys.setswitchinterval for the shim's process (CPython's default is 0.005 s).
+GIL_SWITCH_INTERVAL = 0.001
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
@@ -211,6 +214,13 @@ def run(args: argparse.Namespace) -> int:
             bind_connections=args.bind_connections,
         ),
     )
+    # The shim's background threads (event writers, informers) spend their
+    # time waiting on the API server, and each answer needs the GIL back from a
+    # busy event loop, which CPython hands over only after its switch interval
+    # (5 ms by default). Against a thread that never yields, eight event writers
+    # wrote ~180 events/s at 5 ms and ~680/s at 1 ms (docs/benchmarks.md,
+    # session 19).
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL)
     try:
         return asyncio.run(run_shim(settings))
     except ConfigurationError as exc:

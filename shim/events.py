@@ -28,10 +28,11 @@ event loop or any other thread at the cost of a lock and an append. Upstream wri
 each occurrence from a goroutine of its own (``recordToSink``), so writes overlap and
 the queue drains as fast as the API server answers. Here the first writer thread also
 runs the two timers; when an occurrence is queued while every writer is busy, another
-writer thread starts, up to ``writers`` (8 by default). One writer at a time is not
-enough: at a few milliseconds per POST it writes a few hundred events a second, and a
-scheduler binding faster than that filled the queue and dropped most of its Scheduled
-events.
+writer thread starts, up to ``writers`` (64 by default). A busy API server takes long
+over each event: 76-110 ms per POST on average in a SchedulingBasic run on two cores
+(for kube-scheduler's events and the shim's alike), so a scheduler binding 400 pods a
+second needs about 40 writes under way. With one writer, and with eight, the queue
+overflowed and most Scheduled events were dropped (docs/benchmarks.md, session 19).
 
 Where this differs from upstream, on purpose:
 
@@ -74,7 +75,7 @@ FINISH_TIME = 6 * 60.0
 REFRESH_TIME = 30 * 60.0
 MAX_QUEUED_EVENTS = 1000
 # Writer threads per recorder at most (upstream: a goroutine per occurrence).
-DEFAULT_WRITERS = 8
+DEFAULT_WRITERS = 64
 DEFAULT_SLEEP_DURATION = 10.0
 # wait.Jitter(sleepDuration, 0.25) in attemptRecording: d + rand * 0.25 * d.
 SLEEP_JITTER = 0.25

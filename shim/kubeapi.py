@@ -158,7 +158,7 @@ class KubeApi:
         context: str | None = None,
         qps: float = 50.0,
         burst: int = 100,
-        pool_size: int = 64,
+        pool_size: int = 128,
     ) -> KubeApi:
         """Configured like client-go: the given kubeconfig; else in-cluster
         (service account token, re-read as it rotates); else $KUBECONFIG or
