@@ -246,8 +246,9 @@ class EventRecorder:
         writers: int = DEFAULT_WRITERS,
     ) -> None:
         """``writers`` is how many writes may be under way at once (writer
-        threads, started as the queue needs them). ``reporting_instance`` defaults to ``<controller>-<hostname>`` as in
-        event_broadcaster.go ``NewRecorder``. ``clock`` gives event times (and the
+        threads, started as the queue needs them). ``reporting_instance``
+        defaults to ``<controller>-<hostname>`` as in event_broadcaster.go
+        ``NewRecorder``. ``clock`` gives event times (and the
         ages ``finish_series`` compares); ``sleep`` waits between retries (None: a
         wait that ``stop`` cuts short). ``refresh_time`` and ``finish_time`` are
         the timer periods, ``finish_time`` also the age after which a series is
