@@ -233,6 +233,16 @@ class AsyncApi:
         out: JSON = orjson.loads(payload)
         return out
 
+    async def create(self, path: str, body: JSON) -> JSON:
+        """POST, as ``KubeApi.create`` (rate-limited)."""
+        return await self.request("POST", path, body=body)
+
+    async def strategic_patch(self, path: str, patch: JSON) -> JSON:
+        """A strategic-merge PATCH, as ``KubeApi.strategic_patch`` (rate-limited)."""
+        return await self.request(
+            "PATCH", path, body=patch, content_type="application/strategic-merge-patch+json"
+        )
+
     async def wait_for_token(self) -> None:
         """The shared token bucket, without blocking the loop."""
         delay = self._api.reserve_token()

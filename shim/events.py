@@ -53,6 +53,7 @@ Where this differs from upstream, on purpose:
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import enum
 import logging
@@ -104,6 +105,14 @@ class EventSink(Protocol):
     def create(self, path: str, body: JSON) -> JSON: ...
 
     def strategic_patch(self, path: str, patch: JSON) -> JSON: ...
+
+
+class AsyncEventSink(Protocol):
+    """The same two calls from the event loop; ``shim.asynchttp.AsyncApi`` is one."""
+
+    async def create(self, path: str, body: JSON) -> JSON: ...
+
+    async def strategic_patch(self, path: str, patch: JSON) -> JSON: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +297,11 @@ class EventRecorder:
         self._deadline: float | None = None  # time.monotonic() by which stop() gives up
         self._stop_event = threading.Event()
         self._threads: list[threading.Thread] = []
+        # With use_event_loop: occurrences are written by tasks on that loop.
+        self._async_sink: AsyncEventSink | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._tasks: set[asyncio.Task[None]] = set()
 
         self._lock = threading.Lock()
         self._cache: dict[_Key, _CachedEvent] = {}
@@ -325,7 +339,9 @@ class EventRecorder:
             elif len(self._queue) < self._max_queued:
                 self._queue.append(occurrence)
                 self.stats.recorded += 1
-                if (
+                if self._loop is not None:
+                    self._wake_tasks()
+                elif (
                     self._threads
                     and len(self._queue) > self._idle
                     and len(self._threads) < self._writers
@@ -374,6 +390,60 @@ class EventRecorder:
             if self._threads:
                 return
             self._start_writer()
+
+    def use_event_loop(self, sink: AsyncEventSink) -> None:
+        """Writes occurrences from tasks on the running event loop, through
+        ``sink``, instead of from writer threads: no thread has to win the GIL
+        back for each answer (a thread per write cost the shim about 1 ms of
+        CPU per event; docs/benchmarks.md, session 19). Up to ``writers``
+        writes are under way at once. The first writer thread still runs the
+        timers and, at ``stop``, helps drain the queue. Call from the loop,
+        before ``start``."""
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._async_sink = sink
+
+    def _wake_tasks(self) -> None:
+        """Starts writer tasks for the queued occurrences (with ``_cond`` held,
+        from any thread)."""
+        loop = self._loop
+        assert loop is not None
+        if threading.get_ident() == self._loop_thread:
+            self._spawn_tasks()
+        else:
+            loop.call_soon_threadsafe(self._spawn_tasks)
+
+    def _spawn_tasks(self) -> None:
+        """On the loop: one task per queued occurrence, up to ``writers``."""
+        loop = self._loop
+        assert loop is not None
+        with self._cond:
+            want = min(len(self._queue), self._writers) - len(self._tasks)
+            for _ in range(max(want, 0)):
+                task = loop.create_task(self._write_task())
+                self._tasks.add(task)
+
+    async def _write_task(self) -> None:
+        """Writes queued occurrences until the queue is empty."""
+        task = asyncio.current_task()
+        while True:
+            with self._cond:
+                if not self._queue:
+                    # Leaves in the same step that saw the queue empty, so a
+                    # record() after this starts a new task.
+                    if task is not None:
+                        self._tasks.discard(task)
+                    return
+                occurrence = self._queue.popleft()
+                self._busy += 1
+            try:
+                await self._aprocess(occurrence)
+            except Exception:
+                log.exception("event writer: unexpected error writing an event")
+            finally:
+                with self._cond:
+                    self._busy -= 1
+                    self._done.notify_all()
 
     def _start_writer(self) -> None:
         """Starts one more writer thread, free until it takes an occurrence;
@@ -510,8 +580,10 @@ class EventRecorder:
         next_finish = time.monotonic() + self.finish_time
         while True:
             with self._cond:
-                # This writer counts as free (_idle) until it takes an occurrence.
-                if not self._queue and not self._closed:
+                # This writer counts as free (_idle) until it takes an occurrence;
+                # with use_event_loop, tasks take them and this thread runs the timers.
+                tasks_write = self._loop is not None
+                if (tasks_write or not self._queue) and not self._closed:
                     if primary:
                         wait = min(next_refresh, next_finish) - time.monotonic()
                         if wait > 0:
@@ -521,7 +593,7 @@ class EventRecorder:
                 if self._closed:
                     self._idle -= 1
                     break
-                occurrence = self._queue.popleft() if self._queue else None
+                occurrence = self._queue.popleft() if self._queue and not tasks_write else None
                 self._idle -= 1
                 self._busy += 1
             try:
@@ -606,26 +678,36 @@ class EventRecorder:
         except Exception:
             log.exception("event writer: unexpected error in %s", fn.__name__)
 
-    def _process(self, occ: _Occurrence) -> None:
-        """One occurrence (event_broadcaster.go ``recordToSink``): a new key is
-        created, the second occurrence starts a series written now, later ones
-        only count."""
+    def _prepare(self, occ: _Occurrence) -> tuple[_Key, _Write] | None:
+        """One occurrence into the cache (event_broadcaster.go ``recordToSink``):
+        a new key is created, the second occurrence starts a series written
+        now, later ones only count (None: nothing to write)."""
         key = occ.key()
         with self._lock:
             ev = self._cache.get(key)
             if ev is not None and ev.series_count is not None:
                 ev.series_count += 1
                 ev.last_observed = occ.at
-                return
+                return None
             if ev is not None:
                 ev.series_count = 2
                 ev.last_observed = occ.at
             else:
                 ev = self._new_event(occ)
                 self._cache[key] = ev
-            w = ev.write()
-        if self._attempt(w):
-            self._mark_written(key, w)
+            return key, ev.write()
+
+    def _process(self, occ: _Occurrence) -> None:
+        """One occurrence, written from this thread."""
+        todo = self._prepare(occ)
+        if todo is not None and self._attempt(todo[1]):
+            self._mark_written(*todo)
+
+    async def _aprocess(self, occ: _Occurrence) -> None:
+        """One occurrence, written from the event loop."""
+        todo = self._prepare(occ)
+        if todo is not None and await self._aattempt(todo[1]):
+            self._mark_written(*todo)
 
     def _new_event(self, occ: _Occurrence) -> _CachedEvent:
         """event_recorder.go ``makeEvent``; called with the cache lock held."""
@@ -669,34 +751,64 @@ class EventRecorder:
             if result is not _Result.RETRY:
                 return result is _Result.WRITTEN
             tries += 1
-            if tries >= self._max_tries:
-                log.error(
-                    "event %s/%s (%s) not written: gave up after %d tries",
-                    w.namespace,
-                    w.name,
-                    w.body.get("reason"),
-                    tries,
-                )
+            delay = self._retry_delay(w, tries)
+            if delay is None:
                 return False
-            if not self._stop_event.is_set():
-                delay = self._retry_sleep * (1.0 + self._rng.random() * SLEEP_JITTER)
-                if self._sleep is not None:
-                    self._sleep(delay)
-                else:
-                    self._stop_event.wait(delay)  # cut short by stop()
-            if self._stop_event.is_set():
-                log.warning(
-                    "event %s/%s (%s) not written: the recorder is stopping, no more retries",
-                    w.namespace,
-                    w.name,
-                    w.body.get("reason"),
-                )
+            if self._sleep is not None:
+                self._sleep(delay)
+            else:
+                self._stop_event.wait(delay)  # cut short by stop()
+            if self._stopping_now(w):
                 return False
+
+    async def _aattempt(self, w: _Write) -> bool:
+        """``_attempt`` from the event loop."""
+        tries = 0
+        while True:
+            result = await self._awrite_once(w)
+            if result is not _Result.RETRY:
+                return result is _Result.WRITTEN
+            tries += 1
+            delay = self._retry_delay(w, tries)
+            if delay is None:
+                return False
+            if self._sleep is not None:
+                self._sleep(delay)
+            else:
+                await asyncio.sleep(delay)
+            if self._stopping_now(w):
+                return False
+
+    def _retry_delay(self, w: _Write, tries: int) -> float | None:
+        """The sleep before the next try; None: give up (too many tries, or
+        stopping)."""
+        if tries >= self._max_tries:
+            log.error(
+                "event %s/%s (%s) not written: gave up after %d tries",
+                w.namespace,
+                w.name,
+                w.body.get("reason"),
+                tries,
+            )
+            return None
+        if self._stopping_now(w):
+            return None
+        return self._retry_sleep * (1.0 + self._rng.random() * SLEEP_JITTER)
+
+    def _stopping_now(self, w: _Write) -> bool:
+        if not self._stop_event.is_set():
+            return False
+        log.warning(
+            "event %s/%s (%s) not written: the recorder is stopping, no more retries",
+            w.namespace,
+            w.name,
+            w.body.get("reason"),
+        )
+        return True
 
     def _write_once(self, w: _Write) -> _Result:
         """One write (event_broadcaster.go ``recordEvent``): a series is PATCHed, or
         created if the Event is gone; anything else is created."""
-        reason = w.body.get("reason")
         try:
             if w.series is not None:
                 try:
@@ -706,48 +818,79 @@ class EventRecorder:
                     self._count("writes")
                     return _Result.WRITTEN
                 except ApiError as exc:
-                    if not exc.not_found:
-                        raise
-                    log.debug("event %s/%s is gone; creating it again", w.namespace, w.name)
+                    self._gone_or_raise(w, exc)
             self._api.create(events_path(w.namespace), w.body)
             self._count("writes")
             return _Result.WRITTEN
         except ApiError as exc:
-            self._count("write_failures")
-            if exc.conflict and w.series is not None:
-                # The create after a 404 met the create of the first occurrence:
-                # the Event exists now, so the PATCH will work next time.
-                log.info(
-                    "event %s/%s (%s) was created meanwhile; retrying its series write",
-                    w.namespace,
-                    w.name,
-                    reason,
-                )
-                return _Result.RETRY
-            if exc.conflict:
-                log.debug("event %s/%s already exists; not retried", w.namespace, w.name)
-                return _Result.DROPPED
-            if exc.temporary:
-                log.warning(
-                    "event %s/%s (%s) not written yet, will retry: %s",
-                    w.namespace,
-                    w.name,
-                    reason,
-                    exc,
-                )
-                return _Result.RETRY
-            log.error(
-                "event %s/%s (%s) rejected by the API server, dropped: %s",
+            return self._failed(w, exc)
+
+    async def _awrite_once(self, w: _Write) -> _Result:
+        """``_write_once`` through the event loop's sink."""
+        sink = self._async_sink
+        assert sink is not None
+        try:
+            if w.series is not None:
+                try:
+                    await sink.strategic_patch(
+                        events_path(w.namespace, w.name), {"series": w.series}
+                    )
+                    self._count("writes")
+                    return _Result.WRITTEN
+                except ApiError as exc:
+                    self._gone_or_raise(w, exc)
+            await sink.create(events_path(w.namespace), w.body)
+            self._count("writes")
+            return _Result.WRITTEN
+        except ApiError as exc:
+            return self._failed(w, exc)
+
+    @staticmethod
+    def _gone_or_raise(w: _Write, exc: ApiError) -> None:
+        """A series PATCH answered 404: the Event is gone, create it again."""
+        if not exc.not_found:
+            raise exc
+        log.debug("event %s/%s is gone; creating it again", w.namespace, w.name)
+
+    def _failed(self, w: _Write, exc: ApiError) -> _Result:
+        """What a failed write leads to (event_broadcaster.go ``recordEvent``)."""
+        reason = w.body.get("reason")
+        self._count("write_failures")
+        if exc.conflict and w.series is not None:
+            # The create after a 404 met the create of the first occurrence:
+            # the Event exists now, so the PATCH will work next time.
+            log.info(
+                "event %s/%s (%s) was created meanwhile; retrying its series write",
+                w.namespace,
+                w.name,
+                reason,
+            )
+            return _Result.RETRY
+        if exc.conflict:
+            log.debug("event %s/%s already exists; not retried", w.namespace, w.name)
+            return _Result.DROPPED
+        if exc.temporary:
+            log.warning(
+                "event %s/%s (%s) not written yet, will retry: %s",
                 w.namespace,
                 w.name,
                 reason,
                 exc,
             )
-            return _Result.DROPPED
+            return _Result.RETRY
+        log.error(
+            "event %s/%s (%s) rejected by the API server, dropped: %s",
+            w.namespace,
+            w.name,
+            reason,
+            exc,
+        )
+        return _Result.DROPPED
 
 
 __all__ = [
     "DEFAULT_SLEEP_DURATION",
+    "DEFAULT_WRITERS",
     "EVENT_TYPE_NORMAL",
     "EVENT_TYPE_WARNING",
     "FINISH_TIME",
@@ -755,6 +898,7 @@ __all__ = [
     "MAX_TRIES_PER_EVENT",
     "NOTE_LENGTH_LIMIT",
     "REFRESH_TIME",
+    "AsyncEventSink",
     "EventRecorder",
     "EventSink",
     "ObjectRef",

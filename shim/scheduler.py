@@ -76,7 +76,7 @@ from berth_api.v1 import scheduling_pb2 as pb
 from shim import metrics
 from shim.asynchttp import AsyncApi
 from shim.cache import DEFAULT_ASSUMED_TTL, SchedulerCache
-from shim.events import EventRecorder, ObjectRef
+from shim.events import DEFAULT_WRITERS, EventRecorder, ObjectRef
 from shim.informer import ADDED, DELETED, Event, Informer, node_key, pod_key
 from shim.kubeapi import ApiError, KubeApi, pod_path
 from shim.objects import ObjectSources, Source, WriteFailed, perform_writes
@@ -234,13 +234,18 @@ class Scheduler:
         # Spans per pod only when they go somewhere.
         self._traced = tracing()
         self._async_api: AsyncApi | None = None
+        # The events' own connections, so that events never hold up a binding.
+        self._events_api: AsyncApi | None = None
         if self.options.bind_connections > 0:
             self._async_api = AsyncApi.from_kubeapi(api, connections=self.options.bind_connections)
             if self._async_api is None:
                 log.info(
-                    "binding POSTs go from worker threads: the API access configuration "
-                    "(a proxy, or assert_hostname) needs the kubernetes client's pool"
+                    "binding POSTs and events go from worker threads: the API access "
+                    "configuration (a proxy, or assert_hostname) needs the kubernetes "
+                    "client's pool"
                 )
+            else:
+                self._events_api = AsyncApi.from_kubeapi(api, connections=DEFAULT_WRITERS)
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -249,6 +254,8 @@ class Scheduler:
         until ``stop``."""
         loop = asyncio.get_running_loop()
         for rec in set(self.recorders.values()):
+            if self._events_api is not None:
+                rec.use_event_loop(self._events_api)
             rec.start()
         nodes: Informer[cpb.Node] = Informer(
             self.api,
@@ -359,6 +366,8 @@ class Scheduler:
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self._async_api is not None:
             await self._async_api.close()
+        if self._events_api is not None:
+            await self._events_api.close()
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import random
 import socket
 import threading
 import time
@@ -696,6 +697,99 @@ def test_stop_drains_with_every_writer_then_flushes_series() -> None:
     # The series PATCH (count 2), then stop's flush with the count seen since (3).
     assert [p.body["series"]["count"] for p in patches] == [2, 3]
     assert rec.stats.abandoned_on_stop == 0
+
+
+class AsyncFakeApi:
+    """The async sink: calls wait at a gate (an asyncio.Event); records them."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self.gate = asyncio.Event()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.threads: set[int] = set()
+        self.failures: list[ApiError] = []
+
+    async def _call(self, method: str, path: str, body: JSON) -> JSON:
+        self.threads.add(threading.get_ident())
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await self.gate.wait()
+        finally:
+            self.in_flight -= 1
+        self.calls.append(Call(method, path, copy.deepcopy(body)))
+        if self.failures:
+            raise self.failures.pop(0)
+        return body
+
+    async def create(self, path: str, body: JSON) -> JSON:
+        return await self._call("create", path, body)
+
+    async def strategic_patch(self, path: str, patch: JSON) -> JSON:
+        return await self._call("patch", path, patch)
+
+
+async def _until(cond: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached in 5 s")
+
+
+async def test_on_the_event_loop_writes_overlap_and_no_writer_thread_writes() -> None:
+    """use_event_loop: writes are tasks on the loop (no thread per write), up to
+    ``writers`` at once; the one thread left only runs the timers."""
+    sink = AsyncFakeApi()
+    sync_api = FakeApi()
+    rec = EventRecorder(sync_api, "berth", writers=3)
+    rec.use_event_loop(sink)
+    rec.start()
+    try:
+        for i in range(7):
+            scheduled(rec, i)
+        await _until(lambda: sink.in_flight == 3)
+        assert rec.queued == 4
+        sink.gate.set()
+        assert await asyncio.to_thread(rec.wait_idle, 5)
+    finally:
+        sink.gate.set()
+        await asyncio.to_thread(rec.stop, 5)
+    assert sink.most_in_flight == 3
+    assert sorted(c.body["regarding"]["name"] for c in sink.calls) == [f"p{i}" for i in range(7)]
+    assert sink.threads == {threading.get_ident()}
+    assert sync_api.calls == []
+    assert rec.writer_threads == 1
+    assert rec.stats.writes == 7
+
+
+async def test_on_the_event_loop_a_series_and_a_retry_follow_upstream() -> None:
+    """The same recordToSink and attemptRecording rules from the loop: the
+    second occurrence PATCHes the series, a 404 creates it, a temporary failure
+    is retried after the sleep."""
+    sink = AsyncFakeApi()
+    sink.gate.set()
+    sleeps: list[float] = []
+    rec = EventRecorder(FakeApi(), "berth", sleep=sleeps.append, rng=random.Random(1))
+    rec.use_event_loop(sink)
+    rec.start()
+    try:
+        failed_scheduling(rec)
+        assert await asyncio.to_thread(rec.wait_idle, 5)
+        sink.failures = [
+            ApiError("PATCH", "/x", 404, b"gone"),
+            ApiError("POST", "/x", 503, b"busy"),
+        ]
+        failed_scheduling(rec)
+        assert await asyncio.to_thread(rec.wait_idle, 5)
+    finally:
+        await asyncio.to_thread(rec.stop, 5)
+    # The retry starts over with the PATCH, which finds the Event created meanwhile.
+    assert [c.method for c in sink.calls] == ["create", "patch", "create", "patch"]
+    assert sink.calls[-1].body["series"]["count"] == 2
+    assert len(sleeps) == 1
+    assert rec.stats.writes == 2
 
 
 def test_writers_must_be_positive(api: FakeApi) -> None:
