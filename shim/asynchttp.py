@@ -10,7 +10,9 @@ sequentially from one thread; docs/benchmarks.md). ``AsyncApi`` sends the same
 request from the event loop instead, through an ``aiohttp`` session whose
 connector keeps at most ``connections`` persistent connections (one request
 at a time on each, as client-go's HTTP/1.1 transport does when HTTP/2 is off),
-so a binding costs its bytes and a few callbacks.
+so a binding costs its bytes and a few callbacks. The event recorder writes its
+events the same way, through a second ``AsyncApi`` with connections of its own
+(``EventRecorder.use_event_loop``), so that events never wait behind bindings.
 
 TLS is configured from the same ``kubernetes`` client configuration as
 ``KubeApi``'s urllib3 pool (CA, client certificate and key, verification on or

@@ -23,16 +23,22 @@ event_broadcaster.go and event_recorder.go):
   and an occurrence that does not fit is dropped with a log line
   (``maxQueuedEvents``, ``watch.DropIfChannelFull``, event_recorder.go).
 
-Writes happen on daemon writer threads, so ``record`` can be called from the asyncio
-event loop or any other thread at the cost of a lock and an append. Upstream writes
-each occurrence from a goroutine of its own (``recordToSink``), so writes overlap and
-the queue drains as fast as the API server answers. Here the first writer thread also
-runs the two timers; when an occurrence is queued while every writer is busy, another
-writer thread starts, up to ``writers`` (64 by default). A busy API server takes long
-over each event: 76-110 ms per POST on average in a SchedulingBasic run on two cores
-(for kube-scheduler's events and the shim's alike), so a scheduler binding 400 pods a
-second needs about 40 writes under way. With one writer, and with eight, the queue
-overflowed and most Scheduled events were dropped (docs/benchmarks.md, session 19).
+``record`` can be called from the asyncio event loop or any other thread at the cost of
+a lock and an append. Upstream writes each occurrence from a goroutine of its own
+(``recordToSink``), so writes overlap and the queue drains as fast as the API server
+answers. A busy API server takes long over each event: 76-110 ms per POST on average in
+a SchedulingBasic run on two cores (for kube-scheduler's events and the shim's alike),
+so a scheduler binding 400 pods a second needs about 40 writes under way. With one
+writer at a time the queue overflowed and most Scheduled events were dropped
+(docs/benchmarks.md, session 19). So up to ``writers`` (64 by default) writes overlap:
+
+- The shim calls ``use_event_loop``: each write is a task on its event loop, over
+  connections of its own (``shim.asynchttp.AsyncApi``). One writer thread remains, for
+  the two timers.
+- Otherwise writer threads: when an occurrence is queued while every writer is busy,
+  another thread starts. Each answer then has to win the GIL back from the event loop,
+  which cost about 1 ms of CPU per event in the shim; the event loop path costs a
+  fraction of that.
 
 Where this differs from upstream, on purpose:
 
