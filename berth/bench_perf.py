@@ -1035,6 +1035,9 @@ class Options:
     berth_config: Path | None = None
     # Runs of the scheduler list, the order reversed every other round.
     rounds: int = 1
+    # Restart kube-apiserver (same etcd, same flags) before every run but the first, so
+    # that each scheduler meets an API server in the same state.
+    restart_apiserver: bool = True
 
 
 def _progress(workload: str, message: str) -> None:
@@ -1091,6 +1094,9 @@ def _delete_pods(
             raise BenchError(f"pods labelled {selector} still exist {timeout:g}s after deletion")
         time.sleep(0.5)
     for ns in namespaces:
+        # The run's events too: left behind (they live an hour), they grow what the next
+        # run's API server and etcd carry and slow whichever scheduler runs later.
+        client.delete(f"/api/v1/namespaces/{ns}/events")
         objects.delete_namespace(client, ns)
 
 
@@ -1464,9 +1470,26 @@ def run_bench(opts: Options, work: Path) -> list[dict[str, Any]]:
                     }
                 )
                 continue
+            if i > 0 and opts.restart_apiserver:
+                # An API server that has served a run is slower for the next one: the
+                # same scheduler three times in a row on one API server went 315, 309,
+                # 299 pods/s (its CPU 3.2, 3.5, 3.5 ms per pod), and 320, 308, 322 (3.2,
+                # 3.2, 3.1 ms) with this restart (docs/benchmarks.md, session 20).
+                # Upstream's scheduler_perf gives every workload an API server of its own.
+                t_restart = time.monotonic()
+                local.restart_apiserver()
+                server_pids = {p.name: p.pid for p in local.state.processes}
+                client.close()
+                client = local.cluster.client(maxsize=64)
+                _progress(
+                    w.name,
+                    f"kube-apiserver restarted for the next run ({time.monotonic() - t_restart:.1f}s;"
+                    " same etcd and flags)",
+                )
             try:
                 record = run_one(opts, scheduler, local.cluster, client, nodes, work, server_pids)
                 record["round"] = rnd
+                record["apiserver_restarted"] = i > 0 and opts.restart_apiserver
                 records.append(record)
             except BenchError as exc:
                 _progress(w.name, f"{scheduler}: FAILED: {exc}")
@@ -1849,6 +1872,13 @@ def register(bsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             help="pause between schedulers (default %(default)s s)",
         )
         p.add_argument(
+            "--no-restart-apiserver",
+            dest="restart_apiserver",
+            action="store_false",
+            help="keep one kube-apiserver process for every run (default: restart it, same "
+            "etcd and flags, before each run but the first; a served run slows the next)",
+        )
+        p.add_argument(
             "--work-dir",
             metavar="DIR",
             help="keep the cluster's and the schedulers' files and logs here (default: a "
@@ -1922,6 +1952,7 @@ def options_from(args: argparse.Namespace) -> Options:
         create_burst=create_burst,
         berth_config=Path(args.berth_config) if args.berth_config else None,
         rounds=args.rounds,
+        restart_apiserver=args.restart_apiserver,
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from berth.bench_perf import (
     ThroughputCollector,
     TokenBucket,
     _add_ratios,
+    _delete_pods,
     check_run,
     format_creation,
     format_rounds,
@@ -31,7 +33,8 @@ from berth.bench_perf import (
     round_order,
     summarize_rounds,
 )
-from berth.localcluster.rest import JSON
+from berth.localcluster import objects
+from berth.localcluster.rest import JSON, ApiError, KubeClient
 
 # --- the correctness check, on fake records ------------------------------------------------------
 
@@ -377,6 +380,9 @@ def test_scheduling_basic_runs_all_four_schedulers_and_checks_each_run(tmp_path:
 
     records = json.loads(out_json.read_text())
     assert [r["scheduler"] for r in records] == list(SCHEDULERS)
+    # Every run after the first met a freshly restarted kube-apiserver (same etcd, flags).
+    assert [r["apiserver_restarted"] for r in records] == [False, True, True, True]
+    assert proc.stdout.count("kube-apiserver restarted for the next run") == 3
     for r in records:
         for key, kind in REQUIRED.items():
             assert isinstance(r[key], kind), (r["scheduler"], key, r[key])
@@ -418,6 +424,55 @@ def test_scheduling_basic_runs_all_four_schedulers_and_checks_each_run(tmp_path:
     assert "Creating the measured pods (measured pods created by 1 process(es) x 30" in proc.stdout
 
 
+@pytest.mark.integration
+def test_a_runs_clean_up_deletes_its_pods_its_events_and_its_namespaces(kube: KubeClient) -> None:
+    """What a run leaves behind slows the next one: its Scheduled events (an hour's TTL)
+    go with its pods and namespaces, in both event APIs' views."""
+    namespaces = [f"bench-clean-{i}-{uuid.uuid4().hex[:6]}" for i in range(2)]
+    for ns in namespaces:
+        objects.create_namespace(kube, ns)
+        objects.create_pods(
+            kube,
+            [
+                objects.pod(f"p{i}", namespace=ns, scheduler_name="nobody", labels={"run": "r1"})
+                for i in range(3)
+            ],
+        )
+        for i in range(3):
+            kube.create(
+                f"/apis/events.k8s.io/v1/namespaces/{ns}/events",
+                {
+                    "apiVersion": "events.k8s.io/v1",
+                    "kind": "Event",
+                    "metadata": {"name": f"p{i}.scheduled", "namespace": ns},
+                    "eventTime": "2026-11-27T08:00:00.000000Z",
+                    "reportingController": "perf-berth",
+                    "reportingInstance": "perf-berth-x",
+                    "action": "Binding",
+                    "reason": "Scheduled",
+                    "type": "Normal",
+                    "regarding": {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "namespace": ns,
+                        "name": f"p{i}",
+                    },
+                    "note": "Successfully assigned",
+                },
+            )
+        assert len(kube.get(f"/api/v1/namespaces/{ns}/events")["items"]) == 3
+
+    _delete_pods(kube, namespaces, "run=r1")
+
+    for ns in namespaces:
+        assert kube.get(f"/api/v1/namespaces/{ns}/events")["items"] == []
+        assert kube.get(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")["items"] == []
+        assert kube.get("/api/v1/pods", labelSelector="run=r1")["items"] == []
+        with pytest.raises(ApiError) as gone:
+            kube.get(f"/api/v1/namespaces/{ns}")
+        assert gone.value.status == 404
+
+
 def test_workloads_berth_cannot_run_are_reported_not_measured() -> None:
     """TopologySpreading and PodAntiAffinity need plugins Berth may not have yet: those rows say
     so instead of timing a scheduler that ignores the constraint."""
@@ -432,6 +487,19 @@ def test_workloads_berth_cannot_run_are_reported_not_measured() -> None:
     ):
         missing = berth_missing_plugins(WORKLOADS[name])
         assert missing == ([] if plugin in registry else [plugin])
+
+
+@pytest.mark.parametrize(
+    ("flags", "restart"), [((), True), (("--no-restart-apiserver",), False)], ids=["default", "off"]
+)
+def test_the_api_server_is_restarted_between_runs_unless_asked_not_to(
+    flags: tuple[str, ...], restart: bool
+) -> None:
+    from berth.bench_perf import options_from
+    from berth.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "SchedulingBasic", *flags])
+    assert options_from(args).restart_apiserver is restart
 
 
 @pytest.mark.parametrize(
