@@ -2096,6 +2096,7 @@ async def _create_pods_async(
     import aiohttp
 
     from berth.localcluster.rest import load_kubeconfig, ssl_context
+    from shim.tlschain import send_own_certificate_only
 
     auth = load_kubeconfig(kubeconfig)
     headers = {
@@ -2106,10 +2107,15 @@ async def _create_pods_async(
     if auth.token:
         headers["Authorization"] = f"Bearer {auth.token}"
     secure = auth.server.startswith("https:")
+    context = ssl_context(auth) if secure else None
+    if context is not None:
+        # The certificate alone, as scheduler_perf's client-go creator sends it (with the
+        # CA beside it every pod creation costs the API server more: shim/tlschain.py).
+        send_own_certificate_only(context)
     connector = aiohttp.TCPConnector(
         limit=connections,
         limit_per_host=connections,
-        ssl=ssl_context(auth) if secure else False,
+        ssl=context if context is not None else False,
     )
     loop = asyncio.get_running_loop()
     go = asyncio.Event()

@@ -17,7 +17,8 @@ events the same way, through a second ``AsyncApi`` with connections of its own
 TLS is configured from the same ``kubernetes`` client configuration as
 ``KubeApi``'s urllib3 pool (CA, client certificate and key, verification on or
 off, ``tls_server_name``); bearer tokens come from the same callable, read per
-request. ``AsyncApi.from_kubeapi`` returns None (and the shim keeps the
+request. A client certificate goes without the CA OpenSSL would send beside it
+(``shim.tlschain``), as client-go sends it. ``AsyncApi.from_kubeapi`` returns None (and the shim keeps the
 threads) for what it does not handle: a proxy, an ``assert_hostname``
 override, or a ``KubeApi`` built without a configuration. Like
 ``KubeApi.request`` (``retries=False``) it never resends a request: aiohttp's
@@ -51,6 +52,7 @@ import orjson
 import urllib3
 
 from shim.kubeapi import JSON, USER_AGENT, ApiError, KubeApi
+from shim.tlschain import send_own_certificate_only
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +141,10 @@ class AsyncApi:
                 context.check_hostname = True
             if cfg.cert_file:
                 context.load_cert_chain(cfg.cert_file, cfg.key_file or None)
+                # The certificate alone, as client-go sends it: with the CA beside
+                # it, the API server checks more signatures per request (tlschain.py).
+                if not send_own_certificate_only(context):
+                    log.debug("client certificate: OpenSSL may send the CA with it")
             server_hostname = cfg.tls_server_name or parts.hostname
         return cls(
             api,
