@@ -18,9 +18,9 @@ TLS is configured from the same ``kubernetes`` client configuration as
 ``KubeApi``'s urllib3 pool (CA, client certificate and key, verification on or
 off, ``tls_server_name``); bearer tokens come from the same callable, read per
 request. A client certificate goes without the CA OpenSSL would send beside it
-(``shim.tlschain``), as client-go sends it. ``AsyncApi.from_kubeapi`` returns None (and the shim keeps the
-threads) for what it does not handle: a proxy, an ``assert_hostname``
-override, or a ``KubeApi`` built without a configuration. Like
+(``shim.tlschain``), as client-go sends it. ``AsyncApi.from_kubeapi`` returns
+None (and the shim keeps the threads) for what it does not handle: a proxy, an
+``assert_hostname`` override, or a ``KubeApi`` built without a configuration. Like
 ``KubeApi.request`` (``retries=False``) it never resends a request: aiohttp's
 retry of idempotent requests on a reused connection is turned off.
 
