@@ -26,12 +26,9 @@ before, which costs the API server a little more and changes nothing else.
 from __future__ import annotations
 
 import ctypes
-import logging
 import ssl
 import sys
 import sysconfig
-
-log = logging.getLogger(__name__)
 
 # openssl/ssl.h
 SSL_CTRL_MODE = 33
