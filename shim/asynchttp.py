@@ -1,4 +1,4 @@
-"""API writes on the event loop: aiohttp keep-alive connections.
+"""API writes on the event loop: HTTP/1.1 keep-alive connections (``shim.http1``).
 
 The binding POST is the shim's hottest write (one per pod, concurrent, each
 waiting on the API server for several milliseconds). Sent from a pool of
@@ -7,10 +7,11 @@ wakes a thread that must win the GIL back from the event loop, and every
 completion wakes the loop through its self-pipe (measured here: ~0.7 ms of CPU
 per binding from 16 threads against ~0.08 ms per Event POST written
 sequentially from one thread; docs/benchmarks.md). ``AsyncApi`` sends the same
-request from the event loop instead, through an ``aiohttp`` session whose
-connector keeps at most ``connections`` persistent connections (one request
-at a time on each, as client-go's HTTP/1.1 transport does when HTTP/2 is off),
-so a binding costs its bytes and a few callbacks. The event recorder writes its
+request from the event loop instead, through a ``shim.http1.Http1Pool`` that
+keeps at most ``connections`` persistent connections (one request at a time
+on each, as client-go's HTTP/1.1 transport does when HTTP/2 is off), so a
+binding costs its bytes and a few callbacks (aiohttp, used until session 21,
+cost ~0.13 ms of the shim's CPU per request against ~0.05 ms now). The event recorder writes its
 events the same way, through a second ``AsyncApi`` with connections of its own
 (``EventRecorder.use_event_loop``), so that events never wait behind bindings.
 
@@ -21,8 +22,8 @@ request. A client certificate goes without the CA OpenSSL would send beside it
 (``shim.tlschain``), as client-go sends it. ``AsyncApi.from_kubeapi`` returns
 None (and the shim keeps the threads) for what it does not handle: a proxy, an
 ``assert_hostname`` override, or a ``KubeApi`` built without a configuration. Like
-``KubeApi.request`` (``retries=False``) it never resends a request: aiohttp's
-retry of idempotent requests on a reused connection is turned off.
+``KubeApi.request`` (``retries=False``) it never resends a request, not even
+an idempotent one that met a connection the server had just closed.
 
 The timeout runs from the moment a request has a connection, not while it
 waits for one: when the shim schedules faster than the API server binds,
@@ -35,7 +36,7 @@ did either).
 Each TLS connection of asyncio reads into a buffer of its own, 256 KiB by
 default (``asyncio.sslproto.SSLProtocol.max_size``): 16 MiB of a 64-connection
 pool, ~10% of the shim's memory, for answers of a few hundred bytes. The
-shim's session lowers it to one TLS record (16 KiB); a longer answer is read
+shim's pool lowers it to one TLS record (16 KiB); a longer answer is read
 in more than one step (``tls_read_buffer``).
 """
 
@@ -47,10 +48,10 @@ import ssl
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
 import orjson
 import urllib3
 
+from shim.http1 import Http1Pool, HttpError
 from shim.kubeapi import JSON, USER_AGENT, ApiError, KubeApi
 from shim.tlschain import send_own_certificate_only
 
@@ -88,20 +89,14 @@ class AsyncApi:
         timeout: float = 30.0,
     ) -> None:
         self._api = api
+        self._host = host
+        self._port = port
         self._ssl = ssl_context
         self._server_hostname = server_hostname if ssl_context is not None else None
-        scheme = "https" if ssl_context is not None else "http"
-        netloc = f"[{host}]" if ":" in host and not host.startswith("[") else host
-        self._base = f"{scheme}://{netloc}:{port}"
         self._connections = connections
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
-        # Made on first use: an aiohttp session belongs to the running loop.
-        self._session: aiohttp.ClientSession | None = None
-        # A request holds a slot from before it asks the connector for a
-        # connection until its answer is read: with as many slots as
-        # connections it never queues inside aiohttp, where the wait would
-        # count against its timeout.
-        self._slots: asyncio.Semaphore | None = None
+        self._timeout = timeout
+        # Made on first use, on the running loop.
+        self._pool: Http1Pool | None = None
 
     @classmethod
     def from_kubeapi(cls, api: KubeApi, *, connections: int = 16) -> AsyncApi | None:
@@ -157,38 +152,22 @@ class AsyncApi:
         )
 
     async def close(self) -> None:
-        self._slots = None
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
 
-    def _open(self) -> aiohttp.ClientSession:
+    def _open(self) -> Http1Pool:
         if self._ssl is not None:
             tls_read_buffer()
-        connector = aiohttp.TCPConnector(
-            limit=self._connections,
-            limit_per_host=self._connections,
-            # For http the connector never uses it; False keeps aiohttp from
-            # building a default context it would not use.
-            ssl=self._ssl if self._ssl is not None else False,
-            # The API server's answers are small and plain JSON.
-            enable_cleanup_closed=False,
-        )
-        session = aiohttp.ClientSession(
-            base_url=self._base,
-            connector=connector,
+        return Http1Pool(
+            self._host,
+            self._port,
+            ssl_context=self._ssl,
+            server_hostname=self._server_hostname,
+            connections=self._connections,
             timeout=self._timeout,
             headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
-            cookie_jar=aiohttp.DummyCookieJar(),
-            trust_env=False,
-            auto_decompress=False,
-            skip_auto_headers=("Accept-Encoding",),
         )
-        # Never resend (KubeApi.request uses retries=False): aiohttp would
-        # otherwise repeat a GET/PUT/DELETE once when a reused connection
-        # drops. aiohttp's own test client turns it off the same way.
-        session._retry_connection = False
-        return session
 
     async def request(
         self,
@@ -204,12 +183,9 @@ class AsyncApi:
         (status 0). ``limit`` waits for the shared token bucket first."""
         if limit:
             await self.wait_for_token()
-        session = self._session
-        if session is None or session.closed:
-            session = self._session = self._open()
-        slots = self._slots
-        if slots is None:
-            slots = self._slots = asyncio.Semaphore(self._connections)
+        pool = self._pool
+        if pool is None:
+            pool = self._pool = self._open()
         headers: dict[str, str] = {}
         data: bytes | None = None
         if body is not None:
@@ -219,21 +195,9 @@ class AsyncApi:
         if token:
             headers["Authorization"] = token
         try:
-            async with (
-                slots,
-                session.request(
-                    method,
-                    path,
-                    data=data,
-                    headers=headers,
-                    server_hostname=self._server_hostname,
-                    allow_redirects=False,
-                ) as resp,
-            ):
-                status = resp.status
-                payload = await resp.read()
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
-            raise ApiError(method, path, 0, str(exc).encode() or repr(exc).encode()) from exc
+            status, payload = await pool.request(method, path, body=data, headers=headers)
+        except HttpError as exc:
+            raise ApiError(method, path, 0, str(exc).encode()) from exc
         if status >= 400:
             raise ApiError(method, path, status, payload)
         if not payload:

@@ -1,4 +1,4 @@
-"""shim.asynchttp: the binding POST from the event loop (aiohttp), against a
+"""shim.asynchttp: the binding POST from the event loop (shim.http1), against a
 small HTTP/1.1 server on a local socket that answers the way the API server
 does (Content-Length or chunked bodies, keep-alive, error Status objects)."""
 
@@ -318,7 +318,7 @@ def test_tls_settings_come_from_the_client_configuration() -> None:
     assert api is not None
     assert api._ssl is not None and api._ssl.verify_mode == ssl.CERT_NONE
     assert api._server_hostname == "kubernetes.default"
-    assert api._base == "https://10.0.0.1:6443"
+    assert (api._host, api._port) == ("10.0.0.1", 6443)
     verified = kclient.Configuration()
     verified.host = "https://[fd00::1]:6443"
     api = AsyncApi.from_kubeapi(
@@ -328,7 +328,7 @@ def test_tls_settings_come_from_the_client_configuration() -> None:
     assert api._ssl is not None and api._ssl.verify_mode == ssl.CERT_REQUIRED
     assert api._ssl.check_hostname
     assert api._server_hostname == "fd00::1"
-    assert api._base == "https://[fd00::1]:6443"
+    assert (api._host, api._port) == ("fd00::1", 6443)
 
 
 def test_configurations_it_does_not_handle_keep_urllib3() -> None:

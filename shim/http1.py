@@ -1,0 +1,247 @@
+"""A pool of HTTP/1.1 keep-alive connections on the event loop, for the shim's
+few request shapes (a POST or PATCH with a JSON body, a small JSON answer).
+
+Why not aiohttp, which the shim used until session 21: at ~350 pods/s the
+shim sends two requests per pod (the binding and the Scheduled event), and
+aiohttp's client spent about a third of the shim's CPU on them (py-spy, GIL
+samples: ``ClientSession._request``, header and URL objects, payload
+registry, response objects), more than scheduling itself. A request here is
+one ``transport.write`` of pre-built bytes; the answer is parsed by
+``httptools`` (llhttp, the parser uvicorn uses), which reassembles chunked
+bodies and says whether the connection may be kept. TLS, connection set-up
+and flow control stay asyncio's own.
+
+What it does, as the shim needs it (tests/unit/shim/test_asynchttp.py):
+
+- at most ``connections`` requests at a time, one per connection, as
+  client-go's HTTP/1.1 transport; idle connections are reused newest first,
+  and one the server closed (``Connection: close``, an idle timeout) is never
+  reused;
+- the timeout runs from the moment a request has its slot, not while it waits
+  for one (see ``shim.asynchttp``);
+- a request is never resent: a connection that fails mid-request is closed and
+  the caller gets the error (``KubeApi.request`` sends with ``retries=False``);
+- a request cancelled or timed out closes its connection, so a late answer
+  cannot be read as the next request's.
+
+Redirects are not followed and bodies are never compressed (no
+``Accept-Encoding``), as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Mapping
+
+import httptools
+
+
+class HttpError(Exception):
+    """The request got no complete answer: connection refused, reset or
+    closed, a malformed answer, or the timeout."""
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection: one request in flight at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._answer: asyncio.Future[tuple[int, bytes]] | None = None
+        self._body: list[bytes] = []
+        self._unsolicited = False
+        self.reusable = False
+        self.lost = False
+
+    # -- asyncio.Protocol -----------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if self._answer is None:
+            # Bytes nobody asked for: the stream cannot be trusted any more.
+            self._fail(HttpError("answer without a request"))
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(HttpError(f"malformed answer: {exc}"))
+            return
+        if self._unsolicited:
+            # An answer began after the one asked for was complete.
+            self._fail(HttpError("answer without a request"))
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.reusable = False
+        answer, self._answer = self._answer, None
+        if answer is not None and not answer.done():
+            why = f": {exc}" if exc else ""
+            answer.set_exception(HttpError(f"connection closed before the answer{why}"))
+
+    # -- httptools callbacks --------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self._answer is None:
+            self._unsolicited = True
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        answer, self._answer = self._answer, None
+        self.reusable = bool(self._parser.should_keep_alive())
+        if answer is not None and not answer.done():
+            answer.set_result((int(self._parser.get_status_code()), b"".join(self._body)))
+        self._body = []
+
+    # -- use ------------------------------------------------------------------
+
+    def exchange(self, request: bytes) -> asyncio.Future[tuple[int, bytes]]:
+        """Sends ``request`` (head and body); the future answers (status, body)."""
+        assert self.transport is not None and self._answer is None
+        self._answer = asyncio.get_running_loop().create_future()
+        self._body = []
+        self.reusable = False
+        self.transport.write(request)
+        return self._answer
+
+    def usable(self) -> bool:
+        return not self.lost and self.transport is not None and not self.transport.is_closing()
+
+    def close(self) -> None:
+        self.reusable = False
+        if self.transport is not None:
+            self.transport.close()
+
+    def _fail(self, exc: HttpError) -> None:
+        answer, self._answer = self._answer, None
+        if answer is not None and not answer.done():
+            answer.set_exception(exc)
+        self.close()
+
+
+class Http1Pool:
+    """Requests to one server, at most ``connections`` at a time."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+        connections: int = 16,
+        timeout: float = 30.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self._host = host
+        self._port = port
+        self._ssl = ssl_context
+        self._server_hostname = server_hostname if ssl_context is not None else None
+        self._connections = connections
+        self._timeout = timeout
+        default_port = 443 if ssl_context is not None else 80
+        netloc = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        if port != default_port:
+            netloc = f"{netloc}:{port}"
+        fixed = {"Host": netloc, **(headers or {})}
+        self._fixed = "".join(f"{k}: {v}\r\n" for k, v in fixed.items())
+        self._idle: list[_Connection] = []
+        self._open: set[_Connection] = set()
+        self._slots: asyncio.Semaphore | None = None
+        self._closed = False
+
+    @property
+    def open_connections(self) -> int:
+        return sum(1 for c in self._open if c.usable())
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[int, bytes]:
+        """(status, body) of one request. Raises HttpError when there is no
+        complete answer (nothing is resent)."""
+        if self._closed:
+            raise HttpError("the pool is closed")
+        slots = self._slots
+        if slots is None:
+            slots = self._slots = asyncio.Semaphore(self._connections)
+        head = [f"{method} {path} HTTP/1.1\r\n", self._fixed]
+        if headers:
+            head.extend(f"{k}: {v}\r\n" for k, v in headers.items())
+        if body is not None:
+            head.append(f"Content-Length: {len(body)}\r\n")
+        head.append("\r\n")
+        data = "".join(head).encode("latin-1")
+        if body:
+            data += body
+        async with slots:
+            conn: _Connection | None = None
+            try:
+                async with asyncio.timeout(self._timeout):
+                    conn = self._take() or await self._connect()
+                    status, payload = await conn.exchange(data)
+            except TimeoutError as exc:
+                if conn is not None:
+                    self._discard(conn)
+                raise HttpError(f"no answer within {self._timeout:g}s") from exc
+            except OSError as exc:
+                if conn is not None:
+                    self._discard(conn)
+                raise HttpError(str(exc) or repr(exc)) from exc
+            except BaseException:
+                # HttpError, or the caller cancelled: a late answer must not
+                # meet the connection's next request.
+                if conn is not None:
+                    self._discard(conn)
+                raise
+            if conn.reusable and conn.usable() and not self._closed:
+                self._idle.append(conn)
+            else:
+                self._discard(conn)
+            return status, payload
+
+    async def close(self) -> None:
+        self._closed = True
+        for conn in list(self._open):
+            conn.close()
+        self._open.clear()
+        self._idle.clear()
+
+    def _take(self) -> _Connection | None:
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.usable():
+                return conn
+            self._open.discard(conn)
+        return None
+
+    async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        _, conn = await loop.create_connection(
+            _Connection,
+            self._host,
+            self._port,
+            ssl=self._ssl,
+            server_hostname=self._server_hostname,
+        )
+        self._open.add(conn)
+        return conn
+
+    def _discard(self, conn: _Connection) -> None:
+        conn.close()
+        self._open.discard(conn)
+
+
+__all__ = ["Http1Pool", "HttpError"]

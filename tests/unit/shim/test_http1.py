@@ -1,0 +1,160 @@
+"""shim.http1: the keep-alive pool under what can go wrong on a connection
+(the request shapes and API-server answers are in test_asynchttp.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+
+from shim.http1 import Http1Pool, HttpError
+
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+
+Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return head + await reader.readexactly(length)
+
+
+@asynccontextmanager
+async def server(serve: Serve) -> AsyncIterator[tuple[int, list[int]]]:
+    """A server whose handler gets each connection's number; yields its port
+    and the list of connection numbers, one per request read."""
+    counter = 0
+    seen: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal counter
+        counter += 1
+        number = counter
+        try:
+            while True:
+                try:
+                    await read_request(reader)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                seen.append(number)
+                await serve(reader, writer, number)
+                await writer.drain()
+        finally:
+            writer.close()
+
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield srv.sockets[0].getsockname()[1], seen
+    finally:
+        srv.close()
+        await srv.wait_closed()
+
+
+async def test_one_connection_serves_requests_in_turn() -> None:
+    async def ok(_r: asyncio.StreamReader, w: asyncio.StreamWriter, _n: int) -> None:
+        w.write(OK)
+
+    async with server(ok) as (port, seen):
+        pool = Http1Pool("127.0.0.1", port, connections=2)
+        for _ in range(3):
+            assert await pool.request("GET", "/x") == (200, b"{}")
+        await pool.close()
+    assert seen == [1, 1, 1]
+
+
+async def test_a_malformed_answer_fails_the_request_and_its_connection() -> None:
+    async def garbage_first(_r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        w.write(b"NOT HTTP AT ALL\r\n\r\n" if n == 1 else OK)
+
+    async with server(garbage_first) as (port, seen):
+        pool = Http1Pool("127.0.0.1", port, connections=1)
+        with pytest.raises(HttpError, match="malformed answer"):
+            await pool.request("GET", "/x")
+        assert await pool.request("GET", "/x") == (200, b"{}")
+        await pool.close()
+    assert seen == [1, 2]
+
+
+async def test_a_cancelled_request_does_not_leave_its_answer_to_the_next() -> None:
+    # The first answer comes late, after its caller gave up; on a reused
+    # connection it would be read as the second request's answer.
+    async def slow_first(_r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        if n == 1:
+            await asyncio.sleep(0.3)
+            w.write(b"HTTP/1.1 201 Created\r\nContent-Length: 4\r\n\r\nlate")
+        else:
+            w.write(OK)
+
+    async with server(slow_first) as (port, seen):
+        pool = Http1Pool("127.0.0.1", port, connections=1)
+        task = asyncio.create_task(pool.request("POST", "/x", body=b"{}"))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await pool.request("POST", "/x", body=b"{}") == (200, b"{}")
+        await pool.close()
+    assert seen == [1, 2]
+
+
+async def test_the_timeout_closes_the_connection_and_the_slot_is_released() -> None:
+    async def slow_first(_r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        if n == 1:
+            await asyncio.sleep(0.5)
+        w.write(OK)
+
+    async with server(slow_first) as (port, seen):
+        pool = Http1Pool("127.0.0.1", port, connections=1, timeout=0.1)
+        with pytest.raises(HttpError, match=r"no answer within 0\.1s"):
+            await pool.request("GET", "/x")
+        assert await pool.request("GET", "/x") == (200, b"{}")
+        await pool.close()
+    assert seen == [1, 2]
+
+
+async def test_bytes_sent_to_an_idle_connection_retire_it() -> None:
+    async def ok_then_junk(_r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        w.write(OK + (b"HTTP/1.1 200 OK\r\n" if n == 1 else b""))
+
+    async with server(ok_then_junk) as (port, seen):
+        pool = Http1Pool("127.0.0.1", port, connections=1)
+        assert await pool.request("GET", "/x") == (200, b"{}")
+        await asyncio.sleep(0.05)
+        assert pool.open_connections == 0
+        assert await pool.request("GET", "/x") == (200, b"{}")
+        await pool.close()
+    assert seen == [1, 2]
+
+
+async def test_an_answer_cut_short_is_an_error_not_a_short_body() -> None:
+    async def cut(_r: asyncio.StreamReader, w: asyncio.StreamWriter, _n: int) -> None:
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{}")
+        await w.drain()
+        w.close()
+
+    async with server(cut) as (port, _):
+        pool = Http1Pool("127.0.0.1", port, connections=1)
+        with pytest.raises(HttpError, match="connection closed before the answer"):
+            await pool.request("GET", "/x")
+        await pool.close()
+
+
+async def test_a_closed_pool_refuses_requests() -> None:
+    pool = Http1Pool("127.0.0.1", 1)
+    await pool.close()
+    with pytest.raises(HttpError, match="closed"):
+        await pool.request("GET", "/x")
+
+
+def test_host_header_names_the_port_unless_it_is_the_scheme_default() -> None:
+    # RFC 9112 section 3.2; brackets for an IPv6 literal (RFC 3986 section 3.2.2).
+    assert "Host: 10.0.0.1:6443\r\n" in Http1Pool("10.0.0.1", 6443)._fixed
+    assert "Host: api.example\r\n" in Http1Pool("api.example", 80)._fixed
+    assert "Host: [fd00::1]:6443\r\n" in Http1Pool("fd00::1", 6443)._fixed
