@@ -660,6 +660,51 @@ def _spread_violations(placed: list[tuple[JSON, str]], nodes: Mapping[str, JSON]
 # --- watching the run's pods ---------------------------------------------------------------------
 
 
+class ApiserverProfile:
+    """A CPU profile of kube-apiserver (``/debug/pprof/profile``, Go's pprof format) over
+    part of a measured window, fetched from a thread so that the window goes on."""
+
+    DELAY = 2.0  # seconds into the window: past the first, ramping-up sample
+
+    def __init__(
+        self, client: KubeClient, path: Path, seconds: int, say: Callable[[str], None]
+    ) -> None:
+        self.client = client
+        self.path = path
+        self.seconds = seconds
+        self.say = say
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._run, name="bench-pprof", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        time.sleep(self.DELAY)
+        try:
+            data = self.client.get_bytes(
+                "/debug/pprof/profile", seconds=self.seconds, timeout=self.seconds + 30
+            )
+            self.path.write_bytes(data)
+        except Exception as exc:
+            self.error = str(exc)
+
+    def finish(self, window: float) -> str | None:
+        """Waits for the profile; its path, or None (said why) when there is none."""
+        self._thread.join(self.seconds + 60)
+        if self._thread.is_alive() or self.error is not None:
+            self.say(f"no kube-apiserver profile: {self.error or 'it did not come back'}")
+            return None
+        note = ""
+        if window < self.DELAY + self.seconds:
+            note = (
+                f"; the window ended after {window:.1f}s, so the profile also holds idle time:"
+                " pass a shorter --apiserver-pprof-seconds"
+            )
+        self.say(f"kube-apiserver CPU profile ({self.seconds}s) written to {self.path}{note}")
+        return str(self.path)
+
+
 class PodWatch:
     """One watch on the run's pods (label RUN_LABEL=run), from before the first is created:
     when each was first seen, when it was first seen bound, every nodeName it showed."""
@@ -1038,6 +1083,10 @@ class Options:
     # Restart kube-apiserver (same etcd, same flags) before every run but the first, so
     # that each scheduler meets an API server in the same state.
     restart_apiserver: bool = True
+    # Write a CPU profile of kube-apiserver (pprof, ``go tool pprof``) for each run's
+    # measured window into this directory (kube-apiserver then runs with --profiling).
+    apiserver_pprof: Path | None = None
+    apiserver_pprof_seconds: int = 10
 
 
 def _progress(workload: str, message: str) -> None:
@@ -1108,8 +1157,11 @@ def run_one(
     nodes: list[JSON],
     work: Path,
     server_pids: Mapping[str, int],
+    pprof_to: Path | None = None,
 ) -> dict[str, Any]:
-    """One scheduler through the workload; the record (the checks' violations included)."""
+    """One scheduler through the workload; the record (the checks' violations included).
+    With ``pprof_to``, a CPU profile of kube-apiserver over the measured window goes
+    there."""
     from berth.localcluster import objects
 
     w = opts.workload
@@ -1246,6 +1298,13 @@ def run_one(
         else:
             thread = threading.Thread(target=create, name="bench-create", daemon=True)
             thread.start()
+        profiler = (
+            ApiserverProfile(client, pprof_to, opts.apiserver_pprof_seconds, say)
+            if pprof_to is not None
+            else None
+        )
+        if profiler is not None:
+            profiler.start()
         _wait_bound(
             watch,
             lambda: watch.bound_measured,
@@ -1257,6 +1316,8 @@ def run_one(
         )
         elapsed = time.monotonic() - began
         cpu1 = {k: cpu_seconds(p) for k, p in pids.items()}
+        if profiler is not None:
+            record["apiserver_pprof"] = profiler.finish(elapsed)
         rss = {k: peak_rss_mib(p) for k, p in running.processes.items()}
         if creator is not None:
             result = creator.wait(60)
@@ -1425,8 +1486,16 @@ def run_bench(opts: Options, work: Path) -> list[dict[str, Any]]:
     missing = berth_missing_plugins(w)
     records: list[dict[str, Any]] = []
     _progress(w.name, f"starting etcd and kube-apiserver in {work / 'cluster'}")
+    if opts.apiserver_pprof is not None:
+        opts.apiserver_pprof.mkdir(parents=True, exist_ok=True)
     with LocalCluster(
-        ClusterConfig(state_dir=work / "cluster", bin_dir=default_bin_dir(), die_with_parent=True)
+        ClusterConfig(
+            state_dir=work / "cluster",
+            bin_dir=default_bin_dir(),
+            die_with_parent=True,
+            # Later flags win: this turns on what berth.localcluster turns off.
+            apiserver_args=("--profiling=true",) if opts.apiserver_pprof is not None else (),
+        )
     ) as local:
         server_pids = {p.name: p.pid for p in local.state.processes}
         client = local.cluster.client(maxsize=64)
@@ -1486,8 +1555,15 @@ def run_bench(opts: Options, work: Path) -> list[dict[str, Any]]:
                     f"kube-apiserver restarted for the next run ({time.monotonic() - t_restart:.1f}s;"
                     " same etcd and flags)",
                 )
+            pprof_to = (
+                opts.apiserver_pprof / f"{w.name}-{scheduler}-round{rnd}.pprof"
+                if opts.apiserver_pprof is not None
+                else None
+            )
             try:
-                record = run_one(opts, scheduler, local.cluster, client, nodes, work, server_pids)
+                record = run_one(
+                    opts, scheduler, local.cluster, client, nodes, work, server_pids, pprof_to
+                )
                 record["round"] = rnd
                 record["apiserver_restarted"] = i > 0 and opts.restart_apiserver
                 records.append(record)
@@ -1879,6 +1955,21 @@ def register(bsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "etcd and flags, before each run but the first; a served run slows the next)",
         )
         p.add_argument(
+            "--apiserver-pprof",
+            metavar="DIR",
+            help="run kube-apiserver with --profiling and write a CPU profile of it over each "
+            "run's measured window to DIR/<workload>-<scheduler>-round<N>.pprof (read it with "
+            "`go tool pprof -top FILE`); the profile starts 2 s into the window",
+        )
+        p.add_argument(
+            "--apiserver-pprof-seconds",
+            type=int,
+            default=10,
+            metavar="N",
+            help="length of each kube-apiserver profile (default %(default)s s; keep it under "
+            "the measured window, or the profile also covers the idle time after it)",
+        )
+        p.add_argument(
             "--work-dir",
             metavar="DIR",
             help="keep the cluster's and the schedulers' files and logs here (default: a "
@@ -1917,6 +2008,7 @@ def options_from(args: argparse.Namespace) -> Options:
         ("--batch-size", args.batch_size, 1),
         ("--create-processes", args.create_processes, 0),
         ("--create-connections", args.create_connections, 1),
+        ("--apiserver-pprof-seconds", args.apiserver_pprof_seconds, 1),
     ):
         if value < least:
             raise BenchError(f"{flag} must be at least {least}, got {value}")
@@ -1953,6 +2045,8 @@ def options_from(args: argparse.Namespace) -> Options:
         berth_config=Path(args.berth_config) if args.berth_config else None,
         rounds=args.rounds,
         restart_apiserver=args.restart_apiserver,
+        apiserver_pprof=Path(args.apiserver_pprof) if args.apiserver_pprof else None,
+        apiserver_pprof_seconds=args.apiserver_pprof_seconds,
     )
 
 
@@ -2092,52 +2186,50 @@ async def _create_pods_async(
     first error status: a run with a pod missing means nothing."""
     import asyncio
     import signal
-
-    import aiohttp
+    from urllib.parse import urlsplit
 
     from berth.localcluster.rest import load_kubeconfig, ssl_context
+    from shim.http1 import Http1Pool
     from shim.tlschain import send_own_certificate_only
 
     auth = load_kubeconfig(kubeconfig)
     headers = {
         "Accept": "application/json",
-        "Content-Type": "application/json",
         "User-Agent": "berth-bench-creator",
     }
     if auth.token:
         headers["Authorization"] = f"Bearer {auth.token}"
-    secure = auth.server.startswith("https:")
+    url = urlsplit(auth.server)
+    secure = url.scheme == "https"
     context = ssl_context(auth) if secure else None
     if context is not None:
         # The certificate alone, as scheduler_perf's client-go creator sends it (with the
         # CA beside it every pod creation costs the API server more: shim/tlschain.py).
         send_own_certificate_only(context)
-    connector = aiohttp.TCPConnector(
-        limit=connections,
-        limit_per_host=connections,
-        ssl=context if context is not None else False,
-    )
     loop = asyncio.get_running_loop()
     go = asyncio.Event()
     loop.add_signal_handler(signal.SIGUSR1, go.set)
-    async with aiohttp.ClientSession(
-        base_url=auth.server, connector=connector, headers=headers, trust_env=False
-    ) as session:
-        session._retry_connection = False  # a POST is never resent
-
-        async def warm() -> None:
-            async with session.get("/version") as resp:
-                await resp.read()
-
+    # The shim's own HTTP/1.1 pool (a POST is never resent), one request per connection
+    # at a time, as client-go's HTTP/1.1 transport.
+    pool = Http1Pool(
+        url.hostname or "localhost",
+        url.port or (443 if secure else 80),
+        ssl_context=context,
+        server_hostname=url.hostname,
+        connections=connections,
+        headers=headers,
+    )
+    try:
         # Connections and TLS handshakes before the clock starts: the threads that created
         # the pods before this process did held warm pooled connections too.
-        await asyncio.gather(*(warm() for _ in range(connections)))
+        await asyncio.gather(*(pool.request("GET", "/version") for _ in range(connections)))
         print(CREATOR_READY, flush=True)
         await go.wait()
         began, cpu0 = time.monotonic(), time.process_time()
         todo = iter(bodies)
         last = began
         created = 0
+        json_body = {"Content-Type": "application/json"}
 
         async def worker() -> None:
             nonlocal last, created
@@ -2145,13 +2237,11 @@ async def _create_pods_async(
                 wait = bucket.take()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                async with session.post(path, data=body) as resp:
-                    payload = await resp.read()
-                    if resp.status >= 300:
-                        raise RuntimeError(
-                            f"POST {path} -> HTTP {resp.status}: "
-                            + payload[:300].decode(errors="replace")
-                        )
+                status, payload = await pool.request("POST", path, body=body, headers=json_body)
+                if status >= 300:
+                    raise RuntimeError(
+                        f"POST {path} -> HTTP {status}: " + payload[:300].decode(errors="replace")
+                    )
                 created += 1
                 last = time.monotonic()
 
@@ -2161,6 +2251,8 @@ async def _create_pods_async(
             f"cpu {time.process_time() - cpu0:.3f} s",
             flush=True,
         )
+    finally:
+        await pool.close()
 
 
 def creator_main(argv: Sequence[str]) -> int:

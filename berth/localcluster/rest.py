@@ -179,6 +179,20 @@ class KubeClient:
     def get(self, path: str, **params: Any) -> JSON:
         return self.request("GET", path, params=params)
 
+    def get_bytes(self, path: str, *, timeout: float | None = None, **params: Any) -> bytes:
+        """A GET whose answer is not JSON (``/debug/pprof/profile``, ``/metrics``), with
+        its own read timeout for answers that take long on purpose."""
+        resp = self._pool.request(
+            "GET",
+            self._url(path, params),
+            headers=self._headers,
+            preload_content=True,
+            timeout=urllib3.Timeout(connect=5.0, read=timeout or self._timeout),
+        )
+        if resp.status >= 400:
+            raise ApiError("GET", path, resp.status, resp.data)
+        return bytes(resp.data)
+
     def create(self, path: str, body: JSON) -> JSON:
         return self.request("POST", path, body=body)
 

@@ -7,6 +7,7 @@ the records' shape and that every run was checked.
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -425,6 +426,50 @@ def test_scheduling_basic_runs_all_four_schedulers_and_checks_each_run(tmp_path:
 
 
 @pytest.mark.integration
+def test_apiserver_pprof_writes_a_cpu_profile_of_each_measured_window(tmp_path: Path) -> None:
+    """--apiserver-pprof turns on kube-apiserver's profiling (berth.localcluster turns it
+    off) and saves one pprof CPU profile per run, named after the run."""
+    out_json = tmp_path / "records.json"
+    profiles = tmp_path / "pprof"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "berth",
+            "bench",
+            "SchedulingBasic",
+            "--schedulers",
+            "bind-only",
+            "--nodes",
+            "20",
+            "--init-pods",
+            "0",
+            "--pods",
+            "200",
+            "--settle",
+            "0.5",
+            "--apiserver-pprof",
+            str(profiles),
+            "--apiserver-pprof-seconds",
+            "1",
+            "--json",
+            str(out_json),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (record,) = json.loads(out_json.read_text())
+    path = profiles / "SchedulingBasic-bind-only-round1.pprof"
+    assert record["apiserver_pprof"] == str(path)
+    assert f"kube-apiserver CPU profile (1s) written to {path}" in proc.stdout
+    # pprof's format: a gzipped profile.proto whose string table names the sample type.
+    profile = gzip.decompress(path.read_bytes())
+    assert b"cpu" in profile and b"nanoseconds" in profile and b"samples" in profile
+
+
+@pytest.mark.integration
 def test_a_runs_clean_up_deletes_its_pods_its_events_and_its_namespaces(kube: KubeClient) -> None:
     """What a run leaves behind slows the next one: its Scheduled events (an hour's TTL)
     go with its pods and namespaces, in both event APIs' views."""
@@ -502,6 +547,27 @@ def test_the_api_server_is_restarted_between_runs_unless_asked_not_to(
     assert options_from(args).restart_apiserver is restart
 
 
+def test_apiserver_pprof_is_off_unless_asked_for() -> None:
+    from berth.bench_perf import options_from
+    from berth.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert options_from(parse(["bench", "SchedulingBasic"])).apiserver_pprof is None
+    opts = options_from(
+        parse(
+            [
+                "bench",
+                "TopologySpreading",
+                "--apiserver-pprof",
+                "out",
+                "--apiserver-pprof-seconds",
+                "5",
+            ]
+        )
+    )
+    assert (opts.apiserver_pprof, opts.apiserver_pprof_seconds) == (Path("out"), 5)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -521,6 +587,10 @@ def test_the_api_server_is_restarted_between_runs_unless_asked_not_to(
         (("SchedulingBasic", "--create-burst", "0"), "--create-burst must be at least 1, got 0"),
         (("SchedulingBasic", "--rounds", "0"), "--rounds must be at least 1, got 0"),
         (
+            ("SchedulingBasic", "--apiserver-pprof-seconds", "0"),
+            "--apiserver-pprof-seconds must be at least 1, got 0",
+        ),
+        (
             ("SchedulingBasic", "--create-connections", "0"),
             "--create-connections must be at least 1, got 0",
         ),
@@ -536,6 +606,7 @@ def test_the_api_server_is_restarted_between_runs_unless_asked_not_to(
         "qps",
         "create-burst",
         "rounds",
+        "apiserver-pprof-seconds",
         "create-connections",
         "berth-config",
     ],
