@@ -236,7 +236,7 @@ async def test_unreachable_server_is_status_zero() -> None:
 
 
 async def test_a_request_the_server_drops_is_not_resent() -> None:
-    # KubeApi.request sends with retries=False; aiohttp would otherwise repeat
+    # KubeApi.request sends with retries=False; a client that retries (aiohttp did) would repeat
     # an idempotent request (PUT here) once on a reused connection.
     answers = iter([201, 0])
 
