@@ -170,14 +170,24 @@ class Informer(Generic[R]):
                 backoff = min(backoff * 2, self.backoff_max)
 
     def _list(self) -> None:
-        result = self.api.list(self.path, **self._params())
+        # Page by page: each page's JSON becomes records before the next page
+        # is fetched. What was known is compared only once the whole list is
+        # in, so a list that fails half-way changes nothing.
+        listed: list[Event[R]] = []
+        count = 0
+        rv = ""
+        for page in self.api.list_pages(self.path, **self._params()):
+            count += len(page.items)
+            rv = page.resource_version or rv
+            for obj in page.items:
+                ev = self._event_for(ADDED, obj)
+                if ev is not None:
+                    listed.append(ev)
+            del page
         self.stats.lists += 1
         seen: set[str] = set()
         out: list[Event[R]] = []
-        for obj in result.items:
-            ev = self._event_for(ADDED, obj)
-            if ev is None:
-                continue
+        for ev in listed:
             seen.add(ev.key)
             old = self._known.get(ev.key)
             if old is not None and old[0] == ev.resource_version:
@@ -187,13 +197,13 @@ class Informer(Generic[R]):
             self._known[ev.key] = (ev.resource_version, ev.record)
         # DeltaFIFO.Replace: what the list no longer has was deleted meanwhile.
         for key in [k for k in self._known if k not in seen]:
-            rv, record = self._known.pop(key)
-            out.append(Event(DELETED, key, record, rv))
-        self._rv = result.resource_version
+            old_rv, record = self._known.pop(key)
+            out.append(Event(DELETED, key, record, old_rv))
+        self._rv = rv
         log.info(
             "%s: listed %d objects at resourceVersion %s (%d changes delivered)",
             self.name,
-            len(result.items),
+            count,
             self._rv,
             len(out),
         )

@@ -117,6 +117,10 @@ class TokenBucket:
             time.sleep(delay)
 
 
+# Items per list page: client-go's pager default (tools/pager, defaultPageSize).
+LIST_PAGE = 500
+
+
 @dataclass(frozen=True, slots=True)
 class ListResult:
     items: list[JSON]
@@ -281,18 +285,29 @@ class KubeApi:
         """A whole collection, paged (``limit``/``continue``) as client-go's
         pager does, at one resourceVersion."""
         items: list[JSON] = []
-        cont: str | None = None
         rv = ""
+        for page in self.list_pages(path, **params):
+            items.extend(page.items)
+            rv = page.resource_version or rv
+        return ListResult(items, rv)
+
+    def list_pages(self, path: str, **params: Any) -> Iterator[ListResult]:
+        """The same collection a page (``limit`` 500) at a time; the last page's
+        resourceVersion is the list's. A caller that turns each page into
+        records of its own holds one page of decoded JSON at a time instead
+        of the whole collection (50,000 pods are ~1 GiB of Python dicts)."""
+        cont: str | None = None
         while True:
             page = self.request(
-                "GET", path, params={**params, "limit": 500, "continue": cont}, limit=False
+                "GET", path, params={**params, "limit": LIST_PAGE, "continue": cont}, limit=False
             )
-            items.extend(page.get("items") or [])
             meta = page.get("metadata") or {}
-            rv = str(meta.get("resourceVersion") or rv)
             cont = meta.get("continue") or None
+            result = ListResult(page.get("items") or [], str(meta.get("resourceVersion") or ""))
+            del page, meta
+            yield result
             if not cont:
-                return ListResult(items, rv)
+                return
 
     def create(self, path: str, body: JSON) -> JSON:
         return self.request("POST", path, body=body)

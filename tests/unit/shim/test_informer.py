@@ -1,8 +1,9 @@
 """shim/informer.py Informer, after client-go's tools/cache Reflector
 (reflector.go ListAndWatch, watchHandler) and DeltaFIFO (delta_fifo.go Replace).
 
-The API server is a scripted fake: each ``list`` call takes the next scripted
-ListResult (or raises the next scripted ApiError), each ``watch_lines`` call
+The API server is a scripted fake: each list takes the next scripted
+ListResult (or raises the next scripted ApiError; a list of them is a list
+in pages, and an ApiError among the pages fails the list there), each ``watch_lines`` call
 yields the next script's raw JSON lines and raises the exceptions placed among
 them; with no script left, a watch stays quiet until the test ends. The
 informer runs on its own thread, as in the shim, and delivers to a real
@@ -106,11 +107,17 @@ class FakeKubeApi(KubeApi):
     """Only ``list`` and ``watch_lines``, from scripts. Calls come from the
     informer's thread; ``notify`` tells the test's loop that one happened."""
 
-    def __init__(self, lists: list[ListResult | Exception], watches: list[Script]) -> None:
+    def __init__(
+        self,
+        lists: list[ListResult | Exception | builtins.list[ListResult | Exception]],
+        watches: list[Script],
+    ) -> None:
         # No connection: KubeApi.__init__ is not wanted.
         self.lists = list(lists)
         self.watches = list(watches)
         self.list_calls: list[dict[str, Any]] = []
+        # "page <n>" as each page is handed over, and whatever the test adds.
+        self.trace: list[str] = []
         self.watch_calls: list[WatchCall] = []
         self.unscripted_lists = 0
         self.list_gate: threading.Event | None = None
@@ -118,7 +125,7 @@ class FakeKubeApi(KubeApi):
         self.notify: Callable[[], None] = lambda: None
         self._lock = threading.Lock()
 
-    def list(self, path: str, **params: Any) -> ListResult:
+    def list_pages(self, path: str, **params: Any) -> Iterator[ListResult]:
         assert path == PATH
         with self._lock:
             self.list_calls.append(dict(params))
@@ -130,9 +137,15 @@ class FakeKubeApi(KubeApi):
             self.unscripted_lists += 1
             self.released.wait(TIMEOUT)
             raise ApiError("GET", path, 503, b"unscripted list")
-        if isinstance(step, Exception):
-            raise step
-        return step
+        pages = step if isinstance(step, builtins.list) else [step]
+        return self._pages(pages)
+
+    def _pages(self, pages: builtins.list[ListResult | Exception]) -> Iterator[ListResult]:
+        for n, page in enumerate(pages, 1):
+            if isinstance(page, Exception):
+                raise page
+            self.trace.append(f"page {n}")
+            yield page
 
     def watch_lines(
         self,
@@ -223,13 +236,14 @@ async def running(
     backoff_initial: float = 0.01,
     backoff_max: float = 0.04,
     stop: threading.Event | None = None,
+    decode: Callable[[JSON], cpb.Pod] = pod_record,
 ) -> AsyncIterator[Informer[cpb.Pod]]:
     loop = asyncio.get_running_loop()
     informer: Informer[cpb.Pod] = Informer(
         api,
         PATH,
         name="pods",
-        decode=pod_record,
+        decode=decode,
         key_of=pod_key,
         on_events=collector.on_events,
         loop=loop,
@@ -290,6 +304,53 @@ async def test_lists_then_watches_from_the_lists_resource_version() -> None:
         assert all(w.params["fieldSelector"] == "spec.nodeName=" for w in api.watch_calls)
         assert api.watch_calls[0].timeout_seconds == 60
         assert (informer.stats.lists, informer.stats.events, informer.stats.errors) == (1, 2, 0)
+
+
+async def test_a_list_in_pages_is_decoded_page_by_page() -> None:
+    """KubeApi.list_pages (client-go's pager, 500 items a page): each page becomes
+    records before the next page is asked for, so the informer holds one page of
+    JSON at a time; the objects go over together, at the last page's
+    resourceVersion."""
+    api = FakeKubeApi(
+        lists=[[ListResult([pod("a", 5), pod("b", 6)], ""), ListResult([pod("c", 7)], "10")]],
+        watches=[],
+    )
+    c = Collector()
+
+    def traced(obj: JSON) -> cpb.Pod:
+        api.trace.append(f"decode {obj['metadata']['name']}")
+        return pod_record(obj)
+
+    async with running(api, c, decode=traced):
+        await c.until(lambda: len(c.events) == 3 and len(api.watch_calls) == 1, "the watch")
+
+        assert api.trace == ["page 1", "decode a", "decode b", "page 2", "decode c"]
+        assert c.seen() == [(ADDED, "a", "5"), (ADDED, "b", "6"), (ADDED, "c", "7")]
+        assert len(c.batches[0]) == 3
+        assert api.watch_rvs[0] == "10"
+
+
+async def test_a_list_that_fails_between_pages_delivers_nothing_and_loses_nothing() -> None:
+    """Reflector.list: a list that fails half-way is an error like any other (backoff,
+    list again); the pages it did get are neither delivered nor remembered, so the
+    next list delivers every object once."""
+    api = FakeKubeApi(
+        lists=[
+            [ListResult([pod("a", 5)], ""), unreachable()],
+            [ListResult([pod("a", 5)], ""), ListResult([pod("b", 6)], "10")],
+        ],
+        watches=[],
+    )
+    c = Collector()
+    async with running(api, c) as informer:
+        await c.until(
+            lambda: len(c.events) == 2 and len(api.watch_calls) == 1, "the watch after the list"
+        )
+
+        assert c.seen() == [(ADDED, "a", "5"), (ADDED, "b", "6")]
+        assert len(api.list_calls) == 2
+        assert (informer.stats.lists, informer.stats.errors) == (1, 1)
+        assert api.watch_rvs[0] == "10"
 
 
 async def test_bookmarks_advance_the_resource_version_the_next_watch_starts_from() -> None:
