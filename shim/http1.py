@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Mapping
+from typing import cast
 
 import httptools
 
@@ -57,8 +58,8 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol -----------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # Any loop's transport (uvloop's are not asyncio.Transport subclasses).
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if self._answer is None:
@@ -104,8 +105,13 @@ class _Connection(asyncio.Protocol):
     # -- use ------------------------------------------------------------------
 
     def exchange(self, request: bytes) -> asyncio.Future[tuple[int, bytes]]:
-        """Sends ``request`` (head and body); the future answers (status, body)."""
-        assert self.transport is not None and self._answer is None
+        """Sends ``request`` (head and body); the future answers (status, body).
+        Raises HttpError if the connection is gone before anything is sent."""
+        if not self.usable():
+            raise HttpError("connection closed before the request was sent")
+        if self._answer is not None:
+            raise HttpError("a request is already waiting on this connection")
+        assert self.transport is not None
         self._answer = asyncio.get_running_loop().create_future()
         self._body = []
         self.reusable = False

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from shim.http1 import Http1Pool, HttpError
+from shim.http1 import Http1Pool, HttpError, _Connection
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
 
@@ -158,3 +158,32 @@ def test_host_header_names_the_port_unless_it_is_the_scheme_default() -> None:
     assert "Host: 10.0.0.1:6443\r\n" in Http1Pool("10.0.0.1", 6443)._fixed
     assert "Host: api.example\r\n" in Http1Pool("api.example", 80)._fixed
     assert "Host: [fd00::1]:6443\r\n" in Http1Pool("fd00::1", 6443)._fixed
+
+
+class _Transport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.sent.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_connection_lost_before_the_request_is_an_http_error_and_nothing_is_sent() -> None:
+    # Seen under uvloop, whose TLS handshake can end in connection_lost before the
+    # pool's first request: the request must fail as HttpError (the shim's
+    # ApiError status 0, retried with backoff), not as an assertion.
+    conn = _Connection()
+    transport = _Transport()
+    conn.connection_made(transport)
+    conn.connection_lost(ConnectionResetError("reset"))
+    with pytest.raises(HttpError, match="connection closed before the request was sent"):
+        conn.exchange(b"GET / HTTP/1.1\r\n\r\n")
+    assert transport.sent == []
