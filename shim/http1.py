@@ -15,8 +15,11 @@ What it does, as the shim needs it (tests/unit/shim/test_asynchttp.py):
 
 - at most ``connections`` requests at a time, one per connection, as
   client-go's HTTP/1.1 transport; idle connections are reused newest first,
-  and one the server closed (``Connection: close``, an idle timeout) is never
-  reused;
+  one the server closed (``Connection: close``, an idle timeout) is never
+  reused, and one idle for ``idle_timeout`` (90 s, client-go's: net/http's
+  DefaultTransport value, which k8s.io/apimachinery/pkg/util/net/http.go
+  ``SetOldTransportDefaults`` applies) is closed, so that a burst does not
+  leave its connections open on the API server for good;
 - the timeout runs from the moment a request has its slot, not while it waits
   for one (see ``shim.asynchttp``);
 - a request is never resent: a connection that fails mid-request is closed and
@@ -54,6 +57,7 @@ class _Connection(asyncio.Protocol):
         self._unsolicited = False
         self.reusable = False
         self.lost = False
+        self.idle_since = 0.0
 
     # -- asyncio.Protocol -----------------------------------------------------
 
@@ -145,6 +149,7 @@ class Http1Pool:
         server_hostname: str | None = None,
         connections: int = 16,
         timeout: float = 30.0,
+        idle_timeout: float = 90.0,
         headers: Mapping[str, str] | None = None,
     ) -> None:
         self._host = host
@@ -153,15 +158,18 @@ class Http1Pool:
         self._server_hostname = server_hostname if ssl_context is not None else None
         self._connections = connections
         self._timeout = timeout
+        self._idle_timeout = idle_timeout
         default_port = 443 if ssl_context is not None else 80
         netloc = f"[{host}]" if ":" in host and not host.startswith("[") else host
         if port != default_port:
             netloc = f"{netloc}:{port}"
         fixed = {"Host": netloc, **(headers or {})}
         self._fixed = "".join(f"{k}: {v}\r\n" for k, v in fixed.items())
+        # Idle connections, the longest idle first.
         self._idle: list[_Connection] = []
         self._open: set[_Connection] = set()
         self._slots: asyncio.Semaphore | None = None
+        self._reaper: asyncio.TimerHandle | None = None
         self._closed = False
 
     @property
@@ -213,13 +221,16 @@ class Http1Pool:
                     self._discard(conn)
                 raise
             if conn.reusable and conn.usable() and not self._closed:
-                self._idle.append(conn)
+                self._park(conn)
             else:
                 self._discard(conn)
             return status, payload
 
     async def close(self) -> None:
         self._closed = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
         for conn in list(self._open):
             conn.close()
         self._open.clear()
@@ -232,6 +243,29 @@ class Http1Pool:
                 return conn
             self._open.discard(conn)
         return None
+
+    def _park(self, conn: _Connection) -> None:
+        loop = asyncio.get_running_loop()
+        conn.idle_since = loop.time()
+        self._idle.append(conn)
+        if self._reaper is None:
+            self._reaper = loop.call_later(self._idle_timeout, self._reap)
+
+    def _reap(self) -> None:
+        """Closes the connections idle for ``idle_timeout``; runs again when the
+        longest idle of the others will be."""
+        self._reaper = None
+        now = asyncio.get_running_loop().time()
+        expired = 0
+        for conn in self._idle:
+            if now - conn.idle_since < self._idle_timeout:
+                break
+            self._discard(conn)
+            expired += 1
+        del self._idle[:expired]
+        if self._idle and not self._closed:
+            wait = self._idle[0].idle_since + self._idle_timeout - now
+            self._reaper = asyncio.get_running_loop().call_later(wait, self._reap)
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()

@@ -187,3 +187,26 @@ async def test_a_connection_lost_before_the_request_is_an_http_error_and_nothing
     with pytest.raises(HttpError, match="connection closed before the request was sent"):
         conn.exchange(b"GET / HTTP/1.1\r\n\r\n")
     assert transport.sent == []
+
+
+async def test_connections_idle_for_the_idle_timeout_are_closed() -> None:
+    # client-go's transports close a connection idle for 90 s (IdleConnTimeout);
+    # a burst must not leave its connections open on the API server for good.
+    async def ok(_r: asyncio.StreamReader, w: asyncio.StreamWriter, _n: int) -> None:
+        w.write(OK)
+
+    async with server(ok) as (port, seen):
+        # A quarter of a second of slack either side of each check.
+        pool = Http1Pool("127.0.0.1", port, connections=4, idle_timeout=1.0)
+        await asyncio.gather(*(pool.request("GET", "/x") for _ in range(4)))
+        assert pool.open_connections == 4
+        await asyncio.sleep(0.5)
+        assert await pool.request("GET", "/x") == (200, b"{}")  # one kept busy
+        await asyncio.sleep(0.75)
+        # The three left idle since the burst are gone; the one used since is not.
+        assert pool.open_connections == 1
+        await asyncio.sleep(1.0)
+        assert pool.open_connections == 0
+        assert await pool.request("GET", "/x") == (200, b"{}")
+        await pool.close()
+    assert len(set(seen)) == 5
