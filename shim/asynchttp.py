@@ -89,14 +89,18 @@ class AsyncApi:
         timeout: float = 30.0,
     ) -> None:
         self._api = api
-        self._host = host
-        self._port = port
-        self._ssl = ssl_context
-        self._server_hostname = server_hostname if ssl_context is not None else None
-        self._connections = connections
-        self._timeout = timeout
-        # Made on first use, on the running loop.
-        self._pool: Http1Pool | None = None
+        # No connection, no loop needed until the first request.
+        self._pool = Http1Pool(
+            host,
+            port,
+            ssl_context=ssl_context,
+            server_hostname=server_hostname,
+            connections=connections,
+            timeout=timeout,
+            headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
+        )
+        self._tls = ssl_context is not None
+        self._used = False
 
     @classmethod
     def from_kubeapi(cls, api: KubeApi, *, connections: int = 16) -> AsyncApi | None:
@@ -152,22 +156,8 @@ class AsyncApi:
         )
 
     async def close(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
-
-    def _open(self) -> Http1Pool:
-        if self._ssl is not None:
-            tls_read_buffer()
-        return Http1Pool(
-            self._host,
-            self._port,
-            ssl_context=self._ssl,
-            server_hostname=self._server_hostname,
-            connections=self._connections,
-            timeout=self._timeout,
-            headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
-        )
+        """Closes the connections; later requests fail (status 0)."""
+        await self._pool.close()
 
     async def request(
         self,
@@ -183,9 +173,10 @@ class AsyncApi:
         (status 0). ``limit`` waits for the shared token bucket first."""
         if limit:
             await self.wait_for_token()
-        pool = self._pool
-        if pool is None:
-            pool = self._pool = self._open()
+        if not self._used:
+            self._used = True
+            if self._tls:
+                tls_read_buffer()
         headers: dict[str, str] = {}
         data: bytes | None = None
         if body is not None:
@@ -195,7 +186,7 @@ class AsyncApi:
         if token:
             headers["Authorization"] = token
         try:
-            status, payload = await pool.request(method, path, body=data, headers=headers)
+            status, payload = await self._pool.request(method, path, body=data, headers=headers)
         except HttpError as exc:
             raise ApiError(method, path, 0, str(exc).encode()) from exc
         if status >= 400:

@@ -316,19 +316,19 @@ def test_tls_settings_come_from_the_client_configuration() -> None:
         KubeApi(insecure.host, pool, lambda: None, configuration=(insecure, None))
     )
     assert api is not None
-    assert api._ssl is not None and api._ssl.verify_mode == ssl.CERT_NONE
-    assert api._server_hostname == "kubernetes.default"
-    assert (api._host, api._port) == ("10.0.0.1", 6443)
+    assert api._pool._ssl is not None and api._pool._ssl.verify_mode == ssl.CERT_NONE
+    assert api._pool._server_hostname == "kubernetes.default"
+    assert (api._pool._host, api._pool._port) == ("10.0.0.1", 6443)
     verified = kclient.Configuration()
     verified.host = "https://[fd00::1]:6443"
     api = AsyncApi.from_kubeapi(
         KubeApi(verified.host, pool, lambda: None, configuration=(verified, None))
     )
     assert api is not None
-    assert api._ssl is not None and api._ssl.verify_mode == ssl.CERT_REQUIRED
-    assert api._ssl.check_hostname
-    assert api._server_hostname == "fd00::1"
-    assert (api._host, api._port) == ("fd00::1", 6443)
+    assert api._pool._ssl is not None and api._pool._ssl.verify_mode == ssl.CERT_REQUIRED
+    assert api._pool._ssl.check_hostname
+    assert api._pool._server_hostname == "fd00::1"
+    assert (api._pool._host, api._pool._port) == ("fd00::1", 6443)
 
 
 def test_configurations_it_does_not_handle_keep_urllib3() -> None:

@@ -146,8 +146,8 @@ def test_the_shims_binding_and_event_pool_sends_the_certificate_alone(
     api = AsyncApi.from_kubeapi(
         KubeApi(cfg.host, urllib3.PoolManager(), lambda: None, configuration=(cfg, None))
     )
-    assert api is not None and api._ssl is not None
-    ctx = api._ssl
+    assert api is not None and api._pool._ssl is not None
+    ctx = api._pool._ssl
     ctx.check_hostname = False  # s_server's certificate names the API server's addresses
     ctx.maximum_version = ssl.TLSVersion.TLSv1_2
     assert _certificates_sent(pki, ctx, tmp_path) == 1
