@@ -345,34 +345,25 @@ REQUIRED: dict[str, type | tuple[type, ...]] = {
 }
 
 
+def berth_bench(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``berth bench ARGS`` in a process of its own, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "berth", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 @pytest.mark.integration
 def test_scheduling_basic_runs_all_four_schedulers_and_checks_each_run(tmp_path: Path) -> None:
     out_json = tmp_path / "records.json"
     plot = tmp_path / "plot.png"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "berth",
-            "bench",
-            "SchedulingBasic",
-            "--nodes",
-            "50",
-            "--init-pods",
-            "100",
-            "--pods",
-            "300",
-            "--stall-timeout",
-            "45",
-            "--settle",
-            "0.5",
-            "--json",
-            str(out_json),
-            "--plot",
-            str(plot),
-        ],
-        capture_output=True,
-        text=True,
+    proc = berth_bench(
+        "SchedulingBasic",
+        *("--nodes", "50", "--init-pods", "100", "--pods", "300"),
+        *("--stall-timeout", "45", "--settle", "0.5"),
+        *("--json", str(out_json), "--plot", str(plot)),
         timeout=480,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -431,32 +422,11 @@ def test_apiserver_pprof_writes_a_cpu_profile_of_each_measured_window(tmp_path: 
     off) and saves one pprof CPU profile per run, named after the run."""
     out_json = tmp_path / "records.json"
     profiles = tmp_path / "pprof"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "berth",
-            "bench",
-            "SchedulingBasic",
-            "--schedulers",
-            "bind-only",
-            "--nodes",
-            "20",
-            "--init-pods",
-            "0",
-            "--pods",
-            "200",
-            "--settle",
-            "0.5",
-            "--apiserver-pprof",
-            str(profiles),
-            "--apiserver-pprof-seconds",
-            "1",
-            "--json",
-            str(out_json),
-        ],
-        capture_output=True,
-        text=True,
+    proc = berth_bench(
+        "SchedulingBasic",
+        *("--schedulers", "bind-only", "--nodes", "20", "--init-pods", "0", "--pods", "200"),
+        *("--settle", "0.5", "--json", str(out_json)),
+        *("--apiserver-pprof", str(profiles), "--apiserver-pprof-seconds", "1"),
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -612,11 +582,6 @@ def test_apiserver_pprof_is_off_unless_asked_for() -> None:
     ],
 )
 def test_bad_flags_are_refused_naming_the_flag(args: tuple[str, ...], message: str) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "berth", "bench", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = berth_bench(*args, timeout=60)
     assert out.returncode == 2
     assert message in out.stderr
