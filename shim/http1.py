@@ -100,10 +100,16 @@ class _Connection(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        status = int(self._parser.get_status_code())
+        if 100 <= status < 200 and self._answer is not None:
+            # An interim answer (100 Continue, 103 Early Hints; RFC 9110 section
+            # 15.2): the final one follows on the same connection.
+            self._body = []
+            return
         answer, self._answer = self._answer, None
         self.reusable = bool(self._parser.should_keep_alive())
         if answer is not None and not answer.done():
-            answer.set_result((int(self._parser.get_status_code()), b"".join(self._body)))
+            answer.set_result((status, b"".join(self._body)))
         self._body = []
 
     # -- use ------------------------------------------------------------------

@@ -210,3 +210,18 @@ async def test_connections_idle_for_the_idle_timeout_are_closed() -> None:
         assert await pool.request("GET", "/x") == (200, b"{}")
         await pool.close()
     assert len(set(seen)) == 5
+
+
+async def test_an_interim_answer_is_skipped_for_the_final_one() -> None:
+    async def continue_then_ok(_r: asyncio.StreamReader, w: asyncio.StreamWriter, _n: int) -> None:
+        w.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        await w.drain()
+        await asyncio.sleep(0.05)
+        w.write(b"HTTP/1.1 201 Created\r\nContent-Length: 4\r\n\r\ndone")
+
+    async with server(continue_then_ok) as (port, seen):
+        pool = Http1Pool("127.0.0.1", port, connections=1)
+        assert await pool.request("POST", "/x", body=b"{}") == (201, b"done")
+        assert await pool.request("POST", "/x", body=b"{}") == (201, b"done")
+        await pool.close()
+    assert seen == [1, 1]
