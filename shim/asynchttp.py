@@ -11,9 +11,10 @@ request from the event loop instead, through a ``shim.http1.Http1Pool`` that
 keeps at most ``connections`` persistent connections (one request at a time
 on each, as client-go's HTTP/1.1 transport does when HTTP/2 is off), so a
 binding costs its bytes and a few callbacks (aiohttp, used until session 21,
-cost ~0.13 ms of the shim's CPU per request against ~0.05 ms now). The event recorder writes its
-events the same way, through a second ``AsyncApi`` with connections of its own
-(``EventRecorder.use_event_loop``), so that events never wait behind bindings.
+cost ~0.13 ms of the shim's CPU per request against ~0.05 ms now). The event
+recorder writes its events the same way, through a second ``AsyncApi`` with
+connections of its own (``EventRecorder.use_event_loop``), so that events
+never wait behind bindings.
 
 TLS is configured from the same ``kubernetes`` client configuration as
 ``KubeApi``'s urllib3 pool (CA, client certificate and key, verification on or
