@@ -44,19 +44,14 @@ in more than one step (``tls_read_buffer``).
 from __future__ import annotations
 
 import asyncio
-import logging
 import ssl
 from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
-import urllib3
 
 from shim.http1 import Http1Pool, HttpError
-from shim.kubeapi import JSON, USER_AGENT, ApiError, KubeApi
-from shim.tlschain import send_own_certificate_only
-
-log = logging.getLogger(__name__)
+from shim.kubeapi import JSON, USER_AGENT, ApiError, KubeApi, tls_context
 
 # RFC 8446 5.1: a TLS record carries at most 2^14 bytes of data.
 TLS_RECORD_BYTES = 16 * 1024
@@ -125,26 +120,9 @@ class AsyncApi:
         context: ssl.SSLContext | None = None
         server_hostname: str | None = None
         if parts.scheme == "https":
-            # The checks urllib3 makes with the kubernetes package's pool
-            # arguments (kubernetes/client/rest.py RESTClientObject).
-            context = urllib3.util.ssl_.create_urllib3_context(
-                cert_reqs=ssl.CERT_REQUIRED if cfg.verify_ssl else ssl.CERT_NONE
-            )
-            if cfg.verify_ssl:
-                if cfg.ssl_ca_cert or getattr(cfg, "ca_cert_data", None):
-                    context.load_verify_locations(
-                        cafile=cfg.ssl_ca_cert or None,
-                        cadata=getattr(cfg, "ca_cert_data", None) or None,
-                    )
-                else:
-                    context.load_default_certs()
-                context.check_hostname = True
-            if cfg.cert_file:
-                context.load_cert_chain(cfg.cert_file, cfg.key_file or None)
-                # The certificate alone, as client-go sends it: with the CA beside
-                # it, the API server checks more signatures per request (tlschain.py).
-                if not send_own_certificate_only(context):
-                    log.debug("client certificate: OpenSSL may send the CA with it")
+            # As KubeApi's pool: the certificate alone, as client-go sends it (with
+            # the CA beside it the API server checks more signatures per request).
+            context = tls_context(cfg)
             server_hostname = cfg.tls_server_name or parts.hostname
         return cls(
             api,

@@ -16,6 +16,7 @@ and burst, like client-go's default rate limiter.
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -25,6 +26,8 @@ from urllib.parse import quote, urlencode
 
 import orjson
 import urllib3
+
+from shim.tlschain import client_context
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +130,18 @@ class ListResult:
     resource_version: str
 
 
+def tls_context(cfg: Any) -> ssl.SSLContext:
+    """The client TLS context of a ``kubernetes`` client configuration: its CA (or
+    the system's), verification on or off, its client certificate sent alone."""
+    return client_context(
+        verify=bool(cfg.verify_ssl),
+        ca_file=cfg.ssl_ca_cert or None,
+        ca_data=getattr(cfg, "ca_cert_data", None) or None,
+        cert_file=cfg.cert_file or None,
+        key_file=cfg.key_file or None,
+    )
+
+
 class KubeApi:
     """Raw JSON requests against one API server, thread-safe."""
 
@@ -194,6 +209,14 @@ class KubeApi:
             ) from exc
         api_client = kclient.ApiClient(cfg)
         pool = api_client.rest_client.pool_manager
+        if type(pool) is urllib3.PoolManager and cfg.cert_file and cfg.host.startswith("https:"):
+            # urllib3 builds a context per connection, and OpenSSL completes its
+            # client certificate with the CA (shim/tlschain.py); this one, loaded
+            # once, sends the certificate alone, as client-go does.
+            kw = pool.connection_pool_kw
+            kw["ssl_context"] = tls_context(cfg)
+            for loaded in ("ca_certs", "ca_cert_data", "cert_file", "key_file"):
+                kw.pop(loaded, None)
 
         def auth_header() -> str | None:
             settings = cfg.auth_settings().get("BearerToken")

@@ -26,9 +26,12 @@ before, which costs the API server a little more and changes nothing else.
 from __future__ import annotations
 
 import ctypes
+import logging
 import ssl
 import sys
 import sysconfig
+
+log = logging.getLogger(__name__)
 
 # openssl/ssl.h
 SSL_CTRL_MODE = 33
@@ -99,3 +102,33 @@ def send_own_certificate_only(context: ssl.SSLContext) -> bool:
 
 
 __all__ = ["send_own_certificate_only"]
+
+
+def client_context(
+    *,
+    verify: bool,
+    ca_file: str | None = None,
+    ca_data: str | None = None,
+    cert_file: str | None = None,
+    key_file: str | None = None,
+) -> ssl.SSLContext:
+    """The client context urllib3 would build from the kubernetes package's pool
+    arguments (kubernetes/client/rest.py ``RESTClientObject``), loaded once: the
+    CA (the system's when none is given) and hostname checks when ``verify``, the
+    client certificate sent alone where ``send_own_certificate_only`` can."""
+    import urllib3
+
+    context = urllib3.util.ssl_.create_urllib3_context(
+        cert_reqs=ssl.CERT_REQUIRED if verify else ssl.CERT_NONE
+    )
+    if verify:
+        if ca_file or ca_data:
+            context.load_verify_locations(cafile=ca_file or None, cadata=ca_data or None)
+        else:
+            context.load_default_certs()
+        context.check_hostname = True
+    if cert_file:
+        context.load_cert_chain(cert_file, key_file or None)
+        if not send_own_certificate_only(context):
+            log.debug("client certificate: OpenSSL may send the CA with it")
+    return context

@@ -14,6 +14,7 @@ import socket
 import ssl
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _certificates_sent(pki: Pki, ctx: ssl.SSLContext, tmp_path: Path) -> int:
+def _certificates_sent(
+    pki: Pki, ctx: ssl.SSLContext | Callable[[int], None], tmp_path: Path
+) -> int:
+    """The certificates the client sent to a TLS server on a free port: ``ctx``
+    connects with that context, or is itself what connects to the port."""
     openssl = shutil.which("openssl")
     assert openssl, "the openssl command is needed (Debian: apt-get install openssl)"
     port = _free_port()
@@ -79,8 +84,13 @@ def _certificates_sent(pki: Pki, ctx: ssl.SSLContext, tmp_path: Path) -> int:
                 assert server.poll() is None, log.read_text()
                 assert time.monotonic() < deadline, log.read_text()
                 time.sleep(0.05)
-            with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10)) as s:
-                s.sendall(b"hello\n")
+            if isinstance(ctx, ssl.SSLContext):
+                with ctx.wrap_socket(
+                    socket.create_connection(("127.0.0.1", port), timeout=10)
+                ) as s:
+                    s.sendall(b"hello\n")
+            else:
+                ctx(port)
             server.wait(10)
         finally:
             if server.poll() is None:
@@ -151,3 +161,37 @@ def test_the_shims_binding_and_event_pool_sends_the_certificate_alone(
     ctx.check_hostname = False  # s_server's certificate names the API server's addresses
     ctx.maximum_version = ssl.TLSVersion.TLSv1_2
     assert _certificates_sent(pki, ctx, tmp_path) == 1
+
+
+def test_the_shims_kubeapi_pool_sends_the_certificate_alone(pki: Pki, tmp_path: Path) -> None:
+    """KubeApi's urllib3 pool (watches, lists, the writes off the hot path, bind-only's
+    bindings) gets one context for its connections, loaded once from the kubeconfig,
+    that sends the client certificate alone; urllib3's own would send the CA too."""
+    import urllib3
+
+    from berth.localcluster.pki import write_kubeconfig
+    from shim.kubeapi import KubeApi
+
+    kubeconfig = write_kubeconfig(
+        tmp_path / "kubeconfig",
+        server="https://127.0.0.1:6443",
+        ca=pki.ca.cert,
+        client=pki.scheduler,
+        user="system:kube-scheduler",
+    )
+    api = KubeApi.from_kubeconfig(str(kubeconfig))
+    kw = api._pool.connection_pool_kw
+    assert isinstance(kw.get("ssl_context"), ssl.SSLContext)
+    assert not {"cert_file", "key_file", "ca_certs", "ca_cert_data"} & set(kw)
+    kw["ssl_context"].maximum_version = ssl.TLSVersion.TLSv1_2
+
+    def connect(port: int) -> None:
+        # A TLS handshake as the pool makes one for a request (hostname checked).
+        conn = api._pool.connection_from_url(f"https://127.0.0.1:{port}")._new_conn()
+        assert isinstance(conn, urllib3.connection.HTTPSConnection)
+        conn.connect()
+        conn.sock.sendall(b"hello\n")
+        conn.close()
+
+    assert _certificates_sent(pki, connect, tmp_path) == 1
+    api.close()
