@@ -31,6 +31,8 @@ import ssl
 import sys
 import sysconfig
 
+import urllib3
+
 log = logging.getLogger(__name__)
 
 # openssl/ssl.h
@@ -101,9 +103,6 @@ def send_own_certificate_only(context: ssl.SSLContext) -> bool:
     return bool(mode & SSL_MODE_NO_AUTO_CHAIN)
 
 
-__all__ = ["send_own_certificate_only"]
-
-
 def client_context(
     *,
     verify: bool,
@@ -116,8 +115,6 @@ def client_context(
     arguments (kubernetes/client/rest.py ``RESTClientObject``), loaded once: the
     CA (the system's when none is given) and hostname checks when ``verify``, the
     client certificate sent alone where ``send_own_certificate_only`` can."""
-    import urllib3
-
     context = urllib3.util.ssl_.create_urllib3_context(
         cert_reqs=ssl.CERT_REQUIRED if verify else ssl.CERT_NONE
     )
@@ -132,3 +129,6 @@ def client_context(
         if not send_own_certificate_only(context):
             log.debug("client certificate: OpenSSL may send the CA with it")
     return context
+
+
+__all__ = ["client_context", "send_own_certificate_only"]
