@@ -68,6 +68,20 @@ def free_loopback_port() -> int:
         return port
 
 
+def free_loopback_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: each socket stays bound until all are
+    chosen (free_loopback_port twice can return the same port, the first
+    having been released)."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def run_client(cmd: Sequence[str], cwd: Path | None = None) -> Run:
     proc = subprocess.run(
         list(cmd), cwd=cwd, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, check=False

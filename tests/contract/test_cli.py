@@ -21,16 +21,10 @@ from berth.client import ClusterStateLog
 from berth_api.v1 import scheduling_pb2 as pb
 from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
 from plugins.framework.testing import make_node, make_pod
+from tests.contract.serve import free_loopback_port, free_loopback_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "cluster"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def berth(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -52,7 +46,7 @@ class Served:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Served]:
-    port, metrics = free_port(), free_port()
+    port, metrics = free_loopback_ports(2)
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -125,7 +119,9 @@ def test_serve_refuses_a_bad_config_naming_file_and_field(tmp_path: Path) -> Non
         "profiles:\n- schedulerName: s\n  plugins:\n    filter:\n      enabled:\n"
         "      - name: NoSuchPlugin\n"
     )
-    out = berth("serve", "--config", str(cfg), "--listen", f"127.0.0.1:{free_port()}", timeout=30)
+    out = berth(
+        "serve", "--config", str(cfg), "--listen", f"127.0.0.1:{free_loopback_port()}", timeout=30
+    )
     assert out.returncode == 2
     assert str(cfg) in out.stderr
     assert "profiles[0].plugins.filter.enabled[0].name" in out.stderr
@@ -252,7 +248,7 @@ def test_place_says_when_no_server_answers() -> None:
         "--pod",
         str(EXAMPLE / "pod.yaml"),
         "--server",
-        f"127.0.0.1:{free_port()}",
+        f"127.0.0.1:{free_loopback_port()}",
     )
     assert out.returncode == 2
     assert "UNAVAILABLE" in out.stderr

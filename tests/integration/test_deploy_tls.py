@@ -24,7 +24,7 @@ from berth.client import ClusterStateLog, SchedulingClient, parse_target
 from berth.localcluster import Cluster, KubeClient
 from berth.localcluster.rest import JSON
 from berth.tls import client_tls_from_args
-from tests.contract.serve import free_loopback_port as free_port
+from tests.contract.serve import free_loopback_ports
 from tests.contract.tlscerts import CA
 from tests.integration.deploytools import (
     BASE,
@@ -196,7 +196,7 @@ def test_rendered_flags_serve_the_shim_and_refuse_others(
     server = ca.issue("server", server=True, dns=(host,), ips=())
     shim = ca.issue("shim", server=False)
     ca_file = ca.path
-    port, health, metrics = free_port(), free_port(), free_port()
+    port, health, metrics = free_loopback_ports(3)
 
     _, server_c = container(rendered, "berth-plugin-server")
     server_args = _swap(
