@@ -13,6 +13,7 @@ from berth.client import ClusterStateLog, Mode
 from berth.tls import ClientTLS
 from plugins.framework.interfaces import Plugin
 from plugins.framework.profile import SchedulerConfig
+from plugins.framework.writes import config_writes
 from shim.health import HealthServer
 from shim.kubeapi import KubeApi
 from shim.leader import LeaderElector
@@ -47,6 +48,14 @@ class ShimSettings:
     options: ShimOptions = field(default_factory=ShimOptions)
 
 
+def _registry(settings: ShimSettings) -> Mapping[str, type[Plugin]]:
+    if settings.registry is not None:
+        return settings.registry
+    from plugins.registry import load_registry
+
+    return load_registry()
+
+
 def build_service(settings: ShimSettings, state: ClusterStateLog) -> PluginService:
     if settings.server:
         interceptors = []
@@ -64,12 +73,14 @@ def build_service(settings: ShimSettings, state: ClusterStateLog) -> PluginServi
             tls_name=settings.tls.server_name if settings.tls else None,
         )
         svc.stream = not settings.traced
+        # What the plugins may write, from this configuration and this
+        # process's registry: the server's answers cannot widen it.
+        svc.declared_writes = config_writes(settings.config, _registry(settings))
         return svc
-    from plugins.registry import load_registry
     from server.app import build_frameworks
     from server.service import SchedulingService
 
-    registry = settings.registry if settings.registry is not None else load_registry()
+    registry = _registry(settings)
     service = SchedulingService(settings.config, build_frameworks(settings.config, registry))
     return PluginService.in_process(service, state)
 

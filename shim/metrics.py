@@ -108,6 +108,16 @@ PLUGIN_SERVICE_ERRORS = Counter(
     "Calls to the plugin service that failed (unreachable, refused, timed out), by call.",
     ["call"],
 )
+# Berth's own: what the plugin service asked the shim to perform and the shim
+# refused (shim/guard.py): kind "victim" (a preemption victim), "write" (an
+# ObjectWrite of PreBind or PostBind) or "nomination" (a nomination to clear);
+# reason names the check that failed.
+REFUSED_WRITES = Counter(
+    "berth_shim_refused_writes_total",
+    "Actions the plugin service asked for that the shim refused (Berth), by kind (victim, "
+    "write, nomination) and reason.",
+    ["kind", "reason"],
+)
 
 # Queue places that scheduler_pending_pods reports; pods on their way to the
 # activeQ (admission) count as active, pods in a cycle count nowhere.
@@ -164,6 +174,11 @@ def preemption_finished(result: str, seconds: float) -> None:
     _child(PREEMPTION_GOROUTINES_EXECUTION, result).inc()
 
 
+def refused(kind: str, reason: str) -> None:
+    """One action the plugin service asked for was refused (shim/guard.py)."""
+    _child(REFUSED_WRITES, kind, reason).inc()
+
+
 __all__ = [
     "ATTEMPT_DURATION",
     "CACHE_SIZE",
@@ -173,11 +188,13 @@ __all__ = [
     "PREEMPTION_GOROUTINES_EXECUTION",
     "PREEMPTION_VICTIMS",
     "QUEUE_INCOMING",
+    "REFUSED_WRITES",
     "SCHEDULE_ATTEMPTS",
     "SCHEDULE_BATCH_PODS",
     "attempt",
     "incoming",
     "pending_moved",
     "preemption_finished",
+    "refused",
     "scheduled",
 ]

@@ -62,7 +62,7 @@ import datetime as dt
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,7 +73,7 @@ from opentelemetry import trace
 from berth.kube import node_record, pod_record
 from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
-from shim import metrics
+from shim import guard, metrics
 from shim.asynchttp import AsyncApi
 from shim.cache import DEFAULT_ASSUMED_TTL, SchedulerCache
 from shim.events import DEFAULT_WRITERS, EventRecorder, ObjectRef
@@ -690,11 +690,12 @@ class Scheduler:
         plugins = frozenset(resp.diagnosis.unschedulable_plugins)
         if resp.HasField("post_filter") and self._runs_preemption(profile, pf):
             metrics.PREEMPTION_ATTEMPTS.inc()
-        if pf.nominated_node_name:
-            # Before the pod goes back to the queue, so it is held at
-            # PreEnqueue from the start (prepareCandidateAsync runs inside
-            # PostFilter, before handleSchedulingFailure).
-            self._start_preemption(qp, pf)
+        if pf.nominated_node_name and not self._start_preemption(qp, pf):
+            # Refused (shim/guard.py): a failed preemption, as when upstream's
+            # prepareCandidate fails inside PostFilter (preemption.go Preempt):
+            # no NominatingInfo, so the nomination stays as it was, and the pod
+            # is unschedulable.
+            nominated = None
         self._failed(
             qp,
             msg,
@@ -894,14 +895,35 @@ class Scheduler:
                 return None
         return ""
 
-    def _start_preemption(self, qp: QueuedPod, pf: pb.PostFilterResponse) -> None:
+    def _start_preemption(self, qp: QueuedPod, pf: pb.PostFilterResponse) -> bool:
         """executor.go prepareCandidateAsync: victims already terminating need
         no call; with none left nothing starts. Otherwise the pod is marked as
         preempting (held at PreEnqueue) and the calls run in a task of their
-        own."""
+        own. Runs before the pod goes back to the queue, so it is held at
+        PreEnqueue from the start (prepareCandidateAsync runs inside
+        PostFilter, before handleSchedulingFailure).
+
+        First the shim checks what it is asked to do (shim/guard.py): one
+        victim it cannot justify refuses the preemption whole (returns False,
+        nothing is deleted); a nomination to clear that is not of a
+        lower-priority pod nominated to the node is skipped."""
         pod = qp.pod
         node = pf.nominated_node_name
         plugin = pf.plugin or DEFAULT_PREEMPTION
+        context = f"PostFilter of profile {qp.profile}, plugin {plugin}, node {node}"
+        refused = guard.check_victims(pod, node, pf.victims, self.cache.state.pods)
+        if refused:
+            guard.report(refused, pod, context)
+            log.warning(
+                "preemption for pod %s/%s on node %s refused: %d of its %d victim(s) fail the "
+                "shim's checks; nothing is preempted and the pod stays unschedulable",
+                pod.namespace,
+                pod.name,
+                node,
+                len(refused),
+                len(pf.victims),
+            )
+            return False
         victims: list[pb.Victim] = []
         for v in pf.victims:
             known = self.cache.state.pods.get(v.uid)
@@ -912,10 +934,25 @@ class Scheduler:
                 continue
             victims.append(v)
         if not victims:
-            return
+            return True
+        clear: list[str] = []
+        for uid in pf.clear_nomination_pod_uids:
+            other_qp = self.queue.get(uid)
+            other = other_qp.pod if other_qp is not None else self.cache.state.pods.get(uid)
+            if other is None:
+                continue  # gone: nothing to clear (_clear_nominations skips it too)
+            nominated = other.nominated_node_name or self.cache.nominated_to(uid)
+            if not nominated:
+                continue
+            refusal = guard.check_nomination(pod, node, other, nominated)
+            if refusal is not None:
+                guard.report([refusal], pod, context)
+                continue
+            clear.append(uid)
         metrics.PREEMPTION_VICTIMS.observe(len(pf.victims))
         self.preempting[pod.uid] = plugin
-        self._spawn(self._preempt(pod, node, plugin, victims, list(pf.clear_nomination_pod_uids)))
+        self._spawn(self._preempt(pod, node, plugin, victims, clear))
+        return True
 
     async def _preempt(
         self,
@@ -1231,6 +1268,11 @@ class Scheduler:
                     reasons = "; ".join(st.status.reasons)
                     return reasons or f"PreBind plugin {st.status.plugin!r} failed", True
                 activate.extend(st.activate_pod_uids)
+                refused = self._refused_writes(profile, pod, "PreBind", st.writes)
+                if refused:
+                    # Nothing written: the binding cycle fails as for a failed write.
+                    await unreserve()
+                    return f"PreBind writes refused by the scheduler: {refused}", True
                 if st.writes:
                     # The plugins' writes, with the shim's credentials, before binding:
                     # a failed write fails PreBind.
@@ -1338,6 +1380,16 @@ class Scheduler:
         is logged and reported as an event on the pod."""
         if not writes:
             return
+        refused = self._refused_writes(profile, pod, "PostBind", writes)
+        if refused:
+            self.recorders[profile].record(
+                _ref(pod),
+                "Warning",
+                "FailedPostBindWrite",
+                "PostBind",
+                f"PostBind writes refused by the scheduler: {refused}",
+            )
+            return
         try:
             await self._api(perform_writes, self.api, writes)
         except WriteFailed as exc:
@@ -1345,6 +1397,21 @@ class Scheduler:
             self.recorders[profile].record(
                 _ref(pod), "Warning", "FailedPostBindWrite", "PostBind", str(exc)
             )
+
+    def _refused_writes(
+        self, profile: str, pod: cpb.Pod, point: str, writes: Sequence[pb.ObjectWrite]
+    ) -> str:
+        """The writes of a PreBind or PostBind answer the shim will not
+        perform (shim/guard.py), logged and counted; "" when it performs them
+        all. One refused refuses them all."""
+        if not writes:
+            return ""
+        declared = self.service.declared_writes.get(profile, {})
+        refused = guard.check_writes(pod, writes, declared)
+        if not refused:
+            return ""
+        guard.report(refused, pod, f"{point} of profile {profile}")
+        return "; ".join(str(r) for r in refused)
 
     async def _wait_permit(self, w: WaitingPod) -> str | None:
         """WaitOnPermit: the first plugin to time out rejects the pod."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,7 @@ from berth_api.v1 import scheduling_pb2 as pb
 from plugins.framework.interfaces import PreEnqueuePlugin, QueuedPodInfo, QueueSortPlugin
 from plugins.framework.model import PodInfo
 from plugins.framework.status import SUCCESS, Status
+from plugins.framework.writes import PluginWrites
 from plugins.queuesort import PrioritySort
 from plugins.schedulinggates import SchedulingGates
 
@@ -215,6 +216,11 @@ class PluginService:
         # carries one trace context for all its messages and each unary
         # Schedule carries its own.
         self.stream = remote
+        # Per profile, the kinds each plugin declares it writes (Plugin.writes),
+        # from the configuration this process loaded, never from the server's
+        # answers: the only writes beyond the pod in hand the shim performs
+        # (shim/guard.py). Empty: writes to the pod in hand only.
+        self.declared_writes: Mapping[str, PluginWrites] = {}
 
     @property
     def state(self) -> ClusterStateLog:
@@ -223,7 +229,10 @@ class PluginService:
     @classmethod
     def in_process(cls, service: Any, state: ClusterStateLog) -> PluginService:
         client = SchedulingClient(None, state, stub=InProcessStub(service))
-        return cls(client, remote=False)
+        svc = cls(client, remote=False)
+        # The service's Frameworks worked the declarations out from its configuration.
+        svc.declared_writes = {name: fw.writes for name, fw in service.frameworks.items()}
+        return svc
 
     @classmethod
     def over_grpc(

@@ -60,6 +60,16 @@ class Plugin:
         ``self.handle.snapshot.objects(group, resource)``. Default: none."""
         return ()
 
+    @classmethod
+    def writes(cls, args: Any) -> tuple[ObjectKind, ...]:
+        """The kinds of objects this plugin asks the caller to change
+        (``ObjectWrite`` from PreBind or PostBind), given its decoded args
+        (None without args). The pod being scheduled needs no declaration.
+        The caller performs a write only to that pod or to a kind its plugin
+        declares here, and refuses any other (DESIGN principle 9). Only
+        group, version and resource matter. Default: none."""
+        return ()
+
 
 @dataclass(frozen=True, slots=True)
 class QueuedPodInfo:

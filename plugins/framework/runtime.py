@@ -66,6 +66,7 @@ from plugins.framework.objects import ObjectKind, ProfileRead, merge_reads
 from plugins.framework.profile import ProfileConfig
 from plugins.framework.snapshot import NodeBatch, Snapshot, detached_batch
 from plugins.framework.status import SUCCESS, Code, Status
+from plugins.framework.writes import profile_writes
 
 log = logging.getLogger(__name__)
 
@@ -341,6 +342,12 @@ class Framework:
                 )
             self.score_weights[ref.name] = ref.weight or 1
         self.reads = self._collect_reads()
+        # What its plugins declare they write beyond the pod being scheduled
+        # (Plugin.writes): the only kinds a caller performs writes to.
+        try:
+            self.writes = profile_writes(profile, registry)
+        except ValueError as exc:
+            raise ProfileError(str(exc)) from exc
         # QueueSort needs the cluster state only when its plugin reads objects.
         self.queue_sort_reads = any(self.queue_sort.name in r.plugins for r in self.reads)
 

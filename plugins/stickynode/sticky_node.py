@@ -173,6 +173,13 @@ class StickyNode(PreFilterPlugin, FilterPlugin, PostBindPlugin):
         )
         return tuple(ObjectKind(k.group, k.version, k.resource, k.kind) for k in chain)
 
+    @classmethod
+    def writes(cls, args: Any) -> tuple[ObjectKind, ...]:
+        """PostBind records the node on the last owner of the chain."""
+        sticky_args = args if isinstance(args, StickyNodeArgs) else StickyNodeArgs()
+        last = sticky_args.sticky_owner
+        return (ObjectKind(last.group, last.version, last.resource, last.kind),)
+
     # -- PreFilter ---------------------------------------------------------
 
     def pre_filter(

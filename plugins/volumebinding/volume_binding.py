@@ -220,6 +220,13 @@ class VolumeBinding(
             CSI_STORAGE_CAPACITIES,
         )
 
+    @classmethod
+    def writes(cls, args: Any) -> tuple[ObjectKind, ...]:
+        """PreBind binds the chosen PVs to their claims (spec.claimRef) and
+        annotates claims to provision with the selected node
+        (binder.binding_writes, upstream's bindAPIUpdate)."""
+        return (PERSISTENT_VOLUMES, PERSISTENT_VOLUME_CLAIMS)
+
     # -- helpers --------------------------------------------------------------------
 
     def _binder(self, pod: PodInfo) -> VolumeBinder:

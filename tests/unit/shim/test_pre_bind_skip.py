@@ -32,6 +32,7 @@ from berth_api.v1 import scheduling_pb2 as pb
 from plugins.framework.config import default_config
 from plugins.framework.storage import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
 from plugins.framework.testing import make_node, make_object, make_pod
+from plugins.framework.writes import config_writes
 from plugins.registry import load_registry
 from server.app import build_frameworks
 from server.service import SchedulingService
@@ -335,6 +336,8 @@ async def test_default_profile_pod_without_volumes_costs_one_rpc() -> None:
     stub = CountingStub(server)
     state = ClusterStateLog()
     service = PluginService(SchedulingClient(None, state, stub=stub), remote=False)
+    # VolumeBinding's claim write: a kind it declares (Plugin.writes).
+    service.declared_writes = config_writes(config, registry)
     await service.describe()
     log: list[tuple[str, ...]] = []
     api = FakeApi(log)
