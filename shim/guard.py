@@ -22,8 +22,8 @@ connection. The shim performs only what it can justify (principle 9):
   merge patch on an object or its status, with no field this shim does not
   know, and must target the pod being scheduled or a kind the plugin that
   asked for it declares (Plugin.writes, worked out from the configuration the
-  shim loaded: plugins/framework/writes.py). One write refused refuses the
-  answer's writes whole.
+  shim loaded: plugins/framework/writes.py), in the pod's namespace when the
+  kind is namespaced. One write refused refuses the answer's writes whole.
 
 Each refusal is logged at WARNING and counted in
 ``berth_shim_refused_writes_total{kind, reason}``.
@@ -41,7 +41,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
-from plugins.framework.writes import PluginWrites, declares
+from plugins.framework.writes import PluginWrites, declared_kind
 from shim import metrics
 from shim.objects import describe_write, kind_name
 
@@ -63,6 +63,7 @@ VERB = "verb"
 SUBRESOURCE = "subresource"
 MALFORMED = "malformed"
 UNDECLARED = "undeclared"
+OTHER_NAMESPACE = "other_namespace"
 
 # The subresources a merge patch may go to: the object itself and its status.
 WRITABLE_SUBRESOURCES = frozenset({"", "status"})
@@ -191,7 +192,20 @@ def check_writes(
         if _is_pod_in_hand(w, pod):
             continue
         kinds = declared.get(w.plugin, ())
-        if declares(kinds, w.ref.group, w.version, w.ref.resource):
+        kind = declared_kind(kinds, w.ref.group, w.version, w.ref.resource)
+        if kind is not None:
+            if kind.namespaced and w.ref.namespace != pod.namespace:
+                refuse(
+                    OTHER_NAMESPACE,
+                    f"{kind_name(kind.group, kind.resource)} are written only in the namespace "
+                    f"of the pod being scheduled ({pod.namespace})",
+                )
+            elif not kind.namespaced and w.ref.namespace:
+                refuse(
+                    OTHER_NAMESPACE,
+                    f"{kind_name(kind.group, kind.resource)} are cluster-scoped, but the write "
+                    f"names namespace {w.ref.namespace}",
+                )
             continue
         asked = f"{kind_name(w.ref.group, w.ref.resource)} (version {w.version})"
         if kinds:

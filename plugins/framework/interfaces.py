@@ -66,8 +66,9 @@ class Plugin:
         (``ObjectWrite`` from PreBind or PostBind), given its decoded args
         (None without args). The pod being scheduled needs no declaration.
         The caller performs a write only to that pod or to a kind its plugin
-        declares here, and refuses any other (DESIGN principle 9). Only
-        group, version and resource matter. Default: none."""
+        declares here, and refuses any other (DESIGN principle 9): group,
+        version and resource must match, and an object of a namespaced kind
+        must be in the pod's namespace. Default: none."""
         return ()
 
 

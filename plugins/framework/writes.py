@@ -54,9 +54,14 @@ def config_writes(
     return {p.scheduler_name: profile_writes(p, registry) for p in config.profiles}
 
 
-def declares(kinds: tuple[ObjectKind, ...], group: str, version: str, resource: str) -> bool:
-    """Is (group, version, resource) among ``kinds``?"""
-    return any(k.group == group and k.version == version and k.resource == resource for k in kinds)
+def declared_kind(
+    kinds: tuple[ObjectKind, ...], group: str, version: str, resource: str
+) -> ObjectKind | None:
+    """The kind among ``kinds`` with this group, version and resource, if any."""
+    for k in kinds:
+        if k.group == group and k.version == version and k.resource == resource:
+            return k
+    return None
 
 
-__all__ = ["PluginWrites", "config_writes", "declares", "profile_writes"]
+__all__ = ["PluginWrites", "config_writes", "declared_kind", "profile_writes"]

@@ -69,6 +69,10 @@ class GatePlugin(FilterPlugin, PreBindPlugin, PostBindPlugin):
     def reads(cls, args: Any) -> tuple[ObjectKind, ...]:
         return (GATES,)
 
+    @classmethod
+    def writes(cls, args: Any) -> tuple[ObjectKind, ...]:
+        return (GATES,)
+
     def _gate(self, pod: PodInfo) -> JSON | None:
         obj = self.handle.snapshot.object(GROUP, PLURAL, pod.namespace, pod.labels.get("gate", ""))
         return None if obj is None else dict(obj.data)

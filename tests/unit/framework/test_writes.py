@@ -12,7 +12,7 @@ from plugins.framework.config import API_VERSION, KIND, default_config, parse_co
 from plugins.framework.interfaces import Plugin
 from plugins.framework.runtime import Framework, ProfileError
 from plugins.framework.storage import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
-from plugins.framework.writes import config_writes, declares, profile_writes
+from plugins.framework.writes import config_writes, declared_kind, profile_writes
 from plugins.registry import REGISTRY, load_registry
 from plugins.stickynode import StickyNode
 from plugins.stickynode.args import OwnerKind, StickyNodeArgs
@@ -96,7 +96,8 @@ def test_a_declaration_that_is_not_object_kinds_is_refused_at_start() -> None:
         ("apps", "v1", "statefulsets", False),
     ],
 )
-def test_declares_matches_group_version_and_resource(
+def test_declared_kind_matches_group_version_and_resource(
     group: str, version: str, resource: str, want: bool
 ) -> None:
-    assert declares((DEPLOYMENTS,), group, version, resource) is want
+    found = declared_kind((DEPLOYMENTS,), group, version, resource)
+    assert found == (DEPLOYMENTS if want else None)

@@ -65,7 +65,7 @@ def refused(kind: str, reason: str) -> float:
 
 class WritingService(FakeService):
     """Answers PreBind and PostBind with the writes a test sets; ``Writer`` declares
-    writes to PersistentVolumes."""
+    writes to PersistentVolumes and PersistentVolumeClaims."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -77,7 +77,7 @@ class WritingService(FakeService):
                 {"preBind": (WRITER,), "bind": ("DefaultBinder",), "postBind": (WRITER,)},
             )
         }
-        self.declared_writes = {PROFILE: {WRITER: (PERSISTENT_VOLUMES,)}}
+        self.declared_writes = {PROFILE: {WRITER: (PERSISTENT_VOLUMES, PERSISTENT_VOLUME_CLAIMS)}}
 
     async def node_call(
         self, method: str, profile: str, pod: cpb.Pod, node: str, cycle: pb.CycleState
@@ -311,14 +311,22 @@ REFUSED_WRITES = [
         write("persistentvolumes", "pv-1", plugin="Other"), guard.UNDECLARED, id="undeclared-plugin"
     ),
     pytest.param(
-        write("persistentvolumeclaims", "c", namespace="default"),
-        guard.UNDECLARED,
-        id="undeclared-kind",
+        write("secrets", "s", namespace="default"), guard.UNDECLARED, id="undeclared-kind"
     ),
     pytest.param(
         write("persistentvolumes", "pv-1", version="v2"), guard.UNDECLARED, id="other-version"
     ),
     pytest.param(write("pods", "other", namespace="default"), guard.UNDECLARED, id="other-pod"),
+    pytest.param(
+        write("persistentvolumeclaims", "c", namespace="kube-system"),
+        guard.OTHER_NAMESPACE,
+        id="claim-elsewhere",
+    ),
+    pytest.param(
+        write("persistentvolumes", "pv-1", namespace="default"),
+        guard.OTHER_NAMESPACE,
+        id="cluster-scoped-in-a-namespace",
+    ),
     pytest.param(write("pods", "p", namespace="kube-system"), guard.UNDECLARED, id="pod-elsewhere"),
     pytest.param(
         write("pods", "p", namespace="default", subresource="eviction"),
@@ -345,6 +353,7 @@ async def test_PreBind_writes_to_the_pod_or_declared_kinds_only(
         POD_IN_HAND,
         write("pods", "p", namespace="default", subresource="status"),
         write("persistentvolumes", "pv-1"),
+        write("persistentvolumeclaims", "c", namespace="default"),
     ]
     (qp,) = await popped(s, pending("p"))
     handle(s, qp, placed())
@@ -353,6 +362,7 @@ async def test_PreBind_writes_to_the_pod_or_declared_kinds_only(
         "/api/v1/namespaces/default/pods/p",
         "/api/v1/namespaces/default/pods/p/status",
         "/api/v1/persistentvolumes/pv-1",
+        "/api/v1/namespaces/default/persistentvolumeclaims/c",
     ]
     # One write refused: none of the answer's writes is performed, the pod is not bound
     # and goes back to the queue with backoff.
