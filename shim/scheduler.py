@@ -30,7 +30,8 @@ Follows kube-scheduler's pkg/scheduler/schedule_one.go:
   (DescribeProfiles' Profile.reads) are watched or polled into the cluster
   state (shim/objects.py); Reserve's assume_annotations go on the assumed
   pod; PreBind's writes are applied before binding (a failed write fails
-  the binding cycle), PostBind's after it.
+  the binding cycle), PostBind's after it, each only if it targets the pod
+  or a kind its plugin declares (shim/guard.py).
 - What plugins ask of other pods: signals from PostFilter, Permit and
   Unreserve allow or reject pods waiting at Permit (WaitingPod.Allow/Reject;
   a rejected pod's binding cycle unreserves it); pods to activate
@@ -43,7 +44,9 @@ Follows kube-scheduler's pkg/scheduler/schedule_one.go:
   cluster-state protocol resyncs the replica.
 - Preemption (framework/preemption/executor.go, asynchronous as
   SchedulerAsyncPreemption has it by default): the plugin service picks the
-  victims (PostFilterResponse.victims); the shim nominates the pod, then, in
+  victims (PostFilterResponse.victims); the shim checks them (shim/guard.py:
+  in its cache, on the nominated node, of lower priority, not the preemptor;
+  otherwise the preemption is refused whole), nominates the pod, then, in
   a task of its own that never blocks the next cycle, clears the nominations
   of lower-priority pods on that node, rejects victims waiting at Permit and
   marks (DisruptionTarget) and deletes the others. Meanwhile the preemptor is
