@@ -191,7 +191,11 @@ def kube_system_pod(kube: KubeClient, namespace: str, fake_nodes: NodeFactory) -
     try:
         yield created
     finally:
-        kube.delete(pod_path("kube-system", name), gracePeriodSeconds=0)
+        try:
+            kube.delete(pod_path("kube-system", name), gracePeriodSeconds=0)
+        except ApiError as exc:
+            if exc.status != 404:  # a shim that deleted it failed the test already
+                raise
 
 
 @pytest.fixture
