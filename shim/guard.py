@@ -239,8 +239,20 @@ def report(refusals: Iterable[Refusal], pod: cpb.Pod, context: str) -> None:
 
 
 __all__ = [
+    "MALFORMED",
+    "NAME_MISMATCH",
     "NOMINATION",
+    "NOT_LOWER_PRIORITY",
+    "NOT_NOMINATED_THERE",
+    "NOT_ON_NODE",
+    "OTHER_NAMESPACE",
+    "PREEMPTOR",
+    "SUBRESOURCE",
+    "UNDECLARED",
+    "UNKNOWN_POD",
+    "VERB",
     "VICTIM",
+    "WRITABLE_SUBRESOURCES",
     "WRITE",
     "Refusal",
     "check_nomination",
