@@ -19,6 +19,7 @@ from shim.kubeapi import KubeApi
 from shim.leader import LeaderElector
 from shim.scheduler import Scheduler, ShimOptions
 from shim.service import PluginService
+from shim.serving import SecureServingOptions
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,9 @@ class ShimSettings:
     server_mode: Mode = "auto"
     kubeconfig: str | None = None
     metrics_listen: str = ""
+    # The secure port's TLS and delegated authn/authz; --insecure-metrics: plain HTTP, open.
+    secure_serving: SecureServingOptions = field(default_factory=SecureServingOptions)
+    insecure_metrics: bool = False
     leader_elect: bool | None = None
     qps: float | None = None
     burst: int | None = None
@@ -119,9 +123,19 @@ async def run(settings: ShimSettings) -> int:
 
     health = None
     if settings.metrics_listen:
-        health = HealthServer(settings.metrics_listen, readiness)
+        secure = None if settings.insecure_metrics else settings.secure_serving.build(api)
+        health = HealthServer(settings.metrics_listen, readiness, secure)
         health.start()
-        log.info("health and metrics on http://%s (port %d)", settings.metrics_listen, health.port)
+        log.info(
+            "health and metrics on %s://%s (port %d)%s",
+            health.scheme,
+            settings.metrics_listen,
+            health.port,
+            " in plaintext, open to anyone (--insecure-metrics)"
+            if secure is None
+            else "; /metrics for callers the API server authorizes"
+            + (" (self-signed certificate)" if secure.certificate.self_signed else ""),
+        )
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

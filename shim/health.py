@@ -1,5 +1,7 @@
-"""``/healthz``, ``/readyz`` and ``/metrics`` over HTTP, like kube-scheduler's
-secure serving endpoints (served plain here; put it behind the pod network).
+"""``/healthz``, ``/readyz`` and ``/metrics``, like kube-scheduler's secure
+serving endpoints: over HTTPS with delegated authentication and authorization
+when given a ``SecureServing`` (shim/serving.py; ``berth shim``'s default),
+else plain HTTP to anyone (``--insecure-metrics``).
 
 - ``/healthz``: the process runs (200 ``ok``).
 - ``/readyz``: 200 once this replica is ready to do its job: the informers
@@ -14,8 +16,12 @@ import logging
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+if TYPE_CHECKING:
+    from shim.serving import SecureServing
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +29,9 @@ Readiness = Callable[[], tuple[bool, str]]
 
 
 class HealthServer:
-    def __init__(self, address: str, readiness: Readiness) -> None:
+    def __init__(
+        self, address: str, readiness: Readiness, secure: SecureServing | None = None
+    ) -> None:
         host, _, port = address.rpartition(":")
         if not port.isdigit():
             raise ValueError(
@@ -34,6 +42,10 @@ class HealthServer:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
+                refusal = secure.refuse(self, path) if secure is not None else None
+                if refusal is not None:
+                    self._send(refusal.code, refusal.body, refusal.content_type)
+                    return
                 if path == "/healthz" or path == "/livez":
                     self._send(200, b"ok", "text/plain")
                 elif path == "/readyz":
@@ -54,8 +66,10 @@ class HealthServer:
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("health: " + format, *args)
 
-        self.server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
+        bind = (host or "0.0.0.0", int(port))
+        self.server = secure.server(bind, Handler) if secure else ThreadingHTTPServer(bind, Handler)
         self.server.daemon_threads = True
+        self.scheme = secure.scheme if secure is not None else "http"
         self.port = self.server.server_address[1]
         self._thread = threading.Thread(
             target=self.server.serve_forever, name="berth-health", daemon=True

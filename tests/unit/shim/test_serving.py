@@ -1,0 +1,139 @@
+"""The secure port's transport (shim/serving.py) with shim.health.HealthServer: HTTPS with
+a self-signed certificate when none is given (as kube-scheduler's
+MaybeDefaultWithSelfSignedCerts), or the given one; plain HTTP refused on it; a silent
+client does not hold up others; refusals answered before the endpoint runs. Authorization
+decisions come from a fake here; tests/integration/test_shim_secure_port.py has the API
+server's."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
+from shim.delegation import DelegatedAuth
+from shim.health import HealthServer
+from shim.serving import SecureServing, ServingCertificate
+from tests.contract.tlscerts import CA
+from tests.unit.shim.test_delegation import FakeReviews
+
+
+def _reviews() -> FakeReviews:
+    api = FakeReviews()
+    api.users["good"] = {"username": "scraper", "groups": ["system:authenticated"]}
+    api.grants.add(("scraper", "get", "/metrics"))
+    return api
+
+
+def _serve(certificate: ServingCertificate) -> Iterator[tuple[HealthServer, FakeReviews]]:
+    api = _reviews()
+    secure = SecureServing(certificate, DelegatedAuth(api))
+    health = HealthServer("127.0.0.1:0", lambda: (True, "ok: scheduling"), secure)
+    health.start()
+    try:
+        yield health, api
+    finally:
+        health.stop()
+
+
+@pytest.fixture
+def self_signed() -> Iterator[tuple[HealthServer, FakeReviews]]:
+    yield from _serve(ServingCertificate())
+
+
+def _get(
+    port: int, path: str, token: str | None = None, context: ssl.SSLContext | None = None
+) -> tuple[int, bytes]:
+    if context is None:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def test_self_signed_certificate_like_upstreams(
+    self_signed: tuple[HealthServer, FakeReviews],
+) -> None:
+    """client-go util/cert GenerateSelfSignedCertKeyWithFixtures: a serving certificate
+    "localhost@<time>" for localhost and 127.0.0.1, signed by a CA "localhost-ca@<time>"."""
+    health, _ = self_signed
+    assert health.scheme == "https"
+    pem = ssl.get_server_certificate(("127.0.0.1", health.port))
+    cert = x509.load_pem_x509_certificate(pem.encode())
+    cn = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+    issuer = cert.issuer.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+    assert str(cn).startswith("localhost@") and str(issuer).startswith("localhost-ca@")
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == ["localhost"]
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+
+
+def test_health_is_open_and_metrics_need_an_authorized_token(
+    self_signed: tuple[HealthServer, FakeReviews],
+) -> None:
+    health, api = self_signed
+    for path in ("/healthz", "/livez"):
+        assert _get(health.port, path) == (200, b"ok")
+    assert _get(health.port, "/readyz") == (200, b"ok: scheduling")
+    assert _get(health.port, "/metrics")[0] == 403
+    assert _get(health.port, "/metrics", "wrong")[0] == 401
+    status, body = _get(health.port, "/metrics", "good")
+    assert status == 200 and b"# HELP" in body
+    # Health paths asked nothing: SAR anonymous, TokenReview wrong, TokenReview and SAR good.
+    assert len(api.calls) == 4
+
+
+def test_plain_http_on_the_secure_port_gets_no_answer(
+    self_signed: tuple[HealthServer, FakeReviews],
+) -> None:
+    health, _ = self_signed
+    conn = http.client.HTTPConnection("127.0.0.1", health.port, timeout=10)
+    with pytest.raises((http.client.HTTPException, OSError)):
+        conn.request("GET", "/healthz")
+        conn.getresponse()
+    conn.close()
+
+
+def test_a_silent_client_does_not_hold_up_the_others(
+    self_signed: tuple[HealthServer, FakeReviews],
+) -> None:
+    """The TLS handshake runs on the connection's thread, not the accepting one."""
+    health, _ = self_signed
+    with socket.create_connection(("127.0.0.1", health.port)):
+        assert _get(health.port, "/healthz") == (200, b"ok")
+
+
+def test_a_given_certificate_and_client_certificates(tmp_path: Path) -> None:
+    ca = CA(tmp_path, "serving")
+    leaf = ca.issue("shim", server=True)
+    clients = CA(tmp_path, "clients")
+    client = clients.issue("scraper", server=False)
+    certificate = ServingCertificate(str(leaf.cert), str(leaf.key), str(clients.path))
+    for health, api in _serve(certificate):
+        context = ssl.create_default_context(cafile=str(ca.path))
+        status, _ = _get(health.port, "/metrics", context=context)
+        assert status == 403  # verified server, anonymous caller
+        context.load_cert_chain(str(client.cert), str(client.key))
+        status, body = _get(health.port, "/metrics", context=context)
+        assert status == 200 and b"# HELP" in body
+        # The certificate's CN was the user; no TokenReview was needed.
+        assert [p for p, _ in api.calls].count("/apis/authentication.k8s.io/v1/tokenreviews") == 0
+
+
+def test_bad_files_name_the_flag() -> None:
+    with pytest.raises(ValueError, match="--tls-cert-file /nonexistent: cannot read"):
+        ServingCertificate("/nonexistent", "/nonexistent").context()
+    with pytest.raises(ValueError, match="go together"):
+        ServingCertificate("/a", None).context()
