@@ -371,7 +371,15 @@ class Server:
 
 @contextlib.contextmanager
 def spawn_server(config: str | None) -> Iterator[Server]:
-    cmd = [sys.executable, "-m", "berth", "serve", "--listen", "127.0.0.1:0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "berth",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--insecure-plaintext",
+    ]
     if config:
         cmd += ["--config", config]
     proc = subprocess.Popen(

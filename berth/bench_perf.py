@@ -928,7 +928,16 @@ def start_berth_run(
             serve_log = work / "serve.log"
             proc, rec = spawn(
                 "berth serve",
-                [*berth, "serve", "--config", str(config), "--listen", f"127.0.0.1:{port}"],
+                [
+                    *berth,
+                    "serve",
+                    "--config",
+                    str(config),
+                    "--listen",
+                    f"127.0.0.1:{port}",
+                    # One machine, loopback only: plaintext, said explicitly.
+                    "--insecure-plaintext",
+                ],
                 serve_log,
                 die_with_parent=True,
             )
@@ -942,7 +951,7 @@ def start_berth_run(
                 proc,
                 serve_log,
             )
-            server_args = ["--plugin-server", f"127.0.0.1:{port}"]
+            server_args = ["--plugin-server", f"127.0.0.1:{port}", "--insecure-plaintext"]
         mport = free_port()
         shim_log = work / "shim.log"
         proc, rec = spawn(
@@ -963,6 +972,7 @@ def start_berth_run(
                 str(burst),
                 "--metrics-listen",
                 f"127.0.0.1:{mport}",
+                "--insecure-metrics",
                 *server_args,
             ],
             shim_log,

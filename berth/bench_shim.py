@@ -218,14 +218,22 @@ def run_shim(args: argparse.Namespace) -> int:
                 if args.grpc:
                     port = free_port()
                     serve = subprocess.Popen(
-                        [*berth, "serve", "--config", str(config), "--listen", f"127.0.0.1:{port}"],
+                        [
+                            *berth,
+                            "serve",
+                            "--config",
+                            str(config),
+                            "--listen",
+                            f"127.0.0.1:{port}",
+                            "--insecure-plaintext",
+                        ],
                         stdout=open(root / "serve.log", "wb"),  # noqa: SIM115
                         stderr=subprocess.STDOUT,
                     )
                     procs.append(serve)
                     while b"listening on port" not in (root / "serve.log").read_bytes():
                         time.sleep(0.1)
-                    extra = ["--plugin-server", f"127.0.0.1:{port}"]
+                    extra = ["--plugin-server", f"127.0.0.1:{port}", "--insecure-plaintext"]
                 mport = free_port()
                 shim = subprocess.Popen(
                     [
@@ -244,6 +252,7 @@ def run_shim(args: argparse.Namespace) -> int:
                         str(int(args.qps)),
                         "--metrics-listen",
                         f"127.0.0.1:{mport}",
+                        "--insecure-metrics",
                         *extra,
                     ],
                     stdout=open(root / "shim.log", "wb"),  # noqa: SIM115

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 COMMAND_MODULES: tuple[str, ...] = (
     "server.cli",  # berth serve
     "shim.cli",  # berth shim
+    "berth.certs",  # berth certs
     "berth.place",  # berth place
     "berth.plugins_cmd",  # berth plugins
     "berth.bench",  # berth bench ...

@@ -711,7 +711,10 @@ def _http_ok(url: str) -> bool:
 def start_serve(state: DemoState, *, die_with_parent: bool) -> None:
     log_path = state.logs / "serve.log"
     log_path.unlink(missing_ok=True)
-    argv = _berth("serve", "--config", str(state.config), "--listen", f"{LOOPBACK}:0")
+    # Loopback only, one machine: plaintext gRPC and open health and metrics, said explicitly.
+    argv = _berth(
+        "serve", "--config", str(state.config), "--listen", f"{LOOPBACK}:0", "--insecure-plaintext"
+    )
     proc, record = spawn(
         "berth serve", argv, log_path, env=_child_env(), die_with_parent=die_with_parent
     )
@@ -738,12 +741,14 @@ def start_shim(state: DemoState, cluster: ClusterState, *, die_with_parent: bool
         str(state.config),
         "--plugin-server",
         state.server,
+        "--insecure-plaintext",
         # kube-scheduler's own identity and RBAC role: the shim needs nothing more.
         "--kubeconfig",
         str(cluster.scheduler_kubeconfig),
         "--no-leader-elect",
         "--metrics-listen",
         state.metrics,
+        "--insecure-metrics",
     )
     proc, record = spawn(
         "berth shim", argv, log_path, env=_child_env(), die_with_parent=die_with_parent

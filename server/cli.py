@@ -36,9 +36,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--listen",
         metavar="ADDR",
         default="127.0.0.1:50051",
-        help="gRPC address to listen on (default %(default)s). An address other hosts can "
-        "reach (0.0.0.0:50051 in a pod) needs --tls-cert, or --insecure-listen to serve "
-        "plaintext there",
+        help="gRPC address to listen on (default %(default)s). The API is served over TLS "
+        "(--tls-cert, --tls-key), or in plaintext only with --insecure-plaintext",
     )
     tls = p.add_argument_group(
         "transport security",
@@ -59,10 +58,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "clients without one (mTLS); needs --tls-cert",
     )
     tls.add_argument(
+        "--insecure-plaintext",
         "--insecure-listen",
+        dest="insecure_plaintext",
         action="store_true",
-        help="allow plaintext gRPC on a non-loopback --listen address: anyone who reaches "
-        "the port can call the API, so only behind a NetworkPolicy or on a trusted network",
+        help="serve the gRPC API in plaintext, without TLS: anyone who reaches the port can "
+        "call it and read what callers send, so only on loopback, behind a NetworkPolicy or on "
+        "a trusted network (--insecure-listen is the old name)",
     )
     tls.add_argument(
         "--health-listen",
@@ -222,26 +224,30 @@ def run(args: argparse.Namespace) -> int:
 def server_tls(args: argparse.Namespace) -> ServerTLS | None:
     """The TLS settings of ``berth serve``'s flags, their files loaded once to
     check them; ValueError (TLSFileError for a file) names the flag at fault.
-    Without TLS, a --listen address other hosts can reach needs
-    --insecure-listen."""
+    Without TLS material the server refuses to start unless given
+    --insecure-plaintext, whatever the address."""
     from server.tls import ServerTLS, is_loopback_listen
 
     if args.tls_cert is None:
         for flag, value in (("--tls-key", args.tls_key), ("--tls-client-ca", args.tls_client_ca)):
             if value is not None:
                 raise ValueError(f"{flag} needs --tls-cert (and --tls-key)")
-        if not is_loopback_listen(args.listen) and not args.insecure_listen:
+        if not args.insecure_plaintext:
             raise ValueError(
-                f"--listen {args.listen} is reachable from other hosts and the API would be "
-                "plaintext: give --tls-cert and --tls-key to serve TLS, or --insecure-listen "
-                "to serve plaintext there anyway (e.g. behind a NetworkPolicy)"
+                f"no TLS certificate for the gRPC API on {args.listen}: give --tls-cert FILE "
+                "--tls-key FILE (and --tls-client-ca FILE to require client certificates; "
+                "'berth certs' makes them), or --insecure-plaintext to serve plaintext anyway "
+                "(its callers then need --insecure-plaintext too)"
             )
         if not is_loopback_listen(args.listen):
             log.warning(
-                "plaintext gRPC on %s (--insecure-listen): anyone who reaches it can call the API",
+                "plaintext gRPC on %s (--insecure-plaintext): anyone who reaches it can call "
+                "the API",
                 args.listen,
             )
         return None
+    if args.insecure_plaintext:
+        raise ValueError("--insecure-plaintext and --tls-cert exclude each other")
     if args.tls_key is None:
         raise ValueError("--tls-cert needs --tls-key (the certificate's private key)")
     tls = ServerTLS(

@@ -6,8 +6,13 @@ import argparse
 import asyncio
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from berth.tls import add_client_tls_flags
+from shim.delegation import DEFAULT_ALWAYS_ALLOW_PATHS, DEFAULT_CACHE_TTL
+
+if TYPE_CHECKING:
+    from shim.serving import SecureServingOptions
 
 log = logging.getLogger("berth.shim")
 
@@ -47,6 +52,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_client_tls_flags(p, "--plugin-server")
     p.add_argument(
+        "--insecure-plaintext",
+        action="store_true",
+        help="call the --plugin-server replicas in plaintext, without TLS: anyone on the path "
+        "can read and change the cluster state and the answers. Without it, --plugin-server "
+        "needs --plugin-server-ca (and -cert/-key for servers that require client certificates)",
+    )
+    p.add_argument(
         "--plugin-server-mode",
         choices=("auto", "endpoints", "opaque"),
         default="auto",
@@ -64,9 +76,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--metrics-listen",
         metavar="ADDR",
         default="",
-        help="serve /healthz, /readyz and /metrics at HOST:PORT (e.g. 0.0.0.0:10259); off "
-        "by default",
+        help="serve /healthz, /readyz, /livez and /metrics over HTTPS at HOST:PORT (e.g. "
+        "0.0.0.0:10259), as kube-scheduler does: /metrics only to callers the API server "
+        "authenticates (bearer token: TokenReview; client certificate: --client-ca-file) and "
+        "authorizes (SubjectAccessReview of get on the path); off by default",
     )
+    add_secure_serving_flags(p)
     le = p.add_mutually_exclusive_group()
     le.add_argument(
         "--leader-elect",
@@ -137,6 +152,110 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
+def _duration(text: str) -> float:
+    """Seconds from ``10s``, ``5m``, ``1h``, ``500ms`` (Go durations, as
+    upstream's flags take them) or a plain number of seconds."""
+    number, scale = text, 1.0
+    for suffix, factor in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
+        if text.endswith(suffix):
+            number, scale = text[: -len(suffix)], factor
+            break
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration (e.g. 10s, 5m, 500ms)"
+        ) from None
+    if not 0 <= value <= 24 * 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: must lie between 0s and 24h")
+    return value
+
+
+def add_secure_serving_flags(p: argparse.ArgumentParser) -> None:
+    """The secure port's flags, named as kube-scheduler names them."""
+    g = p.add_argument_group(
+        "secure serving (--metrics-listen)",
+        "HTTPS and delegated authentication/authorization of /metrics, as kube-scheduler's "
+        "secure port (its flag names). The ServiceAccount needs create on tokenreviews and "
+        "subjectaccessreviews (the ClusterRole system:auth-delegator)",
+    )
+    g.add_argument(
+        "--tls-cert-file",
+        metavar="FILE",
+        help="PEM serving certificate (chain, leaf first); default: a self-signed one for "
+        "localhost and 127.0.0.1, made at start and kept in memory",
+    )
+    g.add_argument(
+        "--tls-private-key-file", metavar="FILE", help="PEM private key of --tls-cert-file"
+    )
+    g.add_argument(
+        "--client-ca-file",
+        metavar="FILE",
+        help="also authenticate callers by a client certificate this PEM CA signed (CN: user, "
+        "O: groups)",
+    )
+    g.add_argument(
+        "--authorization-always-allow-paths",
+        metavar="PATHS",
+        default=",".join(DEFAULT_ALWAYS_ALLOW_PATHS),
+        help="comma-separated paths anyone may GET without authentication (a trailing * "
+        "matches a prefix; default %(default)s)",
+    )
+    for flag, what in (
+        ("--authentication-token-webhook-cache-ttl", "TokenReview answers"),
+        ("--authorization-webhook-cache-authorized-ttl", "SubjectAccessReview allowances"),
+        ("--authorization-webhook-cache-unauthorized-ttl", "SubjectAccessReview denials"),
+    ):
+        g.add_argument(
+            flag,
+            type=_duration,
+            default=DEFAULT_CACHE_TTL,
+            metavar="DURATION",
+            help=f"how long {what} are cached (default 10s, as upstream)",
+        )
+    g.add_argument(
+        "--insecure-metrics",
+        action="store_true",
+        help="serve --metrics-listen over plain HTTP to anyone instead (no TLS, no "
+        "authentication): for a workstation or tests, never a reachable address",
+    )
+
+
+def secure_serving_from_args(args: argparse.Namespace) -> SecureServingOptions | None:
+    """The secure port's options (None: --insecure-metrics); ValueError names
+    the flag at fault."""
+    from shim.serving import SecureServingOptions, ServingCertificate
+
+    tls_flags = [
+        f
+        for f, v in (
+            ("--tls-cert-file", args.tls_cert_file),
+            ("--tls-private-key-file", args.tls_private_key_file),
+            ("--client-ca-file", args.client_ca_file),
+        )
+        if v is not None
+    ]
+    if args.insecure_metrics:
+        if tls_flags:
+            raise ValueError(f"--insecure-metrics serves plain HTTP: drop {', '.join(tls_flags)}")
+        return None
+    if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
+        raise ValueError("--tls-cert-file and --tls-private-key-file go together")
+    paths = tuple(p.strip() for p in args.authorization_always_allow_paths.split(",") if p.strip())
+    for path in paths:
+        if not path.startswith("/"):
+            raise ValueError(f"--authorization-always-allow-paths: {path!r} must start with /")
+    return SecureServingOptions(
+        certificate=ServingCertificate(
+            args.tls_cert_file, args.tls_private_key_file, args.client_ca_file
+        ),
+        always_allow_paths=paths,
+        token_ttl=args.authentication_token_webhook_cache_ttl,
+        allowed_ttl=args.authorization_webhook_cache_authorized_ttl,
+        denied_ttl=args.authorization_webhook_cache_unauthorized_ttl,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     if args.verbose == 0:
         logging.getLogger().setLevel(logging.INFO)
@@ -148,6 +267,7 @@ def run(args: argparse.Namespace) -> int:
     from shim.app import run as run_shim
     from shim.kubeapi import ConfigurationError
     from shim.scheduler import ShimOptions
+    from shim.serving import SecureServingOptions
 
     # The plugins the in-process service runs; with --server the server has
     # its own, and these only check the configuration's names.
@@ -181,6 +301,41 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.insecure_plaintext and (tls is not None or args.server is None):
+        print(
+            "berth shim: --insecure-plaintext "
+            + (
+                "and the --plugin-server-* TLS flags exclude each other"
+                if tls is not None
+                else "needs --plugin-server (without it the plugins run in this process)"
+            ),
+            file=sys.stderr,
+        )
+        return 2
+    if args.server is not None and tls is None and not args.insecure_plaintext:
+        print(
+            f"berth shim: --plugin-server {args.server} would be called in plaintext. Give "
+            "--plugin-server-ca FILE (the CA of the servers' certificates; with "
+            "--plugin-server-cert FILE --plugin-server-key FILE for servers run with "
+            "--tls-client-ca) to call them over TLS, or --insecure-plaintext to call them in "
+            "plaintext anyway (their 'berth serve' needs --insecure-plaintext too)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        secure_serving = secure_serving_from_args(args)
+    except ValueError as exc:
+        print(f"berth shim: {exc}", file=sys.stderr)
+        return 2
+    if secure_serving is not None and not args.metrics_listen:
+        given = [f for f in ("tls_cert_file", "client_ca_file") if getattr(args, f) is not None]
+        if given:
+            print(
+                "berth shim: --tls-cert-file and --client-ca-file are for --metrics-listen, "
+                "which is off",
+                file=sys.stderr,
+            )
+            return 2
     if args.bind_connections < 0:
         print(
             f"berth shim: --bind-connections must be >= 0, got {args.bind_connections}",
@@ -202,6 +357,8 @@ def run(args: argparse.Namespace) -> int:
         server_mode=args.plugin_server_mode,
         kubeconfig=args.kubeconfig,
         metrics_listen=args.metrics_listen,
+        secure_serving=secure_serving or SecureServingOptions(),
+        insecure_metrics=secure_serving is None,
         leader_elect=args.leader_elect,
         qps=args.kube_api_qps,
         burst=args.kube_api_burst,

@@ -151,7 +151,10 @@ def berth_serve(workdir: Path) -> Iterator[Server]:
     config.write_text(SCHEDULER_CONFIG)
     log = workdir / "server.log"
     addr = f"127.0.0.1:{free_loopback_port()}"
-    cmd = [sys.executable, "-m", "berth", "serve", "--config", str(config), "--listen", addr]
+    cmd = [
+        *[sys.executable, "-m", "berth", "serve", "--config", str(config), "--listen", addr],
+        "--insecure-plaintext",
+    ]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
     try:

@@ -57,6 +57,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
             f"127.0.0.1:{port}",
             "--metrics-listen",
             f"127.0.0.1:{metrics}",
+            "--insecure-plaintext",
             "--grace",
             "5",
         ],
@@ -120,7 +121,13 @@ def test_serve_refuses_a_bad_config_naming_file_and_field(tmp_path: Path) -> Non
         "      - name: NoSuchPlugin\n"
     )
     out = berth(
-        "serve", "--config", str(cfg), "--listen", f"127.0.0.1:{free_loopback_port()}", timeout=30
+        "serve",
+        "--config",
+        str(cfg),
+        "--listen",
+        f"127.0.0.1:{free_loopback_port()}",
+        "--insecure-plaintext",
+        timeout=30,
     )
     assert out.returncode == 2
     assert str(cfg) in out.stderr
@@ -133,7 +140,7 @@ def test_serve_refuses_a_taken_port() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        out = berth("serve", "--listen", f"127.0.0.1:{port}", timeout=30)
+        out = berth("serve", "--listen", f"127.0.0.1:{port}", "--insecure-plaintext", timeout=30)
     assert out.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in out.stderr
 

@@ -135,6 +135,7 @@ def served_example() -> Iterator[Served]:
             str(CONFIG),
             "--listen",
             "127.0.0.1:0",
+            "--insecure-plaintext",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -188,7 +189,7 @@ def test_a_config_naming_an_unknown_plugin_says_where_berth_looked(tmp_path: Pat
     )
     for command in (
         ["place", "--cluster", str(CLUSTER), "--pod", str(POD), "--config", str(cfg)],
-        ["serve", "--config", str(cfg), "--listen", "127.0.0.1:0"],
+        ["serve", "--config", str(cfg), "--listen", "127.0.0.1:0", "--insecure-plaintext"],
         # Refused before it looks for a cluster.
         ["shim", "--config", str(cfg)],
     ):

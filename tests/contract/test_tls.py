@@ -1,7 +1,8 @@
 """Transport security of the gRPC API (issue 13): ``berth serve --tls-cert/--tls-key
 [--tls-client-ca]`` against TLS and mTLS clients, the client flags of ``berth place`` and
 ``berth shim`` (--plugin-server-ca/-cert/-key/-tls-name) reaching their channels, the
-refusal of a plaintext non-loopback listen address, the plaintext health-only port, and
+refusal of plaintext unless asked for by --insecure-plaintext (on both sides), the
+plaintext health-only port, and
 certificate reload. The PKI is made per test with ``cryptography`` (tests/contract/tlscerts.py)."""
 
 from __future__ import annotations
@@ -436,16 +437,58 @@ def test_place_with_a_bad_client_file_exits_2_naming_it(
     assert f"--plugin-server-key {missing}: cannot read" in out.stderr, out.stderr
 
 
-def test_serve_refuses_a_plaintext_non_loopback_address() -> None:
-    out = berth("serve", "--listen", "0.0.0.0:0")
+@pytest.mark.parametrize("listen", ["0.0.0.0:0", "127.0.0.1:0"])
+def test_serve_refuses_plaintext_without_the_explicit_flag(listen: str) -> None:
+    """Plaintext on any address, loopback included, only by --insecure-plaintext."""
+    out = berth("serve", "--listen", listen)
     assert out.returncode == 2
-    assert "--insecure-listen" in out.stderr and "--tls-cert" in out.stderr, out.stderr
-    assert "0.0.0.0:0" in out.stderr
+    assert "--insecure-plaintext" in out.stderr and "--tls-cert" in out.stderr, out.stderr
+    assert listen in out.stderr
+
+
+def test_serve_refuses_plaintext_and_tls_at_once(pki: PKI) -> None:
+    out = berth(
+        "serve",
+        "--tls-cert",
+        str(pki.server.cert),
+        "--tls-key",
+        str(pki.server.key),
+        "--insecure-plaintext",
+    )
+    assert out.returncode == 2
+    assert "--insecure-plaintext and --tls-cert exclude each other" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "wanted"),
+    [
+        # Plaintext to a plugin server only when said.
+        (
+            ["--plugin-server", "127.0.0.1:1"],
+            "--plugin-server 127.0.0.1:1 would be called in plaintext",
+        ),
+        (
+            ["--plugin-server", "127.0.0.1:1", "--insecure-plaintext", "--plugin-server-ca", "x"],
+            "--insecure-plaintext and the --plugin-server-* TLS flags exclude each other",
+        ),
+        (["--insecure-plaintext"], "--insecure-plaintext needs --plugin-server"),
+    ],
+    ids=["no-tls-no-flag", "both", "no-server"],
+)
+def test_shim_refuses_plaintext_without_the_explicit_flag(
+    flags: list[str], wanted: str, pki: PKI
+) -> None:
+    flags = [str(pki.ca.path) if f == "x" else f for f in flags]
+    out = berth("shim", *flags, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert wanted in out.stderr, out.stderr
+    if "would be called in plaintext" in wanted:
+        assert "--plugin-server-ca" in out.stderr and "--insecure-plaintext" in out.stderr
 
 
 def test_serve_listens_in_plaintext_when_told_explicitly() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "berth", "serve", "--listen", "0.0.0.0:0", "--insecure-listen"],
+        [sys.executable, "-m", "berth", "serve", "--listen", "0.0.0.0:0", "--insecure-plaintext"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -457,7 +500,7 @@ def test_serve_listens_in_plaintext_when_told_explicitly() -> None:
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=30)
-    assert "plaintext gRPC on 0.0.0.0:0 (--insecure-listen)" in err
+    assert "plaintext gRPC on 0.0.0.0:0 (--insecure-plaintext)" in err
 
 
 @pytest.mark.parametrize(

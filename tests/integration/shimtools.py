@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -137,12 +138,14 @@ class Proc:
 
 
 class Server(Proc):
-    """``berth serve`` on a fixed loopback port (so a restart comes back at the same address)."""
+    """``berth serve`` on a fixed loopback port (so a restart comes back at the same address),
+    in plaintext (``--insecure-plaintext``) unless ``extra`` gives it TLS files."""
 
     def __init__(
         self, config: Path, log: Path, port: int | None = None, extra: Sequence[str] = ()
     ) -> None:
         self.port = port or free_port()
+        tls = any(a.startswith("--tls-cert") for a in extra)
         super().__init__(
             [
                 *BERTH,
@@ -151,6 +154,7 @@ class Server(Proc):
                 str(config),
                 "--listen",
                 f"127.0.0.1:{self.port}",
+                *([] if tls else ["--insecure-plaintext"]),
                 *extra,
             ],
             log,
@@ -174,6 +178,10 @@ class Server(Proc):
 
 
 class Shim(Proc):
+    """``berth shim`` with its health and metrics in plain HTTP on a loopback port
+    (``--insecure-metrics``), calling ``server`` in plaintext (``--insecure-plaintext``)
+    unless ``extra`` gives it TLS files."""
+
     def __init__(
         self,
         config: Path,
@@ -195,18 +203,32 @@ class Shim(Proc):
             str(kubeconfig),
             "--metrics-listen",
             f"127.0.0.1:{self.metrics_port}",
+            "--insecure-metrics",
             "--leader-elect" if leader_elect else "--no-leader-elect",
             *extra,
         ]
         if server:
             argv += ["--plugin-server", server]
+            if not any(a.startswith("--plugin-server-") for a in extra):
+                argv.append("--insecure-plaintext")
         super().__init__(argv, log, env)
 
-    def get(self, path: str) -> tuple[int, str]:
+    def get(self, path: str, token: str | None = None) -> tuple[int, str]:
+        """GET on the metrics port: plain HTTP, or HTTPS (the certificate unchecked, as the
+        kubelet's probes do) when argv has no --insecure-metrics; ``token`` as a bearer
+        token. (status, body); status 0 when nothing answered."""
+        secure = "--insecure-metrics" not in self.argv
+        context = None
+        if secure:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        scheme = "https" if secure else "http"
+        request = urllib.request.Request(f"{scheme}://127.0.0.1:{self.metrics_port}{path}")
+        if token is not None:
+            request.add_header("Authorization", f"Bearer {token}")
         try:
-            with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.metrics_port}{path}", timeout=2
-            ) as r:
+            with urllib.request.urlopen(request, timeout=5, context=context) as r:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()

@@ -95,6 +95,7 @@ def test_one_trace_holds_the_shims_and_the_servers_spans(
             str(config),
             "--listen",
             f"127.0.0.1:{port}",
+            "--insecure-plaintext",
             "--otlp-endpoint",
             endpoint,
         ],
