@@ -290,13 +290,16 @@ def test_containers_are_locked_down_with_probes_and_resources(directory: Path) -
         "livenessProbe": "/healthz",
         "readinessProbe": "/readyz",
     }
+    assert {p["httpGet"]["scheme"] for p in _probes(sc).values()} == {"HTTPS"}
     server = one(docs, "Deployment", "berth-plugin-server")
     # The HorizontalPodAutoscaler owns the replica count.
     assert "replicas" not in server["spec"]
     sc = server["spec"]["template"]["spec"]["containers"][0]
     grpc = {k: p["grpc"] for k, p in _probes(sc).items()}
-    assert grpc["readinessProbe"] == {"port": 50051, "service": "berth.v1.SchedulingService"}
-    assert grpc["livenessProbe"]["port"] == 50051
+    # The gRPC API is mTLS only; the probes use the plaintext health-only port.
+    health = {p["name"]: p["containerPort"] for p in sc["ports"]}["health"]
+    assert grpc["readinessProbe"] == {"port": health, "service": "berth.v1.SchedulingService"}
+    assert grpc["livenessProbe"]["port"] == health
 
 
 def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:

@@ -5,8 +5,14 @@ for real in the test cluster. A token for the shim's ServiceAccount comes from t
 TokenRequest API; ``berth shim`` runs on the host with a kubeconfig holding only that token,
 with the flags and the configuration of the shim Deployment (two replicas, leader election on
 the Lease berth-system/berth-scheduler), next to a ``berth serve`` run with the plugin server
-Deployment's flags. Pods get bound, unschedulable ones get their status patched and events,
-and leadership passes to the standby when the leader stops.
+Deployment's flags (mTLS between them, with certificates from ``berth certs``). Pods get bound,
+unschedulable ones get their status patched and events, and leadership passes to the standby
+when the leader stops.
+
+The shim's secure port (HTTPS, delegated authn/authz through the auth-delegator binding):
+/metrics refused without a token (403, the anonymous user) and with a bad one (401), refused to
+a ServiceAccount without access (403), served to one allowed ``get`` on the nonResourceURL
+/metrics; /healthz, /readyz and /livez open.
 
 Then SelfSubjectAccessReviews made with that token show what the role may not do: touch
 nodes beyond list/watch, read secrets, update or patch pods beyond binding and status, or
@@ -16,8 +22,12 @@ RBAC components under deploy/components/ grant their extra verbs only once appli
 
 from __future__ import annotations
 
+import http.client
+import json
 import re
+import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +153,69 @@ def lease_holder(kube: KubeClient) -> str:
     return str((lease.get("spec") or {}).get("holderIdentity") or "")
 
 
+def berth_certs(directory: Path) -> Path:
+    """``berth certs --out-dir``: the PEM files of the Secrets the base mounts."""
+    subprocess.run(
+        [*BERTH, "certs", "--out-dir", str(directory)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return directory
+
+
+def base_server(base: list[JSON], config: Path, pki: Path, log: Path) -> Server:
+    """``berth serve`` with the plugin server Deployment's flags, on loopback, the Secret's
+    files from ``pki``."""
+    server = Server(config, log)
+    server.argv = [
+        *BERTH,
+        *replace_flags(
+            container_args(base, "berth-plugin-server"),
+            {
+                "--config": str(config),
+                "--listen": server.address,
+                "--metrics-listen": f"127.0.0.1:{free_port()}",
+                "--health-listen": f"127.0.0.1:{free_port()}",
+                "--tls-cert": str(pki / "server.crt"),
+                "--tls-key": str(pki / "server.key"),
+                "--tls-client-ca": str(pki / "ca.crt"),
+            },
+        ),
+    ]
+    return server
+
+
+def base_shim(
+    base: list[JSON], config: Path, kubeconfig: Path, pki: Path, server: Server, log: Path
+) -> Shim:
+    """``berth shim`` with the shim Deployment's flags (leader election on, mTLS to
+    ``server``, the secure metrics port), with a ServiceAccount's token instead of the
+    in-cluster one."""
+    shim_args = container_args(base, "berth-scheduler")
+    assert "--leader-elect" in shim_args and not any(
+        a.startswith("--kubeconfig") for a in shim_args
+    )
+    s = Shim(config, kubeconfig, log)
+    s.argv = [
+        *BERTH,
+        *replace_flags(
+            shim_args,
+            {
+                "--config": str(config),
+                "--plugin-server": server.address,
+                "--metrics-listen": f"127.0.0.1:{s.metrics_port}",
+                "--plugin-server-ca": str(pki / "ca.crt"),
+                "--plugin-server-cert": str(pki / "client.crt"),
+                "--plugin-server-key": str(pki / "client.key"),
+            },
+        ),
+        "--kubeconfig",
+        str(kubeconfig),
+    ]
+    return s
+
+
 def test_shim_schedules_with_its_service_account_and_leader_election(
     kube: KubeClient,
     base: list[JSON],
@@ -154,42 +227,11 @@ def test_shim_schedules_with_its_service_account_and_leader_election(
     fake_nodes(2, cpu="4")
     config = tmp_path / "scheduler-config.yaml"
     config.write_text(scheduler_config(base))
-
-    # The plugin server Deployment's flags, on loopback.
-    server = Server(config, tmp_path / "serve.log")
-    server_args = replace_flags(
-        container_args(base, "berth-plugin-server"),
-        {
-            "--config": str(config),
-            "--listen": server.address,
-            "--metrics-listen": f"127.0.0.1:{free_port()}",
-        },
-    )
-    server.argv = [*BERTH, *server_args]
-
-    # The shim Deployment's flags (leader election on), with the ServiceAccount's token
-    # instead of the in-cluster one.
-    shim_args = container_args(base, "berth-scheduler")
-    assert "--leader-elect" in shim_args and not any(
-        a.startswith("--kubeconfig") for a in shim_args
-    )
+    pki = berth_certs(tmp_path / "pki")
+    server = base_server(base, config, pki, tmp_path / "serve.log")
 
     def shim(name: str) -> Shim:
-        s = Shim(config, shim_kubeconfig, tmp_path / f"{name}.log")
-        s.argv = [
-            *BERTH,
-            *replace_flags(
-                shim_args,
-                {
-                    "--config": str(config),
-                    "--plugin-server": server.address,
-                    "--metrics-listen": f"127.0.0.1:{s.metrics_port}",
-                },
-            ),
-            "--kubeconfig",
-            str(shim_kubeconfig),
-        ]
-        return s
+        return base_shim(base, config, shim_kubeconfig, pki, server, tmp_path / f"{name}.log")
 
     first, second = shim("shim-a"), shim("shim-b")
 
@@ -250,6 +292,98 @@ def test_shim_schedules_with_its_service_account_and_leader_election(
     for s in (first, second):
         text = s.text().lower()
         assert "forbidden" not in text and " 403" not in text, s.text()[-3000:]
+        # Both sides said TLS.
+        assert "over tls (ca " in text and "client certificate" in text, s.text()[-3000:]
+    assert "plaintext" not in server.text()
+
+
+# -- the secure port: /metrics for whom the API server allows --------------------------------
+
+METRICS_READER = "berth-test-metrics-reader"
+STRANGER = "berth-test-stranger"
+
+
+@pytest.fixture
+def metrics_accounts(kube: KubeClient, cluster: Cluster, installed: list[JSON]) -> Iterator[None]:
+    """Two ServiceAccounts: one allowed get on the nonResourceURL /metrics (as a Prometheus
+    would be), one allowed nothing."""
+    docs: list[JSON] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+        }
+        for name in (METRICS_READER, STRANGER)
+    ]
+    docs += [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": METRICS_READER},
+            "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": METRICS_READER},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": METRICS_READER,
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": METRICS_READER, "namespace": NAMESPACE}
+            ],
+        },
+    ]
+    kubectl(["apply", "-f", "-"], kubeconfig=cluster.kubeconfig, stdin=yaml.safe_dump_all(docs))
+    try:
+        yield
+    finally:
+        delete_objects(kube, cluster.kubeconfig, docs)
+
+
+def test_metrics_are_served_over_https_to_whom_the_api_server_allows(
+    kube: KubeClient,
+    base: list[JSON],
+    shim_kubeconfig: Path,
+    metrics_accounts: None,
+    tmp_path: Path,
+) -> None:
+    """kube-scheduler's secure port: delegated authentication (TokenReview) and
+    authorization (SubjectAccessReview), through the base's auth-delegator binding."""
+    config = tmp_path / "scheduler-config.yaml"
+    config.write_text(scheduler_config(base))
+    pki = berth_certs(tmp_path / "pki")
+    server = base_server(base, config, pki, tmp_path / "serve.log")
+    shim = base_shim(base, config, shim_kubeconfig, pki, server, tmp_path / "shim.log")
+    reader, stranger = token_for(kube, METRICS_READER), token_for(kube, STRANGER)
+    with running(server.start()), running(shim.start()):
+        # Open to all, as upstream's --authorization-always-allow-paths.
+        for path in ("/healthz", "/readyz", "/livez"):
+            status, _ = shim.get(path)
+            assert status == 200, path
+        # No token: the anonymous user, whom RBAC does not allow /metrics.
+        status, body = shim.get("/metrics")
+        assert status == 403, body
+        assert json.loads(body)["message"] == (
+            'forbidden: User "system:anonymous" cannot get path "/metrics"'
+        ), body
+        # A token the API server does not know.
+        status, body = shim.get("/metrics", token="not-a-token")
+        assert status == 401, body
+        # A ServiceAccount without access.
+        status, body = shim.get("/metrics", token=stranger)
+        assert status == 403, body
+        assert f"system:serviceaccount:{NAMESPACE}:{STRANGER}" in body, body
+        # Allowed: served.
+        status, body = shim.get("/metrics", token=reader)
+        assert status == 200, body
+        assert "scheduler_schedule_attempts_total" in body or "scheduler_pending_pods" in body
+        # Not plain HTTP.
+        with pytest.raises((OSError, http.client.HTTPException)):
+            urllib.request.urlopen(f"http://127.0.0.1:{shim.metrics_port}/healthz", timeout=5)
+    assert "forbidden" not in shim.text().lower(), shim.text()[-3000:]
 
 
 # -- and cannot do more ------------------------------------------------------------------------
@@ -333,6 +467,9 @@ SHIM_MAY = [
     Access("watch", "volumeattachments", "storage.k8s.io"),
     Access("patch", "persistentvolumes", name="pv"),
     Access("patch", "persistentvolumeclaims", namespace="default", name="pvc"),
+    # The secure port's delegated authentication and authorization (system:auth-delegator).
+    Access("create", "tokenreviews", "authentication.k8s.io"),
+    Access("create", "subjectaccessreviews", "authorization.k8s.io"),
 ]
 
 SHIM_MAY_NOT = [
