@@ -5,14 +5,17 @@
 #   1. the build context is what the Dockerfile's build stage COPYs (parsed from its
 #      COPY lines), so a package the Dockerfile forgets to copy is missing here too;
 #   2. a wheel of it (pip wheel, as the build stage), installed with its dependencies
-#      into a fresh virtualenv without pip (python -m venv --without-pip; pip --python);
+#      into a fresh virtualenv without pip (python -m venv --without-pip; pip --python):
+#      the dependencies from deploy/requirements.lock with --require-hashes, wheels only,
+#      then the wheel alone, and pip check that the lock holds all it needs;
 #   3. no installer or build tool in the tree (pip, setuptools, wheel);
 #   4. the tree made read-only, then, as the image's user (uid/gid 65532 when this runs
 #      as root, through setpriv), with HOME=/nonexistent, PYTHONDONTWRITEBYTECODE=1 and
 #      the working directory /: `berth --help`, `berth shim --help`,
 #      `berth serve --list-plugins`, the packages import from the tree (not from this
-#      checkout), and `berth serve` with deploy/base's configuration answers a gRPC
-#      health check SERVING for berth.v1.SchedulingService, then stops on SIGTERM;
+#      checkout), and `berth serve` with deploy/base's configuration and mTLS
+#      (certificates from the tree's `berth certs`) answers a gRPC health check
+#      SERVING for berth.v1.SchedulingService over mTLS, then stops on SIGTERM;
 #   5. nothing in the tree was written while it ran (readOnlyRootFilesystem).
 #
 #   hack/image-tree.sh [OUT_DIR]      default OUT_DIR: build/image-tree
@@ -95,14 +98,20 @@ say "build context: $(find "$ctx" -type f | wc -l) files from the Dockerfile's C
 # -- 2. the wheel, and the virtualenv it is installed into --------------------------------
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 # --no-build-isolation: the dev virtualenv's setuptools builds it (no download); the
-# Dockerfile lets pip fetch the pyproject's build requirements instead.
+# Dockerfile installs deploy/build-requirements.lock's instead.
 "$venv/bin/python" -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir "$wheels" "$ctx" \
   || die "pip wheel failed on the build context"
 wheel=$(find "$wheels" -name 'berth-*.whl' | head -n 1)
 [ -n "$wheel" ] || die "pip wheel made no berth wheel in $wheels"
+[ -f "$ctx/requirements.lock" ] || die "the build stage copies no requirements.lock"
 "$py" -m venv --without-pip "$tree" || die "could not create a virtualenv with $py"
-"$venv/bin/python" -m pip --python "$tree/bin/python" install --quiet "$wheel" \
+"$venv/bin/python" -m pip --python "$tree/bin/python" install --quiet \
+  --require-hashes --only-binary=:all: --no-deps -r "$ctx/requirements.lock" \
+  || die "installing deploy/requirements.lock (hashes required) into $tree failed"
+"$venv/bin/python" -m pip --python "$tree/bin/python" install --quiet --no-deps "$wheel" \
   || die "installing $wheel into $tree failed"
+"$venv/bin/python" -m pip --python "$tree/bin/python" check >"$out/logs/pip-check.txt" 2>&1 \
+  || die "deploy/requirements.lock lacks what berth needs (run hack/lock.sh):"$'\n'"$(cat "$out/logs/pip-check.txt")"
 say "installed $(basename "$wheel") and its dependencies into $tree ($(du -sh "$tree" | cut -f1))"
 
 # -- 3. no installer or build tools ----------------------------------------------------------
@@ -116,6 +125,9 @@ done
 
 # -- 4. run it as the image does ---------------------------------------------------------------
 cp "$root/deploy/base/scheduler-config.yaml" "$out/etc/berth/scheduler-config.yaml"
+# The Secrets' files, as the base mounts them (readable by the image's user here).
+PYTHONDONTWRITEBYTECODE=1 "$tree/bin/berth" certs --out-dir "$out/etc/berth/tls" >/dev/null 2>"$out/logs/certs.txt" \
+  || die "berth certs failed: $(cat "$out/logs/certs.txt")"
 chmod -R a+rX,a-w "$tree" "$out/etc"
 find "$tree" -printf '%p %s %T@\n' | sort >"$out/logs/before.txt"
 
@@ -152,11 +164,13 @@ for m in (berth, berth_api, plugins, server, shim):
         sys.exit(f"{m.__name__} imported from {m.__file__}, not from the tree {sys.argv[1]}")
 ' "$tree/" || die "the packages do not import from the tree"
 
-# berth serve, as the plugin server Deployment runs it (port 0: any free port).
+# berth serve, as the plugin server Deployment runs it (mTLS; port 0: any free port).
 serve_log=$out/logs/serve.txt
+tls=$out/etc/berth/tls
 # exec all the way down, so $! is berth serve itself and gets the SIGTERM.
 (cd / && exec "${image_env[@]}" berth serve --config "$out/etc/berth/scheduler-config.yaml" \
-  --listen 127.0.0.1:0 --grace 2) >"$serve_log" 2>&1 &
+  --listen 127.0.0.1:0 --grace 2 --tls-cert "$tls/server.crt" --tls-key "$tls/server.key" \
+  --tls-client-ca "$tls/ca.crt") >"$serve_log" 2>&1 &
 serve_pid=$!
 trap 'kill "$serve_pid" 2>/dev/null || true' EXIT
 port=""
@@ -169,21 +183,26 @@ done
 [ -n "$port" ] || die "berth serve did not listen within 30s: $(cat "$serve_log")"
 status=$(run python -c '
 import sys
+from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-with grpc.insecure_channel(sys.argv[1]) as channel:
+tls = Path(sys.argv[2])
+creds = grpc.ssl_channel_credentials(
+    (tls / "ca.crt").read_bytes(), (tls / "client.key").read_bytes(), (tls / "client.crt").read_bytes()
+)
+with grpc.secure_channel(sys.argv[1], creds) as channel:
     reply = health_pb2_grpc.HealthStub(channel).Check(
         health_pb2.HealthCheckRequest(service="berth.v1.SchedulingService"), timeout=10
     )
 print(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
-' "127.0.0.1:$port") || die "gRPC health check of berth serve failed"
+' "127.0.0.1:$port" "$tls") || die "gRPC health check of berth serve over mTLS failed"
 [ "$status" = SERVING ] || die "berth serve health: $status, want SERVING"
 kill -TERM "$serve_pid"
 code=0
 wait "$serve_pid" || code=$?
 trap - EXIT
 [ "$code" = 0 ] || die "berth serve exited $code on SIGTERM: $(tail -n 20 "$serve_log")"
-say "berth serve on 127.0.0.1:$port: health SERVING, stopped cleanly on SIGTERM"
+say "berth serve on 127.0.0.1:$port: health SERVING over mTLS, stopped cleanly on SIGTERM"
 
 # -- 5. nothing written into the tree -----------------------------------------------------------
 find "$tree" -printf '%p %s %T@\n' | sort >"$out/logs/after.txt"
