@@ -2,7 +2,7 @@
 
 There is no container engine on this machine (nor in CI): hack/image-tree.sh builds what
 deploy/Dockerfile puts at /opt/berth (a wheel of the files its COPY lines name, installed
-with its dependencies into a virtualenv without pip) and runs it the way the image runs:
+with its locked dependencies, hashes required, into a virtualenv without pip) and runs it the way the image runs:
 read-only, as uid 65532, no home, cwd /. These tests run it, and show it fails when the
 Dockerfile forgets a package.
 """
@@ -49,7 +49,7 @@ def test_image_tree_builds_and_runs_read_only_as_the_image_user(out_dir: Path) -
     result = run_script(out_dir)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-5000:]
-    assert "health SERVING, stopped cleanly on SIGTERM" in output, output
+    assert "health SERVING over mTLS, stopped cleanly on SIGTERM" in output, output
     assert "OK:" in output, output
     tree = out_dir / "opt" / "berth"
     site = next((tree / "lib").glob("python3.*/site-packages"))
