@@ -19,7 +19,7 @@ from cryptography.x509.oid import NameOID
 
 from shim.delegation import DelegatedAuth
 from shim.health import HealthServer
-from shim.serving import SecureServing, ServingCertificate
+from shim.serving import SecureServing, SecureServingOptions, ServingCertificate
 from tests.contract.tlscerts import CA
 from tests.unit.shim.test_delegation import FakeReviews
 
@@ -137,3 +137,30 @@ def test_bad_files_name_the_flag() -> None:
         ServingCertificate("/nonexistent", "/nonexistent").context()
     with pytest.raises(ValueError, match="go together"):
         ServingCertificate("/a", None).context()
+
+
+def test_secure_serving_flags() -> None:
+    from berth.cli import build_parser
+    from shim.cli import secure_serving_from_args
+
+    parser = build_parser()
+
+    def options(*flags: str) -> SecureServingOptions | None:
+        return secure_serving_from_args(parser.parse_args(["shim", *flags]))
+
+    default = options()
+    assert default is not None
+    assert default.always_allow_paths == ("/healthz", "/readyz", "/livez")
+    assert default.token_ttl == default.allowed_ttl == default.denied_ttl == 10.0
+    ttl = options("--authorization-webhook-cache-authorized-ttl", "5m")
+    assert ttl is not None and ttl.allowed_ttl == 300.0
+    assert options("--insecure-metrics") is None
+    for flags, wanted in [
+        (["--insecure-metrics", "--tls-cert-file", "c"], "drop --tls-cert-file"),
+        (["--tls-cert-file", "c"], "go together"),
+        (["--authorization-always-allow-paths", "healthz"], "must start with /"),
+    ]:
+        with pytest.raises(ValueError, match=wanted):
+            options(*flags)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["shim", "--authentication-token-webhook-cache-ttl", "soon"])
