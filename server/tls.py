@@ -9,8 +9,8 @@ connections already open keep their session. A changed set that does not load
 (a key that does not match its certificate, a half-written file) is logged and
 the previous set stays in use until the files are good again.
 
-Also: which listen addresses are loopback-only (``berth serve`` refuses any
-other without TLS unless ``--insecure-listen`` is given).
+Also: which listen addresses are loopback-only (``berth serve --insecure-plaintext``
+warns about any other).
 """
 
 from __future__ import annotations
