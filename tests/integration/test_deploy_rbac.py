@@ -294,7 +294,7 @@ def test_shim_schedules_with_its_service_account_and_leader_election(
         assert "forbidden" not in text and " 403" not in text, s.text()[-3000:]
         # Both sides said TLS.
         assert "over tls (ca " in text and "client certificate" in text, s.text()[-3000:]
-    assert "plaintext" not in server.text()
+    assert "plaintext gRPC" not in server.text() and ", mTLS with " in server.text()
 
 
 # -- the secure port: /metrics for whom the API server allows --------------------------------
