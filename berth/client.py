@@ -24,7 +24,18 @@ them apart in one of two ways:
   replica it knows has confirmed (``ReplicaTracker``).
 
 Channels load the client contract, ``protos/service_config.json`` (per-method
-deadlines, retries of UNAVAILABLE, message sizes).
+deadlines, retries of UNAVAILABLE, message sizes). Beyond it the client:
+
+- sets a deadline on every unary call (``timeout``, else
+  ``DEFAULT_TIMEOUT_SECONDS``), so a server honours it inside a cycle;
+- retries a call refused OVERLOADED (RESOURCE_EXHAUSTED: the replica is at its
+  in-flight caps) after a jittered backoff, up to ``OVERLOAD_RETRIES`` times,
+  and then raises for the caller to back the pod off (never to drop it);
+- sends its cluster's token (``ClusterStateLog.token``) in the
+  ``berth-caller-token`` metadata of every call: replicas keep its state
+  under that caller, out of reach of anyone who only learns its cluster_id;
+- sends a full state larger than ``part_bytes`` in parts over UploadState,
+  then the request itself as a delta from the uploaded generation.
 """
 
 from __future__ import annotations
@@ -34,11 +45,14 @@ import contextlib
 import importlib.resources
 import json
 import logging
+import os
+import random
+import secrets
 import socket
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -67,6 +81,17 @@ RPC_NAMES = tuple(m.name for m in pb.DESCRIPTOR.services_by_name["SchedulingServ
 # berth serve --max-message-bytes's default: the contract's largest request
 # and response (a full state of 5000 nodes and 50k pods is ~11 MiB).
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 2**20
+
+# A unary call without a timeout of its own gets this deadline.
+DEFAULT_TIMEOUT_SECONDS = 30.0
+# The metadata that carries the caller's token (server/identity.py), and the
+# environment variable that gives it (else each ClusterStateLog makes one).
+TOKEN_METADATA = "berth-caller-token"
+TOKEN_ENV = "BERTH_CALLER_TOKEN"
+# OVERLOADED answers: retries, and the backoff before each (doubling, jittered).
+OVERLOAD_RETRIES = 5
+OVERLOAD_BACKOFF_SECONDS = 0.1
+OVERLOAD_BACKOFF_MAX_SECONDS = 2.0
 
 # protos/service_config.json, copied into the berth_api package by
 # hack/gen-protos.sh (checked there), so an installed package carries it.
@@ -156,9 +181,17 @@ class ClusterStateLog:
     generation, with a bounded log of deltas."""
 
     def __init__(
-        self, cluster_id: str | None = None, keep: int = 512, *, incarnation: int | None = None
+        self,
+        cluster_id: str | None = None,
+        keep: int = 512,
+        *,
+        incarnation: int | None = None,
+        token: str | None = None,
     ) -> None:
         self.cluster_id = cluster_id or uuid.uuid4().hex
+        # Who owns this state on the replicas (berth-caller-token): given,
+        # else $BERTH_CALLER_TOKEN, else a random secret of this run.
+        self.token = token or os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
         # Which run of the caller this is (its start in microseconds): a
         # caller that keeps its cluster_id across restarts is never answered
         # from what a replica holds of its previous run.
@@ -247,6 +280,37 @@ class ClusterStateLog:
         st.delta.upsert_pods.extend(self.pods.values())
         st.delta.upsert_objects.extend(self.objects.values())
         return st
+
+    def full_parts(self, part_bytes: int) -> list[cpb.ClusterState]:
+        """The full state as UploadState parts of about ``part_bytes`` each
+        (an object larger than that alone in its part)."""
+        if self.generation == 0:
+            self.commit()
+        parts: list[cpb.ClusterState] = []
+        part: cpb.ClusterState | None = None
+        size = 0
+        groups: list[tuple[str, Iterable[Any]]] = [
+            ("upsert_nodes", self.nodes.values()),
+            ("upsert_pods", self.pods.values()),
+            ("upsert_objects", self.objects.values()),
+        ]
+        for name, items in groups:
+            for item in items:
+                n = item.ByteSize()
+                if part is None or (size and size + n > part_bytes):
+                    part = cpb.ClusterState(
+                        cluster_id=self.cluster_id,
+                        generation=self.generation,
+                        full=True,
+                        incarnation=self.incarnation,
+                    )
+                    parts.append(part)
+                    size = 0
+                getattr(part.delta, name).append(item)
+                size += n
+        if not parts:
+            parts.append(self.full_state())
+        return parts
 
     def state_since(self, base: int) -> cpb.ClusterState:
         """The message that takes a replica at ``base`` to the current
@@ -478,6 +542,19 @@ class ErrorDetail:
             generation,
             err.metadata.get("replica", ""),
         )
+
+
+OVERLOADED = "OVERLOADED"
+
+
+def _overloaded(err: grpc.aio.AioRpcError | RequestRefused) -> bool:
+    """Was the call refused because the replica was at its in-flight caps
+    (RESOURCE_EXHAUSTED, reason OVERLOADED)? Nothing of it was done."""
+    if isinstance(err, RequestRefused):
+        return err.detail.reason == OVERLOADED
+    if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return False
+    return ErrorDetail.from_rpc_error(err).reason == OVERLOADED
 
 
 def replica_generation(err: grpc.aio.AioRpcError) -> int:
@@ -807,7 +884,12 @@ class SchedulingClient:
         seam: the shim passes an in-process stub that calls the service
         object directly)."""
         self.state = state
-        self.timeout = timeout
+        self.timeout = timeout if timeout is not None else DEFAULT_TIMEOUT_SECONDS
+        self.metadata: tuple[tuple[str, str], ...] = ((TOKEN_METADATA, state.token),)
+        # A full state larger than this goes over UploadState in parts.
+        self.part_bytes = DEFAULT_MAX_MESSAGE_BYTES // 2
+        self.overloads = 0
+        self.uploads = 0
         self.on_event = on_event
         self.clock = clock
         self.target: Target | None = None
@@ -863,6 +945,8 @@ class SchedulingClient:
         the channels to the addresses it resolves to)."""
         spec = parse_target(target)
         client = cls(None, state, timeout, on_event=on_event, clock=clock)
+        if max_message_bytes:
+            client.part_bytes = max_message_bytes // 2
         client.target = spec
         name_override: list[str] = []
 
@@ -1094,6 +1178,7 @@ class SchedulingClient:
         again)."""
         await self._refresh()
         tried: set[int] = set()
+        busy = 0
         reopen = 2 if stream and not self._failover else 0
         while True:
             e = self._pick(tried)
@@ -1103,8 +1188,24 @@ class SchedulingClient:
                 tried.add(id(e))
             try:
                 result = await fn(e)
-            except grpc.aio.AioRpcError as err:
-                if err.code() != grpc.StatusCode.UNAVAILABLE:
+            except (grpc.aio.AioRpcError, RequestRefused) as err:
+                if _overloaded(err) and busy < OVERLOAD_RETRIES:
+                    # The replica took nothing of the call: wait, then again
+                    # (on the next endpoint, when there are several).
+                    delay = min(OVERLOAD_BACKOFF_MAX_SECONDS, OVERLOAD_BACKOFF_SECONDS * 2**busy)
+                    busy += 1
+                    self.overloads += 1
+                    log.info(
+                        "plugin server %s overloaded; retrying in %.2fs (%d of %d)",
+                        e.address,
+                        delay,
+                        busy,
+                        OVERLOAD_RETRIES,
+                    )
+                    tried.discard(id(e))
+                    await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+                    continue
+                if isinstance(err, RequestRefused) or err.code() != grpc.StatusCode.UNAVAILABLE:
                     raise
                 if not self._failover:
                     if reopen == 0:
@@ -1144,7 +1245,7 @@ class SchedulingClient:
         self._event("full", e, e.replica)
 
     async def _unary(self, e: Endpoint, method: str, request: Any) -> tuple[Any, str]:
-        call = getattr(e.stub, method)(request, timeout=self.timeout)
+        call = getattr(e.stub, method)(request, timeout=self.timeout, metadata=self.metadata)
         resp = await call
         replica = ""
         trailing = getattr(call, "trailing_metadata", None)
@@ -1202,6 +1303,8 @@ class SchedulingClient:
                 await stack.enter_async_context(e.full_lock)
                 st = self._state(e.tracker.base(), pin)
             for attempt in range(3):
+                if st.full and st.ByteSize() > self.part_bytes:
+                    st = await self._upload(e, st, pin)
                 if st.full:
                     self._sent_full(e)
                 try:
@@ -1225,6 +1328,35 @@ class SchedulingClient:
                 )
                 return resp
         raise AssertionError("unreachable")
+
+    async def _upload(self, e: Endpoint, st: cpb.ClusterState, pin: int | None) -> cpb.ClusterState:
+        """Sends the full state ``st`` (too large for one message) over
+        UploadState in parts; returns what to send with the request then: a
+        state at the uploaded generation."""
+        parts = self.state.full_parts(self.part_bytes)
+
+        async def each() -> AsyncIterator[pb.UploadStateRequest]:
+            for part in parts:
+                yield pb.UploadStateRequest(state=part)
+
+        self._sent_full(e)
+        self.uploads += 1
+        log.info(
+            "full state of %.1f MiB too large for one message: uploading it in %d parts to %s",
+            st.ByteSize() / 2**20,
+            len(parts),
+            e.address,
+        )
+        call = e.stub.UploadState(each(), timeout=self.timeout, metadata=self.metadata)
+        resp = await call
+        replica = ""
+        trailing = getattr(call, "trailing_metadata", None)
+        if trailing is not None:
+            replica = _metadata_value(await trailing(), REPLICA_TRAILER) or ""
+        self._note_replica(e, replica)
+        self.full_sends_by_replica[replica or e.address] += 1
+        e.tracker.confirmed(replica or (e.replica if e.tracker.exclusive else ""), resp.generation)
+        return self._state(resp.generation, pin)
 
     def _resend(
         self, e: Endpoint, st: cpb.ClusterState, detail: ErrorDetail, attempt: int, pin: int | None
@@ -1337,6 +1469,9 @@ class SchedulingClient:
                 await stack.enter_async_context(e.full_lock)
                 st = self._state(base(), None)
             for attempt in range(3):
+                if st.full and st.ByteSize() > self.part_bytes:
+                    st = await self._upload(e, st, None)
+                    e.stream_acked = st.generation
                 if st.full:
                     self._sent_full(e)
                 resp = await self._exchange(e, build(st))
@@ -1369,7 +1504,7 @@ class SchedulingClient:
                 e.stream = None  # ended while idle (the replica went away or restarted)
             opened = e.stream is None
             if opened:
-                e.stream = e.stub.ScheduleStream()
+                e.stream = e.stub.ScheduleStream(metadata=self.metadata)
                 e.stream_acked = 0
                 e.stream_replica = ""
             call = e.stream

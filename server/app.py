@@ -22,8 +22,21 @@ from plugins.framework.profile import SchedulerConfig
 from plugins.framework.runtime import Framework, ProfileError
 from server import errors, telemetry
 from server.errors import Replica
-from server.service import DEFAULT_MAX_BATCH_PODS, DEFAULT_SLICE_SECONDS, SchedulingService
-from server.state import SnapshotStore
+from server.identity import Callers
+from server.service import (
+    DEFAULT_MAX_BATCH_PODS,
+    DEFAULT_MAX_INFLIGHT_BYTES,
+    DEFAULT_MAX_INFLIGHT_CALLS,
+    DEFAULT_SLICE_SECONDS,
+    Admission,
+    SchedulingService,
+)
+from server.state import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_CALLER_BYTES,
+    DEFAULT_MAX_PER_CALLER,
+    SnapshotStore,
+)
 from server.tls import ServerTLS
 
 log = logging.getLogger(__name__)
@@ -47,33 +60,50 @@ def service_handler(service: SchedulingService, traced: bool = False) -> grpc.Ge
         impl = getattr(service, method.name)
         if method.name == "ScheduleStream" and not traced:
             impl = service.schedule_stream_direct
-        if method.client_streaming:
+        if method.client_streaming and method.server_streaming:
             # Stream messages stay bytes; the service parses each and answers
             # a malformed one in-stream (ScheduleStreamResponse.error).
             handlers[method.name] = grpc.stream_stream_rpc_method_handler(
                 impl, request_deserializer=None, response_serializer=resp_cls.SerializeToString
             )
             continue
+        if method.client_streaming:
+            # UploadState: the service parses (and admits) each part itself.
+            handlers[method.name] = grpc.stream_unary_rpc_method_handler(
+                impl, request_deserializer=None, response_serializer=resp_cls.SerializeToString
+            )
+            continue
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-            _parsing(impl, req_cls, method.input_type.full_name, service.replica),
+            _parsing(impl, req_cls, method.input_type.full_name, service),
             request_deserializer=None,
             response_serializer=resp_cls.SerializeToString,
         )
     return grpc.method_handlers_generic_handler(desc.full_name, handlers)
 
 
-def _parsing(impl: Any, req_cls: Any, type_name: str, replica: Replica) -> Any:
+def _parsing(impl: Any, req_cls: Any, type_name: str, service: SchedulingService) -> Any:
+    replica: Replica = service.replica
     trailers = replica.trailers
+    admission = service.admission
 
     async def handler(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         context.set_trailing_metadata(trailers)
+        # Admitted before anything else is done, refused at once beyond the caps.
+        size = len(raw)
         try:
-            request = req_cls.FromString(raw)
-        except pb_message.DecodeError as exc:
-            await replica.abort(
-                context, errors.invalid("request", f"not a valid {type_name} message: {exc}")
-            )
-        return await impl(request, context)
+            admission.enter(size)
+        except errors.ServiceError as exc:
+            await replica.abort(context, exc)
+        try:
+            try:
+                request = req_cls.FromString(raw)
+            except pb_message.DecodeError as exc:
+                await replica.abort(
+                    context, errors.invalid("request", f"not a valid {type_name} message: {exc}")
+                )
+            return await impl(request, context)
+        finally:
+            admission.leave(size)
 
     return handler
 
@@ -93,6 +123,17 @@ def build_frameworks(
     return out
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one replica takes at once (berth serve's flags of the same names)."""
+
+    max_inflight_calls: int = DEFAULT_MAX_INFLIGHT_CALLS
+    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
+    max_states_per_caller: int = DEFAULT_MAX_PER_CALLER
+    max_caller_state_bytes: int = DEFAULT_MAX_CALLER_BYTES
+    max_state_bytes: int = DEFAULT_MAX_BYTES
+
+
 @dataclass
 class RunningServer:
     server: grpc.aio.Server
@@ -110,6 +151,7 @@ class RunningServer:
         await self.server.stop(grace)
         if self.health_server is not None:
             await self.health_server.stop(0)
+        self.service.close()
 
 
 async def start_server(
@@ -124,19 +166,33 @@ async def start_server(
     replica_id: str | None = None,
     tls: ServerTLS | None = None,
     health_listen: str | None = None,
+    *,
+    limits: Limits | None = None,
+    caller_tokens: Mapping[str, str] | None = None,
 ) -> RunningServer:
     """``tls``: serve TLS (mTLS when it names a client CA) instead of
     plaintext; TLSFileError (a ValueError) when its files do not load.
     ``health_listen``: also serve grpc.health.v1, and nothing else, in
-    plaintext at this address."""
+    plaintext at this address. ``limits``: the caps on calls in flight and
+    on the state kept per caller (Limits' defaults are berth serve's).
+    ``caller_tokens``: name -> token, the only callers taken
+    (--caller-tokens; server/identity.py)."""
+    lim = limits or Limits()
     frameworks = build_frameworks(config, registry)
     service = SchedulingService(
         config,
         frameworks,
-        SnapshotStore(max_clusters),
+        SnapshotStore(
+            max_clusters,
+            max_per_caller=lim.max_states_per_caller,
+            max_bytes=lim.max_state_bytes,
+            max_caller_bytes=lim.max_caller_state_bytes,
+        ),
         max_batch_pods=max_batch_pods,
         replica=Replica(replica_id),
         slice_seconds=slice_seconds,
+        callers=Callers(caller_tokens),
+        admission=Admission(lim.max_inflight_calls, lim.max_inflight_bytes),
     )
     interceptors = [telemetry.server_interceptor()] if trace else []
     server = grpc.aio.server(

@@ -49,6 +49,9 @@ _CODE_OF: dict[int, grpc.StatusCode] = {
     pb.ERROR_REASON_BATCH_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
     pb.ERROR_REASON_DEADLINE: grpc.StatusCode.DEADLINE_EXCEEDED,
     pb.ERROR_REASON_INTERNAL: grpc.StatusCode.INTERNAL,
+    pb.ERROR_REASON_OVERLOADED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    pb.ERROR_REASON_STATE_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    pb.ERROR_REASON_UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
 }
 
 INTERNAL_MESSAGE = "internal error in the plugin server; see its log"
@@ -119,6 +122,29 @@ def batch_too_large(pods: int, limit: int) -> ServiceError:
 
 def deadline(message: str) -> ServiceError:
     return ServiceError(pb.ERROR_REASON_DEADLINE, message)
+
+
+def overloaded(limit: str, maximum: int, flag: str, what: str) -> ServiceError:
+    """RESOURCE_EXHAUSTED: the replica is at its ``limit`` ("calls" or
+    "bytes"); nothing of the call was done."""
+    return ServiceError(
+        pb.ERROR_REASON_OVERLOADED,
+        f"this replica is serving {what}, the most it takes at once (berth serve {flag} "
+        f"{maximum}); nothing of this call was done: retry it after a backoff",
+        {"limit": limit, "max": str(maximum)},
+    )
+
+
+def state_too_large(message: str, size: int, limit: int) -> ServiceError:
+    return ServiceError(
+        pb.ERROR_REASON_STATE_TOO_LARGE,
+        message,
+        {"state_bytes": str(size), "max_caller_state_bytes": str(limit), "field": "state"},
+    )
+
+
+def unauthenticated(message: str) -> ServiceError:
+    return ServiceError(pb.ERROR_REASON_UNAUTHENTICATED, message)
 
 
 def internal(message: str = INTERNAL_MESSAGE) -> ServiceError:
@@ -208,9 +234,12 @@ __all__ = [
     "decode_error_info",
     "internal",
     "invalid",
+    "overloaded",
     "reason_name",
     "snapshot_passed",
     "stale_snapshot",
+    "state_too_large",
+    "unauthenticated",
     "unknown_node",
     "unknown_profile",
 ]

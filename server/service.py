@@ -10,21 +10,31 @@ travel inside the response as Status. Every response carries the replica's id
 (trailer ``berth-replica``), and every response that used cluster state the
 generation it used.
 
-Handlers run on the event loop. A call that is short runs whole; long work (a
-ScheduleBatch, a large full state) runs in slices that yield to the loop while
-holding its cluster's lock, so health checks and other clusters are served
-meanwhile and no other call sees or changes that snapshot half-way.
+Plugin work never runs on the event loop: every call's cycle runs on one
+worker thread (``_in_worker``), so grpc.health.v1 and gRPC's own I/O are
+answered whatever a plugin computes. One worker keeps the service's
+single-threaded model (a profile's Framework and the snapshot cache are used by
+one call at a time). Long work (a ScheduleBatch, a large full state) runs in
+slices on that worker, holding its cluster's lock between them, so other
+clusters' calls get turns and no other call sees or changes that snapshot
+half-way. The caller's gRPC deadline is checked before every plugin call
+(``Framework.begin_request``), between a batch's pods and between slices: past
+it the call ends DEADLINE_EXCEEDED and the snapshot stays as a whole call left
+it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
@@ -39,6 +49,7 @@ from plugins.framework.model import PodInfo
 from plugins.framework.profile import SchedulerConfig
 from plugins.framework.runtime import (
     CycleError,
+    DeadlineExceeded,
     Framework,
     NominatingMode,
     ScheduleResult,
@@ -48,6 +59,7 @@ from plugins.framework.snapshot import NodeBatch, Snapshot
 from plugins.framework.status import Code, Status
 from server import errors
 from server.errors import Replica, ServiceError
+from server.identity import Callers
 from server.state import (
     STEPWISE_ENTRIES,
     Entry,
@@ -55,6 +67,8 @@ from server.state import (
     SnapshotPassed,
     SnapshotStore,
     StaleReplica,
+    StateTooLarge,
+    Upload,
     full_entries,
 )
 
@@ -66,12 +80,62 @@ Resp = TypeVar("Resp")
 DEFAULT_MAX_BATCH_PODS = 256
 
 
-# Longest a handler runs without yielding to the event loop while it works
-# through a batch or a large full state (berth serve --slice-ms). A gRPC call
-# needs several loop rounds, each of which may wait this long: at 2 ms a health
-# check sent during a 5000-node batch is answered in ~15-30 ms, and the yields
-# cost the batch ~2%.
+# Most calls (unary calls and stream messages) served at once, and most bytes
+# of their requests (berth serve --max-inflight-calls, --max-inflight-bytes).
+DEFAULT_MAX_INFLIGHT_CALLS = 64
+DEFAULT_MAX_INFLIGHT_BYTES = 256 * 2**20
+
+# Longest a batch or a large full state works on the worker before another
+# call gets a turn there (berth serve --slice-ms).
 DEFAULT_SLICE_SECONDS = 0.002
+
+R = TypeVar("R")
+
+
+class Admission:
+    """Calls in flight and the bytes of their requests, each capped: beyond,
+    a call is refused at once with RESOURCE_EXHAUSTED (reason OVERLOADED)
+    before anything of it is done, and the caller backs off. A request larger
+    than the byte cap alone is taken when nothing else is in flight (it could
+    never be served otherwise; the message size limit bounds it). Used on
+    the event loop only."""
+
+    def __init__(
+        self,
+        max_calls: int = DEFAULT_MAX_INFLIGHT_CALLS,
+        max_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
+    ) -> None:
+        self.max_calls = max_calls
+        self.max_bytes = max_bytes
+        self.calls = 0
+        self.bytes = 0
+        self.refused = 0
+
+    def enter(self, size: int) -> None:
+        if self.calls >= self.max_calls:
+            self.refused += 1
+            raise errors.overloaded(
+                "calls", self.max_calls, "--max-inflight-calls", f"{self.calls} calls"
+            )
+        if self.calls and self.bytes + size > self.max_bytes:
+            self.refused += 1
+            raise errors.overloaded(
+                "bytes",
+                self.max_bytes,
+                "--max-inflight-bytes",
+                f"{self.bytes} bytes of requests and this one has {size}",
+            )
+        self.calls += 1
+        self.bytes += size
+
+    def leave(self, size: int) -> None:
+        self.calls -= 1
+        self.bytes -= size
+
+
+def _state_key(caller: str, cluster_id: str) -> str:
+    """The key of a caller's cluster in ClusterLocks."""
+    return f"{caller}\x00{cluster_id}"
 
 
 class ClusterLocks:
@@ -84,9 +148,14 @@ class ClusterLocks:
         self._locks: dict[str, asyncio.Lock] = {}
         self._users: dict[str, int] = {}
 
-    def busy(self, cluster_id: str) -> bool:
-        lock = self._locks.get(cluster_id)
+    def busy(self, key: str) -> bool:
+        lock = self._locks.get(key)
         return lock is not None and lock.locked()
+
+    def busy_cluster(self, cluster_id: str) -> bool:
+        """Is ``cluster_id`` held under any caller (tests, diagnostics)?"""
+        tail = "\x00" + cluster_id
+        return any(k.endswith(tail) and lock.locked() for k, lock in self._locks.items())
 
     @asynccontextmanager
     async def hold(self, cluster_id: str) -> AsyncIterator[None]:
@@ -114,6 +183,10 @@ class _Call:
     prepared: Entry | None = None
     # The generation the call was served at (set on its response).
     generation: int | None = None
+    # The caller's deadline (time.perf_counter clock); None: none.
+    deadline: float | None = None
+    # Who calls (server/identity.py): the snapshots it may use.
+    caller: str = "anonymous"
 
 
 class _Defer(Exception):
@@ -121,15 +194,19 @@ class _Defer(Exception):
     batch), or its full state is large enough to build stepwise. The call waits
     for the lock, builds the state if needed, and runs again."""
 
-    def __init__(self, cluster_id: str, full: cpb.ClusterState | None) -> None:
-        super().__init__(cluster_id)
-        self.cluster_id = cluster_id
+    def __init__(self, key: str, full: cpb.ClusterState | None) -> None:
+        super().__init__()
+        self.key = key
         self.full = full
 
 
-def _state_error(exc: InvalidState | StaleReplica | SnapshotPassed) -> ServiceError:
+def _state_error(
+    exc: InvalidState | StaleReplica | SnapshotPassed | StateTooLarge,
+) -> ServiceError:
     if isinstance(exc, InvalidState):
         return errors.invalid(exc.field, exc.reason)
+    if isinstance(exc, StateTooLarge):
+        return errors.state_too_large(str(exc), exc.size, exc.limit)
     if isinstance(exc, StaleReplica):
         return errors.stale_snapshot(str(exc), exc.have)
     return errors.snapshot_passed(str(exc), exc.have)
@@ -146,29 +223,6 @@ def _set_generation(resp: Any, generation: int) -> None:
         has = _HAS_GENERATION[cls] = "generation" in cls.DESCRIPTOR.fields_by_name
     if has:
         resp.generation = generation
-
-
-# A round of the event loop that ran nothing but the yielding task costs this
-# thread about this much CPU (a select() that finds nothing); a costlier one ran
-# other work. CPU time, not wall time: on a busy machine the OS may preempt the
-# thread mid-round, which says nothing about other work waiting in this loop.
-_IDLE_ROUND_CPU_SECONDS = 20e-6
-_MAX_ROUNDS = 64
-
-
-async def _let_others_run(budget: float) -> None:
-    """Yields to the event loop, round after round while other work runs (a
-    health check, another cluster's call, gRPC's own callbacks), until a round
-    finds the loop idle or the others had ``budget`` seconds: short calls go at
-    full speed, and two long ones (batches of two clusters) take turns."""
-    start = time.perf_counter()
-    for _ in range(_MAX_ROUNDS):
-        cpu = time.thread_time()
-        await asyncio.sleep(0)
-        if time.thread_time() - cpu < _IDLE_ROUND_CPU_SECONDS:
-            return
-        if time.perf_counter() - start >= budget:
-            return
 
 
 def _deadline(context: Any) -> float | None:
@@ -210,19 +264,49 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
         max_batch_pods: int = DEFAULT_MAX_BATCH_PODS,
         replica: Replica | None = None,
         slice_seconds: float = DEFAULT_SLICE_SECONDS,
+        callers: Callers | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.config = config
+        self.callers = callers or Callers()
+        self.admission = admission or Admission()
         self.frameworks = dict(frameworks)
         self.store = store or SnapshotStore()
         self.max_batch_pods = max_batch_pods
         # This server's id in trailers and error details.
         self.replica = replica or Replica()
         self.locks = ClusterLocks()
-        # Work that can take long yields to the event loop after this long.
+        # Work that can take long lets other calls run on the worker after this long.
         self.slice_seconds = slice_seconds
-        # The call being served whole right now (handlers do not interleave
-        # while one runs): lets _snapshot defer to the lock or a stepwise build.
+        # The call being served whole right now on the worker (one at a
+        # time): lets _snapshot defer to the lock or a stepwise build.
         self._call: _Call | None = None
+        # The one thread plugin work runs on (module docstring).
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="berth-cycle")
+
+    async def _in_worker(self, fn: Callable[[], R]) -> R:
+        """``fn()`` on the worker thread, in the caller's context
+        (contextvars: the trace the interceptor continued). A cancelled call
+        (the caller went away, its deadline passed) still waits for the work
+        it started: the thread cannot be stopped, and nothing else may touch
+        what it touches meanwhile; the deadline stops it at the next plugin."""
+        run = functools.partial(contextvars.copy_context().run, fn)
+        fut = asyncio.get_running_loop().run_in_executor(self._worker, run)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            while not fut.done():
+                try:
+                    await asyncio.shield(fut)
+                except asyncio.CancelledError:
+                    continue
+                except Exception:  # its error is the cancelled call's, which no one reads
+                    break
+            raise
+
+    def close(self) -> None:
+        """Stops the worker once the work queued on it is done."""
+        self._worker.shutdown(wait=False, cancel_futures=False)
 
     # -- helpers -------------------------------------------------------------
 
@@ -236,7 +320,8 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
         fw = self.frameworks.get(profile)
         if fw is None:
             raise errors.unknown_profile(profile, self.frameworks)
-        fw.begin_request()
+        call = self._call
+        fw.begin_request(None if call is None else call.deadline)
         return fw
 
     def _snapshot(self, has_state: bool, state: cpb.ClusterState) -> tuple[Snapshot, int]:
@@ -249,34 +334,54 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
                 call.prepared = None
                 call.generation = entry.generation
                 return entry.snapshot, entry.generation
-            if call.holding != state.cluster_id:
+            key = _state_key(call.caller, state.cluster_id)
+            if call.holding != key:
                 large = state.full and full_entries(state) > STEPWISE_ENTRIES
-                if large or self.locks.busy(state.cluster_id):
-                    raise _Defer(state.cluster_id, state if large else None)
+                if large or self.locks.busy(key):
+                    raise _Defer(key, state if large else None)
         try:
-            entry = self.store.resolve(state)
-        except (InvalidState, StaleReplica, SnapshotPassed) as exc:
+            entry = self.store.resolve(state, caller=call.caller if call else "anonymous")
+        except (InvalidState, StaleReplica, SnapshotPassed, StateTooLarge) as exc:
             raise _state_error(exc) from exc
         if call is not None:
             call.generation = entry.generation
         return entry.snapshot, entry.generation
 
-    async def _replace_stepwise(self, state: cpb.ClusterState) -> Entry:
-        """A large full state, built in slices with the event loop served in
-        between; the caller holds the cluster's lock."""
-        steps = self.store.replace_stepwise(state)
-        began = time.perf_counter()
+    async def _replace_stepwise(
+        self, state: cpb.ClusterState, deadline: float | None, caller: str
+    ) -> Entry:
+        """A large full state, built on the worker in slices with other calls
+        let in between; the caller holds the cluster's lock. Nothing is
+        stored until the whole state is built: a deadline that passes
+        part-way leaves the cache as it was."""
         try:
-            while True:
-                next(steps)
-                if time.perf_counter() - began >= self.slice_seconds:
-                    await _let_others_run(self.slice_seconds)
-                    began = time.perf_counter()
-        except StopIteration as done:
-            entry: Entry = done.value
-            return entry
-        except InvalidState as exc:
+            steps = self.store.replace_stepwise(state, caller=caller)
+        except (InvalidState, StateTooLarge) as exc:
             raise _state_error(exc) from exc
+        slice_seconds = self.slice_seconds
+
+        def run_slice() -> Entry | None:
+            began = time.perf_counter()
+            try:
+                while time.perf_counter() - began < slice_seconds:
+                    next(steps)
+            except StopIteration as done:
+                entry: Entry = done.value
+                return entry
+            except (InvalidState, StateTooLarge) as exc:
+                raise _state_error(exc) from exc
+            return None
+
+        while True:
+            built = await self._in_worker(run_slice)
+            if built is not None:
+                return built
+            if deadline is not None and time.perf_counter() >= deadline:
+                steps.close()
+                raise errors.deadline(
+                    "deadline: passed while this replica built the full state; nothing of it "
+                    "was kept: send it again with a longer deadline"
+                )
 
     @staticmethod
     def _pod(has_pod: bool, pod: cpb.Pod) -> PodInfo:
@@ -328,25 +433,28 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
         return name
 
     def _whole(self, fn: Callable[[], Resp], call: _Call) -> Resp:
+        """Runs on the worker (or, for in-process callers, on theirs)."""
         self._call = call
         try:
             return fn()
         finally:
             self._call = None
 
-    async def _serve(self, fn: Callable[[], Resp]) -> Resp:
-        """Runs ``fn`` whole; when its cluster is held by a batch, or its full
-        state is large, first waits for the lock (and builds the state in
-        slices), then runs it again under the lock."""
-        call = _Call()
+    async def _serve(
+        self, fn: Callable[[], Resp], deadline: float | None = None, caller: str = "anonymous"
+    ) -> Resp:
+        """Runs ``fn`` whole on the worker; when its cluster is held by a
+        batch, or its full state is large, first waits for the lock (and
+        builds the state in slices), then runs it again under the lock."""
+        call = _Call(deadline=deadline, caller=caller)
         try:
-            resp = self._whole(fn, call)
+            resp = await self._in_worker(lambda: self._whole(fn, call))
         except _Defer as wait:
-            async with self.locks.hold(wait.cluster_id):
-                call = _Call(holding=wait.cluster_id)
+            async with self.locks.hold(wait.key):
+                call = _Call(holding=wait.key, deadline=deadline, caller=caller)
                 if wait.full is not None:
-                    call.prepared = await self._replace_stepwise(wait.full)
-                resp = self._whole(fn, call)
+                    call.prepared = await self._replace_stepwise(wait.full, deadline, caller)
+                resp = await self._in_worker(lambda: self._whole(fn, call))
         if call.generation is not None:
             _set_generation(resp, call.generation)
         return resp
@@ -359,12 +467,18 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
             await self.replica.abort(context, exc)
         except StateDecodeError as exc:
             await self.replica.abort(context, errors.invalid("cycle.data", str(exc)))
+        except DeadlineExceeded as exc:
+            await self.replica.abort(context, deadline_error(exc))
         except Exception:
             log.exception("internal error serving a request")
             await self.replica.abort(context, errors.internal())
 
     async def _run(self, context: Any, fn: Callable[[], Resp]) -> Resp:
-        return await self._answer(context, lambda: self._serve(fn))
+        async def work() -> Resp:
+            caller = self.callers.identify(context)
+            return await self._serve(fn, _deadline(context), caller)
+
+        return await self._answer(context, work)
 
     # -- RPCs ----------------------------------------------------------------
 
@@ -735,132 +849,100 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
     async def _schedule_batch(
         self, request: pb.ScheduleBatchRequest, context: Any
     ) -> pb.ScheduleBatchResponse:
-        fw = self._framework(request.profile)
         if len(request.pods) > self.max_batch_pods:
             raise errors.batch_too_large(len(request.pods), self.max_batch_pods)
         if not request.HasField("state"):
             raise errors.invalid("state", "required")
-        cluster_id = request.state.cluster_id
-        # The batch yields to the event loop between pods: it holds its cluster
-        # for its whole run, so no other call sees the pods it assumes.
-        async with self.locks.hold(cluster_id):
-            call = _Call(holding=cluster_id)
-            if request.state.full and full_entries(request.state) > STEPWISE_ENTRIES:
-                call.prepared = await self._replace_stepwise(request.state)
-            snap, gen = self._whole(lambda: self._snapshot(True, request.state), call)
-            return await self._run_batch(fw, snap, gen, request, context)
-
-    async def _run_batch(
-        self,
-        fw: Framework,
-        snap: Snapshot,
-        gen: int,
-        request: pb.ScheduleBatchRequest,
-        context: Any,
-    ) -> pb.ScheduleBatchResponse:
-        if request.start_index < 0:
-            raise errors.invalid("start_index", f"must be >= 0, got {request.start_index}")
-        seen: set[str] = set()
-        pods: list[PodInfo] = []
-        for i, msg in enumerate(request.pods):
-            if not msg.uid or not msg.name:
-                field = "uid" if not msg.uid else "name"
-                raise errors.invalid(f"pods[{i}].{field}", "must not be empty")
-            if msg.uid in seen:
-                raise errors.invalid(f"pods[{i}].uid", f"{msg.uid!r} repeats")
-            seen.add(msg.uid)
-            pods.append(PodInfo(msg))
-        out = pb.ScheduleBatchResponse(generation=gen)
-        start = request.start_index
         deadline = _deadline(context)
-        # The fastest cycle so far: with fewer seconds left than the pods left
-        # need at that pace, the answer cannot arrive in time.
-        fastest = 0.0
-        sliced = time.perf_counter()
-        # Pods placed in this batch, with what the snapshot held for them
-        # before, so the snapshot can be put back: the caller owns the truth.
-        placed: list[tuple[str, cpb.Pod | None]] = []
-        answered = False
-        try:
-            for i, pod in enumerate(pods):
-                now = time.perf_counter()
-                if deadline is not None and deadline - now <= (len(pods) - i) * fastest:
-                    log.info(
-                        "ScheduleBatch of cluster %s stopped by its deadline after %d of %d pods",
-                        request.state.cluster_id,
-                        i,
-                        len(pods),
-                    )
-                    raise errors.deadline(
-                        f"deadline: {max(deadline - now, 0.0) * 1000:.0f} ms left, too little "
-                        f"for the {len(pods) - i} pods still to schedule ({i} of {len(pods)} "
-                        "done); the batch stopped and the replica's snapshot is as the batch "
-                        "found it: send a smaller batch or a longer deadline"
-                    )
-                if now - sliced >= self.slice_seconds:
-                    # Let health checks and other clusters' calls in.
-                    await _let_others_run(self.slice_seconds)
-                    fw.begin_request()
-                    sliced = now = time.perf_counter()
-                state = CycleState()
-                rng = random.Random(request.seed + i) if request.seed else None
-                result = fw.schedule(
-                    snap,
-                    state,
-                    pod,
-                    start_index=start,
-                    reserve_and_permit=request.reserve_and_permit,
-                    rng=rng,
+        caller = self.callers.identify(context)
+        key = _state_key(caller, request.state.cluster_id)
+        # The batch works in slices: it holds its cluster for its whole run,
+        # so no other call sees the pods it assumes.
+        async with self.locks.hold(key):
+            call = _Call(holding=key, deadline=deadline, caller=caller)
+            if request.state.full and full_entries(request.state) > STEPWISE_ENTRIES:
+                call.prepared = await self._replace_stepwise(request.state, deadline, caller)
+
+            def begin() -> _Batch:
+                fw = self._framework(request.profile)
+                snap, gen = self._snapshot(True, request.state)
+                b = _Batch(fw, snap, gen, _batch_pods(request), deadline)
+                b.start = request.start_index
+                return b
+
+            batch = await self._in_worker(lambda: self._whole(begin, call))
+            try:
+                while not await self._in_worker(lambda: self._batch_slice(batch, request)):
+                    pass
+                batch.answered = True
+            finally:
+                # Also when the deadline or a cancellation stopped the batch.
+                await self._in_worker(lambda: _undo_batch(batch))
+            batch.out.next_start_index = batch.start
+            return batch.out
+
+    def _batch_slice(self, b: _Batch, request: pb.ScheduleBatchRequest) -> bool:
+        """Schedules the batch's next pods on the worker for up to a slice;
+        True when every pod is done."""
+        fw, snap, gen, pods = b.fw, b.snap, b.gen, b.pods
+        fw.begin_request(b.deadline)
+        began = time.perf_counter()
+        while b.i < len(pods):
+            i, pod = b.i, pods[b.i]
+            now = time.perf_counter()
+            if b.deadline is not None and b.deadline - now <= (len(pods) - i) * b.fastest:
+                log.info(
+                    "a ScheduleBatch stopped by its deadline after %d of %d pods", i, len(pods)
                 )
-                took = time.perf_counter() - now
-                fastest = took if not i else min(fastest, took)
-                start = result.next_start_index
-                out.results.append(schedule_response(result, state, gen, False))
-                if result.node and _holds_node(result):
-                    held = snap.pods.get(pod.uid)
-                    placed.append((pod.uid, None if held is None else held.proto))
-                    # One copy of the pod, made in the delta itself.
-                    delta = cpb.ClusterDelta()
-                    assumed = delta.upsert_pods.add()
-                    assumed.CopyFrom(pod.proto)
-                    assumed.node_name = result.node
-                    # What Reserve annotated travels with the assumed pod.
-                    assumed.annotations.update(out.results[-1].assume_annotations)
-                    snap.apply(delta)
-                elif _renominates(result, pod, snap):
-                    # handleSchedulingFailure: the nominator takes the
-                    # PostFilter's nomination (or drops the pod's, after any
-                    # other failure) at once, so the later pods of the batch
-                    # see it.
-                    held = snap.pods.get(pod.uid)
-                    placed.append((pod.uid, None if held is None else held.proto))
-                    delta = cpb.ClusterDelta()
-                    nominated = delta.upsert_pods.add()
-                    nominated.CopyFrom(pod.proto)
-                    nominated.node_name = ""
-                    nominated.nominated_node_name = result.nominated_node
-                    snap.apply(delta)
-            answered = True
-        finally:
-            # Also when the deadline or a cancellation stopped the batch.
-            undo = cpb.ClusterDelta()
-            added: list[str] = []
-            for uid, previous in reversed(placed):
-                if previous is not None:
-                    undo.upsert_pods.append(previous)
-                elif answered:
-                    added.append(uid)
-                else:
-                    undo.delete_pods.append(uid)
-            snap.apply(undo)
-            # The pods of an answered batch that were new to the snapshot go
-            # when it is next used, unless the caller's next delta brings them
-            # back as they were assumed here (Snapshot.remove_later): most do,
-            # and stay without being removed and added again. A batch stopped
-            # early is answered with an error: its pods go at once.
-            snap.remove_later(added)
-        out.next_start_index = start
-        return out
+                raise errors.deadline(
+                    f"deadline: {max(b.deadline - now, 0.0) * 1000:.0f} ms left, too little "
+                    f"for the {len(pods) - i} pods still to schedule ({i} of {len(pods)} "
+                    "done); the batch stopped and the replica's snapshot is as the batch "
+                    "found it: send a smaller batch or a longer deadline"
+                )
+            if i > b.first and now - began >= self.slice_seconds:
+                b.first = i
+                return False  # other calls get a turn
+            state = CycleState()
+            rng = random.Random(request.seed + i) if request.seed else None
+            result = fw.schedule(
+                snap,
+                state,
+                pod,
+                start_index=b.start,
+                reserve_and_permit=request.reserve_and_permit,
+                rng=rng,
+            )
+            took = time.perf_counter() - now
+            b.fastest = took if not i else min(b.fastest, took)
+            b.start = result.next_start_index
+            b.out.results.append(schedule_response(result, state, gen, False))
+            b.i += 1
+            if result.node and _holds_node(result):
+                held = snap.pods.get(pod.uid)
+                b.placed.append((pod.uid, None if held is None else held.proto))
+                # One copy of the pod, made in the delta itself.
+                delta = cpb.ClusterDelta()
+                assumed = delta.upsert_pods.add()
+                assumed.CopyFrom(pod.proto)
+                assumed.node_name = result.node
+                # What Reserve annotated travels with the assumed pod.
+                assumed.annotations.update(b.out.results[-1].assume_annotations)
+                snap.apply(delta)
+            elif _renominates(result, pod, snap):
+                # handleSchedulingFailure: the nominator takes the
+                # PostFilter's nomination (or drops the pod's, after any
+                # other failure) at once, so the later pods of the batch
+                # see it.
+                held = snap.pods.get(pod.uid)
+                b.placed.append((pod.uid, None if held is None else held.proto))
+                delta = cpb.ClusterDelta()
+                nominated = delta.upsert_pods.add()
+                nominated.CopyFrom(pod.proto)
+                nominated.node_name = ""
+                nominated.nominated_node_name = result.nominated_node
+                snap.apply(delta)
+        return True
 
     async def ScheduleBatch(
         self, request: pb.ScheduleBatchRequest, context: Any
@@ -873,9 +955,9 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
     async def ScheduleStream(
         self, requests: AsyncIterator[pb.ScheduleRequest | bytes], context: Any
     ) -> AsyncIterator[pb.ScheduleStreamResponse]:
-        await self._stream_start(context)
+        caller = await self._stream_start(context)
         async for item in requests:
-            yield await self._stream_answer(item)
+            yield await self._stream_answer(item, caller)
 
     async def schedule_stream_direct(
         self, requests: AsyncIterator[pb.ScheduleRequest | bytes], context: Any
@@ -884,27 +966,110 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
         generator: fewer event-loop hops per message (~15% off a streamed round
         trip here). Used when no interceptor wraps the handler (the tracing
         interceptor expects a generator)."""
-        await self._stream_start(context)
+        caller = await self._stream_start(context)
         while True:
             item = await context.read()
             if item is grpc.aio.EOF:
                 return
-            await context.write(await self._stream_answer(item))
+            await context.write(await self._stream_answer(item, caller))
 
-    async def _stream_start(self, context: Any) -> None:
-        """A stream names its replica up front (initial metadata) and at its end."""
+    async def _stream_start(self, context: Any) -> str:
+        """A stream names its replica up front (initial metadata) and at its
+        end; its caller is known from its start (an unknown one ends it)."""
         context.set_trailing_metadata(self.replica.trailers)
+        try:
+            caller = self.callers.identify(context)
+        except ServiceError as exc:
+            await self.replica.abort(context, exc)
         await context.send_initial_metadata(self.replica.trailers)
+        return caller
 
-    async def _stream_answer(self, item: pb.ScheduleRequest | bytes) -> pb.ScheduleStreamResponse:
+    async def _stream_answer(
+        self, item: pb.ScheduleRequest | bytes, caller: str
+    ) -> pb.ScheduleStreamResponse:
         """One stream message: a response, or the refusal as ``error``."""
+        size = len(item) if isinstance(item, bytes) else item.ByteSize()
+        try:
+            self.admission.enter(size)
+        except ServiceError as exc:
+            return self._refusal(exc)
         try:
             request = _stream_request(item)
             return pb.ScheduleStreamResponse(
-                response=await self._serve(lambda: self._schedule(request))
+                response=await self._serve(lambda: self._schedule(request), None, caller)
             )
         except Exception as exc:
             return self._refusal(exc)
+        finally:
+            self.admission.leave(size)
+
+    async def UploadState(
+        self, requests: AsyncIterator[pb.UploadStateRequest | bytes], context: Any
+    ) -> pb.UploadStateResponse:
+        """A full state in parts, built aside and swapped in when the stream
+        ends (protos/README.md, "Large clusters")."""
+        context.set_trailing_metadata(self.replica.trailers)
+
+        async def work() -> pb.UploadStateResponse:
+            caller = self.callers.identify(context)
+            deadline = _deadline(context)
+            upload: Upload | None = None
+            parts = 0
+            async for item in requests:
+                size = len(item) if isinstance(item, bytes) else item.ByteSize()
+                self.admission.enter(size)
+                try:
+                    msg = _parse(pb.UploadStateRequest, item)
+                    field_name = f"parts[{parts}].state"
+                    if not msg.HasField("state"):
+                        raise errors.invalid(field_name, "required")
+                    try:
+                        if upload is None:
+                            upload = self.store.begin_upload(msg.state, field_name, caller)
+                        steps = upload.add(msg.state, field_name)
+                    except (InvalidState, StateTooLarge) as exc:
+                        raise _state_error(exc) from exc
+                    await self._steps(steps, deadline)
+                finally:
+                    self.admission.leave(size)
+                parts += 1
+            if upload is None:
+                raise errors.invalid("parts", "the stream carried no part; send at least one")
+            done = upload
+            async with self.locks.hold(_state_key(caller, done.cluster_id)):
+                entry = await self._in_worker(done.finish)
+            snap = entry.snapshot
+            return pb.UploadStateResponse(
+                generation=entry.generation,
+                node_count=len(snap.nodes),
+                pod_count=len(snap.pods),
+                object_count=snap.object_count,
+                parts=parts,
+            )
+
+        return await self._answer(context, work)
+
+    async def _steps(self, steps: Iterator[None], deadline: float | None) -> None:
+        """Runs a stepwise build on the worker, a slice at a time."""
+        slice_seconds = self.slice_seconds
+
+        def run_slice() -> bool:
+            began = time.perf_counter()
+            try:
+                while time.perf_counter() - began < slice_seconds:
+                    next(steps)
+            except StopIteration:
+                return True
+            except (InvalidState, StateTooLarge) as exc:
+                raise _state_error(exc) from exc
+            return False
+
+        while not await self._in_worker(run_slice):
+            if deadline is not None and time.perf_counter() >= deadline:
+                raise errors.deadline(
+                    "deadline: passed while this replica built the uploaded state; nothing "
+                    "of it was kept: upload it again with a longer deadline"
+                )
 
     def schedule_or_error(self, item: pb.ScheduleRequest | bytes) -> pb.ScheduleStreamResponse:
         """One stream message run whole, for in-process callers (berth bench,
@@ -921,10 +1086,96 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
             err = exc
         elif isinstance(exc, StateDecodeError):
             err = errors.invalid("cycle.data", str(exc))
+        elif isinstance(exc, DeadlineExceeded):
+            err = deadline_error(exc)
         else:
             log.exception("internal error serving a stream request")
             err = errors.internal()
         return pb.ScheduleStreamResponse(error=self.replica.request_error(err))
+
+
+@dataclass(slots=True)
+class _Batch:
+    """A ScheduleBatch in progress (its slices run on the worker)."""
+
+    fw: Framework
+    snap: Snapshot
+    gen: int
+    pods: list[PodInfo]
+    deadline: float | None
+    out: pb.ScheduleBatchResponse = field(default_factory=pb.ScheduleBatchResponse)
+    start: int = 0
+    # The next pod, and the first pod of the current slice.
+    i: int = 0
+    first: int = 0
+    # The fastest cycle so far: with fewer seconds left than the pods left
+    # need at that pace, the answer cannot arrive in time.
+    fastest: float = 0.0
+    # Pods placed in this batch, with what the snapshot held for them
+    # before, so the snapshot can be put back: the caller owns the truth.
+    placed: list[tuple[str, cpb.Pod | None]] = field(default_factory=list)
+    answered: bool = False
+
+    def __post_init__(self) -> None:
+        self.out.generation = self.gen
+
+
+def _batch_pods(request: pb.ScheduleBatchRequest) -> list[PodInfo]:
+    if request.start_index < 0:
+        raise errors.invalid("start_index", f"must be >= 0, got {request.start_index}")
+    seen: set[str] = set()
+    pods: list[PodInfo] = []
+    for i, msg in enumerate(request.pods):
+        if not msg.uid or not msg.name:
+            field_name = "uid" if not msg.uid else "name"
+            raise errors.invalid(f"pods[{i}].{field_name}", "must not be empty")
+        if msg.uid in seen:
+            raise errors.invalid(f"pods[{i}].uid", f"{msg.uid!r} repeats")
+        seen.add(msg.uid)
+        pods.append(PodInfo(msg))
+    return pods
+
+
+def _undo_batch(b: _Batch) -> None:
+    """Puts the snapshot back as the batch found it (on the worker)."""
+    undo = cpb.ClusterDelta()
+    added: list[str] = []
+    for uid, previous in reversed(b.placed):
+        if previous is not None:
+            undo.upsert_pods.append(previous)
+        elif b.answered:
+            added.append(uid)
+        else:
+            undo.delete_pods.append(uid)
+    b.snap.apply(undo)
+    # The pods of an answered batch that were new to the snapshot go when it
+    # is next used, unless the caller's next delta brings them back as they
+    # were assumed here (Snapshot.remove_later): most do, and stay without
+    # being removed and added again. A batch stopped early is answered with
+    # an error: its pods go at once.
+    b.snap.remove_later(added)
+
+
+def deadline_error(exc: DeadlineExceeded) -> ServiceError:
+    log.info("a call stopped at its deadline: %s", exc)
+    return errors.deadline(
+        f"deadline: {exc}; the cycle stopped there and nothing of it was kept: retry with "
+        "a longer deadline"
+    )
+
+
+Msg = TypeVar("Msg", pb.UploadStateRequest, pb.ScheduleRequest)
+
+
+def _parse(cls: type[Msg], item: Msg | bytes) -> Msg:
+    if not isinstance(item, bytes):
+        return item
+    try:
+        return cls.FromString(item)
+    except DecodeError as exc:
+        raise errors.invalid(
+            "request", f"not a valid {cls.DESCRIPTOR.full_name} message: {exc}"
+        ) from exc
 
 
 def _stream_request(item: pb.ScheduleRequest | bytes) -> pb.ScheduleRequest:

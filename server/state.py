@@ -1,8 +1,15 @@
 """The replica's snapshot cache and the generation protocol (protos/README.md).
 
-The caller owns the cluster state. A replica caches one snapshot per
-``cluster_id`` (and the caller's ``incarnation``) and moves it forward with the
-deltas each request carries. A replica that cannot reach the requested
+The caller owns the cluster state. A replica caches one snapshot per caller
+and ``cluster_id`` (and the caller's ``incarnation``) and moves it forward with
+the deltas each request carries. The caller is who the transport says it is
+(server/identity.py): a second caller naming the same cluster_id gets a
+snapshot of its own and never sees or changes the first's. Each caller holds
+at most ``max_per_caller`` snapshots and ``max_caller_bytes`` of them, so
+rotating cluster ids evicts only the rotating caller's own snapshots; beyond
+``max_clusters`` (or ``max_bytes``) in all, the caller holding the most
+snapshots gives one up. Cluster ids never appear in the log: they are the
+caller's, and with them anyone could once address its state. A replica that cannot reach the requested
 generation from what it holds says so (``StaleReplica``, answered
 FAILED_PRECONDITION with its generation) and the caller resends from there or
 in full; a pinned request that finds the replica already later gets
@@ -31,6 +38,23 @@ STEPWISE_ENTRIES = 2000
 STEP_ENTRIES = 256
 
 
+# A caller that sends no identity (no client certificate, no token).
+ANONYMOUS = "anonymous"
+
+
+class StateTooLarge(Exception):
+    """A full state larger than this replica keeps for one caller."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"state: the full state is {size / 2**20:.1f} MiB, more than the "
+            f"{limit / 2**20:.1f} MiB this replica keeps for one caller (berth serve "
+            f"--max-caller-state-bytes); raise the limit, or ship fewer objects"
+        )
+
+
 class StaleReplica(Exception):
     """The replica cannot reach the request's generation from what it holds:
     no snapshot (``have`` -1), one under another incarnation (-1 too), or one
@@ -42,12 +66,12 @@ class StaleReplica(Exception):
         self.base = base
         if have < 0:
             msg = (
-                f"this replica has no snapshot of cluster {cluster_id!r}{why}; "
+                f"this replica has no snapshot of this cluster_id{why}; "
                 f"resend the state in full (state.full=true)"
             )
         else:
             msg = (
-                f"this replica has cluster {cluster_id!r} at generation {have}, older than "
+                f"this replica has the cluster at generation {have}, older than "
                 f"state.base_generation {base}; resend the changes after generation {have} "
                 f"or the state in full"
             )
@@ -63,7 +87,7 @@ class SnapshotPassed(Exception):
         self.have = have
         self.want = want
         super().__init__(
-            f"state.pinned: this replica has cluster {cluster_id!r} at generation {have}, "
+            f"state.pinned: this replica has the cluster at generation {have}, "
             f"past the pinned generation {want}; restart the cycle at the caller's current "
             f"generation"
         )
@@ -82,6 +106,9 @@ class Entry:
     snapshot: Snapshot
     # The caller's ClusterState.incarnation this snapshot was built under.
     incarnation: int = 0
+    # About how many bytes the snapshot's objects took on the wire (what the
+    # caps count): the full state's, moved by each delta.
+    size: int = 0
 
 
 def _object_name(group: str, resource: str, namespace: str, name: str) -> str:
@@ -174,6 +201,41 @@ def _check_keys(
     )
 
 
+def delta_size(snap: Snapshot, delta: pb.ClusterDelta) -> int:
+    """How many bytes ``delta`` adds to ``snap`` (negative: frees), counted
+    as the objects' wire size; call before applying it."""
+    change = 0
+    for node in delta.upsert_nodes:
+        change += node.ByteSize()
+        old = snap.nodes.get(node.name)
+        if old is not None:
+            change -= old.node.ByteSize()
+    for name in delta.delete_nodes:
+        old = snap.nodes.get(name)
+        if old is not None:
+            change -= old.node.ByteSize()
+    for pod in delta.upsert_pods:
+        change += pod.ByteSize()
+        held = snap.pods.get(pod.uid)
+        if held is not None:
+            change -= held.proto.ByteSize()
+    for uid in delta.delete_pods:
+        held = snap.pods.get(uid)
+        if held is not None:
+            change -= held.proto.ByteSize()
+    for obj in delta.upsert_objects:
+        change += obj.ByteSize()
+        r = obj.ref
+        was = snap.object(r.group, r.resource, r.namespace, r.name)
+        if was is not None:
+            change -= len(was.raw)
+    for r in delta.delete_objects:
+        was = snap.object(r.group, r.resource, r.namespace, r.name)
+        if was is not None:
+            change -= len(was.raw)
+    return change
+
+
 def full_entries(state: pb.ClusterState) -> int:
     """How many objects a full state carries (what building it costs)."""
     d = state.delta
@@ -183,21 +245,73 @@ def full_entries(state: pb.ClusterState) -> int:
 _INDEX = re.compile(r"\[(\d+)\]")
 
 
+Key = tuple[str, str]
+
+# Defaults of berth serve's caps.
+DEFAULT_MAX_CLUSTERS = 16
+DEFAULT_MAX_PER_CALLER = 4
+DEFAULT_MAX_BYTES = 2 * 2**30
+DEFAULT_MAX_CALLER_BYTES = 1 * 2**30
+
+
 class SnapshotStore:
-    """Snapshots by cluster_id, least recently used evicted beyond
-    ``max_clusters``. Holds no truth: anything here can be rebuilt from the
-    caller."""
+    """Snapshots by (caller, cluster_id), least recently used evicted first:
+    a caller's own beyond ``max_per_caller`` snapshots or
+    ``max_caller_bytes``; beyond ``max_clusters`` or ``max_bytes`` in all,
+    one of the caller with the most snapshots. Holds no truth: anything here
+    can be rebuilt from the caller."""
 
-    def __init__(self, max_clusters: int = 16) -> None:
+    def __init__(
+        self,
+        max_clusters: int = DEFAULT_MAX_CLUSTERS,
+        *,
+        max_per_caller: int = DEFAULT_MAX_PER_CALLER,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_caller_bytes: int = DEFAULT_MAX_CALLER_BYTES,
+    ) -> None:
         self.max_clusters = max_clusters
-        self._entries: OrderedDict[str, Entry] = OrderedDict()
+        self.max_per_caller = max_per_caller
+        self.max_bytes = max_bytes
+        self.max_caller_bytes = max_caller_bytes
+        self._entries: OrderedDict[Key, Entry] = OrderedDict()
 
-    def generation(self, cluster_id: str) -> int:
-        e = self._entries.get(cluster_id)
+    def generation(self, cluster_id: str, caller: str | None = None) -> int:
+        e = self.entry(cluster_id, caller)
         return -1 if e is None else e.generation
 
-    def entry(self, cluster_id: str) -> Entry | None:
-        return self._entries.get(cluster_id)
+    def entry(self, cluster_id: str, caller: str | None = None) -> Entry | None:
+        """``caller``'s snapshot of ``cluster_id``; with ``caller`` None, the
+        most recently used one of any caller (tests, diagnostics)."""
+        if caller is not None:
+            return self._entries.get((caller, cluster_id))
+        for (_, cid), e in reversed(self._entries.items()):
+            if cid == cluster_id:
+                return e
+        return None
+
+    def snapshot_of(self, cluster_id: str, caller: str | None = None) -> Snapshot:
+        """``entry``'s snapshot; KeyError when there is none."""
+        e = self.entry(cluster_id, caller)
+        if e is None:
+            raise KeyError("no snapshot of this cluster_id")
+        return e.snapshot
+
+    def clear(self) -> None:
+        """Forgets every snapshot (as a restarted replica)."""
+        self._entries.clear()
+
+    def held(self, caller: str) -> tuple[int, int]:
+        """How many snapshots ``caller`` holds here, and their bytes."""
+        count = size = 0
+        for (who, _), e in self._entries.items():
+            if who == caller:
+                count += 1
+                size += e.size
+        return count, size
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(e.size for e in self._entries.values())
 
     @staticmethod
     def _check(state: pb.ClusterState, field: str) -> None:
@@ -207,18 +321,23 @@ class SnapshotStore:
             raise InvalidState(f"{field}.generation", f"must be > 0, got {state.generation}")
         _check_each_object_once(state.delta, field)
 
-    def resolve(self, state: pb.ClusterState, field: str = "state") -> Entry:
+    def resolve(
+        self, state: pb.ClusterState, field: str = "state", caller: str = ANONYMOUS
+    ) -> Entry:
         """The snapshot at ``state.generation`` (or newer, unless pinned),
-        after applying what the message carries."""
+        after applying what the message carries, among ``caller``'s."""
         self._check(state, field)
-        entry = self._entries.get(state.cluster_id)
+        key = (caller, state.cluster_id)
+        entry = self._entries.get(key)
         if state.full:
             # A full state always replaces what the replica holds, even at a generation
             # it already has: a caller restarted under the same cluster_id starts over at
             # low generations, and its new state must never be answered from the old one.
+            size = state.delta.ByteSize()
+            self._fits(size)
             snap = Snapshot()
             self._apply(snap, state.delta, field)
-            return self._replaced(state, snap)
+            return self._replaced(state, snap, caller, size)
         if state.base_generation < 0 or state.base_generation > state.generation:
             raise InvalidState(
                 f"{field}.base_generation",
@@ -228,9 +347,8 @@ class SnapshotStore:
             # Another run of the caller (restarted under the same cluster_id): what
             # this replica holds belongs to the old run and is no base for this one.
             log.info(
-                "cluster %s: cached under incarnation %d, the request is of incarnation %d: "
+                "a cluster cached under incarnation %d got a request of incarnation %d: "
                 "asking for the state in full",
-                state.cluster_id,
                 entry.incarnation,
                 state.incarnation,
             )
@@ -243,7 +361,7 @@ class SnapshotStore:
             )
         if entry is None:
             raise StaleReplica(state.cluster_id, -1, state.base_generation)
-        self._entries.move_to_end(state.cluster_id)
+        self._entries.move_to_end(key)
         if entry.generation >= state.generation:
             # Already there, or newer: a replica never goes back, and newer
             # state from the same caller is at least as true; unless the
@@ -257,12 +375,20 @@ class SnapshotStore:
             raise StaleReplica(state.cluster_id, entry.generation, state.base_generation)
         # Deltas carry whole objects, so applying (base, gen] on top of any
         # generation in [base, gen] lands exactly on gen.
+        grows = delta_size(entry.snapshot, state.delta)
         self._apply(entry.snapshot, state.delta, field)
         entry.generation = state.generation
+        entry.size = max(0, entry.size + grows)
+        if grows > 0:
+            self._trim(key)
         return entry
 
     def replace_stepwise(
-        self, state: pb.ClusterState, field: str = "state", step: int = STEP_ENTRIES
+        self,
+        state: pb.ClusterState,
+        field: str = "state",
+        step: int = STEP_ENTRIES,
+        caller: str = ANONYMOUS,
     ) -> Generator[None, None, Entry]:
         """``resolve`` of a full state, built ``step`` entries at a time: the
         generator yields between steps (the caller may serve other work
@@ -272,6 +398,8 @@ class SnapshotStore:
         if not state.full:
             raise ValueError("replace_stepwise takes a full state")
         self._check(state, field)
+        size = state.delta.ByteSize()
+        self._fits(size)
         snap = Snapshot()
         d = state.delta
         for name, entries in (
@@ -284,20 +412,32 @@ class SnapshotStore:
                 getattr(part, name).extend(entries[start : start + step])
                 self._apply(snap, part, field, offset=start)
                 yield
-        return self._replaced(state, snap)
+        return self._replaced(state, snap, caller, size)
 
-    def _replaced(self, state: pb.ClusterState, snap: Snapshot) -> Entry:
-        entry = Entry(state.generation, snap, state.incarnation)
-        self._store(state.cluster_id, entry)
+    def begin_upload(self, state: pb.ClusterState, field: str, caller: str) -> Upload:
+        """A full state that arrives in parts (UploadState), built aside:
+        nothing is stored until ``Upload.finish``."""
+        if not state.full:
+            raise InvalidState(f"{field}.full", "must be true: an upload is a full state")
+        self._check(state, field)
+        return Upload(self, state, caller)
+
+    def _fits(self, size: int) -> None:
+        if size > self.max_caller_bytes:
+            raise StateTooLarge(size, self.max_caller_bytes)
+
+    def _replaced(self, state: pb.ClusterState, snap: Snapshot, caller: str, size: int) -> Entry:
+        entry = Entry(state.generation, snap, state.incarnation, size)
+        self._store((caller, state.cluster_id), entry)
         log.info(
-            "cluster %s: full state at generation %d, incarnation %d (%d nodes, %d pods, "
-            "%d objects)",
-            state.cluster_id,
+            "full state of a cluster at generation %d, incarnation %d (%d nodes, %d pods, "
+            "%d objects, %.1f MiB)",
             state.generation,
             state.incarnation,
             len(snap.nodes),
             len(snap.pods),
             snap.object_count,
+            size / 2**20,
         )
         return entry
 
@@ -312,9 +452,105 @@ class SnapshotStore:
                 where = _INDEX.sub(lambda m: f"[{int(m.group(1)) + offset}]", where, count=1)
             raise InvalidState(f"{field}.{where}", exc.reason) from exc
 
-    def _store(self, cluster_id: str, entry: Entry) -> None:
-        self._entries[cluster_id] = entry
-        self._entries.move_to_end(cluster_id)
-        while len(self._entries) > self.max_clusters:
-            evicted, _ = self._entries.popitem(last=False)
-            log.info("evicted snapshot of cluster %s (cache holds %d)", evicted, self.max_clusters)
+    def _store(self, key: Key, entry: Entry) -> None:
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        self._trim(key)
+
+    def _trim(self, keep: Key) -> None:
+        """Evicts until every cap holds, never ``keep`` (the snapshot just
+        used): first the caller's own least recently used beyond its caps,
+        then, beyond the caps of the whole cache, the least recently used of
+        whoever holds the most snapshots (most bytes on a tie), so a caller
+        that rotates cluster ids evicts its own."""
+        caller = keep[0]
+        while True:
+            count, size = self.held(caller)
+            if count <= self.max_per_caller and size <= self.max_caller_bytes:
+                break
+            if not self._evict(caller, keep, "the caller's own limit"):
+                break
+        while len(self._entries) > self.max_clusters or self.total_bytes > self.max_bytes:
+            counts: dict[str, list[int]] = {}
+            for (who, _), e in self._entries.items():
+                c = counts.setdefault(who, [0, 0])
+                c[0] += 1
+                c[1] += e.size
+            order = sorted(counts, key=lambda w: (counts[w][0], counts[w][1]), reverse=True)
+            if not any(self._evict(who, keep, "the cache's limit") for who in order):
+                break
+
+    def _evict(self, caller: str, keep: Key, why: str) -> bool:
+        for key in self._entries:
+            if key[0] == caller and key != keep:
+                entry = self._entries.pop(key)
+                log.info(
+                    "evicted a snapshot (%.1f MiB) of a caller holding too many (%s; the cache "
+                    "holds %d snapshots)",
+                    entry.size / 2**20,
+                    why,
+                    len(self._entries),
+                )
+                return True
+        return False
+
+
+class Upload:
+    """A full state arriving in parts (``SnapshotStore.begin_upload``): each
+    part is checked against the first (same cluster_id, generation and
+    incarnation; full; upserts only) and applied to a snapshot nobody reads
+    until ``finish`` swaps it in."""
+
+    def __init__(self, store: SnapshotStore, first: pb.ClusterState, caller: str) -> None:
+        self.store = store
+        self.caller = caller
+        self.cluster_id = first.cluster_id
+        self.header = pb.ClusterState(
+            cluster_id=first.cluster_id,
+            generation=first.generation,
+            incarnation=first.incarnation,
+            full=True,
+        )
+        self.snapshot = Snapshot()
+        self.size = 0
+
+    def add(self, part: pb.ClusterState, field: str) -> Generator[None, None, None]:
+        """Checks ``part`` at once (InvalidState, StateTooLarge); the
+        generator it returns applies it a step at a time."""
+        h = self.header
+        for name, want, got in (
+            ("cluster_id", h.cluster_id, part.cluster_id),
+            ("generation", h.generation, part.generation),
+            ("incarnation", h.incarnation, part.incarnation),
+        ):
+            if want != got:
+                raise InvalidState(
+                    f"{field}.{name}", f"must equal the first part's ({want!r}), got {got!r}"
+                )
+        if not part.full:
+            raise InvalidState(f"{field}.full", "must be true in every part of an upload")
+        d = part.delta
+        if d.delete_nodes or d.delete_pods or d.delete_objects:
+            raise InvalidState(f"{field}.delta", "an upload's parts carry upserts only")
+        _check_each_object_once(d, field)
+        self.size += d.ByteSize()
+        self.store._fits(self.size)
+        return self._steps(part, field)
+
+    def _steps(self, part: pb.ClusterState, field: str) -> Generator[None, None, None]:
+        d = part.delta
+        for name, entries in (
+            ("upsert_nodes", d.upsert_nodes),
+            ("upsert_pods", d.upsert_pods),
+            ("upsert_objects", d.upsert_objects),
+        ):
+            for start in range(0, len(entries), STEP_ENTRIES):
+                chunk = pb.ClusterDelta()
+                getattr(chunk, name).extend(entries[start : start + STEP_ENTRIES])
+                SnapshotStore._apply(self.snapshot, chunk, field, offset=start)
+                yield
+
+    def finish(self) -> Entry:
+        """Stores the built snapshot, replacing what the caller had under
+        the cluster_id."""
+        return self.store._replaced(self.header, self.snapshot, self.caller, self.size)

@@ -67,6 +67,23 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """DEADLINE_EXCEEDED: the request's deadline passed while the server worked."""
     ERROR_REASON_INTERNAL: _ErrorReason.ValueType  # 8
     """INTERNAL: a bug in the server; it logged the stack and keeps serving."""
+    ERROR_REASON_OVERLOADED: _ErrorReason.ValueType  # 9
+    """RESOURCE_EXHAUSTED: the replica is serving as many calls, or as many
+    request bytes, as it takes at once (berth serve --max-inflight-calls,
+    --max-inflight-bytes). Metadata: limit ("calls" or "bytes"), max.
+    Nothing of the call was done: retry it after a backoff, on this replica
+    or another.
+    """
+    ERROR_REASON_STATE_TOO_LARGE: _ErrorReason.ValueType  # 10
+    """RESOURCE_EXHAUSTED: a full state larger than the replica keeps for one
+    caller (berth serve --max-caller-state-bytes). Metadata: state_bytes,
+    max_caller_state_bytes. Retrying does not help.
+    """
+    ERROR_REASON_UNAUTHENTICATED: _ErrorReason.ValueType  # 11
+    """UNAUTHENTICATED: the server takes only known callers (berth serve
+    --caller-tokens) and the call carried no berth-caller-token metadata, or
+    one it does not know.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why the server refused a request: the `reason` of the google.rpc.ErrorInfo
@@ -100,6 +117,23 @@ ERROR_REASON_DEADLINE: ErrorReason.ValueType  # 7
 """DEADLINE_EXCEEDED: the request's deadline passed while the server worked."""
 ERROR_REASON_INTERNAL: ErrorReason.ValueType  # 8
 """INTERNAL: a bug in the server; it logged the stack and keeps serving."""
+ERROR_REASON_OVERLOADED: ErrorReason.ValueType  # 9
+"""RESOURCE_EXHAUSTED: the replica is serving as many calls, or as many
+request bytes, as it takes at once (berth serve --max-inflight-calls,
+--max-inflight-bytes). Metadata: limit ("calls" or "bytes"), max.
+Nothing of the call was done: retry it after a backoff, on this replica
+or another.
+"""
+ERROR_REASON_STATE_TOO_LARGE: ErrorReason.ValueType  # 10
+"""RESOURCE_EXHAUSTED: a full state larger than the replica keeps for one
+caller (berth serve --max-caller-state-bytes). Metadata: state_bytes,
+max_caller_state_bytes. Retrying does not help.
+"""
+ERROR_REASON_UNAUTHENTICATED: ErrorReason.ValueType  # 11
+"""UNAUTHENTICATED: the server takes only known callers (berth serve
+--caller-tokens) and the call carried no berth-caller-token metadata, or
+one it does not know.
+"""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
 class _Code:
@@ -345,6 +379,70 @@ class SyncResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SyncResponse: _TypeAlias = SyncResponse  # noqa: Y015
+
+@_typing.final
+class UploadStateRequest(_message.Message):
+    """One part of a full state (UploadState)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def state(self) -> _cluster_pb2.ClusterState:
+        """full=true; cluster_id, generation and incarnation equal in every part;
+        the delta holds this part's upserts (no deletions). Required.
+        """
+
+    def __init__(
+        self,
+        *,
+        state: _cluster_pb2.ClusterState | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["state", b"state"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UploadStateRequest: _TypeAlias = UploadStateRequest  # noqa: Y015
+
+@_typing.final
+class UploadStateResponse(_message.Message):
+    """What the replica holds after an UploadState."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GENERATION_FIELD_NUMBER: _builtins.int
+    NODE_COUNT_FIELD_NUMBER: _builtins.int
+    POD_COUNT_FIELD_NUMBER: _builtins.int
+    OBJECT_COUNT_FIELD_NUMBER: _builtins.int
+    PARTS_FIELD_NUMBER: _builtins.int
+    generation: _builtins.int
+    """The snapshot's generation: the uploaded state's."""
+    node_count: _builtins.int
+    """Nodes in the snapshot."""
+    pod_count: _builtins.int
+    """Pods in the snapshot."""
+    object_count: _builtins.int
+    """Other objects (ClusterObject) in the snapshot."""
+    parts: _builtins.int
+    """How many parts the stream carried."""
+    def __init__(
+        self,
+        *,
+        generation: _builtins.int = ...,
+        node_count: _builtins.int = ...,
+        pod_count: _builtins.int = ...,
+        object_count: _builtins.int = ...,
+        parts: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "node_count", b"node_count", "object_count", b"object_count", "parts", b"parts", "pod_count", b"pod_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UploadStateResponse: _TypeAlias = UploadStateResponse  # noqa: Y015
 
 @_typing.final
 class DescribeProfilesRequest(_message.Message):

@@ -135,6 +135,11 @@ class SchedulingServiceStub:
                 request_serializer=berth_dot_v1_dot_scheduling__pb2.ScheduleBatchRequest.SerializeToString,
                 response_deserializer=berth_dot_v1_dot_scheduling__pb2.ScheduleBatchResponse.FromString,
                 _registered_method=True)
+        self.UploadState = channel.stream_unary(
+                '/berth.v1.SchedulingService/UploadState',
+                request_serializer=berth_dot_v1_dot_scheduling__pb2.UploadStateRequest.SerializeToString,
+                response_deserializer=berth_dot_v1_dot_scheduling__pb2.UploadStateResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulingServiceServicer:
@@ -309,6 +314,22 @@ class SchedulingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UploadState(self, request_iterator, context):
+        """A full state too large for one message, sent in parts: every message
+        carries a ClusterState with full=true and the same cluster_id,
+        generation and incarnation, its delta holding some of the state's
+        upserts; together the parts are the full state (each object in exactly
+        one part). The replica builds it aside and swaps it in atomically when
+        the caller closes its side of the stream, then answers what it holds, as
+        Sync does. A stream that breaks or is refused before its end changes
+        nothing. A caller sends this when its full state exceeds the message size
+        limit (protos/README.md, "Large clusters"), then goes on with deltas from
+        the generation uploaded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -406,6 +427,11 @@ def add_SchedulingServiceServicer_to_server(servicer, server):
                     servicer.ScheduleBatch,
                     request_deserializer=berth_dot_v1_dot_scheduling__pb2.ScheduleBatchRequest.FromString,
                     response_serializer=berth_dot_v1_dot_scheduling__pb2.ScheduleBatchResponse.SerializeToString,
+            ),
+            'UploadState': grpc.stream_unary_rpc_method_handler(
+                    servicer.UploadState,
+                    request_deserializer=berth_dot_v1_dot_scheduling__pb2.UploadStateRequest.FromString,
+                    response_serializer=berth_dot_v1_dot_scheduling__pb2.UploadStateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -927,6 +953,33 @@ class SchedulingService:
             '/berth.v1.SchedulingService/ScheduleBatch',
             berth_dot_v1_dot_scheduling__pb2.ScheduleBatchRequest.SerializeToString,
             berth_dot_v1_dot_scheduling__pb2.ScheduleBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UploadState(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/berth.v1.SchedulingService/UploadState',
+            berth_dot_v1_dot_scheduling__pb2.UploadStateRequest.SerializeToString,
+            berth_dot_v1_dot_scheduling__pb2.UploadStateResponse.FromString,
             options,
             channel_credentials,
             insecure,

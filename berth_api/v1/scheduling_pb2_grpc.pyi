@@ -140,6 +140,18 @@ class SchedulingServiceStub:
     a batch of one is exactly Schedule. More pods than the server's
     --max-batch-pods is RESOURCE_EXHAUSTED (reason BATCH_TOO_LARGE).
     """
+    UploadState: _grpc.StreamUnaryMultiCallable[_scheduling_pb2.UploadStateRequest, _scheduling_pb2.UploadStateResponse]
+    """A full state too large for one message, sent in parts: every message
+    carries a ClusterState with full=true and the same cluster_id,
+    generation and incarnation, its delta holding some of the state's
+    upserts; together the parts are the full state (each object in exactly
+    one part). The replica builds it aside and swaps it in atomically when
+    the caller closes its side of the stream, then answers what it holds, as
+    Sync does. A stream that breaks or is refused before its end changes
+    nothing. A caller sends this when its full state exceeds the message size
+    limit (protos/README.md, "Large clusters"), then goes on with deltas from
+    the generation uploaded.
+    """
 
 @_typing.type_check_only
 class SchedulingServiceAsyncStub(SchedulingServiceStub):
@@ -236,6 +248,18 @@ class SchedulingServiceAsyncStub(SchedulingServiceStub):
     Cluster events that arrive while a batch runs are seen by the next batch:
     a batch of one is exactly Schedule. More pods than the server's
     --max-batch-pods is RESOURCE_EXHAUSTED (reason BATCH_TOO_LARGE).
+    """
+    UploadState: _aio.StreamUnaryMultiCallable[_scheduling_pb2.UploadStateRequest, _scheduling_pb2.UploadStateResponse]  # type: ignore[assignment]
+    """A full state too large for one message, sent in parts: every message
+    carries a ClusterState with full=true and the same cluster_id,
+    generation and incarnation, its delta holding some of the state's
+    upserts; together the parts are the full state (each object in exactly
+    one part). The replica builds it aside and swaps it in atomically when
+    the caller closes its side of the stream, then answers what it holds, as
+    Sync does. A stream that breaks or is refused before its end changes
+    nothing. A caller sends this when its full state exceeds the message size
+    limit (protos/README.md, "Large clusters"), then goes on with deltas from
+    the generation uploaded.
     """
 
 class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -444,6 +468,24 @@ class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
         Cluster events that arrive while a batch runs are seen by the next batch:
         a batch of one is exactly Schedule. More pods than the server's
         --max-batch-pods is RESOURCE_EXHAUSTED (reason BATCH_TOO_LARGE).
+        """
+
+    @_abc_1.abstractmethod
+    def UploadState(
+        self,
+        request_iterator: _MaybeAsyncIterator[_scheduling_pb2.UploadStateRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_scheduling_pb2.UploadStateResponse, _abc.Awaitable[_scheduling_pb2.UploadStateResponse]]:
+        """A full state too large for one message, sent in parts: every message
+        carries a ClusterState with full=true and the same cluster_id,
+        generation and incarnation, its delta holding some of the state's
+        upserts; together the parts are the full state (each object in exactly
+        one part). The replica builds it aside and swaps it in atomically when
+        the caller closes its side of the stream, then answers what it holds, as
+        Sync does. A stream that breaks or is refused before its end changes
+        nothing. A caller sends this when its full state exceeds the message size
+        limit (protos/README.md, "Large clusters"), then goes on with deltas from
+        the generation uploaded.
         """
 
 def add_SchedulingServiceServicer_to_server(servicer: SchedulingServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -193,6 +193,22 @@ class CycleError(Exception):
         self.status = status
 
 
+class DeadlineExceeded(Exception):
+    """The request's deadline passed before the next plugin call: the cycle
+    stops there, keeping nothing. Never a plugin's verdict: it passes through
+    the plugin-call wrapper untouched, so the server can answer
+    DEADLINE_EXCEEDED."""
+
+    def __init__(self, point: str, plugin: str, late: float) -> None:
+        super().__init__(
+            f"the request's deadline passed {late * 1000:.0f} ms before {point} plugin "
+            f"{plugin} could run"
+        )
+        self.point = point
+        self.plugin = plugin
+        self.late = late
+
+
 class FilterError(CycleError):
     """A Filter plugin failed with an Error on some node. ``verdicts`` holds
     every node's outcome (the Error nodes with their Error status) and
@@ -298,6 +314,9 @@ class Framework:
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score if pct is None else pct
         self.record_plugin_metrics = False
         self.tracing = False
+        # The current request's deadline on the time.perf_counter clock
+        # (begin_request), checked before every plugin call; None: none.
+        self.deadline: float | None = None
         self.instances: dict[str, Plugin] = {}
         for refs in profile.plugins.values():
             for ref in refs:
@@ -387,10 +406,14 @@ class Framework:
 
     # -- plumbing -------------------------------------------------------------
 
-    def begin_request(self) -> None:
+    def begin_request(self, deadline: float | None = None) -> None:
         """Called once per request: decides whether this request's plugin
         calls are timed (upstream samples 10% of cycles,
-        pluginMetricsSamplePercent in schedule_one.go)."""
+        pluginMetricsSamplePercent in schedule_one.go). ``deadline``
+        (time.perf_counter clock): no plugin call starts after it
+        (DeadlineExceeded), so a cycle whose caller gave up stops at the
+        next plugin, or the next chunk of nodes of a Filter walk."""
+        self.deadline = deadline
         self.record_plugin_metrics = random.random() < PLUGIN_METRICS_SAMPLE_RATE
         # Spans are made only under a recorded parent; whether there is one
         # does not change during a request.
@@ -1440,6 +1463,11 @@ class _PluginCall:
         self.start = 0.0
 
     def __enter__(self) -> list[Status]:
+        deadline = self.fw.deadline
+        if deadline is not None:
+            late = time.perf_counter() - deadline
+            if late >= 0:
+                raise DeadlineExceeded(self.point, self.plugin.name, late)
         if self.fw.tracing:
             self.span = observe.plugin_span(self.point, self.plugin.name)
             self.span.__enter__()
@@ -1453,7 +1481,9 @@ class _PluginCall:
         err: CycleError | None = None
         if exc is not None:
             self.box.insert(0, Status(Code.ERROR))
-            if not isinstance(exc, (CycleError, StateDecodeError)) and isinstance(exc, Exception):
+            if not isinstance(exc, (CycleError, StateDecodeError, DeadlineExceeded)) and isinstance(
+                exc, Exception
+            ):
                 log.exception("plugin %s failed at %s", self.plugin.name, self.point)
                 err = CycleError(
                     Status.error(

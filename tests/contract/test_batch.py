@@ -77,7 +77,7 @@ async def test_batch_leaves_the_replica_snapshot_as_it_found_it(
         client = SchedulingClient(ch, log)
         await client.sync()
         store = default_server.service.store
-        snap = store._entries[log.cluster_id].snapshot
+        snap = store.snapshot_of(log.cluster_id)
         before = {n: ni.requested.milli_cpu for n, ni in snap.nodes.items()}
         out = await client.schedule_batch(PROFILE, queue())
         assert sum(1 for r in out.results if r.node) == 6
@@ -107,7 +107,7 @@ async def test_assumed_pods_the_next_delta_brings_back_are_kept_not_rebuilt(
     async with grpc.aio.insecure_channel(f"127.0.0.1:{default_server.port}") as ch:
         client = SchedulingClient(ch, log)
         await client.sync()
-        snap = default_server.service.store._entries[log.cluster_id].snapshot
+        snap = default_server.service.store.snapshot_of(log.cluster_id)
         pods = queue()
         out = await client.schedule_batch(PROFILE, pods)
         placed = [(pod, res.node) for pod, res in zip(pods, out.results, strict=True) if res.node]

@@ -175,7 +175,7 @@ class ReplicaStub:
         self.replica = replica
 
     def __getattr__(self, name: str) -> Any:
-        def method(request: Any, timeout: float | None = None) -> FakeCall:
+        def method(request: Any, timeout: float | None = None, **_options: Any) -> FakeCall:
             return self.replica.call(request)
 
         return method
@@ -190,7 +190,7 @@ class BalancedStub:
         self.next = 0
 
     def __getattr__(self, name: str) -> Any:
-        def method(request: Any, timeout: float | None = None) -> FakeCall:
+        def method(request: Any, timeout: float | None = None, **_options: Any) -> FakeCall:
             up = [r for r in self.replicas if r.up] or self.replicas
             r = up[self.next % len(up)]
             self.next += 1

@@ -145,7 +145,7 @@ CASES: list[tuple[str, Case, grpc.StatusCode, str, dict[str, str], str]] = [
         grpc.StatusCode.FAILED_PRECONDITION,
         "STALE_SNAPSHOT",
         {"replica_generation": "-1"},
-        "has no snapshot of cluster",
+        "has no snapshot of this cluster_id",
     ),
     (
         "passed",

@@ -108,7 +108,7 @@ async def probe_health_while(channel: grpc.aio.Channel, work: asyncio.Task[T]) -
 
 async def wait_until_busy(server: RunningServer, cluster_id: str) -> None:
     for _ in range(2000):
-        if server.service.locks.busy(cluster_id):
+        if server.service.locks.busy_cluster(cluster_id):
             return
         await asyncio.sleep(0.001)
     raise AssertionError(f"cluster {cluster_id} never became busy")
@@ -254,8 +254,8 @@ async def test_a_cancelled_batch_leaves_the_snapshot_as_it_was(
     await asyncio.sleep(0.02)  # some pods placed
     call.cancel()
     for _ in range(1000):
-        if not server.service.locks.busy(log.cluster_id):
+        if not server.service.locks.busy_cluster(log.cluster_id):
             break
         await asyncio.sleep(0.002)
-    assert not server.service.locks.busy(log.cluster_id)
+    assert not server.service.locks.busy_cluster(log.cluster_id)
     assert fingerprint(server, log) == before

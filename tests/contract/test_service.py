@@ -121,7 +121,7 @@ async def test_lagging_and_new_replicas_are_resynced(server: RunningServer) -> N
             assert other.service.store.generation(log.cluster_id) == log.generation
             # More changes through B; A falls behind and catches up from its generation.
             a_gen = server.service.store.generation(log.cluster_id)
-            a_snapshot = server.service.store._entries[log.cluster_id].snapshot
+            a_snapshot = server.service.store.snapshot_of(log.cluster_id)
             for i in range(2):
                 log.upsert_pod(make_pod(f"q{i}").req(cpu="1").node("a").obj())
                 log.commit()
@@ -130,14 +130,12 @@ async def test_lagging_and_new_replicas_are_resynced(server: RunningServer) -> N
             await a.schedule("contract", make_pod("z").obj())
             assert a.resyncs == 1
             # Caught up by a delta from its own generation, not a full resend.
-            assert server.service.store._entries[log.cluster_id].snapshot is a_snapshot
+            assert server.service.store.snapshot_of(log.cluster_id) is a_snapshot
             assert server.service.store.generation(log.cluster_id) == log.generation > a_gen
-            snap = server.service.store._entries[log.cluster_id].snapshot
+            snap = server.service.store.snapshot_of(log.cluster_id)
             assert (
                 snap.nodes["a"].requested.milli_cpu
-                == other.service.store._entries[log.cluster_id]
-                .snapshot.nodes["a"]
-                .requested.milli_cpu
+                == other.service.store.snapshot_of(log.cluster_id).nodes["a"].requested.milli_cpu
             )
     finally:
         await other.stop(0)
@@ -305,7 +303,7 @@ async def test_describe_profiles_lists_plugins_per_extension_point(
                 pod=cpb.Pod(uid="u", name="p"),
             ),
             "FAILED_PRECONDITION",
-            "this replica has no snapshot of cluster 'z'",
+            "this replica has no snapshot of this cluster_id",
         ),
     ],
     ids=[
@@ -407,7 +405,7 @@ async def test_schedule_stream_resyncs_a_replica_that_lost_its_snapshot(
     log = cluster()
     client = SchedulingClient(channel, log)
     await client.schedule_streamed("contract", make_pod().obj())
-    server.service.store._entries.clear()  # as if the replica restarted
+    server.service.store.clear()  # as if the replica restarted
     log.upsert_pod(make_pod("p").req(cpu="1").node("c").obj())
     log.commit()
     resp = await client.schedule_streamed("contract", make_pod().obj())

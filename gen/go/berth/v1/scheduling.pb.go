@@ -67,20 +67,37 @@ const (
 	ErrorReason_ERROR_REASON_DEADLINE ErrorReason = 7
 	// INTERNAL: a bug in the server; it logged the stack and keeps serving.
 	ErrorReason_ERROR_REASON_INTERNAL ErrorReason = 8
+	// RESOURCE_EXHAUSTED: the replica is serving as many calls, or as many
+	// request bytes, as it takes at once (berth serve --max-inflight-calls,
+	// --max-inflight-bytes). Metadata: limit ("calls" or "bytes"), max.
+	// Nothing of the call was done: retry it after a backoff, on this replica
+	// or another.
+	ErrorReason_ERROR_REASON_OVERLOADED ErrorReason = 9
+	// RESOURCE_EXHAUSTED: a full state larger than the replica keeps for one
+	// caller (berth serve --max-caller-state-bytes). Metadata: state_bytes,
+	// max_caller_state_bytes. Retrying does not help.
+	ErrorReason_ERROR_REASON_STATE_TOO_LARGE ErrorReason = 10
+	// UNAUTHENTICATED: the server takes only known callers (berth serve
+	// --caller-tokens) and the call carried no berth-caller-token metadata, or
+	// one it does not know.
+	ErrorReason_ERROR_REASON_UNAUTHENTICATED ErrorReason = 11
 )
 
 // Enum value maps for ErrorReason.
 var (
 	ErrorReason_name = map[int32]string{
-		0: "ERROR_REASON_UNSPECIFIED",
-		1: "ERROR_REASON_STALE_SNAPSHOT",
-		2: "ERROR_REASON_SNAPSHOT_PASSED",
-		3: "ERROR_REASON_INVALID_REQUEST",
-		4: "ERROR_REASON_UNKNOWN_PROFILE",
-		5: "ERROR_REASON_UNKNOWN_NODE",
-		6: "ERROR_REASON_BATCH_TOO_LARGE",
-		7: "ERROR_REASON_DEADLINE",
-		8: "ERROR_REASON_INTERNAL",
+		0:  "ERROR_REASON_UNSPECIFIED",
+		1:  "ERROR_REASON_STALE_SNAPSHOT",
+		2:  "ERROR_REASON_SNAPSHOT_PASSED",
+		3:  "ERROR_REASON_INVALID_REQUEST",
+		4:  "ERROR_REASON_UNKNOWN_PROFILE",
+		5:  "ERROR_REASON_UNKNOWN_NODE",
+		6:  "ERROR_REASON_BATCH_TOO_LARGE",
+		7:  "ERROR_REASON_DEADLINE",
+		8:  "ERROR_REASON_INTERNAL",
+		9:  "ERROR_REASON_OVERLOADED",
+		10: "ERROR_REASON_STATE_TOO_LARGE",
+		11: "ERROR_REASON_UNAUTHENTICATED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":     0,
@@ -92,6 +109,9 @@ var (
 		"ERROR_REASON_BATCH_TOO_LARGE": 6,
 		"ERROR_REASON_DEADLINE":        7,
 		"ERROR_REASON_INTERNAL":        8,
+		"ERROR_REASON_OVERLOADED":      9,
+		"ERROR_REASON_STATE_TOO_LARGE": 10,
+		"ERROR_REASON_UNAUTHENTICATED": 11,
 	}
 )
 
@@ -502,6 +522,135 @@ func (x *SyncResponse) GetObjectCount() int32 {
 	return 0
 }
 
+// One part of a full state (UploadState).
+type UploadStateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// full=true; cluster_id, generation and incarnation equal in every part;
+	// the delta holds this part's upserts (no deletions). Required.
+	State         *ClusterState `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadStateRequest) Reset() {
+	*x = UploadStateRequest{}
+	mi := &file_berth_v1_scheduling_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadStateRequest) ProtoMessage() {}
+
+func (x *UploadStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_v1_scheduling_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadStateRequest.ProtoReflect.Descriptor instead.
+func (*UploadStateRequest) Descriptor() ([]byte, []int) {
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *UploadStateRequest) GetState() *ClusterState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+// What the replica holds after an UploadState.
+type UploadStateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The snapshot's generation: the uploaded state's.
+	Generation int64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Nodes in the snapshot.
+	NodeCount int32 `protobuf:"varint,2,opt,name=node_count,json=nodeCount,proto3" json:"node_count,omitempty"`
+	// Pods in the snapshot.
+	PodCount int32 `protobuf:"varint,3,opt,name=pod_count,json=podCount,proto3" json:"pod_count,omitempty"`
+	// Other objects (ClusterObject) in the snapshot.
+	ObjectCount int32 `protobuf:"varint,4,opt,name=object_count,json=objectCount,proto3" json:"object_count,omitempty"`
+	// How many parts the stream carried.
+	Parts         int32 `protobuf:"varint,5,opt,name=parts,proto3" json:"parts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadStateResponse) Reset() {
+	*x = UploadStateResponse{}
+	mi := &file_berth_v1_scheduling_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadStateResponse) ProtoMessage() {}
+
+func (x *UploadStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_v1_scheduling_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadStateResponse.ProtoReflect.Descriptor instead.
+func (*UploadStateResponse) Descriptor() ([]byte, []int) {
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *UploadStateResponse) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *UploadStateResponse) GetNodeCount() int32 {
+	if x != nil {
+		return x.NodeCount
+	}
+	return 0
+}
+
+func (x *UploadStateResponse) GetPodCount() int32 {
+	if x != nil {
+		return x.PodCount
+	}
+	return 0
+}
+
+func (x *UploadStateResponse) GetObjectCount() int32 {
+	if x != nil {
+		return x.ObjectCount
+	}
+	return 0
+}
+
+func (x *UploadStateResponse) GetParts() int32 {
+	if x != nil {
+		return x.Parts
+	}
+	return 0
+}
+
 // Takes no arguments.
 type DescribeProfilesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -511,7 +660,7 @@ type DescribeProfilesRequest struct {
 
 func (x *DescribeProfilesRequest) Reset() {
 	*x = DescribeProfilesRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[4]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +672,7 @@ func (x *DescribeProfilesRequest) String() string {
 func (*DescribeProfilesRequest) ProtoMessage() {}
 
 func (x *DescribeProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[4]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +685,7 @@ func (x *DescribeProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeProfilesRequest.ProtoReflect.Descriptor instead.
 func (*DescribeProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{4}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{6}
 }
 
 // A plugin enabled at an extension point.
@@ -553,7 +702,7 @@ type PluginRef struct {
 
 func (x *PluginRef) Reset() {
 	*x = PluginRef{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[5]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +714,7 @@ func (x *PluginRef) String() string {
 func (*PluginRef) ProtoMessage() {}
 
 func (x *PluginRef) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[5]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +727,7 @@ func (x *PluginRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginRef.ProtoReflect.Descriptor instead.
 func (*PluginRef) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{5}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PluginRef) GetName() string {
@@ -612,7 +761,7 @@ type ExtensionPoint struct {
 
 func (x *ExtensionPoint) Reset() {
 	*x = ExtensionPoint{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[6]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +773,7 @@ func (x *ExtensionPoint) String() string {
 func (*ExtensionPoint) ProtoMessage() {}
 
 func (x *ExtensionPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[6]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +786,7 @@ func (x *ExtensionPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtensionPoint.ProtoReflect.Descriptor instead.
 func (*ExtensionPoint) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{6}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ExtensionPoint) GetName() string {
@@ -682,7 +831,7 @@ type ObjectKind struct {
 
 func (x *ObjectKind) Reset() {
 	*x = ObjectKind{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[7]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +843,7 @@ func (x *ObjectKind) String() string {
 func (*ObjectKind) ProtoMessage() {}
 
 func (x *ObjectKind) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[7]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +856,7 @@ func (x *ObjectKind) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectKind.ProtoReflect.Descriptor instead.
 func (*ObjectKind) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{7}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ObjectKind) GetGroup() string {
@@ -784,7 +933,7 @@ type Profile struct {
 
 func (x *Profile) Reset() {
 	*x = Profile{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[8]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -796,7 +945,7 @@ func (x *Profile) String() string {
 func (*Profile) ProtoMessage() {}
 
 func (x *Profile) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[8]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -809,7 +958,7 @@ func (x *Profile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Profile.ProtoReflect.Descriptor instead.
 func (*Profile) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{8}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Profile) GetSchedulerName() string {
@@ -851,7 +1000,7 @@ type DescribeProfilesResponse struct {
 
 func (x *DescribeProfilesResponse) Reset() {
 	*x = DescribeProfilesResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[9]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +1012,7 @@ func (x *DescribeProfilesResponse) String() string {
 func (*DescribeProfilesResponse) ProtoMessage() {}
 
 func (x *DescribeProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[9]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +1025,7 @@ func (x *DescribeProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeProfilesResponse.ProtoReflect.Descriptor instead.
 func (*DescribeProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{9}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DescribeProfilesResponse) GetProfiles() []*Profile {
@@ -899,7 +1048,7 @@ type PreEnqueueRequest struct {
 
 func (x *PreEnqueueRequest) Reset() {
 	*x = PreEnqueueRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[10]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1060,7 @@ func (x *PreEnqueueRequest) String() string {
 func (*PreEnqueueRequest) ProtoMessage() {}
 
 func (x *PreEnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[10]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1073,7 @@ func (x *PreEnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreEnqueueRequest.ProtoReflect.Descriptor instead.
 func (*PreEnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{10}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PreEnqueueRequest) GetProfile() string {
@@ -953,7 +1102,7 @@ type PreEnqueueResponse struct {
 
 func (x *PreEnqueueResponse) Reset() {
 	*x = PreEnqueueResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[11]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1114,7 @@ func (x *PreEnqueueResponse) String() string {
 func (*PreEnqueueResponse) ProtoMessage() {}
 
 func (x *PreEnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[11]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1127,7 @@ func (x *PreEnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreEnqueueResponse.ProtoReflect.Descriptor instead.
 func (*PreEnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{11}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PreEnqueueResponse) GetStatus() *Status {
@@ -1004,7 +1153,7 @@ type QueuedPod struct {
 
 func (x *QueuedPod) Reset() {
 	*x = QueuedPod{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[12]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1165,7 @@ func (x *QueuedPod) String() string {
 func (*QueuedPod) ProtoMessage() {}
 
 func (x *QueuedPod) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[12]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1178,7 @@ func (x *QueuedPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuedPod.ProtoReflect.Descriptor instead.
 func (*QueuedPod) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{12}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *QueuedPod) GetPod() *Pod {
@@ -1071,7 +1220,7 @@ type SortKeyPart struct {
 
 func (x *SortKeyPart) Reset() {
 	*x = SortKeyPart{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[13]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1232,7 @@ func (x *SortKeyPart) String() string {
 func (*SortKeyPart) ProtoMessage() {}
 
 func (x *SortKeyPart) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[13]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1245,7 @@ func (x *SortKeyPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SortKeyPart.ProtoReflect.Descriptor instead.
 func (*SortKeyPart) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{13}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SortKeyPart) GetValue() isSortKeyPart_Value {
@@ -1170,7 +1319,7 @@ type SortKey struct {
 
 func (x *SortKey) Reset() {
 	*x = SortKey{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[14]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1331,7 @@ func (x *SortKey) String() string {
 func (*SortKey) ProtoMessage() {}
 
 func (x *SortKey) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[14]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1344,7 @@ func (x *SortKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SortKey.ProtoReflect.Descriptor instead.
 func (*SortKey) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{14}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SortKey) GetParts() []*SortKeyPart {
@@ -1221,7 +1370,7 @@ type QueueSortRequest struct {
 
 func (x *QueueSortRequest) Reset() {
 	*x = QueueSortRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[15]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1382,7 @@ func (x *QueueSortRequest) String() string {
 func (*QueueSortRequest) ProtoMessage() {}
 
 func (x *QueueSortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[15]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1395,7 @@ func (x *QueueSortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSortRequest.ProtoReflect.Descriptor instead.
 func (*QueueSortRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{15}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *QueueSortRequest) GetProfile() string {
@@ -1281,7 +1430,7 @@ type QueueSortResponse struct {
 
 func (x *QueueSortResponse) Reset() {
 	*x = QueueSortResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[16]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1442,7 @@ func (x *QueueSortResponse) String() string {
 func (*QueueSortResponse) ProtoMessage() {}
 
 func (x *QueueSortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[16]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1455,7 @@ func (x *QueueSortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSortResponse.ProtoReflect.Descriptor instead.
 func (*QueueSortResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{16}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *QueueSortResponse) GetKeys() []*SortKey {
@@ -1334,7 +1483,7 @@ type CycleRequest struct {
 
 func (x *CycleRequest) Reset() {
 	*x = CycleRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[17]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1495,7 @@ func (x *CycleRequest) String() string {
 func (*CycleRequest) ProtoMessage() {}
 
 func (x *CycleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[17]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1508,7 @@ func (x *CycleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CycleRequest.ProtoReflect.Descriptor instead.
 func (*CycleRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{17}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CycleRequest) GetProfile() string {
@@ -1416,7 +1565,7 @@ type NodesRequest struct {
 
 func (x *NodesRequest) Reset() {
 	*x = NodesRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[18]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1577,7 @@ func (x *NodesRequest) String() string {
 func (*NodesRequest) ProtoMessage() {}
 
 func (x *NodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[18]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1590,7 @@ func (x *NodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodesRequest.ProtoReflect.Descriptor instead.
 func (*NodesRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{18}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NodesRequest) GetProfile() string {
@@ -1508,7 +1657,7 @@ type NodeRequest struct {
 
 func (x *NodeRequest) Reset() {
 	*x = NodeRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[19]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1669,7 @@ func (x *NodeRequest) String() string {
 func (*NodeRequest) ProtoMessage() {}
 
 func (x *NodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[19]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1682,7 @@ func (x *NodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRequest.ProtoReflect.Descriptor instead.
 func (*NodeRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{19}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NodeRequest) GetProfile() string {
@@ -1593,7 +1742,7 @@ type PreFilterResponse struct {
 
 func (x *PreFilterResponse) Reset() {
 	*x = PreFilterResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[20]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1605,7 +1754,7 @@ func (x *PreFilterResponse) String() string {
 func (*PreFilterResponse) ProtoMessage() {}
 
 func (x *PreFilterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[20]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1618,7 +1767,7 @@ func (x *PreFilterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreFilterResponse.ProtoReflect.Descriptor instead.
 func (*PreFilterResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{20}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PreFilterResponse) GetStatus() *Status {
@@ -1669,7 +1818,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[21]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1830,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[21]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1843,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{21}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NodeStatus) GetNode() string {
@@ -1726,7 +1875,7 @@ type FilterResponse struct {
 
 func (x *FilterResponse) Reset() {
 	*x = FilterResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[22]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1738,7 +1887,7 @@ func (x *FilterResponse) String() string {
 func (*FilterResponse) ProtoMessage() {}
 
 func (x *FilterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[22]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1751,7 +1900,7 @@ func (x *FilterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilterResponse.ProtoReflect.Descriptor instead.
 func (*FilterResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{22}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FilterResponse) GetFeasible() []string {
@@ -1795,7 +1944,7 @@ type PostFilterRequest struct {
 
 func (x *PostFilterRequest) Reset() {
 	*x = PostFilterRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[23]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1807,7 +1956,7 @@ func (x *PostFilterRequest) String() string {
 func (*PostFilterRequest) ProtoMessage() {}
 
 func (x *PostFilterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[23]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1820,7 +1969,7 @@ func (x *PostFilterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostFilterRequest.ProtoReflect.Descriptor instead.
 func (*PostFilterRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{23}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PostFilterRequest) GetProfile() string {
@@ -1900,7 +2049,7 @@ type PostFilterResponse struct {
 
 func (x *PostFilterResponse) Reset() {
 	*x = PostFilterResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[24]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2061,7 @@ func (x *PostFilterResponse) String() string {
 func (*PostFilterResponse) ProtoMessage() {}
 
 func (x *PostFilterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[24]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2074,7 @@ func (x *PostFilterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostFilterResponse.ProtoReflect.Descriptor instead.
 func (*PostFilterResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{24}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PostFilterResponse) GetStatus() *Status {
@@ -2006,7 +2155,7 @@ type Victim struct {
 
 func (x *Victim) Reset() {
 	*x = Victim{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[25]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2167,7 @@ func (x *Victim) String() string {
 func (*Victim) ProtoMessage() {}
 
 func (x *Victim) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[25]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2180,7 @@ func (x *Victim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Victim.ProtoReflect.Descriptor instead.
 func (*Victim) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{25}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Victim) GetUid() string {
@@ -2070,7 +2219,7 @@ type PreScoreResponse struct {
 
 func (x *PreScoreResponse) Reset() {
 	*x = PreScoreResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[26]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2231,7 @@ func (x *PreScoreResponse) String() string {
 func (*PreScoreResponse) ProtoMessage() {}
 
 func (x *PreScoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[26]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2244,7 @@ func (x *PreScoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreScoreResponse.ProtoReflect.Descriptor instead.
 func (*PreScoreResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{26}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PreScoreResponse) GetStatus() *Status {
@@ -2134,7 +2283,7 @@ type PluginScores struct {
 
 func (x *PluginScores) Reset() {
 	*x = PluginScores{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[27]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2295,7 @@ func (x *PluginScores) String() string {
 func (*PluginScores) ProtoMessage() {}
 
 func (x *PluginScores) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[27]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2308,7 @@ func (x *PluginScores) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginScores.ProtoReflect.Descriptor instead.
 func (*PluginScores) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{27}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PluginScores) GetPlugin() string {
@@ -2200,7 +2349,7 @@ type ScoreResponse struct {
 
 func (x *ScoreResponse) Reset() {
 	*x = ScoreResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[28]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2361,7 @@ func (x *ScoreResponse) String() string {
 func (*ScoreResponse) ProtoMessage() {}
 
 func (x *ScoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[28]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +2374,7 @@ func (x *ScoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreResponse.ProtoReflect.Descriptor instead.
 func (*ScoreResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{28}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ScoreResponse) GetStatus() *Status {
@@ -2278,7 +2427,7 @@ type NormalizeScoreRequest struct {
 
 func (x *NormalizeScoreRequest) Reset() {
 	*x = NormalizeScoreRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[29]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2290,7 +2439,7 @@ func (x *NormalizeScoreRequest) String() string {
 func (*NormalizeScoreRequest) ProtoMessage() {}
 
 func (x *NormalizeScoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[29]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2452,7 @@ func (x *NormalizeScoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NormalizeScoreRequest.ProtoReflect.Descriptor instead.
 func (*NormalizeScoreRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{29}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *NormalizeScoreRequest) GetProfile() string {
@@ -2366,7 +2515,7 @@ type NormalizeScoreResponse struct {
 
 func (x *NormalizeScoreResponse) Reset() {
 	*x = NormalizeScoreResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[30]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2378,7 +2527,7 @@ func (x *NormalizeScoreResponse) String() string {
 func (*NormalizeScoreResponse) ProtoMessage() {}
 
 func (x *NormalizeScoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[30]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2391,7 +2540,7 @@ func (x *NormalizeScoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NormalizeScoreResponse.ProtoReflect.Descriptor instead.
 func (*NormalizeScoreResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{30}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NormalizeScoreResponse) GetStatus() *Status {
@@ -2442,7 +2591,7 @@ type ObjectWrite struct {
 
 func (x *ObjectWrite) Reset() {
 	*x = ObjectWrite{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[31]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2603,7 @@ func (x *ObjectWrite) String() string {
 func (*ObjectWrite) ProtoMessage() {}
 
 func (x *ObjectWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[31]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2616,7 @@ func (x *ObjectWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectWrite.ProtoReflect.Descriptor instead.
 func (*ObjectWrite) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{31}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ObjectWrite) GetRef() *ObjectRef {
@@ -2538,7 +2687,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[32]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +2699,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[32]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2563,7 +2712,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{32}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -2634,7 +2783,7 @@ type WaitingPodSignal struct {
 
 func (x *WaitingPodSignal) Reset() {
 	*x = WaitingPodSignal{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[33]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2646,7 +2795,7 @@ func (x *WaitingPodSignal) String() string {
 func (*WaitingPodSignal) ProtoMessage() {}
 
 func (x *WaitingPodSignal) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[33]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2659,7 +2808,7 @@ func (x *WaitingPodSignal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitingPodSignal.ProtoReflect.Descriptor instead.
 func (*WaitingPodSignal) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{33}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WaitingPodSignal) GetPodUid() string {
@@ -2718,7 +2867,7 @@ type PermitResponse struct {
 
 func (x *PermitResponse) Reset() {
 	*x = PermitResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2879,7 @@ func (x *PermitResponse) String() string {
 func (*PermitResponse) ProtoMessage() {}
 
 func (x *PermitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2892,7 @@ func (x *PermitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermitResponse.ProtoReflect.Descriptor instead.
 func (*PermitResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{34}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PermitResponse) GetStatus() *Status {
@@ -2809,7 +2958,7 @@ type BindResponse struct {
 
 func (x *BindResponse) Reset() {
 	*x = BindResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +2970,7 @@ func (x *BindResponse) String() string {
 func (*BindResponse) ProtoMessage() {}
 
 func (x *BindResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +2983,7 @@ func (x *BindResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindResponse.ProtoReflect.Descriptor instead.
 func (*BindResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{35}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *BindResponse) GetStatus() *Status {
@@ -2898,7 +3047,7 @@ type ScheduleRequest struct {
 
 func (x *ScheduleRequest) Reset() {
 	*x = ScheduleRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2910,7 +3059,7 @@ func (x *ScheduleRequest) String() string {
 func (*ScheduleRequest) ProtoMessage() {}
 
 func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2923,7 +3072,7 @@ func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{36}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ScheduleRequest) GetProfile() string {
@@ -2990,7 +3139,7 @@ type NodeScore struct {
 
 func (x *NodeScore) Reset() {
 	*x = NodeScore{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3002,7 +3151,7 @@ func (x *NodeScore) String() string {
 func (*NodeScore) ProtoMessage() {}
 
 func (x *NodeScore) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3015,7 +3164,7 @@ func (x *NodeScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeScore.ProtoReflect.Descriptor instead.
 func (*NodeScore) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{37}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NodeScore) GetNode() string {
@@ -3057,7 +3206,7 @@ type Diagnosis struct {
 
 func (x *Diagnosis) Reset() {
 	*x = Diagnosis{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3069,7 +3218,7 @@ func (x *Diagnosis) String() string {
 func (*Diagnosis) ProtoMessage() {}
 
 func (x *Diagnosis) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3082,7 +3231,7 @@ func (x *Diagnosis) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnosis.ProtoReflect.Descriptor instead.
 func (*Diagnosis) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{38}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Diagnosis) GetRejected() []*NodeStatus {
@@ -3136,7 +3285,7 @@ type ScheduleBatchRequest struct {
 
 func (x *ScheduleBatchRequest) Reset() {
 	*x = ScheduleBatchRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3148,7 +3297,7 @@ func (x *ScheduleBatchRequest) String() string {
 func (*ScheduleBatchRequest) ProtoMessage() {}
 
 func (x *ScheduleBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3161,7 +3310,7 @@ func (x *ScheduleBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleBatchRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleBatchRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{39}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ScheduleBatchRequest) GetProfile() string {
@@ -3221,7 +3370,7 @@ type ScheduleBatchResponse struct {
 
 func (x *ScheduleBatchResponse) Reset() {
 	*x = ScheduleBatchResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3233,7 +3382,7 @@ func (x *ScheduleBatchResponse) String() string {
 func (*ScheduleBatchResponse) ProtoMessage() {}
 
 func (x *ScheduleBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3246,7 +3395,7 @@ func (x *ScheduleBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleBatchResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleBatchResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{40}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ScheduleBatchResponse) GetResults() []*ScheduleResponse {
@@ -3294,7 +3443,7 @@ type RequestError struct {
 
 func (x *RequestError) Reset() {
 	*x = RequestError{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3306,7 +3455,7 @@ func (x *RequestError) String() string {
 func (*RequestError) ProtoMessage() {}
 
 func (x *RequestError) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3319,7 +3468,7 @@ func (x *RequestError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestError.ProtoReflect.Descriptor instead.
 func (*RequestError) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{41}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RequestError) GetGrpcCode() int32 {
@@ -3381,7 +3530,7 @@ type ScheduleStreamResponse struct {
 
 func (x *ScheduleStreamResponse) Reset() {
 	*x = ScheduleStreamResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3393,7 +3542,7 @@ func (x *ScheduleStreamResponse) String() string {
 func (*ScheduleStreamResponse) ProtoMessage() {}
 
 func (x *ScheduleStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3406,7 +3555,7 @@ func (x *ScheduleStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleStreamResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleStreamResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{42}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ScheduleStreamResponse) GetResult() isScheduleStreamResponse_Result {
@@ -3511,7 +3660,7 @@ type ScheduleResponse struct {
 
 func (x *ScheduleResponse) Reset() {
 	*x = ScheduleResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3523,7 +3672,7 @@ func (x *ScheduleResponse) String() string {
 func (*ScheduleResponse) ProtoMessage() {}
 
 func (x *ScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3536,7 +3685,7 @@ func (x *ScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{43}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ScheduleResponse) GetStatus() *Status {
@@ -3677,7 +3826,18 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\n" +
 	"node_count\x18\x02 \x01(\x05R\tnodeCount\x12\x1b\n" +
 	"\tpod_count\x18\x03 \x01(\x05R\bpodCount\x12!\n" +
-	"\fobject_count\x18\x04 \x01(\x05R\vobjectCount\"\x19\n" +
+	"\fobject_count\x18\x04 \x01(\x05R\vobjectCount\"B\n" +
+	"\x12UploadStateRequest\x12,\n" +
+	"\x05state\x18\x01 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\"\xaa\x01\n" +
+	"\x13UploadStateResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x03R\n" +
+	"generation\x12\x1d\n" +
+	"\n" +
+	"node_count\x18\x02 \x01(\x05R\tnodeCount\x12\x1b\n" +
+	"\tpod_count\x18\x03 \x01(\x05R\bpodCount\x12!\n" +
+	"\fobject_count\x18\x04 \x01(\x05R\vobjectCount\x12\x14\n" +
+	"\x05parts\x18\x05 \x01(\x05R\x05parts\"\x19\n" +
 	"\x17DescribeProfilesRequest\"7\n" +
 	"\tPluginRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
@@ -3932,7 +4092,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x19pre_bind_pre_flight_error\x18\x11 \x01(\v2\x10.berth.v1.StatusR\x15preBindPreFlightError\x1aD\n" +
 	"\x16AssumeAnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\r\x10\x0eR\x05error*\xa9\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\r\x10\x0eR\x05error*\x8a\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bERROR_REASON_STALE_SNAPSHOT\x10\x01\x12 \n" +
@@ -3942,7 +4102,11 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x19ERROR_REASON_UNKNOWN_NODE\x10\x05\x12 \n" +
 	"\x1cERROR_REASON_BATCH_TOO_LARGE\x10\x06\x12\x19\n" +
 	"\x15ERROR_REASON_DEADLINE\x10\a\x12\x19\n" +
-	"\x15ERROR_REASON_INTERNAL\x10\b*\x99\x01\n" +
+	"\x15ERROR_REASON_INTERNAL\x10\b\x12\x1b\n" +
+	"\x17ERROR_REASON_OVERLOADED\x10\t\x12 \n" +
+	"\x1cERROR_REASON_STATE_TOO_LARGE\x10\n" +
+	"\x12 \n" +
+	"\x1cERROR_REASON_UNAUTHENTICATED\x10\v*\x99\x01\n" +
 	"\x04Code\x12\x10\n" +
 	"\fCODE_SUCCESS\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -3955,7 +4119,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x0eNominatingMode\x12\x1f\n" +
 	"\x1bNOMINATING_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14NOMINATING_MODE_NOOP\x10\x01\x12\x1c\n" +
-	"\x18NOMINATING_MODE_OVERRIDE\x10\x022\x97\n" +
+	"\x18NOMINATING_MODE_OVERRIDE\x10\x022\xe5\n" +
 	"\n" +
 	"\x11SchedulingService\x125\n" +
 	"\x04Sync\x12\x15.berth.v1.SyncRequest\x1a\x16.berth.v1.SyncResponse\x12Y\n" +
@@ -3978,7 +4142,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\bPostBind\x12\x15.berth.v1.NodeRequest\x1a\x18.berth.v1.StatusResponse\x12A\n" +
 	"\bSchedule\x12\x19.berth.v1.ScheduleRequest\x1a\x1a.berth.v1.ScheduleResponse\x12Q\n" +
 	"\x0eScheduleStream\x12\x19.berth.v1.ScheduleRequest\x1a .berth.v1.ScheduleStreamResponse(\x010\x01\x12P\n" +
-	"\rScheduleBatch\x12\x1e.berth.v1.ScheduleBatchRequest\x1a\x1f.berth.v1.ScheduleBatchResponseBJ\n" +
+	"\rScheduleBatch\x12\x1e.berth.v1.ScheduleBatchRequest\x1a\x1f.berth.v1.ScheduleBatchResponse\x12L\n" +
+	"\vUploadState\x12\x1c.berth.v1.UploadStateRequest\x1a\x1d.berth.v1.UploadStateResponse(\x01BJ\n" +
 	"\fdev.berth.v1B\x0fSchedulingProtoP\x01Z'berth.dev/berth/gen/go/berth/v1;berthv1b\x06proto3"
 
 var (
@@ -3994,7 +4159,7 @@ func file_berth_v1_scheduling_proto_rawDescGZIP() []byte {
 }
 
 var file_berth_v1_scheduling_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_berth_v1_scheduling_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_berth_v1_scheduling_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_berth_v1_scheduling_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: berth.v1.ErrorReason
 	(Code)(0),                        // 1: berth.v1.Code
@@ -4003,178 +4168,183 @@ var file_berth_v1_scheduling_proto_goTypes = []any{
 	(*CycleState)(nil),               // 4: berth.v1.CycleState
 	(*SyncRequest)(nil),              // 5: berth.v1.SyncRequest
 	(*SyncResponse)(nil),             // 6: berth.v1.SyncResponse
-	(*DescribeProfilesRequest)(nil),  // 7: berth.v1.DescribeProfilesRequest
-	(*PluginRef)(nil),                // 8: berth.v1.PluginRef
-	(*ExtensionPoint)(nil),           // 9: berth.v1.ExtensionPoint
-	(*ObjectKind)(nil),               // 10: berth.v1.ObjectKind
-	(*Profile)(nil),                  // 11: berth.v1.Profile
-	(*DescribeProfilesResponse)(nil), // 12: berth.v1.DescribeProfilesResponse
-	(*PreEnqueueRequest)(nil),        // 13: berth.v1.PreEnqueueRequest
-	(*PreEnqueueResponse)(nil),       // 14: berth.v1.PreEnqueueResponse
-	(*QueuedPod)(nil),                // 15: berth.v1.QueuedPod
-	(*SortKeyPart)(nil),              // 16: berth.v1.SortKeyPart
-	(*SortKey)(nil),                  // 17: berth.v1.SortKey
-	(*QueueSortRequest)(nil),         // 18: berth.v1.QueueSortRequest
-	(*QueueSortResponse)(nil),        // 19: berth.v1.QueueSortResponse
-	(*CycleRequest)(nil),             // 20: berth.v1.CycleRequest
-	(*NodesRequest)(nil),             // 21: berth.v1.NodesRequest
-	(*NodeRequest)(nil),              // 22: berth.v1.NodeRequest
-	(*PreFilterResponse)(nil),        // 23: berth.v1.PreFilterResponse
-	(*NodeStatus)(nil),               // 24: berth.v1.NodeStatus
-	(*FilterResponse)(nil),           // 25: berth.v1.FilterResponse
-	(*PostFilterRequest)(nil),        // 26: berth.v1.PostFilterRequest
-	(*PostFilterResponse)(nil),       // 27: berth.v1.PostFilterResponse
-	(*Victim)(nil),                   // 28: berth.v1.Victim
-	(*PreScoreResponse)(nil),         // 29: berth.v1.PreScoreResponse
-	(*PluginScores)(nil),             // 30: berth.v1.PluginScores
-	(*ScoreResponse)(nil),            // 31: berth.v1.ScoreResponse
-	(*NormalizeScoreRequest)(nil),    // 32: berth.v1.NormalizeScoreRequest
-	(*NormalizeScoreResponse)(nil),   // 33: berth.v1.NormalizeScoreResponse
-	(*ObjectWrite)(nil),              // 34: berth.v1.ObjectWrite
-	(*StatusResponse)(nil),           // 35: berth.v1.StatusResponse
-	(*WaitingPodSignal)(nil),         // 36: berth.v1.WaitingPodSignal
-	(*PermitResponse)(nil),           // 37: berth.v1.PermitResponse
-	(*BindResponse)(nil),             // 38: berth.v1.BindResponse
-	(*ScheduleRequest)(nil),          // 39: berth.v1.ScheduleRequest
-	(*NodeScore)(nil),                // 40: berth.v1.NodeScore
-	(*Diagnosis)(nil),                // 41: berth.v1.Diagnosis
-	(*ScheduleBatchRequest)(nil),     // 42: berth.v1.ScheduleBatchRequest
-	(*ScheduleBatchResponse)(nil),    // 43: berth.v1.ScheduleBatchResponse
-	(*RequestError)(nil),             // 44: berth.v1.RequestError
-	(*ScheduleStreamResponse)(nil),   // 45: berth.v1.ScheduleStreamResponse
-	(*ScheduleResponse)(nil),         // 46: berth.v1.ScheduleResponse
-	nil,                              // 47: berth.v1.CycleState.DataEntry
-	nil,                              // 48: berth.v1.StatusResponse.AssumeAnnotationsEntry
-	nil,                              // 49: berth.v1.PermitResponse.WaitTimeoutMillisEntry
-	nil,                              // 50: berth.v1.NodeScore.PluginsEntry
-	nil,                              // 51: berth.v1.RequestError.MetadataEntry
-	nil,                              // 52: berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	(*ClusterState)(nil),             // 53: berth.v1.ClusterState
-	(*Pod)(nil),                      // 54: berth.v1.Pod
-	(*ObjectRef)(nil),                // 55: berth.v1.ObjectRef
+	(*UploadStateRequest)(nil),       // 7: berth.v1.UploadStateRequest
+	(*UploadStateResponse)(nil),      // 8: berth.v1.UploadStateResponse
+	(*DescribeProfilesRequest)(nil),  // 9: berth.v1.DescribeProfilesRequest
+	(*PluginRef)(nil),                // 10: berth.v1.PluginRef
+	(*ExtensionPoint)(nil),           // 11: berth.v1.ExtensionPoint
+	(*ObjectKind)(nil),               // 12: berth.v1.ObjectKind
+	(*Profile)(nil),                  // 13: berth.v1.Profile
+	(*DescribeProfilesResponse)(nil), // 14: berth.v1.DescribeProfilesResponse
+	(*PreEnqueueRequest)(nil),        // 15: berth.v1.PreEnqueueRequest
+	(*PreEnqueueResponse)(nil),       // 16: berth.v1.PreEnqueueResponse
+	(*QueuedPod)(nil),                // 17: berth.v1.QueuedPod
+	(*SortKeyPart)(nil),              // 18: berth.v1.SortKeyPart
+	(*SortKey)(nil),                  // 19: berth.v1.SortKey
+	(*QueueSortRequest)(nil),         // 20: berth.v1.QueueSortRequest
+	(*QueueSortResponse)(nil),        // 21: berth.v1.QueueSortResponse
+	(*CycleRequest)(nil),             // 22: berth.v1.CycleRequest
+	(*NodesRequest)(nil),             // 23: berth.v1.NodesRequest
+	(*NodeRequest)(nil),              // 24: berth.v1.NodeRequest
+	(*PreFilterResponse)(nil),        // 25: berth.v1.PreFilterResponse
+	(*NodeStatus)(nil),               // 26: berth.v1.NodeStatus
+	(*FilterResponse)(nil),           // 27: berth.v1.FilterResponse
+	(*PostFilterRequest)(nil),        // 28: berth.v1.PostFilterRequest
+	(*PostFilterResponse)(nil),       // 29: berth.v1.PostFilterResponse
+	(*Victim)(nil),                   // 30: berth.v1.Victim
+	(*PreScoreResponse)(nil),         // 31: berth.v1.PreScoreResponse
+	(*PluginScores)(nil),             // 32: berth.v1.PluginScores
+	(*ScoreResponse)(nil),            // 33: berth.v1.ScoreResponse
+	(*NormalizeScoreRequest)(nil),    // 34: berth.v1.NormalizeScoreRequest
+	(*NormalizeScoreResponse)(nil),   // 35: berth.v1.NormalizeScoreResponse
+	(*ObjectWrite)(nil),              // 36: berth.v1.ObjectWrite
+	(*StatusResponse)(nil),           // 37: berth.v1.StatusResponse
+	(*WaitingPodSignal)(nil),         // 38: berth.v1.WaitingPodSignal
+	(*PermitResponse)(nil),           // 39: berth.v1.PermitResponse
+	(*BindResponse)(nil),             // 40: berth.v1.BindResponse
+	(*ScheduleRequest)(nil),          // 41: berth.v1.ScheduleRequest
+	(*NodeScore)(nil),                // 42: berth.v1.NodeScore
+	(*Diagnosis)(nil),                // 43: berth.v1.Diagnosis
+	(*ScheduleBatchRequest)(nil),     // 44: berth.v1.ScheduleBatchRequest
+	(*ScheduleBatchResponse)(nil),    // 45: berth.v1.ScheduleBatchResponse
+	(*RequestError)(nil),             // 46: berth.v1.RequestError
+	(*ScheduleStreamResponse)(nil),   // 47: berth.v1.ScheduleStreamResponse
+	(*ScheduleResponse)(nil),         // 48: berth.v1.ScheduleResponse
+	nil,                              // 49: berth.v1.CycleState.DataEntry
+	nil,                              // 50: berth.v1.StatusResponse.AssumeAnnotationsEntry
+	nil,                              // 51: berth.v1.PermitResponse.WaitTimeoutMillisEntry
+	nil,                              // 52: berth.v1.NodeScore.PluginsEntry
+	nil,                              // 53: berth.v1.RequestError.MetadataEntry
+	nil,                              // 54: berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	(*ClusterState)(nil),             // 55: berth.v1.ClusterState
+	(*Pod)(nil),                      // 56: berth.v1.Pod
+	(*ObjectRef)(nil),                // 57: berth.v1.ObjectRef
 }
 var file_berth_v1_scheduling_proto_depIdxs = []int32{
 	1,  // 0: berth.v1.Status.code:type_name -> berth.v1.Code
-	47, // 1: berth.v1.CycleState.data:type_name -> berth.v1.CycleState.DataEntry
-	53, // 2: berth.v1.SyncRequest.state:type_name -> berth.v1.ClusterState
-	8,  // 3: berth.v1.ExtensionPoint.plugins:type_name -> berth.v1.PluginRef
-	9,  // 4: berth.v1.Profile.extension_points:type_name -> berth.v1.ExtensionPoint
-	10, // 5: berth.v1.Profile.reads:type_name -> berth.v1.ObjectKind
-	11, // 6: berth.v1.DescribeProfilesResponse.profiles:type_name -> berth.v1.Profile
-	54, // 7: berth.v1.PreEnqueueRequest.pod:type_name -> berth.v1.Pod
-	3,  // 8: berth.v1.PreEnqueueResponse.status:type_name -> berth.v1.Status
-	54, // 9: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
-	16, // 10: berth.v1.SortKey.parts:type_name -> berth.v1.SortKeyPart
-	15, // 11: berth.v1.QueueSortRequest.pods:type_name -> berth.v1.QueuedPod
-	53, // 12: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
-	17, // 13: berth.v1.QueueSortResponse.keys:type_name -> berth.v1.SortKey
-	53, // 14: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
-	54, // 15: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
-	4,  // 16: berth.v1.CycleRequest.cycle:type_name -> berth.v1.CycleState
-	53, // 17: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
-	54, // 18: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
-	4,  // 19: berth.v1.NodesRequest.cycle:type_name -> berth.v1.CycleState
-	53, // 20: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
-	54, // 21: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
-	4,  // 22: berth.v1.NodeRequest.cycle:type_name -> berth.v1.CycleState
-	3,  // 23: berth.v1.PreFilterResponse.status:type_name -> berth.v1.Status
-	4,  // 24: berth.v1.PreFilterResponse.cycle:type_name -> berth.v1.CycleState
-	3,  // 25: berth.v1.NodeStatus.status:type_name -> berth.v1.Status
-	24, // 26: berth.v1.FilterResponse.rejected:type_name -> berth.v1.NodeStatus
-	53, // 27: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
-	54, // 28: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
-	4,  // 29: berth.v1.PostFilterRequest.cycle:type_name -> berth.v1.CycleState
-	24, // 30: berth.v1.PostFilterRequest.rejected:type_name -> berth.v1.NodeStatus
-	3,  // 31: berth.v1.PostFilterResponse.status:type_name -> berth.v1.Status
-	4,  // 32: berth.v1.PostFilterResponse.cycle:type_name -> berth.v1.CycleState
-	36, // 33: berth.v1.PostFilterResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	28, // 34: berth.v1.PostFilterResponse.victims:type_name -> berth.v1.Victim
-	2,  // 35: berth.v1.PostFilterResponse.nominating_mode:type_name -> berth.v1.NominatingMode
-	3,  // 36: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
-	4,  // 37: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
-	3,  // 38: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
-	30, // 39: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	53, // 40: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
-	54, // 41: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
-	4,  // 42: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
-	30, // 43: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
-	3,  // 44: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
-	30, // 45: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	55, // 46: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
-	3,  // 47: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
-	4,  // 48: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
-	34, // 49: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
-	48, // 50: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
-	36, // 51: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	3,  // 52: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
-	4,  // 53: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
-	49, // 54: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
-	36, // 55: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	3,  // 56: berth.v1.BindResponse.status:type_name -> berth.v1.Status
-	53, // 57: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
-	54, // 58: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
-	50, // 59: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
-	24, // 60: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
-	3,  // 61: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
-	53, // 62: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
-	54, // 63: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
-	46, // 64: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
-	51, // 65: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
-	46, // 66: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
-	44, // 67: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
-	3,  // 68: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
-	4,  // 69: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
-	41, // 70: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
-	3,  // 71: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
-	37, // 72: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
-	40, // 73: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
-	27, // 74: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
-	52, // 75: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	36, // 76: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
-	3,  // 77: berth.v1.ScheduleResponse.pre_bind_pre_flight_error:type_name -> berth.v1.Status
-	5,  // 78: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
-	7,  // 79: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
-	13, // 80: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
-	18, // 81: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
-	20, // 82: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
-	21, // 83: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
-	26, // 84: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
-	21, // 85: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
-	21, // 86: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
-	32, // 87: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
-	22, // 88: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
-	22, // 89: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
-	22, // 90: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
-	22, // 91: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
-	22, // 92: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
-	22, // 93: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
-	39, // 94: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
-	39, // 95: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
-	42, // 96: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
-	6,  // 97: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
-	12, // 98: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
-	14, // 99: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
-	19, // 100: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
-	23, // 101: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
-	25, // 102: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
-	27, // 103: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
-	29, // 104: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
-	31, // 105: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
-	33, // 106: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
-	35, // 107: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
-	35, // 108: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
-	37, // 109: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
-	35, // 110: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
-	38, // 111: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
-	35, // 112: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
-	46, // 113: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
-	45, // 114: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
-	43, // 115: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
-	97, // [97:116] is the sub-list for method output_type
-	78, // [78:97] is the sub-list for method input_type
-	78, // [78:78] is the sub-list for extension type_name
-	78, // [78:78] is the sub-list for extension extendee
-	0,  // [0:78] is the sub-list for field type_name
+	49, // 1: berth.v1.CycleState.data:type_name -> berth.v1.CycleState.DataEntry
+	55, // 2: berth.v1.SyncRequest.state:type_name -> berth.v1.ClusterState
+	55, // 3: berth.v1.UploadStateRequest.state:type_name -> berth.v1.ClusterState
+	10, // 4: berth.v1.ExtensionPoint.plugins:type_name -> berth.v1.PluginRef
+	11, // 5: berth.v1.Profile.extension_points:type_name -> berth.v1.ExtensionPoint
+	12, // 6: berth.v1.Profile.reads:type_name -> berth.v1.ObjectKind
+	13, // 7: berth.v1.DescribeProfilesResponse.profiles:type_name -> berth.v1.Profile
+	56, // 8: berth.v1.PreEnqueueRequest.pod:type_name -> berth.v1.Pod
+	3,  // 9: berth.v1.PreEnqueueResponse.status:type_name -> berth.v1.Status
+	56, // 10: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
+	18, // 11: berth.v1.SortKey.parts:type_name -> berth.v1.SortKeyPart
+	17, // 12: berth.v1.QueueSortRequest.pods:type_name -> berth.v1.QueuedPod
+	55, // 13: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
+	19, // 14: berth.v1.QueueSortResponse.keys:type_name -> berth.v1.SortKey
+	55, // 15: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
+	56, // 16: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
+	4,  // 17: berth.v1.CycleRequest.cycle:type_name -> berth.v1.CycleState
+	55, // 18: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
+	56, // 19: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
+	4,  // 20: berth.v1.NodesRequest.cycle:type_name -> berth.v1.CycleState
+	55, // 21: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
+	56, // 22: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
+	4,  // 23: berth.v1.NodeRequest.cycle:type_name -> berth.v1.CycleState
+	3,  // 24: berth.v1.PreFilterResponse.status:type_name -> berth.v1.Status
+	4,  // 25: berth.v1.PreFilterResponse.cycle:type_name -> berth.v1.CycleState
+	3,  // 26: berth.v1.NodeStatus.status:type_name -> berth.v1.Status
+	26, // 27: berth.v1.FilterResponse.rejected:type_name -> berth.v1.NodeStatus
+	55, // 28: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
+	56, // 29: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
+	4,  // 30: berth.v1.PostFilterRequest.cycle:type_name -> berth.v1.CycleState
+	26, // 31: berth.v1.PostFilterRequest.rejected:type_name -> berth.v1.NodeStatus
+	3,  // 32: berth.v1.PostFilterResponse.status:type_name -> berth.v1.Status
+	4,  // 33: berth.v1.PostFilterResponse.cycle:type_name -> berth.v1.CycleState
+	38, // 34: berth.v1.PostFilterResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	30, // 35: berth.v1.PostFilterResponse.victims:type_name -> berth.v1.Victim
+	2,  // 36: berth.v1.PostFilterResponse.nominating_mode:type_name -> berth.v1.NominatingMode
+	3,  // 37: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
+	4,  // 38: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
+	3,  // 39: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
+	32, // 40: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	55, // 41: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
+	56, // 42: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
+	4,  // 43: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
+	32, // 44: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
+	3,  // 45: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
+	32, // 46: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	57, // 47: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
+	3,  // 48: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
+	4,  // 49: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
+	36, // 50: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
+	50, // 51: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
+	38, // 52: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	3,  // 53: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
+	4,  // 54: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
+	51, // 55: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
+	38, // 56: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	3,  // 57: berth.v1.BindResponse.status:type_name -> berth.v1.Status
+	55, // 58: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
+	56, // 59: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
+	52, // 60: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
+	26, // 61: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
+	3,  // 62: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
+	55, // 63: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
+	56, // 64: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
+	48, // 65: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
+	53, // 66: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
+	48, // 67: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
+	46, // 68: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
+	3,  // 69: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
+	4,  // 70: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
+	43, // 71: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
+	3,  // 72: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
+	39, // 73: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
+	42, // 74: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
+	29, // 75: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
+	54, // 76: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	38, // 77: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
+	3,  // 78: berth.v1.ScheduleResponse.pre_bind_pre_flight_error:type_name -> berth.v1.Status
+	5,  // 79: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
+	9,  // 80: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
+	15, // 81: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
+	20, // 82: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
+	22, // 83: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
+	23, // 84: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
+	28, // 85: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
+	23, // 86: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
+	23, // 87: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
+	34, // 88: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
+	24, // 89: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
+	24, // 90: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
+	24, // 91: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
+	24, // 92: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
+	24, // 93: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
+	24, // 94: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
+	41, // 95: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
+	41, // 96: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
+	44, // 97: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
+	7,  // 98: berth.v1.SchedulingService.UploadState:input_type -> berth.v1.UploadStateRequest
+	6,  // 99: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
+	14, // 100: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
+	16, // 101: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
+	21, // 102: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
+	25, // 103: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
+	27, // 104: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
+	29, // 105: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
+	31, // 106: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
+	33, // 107: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
+	35, // 108: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
+	37, // 109: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
+	37, // 110: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
+	39, // 111: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
+	37, // 112: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
+	40, // 113: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
+	37, // 114: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
+	48, // 115: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
+	47, // 116: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
+	45, // 117: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
+	8,  // 118: berth.v1.SchedulingService.UploadState:output_type -> berth.v1.UploadStateResponse
+	99, // [99:119] is the sub-list for method output_type
+	79, // [79:99] is the sub-list for method input_type
+	79, // [79:79] is the sub-list for extension type_name
+	79, // [79:79] is the sub-list for extension extendee
+	0,  // [0:79] is the sub-list for field type_name
 }
 
 func init() { file_berth_v1_scheduling_proto_init() }
@@ -4183,12 +4353,12 @@ func file_berth_v1_scheduling_proto_init() {
 		return
 	}
 	file_berth_v1_cluster_proto_init()
-	file_berth_v1_scheduling_proto_msgTypes[13].OneofWrappers = []any{
+	file_berth_v1_scheduling_proto_msgTypes[15].OneofWrappers = []any{
 		(*SortKeyPart_Int)(nil),
 		(*SortKeyPart_Float)(nil),
 		(*SortKeyPart_Str)(nil),
 	}
-	file_berth_v1_scheduling_proto_msgTypes[42].OneofWrappers = []any{
+	file_berth_v1_scheduling_proto_msgTypes[44].OneofWrappers = []any{
 		(*ScheduleStreamResponse_Response)(nil),
 		(*ScheduleStreamResponse_Error)(nil),
 	}
@@ -4198,7 +4368,7 @@ func file_berth_v1_scheduling_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_v1_scheduling_proto_rawDesc), len(file_berth_v1_scheduling_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   50,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

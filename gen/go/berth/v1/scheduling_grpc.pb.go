@@ -55,6 +55,7 @@ const (
 	SchedulingService_Schedule_FullMethodName         = "/berth.v1.SchedulingService/Schedule"
 	SchedulingService_ScheduleStream_FullMethodName   = "/berth.v1.SchedulingService/ScheduleStream"
 	SchedulingService_ScheduleBatch_FullMethodName    = "/berth.v1.SchedulingService/ScheduleBatch"
+	SchedulingService_UploadState_FullMethodName      = "/berth.v1.SchedulingService/UploadState"
 )
 
 // SchedulingServiceClient is the client API for SchedulingService service.
@@ -136,6 +137,17 @@ type SchedulingServiceClient interface {
 	// a batch of one is exactly Schedule. More pods than the server's
 	// --max-batch-pods is RESOURCE_EXHAUSTED (reason BATCH_TOO_LARGE).
 	ScheduleBatch(ctx context.Context, in *ScheduleBatchRequest, opts ...grpc.CallOption) (*ScheduleBatchResponse, error)
+	// A full state too large for one message, sent in parts: every message
+	// carries a ClusterState with full=true and the same cluster_id,
+	// generation and incarnation, its delta holding some of the state's
+	// upserts; together the parts are the full state (each object in exactly
+	// one part). The replica builds it aside and swaps it in atomically when
+	// the caller closes its side of the stream, then answers what it holds, as
+	// Sync does. A stream that breaks or is refused before its end changes
+	// nothing. A caller sends this when its full state exceeds the message size
+	// limit (protos/README.md, "Large clusters"), then goes on with deltas from
+	// the generation uploaded.
+	UploadState(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadStateRequest, UploadStateResponse], error)
 }
 
 type schedulingServiceClient struct {
@@ -339,6 +351,19 @@ func (c *schedulingServiceClient) ScheduleBatch(ctx context.Context, in *Schedul
 	return out, nil
 }
 
+func (c *schedulingServiceClient) UploadState(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadStateRequest, UploadStateResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SchedulingService_ServiceDesc.Streams[1], SchedulingService_UploadState_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[UploadStateRequest, UploadStateResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SchedulingService_UploadStateClient = grpc.ClientStreamingClient[UploadStateRequest, UploadStateResponse]
+
 // SchedulingServiceServer is the server API for SchedulingService service.
 // All implementations must embed UnimplementedSchedulingServiceServer
 // for forward compatibility.
@@ -418,6 +443,17 @@ type SchedulingServiceServer interface {
 	// a batch of one is exactly Schedule. More pods than the server's
 	// --max-batch-pods is RESOURCE_EXHAUSTED (reason BATCH_TOO_LARGE).
 	ScheduleBatch(context.Context, *ScheduleBatchRequest) (*ScheduleBatchResponse, error)
+	// A full state too large for one message, sent in parts: every message
+	// carries a ClusterState with full=true and the same cluster_id,
+	// generation and incarnation, its delta holding some of the state's
+	// upserts; together the parts are the full state (each object in exactly
+	// one part). The replica builds it aside and swaps it in atomically when
+	// the caller closes its side of the stream, then answers what it holds, as
+	// Sync does. A stream that breaks or is refused before its end changes
+	// nothing. A caller sends this when its full state exceeds the message size
+	// limit (protos/README.md, "Large clusters"), then goes on with deltas from
+	// the generation uploaded.
+	UploadState(grpc.ClientStreamingServer[UploadStateRequest, UploadStateResponse]) error
 	mustEmbedUnimplementedSchedulingServiceServer()
 }
 
@@ -484,6 +520,9 @@ func (UnimplementedSchedulingServiceServer) ScheduleStream(grpc.BidiStreamingSer
 }
 func (UnimplementedSchedulingServiceServer) ScheduleBatch(context.Context, *ScheduleBatchRequest) (*ScheduleBatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ScheduleBatch not implemented")
+}
+func (UnimplementedSchedulingServiceServer) UploadState(grpc.ClientStreamingServer[UploadStateRequest, UploadStateResponse]) error {
+	return status.Error(codes.Unimplemented, "method UploadState not implemented")
 }
 func (UnimplementedSchedulingServiceServer) mustEmbedUnimplementedSchedulingServiceServer() {}
 func (UnimplementedSchedulingServiceServer) testEmbeddedByValue()                           {}
@@ -837,6 +876,13 @@ func _SchedulingService_ScheduleBatch_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SchedulingService_UploadState_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SchedulingServiceServer).UploadState(&grpc.GenericServerStream[UploadStateRequest, UploadStateResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SchedulingService_UploadStateServer = grpc.ClientStreamingServer[UploadStateRequest, UploadStateResponse]
+
 // SchedulingService_ServiceDesc is the grpc.ServiceDesc for SchedulingService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -922,6 +968,11 @@ var SchedulingService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "ScheduleStream",
 			Handler:       _SchedulingService_ScheduleStream_Handler,
 			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "UploadState",
+			Handler:       _SchedulingService_UploadState_Handler,
 			ClientStreams: true,
 		},
 	},
