@@ -100,8 +100,64 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=int,
         default=16,
         metavar="N",
-        help="cluster snapshots (one per calling shim or client) cached at once; the least "
-        "recently used is evicted and its caller resends in full (default %(default)s)",
+        help="cluster snapshots cached at once, all callers together; beyond, the caller "
+        "holding the most gives up its least recently used and resends it in full when it "
+        "needs it (default %(default)s)",
+    )
+    limits = p.add_argument_group(
+        "limits",
+        "What one replica takes at once. A call beyond the in-flight caps is refused at once "
+        "with RESOURCE_EXHAUSTED (reason OVERLOADED) and berth's client retries it after a "
+        "backoff; callers are told apart by their mTLS certificate or berth-caller-token "
+        "metadata, and each caller's snapshots are capped so none can evict another's",
+    )
+    limits.add_argument(
+        "--max-inflight-calls",
+        type=int,
+        default=64,
+        metavar="N",
+        help="calls (unary calls and stream messages) served at once (default %(default)s)",
+    )
+    limits.add_argument(
+        "--max-inflight-bytes",
+        type=int,
+        default=256 * 2**20,
+        metavar="N",
+        help="bytes of the requests served at once; one request larger than this is still "
+        "taken when nothing else is in flight (default %(default)s, 256 MiB)",
+    )
+    limits.add_argument(
+        "--max-states-per-caller",
+        type=int,
+        default=4,
+        metavar="N",
+        help="cluster snapshots one caller may hold; its own least recently used goes beyond "
+        "(default %(default)s)",
+    )
+    limits.add_argument(
+        "--max-caller-state-bytes",
+        type=int,
+        default=2**30,
+        metavar="N",
+        help="bytes of cluster state (objects' wire size) one caller may hold; a larger full "
+        "state is refused with RESOURCE_EXHAUSTED (reason STATE_TOO_LARGE) "
+        "(default %(default)s, 1 GiB)",
+    )
+    limits.add_argument(
+        "--max-state-bytes",
+        type=int,
+        default=2 * 2**30,
+        metavar="N",
+        help="bytes of cluster state held for all callers together (default %(default)s, 2 GiB)",
+    )
+    limits.add_argument(
+        "--caller-tokens",
+        metavar="FILE",
+        default=None,
+        help="take only the callers this file lists, one 'NAME TOKEN' a line (tokens of 16+ "
+        "characters, sent in berth-caller-token metadata; berth shim and berth place send "
+        "$BERTH_CALLER_TOKEN); others get UNAUTHENTICATED. mTLS clients are known by their "
+        "certificate instead. Without it any caller is taken and kept apart by its token",
     )
     p.add_argument(
         "--max-batch-pods",
@@ -146,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     from plugins.framework.runtime import ProfileError
     from plugins.registry import RegistryError, load_registry
     from server import telemetry
-    from server.app import serve_forever, start_server
+    from server.app import Limits, serve_forever, start_server
     from server.tls import TLSFileError
 
     if args.list_plugins:
@@ -154,6 +210,11 @@ def run(args: argparse.Namespace) -> int:
     for flag, value in (
         ("--max-clusters", args.max_clusters),
         ("--max-batch-pods", args.max_batch_pods),
+        ("--max-inflight-calls", args.max_inflight_calls),
+        ("--max-inflight-bytes", args.max_inflight_bytes),
+        ("--max-states-per-caller", args.max_states_per_caller),
+        ("--max-caller-state-bytes", args.max_caller_state_bytes),
+        ("--max-state-bytes", args.max_state_bytes),
     ):
         if value < 1:
             print(f"berth serve: {flag} must be at least 1, got {value}", file=sys.stderr)
@@ -168,6 +229,15 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"berth serve: {exc}", file=sys.stderr)
         return 2
+    tokens = None
+    if args.caller_tokens is not None:
+        from server.identity import CallerTokensError, load_tokens
+
+        try:
+            tokens = load_tokens(Path(args.caller_tokens))
+        except CallerTokensError as exc:
+            print(f"berth serve: {exc}", file=sys.stderr)
+            return 2
     try:
         registry = load_registry()
     except RegistryError as exc:
@@ -209,6 +279,14 @@ def run(args: argparse.Namespace) -> int:
                 slice_seconds=args.slice_ms / 1000,
                 tls=tls,
                 health_listen=args.health_listen or None,
+                limits=Limits(
+                    max_inflight_calls=args.max_inflight_calls,
+                    max_inflight_bytes=args.max_inflight_bytes,
+                    max_states_per_caller=args.max_states_per_caller,
+                    max_caller_state_bytes=args.max_caller_state_bytes,
+                    max_state_bytes=args.max_state_bytes,
+                ),
+                caller_tokens=tokens,
             )
         except (OSError, ProfileError, TLSFileError) as exc:
             print(f"berth serve: {exc}", file=sys.stderr)

@@ -302,6 +302,8 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
                     continue
                 except Exception:  # its error is the cancelled call's, which no one reads
                     break
+            if not fut.cancelled() and isinstance(fut.exception(), DeadlineExceeded):
+                log.info("a call stopped at its deadline: %s", fut.exception())
             raise
 
     def close(self) -> None:

@@ -1142,7 +1142,8 @@ class Framework:
         """schedule_one.go, schedulePod: filter, score, select a host;
         optionally Reserve and Permit (schedulingCycle)."""
         self.handle.bind_snapshot(snapshot)
-        self.begin_request()
+        # A new sample for the metrics; the request's deadline stays.
+        self.begin_request(self.deadline)
         try:
             return self._schedule(
                 snapshot, state, pod, start_index, reserve_and_permit, rng, explain

@@ -5,6 +5,7 @@ minimal KubeSchedulerConfiguration, readiness by grpc.health.v1."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -144,19 +145,36 @@ def _wait_until_serving(proc: subprocess.Popen[bytes], addr: str, log: Path) -> 
 
 
 @contextmanager
-def berth_serve(workdir: Path) -> Iterator[Server]:
-    """`berth serve` on a free loopback port with a minimal configuration."""
+def berth_serve(
+    workdir: Path,
+    *,
+    config_text: str = SCHEDULER_CONFIG,
+    args: Sequence[str] = (),
+    python_path: Sequence[Path] = (),
+    port: int | None = None,
+) -> Iterator[Server]:
+    """`berth serve` on a free loopback port (or ``port``) with a minimal
+    configuration (or ``config_text``) and extra ``args``; ``python_path``
+    is put first on the server's PYTHONPATH (where a test's plugin
+    distribution lives)."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "scheduler-config.yaml"
-    config.write_text(SCHEDULER_CONFIG)
+    config.write_text(config_text)
     log = workdir / "server.log"
-    addr = f"127.0.0.1:{free_loopback_port()}"
+    addr = f"127.0.0.1:{port or free_loopback_port()}"
     cmd = [
         *[sys.executable, "-m", "berth", "serve", "--config", str(config), "--listen", addr],
         "--insecure-plaintext",
+        *args,
     ]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    env = dict(os.environ)
+    if python_path:
+        paths = [str(p) for p in python_path]
+        if env.get("PYTHONPATH"):
+            paths.append(env["PYTHONPATH"])
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         _wait_until_serving(proc, addr, log)
         yield Server(addr=addr, log=log)
