@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import random
+import time
 from typing import Any
 
 import numpy as np
@@ -12,8 +13,10 @@ import pytest
 from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
 from plugins.framework import Code, CycleState, PostFilterResult, Status
+from plugins.framework.config import default_config
 from plugins.framework.runtime import (
     CycleError,
+    DeadlineExceeded,
     Framework,
     NominatingMode,
     ProfileError,
@@ -23,6 +26,7 @@ from plugins.framework.runtime import (
     select_host,
 )
 from plugins.framework.testing import make_node, make_pod, snapshot_of
+from plugins.registry import REGISTRY as SHIPPED
 from tests.unit.framework.fakes import COUNTER, REGISTRY, CallLog, Reserver, profile
 
 
@@ -591,3 +595,18 @@ def test_run_score_plugins_normalize_error_is_wrapped_as_upstream() -> None:
 )
 def test_go_quote_prints_like_strconv_quote(text: str, want: str) -> None:
     assert go_quote(text) == want
+
+
+def test_no_plugin_runs_after_the_requests_deadline() -> None:
+    """Framework.begin_request(deadline): the cycle stops before the next
+    plugin call with DeadlineExceeded (never an Error status a plugin
+    returned), so the server can answer DEADLINE_EXCEEDED."""
+    config = default_config(SHIPPED)
+    fw = Framework(config.profiles[0], SHIPPED)
+    snap = snapshot_of([make_node("n1").capacity(cpu="4", pods=10).obj()])
+    pod = make_pod("p").req(cpu="1").info()
+    fw.begin_request(time.perf_counter() - 0.01)
+    with pytest.raises(DeadlineExceeded, match="before PreFilter plugin"):
+        fw.schedule(snap, CycleState(), pod)
+    fw.begin_request(time.perf_counter() + 60)
+    assert fw.schedule(snap, CycleState(), pod).node == "n1"

@@ -164,3 +164,50 @@ def test_a_full_state_replaces_even_at_a_generation_the_replica_has() -> None:
     restarted.commit()
     entry = store.resolve(restarted.full_state())
     assert set(entry.snapshot.nodes) == {"only"}
+
+
+# -- callers and caps ------------------------------------------------------------
+
+
+def test_the_same_cluster_id_under_two_callers_is_two_snapshots() -> None:
+    store = SnapshotStore()
+    shim = caller(3)
+    store.resolve(shim.full_state(), caller="token:shim")
+    other = pb.ClusterState(cluster_id="c1", generation=10**9, full=True)
+    store.resolve(other, caller="token:other")
+    assert store.generation("c1", "token:shim") == 1
+    assert len(store.snapshot_of("c1", "token:shim").nodes) == 3
+    assert store.generation("c1", "token:other") == 10**9
+
+
+def test_beyond_the_whole_cache_the_caller_holding_the_most_gives_one_up() -> None:
+    store = SnapshotStore(4, max_per_caller=3)
+    for who in ("a", "b"):
+        store.resolve(pb.ClusterState(cluster_id="x", generation=1, full=True), caller=who)
+    for i in range(3):
+        store.resolve(pb.ClusterState(cluster_id=f"r{i}", generation=1, full=True), caller="c")
+    # Five snapshots for four places: c (three) gives up its least recently used.
+    assert store.entry("x", "a") and store.entry("x", "b")
+    assert store.entry("r0", "c") is None
+    assert store.held("c")[0] == 2
+
+
+def test_a_delta_that_grows_a_callers_state_past_its_byte_cap_evicts_its_other_snapshots() -> None:
+    store = SnapshotStore(max_caller_bytes=20_000)
+    old = pb.ClusterState(cluster_id="old", generation=1, full=True)
+    held = old.delta.upsert_pods.add(uid="u", name="held", node_name="n0")
+    held.annotations["k"] = "x" * 12_000
+    store.resolve(old, caller="a")
+    log = caller(1)
+    store.resolve(log.full_state(), caller="a")
+    pod = make_pod("big").node("n0").obj()
+    pod.annotations["k"] = "x" * 10_000
+    log.upsert_pod(pod)
+    log.commit()
+    assert store.entry("old", "a") is not None
+    entry = store.resolve(log.state_since(1), caller="a")
+    assert entry.size > 10_000
+    assert store.entry("old", "a") is None and store.entry("c1", "a") is entry
+    log.delete_pod(pod.uid)
+    log.commit()
+    assert store.resolve(log.state_since(2), caller="a").size < 1000
