@@ -16,7 +16,9 @@ status whose details hold a google.rpc.ErrorInfo (domain "berth.dev",
 reason an ErrorReason name); on ScheduleStream the same travels as a
 RequestError. protos/README.md lists the codes, and protos/
 service_config.json the deadlines, message sizes and retry policy clients
-load.
+load. The server honours each call's deadline inside a cycle (checked before
+every plugin call) and caps the calls and request bytes it serves at once
+(RESOURCE_EXHAUSTED, reason OVERLOADED: retry after a backoff).
 """
 
 from berth_api.v1 import scheduling_pb2 as _scheduling_pb2

@@ -2147,8 +2147,11 @@ func (x *ClusterDelta) GetDeleteObjects() []*ObjectRef {
 }
 
 // Sent with every request that needs cluster state. The caller owns the truth;
-// the server keeps a cache keyed by cluster_id that this message brings to
-// `generation`. A replica that cannot get there answers FAILED_PRECONDITION
+// the server keeps a cache keyed by the caller and cluster_id that this
+// message brings to `generation`. The caller is its mTLS client certificate,
+// else the token in its `berth-caller-token` request metadata, else
+// "anonymous" (protos/README.md, "Callers"): another caller naming the same
+// cluster_id reaches only a state of its own. A replica that cannot get there answers FAILED_PRECONDITION
 // with reason STALE_SNAPSHOT and its own generation (ErrorReason), and the
 // caller resends the changes after that generation, or the full state.
 type ClusterState struct {
