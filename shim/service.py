@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,7 +114,18 @@ class BatchTooLarge(ServiceUnavailable):
 
 class _LocalContext:
     """The part of grpc.aio.ServicerContext the service uses, for in-process
-    calls: ``abort`` raises the AioRpcError a remote caller would see."""
+    calls: ``abort`` raises the AioRpcError a remote caller would see, and
+    ``time_remaining`` gives the call's timeout to the service, which stops a
+    cycle at it as it does for a remote caller's deadline."""
+
+    def __init__(self, timeout: float | None = None) -> None:
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+
+    def time_remaining(self) -> float | None:
+        return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
+
+    def set_trailing_metadata(self, _metadata: Sequence[tuple[str, str]]) -> None:
+        """Nothing to send in-process."""
 
     async def abort(
         self,
@@ -143,9 +155,12 @@ class InProcessStub:
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
         impl = getattr(self._service, name)
 
-        async def call(request: Any, **_options: Any) -> Any:
-            # Call options (timeout, metadata) mean nothing in-process.
-            return await impl(request, self._ctx)
+        async def call(request: Any, **options: Any) -> Any:
+            # The timeout option becomes the call's deadline (gRPC's call
+            # option, the same name); metadata means nothing in-process (the
+            # caller is the process itself).
+            timeout: float | None = options.get("timeout")
+            return await impl(request, self._ctx if timeout is None else _LocalContext(timeout))
 
         call.__name__ = name
         return call
@@ -266,8 +281,12 @@ class PluginService:
             return await fn()
         except grpc.aio.AioRpcError as exc:
             detail = ErrorDetail.from_rpc_error(exc)
+            # gRPC's own "message larger than max" carries no reason; OVERLOADED
+            # (the client's retries ran out) and STATE_TOO_LARGE are not about
+            # the batch's size: the pods back off like after any failure.
             if what == "ScheduleBatch" and (
-                detail.reason == BATCH_TOO_LARGE or exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                detail.reason == BATCH_TOO_LARGE
+                or (exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and not detail.reason)
             ):
                 raise BatchTooLarge(f"{what}: {exc.details()}") from exc
             raise ServiceUnavailable(
