@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from google.protobuf import message as pb_message
 from google.protobuf import symbol_database
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -74,14 +73,14 @@ def service_handler(service: SchedulingService, traced: bool = False) -> grpc.Ge
             )
             continue
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-            _parsing(impl, req_cls, method.input_type.full_name, service),
+            _parsing(impl, req_cls, service),
             request_deserializer=None,
             response_serializer=resp_cls.SerializeToString,
         )
     return grpc.method_handlers_generic_handler(desc.full_name, handlers)
 
 
-def _parsing(impl: Any, req_cls: Any, type_name: str, service: SchedulingService) -> Any:
+def _parsing(impl: Any, req_cls: Any, service: SchedulingService) -> Any:
     replica: Replica = service.replica
     trailers = replica.trailers
     admission = service.admission
@@ -96,11 +95,9 @@ def _parsing(impl: Any, req_cls: Any, type_name: str, service: SchedulingService
             await replica.abort(context, exc)
         try:
             try:
-                request = req_cls.FromString(raw)
-            except pb_message.DecodeError as exc:
-                await replica.abort(
-                    context, errors.invalid("request", f"not a valid {type_name} message: {exc}")
-                )
+                request = await service.parse(req_cls, raw)
+            except errors.ServiceError as exc:
+                await replica.abort(context, exc)
             return await impl(request, context)
         finally:
             admission.leave(size)

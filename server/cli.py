@@ -173,9 +173,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=float,
         default=2.0,
         metavar="MS",
-        help="longest a ScheduleBatch or a large full state works without letting other "
-        "calls in: health checks and other callers' clusters wait at most about this "
-        "long (default %(default)s)",
+        help="longest a ScheduleBatch or a large full state works on the plugin worker "
+        "without letting other calls in: other callers' clusters wait at most about this "
+        "long (health checks never wait: plugins run off the event loop) "
+        "(default %(default)s)",
     )
     p.add_argument(
         "--grace",

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
@@ -90,6 +90,10 @@ DEFAULT_MAX_INFLIGHT_BYTES = 256 * 2**20
 DEFAULT_SLICE_SECONDS = 0.002
 
 R = TypeVar("R")
+Msg = TypeVar("Msg", bound=Message)
+
+# Requests larger than this are parsed on the worker, not on the event loop.
+PARSE_INLINE_BYTES = 256 * 1024
 
 
 class Admission:
@@ -139,10 +143,11 @@ def _state_key(caller: str, cluster_id: str) -> str:
 
 
 class ClusterLocks:
-    """One asyncio lock per cluster_id, held by work that yields to the event
-    loop part-way (a batch, a full state built stepwise) so that no other call
-    reads or changes that snapshot meanwhile. A call that runs whole, without
-    yielding, needs the lock only while someone holds it (it queues behind)."""
+    """One asyncio lock per caller's cluster (``_state_key``), held by work
+    that lets other calls onto the worker part-way (a batch, a full state
+    built stepwise) so that no other call reads or changes that snapshot
+    meanwhile. A call that runs whole needs the lock only while someone holds
+    it (it queues behind)."""
 
     def __init__(self) -> None:
         self._locks: dict[str, asyncio.Lock] = {}
@@ -305,6 +310,13 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
             if not fut.cancelled() and isinstance(fut.exception(), DeadlineExceeded):
                 log.info("a call stopped at its deadline: %s", fut.exception())
             raise
+
+    async def parse(self, cls: type[Msg], item: Msg | bytes) -> Msg:
+        """A request message from its bytes; a large one is parsed on the
+        worker (parsing 64 MiB takes long enough to delay health checks)."""
+        if isinstance(item, bytes) and len(item) > PARSE_INLINE_BYTES:
+            return await self._in_worker(lambda: _parse(cls, item))
+        return _parse(cls, item)
 
     def close(self) -> None:
         """Stops the worker once the work queued on it is done."""
@@ -996,7 +1008,7 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
         except ServiceError as exc:
             return self._refusal(exc)
         try:
-            request = _stream_request(item)
+            request = await self.parse(pb.ScheduleRequest, item)
             return pb.ScheduleStreamResponse(
                 response=await self._serve(lambda: self._schedule(request), None, caller)
             )
@@ -1021,7 +1033,7 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
                 size = len(item) if isinstance(item, bytes) else item.ByteSize()
                 self.admission.enter(size)
                 try:
-                    msg = _parse(pb.UploadStateRequest, item)
+                    msg = await self.parse(pb.UploadStateRequest, item)
                     field_name = f"parts[{parts}].state"
                     if not msg.HasField("state"):
                         raise errors.invalid(field_name, "required")
@@ -1164,9 +1176,6 @@ def deadline_error(exc: DeadlineExceeded) -> ServiceError:
         f"deadline: {exc}; the cycle stopped there and nothing of it was kept: retry with "
         "a longer deadline"
     )
-
-
-Msg = TypeVar("Msg", pb.UploadStateRequest, pb.ScheduleRequest)
 
 
 def _parse(cls: type[Msg], item: Msg | bytes) -> Msg:

@@ -59,7 +59,7 @@ def full_states_logged(log: Path) -> list[float]:
     """The sizes (MiB) of the full states the server says it took."""
     return [
         float(m)
-        for m in re.findall(r"full state of a cluster .*?, ([\d.]+) MiB\)", log.read_text())
+        for m in re.findall(r"full state at generation .*?, ([\d.]+) MiB\)", log.read_text())
     ]
 
 
