@@ -430,8 +430,7 @@ class SnapshotStore:
         entry = Entry(state.generation, snap, state.incarnation, size)
         self._store((caller, state.cluster_id), entry)
         log.info(
-            "full state at generation %d, incarnation %d (%d nodes, %d pods, "
-            "%d objects, %.1f MiB)",
+            "full state at generation %d, incarnation %d (%d nodes, %d pods, %d objects, %.1f MiB)",
             state.generation,
             state.incarnation,
             len(snap.nodes),
