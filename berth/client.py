@@ -26,8 +26,9 @@ them apart in one of two ways:
 Channels load the client contract, ``protos/service_config.json`` (per-method
 deadlines, retries of UNAVAILABLE, message sizes). Beyond it the client:
 
-- sets a deadline on every unary call (``timeout``, else
-  ``DEFAULT_TIMEOUT_SECONDS``), so a server honours it inside a cycle;
+- sets a deadline on every call (``timeout``, else ``DEFAULT_TIMEOUT_SECONDS``;
+  on ScheduleStream as the message's ``timeout_millis``), so a server
+  honours it inside a cycle;
 - retries a call refused OVERLOADED (RESOURCE_EXHAUSTED: the replica is at its
   in-flight caps) after a jittered backoff, up to ``OVERLOAD_RETRIES`` times,
   and then raises for the caller to back the pod off (never to drop it);
@@ -1474,7 +1475,10 @@ class SchedulingClient:
                     e.stream_acked = st.generation
                 if st.full:
                     self._sent_full(e)
-                resp = await self._exchange(e, build(st))
+                request = build(st)
+                # The stream has no deadline per message: the server takes this one.
+                request.timeout_millis = int(self.timeout * 1000)
+                resp = await self._exchange(e, request)
                 if resp.WhichOneof("result") == "response":
                     break
                 detail = ErrorDetail.from_request_error(resp.error)

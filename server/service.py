@@ -971,7 +971,7 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
     ) -> AsyncIterator[pb.ScheduleStreamResponse]:
         caller = await self._stream_start(context)
         async for item in requests:
-            yield await self._stream_answer(item, caller)
+            yield await self._stream_answer(item, caller, context)
 
     async def schedule_stream_direct(
         self, requests: AsyncIterator[pb.ScheduleRequest | bytes], context: Any
@@ -985,7 +985,7 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
             item = await context.read()
             if item is grpc.aio.EOF:
                 return
-            await context.write(await self._stream_answer(item, caller))
+            await context.write(await self._stream_answer(item, caller, context))
 
     async def _stream_start(self, context: Any) -> str:
         """A stream names its replica up front (initial metadata) and at its
@@ -999,9 +999,11 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
         return caller
 
     async def _stream_answer(
-        self, item: pb.ScheduleRequest | bytes, caller: str
+        self, item: pb.ScheduleRequest | bytes, caller: str, context: Any
     ) -> pb.ScheduleStreamResponse:
-        """One stream message: a response, or the refusal as ``error``."""
+        """One stream message: a response, or the refusal as ``error``. Its
+        deadline: ``timeout_millis`` from now, or the stream's, the earlier."""
+        read = time.perf_counter()
         size = len(item) if isinstance(item, bytes) else item.ByteSize()
         try:
             self.admission.enter(size)
@@ -1009,8 +1011,12 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
             return self._refusal(exc)
         try:
             request = await self.parse(pb.ScheduleRequest, item)
+            deadline = _deadline(context)
+            if request.timeout_millis > 0:
+                own = read + request.timeout_millis / 1000
+                deadline = own if deadline is None else min(deadline, own)
             return pb.ScheduleStreamResponse(
-                response=await self._serve(lambda: self._schedule(request), None, caller)
+                response=await self._serve(lambda: self._schedule(request), deadline, caller)
             )
         except Exception as exc:
             return self._refusal(exc)

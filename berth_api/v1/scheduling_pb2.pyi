@@ -1792,6 +1792,7 @@ class ScheduleRequest(_message.Message):
     RESERVE_AND_PERMIT_FIELD_NUMBER: _builtins.int
     EXPLAIN_FIELD_NUMBER: _builtins.int
     SEED_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MILLIS_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
     """The profile's schedulerName; required."""
     start_index: _builtins.int
@@ -1807,6 +1808,14 @@ class ScheduleRequest(_message.Message):
     seed: _builtins.int
     """Seeds the tie-break among equal top scores (upstream picks one at
     random); 0 means unseeded.
+    """
+    timeout_millis: _builtins.int
+    """On ScheduleStream, whose messages have no gRPC deadline of their own: how
+    long the caller waits for this answer, in milliseconds from when the
+    server reads the message. The server stops the cycle past it (checked
+    before every plugin call) and answers `error` with reason DEADLINE. 0: no
+    deadline but the stream's. Unary Schedule calls use their gRPC deadline
+    and ignore this.
     """
     @_builtins.property
     def state(self) -> _cluster_pb2.ClusterState:
@@ -1826,10 +1835,11 @@ class ScheduleRequest(_message.Message):
         reserve_and_permit: _builtins.bool = ...,
         explain: _builtins.bool = ...,
         seed: _builtins.int = ...,
+        timeout_millis: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["explain", b"explain", "pod", b"pod", "profile", b"profile", "reserve_and_permit", b"reserve_and_permit", "seed", b"seed", "start_index", b"start_index", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["explain", b"explain", "pod", b"pod", "profile", b"profile", "reserve_and_permit", b"reserve_and_permit", "seed", b"seed", "start_index", b"start_index", "state", b"state", "timeout_millis", b"timeout_millis"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -194,3 +194,29 @@ def test_a_cycle_past_its_deadline_stops_at_the_next_plugin(
     assert "after" in names
     assert "late" not in names, "Score ran for a cycle whose caller's deadline had passed"
     assert "stopped at its deadline" in server.log.read_text()
+
+
+def test_a_streamed_cycle_past_its_timeout_millis_stops_and_is_answered_deadline(
+    burn_server: tuple[Server, Path],
+) -> None:
+    """ScheduleStream messages have no gRPC deadline of their own: the
+    request's timeout_millis is theirs, and the stream stays open."""
+    server, scored = burn_server
+    log = cluster()
+    late = burning_pod("late-stream", 1.5)
+    late.state.CopyFrom(log.full_state())
+    late.timeout_millis = 300
+    after = burning_pod("after-stream", 0)
+    after.state.CopyFrom(log.full_state())
+    with grpc.insecure_channel(server.addr) as ch:
+        stream = pb_grpc.SchedulingServiceStub(ch).ScheduleStream(
+            iter([late, after]), timeout=60, metadata=((TOKEN_METADATA, log.token),)
+        )
+        first, second = list(stream)
+    assert first.WhichOneof("result") == "error", first
+    assert first.error.reason == "DEADLINE"
+    assert first.error.grpc_code == grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+    assert "the request's deadline passed" in first.error.message
+    assert second.response.node
+    names = scored.read_text().split()
+    assert "after-stream" in names and "late-stream" not in names
