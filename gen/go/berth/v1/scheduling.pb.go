@@ -3042,7 +3042,14 @@ type ScheduleRequest struct {
 	Explain bool `protobuf:"varint,6,opt,name=explain,proto3" json:"explain,omitempty"`
 	// Seeds the tie-break among equal top scores (upstream picks one at
 	// random); 0 means unseeded.
-	Seed          uint64 `protobuf:"varint,7,opt,name=seed,proto3" json:"seed,omitempty"`
+	Seed uint64 `protobuf:"varint,7,opt,name=seed,proto3" json:"seed,omitempty"`
+	// On ScheduleStream, whose messages have no gRPC deadline of their own: how
+	// long the caller waits for this answer, in milliseconds from when the
+	// server reads the message. The server stops the cycle past it (checked
+	// before every plugin call) and answers `error` with reason DEADLINE. 0: no
+	// deadline but the stream's. Unary Schedule calls use their gRPC deadline
+	// and ignore this.
+	TimeoutMillis int64 `protobuf:"varint,8,opt,name=timeout_millis,json=timeoutMillis,proto3" json:"timeout_millis,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3122,6 +3129,13 @@ func (x *ScheduleRequest) GetExplain() bool {
 func (x *ScheduleRequest) GetSeed() uint64 {
 	if x != nil {
 		return x.Seed
+	}
+	return 0
+}
+
+func (x *ScheduleRequest) GetTimeoutMillis() int64 {
+	if x != nil {
+		return x.TimeoutMillis
 	}
 	return 0
 }
@@ -4021,7 +4035,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x05 \x01(\x03R\n" +
-	"generation\"\xf7\x01\n" +
+	"generation\"\x9e\x02\n" +
 	"\x0fScheduleRequest\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12,\n" +
 	"\x05state\x18\x02 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\x12\x1f\n" +
@@ -4030,7 +4044,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"startIndex\x12,\n" +
 	"\x12reserve_and_permit\x18\x05 \x01(\bR\x10reserveAndPermit\x12\x18\n" +
 	"\aexplain\x18\x06 \x01(\bR\aexplain\x12\x12\n" +
-	"\x04seed\x18\a \x01(\x04R\x04seed\"\xad\x01\n" +
+	"\x04seed\x18\a \x01(\x04R\x04seed\x12%\n" +
+	"\x0etimeout_millis\x18\b \x01(\x03R\rtimeoutMillis\"\xad\x01\n" +
 	"\tNodeScore\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12:\n" +
