@@ -78,9 +78,7 @@ _SUFFIXES: Final[dict[str, tuple[int, int]]] = {
 # the integer digits, an optional point and fraction digits, then the suffix:
 # letters of "eEinumkKMGTP", an optional sign and digits. Every quantifier is
 # possessive, so a string that fails costs one pass, never backtracking.
-_SCAN: Final = re.compile(
-    r"([+-]?+)(0*+)([0-9]*+)(?:\.([0-9]*+))?+([eEinumkKMGTP]*+[+-]?+[0-9]*+)"
-)
+_SCAN: Final = re.compile(r"([+-]?+)(0*+)([0-9]*+)(?:\.([0-9]*+))?+([eEinumkKMGTP]*+[+-]?+[0-9]*+)")
 _EXPONENT: Final = re.compile(r"[eE]([+-]?+[0-9]++)")
 
 # A leading digit at 10^19 or above is past 2^63-1 (~9.22e18) whatever

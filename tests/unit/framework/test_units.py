@@ -87,7 +87,7 @@ def test_parse_quantity_matches_resource_parse_quantity(text: str, value: int, m
         pytest.param("1.1.1", "not a Kubernetes quantity", id="two-points-ErrFormatWrong"),
         pytest.param("1e5.5", "not a Kubernetes quantity", id="fractional-exponent"),
         pytest.param("abc", "not a Kubernetes quantity", id="letters"),
-        pytest.param("١", "not a Kubernetes quantity", id="non-ascii-digit"),
+        pytest.param("\u0661", "not a Kubernetes quantity", id="non-ascii-digit"),
         pytest.param("1ki", "unknown suffix", id="lowercase-ki-ErrSuffix"),
         pytest.param("1e", "unknown suffix", id="bare-e-ErrSuffix"),
         pytest.param("1e+", "unknown suffix", id="exponent-without-digits"),
