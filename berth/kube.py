@@ -425,6 +425,12 @@ def pod_record(obj: Obj, *, assign_uid: bool = False) -> pb.Pod:
         tsc.match_label_keys.extend(str(x) for x in c.get("matchLabelKeys") or [])
     p.scheduling_gates.extend(str(g.get("name", "")) for g in _list(spec, "schedulingGates"))
     _volumes(_list(spec, "volumes"), p)
+    # Names only: enough for the caller to refuse the pod until DynamicResources
+    # is ported (cluster.proto Pod.resource_claim_names).
+    p.resource_claim_names.extend(
+        str(c.get("name") or "") if isinstance(c, Mapping) else ""
+        for c in _list(spec, "resourceClaims")
+    )
     for ref in _list(meta, "ownerReferences"):
         if ref.get("controller"):
             p.owner_kind = str(ref.get("kind", ""))

@@ -76,7 +76,7 @@ from opentelemetry import trace
 from berth.kube import node_record, pod_record
 from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
-from shim import guard, metrics
+from shim import dra, guard, metrics
 from shim.asynchttp import AsyncApi
 from shim.cache import DEFAULT_ASSUMED_TTL, SchedulerCache
 from shim.events import DEFAULT_WRITERS, EventRecorder, ObjectRef
@@ -520,6 +520,9 @@ class Scheduler:
                         self.queue.done_error(qp)
 
     async def _schedule(self, batch: list[QueuedPod]) -> None:
+        batch = self._refuse_resource_claims(batch)
+        if not batch:
+            return
         profile = batch[0].profile
         start = time.perf_counter()
         pops = time.time()
@@ -576,6 +579,25 @@ class Scheduler:
                 if span.is_recording():
                     span.end()
             raise
+
+    def _refuse_resource_claims(self, batch: list[QueuedPod]) -> list[QueuedPod]:
+        """The batch less the pods with resource claims, each of which is
+        reported unschedulable here, whatever the profile (shim/dra.py)."""
+        kept: list[QueuedPod] = []
+        for qp in batch:
+            message = dra.refusal(qp.pod, len(self.cache.nodes))
+            if message is None:
+                kept.append(qp)
+                continue
+            self._failed(
+                qp,
+                message,
+                REASON_UNSCHEDULABLE,
+                error=False,
+                start=time.perf_counter(),
+                plugins=frozenset({dra.PLUGIN}),
+            )
+        return kept
 
     def _as_nominated(self, pod: cpb.Pod) -> cpb.Pod:
         """The pod as a cycle sees it: with the node this scheduler nominated

@@ -864,6 +864,7 @@ class Pod(_message.Message):
     HOST_USERS_FIELD_NUMBER: _builtins.int
     START_UNIX_MICROS_FIELD_NUMBER: _builtins.int
     PREEMPTED_BY_SCHEDULER_FIELD_NUMBER: _builtins.int
+    RESOURCE_CLAIM_NAMES_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
     """metadata.uid; required, and the pod's identity in deltas (delete_pods)."""
     namespace: _builtins.str
@@ -995,6 +996,14 @@ class Pod(_message.Message):
         (configMap, secret, emptyDir, ...) may be left out.
         """
 
+    @_builtins.property
+    def resource_claim_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The names in spec.resourceClaims: the pod's dynamic resource allocation
+        (DRA) claims. Berth does not run the DynamicResources plugin yet, so a
+        caller must not bind a pod that has any: the Berth shim reports it
+        unschedulable with that reason whatever the profile.
+        """
+
     def __init__(
         self,
         *,
@@ -1032,10 +1041,11 @@ class Pod(_message.Message):
         host_users: _builtins.bool | None = ...,
         start_unix_micros: _builtins.int = ...,
         preempted_by_scheduler: _builtins.bool = ...,
+        resource_claim_names: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_host_users", b"_host_users", "affinity", b"affinity", "host_users", b"host_users", "overhead", b"overhead", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_host_users", b"_host_users", "affinity", b"affinity", "annotations", b"annotations", "containers", b"containers", "creation_unix_micros", b"creation_unix_micros", "host_network", b"host_network", "host_users", b"host_users", "init_containers", b"init_containers", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "node_selector", b"node_selector", "nominated_node_name", b"nominated_node_name", "overhead", b"overhead", "owner_kind", b"owner_kind", "owner_name", b"owner_name", "phase", b"phase", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests", "preempted_by_scheduler", b"preempted_by_scheduler", "preemption_policy", b"preemption_policy", "priority", b"priority", "pvc_names", b"pvc_names", "resize_infeasible", b"resize_infeasible", "scheduler_name", b"scheduler_name", "scheduling_gates", b"scheduling_gates", "start_unix_micros", b"start_unix_micros", "terminating", b"terminating", "tolerations", b"tolerations", "topology_spread_constraints", b"topology_spread_constraints", "uid", b"uid", "volumes", b"volumes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_host_users", b"_host_users", "affinity", b"affinity", "annotations", b"annotations", "containers", b"containers", "creation_unix_micros", b"creation_unix_micros", "host_network", b"host_network", "host_users", b"host_users", "init_containers", b"init_containers", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "node_selector", b"node_selector", "nominated_node_name", b"nominated_node_name", "overhead", b"overhead", "owner_kind", b"owner_kind", "owner_name", b"owner_name", "phase", b"phase", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests", "preempted_by_scheduler", b"preempted_by_scheduler", "preemption_policy", b"preemption_policy", "priority", b"priority", "pvc_names", b"pvc_names", "resize_infeasible", b"resize_infeasible", "resource_claim_names", b"resource_claim_names", "scheduler_name", b"scheduler_name", "scheduling_gates", b"scheduling_gates", "start_unix_micros", b"start_unix_micros", "terminating", b"terminating", "tolerations", b"tolerations", "topology_spread_constraints", b"topology_spread_constraints", "uid", b"uid", "volumes", b"volumes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__host_users: _TypeAlias = _typing.Literal["host_users"]  # noqa: Y015
     _WhichOneofArgType__host_users: _TypeAlias = _typing.Literal["_host_users", b"_host_users"]  # noqa: Y015

@@ -1350,8 +1350,13 @@ type Pod struct {
 	// PreemptionByScheduler: a preemption chose the pod as a victim
 	// (default_preemption.go podTerminatingByPreemption, with terminating).
 	PreemptedByScheduler bool `protobuf:"varint,34,opt,name=preempted_by_scheduler,json=preemptedByScheduler,proto3" json:"preempted_by_scheduler,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The names in spec.resourceClaims: the pod's dynamic resource allocation
+	// (DRA) claims. Berth does not run the DynamicResources plugin yet, so a
+	// caller must not bind a pod that has any: the Berth shim reports it
+	// unschedulable with that reason whatever the profile.
+	ResourceClaimNames []string `protobuf:"bytes,35,rep,name=resource_claim_names,json=resourceClaimNames,proto3" json:"resource_claim_names,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Pod) Reset() {
@@ -1620,6 +1625,13 @@ func (x *Pod) GetPreemptedByScheduler() bool {
 		return x.PreemptedByScheduler
 	}
 	return false
+}
+
+func (x *Pod) GetResourceClaimNames() []string {
+	if x != nil {
+		return x.ResourceClaimNames
+	}
+	return nil
 }
 
 // One entry of a pod's spec.volumes.
@@ -2365,7 +2377,7 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"\vrestartable\x18\x06 \x01(\bR\vrestartable\x12B\n" +
 	"\x12allocated_requests\x18\a \x01(\v2\x13.berth.v1.ResourcesR\x11allocatedRequests\x12@\n" +
 	"\x11actuated_requests\x18\b \x01(\v2\x13.berth.v1.ResourcesR\x10actuatedRequests\x120\n" +
-	"\x14restart_rule_actions\x18\t \x03(\tR\x12restartRuleActions\"\x9a\x0e\n" +
+	"\x14restart_rule_actions\x18\t \x03(\tR\x12restartRuleActions\"\xcc\x0e\n" +
 	"\x03Pod\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -2406,7 +2418,8 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"host_users\x18  \x01(\bH\x00R\thostUsers\x88\x01\x01\x12*\n" +
 	"\x11start_unix_micros\x18! \x01(\x03R\x0fstartUnixMicros\x124\n" +
-	"\x16preempted_by_scheduler\x18\" \x01(\bR\x14preemptedByScheduler\x1a9\n" +
+	"\x16preempted_by_scheduler\x18\" \x01(\bR\x14preemptedByScheduler\x120\n" +
+	"\x14resource_claim_names\x18# \x03(\tR\x12resourceClaimNames\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +

@@ -1,0 +1,182 @@
+"""A pod with spec.resourceClaims is never bound while DynamicResources is not
+ported (shim/dra.py): the shim reports it Unschedulable, as upstream's
+dynamicresources.go PreFilter reports a claim it cannot satisfy, whatever the
+profile's plugins answer, and sends the rest of its batch on."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, cast
+
+import pytest
+
+from berth.client import ClusterStateLog
+from berth.kube import pod_record
+from berth_api.v1 import cluster_pb2 as cpb
+from berth_api.v1 import scheduling_pb2 as pb
+from plugins.framework.testing import make_node, make_pod
+from shim.events import EventRecorder, ObjectRef
+from shim.kubeapi import KubeApi
+from shim.queue import UNSCHEDULABLE, QueuedPod
+from shim.scheduler import Scheduler
+from shim.service import PluginService, SortKey
+
+PROFILE = "any"
+
+
+class PlaceEverywhere:
+    """A plugin service whose profile places every pod it is asked about on n1."""
+
+    def __init__(self) -> None:
+        self.state = ClusterStateLog()
+        self.profiles: dict[str, Any] = {}
+        self.address = "fake"
+        self.asked: list[str] = []
+
+    async def sort_keys(self, profile: str, pods: Sequence[pb.QueuedPod]) -> list[SortKey]:
+        return [(-qp.pod.priority, qp.enqueued_unix_micros) for qp in pods]
+
+    async def pre_enqueue(self, profile: str, pod: cpb.Pod) -> pb.Status:
+        return pb.Status()
+
+    def _placed(self, pod: cpb.Pod) -> pb.ScheduleResponse:
+        self.asked.append(pod.name)
+        return pb.ScheduleResponse(
+            status=pb.Status(),
+            node="n1",
+            reserve_status=pb.Status(),
+            permit=pb.PermitResponse(status=pb.Status()),
+        )
+
+    async def schedule(self, profile: str, pod: cpb.Pod, start: int) -> pb.ScheduleResponse:
+        return self._placed(pod)
+
+    async def schedule_batch(
+        self, profile: str, pods: Sequence[cpb.Pod], start: int
+    ) -> pb.ScheduleBatchResponse:
+        return pb.ScheduleBatchResponse(results=[self._placed(p) for p in pods])
+
+    async def node_call(
+        self, method: str, profile: str, pod: cpb.Pod, node: str, cycle: pb.CycleState
+    ) -> Any:
+        if method == "Bind":
+            return pb.BindResponse(bound_by="DefaultBinder", caller_binds=True, node=node)
+        return pb.StatusResponse()
+
+
+class Api:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str]] = []
+        self.conditions: dict[str, Any] = {}
+
+    def strategic_patch(self, path: str, patch: Any) -> None:
+        self.conditions[path] = patch["status"]["conditions"][0]
+
+    def wait_for_token(self) -> None:
+        return None
+
+    def request(self, method: str, path: str, **_: Any) -> None:
+        self.requests.append((method, path))
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def start(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+    def record(self, regarding: ObjectRef, type_: str, reason: str, action: str, note: str) -> None:
+        self.events.append((regarding.name, reason, note))
+
+
+@pytest.fixture
+async def sched() -> AsyncIterator[tuple[Scheduler, PlaceEverywhere, Api, Recorder]]:
+    service, api, recorder = PlaceEverywhere(), Api(), Recorder()
+    s = Scheduler(
+        cast(KubeApi, api),
+        cast(PluginService, service),
+        [PROFILE],
+        recorder=cast(EventRecorder, recorder),
+        initial_backoff=60.0,
+        max_backoff=60.0,
+    )
+    s.cache.upsert_node(make_node("n1").capacity(cpu="8").obj())
+    try:
+        yield s, service, api, recorder
+    finally:
+        await s.stop()
+
+
+async def popped(s: Scheduler, *pods: cpb.Pod) -> list[QueuedPod]:
+    for pod in pods:
+        pod.scheduler_name = PROFILE
+        s.queue.add(pod, PROFILE)
+    await s.queue.admit_incoming()
+    return await asyncio.wait_for(s.queue.pop_batch(len(pods)), 5.0)
+
+
+def with_claims(name: str, *claims: str) -> cpb.Pod:
+    pod: cpb.Pod = make_pod(name).uid(name).obj()
+    pod.resource_claim_names.extend(claims)
+    return pod
+
+
+async def test_pod_with_resource_claims_is_unschedulable_and_never_sent_or_bound(
+    sched: tuple[Scheduler, PlaceEverywhere, Api, Recorder],
+) -> None:
+    s, service, api, recorder = sched
+    plain: cpb.Pod = make_pod("plain").uid("plain").obj()
+    batch = await popped(s, with_claims("dra", "gpu", "nic"), plain)
+    await s._schedule(batch)
+    # The plugin service, which would have placed it, never saw the DRA pod.
+    assert service.asked == ["plain"]
+    assert s.queue.get("dra") is not None and s.queue.get("dra").where == UNSCHEDULABLE  # type: ignore[union-attr]
+    assert not s.cache.holds("dra") and not s.cache.is_assumed("dra")
+    (event,) = [e for e in recorder.events if e[0] == "dra"]
+    assert event[1] == "FailedScheduling"
+    assert event[2] == (
+        "0/1 nodes are available: pod has resource claims (spec.resourceClaims: 'gpu', "
+        "'nic'), which need the DynamicResources plugin to be allocated; this Berth version "
+        "does not run it, so the pod is not scheduled (schedule it with 'default-scheduler', "
+        "or remove the claims)."
+    )
+    # The condition patch and plain's binding cycle run as tasks.
+    await asyncio.wait_for(asyncio.gather(*s._tasks), 5.0)
+    condition = api.conditions["/api/v1/namespaces/default/pods/dra/status"]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "PodScheduled",
+        "False",
+        "Unschedulable",
+    )
+    assert not any("/pods/dra/" in path for _, path in api.requests)
+
+
+async def test_many_claims_make_a_short_message(
+    sched: tuple[Scheduler, PlaceEverywhere, Api, Recorder],
+) -> None:
+    s, service, _, recorder = sched
+    await s._schedule(await popped(s, with_claims("dra", *(f"c{i}" * 50 for i in range(200)))))
+    assert service.asked == []
+    (event,) = recorder.events
+    assert "and 196 more" in event[2] and len(event[2]) < 1024
+
+
+def test_pod_record_carries_the_resource_claim_names() -> None:
+    obj = {
+        "metadata": {"name": "p", "uid": "u", "namespace": "ns"},
+        "spec": {
+            "containers": [{"name": "c", "image": "i"}],
+            "resourceClaims": [
+                {"name": "gpu", "resourceClaimTemplateName": "gpu-template"},
+                {"name": "shared", "resourceClaimName": "shared-claim"},
+            ],
+        },
+    }
+    assert list(pod_record(obj).resource_claim_names) == ["gpu", "shared"]
+    del obj["spec"]["resourceClaims"]  # type: ignore[attr-defined]
+    assert list(pod_record(obj).resource_claim_names) == []
