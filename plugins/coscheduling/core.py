@@ -27,7 +27,7 @@ import numpy.typing as npt
 from plugins.framework.model import PodInfo
 from plugins.framework.objects import ClusterObject, ObjectKind
 from plugins.framework.snapshot import Snapshot
-from plugins.framework.units import QuantityError, parse_quantity
+from plugins.framework.units import QuantityError, parse_quantity, shorten
 
 __all__ = [
     "GROUPED_PODS",
@@ -64,13 +64,27 @@ def group_name(pod: PodInfo) -> str:
     return pod.proto.labels.get(POD_GROUP_LABEL, "")
 
 
+# apis/scheduling/v1alpha1/types.go: minMember and scheduleTimeoutSeconds are int32.
+_INT32_MIN: Final = -(2**31)
+_INT32_MAX: Final = 2**31 - 1
+# More minResources entries than any cluster has resource names: refused, so a
+# PodGroup costs each PreFilter a bounded number of columns.
+MAX_MIN_RESOURCES: Final = 64
+
+
 def _int_field(obj: ClusterObject, spec: Mapping[str, Any], field: str) -> int | None:
     value = spec.get(field)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise PodGroupError(
-            f"PodGroup {obj.namespace}/{obj.name}: spec.{field}: must be an integer, got {value!r}"
+            f"PodGroup {obj.namespace}/{obj.name}: spec.{field}: must be an integer, "
+            f"got {shorten(value)}"
+        )
+    if not _INT32_MIN <= value <= _INT32_MAX:
+        raise PodGroupError(
+            f"PodGroup {obj.namespace}/{obj.name}: spec.{field}: {shorten(value)} is "
+            "out of range (an int32)"
         )
     return value
 
@@ -86,6 +100,15 @@ def _creation_micros(obj: ClusterObject) -> int | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.UTC)
     return (when - _EPOCH) // _MICRO
+
+
+def _quantity_text(value: object) -> str:
+    """A minResources value as text: strings and numbers (int-or-string in
+    the CRD) as written; anything else as its type, which parse_quantity
+    refuses with that name rather than the whole value."""
+    if isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool)):
+        return str(value)
+    return f"<{type(value).__name__}>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,9 +143,14 @@ class PodGroup:
             if not isinstance(raw_resources, dict):
                 raise PodGroupError(
                     f"PodGroup {obj.namespace}/{obj.name}: spec.minResources: must be a "
-                    f"mapping of resource names to quantities, got {raw_resources!r}"
+                    f"mapping of resource names to quantities, got {shorten(raw_resources)}"
                 )
-            resources = {str(k): str(v) for k, v in raw_resources.items()}
+            if len(raw_resources) > MAX_MIN_RESOURCES:
+                raise PodGroupError(
+                    f"PodGroup {obj.namespace}/{obj.name}: spec.minResources: "
+                    f"{len(raw_resources)} resources, at most {MAX_MIN_RESOURCES} are read"
+                )
+            resources = {str(k): _quantity_text(v) for k, v in raw_resources.items()}
         return cls(obj.namespace, obj.name, min_member, timeout, resources, _creation_micros(obj))
 
 

@@ -187,7 +187,10 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, PostFilterPlugin, ReservePl
                     log.info("pod %s: PodGroup %s: %s", pod.key, pg.full_name, msg)
                     return None, Status.unresolvable(msg)
         except PodGroupError as exc:
-            return None, Status.error(str(exc))
+            # coscheduling.go PreFilter turns every PodGroupManager.PreFilter
+            # error into an unschedulable status: a PodGroup its users wrote
+            # wrong keeps the pod pending with the reason, not in error backoff.
+            return None, Status.unresolvable(str(exc))
         return None, SUCCESS
 
     # -- PostFilter ------------------------------------------------------------
@@ -206,7 +209,8 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, PostFilterPlugin, ReservePl
         try:
             pg = self._pod_group(pod, group)
         except PodGroupError as exc:
-            return None, Status.error(str(exc))
+            # Upstream's GetPodGroup yields no group: "can not find pod group".
+            return None, Status.unschedulable(str(exc))
         if pg is None:
             return None, Status.unschedulable(CANNOT_FIND_POD_GROUP)
         members = group_members(self.handle.snapshot, pod.namespace, group)
@@ -273,7 +277,8 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, PostFilterPlugin, ReservePl
         try:
             pg = self._pod_group(pod, group)
         except PodGroupError as exc:
-            return Status.error(str(exc)), 0.0
+            # Upstream's Permit finds no group: UnschedulableAndUnresolvable.
+            return Status.unresolvable(str(exc)), 0.0
         if pg is None:
             return Status.unschedulable(POD_GROUP_NOT_FOUND), 0.0
         members = group_members(self.handle.snapshot, pod.namespace, group)

@@ -327,13 +327,13 @@ def test_pre_filter_pod_without_group_passes() -> None:
         ),
     ],
 )
-def test_pre_filter_unreadable_pod_group_is_an_error_naming_it(
+def test_pre_filter_unreadable_pod_group_is_unschedulable_naming_it(
     spec: dict[str, Any], message: str
 ) -> None:
     pg = make_object(PODGROUP, "pg", spec=spec)
     snap = snapshot_of(nodes(1), objects=[pg, member("p", "pg")])
     _, st = plugin(snap).pre_filter(CycleState(), info(gang_pod("p")), snap.all_nodes())
-    assert st == Status.error(message)
+    assert st == Status.unresolvable(message)
 
 
 def test_resource_gap_takes_the_groups_own_pods_off_their_nodes() -> None:

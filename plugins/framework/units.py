@@ -91,12 +91,21 @@ class QuantityError(ValueError):
     pass
 
 
-def shorten(text: str, limit: int = 64) -> str:
-    """``text`` as repr, cut to about ``limit`` characters: user-controlled
-    values quoted in reasons, events and logs stay short."""
-    if len(text) <= limit:
-        return repr(text)
-    return f"{text[:limit]!r}... ({len(text)} characters)"
+def shorten(value: object, limit: int = 64) -> str:
+    """``value`` as repr, cut to about ``limit`` characters: user-controlled
+    values quoted in reasons, events and logs stay short (and a huge integer
+    is never turned into its digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"<an integer of {value.bit_length()} bits>"
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}... ({len(value)} characters)"
+    try:
+        text = repr(value)
+    except ValueError:  # an integer too long for str() inside a container
+        return f"<a {type(value).__name__} too large to show>"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 @dataclass(frozen=True, slots=True)

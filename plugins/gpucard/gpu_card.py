@@ -58,7 +58,7 @@ from plugins.framework.model import NodeInfo, PodInfo
 from plugins.framework.objects import pod_write
 from plugins.framework.snapshot import NodeBatch
 from plugins.framework.status import SUCCESS, Status
-from plugins.framework.units import QuantityError, parse_quantity
+from plugins.framework.units import QuantityError, parse_quantity, shorten
 from plugins.gpucard.args import GPUCardFitArgs
 
 if TYPE_CHECKING:
@@ -105,27 +105,44 @@ CHOSEN_CARD: Final = StateKey(f"{NAME}/card", ChosenCard)
 
 def parse_memory(value: object) -> int:
     """A memory amount in bytes (rounded up) from a quantity string or an
-    integer; ValueError saying why not."""
+    integer; ValueError saying why not. Bounded cost whatever the value
+    (plugins/framework/units.py)."""
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise ValueError(f'{value!r} is not a quantity (e.g. "40Gi", "40G")')
+        raise ValueError(f'{shorten(value)} is not a quantity (e.g. "40Gi", "40G")')
+    if isinstance(value, int) and value.bit_length() > 63:
+        raise ValueError(f"{shorten(value)} is out of range (an int64)")
     try:
         amount = parse_quantity(str(value)).value()
     except QuantityError as exc:
         raise ValueError(str(exc)) from exc
     if amount < 0:
-        raise ValueError(f"{value!r} is negative")
+        raise ValueError(f"{shorten(value)} is negative")
     return amount
+
+
+# A node's card list longer than this is refused: more GPUs than any node
+# holds, and each Filter call walks the list.
+MAX_CARDS: Final = 64
+# The annotation's text beyond this is refused before it is decoded.
+MAX_CARDS_TEXT: Final = 8 * 1024
 
 
 def parse_cards(text: str) -> list[int]:
     """The node annotation's card list as bytes per card; ValueError saying
     what is wrong (with the entry's index)."""
+    if len(text) > MAX_CARDS_TEXT:
+        raise ValueError(
+            f"{len(text)} characters, at most {MAX_CARDS_TEXT} are read "
+            '(want a JSON list such as ["80Gi", "40Gi"])'
+        )
     try:
         cards = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f'not JSON (want e.g. ["80Gi", "40Gi"]): {exc}') from exc
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f'not JSON (want e.g. ["80Gi", "40Gi"]): {shorten(str(exc))}') from exc
     if not isinstance(cards, list):
         raise ValueError(f'want a JSON list such as ["80Gi", "40Gi"], got {type(cards).__name__}')
+    if len(cards) > MAX_CARDS:
+        raise ValueError(f"{len(cards)} cards, at most {MAX_CARDS} are read")
     out: list[int] = []
     for i, entry in enumerate(cards):
         try:
@@ -137,7 +154,8 @@ def parse_cards(text: str) -> list[int]:
 
 def parse_card_index(text: str) -> int | None:
     """A pod's card annotation as an index, None when it is not one."""
-    return int(text) if text.isascii() and text.isdigit() else None
+    # A card index has a few digits; int() of a long one would be refused.
+    return int(text) if len(text) <= 6 and text.isascii() and text.isdigit() else None
 
 
 def best_fit(free: list[int], need: int) -> int | None:
@@ -176,7 +194,7 @@ class GPUCardFit(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin):
         except ValueError as exc:
             raise ValueError(f"pod annotation {key}: {exc}") from exc
         if need == 0:
-            raise ValueError(f"pod annotation {key}: {value!r} must be more than 0")
+            raise ValueError(f"pod annotation {key}: {shorten(value)} must be more than 0")
         return need
 
     def _need(self, state: CycleState, pod: PodInfo) -> int | None:
