@@ -325,6 +325,29 @@ def test_pre_filter_pod_without_group_passes() -> None:
             "quantity (e.g. 500m, 2, 1Gi, 1e3)",
             id="bad quantity",
         ),
+        pytest.param(
+            {"minMember": 2**31},
+            "PodGroup default/pg: spec.minMember: 2147483648 is out of range (an int32)",
+            id="minMember past int32",
+        ),
+        pytest.param(
+            {"minMember": 1, "scheduleTimeoutSeconds": -(2**40)},
+            "PodGroup default/pg: spec.scheduleTimeoutSeconds: -1099511627776 is out of range "
+            "(an int32)",
+            id="timeout past int32",
+        ),
+        pytest.param(
+            {"minMember": 1, "minResources": {f"example.com/r{i}": "1" for i in range(65)}},
+            "PodGroup default/pg: spec.minResources: 65 resources, at most 64 are read",
+            id="too many minResources",
+        ),
+        pytest.param(
+            {"minMember": 1, "minResources": {"cpu": "1" * 2000}},
+            f"PodGroup default/pg: spec.minResources.cpu: quantity {'1' * 64!r}... (2000 "
+            "characters) is longer than 1024 characters (a Kubernetes quantity such as 1500m "
+            "or 1.5Gi is a few characters)",
+            id="long quantity cut short in the reason",
+        ),
     ],
 )
 def test_pre_filter_unreadable_pod_group_is_unschedulable_naming_it(
@@ -344,6 +367,15 @@ def test_resource_gap_takes_the_groups_own_pods_off_their_nodes() -> None:
     pg = PodGroup("default", "pg", 4, None, {"cpu": "4"}, None)
     assert resource_gap(snap, pg, [p.uid for p in own]) == {}
     assert resource_gap(snap, pg, []) == {"cpu": 4000}
+
+
+@pytest.mark.timeout(10)
+def test_resource_gap_of_a_huge_min_resources_is_the_capped_request_at_once() -> None:
+    # resource.ParseQuantity caps at 2^63-1; parsing 1e100000000 exactly took minutes.
+    snap = snapshot_of(nodes(2))
+    pg = PodGroup("default", "pg", 1, None, {"cpu": "1e100000000"}, None)
+    gap = resource_gap(snap, pg, [])
+    assert set(gap) == {"cpu"} and gap["cpu"] > 2**62
 
 
 def test_resource_gap_without_nodes_is_the_whole_request() -> None:

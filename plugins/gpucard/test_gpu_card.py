@@ -95,6 +95,13 @@ def test_parse_cards(text: str, want: list[int]) -> None:
         pytest.param('["-1Gi"]', "card 0: '-1Gi' is negative", id="negative"),
         pytest.param("[true]", "card 0: True is not a quantity", id="bool"),
         pytest.param("[1.5]", "card 0: 1.5 is not a quantity", id="float"),
+        pytest.param(json.dumps(["1Gi"] * 65), "65 cards, at most 64", id="too many cards"),
+        pytest.param(" " * 9000 + "[]", "9002 characters, at most 8192", id="too long"),
+        pytest.param("[" * 3000 + "]" * 3000, "not JSON", id="nested too deep"),
+        pytest.param("[2e400]", "card 0: inf is not a quantity", id="huge float"),
+        pytest.param(
+            f"[{10**30}]", "card 0: 1000000000000000000000000000000 is out of range", id="huge int"
+        ),
     ],
 )
 def test_parse_cards_errors(text: str, reason: str) -> None:

@@ -252,9 +252,10 @@ def parse_int64(s: str) -> int | None:
     ASCII digits, leading zeros allowed, within int64), or None."""
     if not _INT_RE.fullmatch(s):
         return None
-    if len(s.lstrip("+-").lstrip("0")) > 19:
+    digits = s.lstrip("+-").lstrip("0") or "0"
+    if len(digits) > 19:
         return None  # past int64, and int() of a long one would be refused
-    n = int(s)
+    n = -int(digits) if s[0] == "-" else int(digits)
     return n if _INT64_MIN <= n <= _INT64_MAX else None
 
 

@@ -470,6 +470,8 @@ def test_requirement_matches(
         ("1_000", None),
         ("0x10", None),
         ("١٢", None),
+        ("0" * 5000 + "7", 7),
+        ("9" * 5000, None),
     ],
 )
 def test_parse_int64_reads_like_strconv_parse_int(text: str, want: int | None) -> None:
