@@ -178,6 +178,8 @@ def test_poison_quantities_stall_nothing_and_health_answers_throughout(
             pods = wait_all_bound(kube, namespace, ORDINARY, timeout=120)
             gpu_cond = wait_unschedulable(kube, namespace, "poison-gpu", shim)
             gang_cond = wait_unschedulable(kube, namespace, "poison-gang", shim)
+            # A few probes at least, however quickly the pods went.
+            wait_for(lambda: health.probes >= 5, 30, "five health probes")
         bound = {p["metadata"]["name"] for p in pods if p["spec"].get("nodeName")}
         assert bound == {f"p-{i}" for i in range(ORDINARY)}
         assert "no free GPU card" in gpu_cond["message"], gpu_cond
