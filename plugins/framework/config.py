@@ -123,9 +123,9 @@ UPSTREAM_DEFAULT_PLUGINS: tuple[tuple[str, int | None], ...] = (
 # leaves it out (docs/upstream-plugins.md has the longer story).
 LEFT_OUT_REASONS: dict[str, str] = {
     "DynamicResources": (
-        "Dynamic Resource Allocation is not ported: ResourceClaims are neither "
-        "allocated nor checked, so do not send this scheduler pods with "
-        "spec.resourceClaims"
+        "Dynamic Resource Allocation is not ported: ResourceClaims are never "
+        "allocated; the Berth shim reports pods with spec.resourceClaims "
+        "Unschedulable instead of binding them, and other callers must not send them"
     ),
 }
 
