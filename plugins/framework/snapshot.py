@@ -145,22 +145,24 @@ class NodeColumns:
         self.alloc_mem[i] = a.memory
         self.alloc_eph[i] = a.ephemeral_storage
         self.alloc_pods[i] = a.allowed_pod_number
-        self.req_cpu[i] = r.milli_cpu
-        self.req_mem[i] = r.memory
-        self.req_eph[i] = r.ephemeral_storage
-        self.nz_cpu[i] = ni.non_zero_requested[0]
-        self.nz_mem[i] = ni.non_zero_requested[1]
+        # Sums of pods' requests (each within int64) can pass int64: saturated,
+        # so such a node is full rather than a crash or a wrapped-around free node.
+        self.req_cpu[i] = _int64(r.milli_cpu)
+        self.req_mem[i] = _int64(r.memory)
+        self.req_eph[i] = _int64(r.ephemeral_storage)
+        self.nz_cpu[i] = _int64(ni.non_zero_requested[0])
+        self.nz_mem[i] = _int64(ni.non_zero_requested[1])
         self.pod_count[i] = len(ni.pods)
         self.unschedulable[i] = ni.node.unschedulable
         self.valid[i] = True
         for name, (alloc, req) in self.scalar.items():
             alloc[i] = a.scalar.get(name, 0)
-            req[i] = r.scalar.get(name, 0)
+            req[i] = _int64(r.scalar.get(name, 0))
         for name in a.scalar.keys() | r.scalar.keys():
             if name not in self.scalar:
                 alloc, req = self.scalar_columns(name)
                 alloc[i] = a.scalar.get(name, 0)
-                req[i] = r.scalar.get(name, 0)
+                req[i] = _int64(r.scalar.get(name, 0))
 
     def clear(self, i: int) -> None:
         for name in _INT_COLUMNS:
@@ -170,6 +172,11 @@ class NodeColumns:
         for alloc, req in self.scalar.values():
             alloc[i] = 0
             req[i] = 0
+
+
+def _int64(value: int) -> int:
+    """``value`` saturated to the int64 range of the columns."""
+    return min(max(value, -(2**63)), 2**63 - 1)
 
 
 _NO_OBJECTS: Mapping[tuple[str, str], ClusterObject] = MappingProxyType({})

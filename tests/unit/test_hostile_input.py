@@ -505,3 +505,60 @@ def test_hostile_configuration_is_parsed_or_refused_with_config_error(doc: dict[
         parse_config(doc, "<hostile>", load_registry())
     except ConfigError as exc:
         assert str(exc)
+
+
+@pytest.mark.timeout(30)
+def test_pods_whose_requests_sum_past_int64_leave_their_node_full(
+    service: SchedulingService, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Pods bound by their creators (spec.nodeName) may each ask for up to
+    2^63-1 millicores; two of them on one node summed past the snapshot's int64
+    columns and every Schedule call of that cluster failed. Saturated, the node
+    is full."""
+    state = ClusterStateLog()
+    state.upsert_node(
+        node_record(
+            {
+                "metadata": {"name": "n1", "uid": "uid-n1"},
+                "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "110"}},
+            }
+        )
+    )
+    for k in range(2):
+        state.upsert_pod(
+            pod_record(
+                {
+                    "metadata": {
+                        "name": f"greedy-{k}",
+                        "uid": f"uid-greedy-{k}",
+                        "namespace": "ns",
+                    },
+                    "spec": {
+                        "nodeName": "n1",
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": "i",
+                                "resources": {"requests": {"cpu": "9223372036854775807m"}},
+                            }
+                        ],
+                    },
+                }
+            )
+        )
+    state.commit()
+    client = SchedulingClient(None, state, stub=InProcessStub(service))
+    pod = pod_record(
+        {
+            "metadata": {"name": "p", "uid": "uid-p", "namespace": "ns"},
+            "spec": {
+                "schedulerName": PROFILE,
+                "containers": [
+                    {"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}
+                ],
+            },
+        }
+    )
+    resp = loop.run_until_complete(client.schedule(PROFILE, pod))
+    assert resp.status.code == pb.CODE_UNSCHEDULABLE
+    assert "1 Insufficient cpu" in resp.diagnosis.message
