@@ -379,6 +379,14 @@ async def _schedule(
             {"spec": group},
         )
     )
+    # The same pod twice more, bound to the first node by its creator: what
+    # other pods carry (requests summed, affinity terms, card annotations) is
+    # read from the snapshot too.
+    for k in range(2 if node_list else 0):
+        bound = cpb.Pod()
+        bound.CopyFrom(pod)
+        bound.uid, bound.name, bound.node_name = f"uid-bound-{k}", f"bound-{k}", node_list[0].name
+        state.upsert_pod(bound)
     state.commit()
     client = SchedulingClient(None, state, stub=InProcessStub(service))
     return await client.schedule(PROFILE, pod, reserve_and_permit=True)
