@@ -36,6 +36,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from plugins.framework import observe
+from plugins.framework.claims import PLUGIN as CLAIMS_PLUGIN
+from plugins.framework.claims import unsupported_claims_reason
 from plugins.framework.cycle_state import CycleState, StateDecodeError
 from plugins.framework.handle import Handle
 from plugins.framework.interfaces import (
@@ -483,6 +485,11 @@ class Framework:
         result: PreFilterResult | None = None
         with_nodes: set[str] = set()
         rejection: Status | None = None
+        claims_reason = unsupported_claims_reason(pod.proto.resource_claim_names)
+        if claims_reason is not None:
+            # DynamicResources is not ported: its PreFilter's answer for a claim
+            # it cannot satisfy, whatever the profile (plugins/framework/claims.py).
+            return None, Status.unresolvable(claims_reason).with_plugin(CLAIMS_PLUGIN), set()
         for pl in self.pre_filter:
             with self._plugin("PreFilter", pl) as box:
                 r, st = pl.pre_filter(state, pod, nodes)

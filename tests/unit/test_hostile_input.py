@@ -570,3 +570,40 @@ def test_pods_whose_requests_sum_past_int64_leave_their_node_full(
     resp = loop.run_until_complete(client.schedule(PROFILE, pod))
     assert resp.status.code == pb.CODE_UNSCHEDULABLE
     assert "1 Insufficient cpu" in resp.diagnosis.message
+
+
+def test_a_pod_with_resource_claims_is_unschedulable_on_any_profile(
+    service: SchedulingService, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Callers other than the shim (berth place, other clients) get the same
+    answer from the plugin server: DynamicResources is not ported, so its
+    PreFilter's rejection stands in (plugins/framework/claims.py)."""
+    state = ClusterStateLog()
+    state.upsert_node(
+        node_record(
+            {
+                "metadata": {"name": "n1", "uid": "uid-n1"},
+                "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "110"}},
+            }
+        )
+    )
+    state.commit()
+    client = SchedulingClient(None, state, stub=InProcessStub(service))
+    pod = pod_record(
+        {
+            "metadata": {"name": "p", "uid": "uid-p", "namespace": "ns"},
+            "spec": {
+                "schedulerName": PROFILE,
+                "containers": [{"name": "c", "image": "i"}],
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}],
+            },
+        }
+    )
+    resp = loop.run_until_complete(client.schedule(PROFILE, pod, reserve_and_permit=True))
+    assert not resp.node
+    assert resp.status.code == pb.CODE_UNSCHEDULABLE  # a FitError, as upstream's
+    assert resp.diagnosis.message.startswith(
+        "0/1 nodes are available: pod has resource claims (spec.resourceClaims: 'gpu'), "
+        "which need the DynamicResources plugin"
+    )
+    assert "DynamicResources" in resp.diagnosis.unschedulable_plugins
