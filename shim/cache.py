@@ -6,9 +6,15 @@ so each request carries only what changed since the replica's generation.
 
 - ``assume``: after a successful cycle the pod counts on its node at once,
   before the binding is written (AssumePod), so the next cycle cannot
-  overcommit the node.
+  overcommit the node. A pod the cache already holds (bound, as the informer
+  reports it, or assumed) is refused with ``AssumeRefused``, as AssumePod
+  refuses a pod already in podStates: a pod bound while its cycle ran (a
+  binding that landed after its call failed, a second scheduler) must keep
+  counting where it really is.
 - ``finish_binding``: the bind was written; the informer will confirm it.
 - ``forget``: the binding failed; the node gets its resources back (ForgetPod).
+  Only an assumed copy is removed: a pod the informer has reported bound
+  since stays (ForgetPod refuses a pod that is not assumed).
 - ``add_pod`` from the informer confirms an assumed pod (AddPod on an assumed
   pod replaces it with the real one), wherever it actually landed.
 - Expiry: upstream's cache never expires assumed pods any more
@@ -45,6 +51,20 @@ from shim import metrics
 log = logging.getLogger(__name__)
 
 DEFAULT_ASSUMED_TTL = 30.0
+
+
+class AssumeRefused(Exception):
+    """AssumePod's error for a pod already in the cache ("pod ... is in the
+    cache, so can't be assumed"): ``node`` is where it is, ``assumed`` says
+    whether that is this scheduler's own assumption (else the informer
+    reported it bound)."""
+
+    def __init__(self, uid: str, node: str, *, assumed: bool) -> None:
+        self.uid = uid
+        self.node = node
+        self.assumed = assumed
+        what = "assumed" if assumed else "bound"
+        super().__init__(f"pod {uid} is already {what} on node {node}, so it can't be assumed")
 
 
 @dataclass(slots=True)
@@ -101,6 +121,14 @@ class SchedulerCache:
         """Does the pod occupy a node here (bound or assumed; a nominated pod
         does not)?"""
         return uid in self.state.pods and uid not in self.nominated
+
+    def bound_node(self, uid: str) -> str:
+        """The node the informer last reported the pod bound to; empty when
+        it reported none (pending, unknown, or only assumed here)."""
+        if uid in self.assumed or uid in self.nominated:
+            return ""
+        pod = self.state.pods.get(uid)
+        return pod.node_name if pod is not None else ""
 
     # -- nominated pods (nominator.go) ----------------------------------------------
 
@@ -161,7 +189,17 @@ class SchedulerCache:
     ) -> cpb.Pod:
         """The pod counts on ``node`` from now on (AssumePod). ``annotations``
         (Reserve's assume_annotations) go on the assumed copy, so later cycles
-        see what this pod reserved until the informer brings the real pod."""
+        see what this pod reserved until the informer brings the real pod.
+
+        Raises AssumeRefused, changing nothing, when the cache already holds
+        the pod (cache.go AssumePod: a pod in podStates is refused): the
+        informer reported it bound, or it is assumed already. Overwriting the
+        informer's copy would move its usage to ``node``, and the binding's
+        failure (409, already assigned) would then forget it altogether."""
+        if self.holds(pod.uid):
+            a = self.assumed.get(pod.uid)
+            where = a.node if a is not None else self.state.pods[pod.uid].node_name
+            raise AssumeRefused(pod.uid, where, assumed=a is not None)
         assumed = cpb.Pod()
         assumed.CopyFrom(pod)
         assumed.node_name = node
@@ -183,8 +221,12 @@ class SchedulerCache:
 
     def forget(self, uid: str) -> bool:
         """The binding failed: the node gets its resources back (ForgetPod).
-        A pod the informer already confirmed is left alone. Returns whether an
-        assumed pod was forgotten."""
+        Only the assumed copy goes: a pod the informer has reported since
+        (bound here, elsewhere, or finished) is its truth and stays, as
+        ForgetPod refuses a pod that is not assumed; and since ``assume``
+        refuses a pod the informer reported bound, an assumed copy never
+        hides one, so removing it leaves what the informer last reported.
+        Returns whether an assumed pod was forgotten."""
         if self.assumed.pop(uid, None) is not None:
             self.state.delete_pod(uid)
             return True
@@ -222,4 +264,4 @@ class SchedulerCache:
         metrics.CACHE_SIZE.labels("assumed_pods").set_function(size(lambda c: len(c.assumed)))
 
 
-__all__ = ["DEFAULT_ASSUMED_TTL", "Assumed", "SchedulerCache"]
+__all__ = ["DEFAULT_ASSUMED_TTL", "AssumeRefused", "Assumed", "SchedulerCache"]

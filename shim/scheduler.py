@@ -78,7 +78,7 @@ from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
 from shim import dra, guard, metrics
 from shim.asynchttp import AsyncApi
-from shim.cache import DEFAULT_ASSUMED_TTL, SchedulerCache
+from shim.cache import DEFAULT_ASSUMED_TTL, AssumeRefused, SchedulerCache
 from shim.events import DEFAULT_WRITERS, EventRecorder, ObjectRef
 from shim.informer import ADDED, DELETED, Event, Informer, node_key, pod_key
 from shim.kubeapi import ApiError, KubeApi, pod_path
@@ -677,8 +677,14 @@ class Scheduler:
                 )
                 span.end()
                 return
+            try:
+                self.cache.assume(pod, resp.node, resp.assume_annotations)
+            except AssumeRefused as exc:
+                self._assume_refused(qp, exc, start)
+                span.set_attribute("berth.result", "error")
+                span.end()
+                return
             self.counters.scheduled += 1
-            self.cache.assume(pod, resp.node, resp.assume_annotations)
             self._signals(permit.signals)
             waiting = None
             if permit.status.code == CODE_WAIT:
@@ -715,7 +721,13 @@ class Scheduler:
         plugins = frozenset(resp.diagnosis.unschedulable_plugins)
         if resp.HasField("post_filter") and self._runs_preemption(profile, pf):
             metrics.PREEMPTION_ATTEMPTS.inc()
-        if pf.nominated_node_name and not self._start_preemption(qp, pf):
+        # A pod bound while its cycle ran needs no room: nothing is preempted for it
+        # (and _failed does not queue it again).
+        if (
+            pf.nominated_node_name
+            and not self.cache.bound_node(qp.uid)
+            and not self._start_preemption(qp, pf)
+        ):
             # Refused (shim/guard.py): a failed preemption, as when upstream's
             # prepareCandidate fails inside PostFilter (preemption.go Preempt):
             # no NominatingInfo, so the nomination stays as it was, and the pod
@@ -732,6 +744,34 @@ class Scheduler:
         )
         span.set_attribute("berth.result", "error" if error else "unschedulable")
         span.end()
+
+    def _assume_refused(self, qp: QueuedPod, exc: AssumeRefused, start: float) -> None:
+        """schedulingCycle's assume failed (cache.go AssumePod refuses a pod
+        already in the cache): the pod was bound while its cycle ran, by a
+        binding of an earlier attempt that landed after its call failed, or
+        by another scheduler. The cycle ends before Reserve's and Permit's
+        answers take effect, as upstream's ends before running them: no
+        assumed copy, no waiting, no signals, no Unreserve (nothing was
+        reserved here). Like handleSchedulingFailure for a pod the informer
+        shows assigned, it is not queued again."""
+        pod = qp.pod
+        metrics.attempt("error", qp.profile, time.perf_counter() - start)
+        self.counters.errors += 1
+        if exc.assumed:
+            # Not reachable from the queue (a pod is in one cycle at a time);
+            # the binding cycle that assumed it decides what becomes of it.
+            log.warning(
+                "pod %s/%s: %s; this cycle's placement is dropped", pod.namespace, pod.name, exc
+            )
+            return
+        self.queue.done_bound(qp)
+        log.info(
+            "pod %s/%s was bound to node %s while its scheduling cycle ran (a binding "
+            "that landed after its call failed, or another scheduler); not binding it again",
+            pod.namespace,
+            pod.name,
+            exc.node,
+        )
 
     def _signals(self, signals: Iterable[pb.WaitingPodSignal]) -> None:
         """Allow or reject pods already waiting (WaitingPod.Allow/Reject), as
@@ -784,8 +824,29 @@ class Scheduler:
         """handleSchedulingFailure: event, condition, requeue, nomination.
         ``nominated``: the pod's nominated node from now on ("" clears it,
         upstream's clearNominatedNode), or None to leave it as it is
-        (NominatingMode Noop)."""
+        (NominatingMode Noop).
+
+        A pod the informer reports bound (bound while this attempt ran) is
+        not queued again, as handleSchedulingFailure leaves a pod whose
+        informer copy has a nodeName out of the queue. Upstream still records
+        FailedScheduling and patches PodScheduled=False on it; here neither is
+        written, since the binding already set PodScheduled=True and a
+        scheduled pod's status must not say otherwise."""
         pod = qp.pod
+        bound_to = self.cache.bound_node(qp.uid)
+        if bound_to:
+            metrics.attempt(
+                "error" if error else "unschedulable", qp.profile, time.perf_counter() - start
+            )
+            self.queue.done_bound(qp)
+            log.info(
+                "pod %s/%s is bound to node %s; its failed attempt (%s) is not retried",
+                pod.namespace,
+                pod.name,
+                bound_to,
+                message,
+            )
+            return
         if nominated is not None:
             # AddNominatedPod, before the status patch below reaches the API
             # server: the next cycles count the pod on its node at once.
@@ -1466,7 +1527,7 @@ class Scheduler:
                 await self._async_api.request("POST", path, body=body, limit=False)
                 return None
             except ApiError as exc:
-                return self._binding_error(pod, exc)
+                return await self._binding_error(pod, node, exc)
 
         def post() -> bool:
             # The rate limiter may hold the bind for a while: check the node is
@@ -1482,19 +1543,81 @@ class Scheduler:
                 return f"binding rejected: node {node} was deleted", True
             return None
         except ApiError as exc:
-            return self._binding_error(pod, exc)
+            return await self._binding_error(pod, node, exc)
 
-    @staticmethod
-    def _binding_error(pod: cpb.Pod, exc: ApiError) -> tuple[str, bool]:
-        """What a refused binding POST means: (message, requeue)."""
+    async def _binding_error(
+        self, pod: cpb.Pod, node: str, exc: ApiError
+    ) -> tuple[str, bool] | None:
+        """What a refused binding POST means: (message, requeue), or None when
+        the pod turns out bound to ``node`` after all.
+
+        A 404 says the pod is gone. 429, 403, 400 and 422 say the binding was
+        not made: back off and retry. Any other answer leaves the outcome in
+        doubt: no answer (a timeout, a dropped connection) or a 5xx may come
+        after the binding was written, and a 409 says the pod is already
+        assigned (by an earlier attempt whose answer was lost, or another
+        scheduler) or was replaced by a pod of the same name. Then the API
+        server is asked (a quorum read) before the node gets its resources
+        back, so a pod that is bound is never forgotten for the moment until
+        its watch event comes: bound to ``node``, the binding landed and the
+        binding cycle goes on; bound elsewhere, the cache takes that copy and
+        the pod is not retried; not bound, it is retried; gone or replaced, it
+        is dropped. (Upstream forgets the pod at once and handleSchedulingFailure
+        reads the informer's copy; the informer may not have seen the binding
+        yet, the API server has.)"""
         if exc.not_found:
             return f"binding rejected: pod {pod.namespace}/{pod.name} no longer exists", False
-        if exc.conflict:
-            # Already bound (by us through a retried request, or by another
-            # scheduler): the informer brings the truth; nothing to retry.
-            log.info("pod %s/%s was already bound: %s", pod.namespace, pod.name, exc.message)
-            return f"binding rejected: {exc.message}", False
-        return f"binding rejected: {exc}", True
+        if exc.status in (400, 403, 422, 429):
+            return f"binding rejected: {exc}", True
+        try:
+            obj = await self._api(self.api.get, pod_path(pod.namespace, pod.name))
+        except ApiError as get_exc:
+            if get_exc.not_found:
+                self.cache.remove_pod(pod.uid)
+                return (
+                    f"binding rejected: pod {pod.namespace}/{pod.name} no longer exists",
+                    False,
+                )
+            log.warning(
+                "binding of pod %s/%s to %s failed (%s) and its outcome cannot be checked "
+                "(%s); retrying it",
+                pod.namespace,
+                pod.name,
+                node,
+                exc,
+                get_exc,
+            )
+            return f"binding rejected: {exc}", True
+        current = pod_record(obj)
+        if current.uid != pod.uid:
+            self.cache.remove_pod(pod.uid)
+            return (
+                f"binding rejected: pod {pod.namespace}/{pod.name} was replaced by another "
+                f"of the same name (uid {current.uid})",
+                False,
+            )
+        if not current.node_name:
+            return f"binding rejected: {exc}", True
+        # AddPod: the API server's copy replaces the assumed one, wherever it is.
+        self.cache.add_or_update_pod(current)
+        if current.node_name == node:
+            log.info(
+                "binding of pod %s/%s to %s was made although its call failed (%s)",
+                pod.namespace,
+                pod.name,
+                node,
+                exc,
+            )
+            return None
+        log.info(
+            "pod %s/%s is already bound to %s (binding it to %s: %s)",
+            pod.namespace,
+            pod.name,
+            current.node_name,
+            node,
+            exc,
+        )
+        return f"binding rejected: pod is already bound to node {current.node_name}", False
 
     # -- assumed pods that never showed up ----------------------------------------------------
 

@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY
 from berth.client import ClusterStateLog
 from berth_api.v1 import cluster_pb2 as cpb
 from plugins.framework.testing import make_node, make_pod
-from shim.cache import SchedulerCache
+from shim.cache import AssumeRefused, SchedulerCache
 from tests.unit.shim.fakes import FakeClock
 
 T0 = 1_760_000_000.0
@@ -123,6 +123,56 @@ def test_forget_leaves_a_pod_the_informer_confirmed_alone(cache: SchedulerCache)
 
     assert cache.holds("p1")
     assert pods_on(cache, "n1") == ["p1"]
+
+
+def test_AssumePod_refuses_a_pod_the_informer_reports_bound(cache: SchedulerCache) -> None:
+    """cache.go AssumePod: a pod already in the cache is refused and nothing
+    changes. The informer reported the pod bound to n1 while a cycle placed it on
+    n2: assuming it would move its usage to n2, and the binding's failure (409)
+    would then forget it, leaving n1 short of a pod that is there."""
+    pod = pending_pod()
+    cache.add_or_update_pod(bound(pod, "n1"))
+    cache.state.commit()
+
+    with pytest.raises(AssumeRefused) as refused:
+        cache.assume(pod, "n2")
+
+    assert (refused.value.node, refused.value.assumed) == ("n1", False)
+    assert not cache.is_assumed("p1")
+    assert pods_on(cache, "n1") == ["p1"] and pods_on(cache, "n2") == []
+    assert not cache.state.has_pending
+    # ForgetPod of a pod that is not assumed removes nothing.
+    assert cache.forget("p1") is False
+    assert pods_on(cache, "n1") == ["p1"]
+
+
+def test_AssumePod_refuses_a_pod_already_assumed(cache: SchedulerCache) -> None:
+    pod = pending_pod()
+    cache.assume(pod, "n1")
+
+    with pytest.raises(AssumeRefused) as refused:
+        cache.assume(pod, "n2")
+
+    assert (refused.value.node, refused.value.assumed) == ("n1", True)
+    assert pods_on(cache, "n1") == ["p1"] and pods_on(cache, "n2") == []
+
+
+def test_a_nominated_pod_can_be_assumed(cache: SchedulerCache) -> None:
+    """A nomination is not a placement: assume replaces it (DeleteNominatedPodIfExists)."""
+    pod = pending_pod()
+    cache.nominate(pod, "n2")
+    cache.assume(pod, "n1")
+    assert pods_on(cache, "n1") == ["p1"]
+    assert cache.nominated == {}
+
+
+def test_bound_node_is_what_the_informer_reported(cache: SchedulerCache) -> None:
+    """Only the informer's word counts: an assumed or nominated pod is not bound."""
+    assumed, nominated, confirmed = pending_pod("a"), pending_pod("n"), pending_pod("c")
+    cache.assume(assumed, "n1")
+    cache.nominate(nominated, "n1")
+    cache.add_or_update_pod(bound(confirmed, "n2"))
+    assert [cache.bound_node(u) for u in ("a", "n", "c", "ghost")] == ["", "", "n2", ""]
 
 
 # -- AddPod / UpdatePod / RemovePod from the informer ----------------------------------
