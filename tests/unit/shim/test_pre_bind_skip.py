@@ -102,6 +102,11 @@ class FakeApi:
         self._maybe_fail(method, path)
         self.log.append(("binding", path.split("/")[-2]))
 
+    def get(self, path: str, **_: Any) -> dict[str, Any]:
+        """The pod, unbound (a failed binding is checked with a GET): uid = name."""
+        name = path.split("/")[-1]
+        return {"metadata": {"name": name, "namespace": "default", "uid": name}, "spec": {}}
+
 
 class FakeRecorder:
     def start(self) -> None:
