@@ -120,6 +120,11 @@ class FakeApi:
     def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
         return self._write(method.lower(), path, None)
 
+    def get(self, path: str, **_: Any) -> dict[str, Any]:
+        """The pod, unbound (a failed binding is checked with a GET): uid = name."""
+        name = path.split("/")[-1]
+        return {"metadata": {"name": name, "namespace": "default", "uid": name}, "spec": {}}
+
     def of(self, verb: str, name: str) -> list[Any]:
         with self._lock:
             return [b for v, p, b in self.writes if v == verb and f"/pods/{name}" in p]
