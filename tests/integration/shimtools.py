@@ -142,7 +142,12 @@ class Server(Proc):
     in plaintext (``--insecure-plaintext``) unless ``extra`` gives it TLS files."""
 
     def __init__(
-        self, config: Path, log: Path, port: int | None = None, extra: Sequence[str] = ()
+        self,
+        config: Path,
+        log: Path,
+        port: int | None = None,
+        extra: Sequence[str] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         self.port = port or free_port()
         tls = any(a.startswith("--tls-cert") for a in extra)
@@ -158,6 +163,7 @@ class Server(Proc):
                 *extra,
             ],
             log,
+            env,
         )
 
     @property
@@ -303,23 +309,85 @@ def wait_scheduled_events(
     return counts
 
 
-def assert_no_overcommit(kube: KubeClient, node_names: Sequence[str]) -> None:
-    """No node's summed CPU and memory requests exceed its allocatable."""
+def pod_requests(pod: JSON) -> dict[str, int]:
+    """What a pod takes from its node, as NodeResourcesFit counts it
+    (component-helpers resource.PodRequests): CPU (millicores) and memory (bytes)
+    are the larger of the containers' sum and each init container's request, plus
+    the pod's overhead; every pod takes one of the node's ``pods``."""
+
+    def of(containers: Sequence[JSON], res: str, unit: str) -> list[int]:
+        out = []
+        for c in containers:
+            q = ((c.get("resources") or {}).get("requests") or {}).get(res)
+            out.append(getattr(parse_quantity(str(q)), unit)() if q else 0)
+        return out
+
+    spec = pod["spec"]
+    out = {"pods": 1}
+    for res, unit in (("cpu", "milli"), ("memory", "value")):
+        main = sum(of(spec.get("containers") or [], res, unit))
+        init = max(of(spec.get("initContainers") or [], res, unit), default=0)
+        over = (spec.get("overhead") or {}).get(res)
+        extra = getattr(parse_quantity(str(over)), unit)() if over else 0
+        out[res] = max(main, init) + extra
+    return out
+
+
+def assert_no_overcommit(
+    kube: KubeClient, node_names: Sequence[str], *, filled: float | None = None
+) -> dict[str, float]:
+    """No node's pods request more CPU, memory or pods than it has allocatable, counting
+    every pod bound to it (any namespace, any scheduler). With ``filled``, every node
+    must also be at least that full (the largest of its CPU, memory and pods fractions):
+    an overcommit check of half-empty nodes could not fail. Returns each node's fill."""
     pods = kube.get("/api/v1/pods")["items"]
+    used: dict[str, Counter[str]] = {name: Counter() for name in node_names}
+    for p in pods:
+        node = p["spec"].get("nodeName")
+        if node in used and p.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+            used[node].update(pod_requests(p))
+    fill: dict[str, float] = {}
+    problems: list[str] = []
     for name in node_names:
-        node = kube.get(f"/api/v1/nodes/{path_segment(name)}")
-        alloc = node["status"]["allocatable"]
-        for res, unit in (("cpu", "milli"), ("memory", "value")):
-            used = 0
-            for p in pods:
-                if p["spec"].get("nodeName") != name:
-                    continue
-                for c in p["spec"]["containers"]:
-                    q = (c.get("resources") or {}).get("requests", {}).get(res)
-                    if q:
-                        used += getattr(parse_quantity(str(q)), unit)()
-            cap = getattr(parse_quantity(str(alloc[res])), unit)()
-            assert used <= cap, f"node {name} overcommitted: {res} requests {used} > {cap}"
+        alloc = kube.get(f"/api/v1/nodes/{path_segment(name)}")["status"]["allocatable"]
+        fractions = []
+        for res, unit in (("cpu", "milli"), ("memory", "value"), ("pods", "value")):
+            cap = getattr(parse_quantity(str(alloc.get(res, "0"))), unit)()
+            have = used[name][res]
+            if have > cap:
+                problems.append(f"node {name} overcommitted: {res} requests {have} > {cap}")
+            if cap:
+                fractions.append(have / cap)
+        fill[name] = max(fractions, default=0.0)
+    assert not problems, problems
+    if filled is not None:
+        low = {n: round(f, 3) for n, f in fill.items() if f < filled}
+        assert not low, f"nodes filled below {filled:.0%}, so no overcommit could show: {low}"
+    return fill
+
+
+def wait_all_decided(
+    kube: KubeClient, namespace: str, count: int, proc: Proc, timeout: float = 120.0
+) -> tuple[list[str], list[str]]:
+    """Waits until ``count`` pods of the namespace are each bound or visibly
+    unschedulable (PodScheduled=False, reason Unschedulable); returns (bound,
+    unschedulable) names. TimeoutError with ``proc``'s log if they are not."""
+    result: tuple[list[str], list[str]] = ([], [])
+
+    def decided() -> bool:
+        nonlocal result
+        bound, unschedulable = [], []
+        for p in pods_of(kube, namespace):
+            cond = pod_scheduled_condition(p) or {}
+            if p["spec"].get("nodeName"):
+                bound.append(p["metadata"]["name"])
+            elif cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+                unschedulable.append(p["metadata"]["name"])
+        result = (sorted(bound), sorted(unschedulable))
+        return len(bound) + len(unschedulable) >= count
+
+    wait_for(decided, timeout, f"{count} pods in {namespace} bound or unschedulable", proc.log)
+    return result
 
 
 def wait_all_bound(
@@ -489,6 +557,7 @@ __all__ = [
     "kubectl",
     "node_names",
     "pod_path",
+    "pod_requests",
     "pod_scheduled_condition",
     "pods_of",
     "profile_for",
@@ -496,6 +565,7 @@ __all__ = [
     "scheduled_events",
     "service_account",
     "wait_all_bound",
+    "wait_all_decided",
     "wait_for",
     "wait_node_of",
     "wait_scheduled_events",

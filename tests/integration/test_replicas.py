@@ -26,7 +26,7 @@ import pytest
 
 from berth.client import ClusterStateLog, SchedulingClient
 from berth.localcluster import Cluster, KubeClient, objects
-from berth.localcluster.testing import NodeFactory
+from berth.localcluster.testing import TEST_LABEL, NodeFactory
 from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
 from plugins.framework.testing import make_node, make_pod
@@ -273,7 +273,8 @@ def test_shim_over_two_replicas_keeps_binding_when_one_is_killed(
 
     profile = profile_for(namespace)
     config = write_config(tmp_path / "c.yaml", profile)
-    nodes = [n["metadata"]["name"] for n in fake_nodes(10, cpu="8")]
+    # 220 places for the 220 pods: a pod lost or counted twice shows.
+    nodes = [n["metadata"]["name"] for n in fake_nodes(10, cpu="8", pods=22)]
     a = Server(config, tmp_path / "a.log").start()
     b = Server(config, tmp_path / "b.log").start()
     shim = Shim(
@@ -293,6 +294,7 @@ def test_shim_over_two_replicas_keeps_binding_when_one_is_killed(
                 cpu="100m",
                 memory="32Mi",
                 scheduler_name=profile,
+                node_selector={TEST_LABEL: namespace},
             )
             for i in range(n)
         ]
@@ -318,7 +320,7 @@ def test_shim_over_two_replicas_keeps_binding_when_one_is_killed(
         counts = wait_scheduled_events(kube, namespace, 220, timeout=60)
         assert len(counts) == 220
         assert set(counts.values()) == {1}, {k: v for k, v in counts.items() if v != 1}
-        assert_no_overcommit(kube, nodes)
+        assert_no_overcommit(kube, nodes, filled=0.95)
         for call in ("Schedule", "QueueSort"):
             assert shim.metric("berth_plugin_service_errors_total", call=call) == 0, call
         assert shim.metric("berth_plugin_server_full_states_total", endpoint=a.address) == 1
