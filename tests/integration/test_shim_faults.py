@@ -167,8 +167,10 @@ def test_pod_deleted_while_being_bound(
         assert left == {f"p-{i}" for i in range(1, 20, 2)}
         assert all(p["spec"].get("nodeName") for p in pods_of(kube, namespace))
         assert_no_overcommit(kube, nodes, filled=FILL)
+        # Events trail the bindings (API rate 5/s); a deleted pod may have had its own.
+        wait_for(lambda: left <= set(scheduled_events(kube, namespace)), 60, "Scheduled events")
         counts = scheduled_events(kube, namespace)
-        assert all(counts[name] == 1 for name in left), counts
+        assert set(counts.values()) == {1}, counts
         assert shim.running
 
 
