@@ -149,3 +149,21 @@ def test_dockerfile_refuses_a_base_image_without_digest(image: str, refused: boo
         assert "--build-arg PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:" in out.stderr
     else:
         assert out.returncode == 0, out.stderr
+
+
+def test_dockerfile_default_base_passes_its_own_digest_check() -> None:
+    """A plain `docker build` (no --build-arg) uses the pinned default, so it must be
+    named by digest too; the check is the build stage's own RUN."""
+    (default,) = [x for x in _instructions() if x.startswith("ARG PYTHON_IMAGE=")]
+    image = default.removeprefix("ARG PYTHON_IMAGE=")
+    assert image.startswith("python:3.11-slim-bookworm@sha256:"), image
+    bin_dir = str(Path(sys.executable).parent)
+    out = subprocess.run(
+        ["sh", "-c", _digest_check()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHON_IMAGE": image},
+    )
+    assert out.returncode == 0, out.stderr
