@@ -44,14 +44,16 @@ in more than one step (``tls_read_buffer``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
 
 from shim.http1 import Http1Pool, HttpError
-from shim.kubeapi import JSON, USER_AGENT, ApiError, KubeApi, tls_context
+from shim.kubeapi import JSON, USER_AGENT, ApiError, KubeApi, fenced_write, tls_context
 
 # RFC 8446 5.1: a TLS record carries at most 2^14 bytes of data.
 TLS_RECORD_BYTES = 16 * 1024
@@ -149,7 +151,24 @@ class AsyncApi:
     ) -> JSON:
         """One request, as ``KubeApi.request``: the decoded body (``{}`` when
         empty); ApiError for an error status or an unreachable server
-        (status 0). ``limit`` waits for the shared token bucket first."""
+        (status 0). ``limit`` waits for the shared token bucket first. A write
+        asks ``KubeApi.fence`` right before its bytes go out, and is cancelled
+        (the fence's ApiError raised) if the fence closes while it is under way."""
+        fence = self._api.fence
+        if fence is not None and fenced_write(method, path):
+            async with fence.in_flight(method, path):
+                return await self._request(method, path, body, content_type, limit, fence.check)
+        return await self._request(method, path, body, content_type, limit, None)
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        content_type: str,
+        limit: bool,
+        check: Callable[[str, str], None] | None,
+    ) -> JSON:
         if limit:
             await self.wait_for_token()
         if not self._used:
@@ -164,8 +183,11 @@ class AsyncApi:
         token = self._api.auth_header()
         if token:
             headers["Authorization"] = token
+        before_send = None if check is None else functools.partial(check, method, path)
         try:
-            status, payload = await self._pool.request(method, path, body=data, headers=headers)
+            status, payload = await self._pool.request(
+                method, path, body=data, headers=headers, before_send=before_send
+            )
         except HttpError as exc:
             raise ApiError(method, path, 0, str(exc).encode()) from exc
         if status >= 400:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import cast
 
 import httptools
@@ -189,9 +189,12 @@ class Http1Pool:
         *,
         body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
+        before_send: Callable[[], None] | None = None,
     ) -> tuple[int, bytes]:
         """(status, body) of one request. Raises HttpError when there is no
-        complete answer (nothing is resent)."""
+        complete answer (nothing is resent). ``before_send`` is called once the
+        request has its connection, right before its bytes go out; what it
+        raises ends the request unsent (the connection stays in the pool)."""
         if self._closed:
             raise HttpError("the pool is closed")
         slots = self._slots
@@ -211,6 +214,13 @@ class Http1Pool:
             try:
                 async with asyncio.timeout(self._timeout):
                     conn = self._take() or await self._connect()
+                    if before_send is not None:
+                        try:
+                            before_send()
+                        except BaseException:
+                            unused, conn = conn, None
+                            self._park(unused)
+                            raise
                     status, payload = await conn.exchange(data)
             except TimeoutError as exc:
                 if conn is not None:

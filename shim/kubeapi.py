@@ -15,13 +15,14 @@ and burst, like client-go's default rate limiter.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import ssl
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
 import orjson
@@ -87,6 +88,26 @@ class ApiError(Exception):
     def temporary(self) -> bool:
         """Worth retrying: the server is unreachable, overloaded or restarting."""
         return self.status in (0, 429, 500, 502, 503, 504)
+
+
+class WriteFence(Protocol):
+    """What a write consults right before it is sent (``shim.fence.LeaderFence``)."""
+
+    def check(self, method: str, path: str) -> None:
+        """Raises ApiError when the write may not be sent."""
+
+    def in_flight(self, method: str, path: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """Around a write sent from the event loop, cancelled if the fence closes."""
+
+
+# POSTs that only ask a question (TokenReview, SubjectAccessReview: nothing is stored),
+# so a standby or a deposed leader may still send them.
+UNFENCED_PREFIXES = ("/apis/authentication.k8s.io/", "/apis/authorization.k8s.io/")
+
+
+def fenced_write(method: str, path: str) -> bool:
+    """Does this request change the cluster, so that only the leader may send it?"""
+    return method not in ("GET", "HEAD", "OPTIONS") and not path.startswith(UNFENCED_PREFIXES)
 
 
 class TokenBucket:
@@ -166,6 +187,9 @@ class KubeApi:
         # The kubernetes.client.Configuration this came from (kept alive: it
         # owns temp files for inline certificates).
         self.configuration = configuration
+        # With leader election, the leader's fence (shim.fence): every write asks it
+        # right before it is sent. None: writes are never refused.
+        self.fence: WriteFence | None = None
 
     # -- construction ---------------------------------------------------------
 
@@ -257,12 +281,18 @@ class KubeApi:
         content_type: str = "application/json",
         limit: bool = True,
         timeout: float | None = None,
+        fenced: bool = True,
     ) -> JSON:
         """One request; the decoded body (``{}`` when empty). Raises ApiError
-        for an error status or an unreachable server (status 0)."""
+        for an error status or an unreachable server (status 0). A write asks
+        ``fence`` right before it is sent (``fenced=False``: the Lease's own
+        writes) and is refused with its ApiError when the fence is closed."""
         if limit:
             self._limiter.wait()
         data = None if body is None else orjson.dumps(body)
+        fence = self.fence
+        if fenced and fence is not None and fenced_write(method, path):
+            fence.check(method, path)
         try:
             resp = self._pool.request(
                 method,
@@ -354,18 +384,49 @@ class KubeApi:
     def merge_patch(self, path: str, patch: JSON) -> JSON:
         return self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
 
+    def probe(self, path: str = "/readyz", timeout: float = 5.0) -> None:
+        """GET ``path`` (a health endpoint answering text, such as the API server's
+        ``/readyz``, open to every client by the system:public-info-viewer role);
+        raises ApiError unless it answers 200 within ``timeout`` seconds."""
+        try:
+            resp = self._pool.request(
+                "GET",
+                self.url(path),
+                headers=self._headers(),
+                preload_content=True,
+                retries=False,
+                timeout=urllib3.Timeout(connect=timeout, read=timeout),
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiError("GET", path, 0, str(exc).encode()) from exc
+        if resp.status != 200:
+            raise ApiError("GET", path, resp.status, resp.data)
+
     def watch_lines(
-        self, path: str, *, timeout_seconds: int, stop: threading.Event | None = None, **params: Any
+        self,
+        path: str,
+        *,
+        timeout_seconds: int,
+        stop: threading.Event | None = None,
+        idle_timeout: float | None = None,
+        **params: Any,
     ) -> Iterator[bytes]:
         """Raw watch event lines (one JSON object each) until the server ends
         the stream after ``timeout_seconds``. Raises ApiError for an error
-        status; a broken connection ends the iteration with urllib3's error."""
+        status or a broken connection, and WatchStalled when no byte has come
+        for ``idle_timeout`` seconds (default: the stream's whole length plus
+        15 s): a connection that died without a word (a dropped NAT entry, a
+        partition) is noticed then. With bookmarks asked for, the API server
+        speaks at least once a minute on an idle watch (staging/src/k8s.io/
+        apiserver/pkg/storage/cacher: cache_watcher.go nextBookmarkTime,
+        defaultBookmarkFrequency), so a live watch never stays silent that long."""
         query = {
             **params,
             "watch": "true",
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
         }
+        idle = idle_timeout if idle_timeout is not None else timeout_seconds + 15.0
         try:
             resp = self._pool.request(
                 "GET",
@@ -373,8 +434,10 @@ class KubeApi:
                 headers=self._headers(),
                 preload_content=False,
                 retries=False,
-                timeout=urllib3.Timeout(connect=5.0, read=timeout_seconds + 15.0),
+                timeout=urllib3.Timeout(connect=5.0, read=idle),
             )
+        except urllib3.exceptions.ReadTimeoutError as exc:
+            raise WatchStalled(path, idle) from exc
         except urllib3.exceptions.HTTPError as exc:
             raise ApiError("WATCH", path, 0, str(exc).encode()) from exc
         try:
@@ -391,12 +454,26 @@ class KubeApi:
                 for line in lines:
                     if line:
                         yield line
+        except urllib3.exceptions.ReadTimeoutError as exc:
+            raise WatchStalled(path, idle) from exc
         except urllib3.exceptions.HTTPError as exc:
             raise ApiError("WATCH", path, 0, str(exc).encode()) from exc
         finally:
             # A half-read watch stream cannot go back to the pool.
             resp.close()
             resp.release_conn()
+
+
+class WatchStalled(ApiError):
+    """A watch stream stayed silent past its idle timeout: taken for dead."""
+
+    def __init__(self, path: str, idle: float) -> None:
+        super().__init__("WATCH", path, 0)
+        self.idle = idle
+        self.message = (
+            f"no data for {idle:g}s, not even a bookmark: the connection is taken for dead"
+        )
+        self.args = (f"WATCH {path}: {self.message}",)
 
 
 class ConfigurationError(Exception):
@@ -420,6 +497,9 @@ __all__ = [
     "KubeApi",
     "ListResult",
     "TokenBucket",
+    "WatchStalled",
+    "WriteFence",
+    "fenced_write",
     "pod_path",
     "segment",
 ]

@@ -19,6 +19,17 @@ asyncio over the shim's ``KubeApi``:
 * On a clean stop the leader releases the Lease (client-go's ``ReleaseOnCancel``, which
   kube-scheduler sets): an empty holder with a one-second duration, which a standby takes at
   its next attempt instead of waiting out the lease duration.
+* The elector keeps a write fence (``shim.fence.LeaderFence``, ``fence``): open from
+  each successful acquire or renew until the renew deadline has passed since that attempt
+  began, closed for good the moment the term ends. The shim's writes ask it right before
+  they are sent, so a leader that was paused past its lease writes nothing when it runs
+  again, before its renew loop has even noticed.
+* ``check`` is client-go's ``LeaderElector.Check``, the watchdog behind kube-scheduler's
+  ``/healthz`` (healthzadaptor.go): a leader whose Lease has not been renewed for the
+  lease duration plus a tolerance is unhealthy.
+* Durations are measured on a monotonic clock (``monotonic``), as Go's ``time.Since``
+  does with its monotonic reading: a step of the wall clock neither ends nor extends a
+  term. The wall clock (``clock``) only stamps acquireTime and renewTime.
 
 Requests bypass ``KubeApi``'s shared token bucket (``limit=False``): kube-scheduler gives
 leader election a client of its own, so lease renewals never queue behind binding traffic,
@@ -55,6 +66,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from plugins.framework.profile import LeaderElectionConfig
+from shim.fence import LeaderFence
 from shim.kubeapi import JSON, ApiError, KubeApi, segment
 
 log = logging.getLogger(__name__)
@@ -68,6 +80,10 @@ LEASES_API = "/apis/coordination.k8s.io/v1"
 # The smallest per-request timeout (resourcelock.NewFromKubeconfig: renewDeadline / 2, at
 # least one second).
 MIN_REQUEST_TIMEOUT = 1.0
+
+# kube-scheduler's watchdog tolerance: leaderelection.NewLeaderHealthzAdaptor(time.Second
+# * 20) in cmd/kube-scheduler/app/options (options.go Config).
+WATCHDOG_TOLERANCE = 20.0
 
 
 class LeaderElectionConfigError(ValueError):
@@ -179,7 +195,9 @@ class LeaderElector:
     ``run()`` campaigns until this candidate holds the Lease, runs the caller's leading
     work while renewing, and returns when leadership ends. The caller decides what a loss
     means (kube-scheduler exits). Durations come from ``config``; ``clock`` (seconds, wall
-    time: it also stamps acquireTime and renewTime) is injectable for tests. The Lease is
+    time: it stamps acquireTime and renewTime) and ``monotonic`` (seconds, what durations
+    are measured on; ``clock`` when only that is given, so one fake drives both in tests)
+    are injectable for tests. The Lease is
     ``lease_namespace/lease_name``, defaulting to the config's resourceNamespace and
     resourceName: Berth passes its own name so it never contends for kube-scheduler's
     Lease.
@@ -193,7 +211,8 @@ class LeaderElector:
         identity: str | None = None,
         lease_name: str | None = None,
         lease_namespace: str | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         _validate(config)
         self.identity: str = default_identity() if identity is None else identity
@@ -206,19 +225,22 @@ class LeaderElector:
                 "leaderElection.resourceName and resourceNamespace must not be empty"
             )
         self._api = api
-        self._clock = clock
+        self._clock = clock or time.time
+        self._monotonic = monotonic or clock or time.monotonic
         self._lease_duration = config.lease_duration_seconds
         self._renew_deadline = config.renew_deadline_seconds
         self._retry_period = config.retry_period_seconds
         self._request_timeout = max(self._renew_deadline / 2, MIN_REQUEST_TIMEOUT)
         self._path = lease_path(self.lease_namespace, self.lease_name)
         self._describe = f"{self.lease_namespace}/{self.lease_name}"
+        # What the shim's writes ask before they are sent (see the module's docstring).
+        self.fence = LeaderFence(self._renew_deadline, lease=self._describe, clock=self._monotonic)
 
         # The Lease object last read or written: its resourceVersion makes the next
         # update conditional (leaselock.go keeps ll.lease for the same reason).
         self._lease: JSON | None = None
         # client-go's observedRecord / observedTime: the record last seen or written, and
-        # when (on our clock) it was seen to change.
+        # when (on our monotonic clock) it was seen to change.
         self._observed = LeaderElectionRecord()
         self._observed_time = 0.0
         # client-go's observedRawRecord: the record of the last read, to tell a change.
@@ -243,6 +265,29 @@ class LeaderElector:
         """True from the moment this candidate acquires the Lease until its term ends
         (loss, stop, failure or cancellation of ``run()``)."""
         return self._leading
+
+    @property
+    def lease(self) -> str:
+        """``namespace/name`` of the Lease."""
+        return self._describe
+
+    def check(self, max_tolerable_expired: float = WATCHDOG_TOLERANCE) -> str | None:
+        """client-go LeaderElector.Check, the leader-election watchdog of kube-scheduler's
+        /healthz (and /readyz): None while this candidate is not the holder it last saw
+        (a standby is healthy) or has renewed within the lease duration plus
+        ``max_tolerable_expired`` seconds; otherwise what is wrong. A leader that failed to
+        renew should have stopped; one that has not (a deadlock, a wedged loop) is reported
+        unhealthy so that the kubelet restarts it."""
+        if not self._observed_is_us():
+            return None
+        since = self._monotonic() - self._observed_time
+        if since > self._lease_duration + max_tolerable_expired:
+            return (
+                f"failed election to renew leadership on lease {self._describe}: last renewed "
+                f"{since:.0f}s ago (lease duration {self._lease_duration:g}s, tolerance "
+                f"{max_tolerable_expired:g}s)"
+            )
+        return None
 
     def observed_holder(self) -> str:
         """The holder identity in the Lease as last seen or written ("" if none or not
@@ -277,10 +322,12 @@ class LeaderElector:
         self._finished.clear()
         if not self._stop_requested:
             self._wake.clear()  # a failed leading task of an earlier term may have set it
+        self.fence.campaign()
         try:
             await self._run(on_started_leading, on_stopped_leading)
         finally:
             self._leading = False
+            self.fence.lost("the election ended")
             self._running = False
             self._finished.set()
 
@@ -309,13 +356,15 @@ class LeaderElector:
 
         leading = asyncio.create_task(lead(), name=f"leading {self._describe}")
         leading.add_done_callback(self._on_leading_done)
-        end = _TermEnd.STOPPED
+        end: _TermEnd | None = None
         try:
             end = await self._renew(leading)
         finally:
             # Whatever ended the term (cancellation of run() included), the leading work
             # stops before anything else happens: nothing may act as leader after this.
+            # The fence first: no write starts from here, and those under way are cancelled.
             self._leading = False
+            self.fence.lost(end.value if end is not None else "abandoned")
             error = await _cancel_and_wait(leading)
 
         if end is _TermEnd.LOST:
@@ -355,15 +404,15 @@ class LeaderElector:
             if round_deadline is None:
                 delay = self._retry_period
             else:
-                delay = min(self._retry_period, max(0.0, round_deadline - self._clock()))
+                delay = min(self._retry_period, max(0.0, round_deadline - self._monotonic()))
             await self._pause(delay)
             if self._stop_requested:
                 return _TermEnd.STOPPED
             if _failed(leading):
                 return _TermEnd.TASK_FAILED
             if round_deadline is None:
-                round_deadline = self._clock() + self._renew_deadline
-            remaining = round_deadline - self._clock()
+                round_deadline = self._monotonic() + self._renew_deadline
+            remaining = round_deadline - self._monotonic()
             if remaining > 0:
                 budget = min(self._request_timeout, remaining)
                 if await self._try_acquire_or_renew(budget):
@@ -374,7 +423,7 @@ class LeaderElector:
                     log.info("lost lease %s: it is now held by %s", self._describe, holder)
                     return _TermEnd.LOST
                 last_error = self._last_error
-                if self._clock() < round_deadline:
+                if self._monotonic() < round_deadline:
                     continue
             log.info(
                 "lost lease %s: no renewal succeeded within the %gs renew deadline (%s)",
@@ -388,14 +437,24 @@ class LeaderElector:
 
     async def _try_acquire_or_renew(self, budget: float) -> bool:
         """leaderelection.go tryAcquireOrRenew: True when the Lease is ours after this
-        attempt. The reason for a False is kept in ``_last_error``."""
+        attempt. The reason for a False is kept in ``_last_error``. A success opens the
+        fence until the renew deadline, counted from when the attempt began: the Lease
+        was written after that, so no standby can take it over earlier."""
+        started = self._monotonic()
+        if await self._attempt(budget, started):
+            self.fence.renewed(started)
+            return True
+        return False
+
+    async def _attempt(self, budget: float, now: float) -> bool:
+        """One tryAcquireOrRenew; ``now`` is the monotonic time it began."""
         self._last_error = ""
-        now = self._clock()
+        stamp = micro_time(self._clock())
         desired = LeaderElectionRecord(
             holder_identity=self.identity,
             lease_duration_seconds=int(self._lease_duration),
-            acquire_time=micro_time(now),
-            renew_time=micro_time(now),
+            acquire_time=stamp,
+            renew_time=stamp,
         )
 
         # 1. Fast path for the leader: update on the resourceVersion last written,
@@ -518,7 +577,13 @@ class LeaderElector:
         try:
             return await asyncio.wait_for(
                 asyncio.to_thread(
-                    self._api.request, method, path, body=body, limit=False, timeout=budget
+                    self._api.request,
+                    method,
+                    path,
+                    body=body,
+                    limit=False,
+                    timeout=budget,
+                    fenced=False,
                 ),
                 budget,
             )
@@ -536,7 +601,7 @@ class LeaderElector:
     def _set_observed(self, record: LeaderElectionRecord) -> None:
         """client-go setObservedRecord: the record, and the local time it was seen."""
         self._observed = record
-        self._observed_time = self._clock()
+        self._observed_time = self._monotonic()
 
     def _observed_is_us(self) -> bool:
         """client-go IsLeader: the record last seen or written names this candidate."""
@@ -544,7 +609,7 @@ class LeaderElector:
 
     def _lease_valid(self, now: float) -> bool:
         """client-go isLeaseValid: the observed holder's duration has not passed, on our
-        clock, since the record was last seen to change."""
+        monotonic clock, since the record was last seen to change."""
         return self._observed_time + self._observed.lease_duration_seconds > now
 
     async def _pause(self, seconds: float) -> None:
@@ -575,6 +640,7 @@ async def _cancel_and_wait(task: asyncio.Task[None]) -> BaseException | None:
 
 __all__ = [
     "JITTER_FACTOR",
+    "WATCHDOG_TOLERANCE",
     "LeaderElectionConfigError",
     "LeaderElectionRecord",
     "LeaderElector",

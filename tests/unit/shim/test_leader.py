@@ -81,7 +81,10 @@ class FakeLeaseApi(KubeApi):
         content_type: str = "application/json",
         limit: bool = True,
         timeout: float | None = None,
+        fenced: bool = True,
     ) -> JSON:
+        # Lease writes go around the write fence, or no candidate could ever acquire.
+        assert not fenced, f"{method} {path} sent through the write fence"
         with self._lock:
             self.calls.append((method, path, limit))
             if method in self.failing:
