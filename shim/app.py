@@ -15,6 +15,7 @@ from plugins.framework.interfaces import Plugin
 from plugins.framework.profile import SchedulerConfig
 from plugins.framework.writes import config_writes
 from shim.health import HealthServer
+from shim.healthchecks import ApiServerProbe, HealthChecks
 from shim.kubeapi import KubeApi
 from shim.leader import LeaderElector
 from shim.scheduler import Scheduler, ShimOptions
@@ -26,6 +27,10 @@ log = logging.getLogger(__name__)
 # kube-scheduler's lease is kube-system/kube-scheduler; Berth runs beside it,
 # so a configuration that leaves the default gets a lease of its own.
 BERTH_LEASE_NAME = "berth-scheduler"
+
+# kube-scheduler's exit status after losing its lease (server.go OnStoppedLeading:
+# klog.FlushAndExit(klog.ExitFlushTimeout, 1)), so that it restarts and campaigns again.
+EXIT_LEADERSHIP_LOST = 1
 
 
 @dataclass
@@ -113,6 +118,8 @@ async def run(settings: ShimSettings) -> int:
     if leader_elect:
         name = BERTH_LEASE_NAME if le.resource_name == "kube-scheduler" else le.resource_name
         elector = LeaderElector(api, le, lease_name=name, lease_namespace=le.resource_namespace)
+        # Every write of this process asks the elector's fence right before it is sent.
+        api.fence = elector.fence
 
     def readiness() -> tuple[bool, str]:
         if scheduler.ready:
@@ -122,9 +129,15 @@ async def run(settings: ShimSettings) -> int:
         return False, "informers not synced yet"
 
     health = None
+    probe = None
     if settings.metrics_listen:
         secure = None if settings.insecure_metrics else settings.secure_serving.build(api)
-        health = HealthServer(settings.metrics_listen, readiness, secure)
+        probe = ApiServerProbe(api)
+        probe.start()
+        checks = HealthChecks(
+            readiness, watchdog=elector.check if elector is not None else None, api_server=probe
+        )
+        health = HealthServer(settings.metrics_listen, checks, secure)
         health.start()
         log.info(
             "health and metrics on %s://%s (port %d)%s",
@@ -168,6 +181,8 @@ async def run(settings: ShimSettings) -> int:
     def on_lost() -> None:
         nonlocal lost
         lost = True
+        # server.go OnStoppedLeading's words; the fence already refuses every write.
+        log.error("leaderelection lost: stopping (exit status %d)", EXIT_LEADERSHIP_LOST)
         stop.set()
 
     main: asyncio.Task[None]
@@ -196,6 +211,8 @@ async def run(settings: ShimSettings) -> int:
     await service.close()
     if health is not None:
         health.stop()
+    if probe is not None:
+        probe.stop()
     api.close()
     c = scheduler.counters
     log.info(
@@ -207,7 +224,7 @@ async def run(settings: ShimSettings) -> int:
     )
     # kube-scheduler exits non-zero when it loses its lease, so it restarts
     # and campaigns again.
-    return 1 if lost else code
+    return EXIT_LEADERSHIP_LOST if lost else code
 
 
-__all__ = ["ShimSettings", "build_service", "run"]
+__all__ = ["EXIT_LEADERSHIP_LOST", "ShimSettings", "build_service", "run"]

@@ -1,12 +1,11 @@
-"""``/healthz``, ``/readyz`` and ``/metrics``, like kube-scheduler's secure
-serving endpoints: over HTTPS with delegated authentication and authorization
-when given a ``SecureServing`` (shim/serving.py; ``berth shim``'s default),
-else plain HTTP to anyone (``--insecure-metrics``).
+"""``/healthz``, ``/livez``, ``/readyz`` and ``/metrics``, like kube-scheduler's
+secure serving endpoints: over HTTPS with delegated authentication and authorization
+when given a ``SecureServing`` (shim/serving.py; ``berth shim``'s default), else plain
+HTTP to anyone (``--insecure-metrics``).
 
-- ``/healthz``: the process runs (200 ``ok``).
-- ``/readyz``: 200 once this replica is ready to do its job: the informers
-  have synced and it schedules, or it is a standby waiting for the lease;
-  503 with the reason otherwise.
+- ``/healthz``, ``/livez``, ``/readyz``: what ``shim.healthchecks.HealthChecks``
+  answers (the leader-election watchdog, the API server's reachability, the
+  scheduler's readiness).
 - ``/metrics``: the Prometheus registry (kube-scheduler's metric names).
 """
 
@@ -14,30 +13,29 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from shim.healthchecks import HealthChecks
 
 if TYPE_CHECKING:
     from shim.serving import SecureServing
 
 log = logging.getLogger(__name__)
 
-Readiness = Callable[[], tuple[bool, str]]
-
 
 class HealthServer:
     def __init__(
-        self, address: str, readiness: Readiness, secure: SecureServing | None = None
+        self, address: str, checks: HealthChecks, secure: SecureServing | None = None
     ) -> None:
         host, _, port = address.rpartition(":")
         if not port.isdigit():
             raise ValueError(
                 f"--metrics-listen {address!r}: expected HOST:PORT, e.g. 0.0.0.0:10259"
             )
-        ready = readiness
+        answers = {"/healthz": checks.healthz, "/livez": checks.livez, "/readyz": checks.readyz}
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
@@ -46,15 +44,16 @@ class HealthServer:
                 if refusal is not None:
                     self._send(refusal.code, refusal.body, refusal.content_type)
                     return
-                if path == "/healthz" or path == "/livez":
-                    self._send(200, b"ok", "text/plain")
-                elif path == "/readyz":
-                    ok, why = ready()
-                    self._send(200 if ok else 503, why.encode(), "text/plain")
+                answer = answers.get(path)
+                if answer is not None:
+                    code, text = answer()
+                    self._send(code, text.encode(), "text/plain")
                 elif path == "/metrics":
                     self._send(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
                 else:
-                    self._send(404, b"not found: try /healthz, /readyz or /metrics", "text/plain")
+                    self._send(
+                        404, b"not found: try /healthz, /livez, /readyz or /metrics", "text/plain"
+                    )
 
             def _send(self, code: int, body: bytes, ctype: str) -> None:
                 self.send_response(code)
