@@ -12,13 +12,19 @@ the asyncio loop. Guarantees, each tested:
 - no event is applied twice: an object whose resourceVersion is the one
   already delivered is not delivered again;
 - an unreachable API server is retried with backoff (client-go's reflector
-  backs off from 800 ms to 30 s), never given up on.
+  backs off from 800 ms to 30 s), never given up on;
+- a watch that died without a word (the connection open, nothing arriving: a
+  dropped NAT entry, a partition) is replaced within ``WATCH_IDLE_TIMEOUT``
+  seconds: bookmarks are asked for, so a live idle watch hears from the API
+  server about once a minute, and a stream silent for longer is closed and
+  watched again from the last resourceVersion.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +34,7 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from berth.kube import ObjectError
-from shim.kubeapi import JSON, ApiError, KubeApi
+from shim.kubeapi import JSON, ApiError, KubeApi, WatchStalled
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +44,22 @@ ADDED = "ADDED"
 MODIFIED = "MODIFIED"
 DELETED = "DELETED"
 
-# client-go reflector: backoff 800 ms doubling to 30 s, watch timeouts of
-# 5..10 minutes (minWatchTimeout); a fixed 5 minutes here.
+# client-go reflector (tools/cache/reflector.go): backoff 800 ms doubling to 30 s;
+# each watch asks the server to end it after minWatchTimeout (5 minutes) times a
+# random factor in [1, 2), so the watches of many clients do not all restart at once.
 BACKOFF_INITIAL = 0.8
 BACKOFF_MAX = 30.0
 WATCH_TIMEOUT_SECONDS = 300
+# A watch stream silent this long is taken for dead. The API server sends a bookmark
+# about every 60 s on an idle watch that asked for them (cacher.go
+# defaultBookmarkFrequency, cache_watcher.go nextBookmarkTime), so 80 s leaves a live
+# watch 20 s of slack and replaces a dead one within 90 s of its last byte.
+WATCH_IDLE_TIMEOUT = 80.0
+
+
+def watch_timeout_seconds(minimum: int, rng: random.Random | None = None) -> int:
+    """reflector.go ListAndWatch: ``minWatchTimeout * (rand.Float64() + 1.0)``."""
+    return int(minimum * ((rng or random).random() + 1.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +78,8 @@ class InformerStats:
     duplicates: int = 0
     relists_after_gone: int = 0
     errors: int = 0
+    # Watches replaced because their stream stayed silent past the idle timeout.
+    stalled_watches: int = 0
     decode_seconds: float = 0.0
 
 
@@ -85,6 +104,7 @@ class Informer(Generic[R]):
         field_selector: str | None = None,
         label_selector: str | None = None,
         watch_timeout: int = WATCH_TIMEOUT_SECONDS,
+        watch_idle_timeout: float = WATCH_IDLE_TIMEOUT,
         backoff_initial: float = BACKOFF_INITIAL,
         backoff_max: float = BACKOFF_MAX,
     ) -> None:
@@ -97,7 +117,9 @@ class Informer(Generic[R]):
         self.loop = loop
         self.field_selector = field_selector
         self.label_selector = label_selector
+        # The shortest server-side watch length; each watch gets up to twice it.
         self.watch_timeout = watch_timeout
+        self.watch_idle_timeout = watch_idle_timeout
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.stats = InformerStats()
@@ -160,7 +182,17 @@ class Informer(Generic[R]):
                     need_list = True
                     continue
                 self.stats.errors += 1
-                log.warning("%s: %s; retrying in %.1fs", self.name, exc, backoff)
+                if isinstance(exc, WatchStalled):
+                    self.stats.stalled_watches += 1
+                    log.warning(
+                        "%s: watch replaced: %s; watching again from resourceVersion %s in %.1fs",
+                        self.name,
+                        exc.message,
+                        self._rv,
+                        backoff,
+                    )
+                else:
+                    log.warning("%s: %s; retrying in %.1fs", self.name, exc, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self.backoff_max)
             except Exception:
@@ -233,8 +265,9 @@ class Informer(Generic[R]):
         self.stats.watches += 1
         for line in self.api.watch_lines(
             self.path,
-            timeout_seconds=self.watch_timeout,
+            timeout_seconds=watch_timeout_seconds(self.watch_timeout),
             stop=self._stop,
+            idle_timeout=self.watch_idle_timeout,
             resourceVersion=self._rv,
             **self._params(),
         ):
@@ -310,9 +343,11 @@ __all__ = [
     "ADDED",
     "DELETED",
     "MODIFIED",
+    "WATCH_IDLE_TIMEOUT",
     "Event",
     "Informer",
     "InformerStats",
     "node_key",
     "pod_key",
+    "watch_timeout_seconds",
 ]
