@@ -166,6 +166,10 @@ def tls_context(cfg: Any) -> ssl.SSLContext:
 class KubeApi:
     """Raw JSON requests against one API server, thread-safe."""
 
+    # With leader election, the leader's fence (shim.fence): every write asks it right
+    # before it is sent. None: writes are never refused.
+    fence: WriteFence | None = None
+
     def __init__(
         self,
         host: str,
@@ -187,9 +191,6 @@ class KubeApi:
         # The kubernetes.client.Configuration this came from (kept alive: it
         # owns temp files for inline certificates).
         self.configuration = configuration
-        # With leader election, the leader's fence (shim.fence): every write asks it
-        # right before it is sent. None: writes are never refused.
-        self.fence: WriteFence | None = None
 
     # -- construction ---------------------------------------------------------
 
@@ -416,10 +417,9 @@ class KubeApi:
         status or a broken connection, and WatchStalled when no byte has come
         for ``idle_timeout`` seconds (default: the stream's whole length plus
         15 s): a connection that died without a word (a dropped NAT entry, a
-        partition) is noticed then. With bookmarks asked for, the API server
-        speaks at least once a minute on an idle watch (staging/src/k8s.io/
-        apiserver/pkg/storage/cacher: cache_watcher.go nextBookmarkTime,
-        defaultBookmarkFrequency), so a live watch never stays silent that long."""
+        partition) is noticed then. The API server ends a live watch at
+        ``timeout_seconds`` even when it has nothing to say, so an idle timeout
+        longer than that is never reached by a live one."""
         query = {
             **params,
             "watch": "true",
@@ -471,7 +471,8 @@ class WatchStalled(ApiError):
         super().__init__("WATCH", path, 0)
         self.idle = idle
         self.message = (
-            f"no data for {idle:g}s, not even a bookmark: the connection is taken for dead"
+            f"no data for {idle:g}s, not even the end of the watch: the connection is "
+            "taken for dead"
         )
         self.args = (f"WATCH {path}: {self.message}",)
 

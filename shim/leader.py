@@ -81,8 +81,8 @@ LEASES_API = "/apis/coordination.k8s.io/v1"
 # least one second).
 MIN_REQUEST_TIMEOUT = 1.0
 
-# kube-scheduler's watchdog tolerance: leaderelection.NewLeaderHealthzAdaptor(time.Second
-# * 20) in cmd/kube-scheduler/app/options (options.go Config).
+# kube-scheduler's watchdog tolerance: WatchDog: leaderelection.NewLeaderHealthzAdaptor(
+# time.Second * 20) in cmd/kube-scheduler/app/options/options.go makeLeaderElectionConfig.
 WATCHDOG_TOLERANCE = 20.0
 
 
