@@ -62,6 +62,33 @@ SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"
 DISABLED_ADMISSION = ("ServiceAccount", "TaintNodesByCondition")
 
+AUDIT_POLICY_FILE = "audit-policy.yaml"
+AUDIT_LOG = "audit.log"  # under <state dir>/logs
+
+# An audit policy (audit.k8s.io/v1) that records the writes a scheduler makes to pods, at
+# Metadata level: who (user, userAgent), when (requestReceivedTimestamp, stageTimestamp),
+# what (verb, objectRef) and the answer (responseStatus). Bindings (pods/binding create),
+# pod deletions (preemption), pod status updates and events; nothing else.
+SCHEDULER_WRITES_AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    verbs: [create]
+    resources: [{group: "", resources: [pods/binding]}]
+  - level: Metadata
+    verbs: [delete, deletecollection]
+    resources: [{group: "", resources: [pods]}]
+  - level: Metadata
+    verbs: [patch, update]
+    resources: [{group: "", resources: [pods/status]}]
+  - level: Metadata
+    verbs: [create, patch, update]
+    resources: [{group: "", resources: [events]}, {group: events.k8s.io, resources: [events]}]
+  - level: None
+"""
+
 
 def default_state_dir() -> Path:
     override = os.environ.get("BERTH_CLUSTER_DIR")
@@ -113,6 +140,22 @@ class ClusterConfig:
     die_with_parent: bool = False
     apiserver_args: tuple[str, ...] = ()
     etcd_args: tuple[str, ...] = ()
+    # An audit policy (YAML); kube-apiserver then writes its audit events as JSON lines to
+    # <state dir>/logs/audit.log (``audit_log_path``). "" (the default): no audit log.
+    audit_policy: str = ""
+
+
+def audit_log_path(state_dir: Path) -> Path:
+    """Where kube-apiserver writes its audit events when ``audit_policy`` is set."""
+    return state_dir / "logs" / AUDIT_LOG
+
+
+def read_audit_log(state_dir: Path) -> list[dict[str, Any]]:
+    """The audit events written so far, oldest first."""
+    path = audit_log_path(state_dir)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 @dataclass(frozen=True)
@@ -354,6 +397,17 @@ def start_cluster(config: ClusterConfig) -> ClusterState:
         user=pki.SCHEDULER_USER,
     )
 
+    audit_args: list[str] = []
+    if config.audit_policy:
+        policy = state_dir / AUDIT_POLICY_FILE
+        policy.write_text(config.audit_policy)
+        audit_args = [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={audit_log_path(state_dir)}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+        ]
+
     starter = _Starter(config)
     try:
         config.data_root.mkdir(parents=True, exist_ok=True)
@@ -410,6 +464,7 @@ def start_cluster(config: ClusterConfig) -> ClusterState:
                 "--profiling=false",
                 # The "kubernetes" Service cannot point at a loopback address; skip it.
                 "--endpoint-reconciler-type=none",
+                *audit_args,
                 *config.apiserver_args,
             ],
             logs / "kube-apiserver.log",

@@ -247,3 +247,19 @@ def write_kubeconfig(path: Path, *, server: str, ca: Path, client: KeyPair, user
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
     return path
+
+
+def user_kubeconfig(
+    pki_dir: Path, path: Path, *, server: str, user: str, group: str | None = None
+) -> Path:
+    """A kubeconfig for another user of a cluster whose PKI is in ``pki_dir``
+    (``generate_pki``'s ca.crt and ca.key): a client certificate with common name
+    ``user`` (and organization ``group``), so the API server, and its audit log, tell
+    this client from the others."""
+    ca_cert = x509.load_pem_x509_certificate((pki_dir / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((pki_dir / "ca.key").read_bytes(), None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{pki_dir / 'ca.key'}: expected an EC key, got {type(ca_key).__name__}")
+    stem = f"user-{user}".replace(":", "-")
+    client = issue_certificate(path.parent, stem, ca_cert, ca_key, certificate_name(user, group))
+    return write_kubeconfig(path, server=server, ca=pki_dir / "ca.crt", client=client, user=user)
