@@ -19,6 +19,7 @@ from cryptography.x509.oid import NameOID
 
 from shim.delegation import DelegatedAuth
 from shim.health import HealthServer
+from shim.healthchecks import HealthChecks
 from shim.serving import SecureServing, SecureServingOptions, ServingCertificate
 from tests.contract.tlscerts import CA
 from tests.unit.shim.test_delegation import FakeReviews
@@ -34,7 +35,7 @@ def _reviews() -> FakeReviews:
 def _serve(certificate: ServingCertificate) -> Iterator[tuple[HealthServer, FakeReviews]]:
     api = _reviews()
     secure = SecureServing(certificate, DelegatedAuth(api))
-    health = HealthServer("127.0.0.1:0", lambda: (True, "ok: scheduling"), secure)
+    health = HealthServer("127.0.0.1:0", HealthChecks(lambda: (True, "ok: scheduling")), secure)
     health.start()
     try:
         yield health, api
