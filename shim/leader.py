@@ -81,6 +81,9 @@ LEASES_API = "/apis/coordination.k8s.io/v1"
 # least one second).
 MIN_REQUEST_TIMEOUT = 1.0
 
+# How long a cancelled leading task has to end before it is cancelled again.
+CANCEL_RETRY_SECONDS = 0.1
+
 # kube-scheduler's watchdog tolerance: WatchDog: leaderelection.NewLeaderHealthzAdaptor(
 # time.Second * 20) in cmd/kube-scheduler/app/options/options.go makeLeaderElectionConfig.
 WATCHDOG_TOLERANCE = 20.0
@@ -632,9 +635,13 @@ def _failed(task: asyncio.Task[Any]) -> bool:
 async def _cancel_and_wait(task: asyncio.Task[None]) -> BaseException | None:
     """Cancel ``task`` and wait for it to end; its exception, if it raised one (other
     than being cancelled). ``asyncio.wait`` neither raises the task's exception nor
-    swallows a cancellation of the caller."""
-    task.cancel()
-    await asyncio.wait({task})
+    swallows a cancellation of the caller. A task that loses a cancellation is cancelled
+    again: Python 3.11's ``asyncio.wait_for`` drops one that arrives just as the awaited
+    future completes (bpo-42130), and the scheduling loop awaits one, so a single cancel
+    could leave a deposed leader's loop running."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=CANCEL_RETRY_SECONDS)
     return None if task.cancelled() else task.exception()
 
 

@@ -293,3 +293,30 @@ async def test_watchdog_passes_a_standby() -> None:
         assert e.check() is None
     finally:
         task.cancel()
+
+
+async def test_a_leading_task_that_loses_a_cancellation_still_ends_with_the_term() -> None:
+    """Python 3.11's asyncio.wait_for drops a cancellation that arrives as its future
+    completes (bpo-42130), which the scheduling loop's queue wait can meet: the term's
+    end cancels the leading task until it is done, so the loss is reported and the shim
+    exits instead of scheduling on as a deposed leader."""
+    api, clock = FakeLeaseApi(), FakeClock(T0)
+    e = elector(api, clock)
+    started, swallowed = asyncio.Event(), asyncio.Event()
+    stopped: list[str] = []
+
+    async def lead() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            swallowed.set()  # as wait_for can: the loop goes on
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+        await asyncio.Event().wait()
+
+    task = asyncio.create_task(e.run(lead, lambda: stopped.append("lost")))
+    await within(started.wait(), "leadership")
+    api.write_spec(**held_by("b", renewed_at=clock.now, transitions=1))
+    await within(task, "the term to end")
+    assert swallowed.is_set()
+    assert stopped == ["lost"]
