@@ -113,6 +113,20 @@ def _digest_check() -> str:
     return check.removeprefix("RUN ")
 
 
+def _run_digest_check(image: str) -> subprocess.CompletedProcess[str]:
+    """Runs the check as the build runs it (sh, PYTHON_IMAGE in the environment, the
+    image's python: here this venv's, Python 3.11)."""
+    bin_dir = str(Path(sys.executable).parent)
+    return subprocess.run(
+        ["sh", "-c", _digest_check()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHON_IMAGE": image},
+    )
+
+
 def test_dockerfile_names_its_base_only_through_the_checked_argument() -> None:
     froms = [x for x in _instructions() if x.startswith("FROM ")]
     assert [f.split()[1] for f in froms] == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"], froms
@@ -132,17 +146,7 @@ def test_dockerfile_names_its_base_only_through_the_checked_argument() -> None:
     ],
 )
 def test_dockerfile_refuses_a_base_image_without_digest(image: str, refused: bool) -> None:
-    """The check runs as the build runs it (sh, PYTHON_IMAGE in the environment, the
-    image's python: here this venv's, Python 3.11)."""
-    bin_dir = str(Path(sys.executable).parent)
-    out = subprocess.run(
-        ["sh", "-c", _digest_check()],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHON_IMAGE": image},
-    )
+    out = _run_digest_check(image)
     if refused:
         assert out.returncode != 0
         assert f"the base image {image} is not named by digest" in out.stderr, out.stderr
@@ -157,13 +161,5 @@ def test_dockerfile_default_base_passes_its_own_digest_check() -> None:
     (default,) = [x for x in _instructions() if x.startswith("ARG PYTHON_IMAGE=")]
     image = default.removeprefix("ARG PYTHON_IMAGE=")
     assert image.startswith("python:3.11-slim-bookworm@sha256:"), image
-    bin_dir = str(Path(sys.executable).parent)
-    out = subprocess.run(
-        ["sh", "-c", _digest_check()],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHON_IMAGE": image},
-    )
+    out = _run_digest_check(image)
     assert out.returncode == 0, out.stderr
