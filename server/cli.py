@@ -101,8 +101,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=16,
         metavar="N",
         help="cluster snapshots cached at once, all callers together; beyond, the caller "
-        "holding the most gives up its least recently used and resends it in full when it "
-        "needs it (default %(default)s)",
+        "holding the most gives up its least recently used (it resends it in full when it "
+        "needs it), else a snapshot unused for 5 minutes goes; when every other snapshot "
+        "is its caller's only one and in use, a new caller's state is refused with "
+        "RESOURCE_EXHAUSTED (OVERLOADED) instead (default %(default)s)",
     )
     limits = p.add_argument_group(
         "limits",

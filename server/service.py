@@ -62,6 +62,7 @@ from server.errors import Replica, ServiceError
 from server.identity import Callers
 from server.state import (
     STEPWISE_ENTRIES,
+    CacheFull,
     Entry,
     InvalidState,
     SnapshotPassed,
@@ -206,10 +207,17 @@ class _Defer(Exception):
 
 
 def _state_error(
-    exc: InvalidState | StaleReplica | SnapshotPassed | StateTooLarge,
+    exc: InvalidState | StaleReplica | SnapshotPassed | StateTooLarge | CacheFull,
 ) -> ServiceError:
     if isinstance(exc, InvalidState):
         return errors.invalid(exc.field, exc.reason)
+    if isinstance(exc, CacheFull):
+        return errors.overloaded(
+            "snapshots",
+            exc.limit,
+            "--max-clusters",
+            f"{exc.held} snapshots of other callers, all in use,",
+        )
     if isinstance(exc, StateTooLarge):
         return errors.state_too_large(str(exc), exc.size, exc.limit)
     if isinstance(exc, StaleReplica):
@@ -355,7 +363,7 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
                     raise _Defer(key, state if large else None)
         try:
             entry = self.store.resolve(state, caller=call.caller if call else "anonymous")
-        except (InvalidState, StaleReplica, SnapshotPassed, StateTooLarge) as exc:
+        except (InvalidState, StaleReplica, SnapshotPassed, StateTooLarge, CacheFull) as exc:
             raise _state_error(exc) from exc
         if call is not None:
             call.generation = entry.generation
@@ -370,7 +378,7 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
         part-way leaves the cache as it was."""
         try:
             steps = self.store.replace_stepwise(state, caller=caller)
-        except (InvalidState, StateTooLarge) as exc:
+        except (InvalidState, StateTooLarge, CacheFull) as exc:
             raise _state_error(exc) from exc
         slice_seconds = self.slice_seconds
 
@@ -382,7 +390,7 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
             except StopIteration as done:
                 entry: Entry = done.value
                 return entry
-            except (InvalidState, StateTooLarge) as exc:
+            except (InvalidState, StateTooLarge, CacheFull) as exc:
                 raise _state_error(exc) from exc
             return None
 
@@ -1047,7 +1055,7 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
                         if upload is None:
                             upload = self.store.begin_upload(msg.state, field_name, caller)
                         steps = upload.add(msg.state, field_name)
-                    except (InvalidState, StateTooLarge) as exc:
+                    except (InvalidState, StateTooLarge, CacheFull) as exc:
                         raise _state_error(exc) from exc
                     await self._steps(steps, deadline)
                 finally:
@@ -1080,7 +1088,7 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
                     next(steps)
             except StopIteration:
                 return True
-            except (InvalidState, StateTooLarge) as exc:
+            except (InvalidState, StateTooLarge, CacheFull) as exc:
                 raise _state_error(exc) from exc
             return False
 

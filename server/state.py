@@ -8,7 +8,10 @@ snapshot of its own and never sees or changes the first's. Each caller holds
 at most ``max_per_caller`` snapshots and ``max_caller_bytes`` of them, so
 rotating cluster ids evicts only the rotating caller's own snapshots; beyond
 ``max_clusters`` (or ``max_bytes``) in all, the caller holding the most
-snapshots gives one up. Cluster ids never appear in the log: they are the
+snapshots gives one up, else a snapshot nobody has used for ``idle_seconds``;
+when every other snapshot is its caller's only one and in use, a new full
+state is refused (``CacheFull``, answered RESOURCE_EXHAUSTED OVERLOADED, which
+the caller retries after a backoff) rather than evicting someone else's. Cluster ids never appear in the log: they are the
 caller's, and with them anyone could once address its state. A replica that cannot reach the requested
 generation from what it holds says so (``StaleReplica``, answered
 FAILED_PRECONDITION with its generation) and the caller resends from there or
@@ -20,9 +23,10 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections import OrderedDict
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -52,6 +56,20 @@ class StateTooLarge(Exception):
             f"state: the full state is {size / 2**20:.1f} MiB, more than the "
             f"{limit / 2**20:.1f} MiB this replica keeps for one caller (berth serve "
             f"--max-caller-state-bytes); raise the limit, or ship fewer objects"
+        )
+
+
+class CacheFull(Exception):
+    """A full state found the cache at its limits with nothing it may evict:
+    every other snapshot is its caller's only one and was used within
+    ``idle_seconds``. Nothing was stored; the caller retries after a backoff."""
+
+    def __init__(self, held: int, limit: int) -> None:
+        self.held = held
+        self.limit = limit
+        super().__init__(
+            f"this replica holds {held} snapshots of other callers, all in use, and keeps "
+            f"at most {limit}"
         )
 
 
@@ -109,6 +127,9 @@ class Entry:
     # About how many bytes the snapshot's objects took on the wire (what the
     # caps count): the full state's, moved by each delta.
     size: int = 0
+    # When a request last used it (time.monotonic): a caller's only snapshot
+    # used within SnapshotStore.idle_seconds is never evicted for another caller.
+    used: float = field(default_factory=time.monotonic)
 
 
 def _object_name(group: str, resource: str, namespace: str, name: str) -> str:
@@ -252,14 +273,18 @@ DEFAULT_MAX_CLUSTERS = 16
 DEFAULT_MAX_PER_CALLER = 4
 DEFAULT_MAX_BYTES = 2 * 2**30
 DEFAULT_MAX_CALLER_BYTES = 1 * 2**30
+# A caller's only snapshot unused this long may go to make room for another
+# caller's; a shim with pods to schedule uses its snapshot every cycle.
+DEFAULT_IDLE_SECONDS = 300.0
 
 
 class SnapshotStore:
     """Snapshots by (caller, cluster_id), least recently used evicted first:
     a caller's own beyond ``max_per_caller`` snapshots or
     ``max_caller_bytes``; beyond ``max_clusters`` or ``max_bytes`` in all,
-    one of the caller with the most snapshots. Holds no truth: anything here
-    can be rebuilt from the caller."""
+    one of the caller with the most snapshots, else one idle for
+    ``idle_seconds``, else the new full state is refused (``CacheFull``).
+    Holds no truth: anything here can be rebuilt from the caller."""
 
     def __init__(
         self,
@@ -268,11 +293,13 @@ class SnapshotStore:
         max_per_caller: int = DEFAULT_MAX_PER_CALLER,
         max_bytes: int = DEFAULT_MAX_BYTES,
         max_caller_bytes: int = DEFAULT_MAX_CALLER_BYTES,
+        idle_seconds: float = DEFAULT_IDLE_SECONDS,
     ) -> None:
         self.max_clusters = max_clusters
         self.max_per_caller = max_per_caller
         self.max_bytes = max_bytes
         self.max_caller_bytes = max_caller_bytes
+        self.idle_seconds = idle_seconds
         self._entries: OrderedDict[Key, Entry] = OrderedDict()
 
     def generation(self, cluster_id: str, caller: str | None = None) -> int:
@@ -362,6 +389,7 @@ class SnapshotStore:
         if entry is None:
             raise StaleReplica(state.cluster_id, -1, state.base_generation)
         self._entries.move_to_end(key)
+        entry.used = time.monotonic()
         if entry.generation >= state.generation:
             # Already there, or newer: a replica never goes back, and newer
             # state from the same caller is at least as true; unless the
@@ -380,7 +408,9 @@ class SnapshotStore:
         entry.generation = state.generation
         entry.size = max(0, entry.size + grows)
         if grows > 0:
-            self._trim(key)
+            # A delta is the caller's own state moving: it evicts what may be
+            # evicted and is never refused (the per-caller byte cap bounds it).
+            self._trim(key, refuse=False)
         return entry
 
     def replace_stepwise(
@@ -452,16 +482,29 @@ class SnapshotStore:
             raise InvalidState(f"{field}.{where}", exc.reason) from exc
 
     def _store(self, key: Key, entry: Entry) -> None:
+        """Stores a full state's snapshot; refuses it (``CacheFull``) and
+        leaves the cache as it was when making room would evict a snapshot
+        another caller is using."""
+        before = self._entries.get(key)
         self._entries[key] = entry
         self._entries.move_to_end(key)
-        self._trim(key)
+        try:
+            self._trim(key, refuse=True)
+        except CacheFull:
+            if before is None:
+                del self._entries[key]
+            else:
+                self._entries[key] = before
+            raise
 
-    def _trim(self, keep: Key) -> None:
+    def _trim(self, keep: Key, *, refuse: bool) -> None:
         """Evicts until every cap holds, never ``keep`` (the snapshot just
         used): first the caller's own least recently used beyond its caps,
         then, beyond the caps of the whole cache, the least recently used of
         whoever holds the most snapshots (most bytes on a tie), so a caller
-        that rotates cluster ids evicts its own."""
+        that rotates cluster ids evicts its own; then a snapshot idle for
+        ``idle_seconds``. A caller's only snapshot in use is never evicted for
+        another: with ``refuse`` the new state is refused instead."""
         caller = keep[0]
         while True:
             count, size = self.held(caller)
@@ -470,14 +513,42 @@ class SnapshotStore:
             if not self._evict(caller, keep, "the caller's own limit"):
                 break
         while len(self._entries) > self.max_clusters or self.total_bytes > self.max_bytes:
-            counts: dict[str, list[int]] = {}
-            for (who, _), e in self._entries.items():
-                c = counts.setdefault(who, [0, 0])
-                c[0] += 1
-                c[1] += e.size
-            order = sorted(counts, key=lambda w: (counts[w][0], counts[w][1]), reverse=True)
-            if not any(self._evict(who, keep, "the cache's limit") for who in order):
+            victim = self._global_victim(keep)
+            if victim is None:
+                if refuse:
+                    raise CacheFull(len(self._entries) - 1, self.max_clusters)
                 break
+            entry = self._entries.pop(victim)
+            log.info(
+                "evicted a snapshot (%.1f MiB, idle %.0f s) to keep within the cache's limit "
+                "(%d snapshots, %.1f MiB)",
+                entry.size / 2**20,
+                time.monotonic() - entry.used,
+                self.max_clusters,
+                self.max_bytes / 2**20,
+            )
+
+    def _global_victim(self, keep: Key) -> Key | None:
+        """What goes when the whole cache is over its limits: the least
+        recently used snapshot of the caller holding the most (most bytes on a
+        tie) when that caller holds more than one, else the least recently
+        used snapshot idle for ``idle_seconds``; None when neither exists."""
+        counts: dict[str, list[int]] = {}
+        for (who, _), e in self._entries.items():
+            c = counts.setdefault(who, [0, 0])
+            c[0] += 1
+            c[1] += e.size
+        for who in sorted(counts, key=lambda w: (counts[w][0], counts[w][1]), reverse=True):
+            if counts[who][0] < 2:
+                break
+            for key in self._entries:
+                if key[0] == who and key != keep:
+                    return key
+        idle_since = time.monotonic() - self.idle_seconds
+        for key, e in self._entries.items():
+            if key != keep and e.used <= idle_since:
+                return key
+        return None
 
     def _evict(self, caller: str, keep: Key, why: str) -> bool:
         for key in self._entries:

@@ -109,6 +109,38 @@ async def test_rotating_cluster_ids_evicts_only_the_rotating_callers_own_snapsho
         assert len(held) == DEFAULT_MAX_PER_CALLER
 
 
+async def test_minted_callers_never_evict_the_shims_snapshot_and_are_refused_overloaded(
+    server: RunningServer,
+) -> None:
+    """Without --caller-tokens anyone may present a fresh token: each is a
+    caller with one snapshot. Filling the whole cache that way must not push
+    out the shim's snapshot (the largest of the singles); the newcomers are
+    refused OVERLOADED instead, which a caller retries after a backoff."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        log = shim_cluster()
+        for i in range(20):
+            log.upsert_pod(make_pod(f"other-{i}").node("shim-node").obj())
+        log.commit()
+        shim = SchedulingClient(ch, log)
+        await shim.sync()
+        stub = pb_grpc.SchedulingServiceStub(ch)
+        refusals = 0
+        # More callers than the whole cache holds (--max-clusters 16).
+        for i in range(40):
+            st = cpb.ClusterState(cluster_id=f"minted-{i}", generation=1, full=True)
+            st.delta.upsert_nodes.append(make_node("x").obj())
+            minted = ((TOKEN_METADATA, f"minted-token-{i:04d}-0123456789"),)
+            try:
+                await stub.Sync(pb.SyncRequest(state=st), metadata=minted, timeout=10)
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, exc
+                assert "--max-clusters 16" in (exc.details() or ""), exc.details()
+                refusals += 1
+        assert refusals == 40 - 15
+        assert (await shim.schedule(PROFILE, make_pod("p").obj())).node == "shim-node"
+        assert shim.resyncs == 0, "a minted caller evicted the shim's snapshot"
+
+
 async def test_a_full_state_over_the_callers_byte_cap_is_refused_state_too_large() -> None:
     running = await start_server(
         CONFIG, REGISTRY, "127.0.0.1:0", trace=False, limits=Limits(max_caller_state_bytes=4096)

@@ -7,7 +7,7 @@ import pytest
 from berth.client import ClusterStateLog
 from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.testing import make_node, make_pod
-from server.state import InvalidState, SnapshotStore, StaleReplica
+from server.state import CacheFull, InvalidState, SnapshotStore, StaleReplica
 
 
 def caller(n: int = 3) -> ClusterStateLog:
@@ -211,3 +211,61 @@ def test_a_delta_that_grows_a_callers_state_past_its_byte_cap_evicts_its_other_s
     log.delete_pod(pod.uid)
     log.commit()
     assert store.resolve(log.state_since(2), caller="a").size < 1000
+
+
+def full(cluster_id: str, annotation_bytes: int = 0) -> pb.ClusterState:
+    st = pb.ClusterState(cluster_id=cluster_id, generation=1, full=True)
+    pod = st.delta.upsert_pods.add(uid=f"{cluster_id}-u", name="p", node_name="n0")
+    if annotation_bytes:
+        pod.annotations["k"] = "x" * annotation_bytes
+    return st
+
+
+def test_a_new_caller_is_refused_rather_than_evict_another_callers_only_snapshot() -> None:
+    store = SnapshotStore(2)
+    store.resolve(full("shim", 5000), caller="shim")
+    store.resolve(full("m"), caller="minted-1")
+    with pytest.raises(CacheFull, match="holds 2 snapshots of other callers, all in use"):
+        store.resolve(full("m"), caller="minted-2")
+    assert store.entry("shim", "shim") is not None
+    assert store.entry("m", "minted-1") is not None
+    assert store.entry("m", "minted-2") is None
+
+
+def test_a_snapshot_idle_past_idle_seconds_makes_room_for_another_caller() -> None:
+    store = SnapshotStore(2, idle_seconds=300)
+    store.resolve(full("shim"), caller="shim")
+    store.resolve(full("gone"), caller="departed")
+    departed = store.entry("gone", "departed")
+    assert departed is not None
+    departed.used -= 301
+    store.resolve(full("new"), caller="newcomer")
+    assert store.entry("gone", "departed") is None
+    assert store.entry("shim", "shim") is not None and store.entry("new", "newcomer")
+
+
+def test_using_a_snapshot_keeps_it_from_counting_as_idle() -> None:
+    store = SnapshotStore(2, idle_seconds=300)
+    log = caller(1)
+    store.resolve(log.full_state(), caller="shim")
+    store.resolve(full("other"), caller="other")
+    for e in (store.entry("c1", "shim"), store.entry("other", "other")):
+        assert e is not None
+        e.used -= 301
+    log.upsert_node(make_node("n9").obj())
+    log.commit()
+    store.resolve(log.state_since(1), caller="shim")
+    store.resolve(full("new"), caller="newcomer")
+    assert store.entry("c1", "shim") is not None
+    assert store.entry("other", "other") is None
+
+
+def test_a_refused_full_state_leaves_the_callers_previous_snapshot_in_place() -> None:
+    store = SnapshotStore(max_bytes=12_000)
+    store.resolve(full("a", 5000), caller="a")
+    store.resolve(full("b", 5000), caller="b")
+    before = store.entry("b", "b")
+    with pytest.raises(CacheFull):
+        store.resolve(full("b", 9000), caller="b")
+    assert store.entry("b", "b") is before
+    assert store.entry("a", "a") is not None
