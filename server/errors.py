@@ -125,8 +125,9 @@ def deadline(message: str) -> ServiceError:
 
 
 def overloaded(limit: str, maximum: int, flag: str, what: str) -> ServiceError:
-    """RESOURCE_EXHAUSTED: the replica is at its ``limit`` ("calls" or
-    "bytes"); nothing of the call was done."""
+    """RESOURCE_EXHAUSTED: the replica is at its ``limit`` ("calls",
+    "bytes", "snapshots", "state_bytes" or "uploads"); nothing of the call
+    was done."""
     return ServiceError(
         pb.ERROR_REASON_OVERLOADED,
         f"this replica is serving {what}, the most it takes at once (berth serve {flag} "

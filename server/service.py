@@ -70,6 +70,7 @@ from server.state import (
     StaleReplica,
     StateTooLarge,
     Upload,
+    UploadsFull,
     full_entries,
 )
 
@@ -95,6 +96,10 @@ Msg = TypeVar("Msg", bound=Message)
 
 # Requests larger than this are parsed on the worker, not on the event loop.
 PARSE_INLINE_BYTES = 256 * 1024
+
+# Longest an UploadState stream may wait for its next part (or its end),
+# whatever its deadline: an upload holds its bytes until it ends.
+DEFAULT_UPLOAD_IDLE_SECONDS = 60.0
 
 
 class Admission:
@@ -207,16 +212,24 @@ class _Defer(Exception):
 
 
 def _state_error(
-    exc: InvalidState | StaleReplica | SnapshotPassed | StateTooLarge | CacheFull,
+    exc: InvalidState | StaleReplica | SnapshotPassed | StateTooLarge | CacheFull | UploadsFull,
 ) -> ServiceError:
     if isinstance(exc, InvalidState):
         return errors.invalid(exc.field, exc.reason)
+    if isinstance(exc, UploadsFull):
+        return errors.overloaded(
+            "uploads",
+            exc.limit,
+            exc.flag,
+            f"uploads of {exc.held} bytes under way (built aside until they end) and this "
+            f"part has {exc.size}",
+        )
     if isinstance(exc, CacheFull):
         return errors.overloaded(
-            "snapshots",
+            "snapshots" if exc.flag == "--max-clusters" else "state_bytes",
             exc.limit,
-            "--max-clusters",
-            f"{exc.held} snapshots of other callers, all in use,",
+            exc.flag,
+            f"{exc.held} snapshots of other callers, all in use",
         )
     if isinstance(exc, StateTooLarge):
         return errors.state_too_large(str(exc), exc.size, exc.limit)
@@ -296,6 +309,8 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
         self._call: _Call | None = None
         # The one thread plugin work runs on (module docstring).
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="berth-cycle")
+        # An upload whose next part does not come within this long ends.
+        self.upload_idle_seconds = DEFAULT_UPLOAD_IDLE_SECONDS
 
     async def _in_worker(self, fn: Callable[[], R]) -> R:
         """``fn()`` on the worker thread, in the caller's context
@@ -1043,29 +1058,48 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
             deadline = _deadline(context)
             upload: Upload | None = None
             parts = 0
-            async for item in requests:
-                size = len(item) if isinstance(item, bytes) else item.ByteSize()
-                self.admission.enter(size)
-                try:
-                    msg = await self.parse(pb.UploadStateRequest, item)
-                    field_name = f"parts[{parts}].state"
-                    if not msg.HasField("state"):
-                        raise errors.invalid(field_name, "required")
+            items = aiter(requests)
+            try:
+                while True:
                     try:
-                        if upload is None:
-                            upload = self.store.begin_upload(msg.state, field_name, caller)
-                        steps = upload.add(msg.state, field_name)
-                    except (InvalidState, StateTooLarge, CacheFull) as exc:
+                        item = await asyncio.wait_for(anext(items), self.upload_idle_seconds)
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError:
+                        after = f"parts[{parts - 1}]" if parts else "the stream began"
+                        raise errors.deadline(
+                            f"deadline: no part for {self.upload_idle_seconds:g} s after "
+                            f"{after}; nothing of the upload was kept: send its parts "
+                            "without pausing, and end the stream after the last"
+                        ) from None
+                    size = len(item) if isinstance(item, bytes) else item.ByteSize()
+                    self.admission.enter(size)
+                    try:
+                        msg = await self.parse(pb.UploadStateRequest, item)
+                        field_name = f"parts[{parts}].state"
+                        if not msg.HasField("state"):
+                            raise errors.invalid(field_name, "required")
+                        try:
+                            if upload is None:
+                                upload = self.store.begin_upload(msg.state, field_name, caller)
+                            steps = upload.add(msg.state, field_name)
+                        except (InvalidState, StateTooLarge, CacheFull, UploadsFull) as exc:
+                            raise _state_error(exc) from exc
+                        await self._steps(steps, deadline)
+                    finally:
+                        self.admission.leave(size)
+                    parts += 1
+                if upload is None:
+                    raise errors.invalid("parts", "the stream carried no part; send at least one")
+                done = upload
+                async with self.locks.hold(_state_key(caller, done.cluster_id)):
+                    try:
+                        entry = await self._in_worker(done.finish)
+                    except CacheFull as exc:
                         raise _state_error(exc) from exc
-                    await self._steps(steps, deadline)
-                finally:
-                    self.admission.leave(size)
-                parts += 1
-            if upload is None:
-                raise errors.invalid("parts", "the stream carried no part; send at least one")
-            done = upload
-            async with self.locks.hold(_state_key(caller, done.cluster_id)):
-                entry = await self._in_worker(done.finish)
+            finally:
+                if upload is not None:
+                    upload.close()
             snap = entry.snapshot
             return pb.UploadStateResponse(
                 generation=entry.generation,

@@ -64,12 +64,32 @@ class CacheFull(Exception):
     every other snapshot is its caller's only one and was used within
     ``idle_seconds``. Nothing was stored; the caller retries after a backoff."""
 
-    def __init__(self, held: int, limit: int) -> None:
+    def __init__(self, held: int, limit: int, flag: str = "--max-clusters") -> None:
         self.held = held
         self.limit = limit
+        # The cap reached: --max-clusters (snapshots) or --max-state-bytes.
+        self.flag = flag
+        unit = "snapshots" if flag == "--max-clusters" else "bytes"
         super().__init__(
             f"this replica holds {held} snapshots of other callers, all in use, and keeps "
-            f"at most {limit}"
+            f"at most {limit} {unit}"
+        )
+
+
+class UploadsFull(Exception):
+    """A part of an upload would take the uploads being built (held aside
+    until they finish, counted like stored snapshots) past the caller's or
+    the whole cache's byte cap. Nothing of the upload is kept; the caller
+    retries after a backoff, when others have finished."""
+
+    def __init__(self, held: int, size: int, limit: int, flag: str) -> None:
+        self.held = held
+        self.size = size
+        self.limit = limit
+        self.flag = flag
+        super().__init__(
+            f"uploads of {held} bytes under way and this part takes that to {held + size}, "
+            f"more than {limit} ({flag})"
         )
 
 
@@ -301,6 +321,10 @@ class SnapshotStore:
         self.max_caller_bytes = max_caller_bytes
         self.idle_seconds = idle_seconds
         self._entries: OrderedDict[Key, Entry] = OrderedDict()
+        # Bytes of the uploads being built aside (Upload), by caller: held
+        # until each finishes or ends, within the same byte caps as stored
+        # snapshots, so parallel or abandoned uploads cannot exhaust memory.
+        self._uploading: dict[str, int] = {}
 
     def generation(self, cluster_id: str, caller: str | None = None) -> int:
         e = self.entry(cluster_id, caller)
@@ -339,6 +363,29 @@ class SnapshotStore:
     @property
     def total_bytes(self) -> int:
         return sum(e.size for e in self._entries.values())
+
+    @property
+    def uploading_bytes(self) -> int:
+        """Bytes of the uploads being built now, of every caller."""
+        return sum(self._uploading.values())
+
+    def _hold_upload(self, caller: str, size: int) -> None:
+        """Counts ``size`` more bytes of ``caller``'s uploads under way;
+        UploadsFull beyond the caller's or the whole cache's byte cap."""
+        mine = self._uploading.get(caller, 0)
+        if mine + size > self.max_caller_bytes:
+            raise UploadsFull(mine, size, self.max_caller_bytes, "--max-caller-state-bytes")
+        total = self.uploading_bytes
+        if total + size > self.max_bytes:
+            raise UploadsFull(total, size, self.max_bytes, "--max-state-bytes")
+        self._uploading[caller] = mine + size
+
+    def _release_upload(self, caller: str, size: int) -> None:
+        left = self._uploading.get(caller, 0) - size
+        if left > 0:
+            self._uploading[caller] = left
+        else:
+            self._uploading.pop(caller, None)
 
     @staticmethod
     def _check(state: pb.ClusterState, field: str) -> None:
@@ -516,7 +563,9 @@ class SnapshotStore:
             victim = self._global_victim(keep)
             if victim is None:
                 if refuse:
-                    raise CacheFull(len(self._entries) - 1, self.max_clusters)
+                    if len(self._entries) > self.max_clusters:
+                        raise CacheFull(len(self._entries) - 1, self.max_clusters)
+                    raise CacheFull(len(self._entries) - 1, self.max_bytes, "--max-state-bytes")
                 break
             entry = self._entries.pop(victim)
             log.info(
@@ -583,6 +632,16 @@ class Upload:
         )
         self.snapshot = Snapshot()
         self.size = 0
+        self.closed = False
+
+    def close(self) -> None:
+        """Gives back the bytes this upload held (SnapshotStore's count of
+        uploads under way); its snapshot is dropped unless ``finish`` stored
+        it. Call when the stream ends, however it ends, on the thread that
+        calls ``add`` (the event loop); twice is harmless."""
+        if not self.closed:
+            self.closed = True
+            self.store._release_upload(self.caller, self.size)
 
     def add(self, part: pb.ClusterState, field: str) -> Generator[None, None, None]:
         """Checks ``part`` at once (InvalidState, StateTooLarge); the
@@ -603,8 +662,12 @@ class Upload:
         if d.delete_nodes or d.delete_pods or d.delete_objects:
             raise InvalidState(f"{field}.delta", "an upload's parts carry upserts only")
         _check_each_object_once(d, field)
-        self.size += d.ByteSize()
-        self.store._fits(self.size)
+        if self.closed:
+            raise ValueError("Upload.add after finish or close")
+        size = d.ByteSize()
+        self.store._fits(self.size + size)
+        self.store._hold_upload(self.caller, size)
+        self.size += size
         return self._steps(part, field)
 
     def _steps(self, part: pb.ClusterState, field: str) -> Generator[None, None, None]:
@@ -622,5 +685,6 @@ class Upload:
 
     def finish(self) -> Entry:
         """Stores the built snapshot, replacing what the caller had under
-        the cluster_id."""
+        the cluster_id (CacheFull: nothing stored). The caller then calls
+        ``close`` (on the thread that calls ``add``)."""
         return self.store._replaced(self.header, self.snapshot, self.caller, self.size)

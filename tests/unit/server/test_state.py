@@ -269,3 +269,12 @@ def test_a_refused_full_state_leaves_the_callers_previous_snapshot_in_place() ->
         store.resolve(full("b", 9000), caller="b")
     assert store.entry("b", "b") is before
     assert store.entry("a", "a") is not None
+
+
+def test_a_full_state_refused_at_the_byte_cap_names_max_state_bytes_not_max_clusters() -> None:
+    store = SnapshotStore(16, max_bytes=12_000)
+    store.resolve(full("a", 5000), caller="a")
+    store.resolve(full("b", 5000), caller="b")
+    with pytest.raises(CacheFull, match="keeps at most 12000 bytes") as refused:
+        store.resolve(full("c", 5000), caller="c")
+    assert refused.value.flag == "--max-state-bytes" and refused.value.limit == 12_000
