@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as spb
 
@@ -116,12 +118,15 @@ class ClusterObject:
     @property
     def data(self) -> Mapping[str, Any]:
         """The decoded object. Malformed JSON (or JSON that is not an object)
-        raises ValueError naming the object."""
+        raises ValueError naming the object. Decoded by orjson, as the server
+        checks every object it takes (server/state.py): what it took reads
+        here, at any depth it allows (1024 levels), where Python's json
+        recurses and fails near 1000 with a RecursionError."""
         if self._data is None:
             raw = self._raw or b"{}"
             try:
-                value = json.loads(raw)
-            except ValueError as exc:
+                value = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
                 raise ValueError(f"object {self.describe()}: json does not decode: {exc}") from exc
             if not isinstance(value, dict):
                 raise ValueError(

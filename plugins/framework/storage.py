@@ -18,9 +18,10 @@ applied), with upstream's helper semantics named per function.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
+
+import orjson
 
 from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.objects import ClusterObject, ObjectKind
@@ -100,7 +101,9 @@ def is_claim(volume: pb.Volume) -> bool:
 
 @functools.lru_cache(maxsize=16384)
 def _decode_source(raw: bytes) -> Mapping[str, Any]:
-    value = json.loads(raw)
+    # orjson: a bounded depth (1024 levels) whatever the stack, where Python's
+    # json raises RecursionError (not a ValueError) near 1000.
+    value = orjson.loads(raw)
     if not isinstance(value, dict):
         raise ValueError(f"is a JSON {type(value).__name__}, not an object")
     return value

@@ -32,6 +32,8 @@ from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
 from plugins.coscheduling.core import POD_GROUP_LABEL, PODGROUP
 from plugins.framework.config import API_VERSION, KIND, ConfigError, parse_config
+from plugins.framework.objects import ClusterObject
+from plugins.framework.storage import inline_source
 from plugins.lowcpu.low_cpu import METRICS_GROUP, METRICS_KIND, METRICS_RESOURCE, METRICS_VERSION
 from plugins.registry import load_registry
 from server.app import build_frameworks
@@ -607,3 +609,60 @@ def test_a_pod_with_resource_claims_is_unschedulable_on_any_profile(
         "which need the DynamicResources plugin"
     )
     assert "DynamicResources" in resp.diagnosis.unschedulable_plugins
+
+
+def test_a_pod_group_nested_as_deep_as_the_server_takes_is_read_not_an_error(
+    service: SchedulingService, loop: asyncio.AbstractEventLoop
+) -> None:
+    """JSON the server's own check takes (orjson, 1024 levels) is read by the
+    plugins too, where Python's json recursed and failed near 1000 levels:
+    a RecursionError, an Error of every member's cycle."""
+    depth = 1000
+    group = _object(
+        PODGROUP.group,
+        PODGROUP.version,
+        PODGROUP.resource,
+        PODGROUP.kind,
+        "ns",
+        "pg",
+        {"spec": {"minMember": 1, "x": "NESTED"}},
+    )
+    group.json = group.json.replace(b'"NESTED"', b"[" * depth + b"]" * depth)
+    assert orjson.loads(group.json)  # the server's own check takes it
+    state = ClusterStateLog()
+    state.upsert_node(
+        node_record(
+            {
+                "metadata": {"name": "n1", "uid": "uid-n1"},
+                "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "110"}},
+            }
+        )
+    )
+    state.upsert_object(group)
+    state.commit()
+    pod = pod_record(
+        {
+            "metadata": {
+                "name": "p",
+                "uid": "uid-p",
+                "namespace": "ns",
+                "labels": {POD_GROUP_LABEL: "pg"},
+            },
+            "spec": {"schedulerName": PROFILE, "containers": [{"name": "c", "image": "i"}]},
+        }
+    )
+    client = SchedulingClient(None, state, stub=InProcessStub(service))
+    resp = loop.run_until_complete(client.schedule(PROFILE, pod, reserve_and_permit=True))
+    assert resp.status.code == pb.CODE_SUCCESS, list(resp.status.reasons)
+    assert resp.node == "n1"
+
+
+def test_json_past_the_depth_the_server_takes_is_a_value_error_naming_the_object() -> None:
+    deep = b"[" * 2000 + b"]" * 2000
+    obj = ClusterObject("g", "things", "ns", "t", "v1", "Thing", b'{"x":' + deep + b"}")
+    with pytest.raises(ValueError, match=r"object things\.g ns/t: json does not decode"):
+        _ = obj.data
+    pod = cpb.Pod(name="p", namespace="ns")
+    volume = cpb.Volume(name="v", source_json=deep)
+    with pytest.raises(ValueError, match=r"pod ns/p: volumes\['v'\].source_json does not decode"):
+        inline_source(pod, volume)
