@@ -322,8 +322,9 @@ class SnapshotStore:
         self.idle_seconds = idle_seconds
         self._entries: OrderedDict[Key, Entry] = OrderedDict()
         # Bytes of the uploads being built aside (Upload), by caller: held
-        # until each finishes or ends, within the same byte caps as stored
-        # snapshots, so parallel or abandoned uploads cannot exhaust memory.
+        # until each finishes or ends. The caller's sum is capped by
+        # max_caller_bytes and everyone's by max_bytes, counted apart from
+        # the stored snapshots, so parallel uploads cannot exhaust memory.
         self._uploading: dict[str, int] = {}
 
     def generation(self, cluster_id: str, caller: str | None = None) -> int:
