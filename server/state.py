@@ -654,9 +654,10 @@ class Upload:
             ("incarnation", h.incarnation, part.incarnation),
         ):
             if want != got:
-                raise InvalidState(
-                    f"{field}.{name}", f"must equal the first part's ({want!r}), got {got!r}"
-                )
+                # Cluster ids are never quoted: error messages reach traces and
+                # the caller's log, and an id once addressed its state.
+                shown = "" if name == "cluster_id" else f" ({want!r}), got {got!r}"
+                raise InvalidState(f"{field}.{name}", f"must equal the first part's{shown}")
         if not part.full:
             raise InvalidState(f"{field}.full", "must be true in every part of an upload")
         d = part.delta

@@ -163,3 +163,21 @@ async def test_an_upload_that_finds_the_cache_full_of_others_in_use_is_refused_o
             assert running.service.store.uploading_bytes == 0
     finally:
         await running.stop(0)
+
+
+async def test_a_part_of_another_cluster_id_is_refused_without_quoting_either_id() -> None:
+    running = await start_server(CONFIG, REGISTRY, "127.0.0.1:0", trace=False)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as ch:
+            stub = pb_grpc.SchedulingServiceStub(ch)
+            parts = [part("first-secret-id", "p", 10), part("second-secret-id", "q", 10)]
+            err, info = await refused(
+                stub.UploadState(iter([pb.UploadStateRequest(state=p) for p in parts]), timeout=10)
+            )
+            assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+            details = err.details() or ""
+            assert details.startswith("parts[1].state.cluster_id: must equal the first part's")
+            assert "secret-id" not in details and "secret-id" not in str(info)
+            assert running.service.store.uploading_bytes == 0
+    finally:
+        await running.stop(0)
