@@ -17,6 +17,10 @@ so each request carries only what changed since the replica's generation.
   since stays (ForgetPod refuses a pod that is not assumed).
 - ``add_pod`` from the informer confirms an assumed pod (AddPod on an assumed
   pod replaces it with the real one), wherever it actually landed.
+- A copy of an assumed pod read from the API server (a binding in doubt,
+  an expiry check) is applied only while the pod is still assumed
+  (``still_assumed``): whatever the informer reported while the read was
+  under way is newer, and a deleted pod must not come back.
 - Expiry: upstream's cache never expires assumed pods any more
   (scheduler.go durationToExpireAssumedPod = 0, kubernetes#106361: expiring
   raced with slow binds). Berth expires an assumed pod whose binding finished
@@ -231,6 +235,17 @@ class SchedulerCache:
             self.state.delete_pod(uid)
             return True
         return False
+
+    def still_assumed(self, entry: Assumed | None) -> bool:
+        """Is ``entry`` (``assumed.get(uid)`` taken before an API call) still the
+        pod's assumption? False once the informer has reported the pod since
+        (bound, finished or deleted: ``add_or_update_pod``, ``remove_pod``) or it
+        was forgotten. A copy the caller read from the API server meanwhile may
+        be older than what the informer reported, so it is applied only while
+        this holds: a deleted pod put back from a GET's answer would never be
+        removed, no event being left to remove it, and its node would keep its
+        resources for good."""
+        return entry is not None and self.assumed.get(entry.pod.uid) is entry
 
     def expired(self, ttl: float) -> list[Assumed]:
         """Assumed pods whose binding finished more than ``ttl`` ago and that

@@ -78,7 +78,7 @@ from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
 from shim import dra, guard, metrics
 from shim.asynchttp import AsyncApi
-from shim.cache import DEFAULT_ASSUMED_TTL, AssumeRefused, SchedulerCache
+from shim.cache import DEFAULT_ASSUMED_TTL, Assumed, AssumeRefused, SchedulerCache
 from shim.events import DEFAULT_WRITERS, EventRecorder, ObjectRef
 from shim.informer import ADDED, DELETED, Event, Informer, node_key, pod_key
 from shim.kubeapi import ApiError, KubeApi, pod_path
@@ -1569,6 +1569,8 @@ class Scheduler:
             return f"binding rejected: pod {pod.namespace}/{pod.name} no longer exists", False
         if exc.status in (400, 403, 422, 429):
             return f"binding rejected: {exc}", True
+        # What the informer reports while the GET is under way is newer than its answer.
+        entry = self.cache.assumed.get(pod.uid)
         try:
             obj = await self._api(self.api.get, pod_path(pod.namespace, pod.name))
         except ApiError as get_exc:
@@ -1596,10 +1598,23 @@ class Scheduler:
                 f"of the same name (uid {current.uid})",
                 False,
             )
-        if not current.node_name:
+        if not self.cache.still_assumed(entry):
+            # The informer reported the pod before the GET's answer was handled:
+            # its report is the truth, bound (the cache holds it) or not (deleted
+            # or finished; not retried).
+            bound_to = self.cache.bound_node(pod.uid)
+            if not bound_to:
+                return (
+                    f"binding rejected: pod {pod.namespace}/{pod.name} was deleted or finished "
+                    f"while its binding ({exc}) was checked",
+                    False,
+                )
+            current.node_name = bound_to
+        elif not current.node_name:
             return f"binding rejected: {exc}", True
-        # AddPod: the API server's copy replaces the assumed one, wherever it is.
-        self.cache.add_or_update_pod(current)
+        else:
+            # AddPod: the API server's copy replaces the assumed one, wherever it is.
+            self.cache.add_or_update_pod(current)
         if current.node_name == node:
             log.info(
                 "binding of pod %s/%s to %s was made although its call failed (%s)",
@@ -1626,15 +1641,22 @@ class Scheduler:
         while not self._stopping.is_set():
             await asyncio.sleep(max(1.0, ttl / 4))
             for a in self.cache.expired(ttl):
-                await self._check_expired(a.pod)
+                await self._check_expired(a)
 
-    async def _check_expired(self, pod: cpb.Pod) -> None:
+    async def _check_expired(self, entry: Assumed) -> None:
+        """An assumed pod whose binding finished ``assumed_ttl`` ago without the
+        informer confirming it: the API server says what it is. Its answer is
+        applied only if the informer has still said nothing (``still_assumed``):
+        a report that came while the GET was under way is newer."""
+        pod = entry.pod
         try:
             obj = await self._api(self.api.get, pod_path(pod.namespace, pod.name))
         except ApiError as exc:
             if exc.not_found:
                 log.warning("assumed pod %s/%s is gone; removing it", pod.namespace, pod.name)
                 self.cache.remove_pod(pod.uid)
+            return
+        if not self.cache.still_assumed(entry):
             return
         current = pod_record(obj)
         if current.uid != pod.uid:

@@ -30,7 +30,7 @@ from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
 from plugins.framework.testing import make_node
 from shim.events import EventRecorder, ObjectRef
-from shim.informer import MODIFIED, Event
+from shim.informer import DELETED, MODIFIED, Event
 from shim.kubeapi import ApiError, KubeApi
 from shim.queue import QueuedPod
 from shim.scheduler import Scheduler
@@ -367,3 +367,93 @@ async def test_the_informer_confirming_a_binding_then_a_lost_answer_keeps_the_po
     assert world.node_of("web") == "n1"
     assert world.where("web") == "gone"
     assert world.api.patches == []
+
+
+def delete_while_reading(world: World) -> None:
+    """The pod is deleted while the shim's GET of it is under way: the GET answers
+    the pod as it was (bound), and the informer's DELETED is handled on the loop
+    before that answer is."""
+    real_get = world.api.get
+    loop = asyncio.get_running_loop()
+
+    async def deleted(name: str) -> None:
+        pod = pod_record(world.api.pods.pop(name))
+        world.s._on_pod_events([Event(DELETED, pod.uid, pod, "2")])
+
+    def get_then_delete(path: str, **kw: Any) -> dict[str, Any]:
+        obj = orjson.loads(orjson.dumps(real_get(path, **kw)))
+        asyncio.run_coroutine_threadsafe(deleted(obj["metadata"]["name"]), loop).result(TIMEOUT)
+        return obj
+
+    world.api.get = get_then_delete  # type: ignore[method-assign]
+
+
+async def test_a_pod_deleted_while_its_binding_in_doubt_is_checked_is_not_brought_back(
+    world: World,
+) -> None:
+    """The binding's answer was lost (it landed); the GET that settles it reads the
+    pod bound, but the pod is deleted before that answer is handled. The informer's
+    deletion is the later news: the GET's copy must not put the pod back in the
+    cache, where no event would ever remove it and its node would keep its
+    resources for good."""
+    world.create("web")
+    qp = await world.pop("web")
+    world.api.answer = (0, True)
+    delete_while_reading(world)
+
+    world.result(qp, placed("n1"))
+    await world.settled()
+
+    assert world.api.gets == ["web"]
+    assert "uid-web" not in world.s.cache.state.pods
+    assert not world.s.cache.is_assumed("uid-web")
+    assert world.where("web") == "gone"
+    assert world.s.counters.bound == 0
+    assert ("web", "Scheduled") not in world.events.reasons
+
+
+async def test_an_expired_assumed_pod_deleted_while_it_is_checked_is_not_brought_back(
+    world: World,
+) -> None:
+    """The expiry of an assumed pod asks the API server; a pod deleted while that
+    GET is under way stays deleted (the GET's older copy is not applied)."""
+    world.create("web")
+    qp = await world.pop("web")
+    world.result(qp, placed("n1"))
+    await world.settled()
+    (entry,) = world.s.cache.assumed.values()  # bound; its watch event never came
+    delete_while_reading(world)
+
+    await world.s._check_expired(entry)
+
+    assert "uid-web" not in world.s.cache.state.pods
+    assert world.where("web") == "gone"
+
+
+async def test_an_expired_assumed_pod_confirmed_while_it_is_checked_keeps_the_informer_copy(
+    world: World,
+) -> None:
+    """The informer confirms the pod while the expiry's GET is under way: its copy
+    is the truth and stays; the GET's answer changes nothing and queues nothing."""
+    world.create("web")
+    qp = await world.pop("web")
+    world.result(qp, placed("n1"))
+    await world.settled()
+    (entry,) = world.s.cache.assumed.values()
+    real_get = world.api.get
+    loop = asyncio.get_running_loop()
+
+    async def confirmed() -> None:
+        world.informer("web")
+
+    def stale_get(path: str, **kw: Any) -> dict[str, Any]:
+        obj = orjson.loads(orjson.dumps(real_get(path, **kw)))
+        obj["spec"].pop("nodeName")  # the GET read an older copy
+        asyncio.run_coroutine_threadsafe(confirmed(), loop).result(TIMEOUT)
+        return obj
+
+    world.api.get = stale_get  # type: ignore[method-assign]
+    await world.s._check_expired(entry)
+
+    assert world.node_of("web") == "n1"
+    assert world.where("web") == "gone"
