@@ -381,7 +381,7 @@ def delete_while_reading(world: World) -> None:
         world.s._on_pod_events([Event(DELETED, pod.uid, pod, "2")])
 
     def get_then_delete(path: str, **kw: Any) -> dict[str, Any]:
-        obj = orjson.loads(orjson.dumps(real_get(path, **kw)))
+        obj: dict[str, Any] = orjson.loads(orjson.dumps(real_get(path, **kw)))
         asyncio.run_coroutine_threadsafe(deleted(obj["metadata"]["name"]), loop).result(TIMEOUT)
         return obj
 
@@ -447,7 +447,7 @@ async def test_an_expired_assumed_pod_confirmed_while_it_is_checked_keeps_the_in
         world.informer("web")
 
     def stale_get(path: str, **kw: Any) -> dict[str, Any]:
-        obj = orjson.loads(orjson.dumps(real_get(path, **kw)))
+        obj: dict[str, Any] = orjson.loads(orjson.dumps(real_get(path, **kw)))
         obj["spec"].pop("nodeName")  # the GET read an older copy
         asyncio.run_coroutine_threadsafe(confirmed(), loop).result(TIMEOUT)
         return obj
