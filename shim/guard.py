@@ -20,7 +20,8 @@ connection. The shim performs only what it can justify (principle 9):
   any other is skipped.
 - An ObjectWrite (PreBind, PostBind) must be what the shim performs, a JSON
   merge patch on an object or its status, with no field this shim does not
-  know, and must target the pod being scheduled or a kind the plugin that
+  know, named by a valid path segment (a name "web/scale" would reach the
+  scale subresource), and must target the pod being scheduled or a kind the plugin that
   asked for it declares (Plugin.writes, worked out from the configuration the
   shim loaded: plugins/framework/writes.py), in the pod's namespace when the
   kind is namespaced. One write refused refuses the answer's writes whole.
@@ -137,6 +138,19 @@ def check_nomination(preemptor: cpb.Pod, node: str, pod: cpb.Pod, nominated: str
     return None
 
 
+def _invalid_path_segment(value: str) -> str:
+    """Why ``value`` cannot be a name in a request path, "" when it can
+    (apimachinery/pkg/api/validation/path/name.go IsValidPathSegmentName, which
+    client-go's rest.Request.Name applies before sending: no "." or "..", no "/"
+    or "%")."""
+    if value in (".", ".."):
+        return f"may not be {value!r}"
+    for illegal in ("/", "%"):
+        if illegal in value:
+            return f"may not contain {illegal!r} (got {value!r})"
+    return ""
+
+
 def _unknown_fields(msg: Message) -> int:
     return len(UnknownFieldSet(msg))
 
@@ -173,6 +187,12 @@ def check_writes(
             continue
         if not w.ref.resource or not w.ref.name or not w.version:
             refuse(MALFORMED, "ref.resource, ref.name and version must be set")
+            continue
+        bad_segment = _invalid_path_segment(w.ref.name) or _invalid_path_segment(w.ref.namespace)
+        if bad_segment:
+            # The API server decodes the path before routing it: a name "web/scale"
+            # patches the StatefulSet's scale subresource, not an object "web/scale".
+            refuse(MALFORMED, f"ref.name and ref.namespace {bad_segment}")
             continue
         try:
             patch = orjson.loads(w.merge_patch)

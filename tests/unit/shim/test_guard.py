@@ -333,6 +333,15 @@ REFUSED_WRITES = [
         guard.SUBRESOURCE,
         id="subresource",
     ),
+    # The API server decodes %2F before routing: a write to StatefulSet "web/scale" set
+    # the replicas of StatefulSet web (its scale subresource) on kube-apiserver v1.36.
+    pytest.param(
+        write("persistentvolumeclaims", "c/status", namespace="default"),
+        guard.MALFORMED,
+        id="name-with-a-slash-reaches-a-subresource",
+    ),
+    pytest.param(write("persistentvolumes", ".."), guard.MALFORMED, id="name-dot-dot"),
+    pytest.param(write("persistentvolumes", "pv%2F1"), guard.MALFORMED, id="name-with-percent"),
     pytest.param(with_unknown_field(POD_IN_HAND), guard.VERB, id="unknown-verb"),
     pytest.param(
         write("pods", "p", namespace="default", patch=b"[1]"), guard.MALFORMED, id="not-object"
