@@ -7,12 +7,21 @@ HTTP to anyone (``--insecure-metrics``).
   answers (the leader-election watchdog, the API server's reachability, the
   scheduler's readiness).
 - ``/metrics``: the Prometheus registry (kube-scheduler's metric names).
+
+A request must arrive whole within ``REQUEST_HEAD_TIMEOUT`` seconds of its
+connection's start (after the TLS handshake, which has its own deadline), as
+upstream's secure serving bounds it (k8s.io/apiserver pkg/server/secure_serving.go:
+``ReadHeaderTimeout: 32 * time.Second``); a client that sends its request a byte at
+a time, or nothing, is cut off then, and its answer is written within as long.
 """
 
 from __future__ import annotations
 
+import io
 import logging
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
@@ -24,6 +33,30 @@ if TYPE_CHECKING:
     from shim.serving import SecureServing
 
 log = logging.getLogger(__name__)
+
+# secure_serving.go's ReadHeaderTimeout; also the bound on writing the answer.
+REQUEST_HEAD_TIMEOUT = 32.0
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A connection's reads, every one of them over by ``deadline`` (time.monotonic):
+    the socket's own timeout bounds one read, so a byte every few seconds would
+    otherwise hold the connection (and its thread) for as long as the client likes."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"request not received within {REQUEST_HEAD_TIMEOUT:g}s")
+        self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
 
 
 class HealthServer:
@@ -38,6 +71,14 @@ class HealthServer:
         answers = {"/healthz": checks.healthz, "/livez": checks.livez, "/readyz": checks.readyz}
 
         class Handler(BaseHTTPRequestHandler):
+            def setup(self) -> None:
+                super().setup()
+                # The request head is read through a reader with a deadline
+                # (BaseHTTPRequestHandler answers its TimeoutError by closing).
+                self.rfile.close()
+                deadline = time.monotonic() + REQUEST_HEAD_TIMEOUT
+                self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline))
+
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 refusal = secure.refuse(self, path) if secure is not None else None
@@ -56,6 +97,8 @@ class HealthServer:
                     )
 
             def _send(self, code: int, body: bytes, ctype: str) -> None:
+                # The whole answer within the bound (sendall's timeout is its total).
+                self.connection.settimeout(REQUEST_HEAD_TIMEOUT)
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
@@ -82,4 +125,4 @@ class HealthServer:
         self.server.server_close()
 
 
-__all__ = ["HealthServer"]
+__all__ = ["REQUEST_HEAD_TIMEOUT", "HealthServer"]

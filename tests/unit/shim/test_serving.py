@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import socket
 import ssl
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from shim import health as health_module
 from shim.delegation import DelegatedAuth
 from shim.health import HealthServer
 from shim.healthchecks import HealthChecks
@@ -114,6 +116,60 @@ def test_a_silent_client_does_not_hold_up_the_others(
     health, _ = self_signed
     with socket.create_connection(("127.0.0.1", health.port)):
         assert _get(health.port, "/healthz") == (200, b"ok")
+
+
+def _cut_off(sock: socket.socket | ssl.SSLSocket, head: bytes, cap: float = 10.0) -> bool:
+    """Sends ``head``, then one more header byte every 50 ms: True once the server has
+    closed the connection, False if it still listens after ``cap`` seconds."""
+    sock.sendall(head)
+    sock.settimeout(0.05)
+    end = time.monotonic() + cap
+    while time.monotonic() < end:
+        try:
+            if sock.recv(1024) == b"":
+                return True
+        except TimeoutError:
+            pass
+        except (ssl.SSLError, OSError):
+            return True
+        try:
+            sock.send(b"x")
+        except (ssl.SSLError, OSError):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("secure", [True, False], ids=["https", "insecure-metrics"])
+def test_a_request_dribbled_a_byte_at_a_time_is_cut_off(
+    monkeypatch: pytest.MonkeyPatch, secure: bool
+) -> None:
+    """secure_serving.go ReadHeaderTimeout (32 s): the request head must arrive whole
+    within the bound. Each byte here comes well within the socket's own timeout, so
+    without a bound on the whole head the connection (and its thread) is held as long as
+    the client keeps dribbling; shortened to 0.5 s for the test."""
+    monkeypatch.setattr(health_module, "REQUEST_HEAD_TIMEOUT", 0.5, raising=False)
+    checks = HealthChecks(lambda: (True, "ok: scheduling"))
+    context = None
+    if secure:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    server = HealthServer(
+        "127.0.0.1:0",
+        checks,
+        SecureServing(ServingCertificate(), DelegatedAuth(_reviews())) if secure else None,
+    )
+    server.start()
+    try:
+        raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        sock = context.wrap_socket(raw) if context is not None else raw
+        with sock:
+            assert _cut_off(sock, b"GET /healthz HTTP/1.1\r\nX-Slow: ")
+        # Others are served meanwhile and after.
+        if secure:
+            assert _get(server.port, "/healthz") == (200, b"ok")
+    finally:
+        server.stop()
 
 
 def test_a_given_certificate_and_client_certificates(tmp_path: Path) -> None:
