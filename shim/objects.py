@@ -396,9 +396,26 @@ def write_path(w: pb.ObjectWrite) -> str:
     return object_path(ref.group, w.version, ref.resource, ref.namespace, ref.name, w.subresource)
 
 
-def perform_writes(api: KubeApi, writes: Sequence[pb.ObjectWrite]) -> None:
+def _targets(w: pb.ObjectWrite, pod: cpb.Pod) -> bool:
+    """Is ``w`` a write to ``pod`` (core v1 pods, its namespace and name)?"""
+    ref = w.ref
+    return (
+        ref.group == ""
+        and ref.resource == "pods"
+        and w.version == "v1"
+        and (ref.namespace, ref.name) == (pod.namespace, pod.name)
+    )
+
+
+def perform_writes(
+    api: KubeApi, writes: Sequence[pb.ObjectWrite], pod: cpb.Pod | None = None
+) -> None:
     """Applies ``writes`` in order as JSON merge patches; the first failure
-    stops and raises WriteFailed (the writes before it stay applied)."""
+    stops and raises WriteFailed (the writes before it stay applied). A write
+    to ``pod`` (the pod being scheduled, by namespace and name) carries its
+    uid as a precondition, as the shim's own pod patches do: a pod replaced by
+    another of the same name meanwhile is answered 422 on metadata.uid instead
+    of getting what was meant for the first."""
     for i, w in enumerate(writes):
         if not w.ref.resource or not w.ref.name or not w.version:
             raise WriteFailed(i, w, "ref.resource, ref.name and version must be set")
@@ -408,6 +425,10 @@ def perform_writes(api: KubeApi, writes: Sequence[pb.ObjectWrite]) -> None:
             raise WriteFailed(i, w, f"merge_patch is not JSON: {exc}") from exc
         if not isinstance(patch, dict):
             raise WriteFailed(i, w, "merge_patch must be a JSON object")
+        if pod is not None and _targets(w, pod):
+            meta = patch.setdefault("metadata", {})
+            if isinstance(meta, dict):
+                meta["uid"] = pod.uid
         try:
             api.merge_patch(write_path(w), patch)
         except ApiError as exc:

@@ -1364,7 +1364,7 @@ class Scheduler:
                     # a failed write fails PreBind.
                     try:
                         with self._span("PreBind writes"):
-                            await self._api(perform_writes, self.api, list(st.writes))
+                            await self._api(perform_writes, self.api, list(st.writes), pod)
                     except WriteFailed as exc:
                         await unreserve()
                         # Worded as RunPreBindPlugins words a plugin's error.
@@ -1477,7 +1477,7 @@ class Scheduler:
             )
             return
         try:
-            await self._api(perform_writes, self.api, writes)
+            await self._api(perform_writes, self.api, writes, pod)
         except WriteFailed as exc:
             log.warning("pod %s/%s: PostBind %s", pod.namespace, pod.name, exc)
             self.recorders[profile].record(

@@ -394,6 +394,31 @@ async def test_PreBind_writes_to_the_pod_or_declared_kinds_only(
     assert "refused write by plugin" in warning.getMessage()
 
 
+async def test_writes_to_the_pod_being_scheduled_carry_its_uid(env: Env) -> None:
+    """A write to the pod in hand names it by namespace and name; the pod may have been
+    replaced by another of the same name (a StatefulSet's) while its binding cycle ran.
+    Like the shim's own pod patches, the plugins' carry the uid as a precondition (the
+    API server answers 422 on metadata.uid for another pod), PreBind's and PostBind's;
+    writes to other objects are sent as the plugin wrote them."""
+    s, service, api, _ = env
+    service.pre_bind = [POD_IN_HAND, write("persistentvolumes", "pv-1")]
+    service.post_bind = [write("pods", "p", namespace="default", subresource="status")]
+    (qp,) = await popped(s, pending("p"))
+    handle(s, qp, placed())
+    await until(lambda: len(api.merge_patches) == 3, "p's writes")
+    assert api.merge_patches == [
+        (
+            "/api/v1/namespaces/default/pods/p",
+            {"metadata": {"annotations": {"a": "b"}, "uid": "p"}},
+        ),
+        ("/api/v1/persistentvolumes/pv-1", {"metadata": {"annotations": {"a": "b"}}}),
+        (
+            "/api/v1/namespaces/default/pods/p/status",
+            {"metadata": {"annotations": {"a": "b"}, "uid": "p"}},
+        ),
+    ]
+
+
 def _retarget(w: pb.ObjectWrite, pod: cpb.Pod) -> pb.ObjectWrite:
     """``w`` with the pod ``p`` it names replaced by ``pod`` (other targets unchanged)."""
     out = pb.ObjectWrite()
