@@ -105,6 +105,8 @@ def shorten(value: object, limit: int = 64) -> str:
         text = repr(value)
     except ValueError:  # an integer too long for str() inside a container
         return f"<a {type(value).__name__} too large to show>"
+    except RecursionError:  # JSON nested deeper than repr() recurses
+        return f"<a {type(value).__name__} nested too deep to show>"
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 

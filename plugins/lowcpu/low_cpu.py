@@ -45,7 +45,7 @@ from plugins.framework.interfaces import MAX_NODE_SCORE, FilterPlugin, ScorePlug
 from plugins.framework.model import NodeInfo, PodInfo
 from plugins.framework.objects import ClusterObject, ObjectKind
 from plugins.framework.status import SUCCESS, Status
-from plugins.framework.units import QuantityError, parse_quantity
+from plugins.framework.units import QuantityError, parse_quantity, shorten
 from plugins.lowcpu.args import REJECT, LowCpuSchedulerArgs
 
 if TYPE_CHECKING:
@@ -120,9 +120,13 @@ def _quantity(text: str) -> Fraction:
 @lru_cache(maxsize=4096)
 def _timestamp(text: str) -> float:
     """RFC 3339 (metav1.Time) as Unix seconds; ValueError without an offset."""
-    when = datetime.fromisoformat(text)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        # Its own message quotes the whole text, however long.
+        raise ValueError(f"timestamp {shorten(text)} is not RFC 3339") from None
     if when.tzinfo is None:
-        raise ValueError(f"timestamp {text!r} has no time zone")
+        raise ValueError(f"timestamp {shorten(text)} has no time zone")
     return when.timestamp()
 
 
@@ -131,7 +135,7 @@ def _usage_of(usage: Mapping[str, Any], resource: str) -> Fraction:
     if value is None:
         raise ValueError(f"no usage.{resource}")
     if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ValueError(f"usage.{resource} is not a quantity: {value!r}")
+        raise ValueError(f"usage.{resource} is not a quantity: {shorten(value)}")
     try:
         return _quantity(str(value))
     except QuantityError as exc:

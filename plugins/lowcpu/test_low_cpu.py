@@ -234,6 +234,23 @@ BAD_METRICS: list[tuple[str, pb.ClusterObject, str]] = [
         ),
         REASON_UNUSABLE,
     ),
+    (
+        # Quoting it in the detail must not recurse through all 1000 levels.
+        "usage.cpu nested 1000 levels deep",
+        node_metrics(
+            "n1",
+            "100m",
+            raw=(
+                b'{"timestamp":"'
+                + rfc3339(NOW).encode()
+                + b'","usage":{"cpu":'
+                + b"[" * 1000
+                + b"]" * 1000
+                + b"}}"
+            ),
+        ),
+        REASON_UNUSABLE,
+    ),
 ]
 
 
@@ -260,6 +277,13 @@ def test_max_age_edge(age: float, problem: str) -> None:
     stamp = datetime.fromtimestamp(NOW - age, UTC).isoformat()
     snap = cluster([node4()], [node_metrics("n1", "1", timestamp=stamp)])
     assert plugin_on(snap).usage(snap.nodes["n1"]).problem == problem
+
+
+def test_a_long_unreadable_timestamp_is_quoted_cut_short() -> None:
+    snap = cluster([node4()], [node_metrics("n1", "100m", timestamp="x" * 100_000)])
+    usage = plugin_on(snap).usage(snap.nodes["n1"])
+    assert usage.problem == REASON_UNUSABLE
+    assert "is not RFC 3339" in usage.detail and len(usage.detail) < 300, usage.detail[:300]
 
 
 def test_max_age_is_configurable() -> None:

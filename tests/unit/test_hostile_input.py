@@ -657,6 +657,53 @@ def test_a_pod_group_nested_as_deep_as_the_server_takes_is_read_not_an_error(
     assert resp.node == "n1"
 
 
+def test_a_pod_group_field_nested_deep_is_unschedulable_with_its_reason(
+    service: SchedulingService, loop: asyncio.AbstractEventLoop
+) -> None:
+    """spec.minMember as a list nested 1000 levels (JSON the server takes):
+    the reason quotes it cut short, where repr() of it raised RecursionError
+    and every member's cycle ended in Error (coscheduling.go PreFilter
+    answers a PodGroup it cannot read Unschedulable)."""
+    depth = 1000
+    group = _object(
+        PODGROUP.group,
+        PODGROUP.version,
+        PODGROUP.resource,
+        PODGROUP.kind,
+        "ns",
+        "pg",
+        {"spec": {"minMember": "NESTED"}},
+    )
+    group.json = group.json.replace(b'"NESTED"', b"[" * depth + b"]" * depth)
+    state = ClusterStateLog()
+    state.upsert_node(
+        node_record(
+            {
+                "metadata": {"name": "n1", "uid": "uid-n1"},
+                "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "110"}},
+            }
+        )
+    )
+    state.upsert_object(group)
+    state.commit()
+    pod = pod_record(
+        {
+            "metadata": {
+                "name": "p",
+                "uid": "uid-p",
+                "namespace": "ns",
+                "labels": {POD_GROUP_LABEL: "pg"},
+            },
+            "spec": {"schedulerName": PROFILE, "containers": [{"name": "c", "image": "i"}]},
+        }
+    )
+    client = SchedulingClient(None, state, stub=InProcessStub(service))
+    resp = loop.run_until_complete(client.schedule(PROFILE, pod, reserve_and_permit=True))
+    assert resp.status.code == pb.CODE_UNSCHEDULABLE, list(resp.status.reasons)
+    assert "spec.minMember: must be an integer" in resp.diagnosis.message
+    assert len(resp.diagnosis.message) < 1000
+
+
 def test_json_past_the_depth_the_server_takes_is_a_value_error_naming_the_object() -> None:
     deep = b"[" * 2000 + b"]" * 2000
     obj = ClusterObject("g", "things", "ns", "t", "v1", "Thing", b'{"x":' + deep + b"}")

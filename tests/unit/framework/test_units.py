@@ -19,6 +19,7 @@ from plugins.framework.units import (
     MAX_QUANTITY_LENGTH,
     QuantityError,
     parse_quantity,
+    shorten,
 )
 
 MAX = INT64_MAX  # ParseQuantity's maxAllowed
@@ -119,3 +120,10 @@ def test_hostile_quantities_each_answer_at_once() -> None:
     for n in (100, 500, MAX_QUANTITY_LENGTH - 4):
         assert parse_quantity("9" * n + "Ei").value() == MAX
         assert parse_quantity("0." + "0" * (n - 4) + "1Ki").milli() == 1
+
+
+def test_shorten_quotes_json_nested_past_repr_depth() -> None:
+    nested: list[object] = []
+    for _ in range(5000):
+        nested = [nested]
+    assert shorten(nested) == "<a list nested too deep to show>"
