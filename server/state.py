@@ -47,13 +47,15 @@ ANONYMOUS = "anonymous"
 
 
 class StateTooLarge(Exception):
-    """A full state larger than this replica keeps for one caller."""
+    """A full state larger than this replica keeps for one caller, or a
+    delta that would make the caller's snapshot so (``after_delta``)."""
 
-    def __init__(self, size: int, limit: int) -> None:
+    def __init__(self, size: int, limit: int, *, after_delta: bool = False) -> None:
         self.size = size
         self.limit = limit
+        what = "this delta would make the state" if after_delta else "the full state is"
         super().__init__(
-            f"state: the full state is {size / 2**20:.1f} MiB, more than the "
+            f"state: {what} {size / 2**20:.1f} MiB, more than the "
             f"{limit / 2**20:.1f} MiB this replica keeps for one caller (berth serve "
             f"--max-caller-state-bytes); raise the limit, or ship fewer objects"
         )
@@ -452,12 +454,17 @@ class SnapshotStore:
         # Deltas carry whole objects, so applying (base, gen] on top of any
         # generation in [base, gen] lands exactly on gen.
         grows = delta_size(entry.snapshot, state.delta)
+        if grows > 0 and entry.size + grows > self.max_caller_bytes:
+            # One snapshot never outgrows the caller's cap, by deltas as by a
+            # full state (else deltas of 64 MiB each grow it without bound);
+            # refused before anything is applied, so it stays as it was.
+            raise StateTooLarge(entry.size + grows, self.max_caller_bytes, after_delta=True)
         self._apply(entry.snapshot, state.delta, field)
         entry.generation = state.generation
         entry.size = max(0, entry.size + grows)
         if grows > 0:
             # A delta is the caller's own state moving: it evicts what may be
-            # evicted and is never refused (the per-caller byte cap bounds it).
+            # evicted and is never refused for another caller's snapshots.
             self._trim(key, refuse=False)
         return entry
 

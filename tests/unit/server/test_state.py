@@ -7,7 +7,7 @@ import pytest
 from berth.client import ClusterStateLog
 from berth_api.v1 import cluster_pb2 as pb
 from plugins.framework.testing import make_node, make_pod
-from server.state import CacheFull, InvalidState, SnapshotStore, StaleReplica
+from server.state import CacheFull, InvalidState, SnapshotStore, StaleReplica, StateTooLarge
 
 
 def caller(n: int = 3) -> ClusterStateLog:
@@ -278,3 +278,28 @@ def test_a_full_state_refused_at_the_byte_cap_names_max_state_bytes_not_max_clus
     with pytest.raises(CacheFull, match="keeps at most 12000 bytes") as refused:
         store.resolve(full("c", 5000), caller="c")
     assert refused.value.flag == "--max-state-bytes" and refused.value.limit == 12_000
+
+
+def test_deltas_never_grow_one_snapshot_past_the_callers_byte_cap() -> None:
+    """Each delta fits a message, but one after another they grew a single
+    snapshot without bound; the one that would pass the cap is refused and
+    the snapshot stays as it was."""
+    store = SnapshotStore(max_caller_bytes=20_000)
+    log = caller(1)
+    store.resolve(log.full_state(), caller="a")
+    for i in range(2):
+        pod = make_pod(f"big-{i}").node("n0").obj()
+        pod.annotations["k"] = "x" * 8_000
+        log.upsert_pod(pod)
+        log.commit()
+        store.resolve(log.state_since(log.generation - 1), caller="a")
+    pod = make_pod("big-2").node("n0").obj()
+    pod.annotations["k"] = "x" * 8_000
+    log.upsert_pod(pod)
+    log.commit()
+    with pytest.raises(StateTooLarge, match="this delta would make the state") as refused:
+        store.resolve(log.state_since(log.generation - 1), caller="a")
+    assert refused.value.limit == 20_000 and refused.value.size > 20_000
+    entry = store.entry("c1", "a")
+    assert entry is not None and entry.generation == log.generation - 1
+    assert len(entry.snapshot.pods) == 2 and entry.size <= 20_000
