@@ -13,6 +13,7 @@ it), the object as it is wins.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -119,6 +120,40 @@ ASSUMED_ANNOTATION: Final = "volumebinding.berth.dev/assumed"
 _ASSUMED_DECODER = msgspec.json.Decoder(AssumedVolumes)
 _ASSUMED_ENCODER = msgspec.json.Encoder()
 
+# Longest assume annotation read. Reserve writes one entry per volume (about
+# 150 bytes each); a longer value is no Reserve's and is ignored, so a pod
+# annotated by hand costs no cycle more than this to read.
+MAX_ASSUMED_TEXT: Final = 16 * 1024
+
+
+def _decode_assumed(raw: str) -> AssumedVolumes | None:
+    """An assume annotation's value, None when it is not one. Every cycle of
+    a pod with claims reads every pod's: each distinct value is decoded (and
+    logged) once, and a long one is not read at all."""
+    if len(raw) > MAX_ASSUMED_TEXT:
+        log.debug(
+            "VolumeBinding: an annotation %s of %d characters ignored (at most %d are read)",
+            ASSUMED_ANNOTATION,
+            len(raw),
+            MAX_ASSUMED_TEXT,
+        )
+        return None
+    return _decode_short(raw)
+
+
+# At most 1024 values of at most MAX_ASSUMED_TEXT each (16 MiB) are kept.
+@functools.lru_cache(maxsize=1024)
+def _decode_short(raw: str) -> AssumedVolumes | None:
+    try:
+        return _ASSUMED_DECODER.decode(raw)
+    except msgspec.DecodeError as exc:
+        log.warning(
+            "VolumeBinding: an annotation %s does not decode, ignored: %s",
+            ASSUMED_ANNOTATION,
+            str(exc)[:200],
+        )
+        return None
+
 
 class BinderError(Exception):
     """Something the binder cannot work with (upstream returns an error: the
@@ -187,23 +222,17 @@ def pod_claims(pod: pb.Pod) -> list[tuple[str, bool]]:
 def assumed_in_flight(snapshot: Snapshot, exclude_uid: str = "") -> Assumed:
     """What the Reserve of pods in flight assumed: the assume annotations of
     the snapshot's pods on a node (the caller's assumed copies). A value that
-    does not decode is ignored (logged)."""
+    does not decode, or is longer than MAX_ASSUMED_TEXT, is ignored (logged
+    once per value)."""
     out = Assumed()
     for info in snapshot.pods.values():
         pod = info.proto
         raw = pod.annotations.get(ASSUMED_ANNOTATION)
         if raw is None or pod.uid == exclude_uid or not pod.node_name:
             continue
-        try:
-            out.add(_ASSUMED_DECODER.decode(raw))
-        except msgspec.DecodeError as exc:
-            log.warning(
-                "VolumeBinding: pod %s/%s: annotation %s does not decode, ignored: %s",
-                pod.namespace,
-                pod.name,
-                ASSUMED_ANNOTATION,
-                exc,
-            )
+        value = _decode_assumed(raw)
+        if value is not None:
+            out.add(value)
     return out
 
 

@@ -51,12 +51,17 @@ from plugins.volumebinding import (
     VolumeBindingArgs,
     build_scorer,
 )
-from plugins.volumebinding.binder import ChosenVolumes
+from plugins.volumebinding.binder import (
+    ChosenVolumes,
+    assumed_in_flight,
+    encode_assumed,
+)
 from plugins.volumebinding.csi_translation import (
     MIGRATED_PLUGINS_ANNOTATION,
     TranslationError,
     translated_node_affinity,
 )
+from plugins.volumebinding.volumes import AssumedClaim, AssumedVolume, AssumedVolumes
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "volumebinding"
 HOSTNAME = "kubernetes.io/hostname"
@@ -1463,6 +1468,25 @@ def test_a_bad_assume_annotation_is_ignored() -> None:
     )
     got, _ = find_pod_volumes(FindCase([UNBOUND], [PV_NODE1A]), pods=[odd])
     assert got.bindings == [("unbound-pvc", "pv-node1a")]
+
+
+def test_an_assume_annotation_longer_than_any_reserve_writes_is_not_read() -> None:
+    """A pod annotated by hand with a huge value would cost every cycle of a
+    pod with claims its decoding; past binder.MAX_ASSUMED_TEXT it is ignored."""
+
+    def annotated(uid: str, claims: int) -> pb.Pod:
+        value = AssumedVolumes(
+            volumes=(AssumedVolume("pv-x", "7", NS, "claim", "claim-uid"),),
+            claims=tuple(AssumedClaim(NS, f"c{i:06d}", "1", "node1") for i in range(claims)),
+        )
+        return pod_using(
+            uid, uid=uid, node_name="node1", annotations={ASSUMED_ANNOTATION: encode_assumed(value)}
+        )
+
+    small, huge = annotated("small", 1), annotated("huge", 2000)
+    assert len(huge.annotations[ASSUMED_ANNOTATION]) > 16 * 1024  # binder.MAX_ASSUMED_TEXT
+    assert "pv-x" in assumed_in_flight(snapshot_of([NODE1], [small])).volumes
+    assert not assumed_in_flight(snapshot_of([NODE1], [huge])).volumes
 
 
 # -- CSI migration translation (csi-translation-lib) --------------------------------
