@@ -70,11 +70,15 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ERROR_REASON_INTERNAL: _ErrorReason.ValueType  # 8
     """INTERNAL: a bug in the server; it logged the stack and keeps serving."""
     ERROR_REASON_OVERLOADED: _ErrorReason.ValueType  # 9
-    """RESOURCE_EXHAUSTED: the replica is serving as many calls, or as many
-    request bytes, as it takes at once (berth serve --max-inflight-calls,
-    --max-inflight-bytes). Metadata: limit ("calls" or "bytes"), max.
-    Nothing of the call was done: retry it after a backoff, on this replica
-    or another.
+    """RESOURCE_EXHAUSTED: the replica is at one of its limits and did nothing
+    of the call. Metadata: max, and limit, which names the limit: "calls" or
+    "bytes", the calls or request bytes it serves at once (berth serve
+    --max-inflight-calls, --max-inflight-bytes); "uploads", the bytes of
+    UploadState streams under way (--max-caller-state-bytes per caller,
+    --max-state-bytes in all); "snapshots" or "state_bytes", a full state that
+    found the snapshot cache full of other callers' snapshots in use
+    (--max-clusters, --max-state-bytes). Retry after a backoff, on this
+    replica or another.
     """
     ERROR_REASON_STATE_TOO_LARGE: _ErrorReason.ValueType  # 10
     """RESOURCE_EXHAUSTED: a full state larger than the replica keeps for one
@@ -120,11 +124,15 @@ ERROR_REASON_DEADLINE: ErrorReason.ValueType  # 7
 ERROR_REASON_INTERNAL: ErrorReason.ValueType  # 8
 """INTERNAL: a bug in the server; it logged the stack and keeps serving."""
 ERROR_REASON_OVERLOADED: ErrorReason.ValueType  # 9
-"""RESOURCE_EXHAUSTED: the replica is serving as many calls, or as many
-request bytes, as it takes at once (berth serve --max-inflight-calls,
---max-inflight-bytes). Metadata: limit ("calls" or "bytes"), max.
-Nothing of the call was done: retry it after a backoff, on this replica
-or another.
+"""RESOURCE_EXHAUSTED: the replica is at one of its limits and did nothing
+of the call. Metadata: max, and limit, which names the limit: "calls" or
+"bytes", the calls or request bytes it serves at once (berth serve
+--max-inflight-calls, --max-inflight-bytes); "uploads", the bytes of
+UploadState streams under way (--max-caller-state-bytes per caller,
+--max-state-bytes in all); "snapshots" or "state_bytes", a full state that
+found the snapshot cache full of other callers' snapshots in use
+(--max-clusters, --max-state-bytes). Retry after a backoff, on this
+replica or another.
 """
 ERROR_REASON_STATE_TOO_LARGE: ErrorReason.ValueType  # 10
 """RESOURCE_EXHAUSTED: a full state larger than the replica keeps for one

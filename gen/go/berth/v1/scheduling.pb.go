@@ -69,11 +69,15 @@ const (
 	ErrorReason_ERROR_REASON_DEADLINE ErrorReason = 7
 	// INTERNAL: a bug in the server; it logged the stack and keeps serving.
 	ErrorReason_ERROR_REASON_INTERNAL ErrorReason = 8
-	// RESOURCE_EXHAUSTED: the replica is serving as many calls, or as many
-	// request bytes, as it takes at once (berth serve --max-inflight-calls,
-	// --max-inflight-bytes). Metadata: limit ("calls" or "bytes"), max.
-	// Nothing of the call was done: retry it after a backoff, on this replica
-	// or another.
+	// RESOURCE_EXHAUSTED: the replica is at one of its limits and did nothing
+	// of the call. Metadata: max, and limit, which names the limit: "calls" or
+	// "bytes", the calls or request bytes it serves at once (berth serve
+	// --max-inflight-calls, --max-inflight-bytes); "uploads", the bytes of
+	// UploadState streams under way (--max-caller-state-bytes per caller,
+	// --max-state-bytes in all); "snapshots" or "state_bytes", a full state that
+	// found the snapshot cache full of other callers' snapshots in use
+	// (--max-clusters, --max-state-bytes). Retry after a backoff, on this
+	// replica or another.
 	ErrorReason_ERROR_REASON_OVERLOADED ErrorReason = 9
 	// RESOURCE_EXHAUSTED: a full state larger than the replica keeps for one
 	// caller (berth serve --max-caller-state-bytes). Metadata: state_bytes,
