@@ -8,7 +8,9 @@ travels on the caller's assumed copy of that pod (an assume annotation, see
 cycles, with upstream's passiveAssumeCache rule: an assumed PV or PVC counts
 while the object is still at the resourceVersion it was assumed at; once the
 caller ships a newer version (the binding landed, or anything else changed
-it), the object as it is wins.
+it), the object as it is wins. Since a pod's user can write the annotation
+too, only entries the annotated pod's own Reserve could have written count
+(``_reservable``).
 """
 
 from __future__ import annotations
@@ -223,8 +225,16 @@ def assumed_in_flight(snapshot: Snapshot, exclude_uid: str = "") -> Assumed:
     """What the Reserve of pods in flight assumed: the assume annotations of
     the snapshot's pods on a node (the caller's assumed copies). A value that
     does not decode, or is longer than MAX_ASSUMED_TEXT, is ignored (logged
-    once per value)."""
-    out = Assumed()
+    once per value).
+
+    The annotation is data on a pod, and whoever may edit a pod may write it
+    (``kubectl annotate`` on a bound pod of theirs): only entries that the
+    annotated pod's own Reserve could have written count (``_reservable``),
+    so a hand-written one reserves nothing its author could not take anyway
+    by binding their own claims. Pods are read in uid order and the first
+    entry for a PV, or for a claim, wins, so every replica reads alike and a
+    PV or claim is never counted twice."""
+    annotated: list[tuple[str, pb.Pod, AssumedVolumes]] = []
     for info in snapshot.pods.values():
         pod = info.proto
         raw = pod.annotations.get(ASSUMED_ANNOTATION)
@@ -232,8 +242,103 @@ def assumed_in_flight(snapshot: Snapshot, exclude_uid: str = "") -> Assumed:
             continue
         value = _decode_assumed(raw)
         if value is not None:
-            out.add(value)
+            annotated.append((pod.uid, pod, value))
+    out = Assumed()
+    claims_with_volume: set[tuple[str, str]] = set()
+    for _uid, pod, value in sorted(annotated, key=lambda a: a[0]):
+        out.add(_reservable(snapshot, pod, value, out, claims_with_volume))
     return out
+
+
+def _reservable(
+    snapshot: Snapshot,
+    pod: pb.Pod,
+    value: AssumedVolumes,
+    taken: Assumed,
+    claims_with_volume: set[tuple[str, str]],
+) -> AssumedVolumes:
+    """The entries of ``pod``'s assume annotation that its own Reserve
+    (assume_pod_volumes) could have written, not already taken by an
+    earlier pod's; the rest are dropped (logged at debug).
+
+    * A claim entry names one of the pod's own claims (its namespace, its
+      spec.volumes) and the node the pod is on: Reserve assumes provisioning
+      only for the pod's claims, on the node chosen for it.
+    * A PV entry names one of the pod's own claims, that claim as the
+      snapshot has it (its uid) and still without spec.volumeName (Reserve
+      binds only claims waiting for their first consumer), and a PV that
+      FindMatchingVolume for that claim on the pod's node accepts as the API
+      shows it: Available and unclaimed, or pre-bound to that very claim, of
+      the claim's class, size, modes and selector, fitting the node. A PV the
+      API shows bound to another claim is not taken a second time. At most
+      one PV per claim, as Reserve chooses one.
+
+    What a pod's user could assume this way, they could as well take by
+    pre-binding their claim to the PV (spec.volumeName, which the PV
+    controller honours for a PV that satisfies the claim: pkg/controller/
+    volume/persistentvolume/pv_controller.go syncUnboundClaim,
+    checkVolumeSatisfyClaim, a subset of the checks here); upstream keeps
+    assumptions in the scheduler's memory (assume_cache.go), where no user
+    writes."""
+    own = {name for name, _ephemeral in pod_claims(pod)}
+    namespace = pod.namespace
+    claims = tuple(
+        c
+        for c in value.claims
+        if c.namespace == namespace
+        and c.name in own
+        and c.node == pod.node_name
+        and (c.namespace, c.name) not in taken.claims
+    )
+    ni = snapshot.nodes.get(pod.node_name)
+    labels: Mapping[str, str] = ni.node.labels if ni is not None else {}
+    volumes: list[AssumedVolume] = []
+    for v in value.volumes:
+        key = (v.claim_namespace, v.claim_name)
+        if (
+            ni is not None
+            and v.claim_namespace == namespace
+            and v.claim_name in own
+            and key not in claims_with_volume
+            and v.name not in taken.volumes
+            and _could_reserve(snapshot, v, labels)
+        ):
+            claims_with_volume.add(key)
+            volumes.append(v)
+    dropped = len(value.claims) - len(claims) + len(value.volumes) - len(volumes)
+    if dropped:
+        log.debug(
+            "VolumeBinding: %d entries of pod %s/%s's annotation %s ignored "
+            "(not its claims, not what its Reserve could assume, or assumed already)",
+            dropped,
+            namespace,
+            pod.name,
+            ASSUMED_ANNOTATION,
+        )
+    return AssumedVolumes(volumes=tuple(volumes), claims=claims)
+
+
+def _could_reserve(snapshot: Snapshot, entry: AssumedVolume, labels: Mapping[str, str]) -> bool:
+    """Could a Reserve on the node with ``labels`` have assumed the PV of
+    ``entry`` for its claim? Objects as the API shows them, no assumption
+    applied."""
+    volume_obj = snapshot.object("", PERSISTENT_VOLUMES.resource, "", entry.name)
+    if volume_obj is None or volume_obj.metadata.get("resourceVersion") != entry.resource_version:
+        # Not honoured in any case (passiveAssumeCache), nothing to check.
+        return False
+    claim_obj = snapshot.object(
+        "", PERSISTENT_VOLUME_CLAIMS.resource, entry.claim_namespace, entry.claim_name
+    )
+    if claim_obj is None:
+        return False
+    try:
+        claim = Claim(claim_obj)
+        if claim.uid != entry.claim_uid or claim.volume_name:
+            return False
+        volume = Volume(volume_obj)
+        return find_matching_volume(claim, (volume,), labels, set()) is volume
+    except ValueError:
+        return False
 
 
 def encode_assumed(value: AssumedVolumes) -> str:

@@ -847,12 +847,19 @@ def find_pod_volumes(
     extra: Iterable[pb.ClusterObject] = (),
     the_node: pb.Node = NODE1,
     pods: Iterable[pb.Pod] = (),
+    other_nodes: Iterable[pb.Node] = (),
 ) -> tuple[Found, Cycle]:
     """binder_test.go findPodVolumes: PreFilter (GetPodVolumeClaims; unbound
-    immediate claims fail), then FindPodVolumes on the node."""
+    immediate claims fail), then FindPodVolumes on the node (``other_nodes``
+    are in the snapshot too)."""
     claims, ephemeral = case.pod if case.pod is not None else (_claim_names(case.pvcs), [])
     pod = pod_using("test-pod", claims, namespace=NS, ephemeral=ephemeral, node_name="")
-    c = cycle(pod, [the_node], [*BINDER_CLASSES, *case.pvcs, *case.pvs, *extra], pods=pods)
+    c = cycle(
+        pod,
+        [the_node, *other_nodes],
+        [*BINDER_CLASSES, *case.pvcs, *case.pvs, *extra],
+        pods=pods,
+    )
     st = c.pre_filter()
     if st.is_skip:
         return Found(False, [], [], []), c
@@ -1473,6 +1480,10 @@ def test_a_bad_assume_annotation_is_ignored() -> None:
 def test_an_assume_annotation_longer_than_any_reserve_writes_is_not_read() -> None:
     """A pod annotated by hand with a huge value would cost every cycle of a
     pod with claims its decoding; past binder.MAX_ASSUMED_TEXT it is ignored."""
+    objects = [
+        tpvc("claim", "1G", "waitClass", uid="claim-uid"),
+        pv("pv-x", "waitClass", capacity="5G", rv="7"),
+    ]
 
     def annotated(uid: str, claims: int) -> pb.Pod:
         value = AssumedVolumes(
@@ -1480,13 +1491,194 @@ def test_an_assume_annotation_longer_than_any_reserve_writes_is_not_read() -> No
             claims=tuple(AssumedClaim(NS, f"c{i:06d}", "1", "node1") for i in range(claims)),
         )
         return pod_using(
-            uid, uid=uid, node_name="node1", annotations={ASSUMED_ANNOTATION: encode_assumed(value)}
+            uid,
+            ["claim"],
+            namespace=NS,
+            uid=uid,
+            node_name="node1",
+            annotations={ASSUMED_ANNOTATION: encode_assumed(value)},
         )
 
     small, huge = annotated("small", 1), annotated("huge", 2000)
     assert len(huge.annotations[ASSUMED_ANNOTATION]) > 16 * 1024  # binder.MAX_ASSUMED_TEXT
-    assert "pv-x" in assumed_in_flight(snapshot_of([NODE1], [small])).volumes
-    assert not assumed_in_flight(snapshot_of([NODE1], [huge])).volumes
+    assert "pv-x" in assumed_in_flight(snapshot_of([NODE1], [small], objects)).volumes
+    assert not assumed_in_flight(snapshot_of([NODE1], [huge], objects)).volumes
+
+
+# -- assume annotations written by hand -------------------------------------------------
+#
+# The annotation is read from pods in the snapshot, and a user who may edit their own
+# pods may write it on a bound one. Only what that pod's own Reserve could have assumed
+# counts (binder._reservable): upstream keeps assumptions in the scheduler's memory
+# (pkg/scheduler/framework/plugins/volumebinding/assume_cache.go, binder.go
+# AssumePodVolumes), out of users' reach.
+
+MALLORY = "mallory"
+
+
+def mine(storage_class: str = "waitClass", request: str = "1G", **kw: Any) -> pb.ClusterObject:
+    """The forger's own claim, in their namespace."""
+    return pvc("mine", storage_class, namespace=MALLORY, request=request, uid="mine-uid", **kw)
+
+
+def forger(
+    volumes: Iterable[AssumedVolume] = (),
+    claims: Iterable[AssumedClaim] = (),
+    *,
+    uses: Iterable[str] = ("mine",),
+    uid: str = "evil",
+    node_name: str = "node1",
+) -> pb.Pod:
+    """A bound pod of the forger's, annotated by hand."""
+    value = AssumedVolumes(volumes=tuple(volumes), claims=tuple(claims))
+    return pod_using(
+        f"pod-{uid}",
+        uses,
+        namespace=MALLORY,
+        uid=uid,
+        node_name=node_name,
+        annotations={ASSUMED_ANNOTATION: encode_assumed(value)},
+    )
+
+
+def takes(pv_name: str, namespace: str, claim: str, uid: str, rv: str = "1") -> AssumedVolume:
+    return AssumedVolume(pv_name, rv, namespace, claim, uid)
+
+
+FREE = Found(False, [("unbound-pvc", "pv-node1a")], [], [])
+TAKEN = Found(False, [], [], [ERR_REASON_BIND_CONFLICT])
+
+
+@dataclass
+class ForgedCase:
+    forger: pb.Pod
+    objects: list[pb.ClusterObject]
+    # What the victim, a pod in NS whose claim unbound-pvc fits only pv-node1a
+    # (or, with ``victim`` set, those claims), finds on node1.
+    want: Found
+    victim: FindCase = field(default_factory=lambda: FindCase([UNBOUND], [PV_NODE1A]))
+    nodes: list[pb.Node] = field(default_factory=list)
+
+
+FORGED = {
+    "pv-for-a-claim-of-another-namespace": ForgedCase(
+        forger([takes("pv-node1a", NS, "other-pvc", "other-uid")]),
+        [tpvc("other-pvc", "1G", "waitClass", uid="other-uid")],
+        FREE,
+    ),
+    "pv-for-an-own-claim-the-pod-does-not-use": ForgedCase(
+        forger([takes("pv-node1a", MALLORY, "mine", "mine-uid")], uses=()), [mine()], FREE
+    ),
+    "pv-of-another-class-than-the-own-claim": ForgedCase(
+        forger([takes("pv-node1a", MALLORY, "mine", "mine-uid")]), [mine("otherClass")], FREE
+    ),
+    "pv-too-small-for-the-own-claim": ForgedCase(
+        forger([takes("pv-node1a", MALLORY, "mine", "mine-uid")]), [mine(request="50G")], FREE
+    ),
+    "own-claim-already-bound": ForgedCase(
+        forger([takes("pv-node1a", MALLORY, "mine", "mine-uid")]),
+        [mine(bound_pv="pv-elsewhere")],
+        FREE,
+    ),
+    "own-claim-of-another-uid": ForgedCase(
+        forger([takes("pv-node1a", MALLORY, "mine", "old-uid")]), [mine()], FREE
+    ),
+    "own-claim-missing": ForgedCase(
+        forger([takes("pv-node1a", MALLORY, "mine", "mine-uid")]), [], FREE
+    ),
+    "pod-on-a-node-the-pv-does-not-fit": ForgedCase(
+        forger([takes("pv-node1a", MALLORY, "mine", "mine-uid")], node_name="node2"),
+        [mine()],
+        FREE,
+        nodes=[node("node2", **{NODE_KEY: "node2"})],
+    ),
+    "pod-on-a-node-not-in-the-snapshot": ForgedCase(
+        forger([takes("pv-node1a", MALLORY, "mine", "mine-uid")], node_name="gone"),
+        [mine()],
+        FREE,
+    ),
+    # The boundary: a PV the forger's own unbound claim could take by pre-binding
+    # (spec.volumeName) counts as theirs while the PV is unchanged.
+    "pv-that-the-own-claim-could-bind": ForgedCase(
+        forger([takes("pv-node1a", MALLORY, "mine", "mine-uid")]), [mine()], TAKEN
+    ),
+    "claim-of-another-namespace-selected-for-another-node": ForgedCase(
+        forger(claims=[AssumedClaim(NS, "provisioned-pvc", "1", "node2")]),
+        [],
+        Found(False, [], ["provisioned-pvc"], []),
+        FindCase([PROVISIONED]),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=k) for k, c in FORGED.items()])
+def test_a_forged_assume_annotation_takes_nothing_from_other_pods(case: ForgedCase) -> None:
+    """A bound pod in another namespace, annotated by hand, makes no PV or claim
+    of the victim's look taken; only a PV its own claim could bind counts."""
+    got, _ = find_pod_volumes(case.victim, case.objects, pods=[case.forger], other_nodes=case.nodes)
+    assert got == case.want
+
+
+@pytest.mark.parametrize(
+    ("pods", "objects", "want"),
+    [
+        pytest.param(
+            [forger([takes("pv-bound", MALLORY, "mine", "mine-uid")])],
+            [mine(), PV_BOUND],
+            {},
+            id="pv-bound-to-another-claim-in-the-api",
+        ),
+        pytest.param(
+            [
+                forger(
+                    [
+                        takes("pv-node1a", MALLORY, "mine", "mine-uid"),
+                        takes("pv-node1b", MALLORY, "mine", "mine-uid"),
+                    ]
+                )
+            ],
+            [mine(), PV_NODE1A, PV_NODE1B],
+            {"pv-node1a": "mine"},
+            id="one-pv-per-claim",
+        ),
+        pytest.param(
+            [
+                forger(
+                    [takes("pv-node1a", MALLORY, "mine2", "mine2-uid")], uses=["mine2"], uid="a"
+                ),
+                forger([takes("pv-node1a", MALLORY, "mine", "mine-uid")], uid="b"),
+            ],
+            [
+                mine(),
+                pvc("mine2", "waitClass", namespace=MALLORY, request="1G", uid="mine2-uid"),
+                PV_NODE1A,
+            ],
+            {"pv-node1a": "mine2"},
+            id="one-claim-per-pv-the-first-pod-by-uid-wins",
+        ),
+    ],
+)
+def test_an_assumed_pv_is_counted_once(
+    pods: list[pb.Pod], objects: list[pb.ClusterObject], want: dict[str, str]
+) -> None:
+    got = assumed_in_flight(snapshot_of([NODE1], pods, [*BINDER_CLASSES, *objects]))
+    assert {name: v.claim_name for name, v in got.volumes.items()} == want
+
+
+@pytest.mark.parametrize(
+    ("entry", "uses", "want"),
+    [
+        pytest.param(AssumedClaim(MALLORY, "mine", "1", "node1"), ["mine"], True, id="own"),
+        pytest.param(AssumedClaim(MALLORY, "mine", "1", "node2"), ["mine"], False, id="other-node"),
+        pytest.param(AssumedClaim(MALLORY, "mine", "1", "node1"), [], False, id="not-its-volume"),
+        pytest.param(AssumedClaim(NS, "mine", "1", "node1"), ["mine"], False, id="other-namespace"),
+    ],
+)
+def test_an_assumed_claim_is_one_of_the_pods_own_on_its_node(
+    entry: AssumedClaim, uses: list[str], want: bool
+) -> None:
+    got = assumed_in_flight(snapshot_of([NODE1], [forger(claims=[entry], uses=uses)], [mine()]))
+    assert (bool(got.claims)) is want
 
 
 # -- CSI migration translation (csi-translation-lib) --------------------------------
