@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
+from prometheus_client import Gauge
 
 from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
@@ -102,6 +103,18 @@ PARSE_INLINE_BYTES = 256 * 1024
 DEFAULT_UPLOAD_IDLE_SECONDS = 60.0
 
 
+# What the replica serves at once, across its Admission instances (as
+# kube-apiserver's apiserver_current_inflight_requests): the figures its
+# --max-inflight-calls and --max-inflight-bytes caps are measured against.
+INFLIGHT_CALLS = Gauge(
+    "berth_plugin_server_inflight_calls", "Calls this plugin server is serving now"
+)
+INFLIGHT_BYTES = Gauge(
+    "berth_plugin_server_inflight_bytes",
+    "Bytes of the requests of the calls this plugin server is serving now",
+)
+
+
 class Admission:
     """Calls in flight and the bytes of their requests, each capped: beyond,
     a call is refused at once with RESOURCE_EXHAUSTED (reason OVERLOADED)
@@ -137,10 +150,14 @@ class Admission:
             )
         self.calls += 1
         self.bytes += size
+        INFLIGHT_CALLS.inc()
+        INFLIGHT_BYTES.inc(size)
 
     def leave(self, size: int) -> None:
         self.calls -= 1
         self.bytes -= size
+        INFLIGHT_CALLS.dec()
+        INFLIGHT_BYTES.dec(size)
 
 
 def _state_key(caller: str, cluster_id: str) -> str:

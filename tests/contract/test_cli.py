@@ -178,6 +178,20 @@ def test_serve_offers_reflection_and_health(served: Served) -> None:
     assert {"berth.v1.SchedulingService", "grpc.health.v1.Health"} <= names
 
 
+def _wait_until_in_flight(served: Served, timeout: float = 30.0) -> None:
+    """Until the server's berth_plugin_server_inflight_calls gauge shows a call."""
+    deadline = time.monotonic() + timeout
+    url = f"http://127.0.0.1:{served.metrics}/metrics"
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            text = r.read().decode()
+        for line in text.splitlines():
+            if line.startswith("berth_plugin_server_inflight_calls ") and float(line.split()[1]):
+                return
+        time.sleep(0.005)
+    raise AssertionError(f"no call in flight on the server within {timeout}s")
+
+
 def test_sigterm_lets_in_flight_requests_finish_then_exits(served: Served) -> None:
     """Graceful shutdown: after SIGTERM the server stops taking new calls,
     answers those in flight, and exits 0."""
@@ -195,7 +209,9 @@ def test_sigterm_lets_in_flight_requests_finish_then_exits(served: Served) -> No
                 explain=True,
             )
         )
-        time.sleep(0.02)  # decoding 5000 nodes takes the server far longer
+        # SIGTERM once the call is in flight (decoding 5000 nodes takes the server
+        # far longer than this wait); before, it would be refused as a new call.
+        _wait_until_in_flight(served)
         served.proc.send_signal(signal.SIGTERM)
         resp = future.result(timeout=30)
     assert resp.node
