@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, cast
+from typing import Any
 
 import orjson
 import pytest
@@ -33,11 +33,9 @@ from plugins.framework.storage import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUM
 from plugins.registry import load_registry
 from shim import guard
 from shim.app import ShimSettings, build_service
-from shim.events import EventRecorder
-from shim.kubeapi import KubeApi
 from shim.queue import BACKOFF, UNSCHEDULABLE
 from shim.scheduler import Scheduler, WaitingPod
-from shim.service import PluginService, ProfileInfo
+from shim.service import ProfileInfo
 from tests.unit.shim.test_preemption import (
     PROFILE,
     FakeApi,
@@ -50,6 +48,7 @@ from tests.unit.shim.test_preemption import (
     popped,
     running,
     settled,
+    two_node_scheduler,
     until,
     victims_on,
     where,
@@ -111,23 +110,10 @@ Env = tuple[Scheduler, WritingService, PatchingApi, FakeRecorder]
 
 @pytest.fixture
 async def env() -> AsyncIterator[Env]:
-    from plugins.framework.testing import make_node
-
     service = WritingService()
     api = PatchingApi()
     recorder = FakeRecorder()
-    s = Scheduler(
-        cast(KubeApi, api),
-        cast(PluginService, service),
-        [PROFILE],
-        recorder=cast(EventRecorder, recorder),
-        initial_backoff=60.0,
-        max_backoff=60.0,
-    )
-    s._async_api = None
-    s.cache.upsert_node(make_node("n1").capacity(cpu="2").obj())
-    s.cache.upsert_node(make_node("n2").capacity(cpu="2").obj())
-    s.cache.state.commit()
+    s = two_node_scheduler(service, api, recorder)
     try:
         yield s, service, api, recorder
     finally:

@@ -158,11 +158,8 @@ class FakeRecorder:
 Env = tuple[Scheduler, FakeService, FakeApi, FakeRecorder]
 
 
-@pytest.fixture
-async def env() -> AsyncIterator[Env]:
-    service = FakeService()
-    api = FakeApi()
-    recorder = FakeRecorder()
+def two_node_scheduler(service: FakeService, api: FakeApi, recorder: FakeRecorder) -> Scheduler:
+    """A Scheduler on the fakes with nodes n1 and n2 (2 cpu each)."""
     s = Scheduler(
         cast(KubeApi, api),
         cast(PluginService, service),
@@ -177,6 +174,15 @@ async def env() -> AsyncIterator[Env]:
     s.cache.upsert_node(make_node("n1").capacity(cpu="2").obj())
     s.cache.upsert_node(make_node("n2").capacity(cpu="2").obj())
     s.cache.state.commit()
+    return s
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[Env]:
+    service = FakeService()
+    api = FakeApi()
+    recorder = FakeRecorder()
+    s = two_node_scheduler(service, api, recorder)
     try:
         yield s, service, api, recorder
     finally:
