@@ -611,12 +611,12 @@ def test_a_pod_with_resource_claims_is_unschedulable_on_any_profile(
     assert "DynamicResources" in resp.diagnosis.unschedulable_plugins
 
 
-def test_a_pod_group_nested_as_deep_as_the_server_takes_is_read_not_an_error(
-    service: SchedulingService, loop: asyncio.AbstractEventLoop
-) -> None:
-    """JSON the server's own check takes (orjson, 1024 levels) is read by the
-    plugins too, where Python's json recursed and failed near 1000 levels:
-    a RecursionError, an Error of every member's cycle."""
+def _schedule_member_of_nested_group(
+    service: SchedulingService, loop: asyncio.AbstractEventLoop, spec: dict[str, Any]
+) -> pb.ScheduleResponse:
+    """Schedules a member of PodGroup ns/pg whose spec holds, in place of
+    the string "NESTED", a list nested 1000 levels deep (JSON the server's
+    own check takes: orjson, 1024 levels), on one 8-cpu node n1."""
     depth = 1000
     group = _object(
         PODGROUP.group,
@@ -625,7 +625,7 @@ def test_a_pod_group_nested_as_deep_as_the_server_takes_is_read_not_an_error(
         PODGROUP.kind,
         "ns",
         "pg",
-        {"spec": {"minMember": 1, "x": "NESTED"}},
+        {"spec": spec},
     )
     group.json = group.json.replace(b'"NESTED"', b"[" * depth + b"]" * depth)
     assert orjson.loads(group.json)  # the server's own check takes it
@@ -652,7 +652,16 @@ def test_a_pod_group_nested_as_deep_as_the_server_takes_is_read_not_an_error(
         }
     )
     client = SchedulingClient(None, state, stub=InProcessStub(service))
-    resp = loop.run_until_complete(client.schedule(PROFILE, pod, reserve_and_permit=True))
+    return loop.run_until_complete(client.schedule(PROFILE, pod, reserve_and_permit=True))
+
+
+def test_a_pod_group_nested_as_deep_as_the_server_takes_is_read_not_an_error(
+    service: SchedulingService, loop: asyncio.AbstractEventLoop
+) -> None:
+    """JSON the server's own check takes (orjson, 1024 levels) is read by the
+    plugins too, where Python's json recursed and failed near 1000 levels:
+    a RecursionError, an Error of every member's cycle."""
+    resp = _schedule_member_of_nested_group(service, loop, {"minMember": 1, "x": "NESTED"})
     assert resp.status.code == pb.CODE_SUCCESS, list(resp.status.reasons)
     assert resp.node == "n1"
 
@@ -664,41 +673,7 @@ def test_a_pod_group_field_nested_deep_is_unschedulable_with_its_reason(
     the reason quotes it cut short, where repr() of it raised RecursionError
     and every member's cycle ended in Error (coscheduling.go PreFilter
     answers a PodGroup it cannot read Unschedulable)."""
-    depth = 1000
-    group = _object(
-        PODGROUP.group,
-        PODGROUP.version,
-        PODGROUP.resource,
-        PODGROUP.kind,
-        "ns",
-        "pg",
-        {"spec": {"minMember": "NESTED"}},
-    )
-    group.json = group.json.replace(b'"NESTED"', b"[" * depth + b"]" * depth)
-    state = ClusterStateLog()
-    state.upsert_node(
-        node_record(
-            {
-                "metadata": {"name": "n1", "uid": "uid-n1"},
-                "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "110"}},
-            }
-        )
-    )
-    state.upsert_object(group)
-    state.commit()
-    pod = pod_record(
-        {
-            "metadata": {
-                "name": "p",
-                "uid": "uid-p",
-                "namespace": "ns",
-                "labels": {POD_GROUP_LABEL: "pg"},
-            },
-            "spec": {"schedulerName": PROFILE, "containers": [{"name": "c", "image": "i"}]},
-        }
-    )
-    client = SchedulingClient(None, state, stub=InProcessStub(service))
-    resp = loop.run_until_complete(client.schedule(PROFILE, pod, reserve_and_permit=True))
+    resp = _schedule_member_of_nested_group(service, loop, {"minMember": "NESTED"})
     assert resp.status.code == pb.CODE_UNSCHEDULABLE, list(resp.status.reasons)
     assert "spec.minMember: must be an integer" in resp.diagnosis.message
     assert len(resp.diagnosis.message) < 1000
