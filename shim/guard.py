@@ -44,7 +44,7 @@ from berth_api.v1 import cluster_pb2 as cpb
 from berth_api.v1 import scheduling_pb2 as pb
 from plugins.framework.writes import PluginWrites, declared_kind
 from shim import metrics
-from shim.objects import describe_write, kind_name
+from shim.objects import describe_write, kind_name, targets_pod
 
 log = logging.getLogger(__name__)
 
@@ -155,17 +155,6 @@ def _unknown_fields(msg: Message) -> int:
     return len(UnknownFieldSet(msg))
 
 
-def _is_pod_in_hand(w: pb.ObjectWrite, pod: cpb.Pod) -> bool:
-    ref = w.ref
-    return (
-        ref.group == ""
-        and ref.resource == "pods"
-        and w.version == "v1"
-        and ref.namespace == pod.namespace
-        and ref.name == pod.name
-    )
-
-
 def check_writes(
     pod: cpb.Pod, writes: Sequence[pb.ObjectWrite], declared: PluginWrites
 ) -> list[Refusal]:
@@ -209,7 +198,7 @@ def check_writes(
                 "status",
             )
             continue
-        if _is_pod_in_hand(w, pod):
+        if targets_pod(w, pod):
             continue
         kinds = declared.get(w.plugin, ())
         kind = declared_kind(kinds, w.ref.group, w.version, w.ref.resource)

@@ -396,7 +396,7 @@ def write_path(w: pb.ObjectWrite) -> str:
     return object_path(ref.group, w.version, ref.resource, ref.namespace, ref.name, w.subresource)
 
 
-def _targets(w: pb.ObjectWrite, pod: cpb.Pod) -> bool:
+def targets_pod(w: pb.ObjectWrite, pod: cpb.Pod) -> bool:
     """Is ``w`` a write to ``pod`` (core v1 pods, its namespace and name)?"""
     ref = w.ref
     return (
@@ -425,7 +425,7 @@ def perform_writes(
             raise WriteFailed(i, w, f"merge_patch is not JSON: {exc}") from exc
         if not isinstance(patch, dict):
             raise WriteFailed(i, w, "merge_patch must be a JSON object")
-        if pod is not None and _targets(w, pod):
+        if pod is not None and targets_pod(w, pod):
             meta = patch.setdefault("metadata", {})
             if isinstance(meta, dict):
                 meta["uid"] = pod.uid
