@@ -62,9 +62,9 @@ from google.protobuf.message import DecodeError
 from google.rpc.error_details_pb2 import ErrorInfo
 from google.rpc.status_pb2 import Status as RpcStatus
 
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
@@ -94,22 +94,22 @@ OVERLOAD_RETRIES = 5
 OVERLOAD_BACKOFF_SECONDS = 0.1
 OVERLOAD_BACKOFF_MAX_SECONDS = 2.0
 
-# protos/service_config.json, copied into the berth_api package by
+# protos/service_config.json, copied into the berth.api package by
 # hack/gen-protos.sh (checked there), so an installed package carries it.
 SERVICE_CONFIG_RESOURCE = "service_config.json"
 
 
 def load_service_config(max_message_bytes: int | None = None) -> dict[str, Any]:
-    """The client contract: protos/service_config.json as the berth_api
+    """The client contract: protos/service_config.json as the berth.api
     package carries it, with the message size limits replaced when
     ``max_message_bytes`` is given (a server run with another
     --max-message-bytes)."""
-    resource = importlib.resources.files("berth_api") / SERVICE_CONFIG_RESOURCE
+    resource = importlib.resources.files("berth.api") / SERVICE_CONFIG_RESOURCE
     try:
         config: dict[str, Any] = json.loads(resource.read_text())
     except (OSError, ValueError) as exc:
         raise ValueError(
-            f"berth_api/{SERVICE_CONFIG_RESOURCE}: not a readable JSON service config: {exc}"
+            f"berth/api/{SERVICE_CONFIG_RESOURCE}: not a readable JSON service config: {exc}"
         ) from exc
     if max_message_bytes is not None:
         for method in config.get("methodConfig", ()):
@@ -940,7 +940,7 @@ class SchedulingClient:
         anything else; "endpoints" resolves a plain host:port too; "opaque"
         uses one channel whatever the target. ``make_stub``: a stub per
         address instead of gRPC channels (a transport of one's own, tests).
-        ``credentials``: TLS (berth.tls), the same for every replica's
+        ``credentials``: TLS (berth.tls.client), the same for every replica's
         channel; ``tls_name``: the name the servers' certificates must carry
         (default: the target's host; for a dns:/// target that name, also on
         the channels to the addresses it resolves to)."""

@@ -21,8 +21,8 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.model import (
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.model import (
     CPU,
     EPHEMERAL_STORAGE,
     HUGEPAGES_PREFIX,
@@ -34,7 +34,7 @@ from plugins.framework.model import (
     is_supported_pod_level_resource,
     resource_list,
 )
-from plugins.framework.units import QuantityError, parse_quantity
+from berth.framework.units import QuantityError, parse_quantity
 
 Obj = Mapping[str, Any]
 

@@ -101,8 +101,21 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 # Dockerfile installs deploy/build-requirements.lock's instead.
 "$venv/bin/python" -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir "$wheels" "$ctx" \
   || die "pip wheel failed on the build context"
-wheel=$(find "$wheels" -name 'berth-*.whl' | head -n 1)
+wheel=$(find "$wheels" -name 'berth_scheduler-*.whl' | head -n 1)
 [ -n "$wheel" ] || die "pip wheel made no berth wheel in $wheels"
+# The wheel is the product alone: one top-level package, berth, without the dev tools
+# (local cluster, demo, bench) or tests.
+"$venv/bin/python" - "$wheel" <<'PY' || die "the wheel carries more than the product"
+import re, sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+top = sorted({n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")})
+bad = [n for n in names if re.search(r"(^|/)(tests?|dev|localcluster)/|(^|/)(test_[^/]*|conftest|testutil|bench[^/]*|demo)\.py$", n)]
+if top != ["berth"]:
+    sys.exit(f"top-level packages in the wheel: {top}; expected only berth")
+if bad:
+    sys.exit("the wheel carries dev tools or tests:\n  " + "\n  ".join(bad))
+print(f"[image-tree] wheel: {len(names)} files, one top-level package (berth), no tests or dev tools")
+PY
 [ -f "$ctx/requirements.lock" ] || die "the build stage copies no requirements.lock"
 "$py" -m venv --without-pip "$tree" || die "could not create a virtualenv with $py"
 "$venv/bin/python" -m pip --python "$tree/bin/python" install --quiet \
@@ -151,6 +164,11 @@ expect "berth --help" "serve" "$out/logs/help.txt"
 expect "berth --help" "shim" "$out/logs/help.txt"
 run berth shim --help >"$out/logs/shim-help.txt" 2>&1 || die "berth shim --help failed: $(cat "$out/logs/shim-help.txt")"
 expect "berth shim --help" "--leader-elect" "$out/logs/shim-help.txt"
+run berth --version >"$out/logs/version.txt" 2>&1 || die "berth --version failed: $(cat "$out/logs/version.txt")"
+expect "berth --version" "^berth [0-9]" "$out/logs/version.txt"
+# The dev tools are not in the image: their commands say where to find them.
+if run berth demo >"$out/logs/demo.txt" 2>&1; then die "berth demo ran from the image tree; berth.dev must not ship"; fi
+expect "berth demo" "not part of the installed package" "$out/logs/demo.txt"
 run berth serve --list-plugins >"$out/logs/plugins.txt" 2>&1 \
   || die "berth serve --list-plugins failed: $(cat "$out/logs/plugins.txt")"
 for plugin in AvoidNodePlugin GPUPriorityPlugin SameLabelSpread DefaultBinder; do
@@ -158,10 +176,15 @@ for plugin in AvoidNodePlugin GPUPriorityPlugin SameLabelSpread DefaultBinder; d
 done
 run python -c '
 import sys
-import berth, berth_api, plugins, server, shim
-for m in (berth, berth_api, plugins, server, shim):
+import importlib.util
+import berth, berth.api, berth.framework, berth.plugins, berth.server, berth.shim
+for m in (berth, berth.api, berth.framework, berth.plugins, berth.server, berth.shim):
     if not m.__file__.startswith(sys.argv[1]):
         sys.exit(f"{m.__name__} imported from {m.__file__}, not from the tree {sys.argv[1]}")
+# The dev tools and the tests stay in the checkout.
+for name in ("berth.dev", "tests", "server", "shim", "plugins", "framework"):
+    if importlib.util.find_spec(name) is not None:
+        sys.exit(f"{name} is importable from the image tree; it must not ship")
 ' "$tree/" || die "the packages do not import from the tree"
 
 # berth serve, as the plugin server Deployment runs it (mTLS; port 0: any free port).

@@ -25,6 +25,11 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 echo "[setup-venv] installing berth and dev tools into $venv (pip, a minute or two on first run)"
 "$venv/bin/python" -m pip install --quiet --upgrade pip
+# The distribution was called "berth" before it became berth-scheduler; an old editable
+# install of it would still map the top-level folders as packages.
+if "$venv/bin/python" -m pip show --quiet berth >/dev/null 2>&1; then
+  "$venv/bin/python" -m pip uninstall --quiet --yes berth
+fi
 "$venv/bin/python" -m pip install --quiet -e "$root[dev]"
 echo "$want" > "$stamp"
 echo "[setup-venv] ready: $venv"

@@ -4,33 +4,33 @@ upstream's (pkg/scheduler/framework/plugins/names/names.go)."""
 
 from __future__ import annotations
 
-from plugins.avoidnode import AvoidNode
-from plugins.coscheduling import Coscheduling
-from plugins.defaultbinder import DefaultBinder
-from plugins.defaultpreemption import DefaultPreemption
-from plugins.framework.discovery import PluginRegistry, RegistryError, discover
-from plugins.framework.interfaces import Plugin
-from plugins.gpucard import GPUCardFit
-from plugins.gpupriority import GPUPriority
-from plugins.imagelocality import ImageLocality
-from plugins.interpodaffinity import InterPodAffinity
-from plugins.lowcpu import LowCpu
-from plugins.nodeaffinity import NodeAffinity
-from plugins.nodedeclaredfeatures import NodeDeclaredFeatures
-from plugins.nodename import NodeName
-from plugins.nodeports import NodePorts
-from plugins.noderesources import BalancedAllocation, Fit
-from plugins.nodeunschedulable import NodeUnschedulable
-from plugins.nodevolumelimits import CSILimits
-from plugins.podtopologyspread import PodTopologySpread
-from plugins.queuesort import PrioritySort
-from plugins.samelabelspread import SameLabelSpread
-from plugins.schedulinggates import SchedulingGates
-from plugins.stickynode import StickyNode, StickyVM
-from plugins.tainttoleration import TaintToleration
-from plugins.volumebinding import VolumeBinding
-from plugins.volumerestrictions import VolumeRestrictions
-from plugins.volumezone import VolumeZone
+from berth.framework.discovery import PluginRegistry, RegistryError, discover
+from berth.framework.interfaces import Plugin
+from berth.plugins.avoidnode import AvoidNode
+from berth.plugins.coscheduling import Coscheduling
+from berth.plugins.defaultbinder import DefaultBinder
+from berth.plugins.defaultpreemption import DefaultPreemption
+from berth.plugins.gpucard import GPUCardFit
+from berth.plugins.gpupriority import GPUPriority
+from berth.plugins.imagelocality import ImageLocality
+from berth.plugins.interpodaffinity import InterPodAffinity
+from berth.plugins.lowcpu import LowCpu
+from berth.plugins.nodeaffinity import NodeAffinity
+from berth.plugins.nodedeclaredfeatures import NodeDeclaredFeatures
+from berth.plugins.nodename import NodeName
+from berth.plugins.nodeports import NodePorts
+from berth.plugins.noderesources import BalancedAllocation, Fit
+from berth.plugins.nodeunschedulable import NodeUnschedulable
+from berth.plugins.nodevolumelimits import CSILimits
+from berth.plugins.podtopologyspread import PodTopologySpread
+from berth.plugins.queuesort import PrioritySort
+from berth.plugins.samelabelspread import SameLabelSpread
+from berth.plugins.schedulinggates import SchedulingGates
+from berth.plugins.stickynode import StickyNode, StickyVM
+from berth.plugins.tainttoleration import TaintToleration
+from berth.plugins.volumebinding import VolumeBinding
+from berth.plugins.volumerestrictions import VolumeRestrictions
+from berth.plugins.volumezone import VolumeZone
 
 __all__ = ["REGISTRY", "PluginRegistry", "RegistryError", "load_registry"]
 
@@ -69,7 +69,7 @@ REGISTRY: dict[str, type[Plugin]] = {
 def load_registry(*, strict: bool = True) -> PluginRegistry:
     """REGISTRY and the plugins installed distributions declare in the
     ``berth.plugins`` entry-point group (upstream's app.WithPlugin), each
-    with where it came from (plugins/framework/discovery.py). With
+    with where it came from (framework/discovery.py). With
     ``strict``, a name provided twice raises RegistryError and entry points
     that failed to load are logged; otherwise both are only recorded."""
     return discover(REGISTRY, strict=strict)

@@ -15,14 +15,14 @@ from google.protobuf import symbol_database
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from berth_api.v1 import scheduling_pb2
-from plugins.framework.interfaces import Plugin
-from plugins.framework.profile import SchedulerConfig
-from plugins.framework.runtime import Framework, ProfileError
-from server import errors, telemetry
-from server.errors import Replica
-from server.identity import Callers
-from server.service import (
+from berth.api.v1 import scheduling_pb2
+from berth.framework.interfaces import Plugin
+from berth.framework.profile import SchedulerConfig
+from berth.framework.runtime import Framework, ProfileError
+from berth.server import errors, telemetry
+from berth.server.errors import Replica
+from berth.server.identity import Callers
+from berth.server.service import (
     DEFAULT_MAX_BATCH_PODS,
     DEFAULT_MAX_INFLIGHT_BYTES,
     DEFAULT_MAX_INFLIGHT_CALLS,
@@ -30,13 +30,13 @@ from server.service import (
     Admission,
     SchedulingService,
 )
-from server.state import (
+from berth.server.state import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_CALLER_BYTES,
     DEFAULT_MAX_PER_CALLER,
     SnapshotStore,
 )
-from server.tls import ServerTLS
+from berth.tls.serving import ServerTLS
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from server.tls import ServerTLS
+    from berth.tls.serving import ServerTLS
 
 log = logging.getLogger("berth.serve")
 
@@ -200,13 +200,13 @@ def run(args: argparse.Namespace) -> int:
     # Logging at INFO unless asked otherwise: a server should say what it does.
     if args.verbose == 0:
         logging.getLogger().setLevel(logging.INFO)
-    from plugins.framework.config import ConfigError, default_config, load_config
-    from plugins.framework.discovery import print_listing
-    from plugins.framework.runtime import ProfileError
-    from plugins.registry import RegistryError, load_registry
-    from server import telemetry
-    from server.app import Limits, serve_forever, start_server
-    from server.tls import TLSFileError
+    from berth.framework.config import ConfigError, default_config, load_config
+    from berth.framework.discovery import print_listing
+    from berth.framework.runtime import ProfileError
+    from berth.plugins.registry import RegistryError, load_registry
+    from berth.server import telemetry
+    from berth.server.app import Limits, serve_forever, start_server
+    from berth.tls.serving import TLSFileError
 
     if args.list_plugins:
         return print_listing(load_registry(strict=False), sys.stdout)
@@ -234,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     tokens = None
     if args.caller_tokens is not None:
-        from server.identity import CallerTokensError, load_tokens
+        from berth.server.identity import CallerTokensError, load_tokens
 
         try:
             tokens = load_tokens(Path(args.caller_tokens))
@@ -307,7 +307,7 @@ def server_tls(args: argparse.Namespace) -> ServerTLS | None:
     check them; ValueError (TLSFileError for a file) names the flag at fault.
     Without TLS material the server refuses to start unless given
     --insecure-plaintext, whatever the address."""
-    from server.tls import ServerTLS, is_loopback_listen
+    from berth.tls.serving import ServerTLS, is_loopback_listen
 
     if args.tls_cert is None:
         for flag, value in (("--tls-key", args.tls_key), ("--tls-client-ca", args.tls_client_ca)):

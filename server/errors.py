@@ -25,7 +25,7 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from berth_api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2 as pb
 
 # ErrorInfo.domain of every error this server sends.
 DOMAIN = "berth.dev"

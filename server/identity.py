@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from server import errors
-from server.state import ANONYMOUS
+from berth.server import errors
+from berth.server.state import ANONYMOUS
 
 # The metadata key of a caller's token (protos/README.md, "Callers").
 TOKEN_METADATA = "berth-caller-token"

@@ -41,14 +41,14 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 from prometheus_client import Gauge
 
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
-from plugins.framework.cycle_state import CycleState, StateDecodeError
-from plugins.framework.interfaces import QueuedPodInfo
-from plugins.framework.model import PodInfo
-from plugins.framework.profile import SchedulerConfig
-from plugins.framework.runtime import (
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
+from berth.framework.cycle_state import CycleState, StateDecodeError
+from berth.framework.interfaces import QueuedPodInfo
+from berth.framework.model import PodInfo
+from berth.framework.profile import SchedulerConfig
+from berth.framework.runtime import (
     CycleError,
     DeadlineExceeded,
     Framework,
@@ -56,12 +56,12 @@ from plugins.framework.runtime import (
     ScheduleResult,
     Signal,
 )
-from plugins.framework.snapshot import NodeBatch, Snapshot
-from plugins.framework.status import Code, Status
-from server import errors
-from server.errors import Replica, ServiceError
-from server.identity import Callers
-from server.state import (
+from berth.framework.snapshot import NodeBatch, Snapshot
+from berth.framework.status import Code, Status
+from berth.server import errors
+from berth.server.errors import Replica, ServiceError
+from berth.server.identity import Callers
+from berth.server.state import (
     STEPWISE_ENTRIES,
     CacheFull,
     Entry,

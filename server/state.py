@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.snapshot import Snapshot, SnapshotError
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.snapshot import Snapshot, SnapshotError
 
 log = logging.getLogger(__name__)
 

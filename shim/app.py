@@ -10,17 +10,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from berth.client import ClusterStateLog, Mode
-from berth.tls import ClientTLS
-from plugins.framework.interfaces import Plugin
-from plugins.framework.profile import SchedulerConfig
-from plugins.framework.writes import config_writes
-from shim.health import HealthServer
-from shim.healthchecks import ApiServerProbe, HealthChecks
-from shim.kubeapi import KubeApi
-from shim.leader import LeaderElector
-from shim.scheduler import Scheduler, ShimOptions
-from shim.service import PluginService
-from shim.serving import SecureServingOptions
+from berth.framework.interfaces import Plugin
+from berth.framework.profile import SchedulerConfig
+from berth.framework.writes import config_writes
+from berth.shim.health import HealthServer
+from berth.shim.healthchecks import ApiServerProbe, HealthChecks
+from berth.shim.kubeapi import KubeApi
+from berth.shim.leader import LeaderElector
+from berth.shim.scheduler import Scheduler, ShimOptions
+from berth.shim.service import PluginService
+from berth.shim.serving import SecureServingOptions
+from berth.tls.client import ClientTLS
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class ShimSettings:
 def _registry(settings: ShimSettings) -> Mapping[str, type[Plugin]]:
     if settings.registry is not None:
         return settings.registry
-    from plugins.registry import load_registry
+    from berth.plugins.registry import load_registry
 
     return load_registry()
 
@@ -86,8 +86,8 @@ def build_service(settings: ShimSettings, state: ClusterStateLog) -> PluginServi
         # process's registry: the server's answers cannot widen it.
         svc.declared_writes = config_writes(settings.config, _registry(settings))
         return svc
-    from server.app import build_frameworks
-    from server.service import SchedulingService
+    from berth.server.app import build_frameworks
+    from berth.server.service import SchedulingService
 
     registry = _registry(settings)
     service = SchedulingService(settings.config, build_frameworks(settings.config, registry))

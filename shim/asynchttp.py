@@ -52,8 +52,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from shim.http1 import Http1Pool, HttpError
-from shim.kubeapi import JSON, USER_AGENT, ApiError, KubeApi, fenced_write, tls_context
+from berth.shim.http1 import Http1Pool, HttpError
+from berth.shim.kubeapi import JSON, USER_AGENT, ApiError, KubeApi, fenced_write, tls_context
 
 # RFC 8446 5.1: a TLS record carries at most 2^14 bytes of data.
 TLS_RECORD_BYTES = 16 * 1024

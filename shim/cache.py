@@ -47,10 +47,10 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from berth.api.v1 import cluster_pb2 as cpb
 from berth.client import ClusterStateLog
 from berth.kube import occupies_node
-from berth_api.v1 import cluster_pb2 as cpb
-from shim import metrics
+from berth.shim import metrics
 
 log = logging.getLogger(__name__)
 

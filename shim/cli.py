@@ -8,11 +8,11 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from berth.tls import add_client_tls_flags
-from shim.delegation import DEFAULT_ALWAYS_ALLOW_PATHS, DEFAULT_CACHE_TTL
+from berth.shim.delegation import DEFAULT_ALWAYS_ALLOW_PATHS, DEFAULT_CACHE_TTL
+from berth.tls.client import add_client_tls_flags
 
 if TYPE_CHECKING:
-    from shim.serving import SecureServingOptions
+    from berth.shim.serving import SecureServingOptions
 
 log = logging.getLogger("berth.shim")
 
@@ -224,7 +224,7 @@ def add_secure_serving_flags(p: argparse.ArgumentParser) -> None:
 def secure_serving_from_args(args: argparse.Namespace) -> SecureServingOptions | None:
     """The secure port's options (None: --insecure-metrics); ValueError names
     the flag at fault."""
-    from shim.serving import SecureServingOptions, ServingCertificate
+    from berth.shim.serving import SecureServingOptions, ServingCertificate
 
     tls_flags = [
         f
@@ -259,15 +259,15 @@ def secure_serving_from_args(args: argparse.Namespace) -> SecureServingOptions |
 def run(args: argparse.Namespace) -> int:
     if args.verbose == 0:
         logging.getLogger().setLevel(logging.INFO)
-    from berth.tls import client_tls_from_args
-    from plugins.framework.config import ConfigError, default_config, load_config
-    from plugins.registry import RegistryError, load_registry
-    from server import telemetry
-    from shim.app import ShimSettings
-    from shim.app import run as run_shim
-    from shim.kubeapi import ConfigurationError
-    from shim.scheduler import ShimOptions
-    from shim.serving import SecureServingOptions
+    from berth.framework.config import ConfigError, default_config, load_config
+    from berth.plugins.registry import RegistryError, load_registry
+    from berth.server import telemetry
+    from berth.shim.app import ShimSettings
+    from berth.shim.app import run as run_shim
+    from berth.shim.kubeapi import ConfigurationError
+    from berth.shim.scheduler import ShimOptions
+    from berth.shim.serving import SecureServingOptions
+    from berth.tls.client import client_tls_from_args
 
     # The plugins the in-process service runs; with --server the server has
     # its own, and these only check the configuration's names.

@@ -1,6 +1,6 @@
 """Pods that ask for dynamic resource allocation (DRA, spec.resourceClaims).
 
-DynamicResources is not ported (plugins/framework/claims.py says why that
+DynamicResources is not ported (framework/claims.py says why that
 matters), so whatever profile the plugin server runs, and whichever server
 answers, the shim reports such a pod as upstream's dynamicresources.go
 PreFilter reports a claim it cannot satisfy: Unschedulable, with a
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from berth_api.v1 import cluster_pb2 as cpb
-from plugins.framework import claims
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.framework import claims
 
 __all__ = ["PLUGIN", "refusal"]
 

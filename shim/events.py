@@ -72,7 +72,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from shim.kubeapi import JSON, ApiError, segment
+from berth.shim.kubeapi import JSON, ApiError, segment
 
 log = logging.getLogger(__name__)
 

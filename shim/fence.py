@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
-from shim.kubeapi import ApiError
+from berth.shim.kubeapi import ApiError
 
 log = logging.getLogger(__name__)
 

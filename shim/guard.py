@@ -23,7 +23,7 @@ connection. The shim performs only what it can justify (principle 9):
   know, named by a valid path segment (a name "web/scale" would reach the
   scale subresource), and must target the pod being scheduled or a kind the plugin that
   asked for it declares (Plugin.writes, worked out from the configuration the
-  shim loaded: plugins/framework/writes.py), in the pod's namespace when the
+  shim loaded: framework/writes.py), in the pod's namespace when the
   kind is namespaced. One write refused refuses the answer's writes whole.
 
 Each refusal is logged at WARNING and counted in
@@ -40,11 +40,11 @@ import orjson
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from plugins.framework.writes import PluginWrites, declared_kind
-from shim import metrics
-from shim.objects import describe_write, kind_name, targets_pod
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.framework.writes import PluginWrites, declared_kind
+from berth.shim import metrics
+from berth.shim.objects import describe_write, kind_name, targets_pod
 
 log = logging.getLogger(__name__)
 

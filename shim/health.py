@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from shim.healthchecks import HealthChecks
+from berth.shim.healthchecks import HealthChecks
 
 if TYPE_CHECKING:
-    from shim.serving import SecureServing
+    from berth.shim.serving import SecureServing
 
 log = logging.getLogger(__name__)
 

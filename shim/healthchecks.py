@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shim.kubeapi import ApiError, KubeApi
+from berth.shim.kubeapi import ApiError, KubeApi
 
 log = logging.getLogger(__name__)
 

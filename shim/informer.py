@@ -35,7 +35,7 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from berth.kube import ObjectError
-from shim.kubeapi import JSON, ApiError, KubeApi, WatchStalled
+from berth.shim.kubeapi import JSON, ApiError, KubeApi, WatchStalled
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from urllib.parse import quote, urlencode
 import orjson
 import urllib3
 
-from shim.tlschain import client_context
+from berth.shim.tlschain import client_context
 
 log = logging.getLogger(__name__)
 

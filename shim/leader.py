@@ -65,9 +65,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from plugins.framework.profile import LeaderElectionConfig
-from shim.fence import LeaderFence
-from shim.kubeapi import JSON, ApiError, KubeApi, segment
+from berth.framework.profile import LeaderElectionConfig
+from berth.shim.fence import LeaderFence
+from berth.shim.kubeapi import JSON, ApiError, KubeApi, segment
 
 log = logging.getLogger(__name__)
 

@@ -28,12 +28,12 @@ from typing import Any
 
 import orjson
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
 from berth.kube import ObjectError
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from shim.informer import DELETED, Event, Informer
-from shim.kubeapi import JSON, ApiError, KubeApi, segment
+from berth.shim.informer import DELETED, Event, Informer
+from berth.shim.kubeapi import JSON, ApiError, KubeApi, segment
 
 log = logging.getLogger(__name__)
 

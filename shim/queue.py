@@ -42,10 +42,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from shim import metrics
-from shim.service import SortKey
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.shim import metrics
+from berth.shim.service import SortKey
 
 log = logging.getLogger(__name__)
 

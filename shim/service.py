@@ -24,6 +24,8 @@ from typing import Any
 import grpc
 from prometheus_client import Counter
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import (
     BATCH_TOO_LARGE,
     ClusterStateLog,
@@ -33,14 +35,12 @@ from berth.client import (
     SchedulingClient,
     SnapshotPassed,
 )
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from plugins.framework.interfaces import PreEnqueuePlugin, QueuedPodInfo, QueueSortPlugin
-from plugins.framework.model import PodInfo
-from plugins.framework.status import SUCCESS, Status
-from plugins.framework.writes import PluginWrites
-from plugins.queuesort import PrioritySort
-from plugins.schedulinggates import SchedulingGates
+from berth.framework.interfaces import PreEnqueuePlugin, QueuedPodInfo, QueueSortPlugin
+from berth.framework.model import PodInfo
+from berth.framework.status import SUCCESS, Status
+from berth.framework.writes import PluginWrites
+from berth.plugins.queuesort import PrioritySort
+from berth.plugins.schedulinggates import SchedulingGates
 
 log = logging.getLogger(__name__)
 

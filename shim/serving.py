@@ -7,7 +7,7 @@ the API server (shim/delegation.py).
 The serving certificate is ``--tls-cert-file``/``--tls-private-key-file``; with
 neither, a self-signed pair for ``localhost`` and 127.0.0.1 made at start and
 kept in memory, as kube-scheduler does (options.go ``Config`` calls
-``MaybeDefaultWithSelfSignedCerts``; see server/pki.py). ``--client-ca-file``
+``MaybeDefaultWithSelfSignedCerts``; see berth/tls/pki.py). ``--client-ca-file``
 also accepts client certificates that CA signed (the request is then
 authenticated by its certificate). TLS 1.2 at least.
 
@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from shim.delegation import (
+from berth.shim.delegation import (
     DEFAULT_ALWAYS_ALLOW_PATHS,
     DEFAULT_CACHE_TTL,
     DelegatedAuth,
@@ -53,7 +53,7 @@ class ServingCertificate:
     def context(self) -> ssl.SSLContext:
         """The server's TLS context; ValueError naming the flag and file when
         one does not load."""
-        from server.tls import read_key_pair, read_pem_certificates
+        from berth.tls.serving import read_key_pair, read_pem_certificates
 
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -64,7 +64,7 @@ class ServingCertificate:
                 self.cert_file, self.key_file, "--tls-cert-file", "--tls-private-key-file"
             )
         else:
-            from server.pki import self_signed_serving
+            from berth.tls.pki import self_signed_serving
 
             pair = self_signed_serving()
             key_pem, chain = pair.key, pair.cert

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from plugins.framework import (
+from berth.framework import (
     CycleState,
     FilterPlugin,
     NodeInfo,
@@ -32,9 +32,9 @@ from plugins.framework import (
     ReservePlugin,
     Status,
 )
-from plugins.framework.interfaces import PostFilterResult, PreFilterResult
-from plugins.framework.snapshot import NodeBatch
-from plugins.framework.status import Code
+from berth.framework.interfaces import PostFilterResult, PreFilterResult
+from berth.framework.snapshot import NodeBatch
+from berth.framework.status import Code
 
 PERMIT_WAIT_SECONDS = 10.0
 

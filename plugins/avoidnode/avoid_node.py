@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from plugins.avoidnode.args import AvoidNodePluginArgs
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.interfaces import FilterPlugin
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.status import SUCCESS, Status
+from berth.framework.cycle_state import CycleState
+from berth.framework.interfaces import FilterPlugin
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.status import SUCCESS, Status
+from berth.plugins.avoidnode.args import AvoidNodePluginArgs
 
 if TYPE_CHECKING:
-    from plugins.framework.handle import Handle
+    from berth.framework.handle import Handle
 
 __all__ = ["AVOID_LABEL", "AVOID_VALUE", "NAME", "AvoidNode", "reason_for"]
 

@@ -2,14 +2,14 @@
 Permit): gang scheduling of PodGroups, as kubernetes-sigs/scheduler-plugins
 does it."""
 
-from plugins.coscheduling.args import (
+from berth.plugins.coscheduling.args import (
     DEFAULT_PERMIT_WAITING_TIME_SECONDS,
     DEFAULT_POD_GROUP_REJECT_PERCENTAGE,
     MAX_PERMIT_WAITING_TIME_SECONDS,
     CoschedulingArgs,
 )
-from plugins.coscheduling.core import GROUPED_PODS, POD_GROUP_LABEL, PODGROUP, PodGroup
-from plugins.coscheduling.coscheduling import (
+from berth.plugins.coscheduling.core import GROUPED_PODS, POD_GROUP_LABEL, PODGROUP, PodGroup
+from berth.plugins.coscheduling.coscheduling import (
     NAME,
     Coscheduling,
     gated_message,

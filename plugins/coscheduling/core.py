@@ -24,10 +24,10 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from plugins.framework.model import PodInfo
-from plugins.framework.objects import ClusterObject, ObjectKind
-from plugins.framework.snapshot import Snapshot
-from plugins.framework.units import QuantityError, parse_quantity, shorten
+from berth.framework.model import PodInfo
+from berth.framework.objects import ClusterObject, ObjectKind
+from berth.framework.snapshot import Snapshot
+from berth.framework.units import QuantityError, parse_quantity, shorten
 
 __all__ = [
     "GROUPED_PODS",

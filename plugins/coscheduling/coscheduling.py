@@ -35,8 +35,24 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from plugins.coscheduling.args import MAX_PERMIT_WAITING_TIME_SECONDS, CoschedulingArgs
-from plugins.coscheduling.core import (
+from berth.framework.cycle_state import CycleState
+from berth.framework.interfaces import (
+    PermitPlugin,
+    PostFilterPlugin,
+    PostFilterResult,
+    PreFilterPlugin,
+    PreFilterResult,
+    QueuedPodInfo,
+    QueueSortPlugin,
+    ReservePlugin,
+    SortKey,
+)
+from berth.framework.model import PodInfo
+from berth.framework.objects import ObjectKind
+from berth.framework.snapshot import NodeBatch, Snapshot
+from berth.framework.status import SUCCESS, Code, Status
+from berth.plugins.coscheduling.args import MAX_PERMIT_WAITING_TIME_SECONDS, CoschedulingArgs
+from berth.plugins.coscheduling.core import (
     GROUPED_PODS,
     PODGROUP,
     Member,
@@ -48,25 +64,9 @@ from plugins.coscheduling.core import (
     lookup_pod_group,
     resource_gap,
 )
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.interfaces import (
-    PermitPlugin,
-    PostFilterPlugin,
-    PostFilterResult,
-    PreFilterPlugin,
-    PreFilterResult,
-    QueuedPodInfo,
-    QueueSortPlugin,
-    ReservePlugin,
-    SortKey,
-)
-from plugins.framework.model import PodInfo
-from plugins.framework.objects import ObjectKind
-from plugins.framework.snapshot import NodeBatch, Snapshot
-from plugins.framework.status import SUCCESS, Code, Status
 
 if TYPE_CHECKING:
-    from plugins.framework.handle import Handle
+    from berth.framework.handle import Handle
 
 __all__ = [
     "NAME",

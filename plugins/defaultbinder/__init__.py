@@ -1,5 +1,5 @@
 """Bind plugin DefaultBinder (upstream pkg/scheduler/framework/plugins/defaultbinder)."""
 
-from plugins.defaultbinder.default_binder import DefaultBinder
+from berth.plugins.defaultbinder.default_binder import DefaultBinder
 
 __all__ = ["DefaultBinder"]

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.interfaces import BindPlugin
-from plugins.framework.model import PodInfo
-from plugins.framework.status import SUCCESS, Status
+from berth.framework.cycle_state import CycleState
+from berth.framework.interfaces import BindPlugin
+from berth.framework.model import PodInfo
+from berth.framework.status import SUCCESS, Status
 
 __all__ = ["DefaultBinder"]
 

@@ -1,12 +1,12 @@
 """PostFilter plugin DefaultPreemption: upstream's preemption (evict
 lower-priority pods so a pending pod fits, and nominate the node)."""
 
-from plugins.defaultpreemption.args import (
+from berth.plugins.defaultpreemption.args import (
     DEFAULT_MIN_CANDIDATE_NODES_ABSOLUTE,
     DEFAULT_MIN_CANDIDATE_NODES_PERCENTAGE,
     DefaultPreemptionArgs,
 )
-from plugins.defaultpreemption.default_preemption import (
+from berth.plugins.defaultpreemption.default_preemption import (
     ERR_NO_VICTIMS,
     MSG_NOT_HELPFUL,
     NAME,
@@ -15,7 +15,7 @@ from plugins.defaultpreemption.default_preemption import (
     filter_pods_with_pdb_violation,
     pick_one_node_for_preemption,
 )
-from plugins.defaultpreemption.pdb import PDB_KIND, PodDisruptionBudget, pdb_from_object
+from berth.plugins.defaultpreemption.pdb import PDB_KIND, PodDisruptionBudget, pdb_from_object
 
 __all__ = [
     "DEFAULT_MIN_CANDIDATE_NODES_ABSOLUTE",

@@ -39,18 +39,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from plugins.defaultpreemption.args import DefaultPreemptionArgs
-from plugins.defaultpreemption.pdb import PDB_KIND, PodDisruptionBudget, pdbs_of
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.interfaces import PostFilterPlugin, PostFilterResult
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.objects import ObjectKind
-from plugins.framework.runtime import fit_error_message, go_quote
-from plugins.framework.snapshot import Snapshot
-from plugins.framework.status import SUCCESS, Code, Status
+from berth.framework.cycle_state import CycleState
+from berth.framework.interfaces import PostFilterPlugin, PostFilterResult
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.objects import ObjectKind
+from berth.framework.runtime import fit_error_message, go_quote
+from berth.framework.snapshot import Snapshot
+from berth.framework.status import SUCCESS, Code, Status
+from berth.plugins.defaultpreemption.args import DefaultPreemptionArgs
+from berth.plugins.defaultpreemption.pdb import PDB_KIND, PodDisruptionBudget, pdbs_of
 
 if TYPE_CHECKING:
-    from plugins.framework.handle import Handle
+    from berth.framework.handle import Handle
 
 __all__ = [
     "ERR_NO_VICTIMS",

@@ -2,13 +2,13 @@
 memory must fit on a single card (the whole-GPU-card example of the seed
 document score-plugin-spread-and-gpu-card.txt)."""
 
-from plugins.gpucard.args import (
+from berth.plugins.gpucard.args import (
     DEFAULT_NODE_CARDS_ANNOTATION,
     DEFAULT_POD_CARD_ANNOTATION,
     DEFAULT_POD_MEMORY_ANNOTATION,
     GPUCardFitArgs,
 )
-from plugins.gpucard.gpu_card import (
+from berth.plugins.gpucard.gpu_card import (
     CHOSEN_CARD,
     NAME,
     POD_NEED,

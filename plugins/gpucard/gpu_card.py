@@ -46,23 +46,23 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import msgspec
 
-from plugins.framework.cycle_state import CycleState, StateKey
-from plugins.framework.interfaces import (
+from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.interfaces import (
     FilterPlugin,
     PreBindPlugin,
     PreFilterPlugin,
     PreFilterResult,
     ReservePlugin,
 )
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.objects import pod_write
-from plugins.framework.snapshot import NodeBatch
-from plugins.framework.status import SUCCESS, Status
-from plugins.framework.units import QuantityError, parse_quantity, shorten
-from plugins.gpucard.args import GPUCardFitArgs
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.objects import pod_write
+from berth.framework.snapshot import NodeBatch
+from berth.framework.status import SUCCESS, Status
+from berth.framework.units import QuantityError, parse_quantity, shorten
+from berth.plugins.gpucard.args import GPUCardFitArgs
 
 if TYPE_CHECKING:
-    from plugins.framework.handle import Handle
+    from berth.framework.handle import Handle
 
 __all__ = [
     "CHOSEN_CARD",
@@ -106,7 +106,7 @@ CHOSEN_CARD: Final = StateKey(f"{NAME}/card", ChosenCard)
 def parse_memory(value: object) -> int:
     """A memory amount in bytes (rounded up) from a quantity string or an
     integer; ValueError saying why not. Bounded cost whatever the value
-    (plugins/framework/units.py)."""
+    (framework/units.py)."""
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ValueError(f'{shorten(value)} is not a quantity (e.g. "40Gi", "40G")')
     if isinstance(value, int) and value.bit_length() > 63:

@@ -1,8 +1,8 @@
 """Score plugin GPUPriorityPlugin: prefer nodes with more free GPUs (the GPU
 example of the seed document scheduler-framework-plugins.txt)."""
 
-from plugins.gpupriority.args import DEFAULT_RESOURCE_NAME, GPUPriorityPluginArgs
-from plugins.gpupriority.gpu_priority import GPUPriority, free_on_node, normalize_free
+from berth.plugins.gpupriority.args import DEFAULT_RESOURCE_NAME, GPUPriorityPluginArgs
+from berth.plugins.gpupriority.gpu_priority import GPUPriority, free_on_node, normalize_free
 
 __all__ = [
     "DEFAULT_RESOURCE_NAME",

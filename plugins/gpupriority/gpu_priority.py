@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.interfaces import MAX_NODE_SCORE, ScoreArray, ScorePlugin
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.snapshot import NodeBatch
-from plugins.framework.status import SUCCESS, Status
-from plugins.gpupriority.args import GPUPriorityPluginArgs
+from berth.framework.cycle_state import CycleState
+from berth.framework.interfaces import MAX_NODE_SCORE, ScoreArray, ScorePlugin
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.snapshot import NodeBatch
+from berth.framework.status import SUCCESS, Status
+from berth.plugins.gpupriority.args import GPUPriorityPluginArgs
 
 if TYPE_CHECKING:
-    from plugins.framework.handle import Handle
+    from berth.framework.handle import Handle
 
 __all__ = ["NAME", "GPUPriority", "free_on_node", "normalize_free"]
 

@@ -44,11 +44,11 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.interfaces import MAX_NODE_SCORE, ScoreArray, ScorePlugin
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.snapshot import NodeBatch, NodesMark, Snapshot
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.cycle_state import CycleState
+from berth.framework.interfaces import MAX_NODE_SCORE, ScoreArray, ScorePlugin
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.snapshot import NodeBatch, NodesMark, Snapshot
 
 __all__ = [
     "MAX_CONTAINER_THRESHOLD",

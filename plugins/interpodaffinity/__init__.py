@@ -2,8 +2,8 @@
 pkg/scheduler/framework/plugins/interpodaffinity), with the term semantics of
 kube-scheduler's framework types in terms.py."""
 
-from plugins.interpodaffinity.args import InterPodAffinityArgs
-from plugins.interpodaffinity.inter_pod_affinity import (
+from berth.plugins.interpodaffinity.args import InterPodAffinityArgs
+from berth.plugins.interpodaffinity.inter_pod_affinity import (
     ERR_REASON_AFFINITY,
     ERR_REASON_ANTI_AFFINITY,
     ERR_REASON_EXISTING_ANTI_AFFINITY,

@@ -31,9 +31,9 @@ import weakref
 from collections.abc import Hashable, Mapping
 from typing import Final, TypeVar
 
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.snapshot import Snapshot
-from plugins.interpodaffinity.terms import AffinityTerm, Signature, parsed_terms, signature
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.snapshot import Snapshot
+from berth.plugins.interpodaffinity.terms import AffinityTerm, Signature, parsed_terms, signature
 
 __all__ = ["AffinityIndex", "SlotCounts", "affinity_index"]
 

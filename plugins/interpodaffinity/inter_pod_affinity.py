@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, cast
 import msgspec
 import numpy as np
 
-from plugins.framework.cycle_state import CycleState, StateKey
-from plugins.framework.interfaces import (
+from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.interfaces import (
     MAX_NODE_SCORE,
     FilterPlugin,
     NodeVerdicts,
@@ -39,16 +39,16 @@ from plugins.framework.interfaces import (
     ScoreArray,
     ScorePlugin,
 )
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.objects import ObjectKind
-from plugins.framework.snapshot import BoolArray, NodeBatch, Snapshot
-from plugins.framework.status import SUCCESS, Status
-from plugins.interpodaffinity.args import InterPodAffinityArgs
-from plugins.interpodaffinity.index import AffinityIndex, SlotCounts, affinity_index
-from plugins.interpodaffinity.terms import AffinityTerm, parsed_terms, pod_matches_all
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.objects import ObjectKind
+from berth.framework.snapshot import BoolArray, NodeBatch, Snapshot
+from berth.framework.status import SUCCESS, Status
+from berth.plugins.interpodaffinity.args import InterPodAffinityArgs
+from berth.plugins.interpodaffinity.index import AffinityIndex, SlotCounts, affinity_index
+from berth.plugins.interpodaffinity.terms import AffinityTerm, parsed_terms, pod_matches_all
 
 if TYPE_CHECKING:
-    from plugins.framework.handle import Handle
+    from berth.framework.handle import Handle
 
 __all__ = [
     "ERR_REASON_AFFINITY",

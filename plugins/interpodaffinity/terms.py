@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.model import PodInfo
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.model import PodInfo
 
 __all__ = [
     "EVERYTHING",

@@ -2,8 +2,8 @@
 (metrics.k8s.io NodeMetrics) is above a threshold, prefer the idlest (the
 example of the seed document custom-plugins-lowcpu.md, section 7)."""
 
-from plugins.lowcpu.args import LowCpuSchedulerArgs
-from plugins.lowcpu.low_cpu import (
+from berth.plugins.lowcpu.args import LowCpuSchedulerArgs
+from berth.plugins.lowcpu.low_cpu import (
     METRICS_GROUP,
     METRICS_KIND,
     METRICS_RESOURCE,

@@ -40,16 +40,16 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.interfaces import MAX_NODE_SCORE, FilterPlugin, ScorePlugin
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.objects import ClusterObject, ObjectKind
-from plugins.framework.status import SUCCESS, Status
-from plugins.framework.units import QuantityError, parse_quantity, shorten
-from plugins.lowcpu.args import REJECT, LowCpuSchedulerArgs
+from berth.framework.cycle_state import CycleState
+from berth.framework.interfaces import MAX_NODE_SCORE, FilterPlugin, ScorePlugin
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.objects import ClusterObject, ObjectKind
+from berth.framework.status import SUCCESS, Status
+from berth.framework.units import QuantityError, parse_quantity, shorten
+from berth.plugins.lowcpu.args import REJECT, LowCpuSchedulerArgs
 
 if TYPE_CHECKING:
-    from plugins.framework.handle import Handle
+    from berth.framework.handle import Handle
 
 __all__ = [
     "METRICS_GROUP",

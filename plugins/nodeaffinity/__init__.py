@@ -3,8 +3,8 @@ pkg/scheduler/framework/plugins/nodeaffinity), with the node selector
 semantics of k8s.io/component-helpers/scheduling/corev1/nodeaffinity in
 selector.py."""
 
-from plugins.nodeaffinity.args import NodeAffinityArgs
-from plugins.nodeaffinity.node_affinity import (
+from berth.plugins.nodeaffinity.args import NodeAffinityArgs
+from berth.plugins.nodeaffinity.node_affinity import (
     ERR_REASON_CONFLICT,
     ERR_REASON_ENFORCED,
     ERR_REASON_POD,

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import msgspec
 import numpy as np
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.cycle_state import CycleState, StateKey
-from plugins.framework.interfaces import (
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.interfaces import (
     MAX_NODE_SCORE,
     FilterPlugin,
     NodeVerdicts,
@@ -33,13 +33,13 @@ from plugins.framework.interfaces import (
     ScoreArray,
     ScorePlugin,
 )
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.normalize import default_normalize_score
-from plugins.framework.runtime import CycleError, plugin_error_message
-from plugins.framework.snapshot import NodeBatch
-from plugins.framework.status import SUCCESS, Status
-from plugins.nodeaffinity.args import NodeAffinityArgs
-from plugins.nodeaffinity.selector import (
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.normalize import default_normalize_score
+from berth.framework.runtime import CycleError, plugin_error_message
+from berth.framework.snapshot import NodeBatch
+from berth.framework.status import SUCCESS, Status
+from berth.plugins.nodeaffinity.args import NodeAffinityArgs
+from berth.plugins.nodeaffinity.selector import (
     IN,
     NODE_NAME_FIELD,
     RequiredNodeAffinity,
@@ -54,7 +54,7 @@ from plugins.nodeaffinity.selector import (
 )
 
 if TYPE_CHECKING:
-    from plugins.framework.handle import Handle
+    from berth.framework.handle import Handle
 
 __all__ = [
     "ERR_REASON_CONFLICT",

@@ -37,8 +37,8 @@ from typing import Final, Protocol
 
 import msgspec
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.runtime import go_quote
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.runtime import go_quote
 
 __all__ = [
     "DOES_NOT_EXIST",

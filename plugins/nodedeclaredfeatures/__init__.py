@@ -1,6 +1,6 @@
 """NodeDeclaredFeatures: pods that need a node feature go to nodes that declare it."""
 
-from plugins.nodedeclaredfeatures.node_declared_features import (
+from berth.plugins.nodedeclaredfeatures.node_declared_features import (
     ERR_REASON_UNSATISFIED_REQUIREMENTS,
     FEATURES,
     NodeDeclaredFeatures,

@@ -35,17 +35,17 @@ from typing import ClassVar
 import msgspec
 import numpy as np
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.cycle_state import CycleState, StateKey
-from plugins.framework.interfaces import (
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.interfaces import (
     FilterPlugin,
     NodeVerdicts,
     PreFilterPlugin,
     PreFilterResult,
 )
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.snapshot import NodeBatch
-from plugins.framework.status import SUCCESS, Status
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.snapshot import NodeBatch
+from berth.framework.status import SUCCESS, Status
 
 __all__ = [
     "ERR_REASON_UNSATISFIED_REQUIREMENTS",

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.interfaces import FilterPlugin, NodeVerdicts
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.snapshot import NodeBatch
-from plugins.framework.status import SUCCESS, Status
+from berth.framework.cycle_state import CycleState
+from berth.framework.interfaces import FilterPlugin, NodeVerdicts
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.snapshot import NodeBatch
+from berth.framework.status import SUCCESS, Status
 
 __all__ = ["ERR_REASON", "NodeName", "fits"]
 

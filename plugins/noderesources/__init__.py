@@ -2,13 +2,13 @@
 pkg/scheduler/framework/plugins/noderesources): NodeResourcesFit and
 NodeResourcesBalancedAllocation, sharing resource_allocation.py."""
 
-from plugins.noderesources.args import (
+from berth.plugins.noderesources.args import (
     BalancedAllocationArgs,
     NodeResourcesBalancedAllocationArgs,
     NodeResourcesFitArgs,
 )
-from plugins.noderesources.balanced_allocation import BalancedAllocation
-from plugins.noderesources.fit import Fit
+from berth.plugins.noderesources.balanced_allocation import BalancedAllocation
+from berth.plugins.noderesources.fit import Fit
 
 __all__ = [
     "BalancedAllocation",

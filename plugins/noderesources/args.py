@@ -22,7 +22,7 @@ from typing import Final
 
 import msgspec
 
-from plugins.noderesources.resource_names import CPU, MEMORY, qualified_name_errors
+from berth.plugins.noderesources.resource_names import CPU, MEMORY, qualified_name_errors
 
 __all__ = [
     "LEAST_ALLOCATED",

@@ -46,13 +46,13 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from plugins.framework.cycle_state import CycleState, StateKey
-from plugins.framework.interfaces import MAX_NODE_SCORE, PreScorePlugin, ScoreArray, ScorePlugin
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.snapshot import NodeBatch
-from plugins.framework.status import SUCCESS, Status
-from plugins.noderesources.args import NodeResourcesBalancedAllocationArgs
-from plugins.noderesources.resource_allocation import (
+from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.interfaces import MAX_NODE_SCORE, PreScorePlugin, ScoreArray, ScorePlugin
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.snapshot import NodeBatch
+from berth.framework.status import SUCCESS, Status
+from berth.plugins.noderesources.args import NodeResourcesBalancedAllocationArgs
+from berth.plugins.noderesources.resource_allocation import (
     IntArray,
     ResourceAllocationScorer,
     ResourceColumns,
@@ -62,7 +62,7 @@ from plugins.noderesources.resource_allocation import (
 )
 
 if TYPE_CHECKING:
-    from plugins.framework.handle import Handle
+    from berth.framework.handle import Handle
 
 __all__ = [
     "NAME",

@@ -38,8 +38,8 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from plugins.framework.cycle_state import CycleState, StateKey
-from plugins.framework.interfaces import (
+from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.interfaces import (
     FilterPlugin,
     NodeVerdicts,
     PreFilterPlugin,
@@ -48,20 +48,22 @@ from plugins.framework.interfaces import (
     ScoreArray,
     ScorePlugin,
 )
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.snapshot import IntArray, NodeBatch
-from plugins.framework.status import SUCCESS, Code, Status
-from plugins.noderesources.args import (
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.snapshot import IntArray, NodeBatch
+from berth.framework.status import SUCCESS, Code, Status
+from berth.plugins.noderesources.args import (
     LEAST_ALLOCATED,
     MOST_ALLOCATED,
     NodeResourcesFitArgs,
     ScoringStrategy,
 )
-from plugins.noderesources.least_allocated import least_resource_scorer
-from plugins.noderesources.most_allocated import most_resource_scorer
-from plugins.noderesources.requested_to_capacity_ratio import requested_to_capacity_ratio_scorer
-from plugins.noderesources.resource_allocation import ResourceAllocationScorer, ScoreFunctions
-from plugins.noderesources.resource_names import (
+from berth.plugins.noderesources.least_allocated import least_resource_scorer
+from berth.plugins.noderesources.most_allocated import most_resource_scorer
+from berth.plugins.noderesources.requested_to_capacity_ratio import (
+    requested_to_capacity_ratio_scorer,
+)
+from berth.plugins.noderesources.resource_allocation import ResourceAllocationScorer, ScoreFunctions
+from berth.plugins.noderesources.resource_names import (
     CPU,
     EPHEMERAL_STORAGE,
     MEMORY,
@@ -70,7 +72,7 @@ from plugins.noderesources.resource_names import (
 )
 
 if TYPE_CHECKING:
-    from plugins.framework.handle import Handle
+    from berth.framework.handle import Handle
 
 __all__ = [
     "PRE_FILTER_STATE_KEY",

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from plugins.framework.interfaces import MAX_NODE_SCORE
-from plugins.noderesources.resource_allocation import (
+from berth.framework.interfaces import MAX_NODE_SCORE
+from berth.plugins.noderesources.resource_allocation import (
     IntArray,
     ScoreFunctions,
     go_div,

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from plugins.framework.interfaces import MAX_NODE_SCORE
-from plugins.noderesources.args import MAX_CUSTOM_PRIORITY_SCORE, UtilizationShapePoint
-from plugins.noderesources.resource_allocation import (
+from berth.framework.interfaces import MAX_NODE_SCORE
+from berth.plugins.noderesources.args import MAX_CUSTOM_PRIORITY_SCORE, UtilizationShapePoint
+from berth.plugins.noderesources.resource_allocation import (
     IntArray,
     ResourceColumns,
     ScoreFunctions,

@@ -28,15 +28,15 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from plugins.framework.model import (
+from berth.framework.model import (
     NON_ZERO_DEFAULTS,
     NodeInfo,
     PodInfo,
     PodResourcesOptions,
 )
-from plugins.framework.snapshot import NodeBatch
-from plugins.noderesources.args import ResourceSpec
-from plugins.noderesources.resource_names import (
+from berth.framework.snapshot import NodeBatch
+from berth.plugins.noderesources.args import ResourceSpec
+from berth.plugins.noderesources.resource_names import (
     CPU,
     EPHEMERAL_STORAGE,
     MEMORY,

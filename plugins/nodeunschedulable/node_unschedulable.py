@@ -12,13 +12,13 @@ from typing import ClassVar
 
 import numpy as np
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.interfaces import FilterPlugin, NodeVerdicts
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.snapshot import NodeBatch
-from plugins.framework.status import SUCCESS, Status
-from plugins.framework.tolerations import (
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.cycle_state import CycleState
+from berth.framework.interfaces import FilterPlugin, NodeVerdicts
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.snapshot import NodeBatch
+from berth.framework.status import SUCCESS, Status
+from berth.framework.tolerations import (
     EFFECT_NO_SCHEDULE,
     TAINT_NODE_UNSCHEDULABLE,
     tolerations_tolerate_taint,

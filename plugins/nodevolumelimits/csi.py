@@ -36,20 +36,20 @@ import secrets
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.handle import Handle
-from plugins.framework.interfaces import (
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.cycle_state import CycleState
+from berth.framework.handle import Handle
+from berth.framework.interfaces import (
     FilterPlugin,
     NodeVerdicts,
     PreFilterPlugin,
     PreFilterResult,
 )
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.objects import ClusterObject, ObjectKind
-from plugins.framework.snapshot import NodeBatch, Snapshot
-from plugins.framework.status import SUCCESS, Status
-from plugins.framework.storage import (
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.objects import ClusterObject, ObjectKind
+from berth.framework.snapshot import NodeBatch, Snapshot
+from berth.framework.status import SUCCESS, Status
+from berth.framework.storage import (
     CSI_NODES,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
@@ -68,7 +68,7 @@ from plugins.framework.storage import (
     storage_class,
     volumes_of,
 )
-from plugins.nodevolumelimits.csi_translation import (
+from berth.plugins.nodevolumelimits.csi_translation import (
     TranslationError,
     inline_plugin,
     inline_volume_handle,

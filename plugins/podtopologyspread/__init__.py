@@ -1,8 +1,8 @@
 """PreFilter/Filter/PreScore/Score plugin PodTopologySpread (upstream
 pkg/scheduler/framework/plugins/podtopologyspread)."""
 
-from plugins.podtopologyspread.args import PodTopologySpreadArgs
-from plugins.podtopologyspread.pod_topology_spread import (
+from berth.plugins.podtopologyspread.args import PodTopologySpreadArgs
+from berth.plugins.podtopologyspread.pod_topology_spread import (
     ERR_REASON_CONSTRAINTS_NOT_MATCH,
     ERR_REASON_NODE_LABEL_NOT_MATCH,
     PRE_FILTER_STATE_KEY,

@@ -16,18 +16,18 @@ from typing import Final
 
 import msgspec
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.model import PodInfo
-from plugins.framework.objects import ObjectKind
-from plugins.framework.snapshot import Snapshot
-from plugins.framework.tolerations import (
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.model import PodInfo
+from berth.framework.objects import ObjectKind
+from berth.framework.snapshot import Snapshot
+from berth.framework.tolerations import (
     EFFECT_NO_EXECUTE,
     EFFECT_NO_SCHEDULE,
     tolerations_tolerate_taint,
 )
-from plugins.nodeaffinity.selector import RequiredNodeAffinity
-from plugins.podtopologyspread.args import DefaultConstraint
-from plugins.podtopologyspread.selector import (
+from berth.plugins.nodeaffinity.selector import RequiredNodeAffinity
+from berth.plugins.podtopologyspread.args import DefaultConstraint
+from berth.plugins.podtopologyspread.selector import (
     Selector,
     SelectorError,
     selector_from_json,

@@ -35,10 +35,10 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.snapshot import Snapshot
-from plugins.podtopologyspread.selector import Selector
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.snapshot import Snapshot
+from berth.plugins.podtopologyspread.selector import Selector
 
 __all__ = [
     "MAX_TABLES",

@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 import msgspec
 import numpy as np
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.cycle_state import CycleState, StateKey
-from plugins.framework.interfaces import (
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.interfaces import (
     MAX_NODE_SCORE,
     FilterPlugin,
     NodeVerdicts,
@@ -50,19 +50,19 @@ from plugins.framework.interfaces import (
     ScoreArray,
     ScorePlugin,
 )
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.objects import ObjectKind
-from plugins.framework.snapshot import BoolArray, IntArray, NodeBatch, Snapshot
-from plugins.framework.status import SUCCESS, Status
-from plugins.nodeaffinity.selector import RequiredNodeAffinity, required_node_affinity
-from plugins.podtopologyspread.args import (
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.objects import ObjectKind
+from berth.framework.snapshot import BoolArray, IntArray, NodeBatch, Snapshot
+from berth.framework.status import SUCCESS, Status
+from berth.plugins.nodeaffinity.selector import RequiredNodeAffinity, required_node_affinity
+from berth.plugins.podtopologyspread.args import (
     DO_NOT_SCHEDULE,
     SCHEDULE_ANYWAY,
     SYSTEM_DEFAULTING,
     DefaultConstraint,
     PodTopologySpreadArgs,
 )
-from plugins.podtopologyspread.common import (
+from berth.plugins.podtopologyspread.common import (
     LABEL_HOSTNAME,
     LABEL_TOPOLOGY_ZONE,
     REPLICASETS,
@@ -75,15 +75,15 @@ from plugins.podtopologyspread.common import (
     filter_constraints,
     node_labels_match_spread_constraints,
 )
-from plugins.podtopologyspread.counts import (
+from berth.plugins.podtopologyspread.counts import (
     TopologyColumn,
     pod_count_index,
     topology_index,
 )
-from plugins.podtopologyspread.selector import SelectorError
+from berth.plugins.podtopologyspread.selector import SelectorError
 
 if TYPE_CHECKING:
-    from plugins.framework.handle import Handle
+    from berth.framework.handle import Handle
 
 __all__ = [
     "ERR_REASON_CONSTRAINTS_NOT_MATCH",

@@ -21,8 +21,8 @@ from typing import Final
 
 import msgspec
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.nodeaffinity.selector import label_key_errors, label_value_errors
+from berth.api.v1 import cluster_pb2 as pb
+from berth.plugins.nodeaffinity.selector import label_key_errors, label_value_errors
 
 __all__ = [
     "EVERYTHING",

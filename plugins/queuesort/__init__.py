@@ -1,5 +1,5 @@
 """QueueSort plugin PrioritySort (upstream pkg/scheduler/framework/plugins/queuesort)."""
 
-from plugins.queuesort.priority_sort import PrioritySort
+from berth.plugins.queuesort.priority_sort import PrioritySort
 
 __all__ = ["PrioritySort"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from plugins.framework.interfaces import QueuedPodInfo, QueueSortPlugin, SortKey
+from berth.framework.interfaces import QueuedPodInfo, QueueSortPlugin, SortKey
 
 __all__ = ["PrioritySort"]
 

@@ -2,8 +2,8 @@
 the incoming pod's labels (the ``spreadPlugin`` of the seed document
 score-plugin-spread-and-gpu-card.txt)."""
 
-from plugins.samelabelspread.args import SameLabelSpreadArgs
-from plugins.samelabelspread.same_label_spread import (
+from berth.plugins.samelabelspread.args import SameLabelSpreadArgs
+from berth.plugins.samelabelspread.same_label_spread import (
     SCORE_PER_POD,
     SameLabelSpread,
     count_matching,

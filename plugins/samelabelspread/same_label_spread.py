@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.interfaces import MAX_NODE_SCORE, MIN_NODE_SCORE, ScoreArray, ScorePlugin
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.snapshot import NodeBatch
-from plugins.samelabelspread.args import SameLabelSpreadArgs
+from berth.framework.cycle_state import CycleState
+from berth.framework.interfaces import MAX_NODE_SCORE, MIN_NODE_SCORE, ScoreArray, ScorePlugin
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.snapshot import NodeBatch
+from berth.plugins.samelabelspread.args import SameLabelSpreadArgs
 
 if TYPE_CHECKING:
-    from plugins.framework.handle import Handle
+    from berth.framework.handle import Handle
 
 __all__ = [
     "NAME",

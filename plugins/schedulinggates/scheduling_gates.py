@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from plugins.framework.interfaces import PreEnqueuePlugin
-from plugins.framework.model import PodInfo
-from plugins.framework.status import SUCCESS, Status
+from berth.framework.interfaces import PreEnqueuePlugin
+from berth.framework.model import PodInfo
+from berth.framework.status import SUCCESS, Status
 
 __all__ = ["NAME", "SchedulingGates", "waiting_for_gates_message"]
 

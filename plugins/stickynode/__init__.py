@@ -2,13 +2,13 @@
 StickyVM, the seed's name): the pods of a VM-like owner go back to the node
 where the owner first ran (seed framework-design-and-sticky-node-plugin.md)."""
 
-from plugins.stickynode.args import (
+from berth.plugins.stickynode.args import (
     DEFAULT_ANNOTATION_KEY,
     DEFAULT_OWNER_CHAIN,
     OwnerKind,
     StickyNodeArgs,
 )
-from plugins.stickynode.sticky_node import (
+from berth.plugins.stickynode.sticky_node import (
     NAME,
     SEED_NAME,
     StickyNode,

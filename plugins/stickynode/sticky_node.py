@@ -36,21 +36,21 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import msgspec
 
-from plugins.framework.cycle_state import CycleState, StateKey
-from plugins.framework.interfaces import (
+from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.interfaces import (
     FilterPlugin,
     PostBindPlugin,
     PreFilterPlugin,
     PreFilterResult,
 )
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.objects import ClusterObject, ObjectKind, ObjectWrite
-from plugins.framework.snapshot import NodeBatch, Snapshot
-from plugins.framework.status import SKIP, SUCCESS, Status
-from plugins.stickynode.args import OwnerKind, StickyNodeArgs
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.objects import ClusterObject, ObjectKind, ObjectWrite
+from berth.framework.snapshot import NodeBatch, Snapshot
+from berth.framework.status import SKIP, SUCCESS, Status
+from berth.plugins.stickynode.args import OwnerKind, StickyNodeArgs
 
 if TYPE_CHECKING:
-    from plugins.framework.handle import Handle
+    from berth.framework.handle import Handle
 
 __all__ = [
     "NAME",

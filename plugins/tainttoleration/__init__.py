@@ -1,7 +1,7 @@
 """Filter/PreScore/Score plugin TaintToleration (upstream
 pkg/scheduler/framework/plugins/tainttoleration)."""
 
-from plugins.tainttoleration.taint_toleration import (
+from berth.plugins.tainttoleration.taint_toleration import (
     ERR_REASON_UNTOLERATED,
     PRE_SCORE_STATE_KEY,
     TaintToleration,

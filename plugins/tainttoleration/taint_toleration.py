@@ -3,7 +3,7 @@ prefer nodes with fewer untolerated PreferNoSchedule taints.
 
 Port of pkg/scheduler/framework/plugins/tainttoleration/taint_toleration.go
 at v1.36 (Filter, PreScore, Score, NormalizeScore). Toleration matching is
-upstream's Toleration.ToleratesTaint, shared in plugins/framework/tolerations.py;
+upstream's Toleration.ToleratesTaint, shared in framework/tolerations.py;
 the alpha Lt/Gt operators (feature gate TaintTolerationComparisonOperators,
 off by default in v1.36) match nothing, as upstream with the gate off.
 
@@ -23,8 +23,8 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from plugins.framework.cycle_state import CycleState, StateError, StateKey
-from plugins.framework.interfaces import (
+from berth.framework.cycle_state import CycleState, StateError, StateKey
+from berth.framework.interfaces import (
     MAX_NODE_SCORE,
     FilterPlugin,
     NodeVerdicts,
@@ -32,11 +32,11 @@ from plugins.framework.interfaces import (
     ScoreArray,
     ScorePlugin,
 )
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.normalize import default_normalize_score
-from plugins.framework.snapshot import NodeBatch, NodesMark, Snapshot
-from plugins.framework.status import SUCCESS, Status
-from plugins.framework.tolerations import (
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.normalize import default_normalize_score
+from berth.framework.snapshot import NodeBatch, NodesMark, Snapshot
+from berth.framework.status import SUCCESS, Status
+from berth.framework.tolerations import (
     EFFECT_NO_EXECUTE,
     EFFECT_NO_SCHEDULE,
     EFFECT_PREFER_NO_SCHEDULE,

@@ -2,13 +2,13 @@
 StorageCapacityScoring gate) plugin VolumeBinding: upstream's
 pkg/scheduler/framework/plugins/volumebinding."""
 
-from plugins.volumebinding.args import (
+from berth.plugins.volumebinding.args import (
     DEFAULT_BIND_TIMEOUT_SECONDS,
     DEFAULT_SHAPE,
     UtilizationShapePoint,
     VolumeBindingArgs,
 )
-from plugins.volumebinding.binder import (
+from berth.plugins.volumebinding.binder import (
     ASSUMED_ANNOTATION,
     CSI_DRIVERS,
     CSI_STORAGE_CAPACITIES,
@@ -17,7 +17,7 @@ from plugins.volumebinding.binder import (
     ERR_REASON_NOT_ENOUGH_SPACE,
     ERR_REASON_PV_NOT_EXIST,
 )
-from plugins.volumebinding.volume_binding import (
+from berth.plugins.volumebinding.volume_binding import (
     CHOSEN,
     CLAIMS,
     NAME,

@@ -23,11 +23,11 @@ from typing import Any, Final
 
 import msgspec
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.objects import ClusterObject, ObjectKind, ObjectWrite
-from plugins.framework.runtime import go_quote
-from plugins.framework.snapshot import Snapshot
-from plugins.framework.storage import (
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.objects import ClusterObject, ObjectKind, ObjectWrite
+from berth.framework.runtime import go_quote
+from berth.framework.snapshot import Snapshot
+from berth.framework.storage import (
     BETA_STORAGE_CLASS_ANNOTATION,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
@@ -40,14 +40,14 @@ from plugins.framework.storage import (
     not_found,
     volumes_of,
 )
-from plugins.nodeaffinity.selector import SelectorTerm
-from plugins.volumebinding.csi_translation import (
+from berth.plugins.nodeaffinity.selector import SelectorTerm
+from berth.plugins.volumebinding.csi_translation import (
     TranslationError,
     in_tree_plugin,
     migrated_plugins,
     translated_node_affinity,
 )
-from plugins.volumebinding.volumes import (
+from berth.plugins.volumebinding.volumes import (
     ANN_BOUND_BY_CONTROLLER,
     ANN_SELECTED_NODE,
     CLAIM_LOST,
@@ -105,7 +105,7 @@ ERR_REASON_PV_NOT_EXIST: Final = (
     "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
 )
 
-# The kinds beyond those in plugins/framework/storage.py that the capacity
+# The kinds beyond those in framework/storage.py that the capacity
 # check reads (hasEnoughCapacity): CSI drivers that opt into storage capacity
 # tracking, and the capacities they publish.
 CSI_DRIVERS: Final = ObjectKind(STORAGE_GROUP, "v1", "csidrivers", "CSIDriver", namespaced=False)

@@ -71,8 +71,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 import msgspec
 import numpy as np
 
-from plugins.framework.cycle_state import CycleState, StateKey
-from plugins.framework.interfaces import (
+from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.interfaces import (
     MAX_NODE_SCORE,
     FilterPlugin,
     NodeVerdicts,
@@ -84,24 +84,24 @@ from plugins.framework.interfaces import (
     ScoreArray,
     ScorePlugin,
 )
-from plugins.framework.model import PodInfo
-from plugins.framework.objects import ObjectKind
-from plugins.framework.snapshot import NodeBatch
-from plugins.framework.status import SUCCESS, Status
-from plugins.framework.storage import (
+from berth.framework.model import PodInfo
+from berth.framework.objects import ObjectKind
+from berth.framework.snapshot import NodeBatch
+from berth.framework.status import SUCCESS, Status
+from berth.framework.storage import (
     CSI_NODES,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
 )
-from plugins.noderesources.requested_to_capacity_ratio import broken_linear
-from plugins.volumebinding.args import (
+from berth.plugins.noderesources.requested_to_capacity_ratio import broken_linear
+from berth.plugins.volumebinding.args import (
     DEFAULT_SHAPE,
     MAX_CUSTOM_PRIORITY_SCORE,
     UtilizationShapePoint,
     VolumeBindingArgs,
 )
-from plugins.volumebinding.binder import (
+from berth.plugins.volumebinding.binder import (
     ASSUMED_ANNOTATION,
     CSI_DRIVERS,
     CSI_STORAGE_CAPACITIES,
@@ -119,7 +119,7 @@ from plugins.volumebinding.binder import (
 )
 
 if TYPE_CHECKING:
-    from plugins.framework.handle import Handle
+    from berth.framework.handle import Handle
 
 __all__ = [
     "CHOSEN",

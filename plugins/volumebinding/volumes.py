@@ -20,12 +20,16 @@ from typing import Any, Final
 
 import msgspec
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.objects import ClusterObject
-from plugins.framework.storage import BETA_STORAGE_CLASS_ANNOTATION, mapping
-from plugins.framework.units import QuantityError, parse_quantity
-from plugins.nodeaffinity.selector import SelectorTerm, compile_node_selector, selector_matches
-from plugins.podtopologyspread.selector import Selector, SelectorError, selector_from_json
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.objects import ClusterObject
+from berth.framework.storage import BETA_STORAGE_CLASS_ANNOTATION, mapping
+from berth.framework.units import QuantityError, parse_quantity
+from berth.plugins.nodeaffinity.selector import (
+    SelectorTerm,
+    compile_node_selector,
+    selector_matches,
+)
+from berth.plugins.podtopologyspread.selector import Selector, SelectorError, selector_from_json
 
 __all__ = [
     "ANN_BIND_COMPLETED",

@@ -27,19 +27,19 @@ from typing import Any, ClassVar, Final
 
 import msgspec
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.cycle_state import CycleState, StateKey
-from plugins.framework.interfaces import (
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.interfaces import (
     FilterPlugin,
     NodeVerdicts,
     PreFilterPlugin,
     PreFilterResult,
 )
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.objects import ObjectKind
-from plugins.framework.snapshot import NodeBatch, Snapshot
-from plugins.framework.status import SUCCESS, Status
-from plugins.framework.storage import (
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.objects import ObjectKind
+from berth.framework.snapshot import NodeBatch, Snapshot
+from berth.framework.status import SUCCESS, Status
+from berth.framework.storage import (
     PERSISTENT_VOLUME_CLAIMS,
     READ_WRITE_ONCE_POD,
     access_modes,

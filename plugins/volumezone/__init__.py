@@ -1,7 +1,7 @@
 """PreFilter/Filter plugin VolumeZone (upstream
 pkg/scheduler/framework/plugins/volumezone)."""
 
-from plugins.volumezone.volume_zone import (
+from berth.plugins.volumezone.volume_zone import (
     ERR_REASON_CONFLICT,
     PRE_FILTER_STATE_KEY,
     PVTopology,

@@ -28,24 +28,24 @@ from typing import Any, ClassVar, Final
 
 import msgspec
 
-from plugins.framework.cycle_state import CycleState, StateKey
-from plugins.framework.interfaces import (
+from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.interfaces import (
     FilterPlugin,
     NodeVerdicts,
     PreFilterPlugin,
     PreFilterResult,
 )
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.objects import ClusterObject, ObjectKind
-from plugins.framework.snapshot import (
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.objects import ClusterObject, ObjectKind
+from berth.framework.snapshot import (
     LABEL_REGION,
     LABEL_REGION_BETA,
     LABEL_ZONE,
     LABEL_ZONE_BETA,
     NodeBatch,
 )
-from plugins.framework.status import SUCCESS, Status
-from plugins.framework.storage import (
+from berth.framework.status import SUCCESS, Status
+from berth.framework.storage import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,

@@ -5,9 +5,9 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from plugins.framework.config import default_config
-from plugins.registry import REGISTRY as DEFAULT_REGISTRY
-from server.app import RunningServer, start_server
+from berth.framework.config import default_config
+from berth.plugins.registry import REGISTRY as DEFAULT_REGISTRY
+from berth.server.app import RunningServer, start_server
 from tests.contract.fakes import CONFIG, REGISTRY
 
 MAX_MESSAGE = 1024 * 1024

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from plugins.framework import (
+from berth.framework import (
     CycleState,
     FilterPlugin,
     NodeBatch,
@@ -15,7 +15,7 @@ from plugins.framework import (
     StateKey,
     Status,
 )
-from plugins.framework.profile import PluginRef, ProfileConfig, SchedulerConfig
+from berth.framework.profile import PluginRef, ProfileConfig, SchedulerConfig
 from tests.unit.framework.fakes import REGISTRY as BASE
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.client import ClusterStateLog, SchedulingClient
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
-from plugins.framework.testing import make_node, make_pod
-from server.app import RunningServer
+from berth.framework.testing import make_node, make_pod
+from berth.server.app import RunningServer
 
 PROFILE = "default-scheduler"
 
@@ -101,7 +101,7 @@ async def test_assumed_pods_the_next_delta_brings_back_are_kept_not_rebuilt(
     """The caller's next delta carries the batch's placements as it assumed
     them: the replica keeps the pods the batch placed (the same PodInfo
     objects) instead of removing and adding them again, and drops a
-    placement the caller did not take (plugins/framework/snapshot.py
+    placement the caller did not take (framework/snapshot.py
     Snapshot.remove_later)."""
     log = small_cluster()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{default_server.port}") as ch:

@@ -17,10 +17,10 @@ import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.client import ClusterStateLog
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
-from plugins.framework.testing import make_node, make_pod
+from berth.framework.testing import make_node, make_pod
 from tests.contract.serve import free_loopback_port, free_loopback_ports
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 import pytest
 
+from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import (
     RPC_NAMES,
     ClusterStateLog,
@@ -20,9 +21,8 @@ from berth.client import (
     SchedulingClient,
     load_service_config,
 )
-from berth_api.v1 import scheduling_pb2 as pb
-from plugins.framework.testing import make_node, make_pod
-from server.app import RunningServer, start_server
+from berth.framework.testing import make_node, make_pod
+from berth.server.app import RunningServer, start_server
 from tests.contract.fakes import CONFIG, REGISTRY
 
 # The file every client in every language loads (protos/README.md, Client contract).
@@ -48,7 +48,7 @@ def method_config(config: dict[str, Any], rpc: str) -> dict[str, Any]:
 
 
 def test_the_client_loads_the_shipped_file() -> None:
-    """berth_api carries protos/service_config.json (hack/gen-protos.sh copies
+    """berth.api carries protos/service_config.json (hack/gen-protos.sh copies
     it; --check keeps them equal): the client loads exactly that."""
     assert load_service_config() == json.loads(SERVICE_CONFIG_PATH.read_text())
 
@@ -74,7 +74,7 @@ def test_every_rpc_has_a_deadline_and_only_unavailable_is_retried() -> None:
 
 
 def test_message_limits_are_the_servers_default() -> None:
-    from server import cli
+    from berth.server import cli
 
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers())
@@ -189,7 +189,7 @@ async def test_real_server_errors_carry_error_info_and_the_replica(
 
 
 def pb_grpc_stub(ch: grpc.aio.Channel) -> Any:
-    from berth_api.v1 import scheduling_pb2_grpc
+    from berth.api.v1 import scheduling_pb2_grpc
 
     return scheduling_pb2_grpc.SchedulingServiceStub(ch)
 

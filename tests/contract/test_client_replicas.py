@@ -26,6 +26,8 @@ import pytest
 from google.rpc.error_details_pb2 import ErrorInfo
 from google.rpc.status_pb2 import Status as RpcStatus
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import (
     ClusterStateLog,
     ErrorDetail,
@@ -34,9 +36,7 @@ from berth.client import (
     SnapshotPassed,
     parse_target,
 )
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from plugins.framework.testing import make_node, make_pod
+from berth.framework.testing import make_node, make_pod
 
 
 class Clock:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import grpc
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.client import ClusterStateLog
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
-from plugins.framework.testing import make_node, make_pod
-from server.app import RunningServer
+from berth.framework.testing import make_node, make_pod
+from berth.server.app import RunningServer
 
 PROFILE = "default-scheduler"
 

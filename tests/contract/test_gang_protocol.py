@@ -24,17 +24,17 @@ from typing import Any
 import grpc
 import pytest
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.client import ClusterStateLog, SchedulingClient
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
-from plugins.coscheduling.test_coscheduling import gang_pod, member, podgroup, uid_of
-from plugins.framework.config import parse_config
-from plugins.framework.cycle_state import PODS_TO_ACTIVATE_KEY
-from plugins.framework.testing import make_node, make_pod
-from plugins.registry import REGISTRY as DEFAULT_REGISTRY
-from server.app import start_server
+from berth.framework.config import parse_config
+from berth.framework.cycle_state import PODS_TO_ACTIVATE_KEY
+from berth.framework.testing import make_node, make_pod
+from berth.plugins.registry import REGISTRY as DEFAULT_REGISTRY
+from berth.server.app import start_server
 from tests.asker import Asker
+from tests.plugins.coscheduling.test_coscheduling import gang_pod, member, podgroup, uid_of
 
 PROFILE = "gang-protocol"
 COSCHEDULING = "coscheduling"

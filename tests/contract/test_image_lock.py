@@ -101,7 +101,7 @@ def test_dockerfile_installs_only_from_the_locks() -> None:
     # Anything else installed is berth's own wheel, without dependencies.
     for c in installs:
         if c not in from_locks:
-            assert c.endswith("/wheels/berth-*.whl") and "--no-deps" in c, c
+            assert c.endswith("/wheels/berth_scheduler-*.whl") and "--no-deps" in c, c
     # The wheel is built with the locked setuptools, not one fetched for an isolated build.
     wheel = [c for x in build for c in x.split("&&") if "pip wheel" in c]
     assert wheel and all("--no-build-isolation" in c for c in wheel), wheel

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import grpc
 
+from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog, SchedulingClient
-from berth_api.v1 import scheduling_pb2 as pb
-from plugins.framework.testing import make_node, make_pod
+from berth.framework.testing import make_node, make_pod
 from tests.contract.serve import berth_serve, free_loopback_port
 
 PROFILE = "default-scheduler"

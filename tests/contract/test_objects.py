@@ -14,11 +14,11 @@ from typing import Any
 import grpc
 import pytest
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.client import ClusterStateLog, SchedulingClient
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
-from plugins.framework import (
+from berth.framework import (
     CycleState,
     FilterPlugin,
     NodeInfo,
@@ -34,10 +34,10 @@ from plugins.framework import (
     Status,
     pod_write,
 )
-from plugins.framework.config import parse_config
-from plugins.framework.testing import make_node, make_object, make_pod, object_ref
-from plugins.registry import REGISTRY as DEFAULT_REGISTRY
-from server.app import RunningServer, start_server
+from berth.framework.config import parse_config
+from berth.framework.testing import make_node, make_object, make_pod, object_ref
+from berth.plugins.registry import REGISTRY as DEFAULT_REGISTRY
+from berth.server.app import RunningServer, start_server
 
 PROFILE = "objects"
 GATES = ObjectKind("test.berth.dev", "v1", "gates", "Gate")

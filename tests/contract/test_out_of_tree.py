@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from berth.cli.place import load_inputs
 from berth.client import SchedulingClient, open_channel
-from berth.place import load_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "out-of-tree-plugin"

@@ -13,14 +13,14 @@ from typing import Any
 import grpc
 import pytest
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.client import ClusterStateLog, SchedulingClient
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.storage import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
-from plugins.framework.testing import make_node, make_object, make_pod
-from server.app import RunningServer
+from berth.framework.cycle_state import CycleState
+from berth.framework.storage import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
+from berth.framework.testing import make_node, make_object, make_pod
+from berth.server.app import RunningServer
 
 PROFILE = "default-scheduler"
 SELECTED_NODE = "volume.kubernetes.io/selected-node"

@@ -19,10 +19,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.client import TOKEN_METADATA, ClusterStateLog
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
-from plugins.framework.testing import make_node, make_pod
+from berth.framework.testing import make_node, make_pod
 from tests.contract.serve import Server, berth_serve
 
 PROFILE = "burn"
@@ -42,7 +42,7 @@ PLUGIN = textwrap.dedent(
     import time
     from typing import ClassVar
 
-    from plugins.framework.interfaces import FilterPlugin, NodeVerdicts, ScorePlugin
+    from berth.framework.interfaces import FilterPlugin, NodeVerdicts, ScorePlugin
 
     ANNOTATION = "test.berth.dev/burn-seconds"
 

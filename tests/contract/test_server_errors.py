@@ -12,13 +12,13 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.client import ClusterStateLog
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
-from plugins.framework.testing import make_node, make_pod
-from server.app import RunningServer, start_server
-from server.errors import DOMAIN, REPLICA_TRAILER, decode_error_info
+from berth.framework.testing import make_node, make_pod
+from berth.server.app import RunningServer, start_server
+from berth.server.errors import DOMAIN, REPLICA_TRAILER, decode_error_info
 from tests.contract.fakes import CONFIG, REGISTRY
 
 PROFILE = "contract"

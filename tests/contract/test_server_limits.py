@@ -15,13 +15,13 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.client import ClusterStateLog, SchedulingClient
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
-from plugins.framework import CycleState, FilterPlugin, NodeInfo, PodInfo, Status
-from plugins.framework.profile import PluginRef, ProfileConfig, SchedulerConfig
-from plugins.framework.testing import make_node, make_pod
-from server.app import Limits, RunningServer, start_server
+from berth.framework import CycleState, FilterPlugin, NodeInfo, PodInfo, Status
+from berth.framework.profile import PluginRef, ProfileConfig, SchedulerConfig
+from berth.framework.testing import make_node, make_pod
+from berth.server.app import Limits, RunningServer, start_server
 from tests.contract.fakes import REGISTRY as BASE
 from tests.contract.test_server_errors import assert_info, refused
 

@@ -9,12 +9,12 @@ from typing import Any
 import grpc
 import pytest
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.client import ClusterStateLog
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
-from plugins.framework.testing import make_node, make_pod
-from server.app import RunningServer
+from berth.framework.testing import make_node, make_pod
+from berth.server.app import RunningServer
 from tests.contract.test_server_errors import assert_info, refused
 
 PROFILE = "contract"

@@ -16,17 +16,17 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from berth.bench import make_node as bench_node
-from berth.bench import make_pod as bench_pod
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.client import ClusterStateLog
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
-from plugins.framework.config import default_config
-from plugins.registry import REGISTRY
-from server.app import RunningServer, start_server
-from server.service import DEFAULT_MAX_BATCH_PODS
-from server.state import STEPWISE_ENTRIES
+from berth.dev.bench import make_node as bench_node
+from berth.dev.bench import make_pod as bench_pod
+from berth.framework.config import default_config
+from berth.plugins.registry import REGISTRY
+from berth.server.app import RunningServer, start_server
+from berth.server.service import DEFAULT_MAX_BATCH_PODS
+from berth.server.state import STEPWISE_ENTRIES
 from tests.contract.test_server_errors import assert_info, refused
 
 PROFILE = "default-scheduler"

@@ -6,12 +6,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.client import ClusterStateLog, RequestRefused, SchedulingClient
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
-from plugins.framework.testing import make_node, make_pod
-from server.app import RunningServer, start_server
+from berth.framework.testing import make_node, make_pod
+from berth.server.app import RunningServer, start_server
 from tests.contract.fakes import CONFIG, REGISTRY
 
 

@@ -18,14 +18,14 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.cli import build_parser
 from berth.client import ClusterStateLog, SchedulingClient
-from berth.tls import client_tls, client_tls_from_args
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
-from server.app import RunningServer, start_server
-from server.tls import ServerTLS, TLSFileError, is_loopback_listen
-from shim.app import ShimSettings, build_service
+from berth.server.app import RunningServer, start_server
+from berth.shim.app import ShimSettings, build_service
+from berth.tls.client import client_tls, client_tls_from_args
+from berth.tls.serving import ServerTLS, TLSFileError, is_loopback_listen
 from tests.contract.fakes import CONFIG, REGISTRY
 from tests.contract.tlscerts import CA, Leaf
 

@@ -12,8 +12,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from berth.client import ClusterStateLog, SchedulingClient
-from plugins.framework.testing import make_node, make_pod
-from server.app import RunningServer
+from berth.framework.testing import make_node, make_pod
+from berth.server.app import RunningServer
 
 EXPORTER = InMemorySpanExporter()
 

@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 import pytest
 
-from berth_api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2 as pb
 from tests.contract.serve import (
     Run,
     Server,

@@ -12,12 +12,12 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.client import TOKEN_METADATA, ClusterStateLog
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
-from plugins.framework.testing import make_node, make_pod
-from server.app import Limits, start_server
+from berth.framework.testing import make_node, make_pod
+from berth.server.app import Limits, start_server
 from tests.contract.fakes import CONFIG, REGISTRY
 from tests.contract.test_server_errors import assert_info, refused
 

@@ -1,6 +1,6 @@
 """Throw-away PKI for the TLS tests: a CA, and leaf certificates it signs
 (server: SANs localhost and 127.0.0.1, serverAuth; client: clientAuth), written into a
-directory with the local control plane's certificate helpers (berth/localcluster/pki.py)."""
+directory with the local control plane's certificate helpers (berth/dev/localcluster/pki.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 
-from berth.localcluster.pki import KeyPair, certificate_name, issue_certificate, new_ca
+from berth.dev.localcluster.pki import KeyPair, certificate_name, issue_certificate, new_ca
 
 Leaf = KeyPair
 

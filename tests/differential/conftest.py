@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from berth.localcluster import KubeClient, LocalCluster, start_kube_scheduler
-from berth.localcluster.binaries import default_bin_dir, require_binaries
-from berth.localcluster.cluster import ClusterConfig
+from berth.dev.localcluster import KubeClient, LocalCluster, start_kube_scheduler
+from berth.dev.localcluster.binaries import default_bin_dir, require_binaries
+from berth.dev.localcluster.cluster import ClusterConfig
 from tests.differential.harness import ALWAYS_OUT, BERTH, UPSTREAM, config
 from tests.integration.shimtools import Shim
 

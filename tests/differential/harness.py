@@ -54,10 +54,10 @@ from typing import Any
 
 import yaml
 
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.dev.localcluster import KubeClient, objects
+from berth.dev.localcluster.rest import JSON, ApiError, path_segment
 from berth.kube import node_record, occupies_node, pod_record
-from berth.localcluster import KubeClient, objects
-from berth.localcluster.rest import JSON, ApiError, path_segment
-from berth_api.v1 import scheduling_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -1239,11 +1239,11 @@ def best_nodes(
     cluster as it is now (a what-if, as ``berth place`` computes it). Ships every kind the
     profile's plugins read, as the shim does."""
     from berth.client import ClusterStateLog
-    from plugins.framework.config import parse_config
-    from plugins.registry import REGISTRY
-    from server.app import build_frameworks
-    from server.service import SchedulingService
-    from shim.objects import Source, collection_path, object_record
+    from berth.framework.config import parse_config
+    from berth.plugins.registry import REGISTRY
+    from berth.server.app import build_frameworks
+    from berth.server.service import SchedulingService
+    from berth.shim.objects import Source, collection_path, object_record
 
     cfg = parse_config(config(BERTH), "<differential>", REGISTRY)
     frameworks = build_frameworks(cfg, REGISTRY)

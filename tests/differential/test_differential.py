@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from berth.localcluster import KubeClient
+from berth.dev.localcluster import KubeClient
 from tests.differential.harness import (
     SEQUENCE,
     Comparison,

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from berth.localcluster import Cluster, KubeClient, LocalCluster, objects
-from berth.localcluster.binaries import default_bin_dir, require_binaries
-from berth.localcluster.cluster import ClusterConfig, default_state_dir
-from berth.localcluster.rest import JSON
-from berth.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.dev.localcluster import Cluster, KubeClient, LocalCluster, objects
+from berth.dev.localcluster.binaries import default_bin_dir, require_binaries
+from berth.dev.localcluster.cluster import ClusterConfig, default_state_dir
+from berth.dev.localcluster.rest import JSON
+from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
 
 EXISTING_CLUSTER_ENV = "BERTH_KUBECONFIG"
 

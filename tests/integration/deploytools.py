@@ -15,10 +15,10 @@ from typing import Any
 
 import yaml
 
-from berth.localcluster import KubeClient, objects
-from berth.localcluster.binaries import default_bin_dir, require_binaries
-from berth.localcluster.rest import JSON, ApiError
-from berth.localcluster.testing import TEST_LABEL
+from berth.dev.localcluster import KubeClient, objects
+from berth.dev.localcluster.binaries import default_bin_dir, require_binaries
+from berth.dev.localcluster.rest import JSON, ApiError
+from berth.dev.localcluster.testing import TEST_LABEL
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

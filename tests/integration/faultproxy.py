@@ -35,9 +35,9 @@ import urllib3
 import yaml
 from cryptography.hazmat.primitives import serialization
 
-from berth.localcluster import Cluster
-from berth.localcluster.pki import certificate_name, issue_certificate, new_ca
-from berth.localcluster.rest import load_kubeconfig, ssl_context
+from berth.dev.localcluster import Cluster
+from berth.dev.localcluster.pki import certificate_name, issue_certificate, new_ca
+from berth.dev.localcluster.rest import load_kubeconfig, ssl_context
 
 Action = Literal["answer", "answer_after", "drop_after", "hold"]
 # A binding of any pod: POST .../pods/<name>/binding.

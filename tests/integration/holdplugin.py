@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
-from plugins.framework import CycleState, NodeBatch, PodInfo, PreFilterPlugin, PreFilterResult
-from plugins.framework.status import SUCCESS, Status
+from berth.framework import CycleState, NodeBatch, PodInfo, PreFilterPlugin, PreFilterResult
+from berth.framework.status import SUCCESS, Status
 
 NAME = "TestHold"
 ANNOTATION = "berth.dev/test-hold"

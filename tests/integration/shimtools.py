@@ -21,10 +21,10 @@ from pathlib import Path
 
 import yaml
 
-from berth.localcluster import Cluster, KubeClient
-from berth.localcluster.ports import free_port
-from berth.localcluster.rest import JSON, ApiError, path_segment
-from plugins.framework.units import parse_quantity
+from berth.dev.localcluster import Cluster, KubeClient
+from berth.dev.localcluster.ports import free_port
+from berth.dev.localcluster.rest import JSON, ApiError, path_segment
+from berth.framework.units import parse_quantity
 
 BERTH = [sys.executable, "-m", "berth"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from berth.bench_perf import (
+from berth.dev.bench_perf import (
     SCHEDULERS,
     RunFacts,
     ThroughputCollector,
@@ -34,8 +34,8 @@ from berth.bench_perf import (
     round_order,
     summarize_rounds,
 )
-from berth.localcluster import objects
-from berth.localcluster.rest import JSON, ApiError, KubeClient
+from berth.dev.localcluster import objects
+from berth.dev.localcluster.rest import JSON, ApiError, KubeClient
 
 # --- the correctness check, on fake records ------------------------------------------------------
 
@@ -418,7 +418,7 @@ def test_scheduling_basic_runs_all_four_schedulers_and_checks_each_run(tmp_path:
 
 @pytest.mark.integration
 def test_apiserver_pprof_writes_a_cpu_profile_of_each_measured_window(tmp_path: Path) -> None:
-    """--apiserver-pprof turns on kube-apiserver's profiling (berth.localcluster turns it
+    """--apiserver-pprof turns on kube-apiserver's profiling (berth.dev.localcluster turns it
     off) and saves one pprof CPU profile per run, named after the run."""
     out_json = tmp_path / "records.json"
     profiles = tmp_path / "pprof"
@@ -491,8 +491,8 @@ def test_a_runs_clean_up_deletes_its_pods_its_events_and_its_namespaces(kube: Ku
 def test_workloads_berth_cannot_run_are_reported_not_measured() -> None:
     """TopologySpreading and PodAntiAffinity need plugins Berth may not have yet: those rows say
     so instead of timing a scheduler that ignores the constraint."""
-    from berth.bench_perf import WORKLOADS, berth_missing_plugins
-    from plugins.registry import load_registry
+    from berth.dev.bench_perf import WORKLOADS, berth_missing_plugins
+    from berth.plugins.registry import load_registry
 
     registry = load_registry(strict=False)
     assert berth_missing_plugins(WORKLOADS["SchedulingBasic"]) == []
@@ -510,16 +510,16 @@ def test_workloads_berth_cannot_run_are_reported_not_measured() -> None:
 def test_the_api_server_is_restarted_between_runs_unless_asked_not_to(
     flags: tuple[str, ...], restart: bool
 ) -> None:
-    from berth.bench_perf import options_from
     from berth.cli import build_parser
+    from berth.dev.bench_perf import options_from
 
     args = build_parser().parse_args(["bench", "SchedulingBasic", *flags])
     assert options_from(args).restart_apiserver is restart
 
 
 def test_apiserver_pprof_is_off_unless_asked_for() -> None:
-    from berth.bench_perf import options_from
     from berth.cli import build_parser
+    from berth.dev.bench_perf import options_from
 
     parse = build_parser().parse_args
     assert options_from(parse(["bench", "SchedulingBasic"])).apiserver_pprof is None

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from berth.localcluster import cli
-from berth.localcluster.testing import processes_mentioning
+from berth.dev.localcluster import cli
+from berth.dev.localcluster.testing import processes_mentioning
 
 pytestmark = pytest.mark.integration
 

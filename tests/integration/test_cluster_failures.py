@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from berth.localcluster import (
+from berth.dev.localcluster import (
     BinaryMissingError,
     ClusterConfig,
     NotReadyError,
@@ -23,7 +23,7 @@ from berth.localcluster import (
     start_cluster,
     stop_cluster,
 )
-from berth.localcluster.testing import processes_mentioning
+from berth.dev.localcluster.testing import processes_mentioning
 
 pytestmark = pytest.mark.integration
 

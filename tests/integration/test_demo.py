@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from berth.demo import (
+from berth.dev.demo import (
     CONFIG_YAML,
     NAMESPACE,
     PODS,
@@ -25,8 +25,8 @@ from berth.demo import (
     PodOutcome,
     unexpected,
 )
-from berth.localcluster.cluster import default_state_dir
-from berth.localcluster.testing import processes_mentioning
+from berth.dev.localcluster.cluster import default_state_dir
+from berth.dev.localcluster.testing import processes_mentioning
 
 pytestmark = pytest.mark.integration
 
@@ -187,7 +187,7 @@ def check_seed_outcomes(stdout: str, stderr: str) -> None:
 
 
 def test_demo_config_loads_with_both_profiles() -> None:
-    from plugins.framework.config import parse_config
+    from berth.framework.config import parse_config
 
     config = parse_config(yaml.safe_load(CONFIG_YAML), "berth demo's configuration")
     profiles = {p.scheduler_name: p for p in config.profiles}

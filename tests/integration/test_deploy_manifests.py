@@ -20,11 +20,11 @@ import pytest
 import yaml
 
 from berth.cli import build_parser
-from berth.localcluster import Cluster, KubeClient
-from berth.localcluster.rest import JSON
-from plugins.framework.config import parse_config
-from plugins.registry import load_registry
-from server.app import build_frameworks
+from berth.dev.localcluster import Cluster, KubeClient
+from berth.dev.localcluster.rest import JSON
+from berth.framework.config import parse_config
+from berth.plugins.registry import load_registry
+from berth.server.app import build_frameworks
 from tests.integration.deploytools import (
     BASE,
     DEPLOY,

@@ -35,10 +35,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from berth.localcluster import Cluster, KubeClient, objects
-from berth.localcluster.ports import free_port
-from berth.localcluster.rest import JSON, ApiError
-from berth.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster.ports import free_port
+from berth.dev.localcluster.rest import JSON, ApiError
+from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
 from tests.integration.deploytools import (
     BASE,
     LEASE,

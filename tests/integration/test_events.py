@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from berth.localcluster import Cluster, KubeClient, objects, start_kube_scheduler
-from berth.localcluster.rest import JSON
-from shim.events import (
+from berth.dev.localcluster import Cluster, KubeClient, objects, start_kube_scheduler
+from berth.dev.localcluster.rest import JSON
+from berth.shim.events import (
     FINISH_TIME,
     NOTE_LENGTH_LIMIT,
     EventRecorder,
@@ -23,7 +23,7 @@ from shim.events import (
     events_path,
     micro_time,
 )
-from shim.kubeapi import ApiError, KubeApi
+from berth.shim.kubeapi import ApiError, KubeApi
 
 pytestmark = pytest.mark.integration
 

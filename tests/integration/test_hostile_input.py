@@ -24,9 +24,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from berth.localcluster import Cluster, KubeClient, objects
-from berth.localcluster.rest import JSON
-from berth.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster.rest import JSON
+from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
 from tests.integration.shimtools import (
     EXAMPLES,
     Server,

@@ -53,11 +53,15 @@ def test_image_tree_builds_and_runs_read_only_as_the_image_user(out_dir: Path) -
     assert "OK:" in output, output
     tree = out_dir / "opt" / "berth"
     site = next((tree / "lib").glob("python3.*/site-packages"))
-    assert (site / "berth").is_dir() and (site / "plugins").is_dir()
+    # One top-level package: the folders server/, shim/, plugins/, framework/ are berth.*.
+    assert (site / "berth").is_dir()
+    for folder in ("plugins", "server", "shim", "framework", "tests"):
+        assert not (site / folder).exists(), folder
+    assert not (site / "berth" / "dev").exists()
     for tool in ("pip", "setuptools", "wheel"):
         assert not (site / tool).exists(), tool
     # Bytecode was compiled at install time: nothing to write at run time.
-    assert list((site / "shim" / "__pycache__").glob("*.pyc"))
+    assert list((site / "berth" / "shim" / "__pycache__").glob("*.pyc"))
     plugins = (out_dir / "logs" / "plugins.txt").read_text()
     assert "AvoidNodePlugin" in plugins and "SameLabelSpread" in plugins
 
@@ -72,4 +76,4 @@ def test_image_tree_fails_when_the_dockerfile_forgets_a_package(
     result = run_script(out_dir, {"BERTH_DOCKERFILE": str(dockerfile)})
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-5000:]
-    assert "No module named 'shim'" in output, output[-5000:]
+    assert "No module named 'berth.shim'" in output, output[-5000:]

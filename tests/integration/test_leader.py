@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from berth.localcluster import Cluster, KubeClient
-from plugins.framework.profile import LeaderElectionConfig
-from shim.kubeapi import JSON, KubeApi
-from shim.leader import JITTER_FACTOR, LeaderElector, lease_path
+from berth.dev.localcluster import Cluster, KubeClient
+from berth.framework.profile import LeaderElectionConfig
+from berth.shim.kubeapi import JSON, KubeApi
+from berth.shim.leader import JITTER_FACTOR, LeaderElector, lease_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -9,7 +9,7 @@ it runs again, the work that was ready runs before its renew loop notices anythi
 shim's write fence (shim/fence.py) refuses every write once the renew deadline has
 passed on the monotonic clock, so the old leader's bindings never reach the API server.
 
-The proof is the API server's audit log (berth/localcluster's SCHEDULER_WRITES_AUDIT_POLICY:
+The proof is the API server's audit log (berth/dev/localcluster's SCHEDULER_WRITES_AUDIT_POLICY:
 bindings, pod deletions, pod status writes and events, with user and time): the two shims
 authenticate as different users (client certificates for berth-shim-a and berth-shim-b), and
 no write of berth-shim-a may have been received after berth-shim-b's acquireTime in the
@@ -30,14 +30,14 @@ from typing import Any
 
 import pytest
 
-from berth.localcluster import KubeClient, LocalCluster, objects
-from berth.localcluster.binaries import default_bin_dir, require_binaries
-from berth.localcluster.cluster import (
+from berth.dev.localcluster import KubeClient, LocalCluster, objects
+from berth.dev.localcluster.binaries import default_bin_dir, require_binaries
+from berth.dev.localcluster.cluster import (
     SCHEDULER_WRITES_AUDIT_POLICY,
     ClusterConfig,
     read_audit_log,
 )
-from berth.localcluster.pki import user_kubeconfig
+from berth.dev.localcluster.pki import user_kubeconfig
 from tests.integration.shimtools import (
     Shim,
     assert_no_overcommit,

@@ -31,23 +31,23 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY as METRICS
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
-from berth.localcluster import Cluster, KubeClient, objects
-from berth.localcluster.rest import JSON, ApiError
-from berth.localcluster.testing import TEST_LABEL, NodeFactory
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from plugins.framework.config import parse_config
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.interfaces import PermitPlugin
-from plugins.framework.model import PodInfo
-from plugins.framework.status import SUCCESS, Code, Status
-from plugins.registry import REGISTRY
-from server.app import build_frameworks
-from server.service import SchedulingService
-from shim.kubeapi import KubeApi
-from shim.scheduler import Scheduler
-from shim.service import PluginService
+from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster.rest import JSON, ApiError
+from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.framework.config import parse_config
+from berth.framework.cycle_state import CycleState
+from berth.framework.interfaces import PermitPlugin
+from berth.framework.model import PodInfo
+from berth.framework.status import SUCCESS, Code, Status
+from berth.plugins.registry import REGISTRY
+from berth.server.app import build_frameworks
+from berth.server.service import SchedulingService
+from berth.shim.kubeapi import KubeApi
+from berth.shim.scheduler import Scheduler
+from berth.shim.service import PluginService
 from tests.integration.shimtools import (
     Server,
     Shim,

@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pytest
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog, SchedulingClient
-from berth.localcluster import Cluster, KubeClient, objects
-from berth.localcluster.testing import TEST_LABEL, NodeFactory
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from plugins.framework.testing import make_node, make_pod
+from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.framework.testing import make_node, make_pod
 from tests.integration.shimtools import (
     Server,
     Shim,

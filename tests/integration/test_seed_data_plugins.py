@@ -32,10 +32,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from berth.localcluster import Cluster, KubeClient, objects
-from berth.localcluster.rest import JSON, ApiError
-from berth.localcluster.testing import TEST_LABEL, NodeFactory
-from berth.nodemetrics import METRICS_PATH, node_metrics_crd, node_metrics_object
+from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster.rest import JSON, ApiError
+from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.dev.nodemetrics import METRICS_PATH, node_metrics_crd, node_metrics_object
 from tests.integration.shimtools import (
     EXAMPLES,
     Server,

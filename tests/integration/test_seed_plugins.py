@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from berth.localcluster import Cluster, KubeClient, objects
-from berth.localcluster.rest import JSON
-from berth.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster.rest import JSON
+from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
 from tests.integration.shimtools import (
     Shim,
     described_failed_scheduling,

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from berth.localcluster import KubeClient, objects
-from berth.localcluster.rest import JSON, ApiError
-from berth.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.dev.localcluster import KubeClient, objects
+from berth.dev.localcluster.rest import JSON, ApiError
+from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
 from tests.integration.shimtools import (
     EXAMPLES,
     Cluster,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from berth.localcluster import Cluster, KubeClient, objects
-from berth.localcluster.rest import JSON
-from berth.localcluster.testing import NodeFactory
+from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster.rest import JSON
+from berth.dev.localcluster.testing import NodeFactory
 from tests.integration.shimtools import (
     Server,
     Shim,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from berth.localcluster import Cluster, KubeClient, objects
-from berth.localcluster.rest import ApiError
-from berth.localcluster.testing import NodeFactory
+from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster.rest import ApiError
+from berth.dev.localcluster.testing import NodeFactory
 from tests.integration.shimtools import (
     Shim,
     kubeconfig_for,

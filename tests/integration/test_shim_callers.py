@@ -20,15 +20,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from berth.localcluster import Cluster, KubeClient, objects
-from berth.localcluster.testing import NodeFactory
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
-from plugins.framework.config import load_config
-from plugins.framework.testing import make_node
-from plugins.registry import load_registry
-from server.app import RunningServer, start_server
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
+from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster.testing import NodeFactory
+from berth.framework.config import load_config
+from berth.framework.testing import make_node
+from berth.plugins.registry import load_registry
+from berth.server.app import RunningServer, start_server
 from tests.integration.shimtools import (
     Shim,
     assert_no_overcommit,

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from berth.localcluster import Cluster, KubeClient, LocalCluster, objects
-from berth.localcluster.binaries import default_bin_dir
-from berth.localcluster.cluster import ClusterConfig
-from berth.localcluster.rest import JSON
-from berth.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.dev.localcluster import Cluster, KubeClient, LocalCluster, objects
+from berth.dev.localcluster.binaries import default_bin_dir
+from berth.dev.localcluster.cluster import ClusterConfig
+from berth.dev.localcluster.rest import JSON
+from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
 from tests.integration import holdplugin
 from tests.integration.faultproxy import BINDING, Fault, fault_proxy
 from tests.integration.shimtools import (

@@ -32,12 +32,12 @@ import grpc
 import orjson
 import pytest
 
-from berth.localcluster import Cluster, KubeClient, objects
-from berth.localcluster.rest import JSON, ApiError, path_segment
-from berth.localcluster.testing import TEST_LABEL, NodeFactory
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from berth_api.v1 import scheduling_pb2_grpc as pb_grpc
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
+from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster.rest import JSON, ApiError, path_segment
+from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
 from tests.integration.shimtools import (
     Shim,
     failed_scheduling_notes,

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from berth.client import ClusterStateLog
-from berth.localcluster import Cluster, KubeClient, objects
-from berth.localcluster.rest import JSON, ApiError, path_segment
-from berth.localcluster.testing import TEST_LABEL, NodeFactory
-from plugins.framework import (
+from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster.rest import JSON, ApiError, path_segment
+from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.framework import (
     CycleState,
     FilterPlugin,
     NodeInfo,
@@ -38,13 +38,13 @@ from plugins.framework import (
     Status,
     pod_write,
 )
-from plugins.framework.config import parse_config
-from plugins.registry import REGISTRY
-from server.app import build_frameworks
-from server.service import SchedulingService
-from shim.kubeapi import KubeApi
-from shim.scheduler import Scheduler
-from shim.service import PluginService
+from berth.framework.config import parse_config
+from berth.plugins.registry import REGISTRY
+from berth.server.app import build_frameworks
+from berth.server.service import SchedulingService
+from berth.shim.kubeapi import KubeApi
+from berth.shim.scheduler import Scheduler
+from berth.shim.service import PluginService
 from tests.integration.shimtools import profile_for
 
 pytestmark = pytest.mark.integration

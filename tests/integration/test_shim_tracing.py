@@ -16,9 +16,9 @@ import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as tpb
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as tgrpc
 
-from berth.localcluster import Cluster, KubeClient, objects
-from berth.localcluster.ports import free_port
-from berth.localcluster.testing import NodeFactory
+from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster.ports import free_port
+from berth.dev.localcluster.testing import NodeFactory
 from tests.integration.shimtools import (
     BERTH,
     Proc,

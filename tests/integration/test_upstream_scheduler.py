@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from berth.localcluster import Cluster, KubeClient, objects, start_kube_scheduler
-from berth.localcluster.rest import JSON
-from berth.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.dev.localcluster import Cluster, KubeClient, objects, start_kube_scheduler
+from berth.dev.localcluster.rest import JSON
+from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
 
 pytestmark = pytest.mark.integration
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from berth.localcluster import Cluster, KubeClient, objects
-from berth.localcluster.rest import JSON, ApiError, path_segment
-from berth.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster.rest import JSON, ApiError, path_segment
+from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
 from tests.integration.shimtools import (
     Shim,
     node_names,

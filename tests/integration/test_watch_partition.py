@@ -30,10 +30,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from berth.localcluster import Cluster, KubeClient, objects
-from berth.localcluster.pki import user_kubeconfig
-from berth.localcluster.testing import TEST_LABEL, NodeFactory
-from shim.informer import WATCH_IDLE_TIMEOUT
+from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster.pki import user_kubeconfig
+from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.shim.informer import WATCH_IDLE_TIMEOUT
 from tests.integration.shimtools import (
     Shim,
     pod_path,

@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from berth.bench import ANTI, PLAIN, SPREAD, Workload, bench_cluster
 from berth.cli import main
+from berth.dev.bench import ANTI, PLAIN, SPREAD, Workload, bench_cluster
 
 
 def test_the_mix_follows_the_fractions_and_is_the_same_every_run() -> None:

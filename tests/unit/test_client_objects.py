@@ -6,9 +6,9 @@ objects."""
 from __future__ import annotations
 
 from berth.client import ClusterStateLog
-from plugins.framework.objects import ObjectKind
-from plugins.framework.snapshot import Snapshot
-from plugins.framework.testing import make_object, object_ref
+from berth.framework.objects import ObjectKind
+from berth.framework.snapshot import Snapshot
+from berth.framework.testing import make_object, object_ref
 
 PG = ObjectKind("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
 

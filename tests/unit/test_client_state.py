@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 import pytest
 
+from berth.api.v1 import cluster_pb2 as cpb
 from berth.client import ClusterStateLog
-from berth_api.v1 import cluster_pb2 as cpb
-from plugins.framework.testing import make_node, make_pod
+from berth.framework.testing import make_node, make_pod
 
 
 def node(name: str, cpu: str = "4") -> cpb.Node:

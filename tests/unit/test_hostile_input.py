@@ -26,19 +26,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog, SchedulingClient
+from berth.framework.config import API_VERSION, KIND, ConfigError, parse_config
+from berth.framework.objects import ClusterObject
+from berth.framework.storage import inline_source
 from berth.kube import ObjectError, node_record, pod_record
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from plugins.coscheduling.core import POD_GROUP_LABEL, PODGROUP
-from plugins.framework.config import API_VERSION, KIND, ConfigError, parse_config
-from plugins.framework.objects import ClusterObject
-from plugins.framework.storage import inline_source
-from plugins.lowcpu.low_cpu import METRICS_GROUP, METRICS_KIND, METRICS_RESOURCE, METRICS_VERSION
-from plugins.registry import load_registry
-from server.app import build_frameworks
-from server.service import SchedulingService
-from shim.service import InProcessStub
+from berth.plugins.coscheduling.core import POD_GROUP_LABEL, PODGROUP
+from berth.plugins.lowcpu.low_cpu import (
+    METRICS_GROUP,
+    METRICS_KIND,
+    METRICS_RESOURCE,
+    METRICS_VERSION,
+)
+from berth.plugins.registry import load_registry
+from berth.server.app import build_frameworks
+from berth.server.service import SchedulingService
+from berth.shim.service import InProcessStub
 
 PROFILE = "hostile"
 GPU_MEMORY = "berth.dev/gpu-memory"
@@ -579,7 +584,7 @@ def test_a_pod_with_resource_claims_is_unschedulable_on_any_profile(
 ) -> None:
     """Callers other than the shim (berth place, other clients) get the same
     answer from the plugin server: DynamicResources is not ported, so its
-    PreFilter's rejection stands in (plugins/framework/claims.py)."""
+    PreFilter's rejection stands in (framework/claims.py)."""
     state = ClusterStateLog()
     state.upsert_node(
         node_record(

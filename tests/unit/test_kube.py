@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.model import PodInfo, pod_requests
+from berth.framework.testing import resources
 from berth.kube import ObjectError, node_record, occupies_node, pod_record, split_objects
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.model import PodInfo, pod_requests
-from plugins.framework.testing import resources
 
 
 def pod_obj(**spec: Any) -> dict[str, Any]:

@@ -12,13 +12,13 @@ import msgspec
 import pytest
 from berth_example_plugin import PreferLabel, PreferLabelArgs
 
-from plugins.framework.config import ConfigError, load_config, parse_config
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.model import NodeInfo
-from plugins.framework.runtime import Framework
-from plugins.framework.status import Code
-from plugins.framework.testing import make_node, make_pod, snapshot_of
-from plugins.registry import REGISTRY
+from berth.framework.config import ConfigError, load_config, parse_config
+from berth.framework.cycle_state import CycleState
+from berth.framework.model import NodeInfo
+from berth.framework.runtime import Framework
+from berth.framework.status import Code
+from berth.framework.testing import make_node, make_pod, snapshot_of
+from berth.plugins.registry import REGISTRY
 
 HERE = Path(__file__).resolve().parents[1]
 # What Berth builds from the entry point once the package is installed;

@@ -13,7 +13,7 @@ from typing import Literal
 
 import msgspec
 
-from plugins.framework.interfaces import (
+from berth.framework.interfaces import (
     BindPlugin,
     FilterPlugin,
     PermitPlugin,

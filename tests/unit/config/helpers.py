@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from plugins.framework.config import ConfigError, load_config
-from plugins.framework.profile import ProfileConfig, SchedulerConfig
+from berth.framework.config import ConfigError, load_config
+from berth.framework.profile import ProfileConfig, SchedulerConfig
 from tests.unit.config.fakes import REGISTRY
 
 HEADER = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from plugins.framework.config import ConfigError, load_config, parse_config
+from berth.framework.config import ConfigError, load_config, parse_config
 from tests.unit.config.fakes import REGISTRY
 from tests.unit.config.helpers import load_error
 

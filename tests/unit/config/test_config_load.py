@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from plugins.framework.config import (
+from berth.framework.config import (
     API_VERSION,
     KIND,
     UPSTREAM_DEFAULT_PLUGINS,
@@ -19,9 +19,9 @@ from plugins.framework.config import (
     parse_config,
     parse_go_duration,
 )
-from plugins.framework.profile import ClientConnectionConfig, LeaderElectionConfig
-from plugins.framework.runtime import Framework
-from plugins.registry import REGISTRY as IN_TREE
+from berth.framework.profile import ClientConnectionConfig, LeaderElectionConfig
+from berth.framework.runtime import Framework
+from berth.plugins.registry import REGISTRY as IN_TREE
 from tests.unit.config.fakes import REGISTRY, FitArgs, ResourceSpec, ScoringStrategy, SortArgs
 from tests.unit.config.helpers import load, names, profile_of, weights, write
 
@@ -60,7 +60,7 @@ def test_upstream_default_weights_match_get_default_plugins() -> None:
 def test_one_warning_lists_the_upstream_defaults_not_available(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="plugins.framework.config"):
+    with caplog.at_level(logging.WARNING, logger="berth.framework.config"):
         default_config(REGISTRY)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
@@ -73,7 +73,7 @@ def test_the_in_tree_default_set_says_why_dynamic_resources_is_left_out(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The one upstream default Berth does not port names its reason."""
-    with caplog.at_level(logging.WARNING, logger="plugins.framework.config"):
+    with caplog.at_level(logging.WARNING, logger="berth.framework.config"):
         default_config(IN_TREE)
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert "DynamicResources (Dynamic Resource Allocation is not ported" in warning
@@ -84,7 +84,7 @@ def test_the_in_tree_default_set_says_why_dynamic_resources_is_left_out(
 def test_no_warning_when_multi_point_defaults_are_all_disabled(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="plugins.framework.config"):
+    with caplog.at_level(logging.WARNING, logger="berth.framework.config"):
         load(
             tmp_path,
             """
@@ -136,7 +136,7 @@ def test_null_sections_mean_absent(tmp_path: Path) -> None:
 
 
 def test_realistic_multi_profile_file(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="plugins.framework.config"):
+    with caplog.at_level(logging.WARNING, logger="berth.framework.config"):
         cfg = load_config(TESTDATA / "multi-profile.yaml", REGISTRY)
     assert cfg.source == str(TESTDATA / "multi-profile.yaml")
     assert (cfg.parallelism, cfg.percentage_of_nodes_to_score) == (8, 40)
@@ -343,9 +343,9 @@ def test_registry_defaults_to_plugins_registry(monkeypatch: pytest.MonkeyPatch) 
     import sys
     import types
 
-    module = types.ModuleType("plugins.registry")
+    module = types.ModuleType("berth.plugins.registry")
     module.load_registry = lambda: REGISTRY  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "plugins.registry", module)
+    monkeypatch.setitem(sys.modules, "berth.plugins.registry", module)
     assert default_config().profiles[0].scheduler_name == "default-scheduler"
 
 

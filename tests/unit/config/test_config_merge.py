@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from plugins.framework.interfaces import EXTENSION_POINTS
-from plugins.framework.runtime import Framework
+from berth.framework.interfaces import EXTENSION_POINTS
+from berth.framework.runtime import Framework
 from tests.unit.config.fakes import REGISTRY
 from tests.unit.config.helpers import names, profile_of, weights
 

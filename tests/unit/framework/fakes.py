@@ -8,7 +8,7 @@ from typing import ClassVar
 import msgspec
 import numpy as np
 
-from plugins.framework import (
+from berth.framework import (
     BindPlugin,
     Code,
     CycleState,
@@ -32,7 +32,7 @@ from plugins.framework import (
     StateKey,
     Status,
 )
-from plugins.framework.profile import PluginRef, ProfileConfig
+from berth.framework.profile import PluginRef, ProfileConfig
 
 
 class CallLog:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from plugins.framework.cycle_state import CycleState, StateDecodeError, StateError, StateKey
+from berth.framework.cycle_state import CycleState, StateDecodeError, StateError, StateKey
 
 
 class Data(msgspec.Struct):

@@ -1,5 +1,5 @@
 """Out-of-tree plugins through the ``berth.plugins`` entry points
-(plugins/framework/discovery.py), with real distributions: a ``.dist-info``
+(framework/discovery.py), with real distributions: a ``.dist-info``
 folder and a module written to a temporary directory on sys.path, found by
 importlib.metadata as pip-installed ones are."""
 
@@ -16,8 +16,8 @@ from typing import Annotated, Literal
 import msgspec
 import pytest
 
-from plugins.framework.config import API_VERSION, KIND, ConfigError, parse_config
-from plugins.framework.discovery import (
+from berth.framework.config import API_VERSION, KIND, ConfigError, parse_config
+from berth.framework.discovery import (
     ENTRY_POINT_GROUP,
     PluginRegistry,
     RegistryError,
@@ -26,14 +26,14 @@ from plugins.framework.discovery import (
     print_listing,
     type_name,
 )
-from plugins.registry import REGISTRY, load_registry
+from berth.plugins.registry import REGISTRY, load_registry
 
 PLUGIN_MODULE = """
 from typing import ClassVar
 
 import msgspec
 
-from plugins.framework import CycleState, FilterPlugin, NodeInfo, PodInfo, Status
+from berth.framework import CycleState, FilterPlugin, NodeInfo, PodInfo, Status
 
 
 class {cls}Args(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
@@ -205,7 +205,7 @@ def test_an_entry_point_that_fails_to_import_is_reported_not_fatal(
     mod = site.module("zone", "ZoneFilter", "ZoneFilter")
     site.dist("zone-plugins", "1.2.0", {"ZoneFilter": f"{mod}:ZoneFilter"})
     site.dist("broken-plugins", "0.1", {"Broken": "no_such_module_here.plugin:Broken"})
-    with caplog.at_level(logging.WARNING, logger="plugins.framework.discovery"):
+    with caplog.at_level(logging.WARNING, logger="berth.framework.discovery"):
         registry = site.discover()
     assert "Broken" not in registry and "ZoneFilter" in registry
     broken = registry.broken["Broken"]

@@ -20,17 +20,17 @@ from collections.abc import Mapping
 import msgspec
 import pytest
 
-from plugins.framework import CycleState, PodInfo, PostFilterPlugin, Status
-from plugins.framework.cycle_state import (
+from berth.framework import CycleState, PodInfo, PostFilterPlugin, Status
+from berth.framework.cycle_state import (
     PODS_TO_ACTIVATE_KEY,
     StateDecodeError,
     StateKey,
 )
-from plugins.framework.interfaces import PostFilterResult
-from plugins.framework.profile import PluginRef, ProfileConfig
-from plugins.framework.runtime import Framework, ScheduleResult
-from plugins.framework.status import Code
-from plugins.framework.testing import make_node, make_pod, snapshot_of
+from berth.framework.interfaces import PostFilterResult
+from berth.framework.profile import PluginRef, ProfileConfig
+from berth.framework.runtime import Framework, ScheduleResult
+from berth.framework.status import Code
+from berth.framework.testing import make_node, make_pod, snapshot_of
 from tests.asker import Asker
 from tests.unit.framework.fakes import Binder, Sort
 

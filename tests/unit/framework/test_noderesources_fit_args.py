@@ -2,7 +2,7 @@
 (pkg/scheduler/apis/config/validation/validation_pluginargs.go) and the
 decoding of UtilizationShapePoint (staging/src/k8s.io/kube-scheduler/config/v1,
 non-pointer int32 fields). Kept here, beside the runtime's tests, because this
-change's owner does not edit plugins/noderesources/test_args.py."""
+change's owner does not edit tests/plugins/noderesources/test_args.py."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from plugins.noderesources import NodeResourcesFitArgs
-from plugins.noderesources.args import UtilizationShapePoint
+from berth.plugins.noderesources import NodeResourcesFitArgs
+from berth.plugins.noderesources.args import UtilizationShapePoint
 
 SHAPE = {"shape": [{"utilization": 0, "score": 10}, {"utilization": 100, "score": 0}]}
 

@@ -11,23 +11,23 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.interfaces import (
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.cycle_state import CycleState
+from berth.framework.interfaces import (
     FilterPlugin,
     NodeVerdicts,
     Plugin,
     PreFilterPlugin,
     PreFilterResult,
 )
-from plugins.framework.model import NodeInfo, PodInfo
-from plugins.framework.profile import PluginRef, ProfileConfig
-from plugins.framework.runtime import Framework, NominatingMode
-from plugins.framework.snapshot import NodeBatch, Snapshot
-from plugins.framework.status import SUCCESS, Code, Status
-from plugins.framework.testing import make_node, make_pod, snapshot_of
-from plugins.noderesources import Fit
-from plugins.registry import REGISTRY
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.profile import PluginRef, ProfileConfig
+from berth.framework.runtime import Framework, NominatingMode
+from berth.framework.snapshot import NodeBatch, Snapshot
+from berth.framework.status import SUCCESS, Code, Status
+from berth.framework.testing import make_node, make_pod, snapshot_of
+from berth.plugins.noderesources import Fit
+from berth.plugins.registry import REGISTRY
 
 
 def pod(

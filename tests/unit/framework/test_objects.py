@@ -12,8 +12,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from berth_api.v1 import cluster_pb2 as cpb
-from plugins.framework import (
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.framework import (
     ClusterObject,
     CycleState,
     FilterPlugin,
@@ -28,11 +28,11 @@ from plugins.framework import (
     Status,
     pod_write,
 )
-from plugins.framework.objects import ProfileRead, merge_reads
-from plugins.framework.profile import PluginRef, ProfileConfig
-from plugins.framework.runtime import Framework, ProfileError
-from plugins.framework.snapshot import SnapshotError
-from plugins.framework.testing import (
+from berth.framework.objects import ProfileRead, merge_reads
+from berth.framework.profile import PluginRef, ProfileConfig
+from berth.framework.runtime import Framework, ProfileError
+from berth.framework.snapshot import SnapshotError
+from berth.framework.testing import (
     apply_objects,
     fresh_state,
     handle_for,

@@ -1,22 +1,22 @@
 """Whole scheduling cycles (the default profile) with pod-level resources
 (PodLevelResources) and in-place resize (InPlacePodVerticalScaling), the pods
 and nodes decoded from Kubernetes JSON by berth.kube as the shim decodes them.
-The plugin-level cases are in plugins/noderesources/test_pod_level_resources.py.
+The plugin-level cases are in tests/plugins/noderesources/test_pod_level_resources.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.config import default_config
+from berth.framework.cycle_state import CycleState
+from berth.framework.model import PodInfo
+from berth.framework.runtime import Framework
+from berth.framework.status import Code
+from berth.framework.testing import snapshot_of
 from berth.kube import node_record, pod_record
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.config import default_config
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.model import PodInfo
-from plugins.framework.runtime import Framework
-from plugins.framework.status import Code
-from plugins.framework.testing import snapshot_of
-from plugins.registry import REGISTRY
+from berth.plugins.registry import REGISTRY
 
 
 def default_framework() -> Framework:

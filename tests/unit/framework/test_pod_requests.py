@@ -1,6 +1,6 @@
 """Pod requests as kube-scheduler v1.36.3 computes them, with pod-level
 resources (PodLevelResources) and in-place resize (InPlacePodVerticalScaling,
-InPlacePodLevelResourcesVerticalScaling): plugins/framework/model.py against
+InPlacePodLevelResourcesVerticalScaling): framework/model.py against
 upstream's tables.
 
 The cases are upstream's, in Berth's units (CPU in millicores, memory in
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.model import (
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.model import (
     CALCULATE_RESOURCE_OPTIONS,
     DEFAULT_MEMORY_REQUEST,
     DEFAULT_MILLI_CPU_REQUEST,
@@ -36,8 +36,8 @@ from plugins.framework.model import (
     pod_request_list,
     pod_requests,
 )
-from plugins.framework.testing import make_node, resources, snapshot_of
-from plugins.framework.units import parse_quantity
+from berth.framework.testing import make_node, resources, snapshot_of
+from berth.framework.units import parse_quantity
 
 Quantities = dict[str, str]
 HUGE_2M = "hugepages-2Mi"

@@ -11,18 +11,18 @@ from typing import ClassVar
 import msgspec
 import pytest
 
-from berth_api.v1 import scheduling_pb2 as spb
-from plugins.framework import Code, CycleState, StateKey, Status
-from plugins.framework.cycle_state import (
+from berth.api.v1 import scheduling_pb2 as spb
+from berth.framework import Code, CycleState, StateKey, Status
+from berth.framework.cycle_state import (
     PRE_BIND_PRE_FLIGHT_KEY,
     StateDecodeError,
 )
-from plugins.framework.interfaces import PermitPlugin, PreBindPlugin
-from plugins.framework.model import PodInfo
-from plugins.framework.profile import PluginRef, ProfileConfig
-from plugins.framework.runtime import Framework
-from plugins.framework.testing import make_node, make_pod, snapshot_of
-from server.service import schedule_response
+from berth.framework.interfaces import PermitPlugin, PreBindPlugin
+from berth.framework.model import PodInfo
+from berth.framework.profile import PluginRef, ProfileConfig
+from berth.framework.runtime import Framework
+from berth.framework.testing import make_node, make_pod, snapshot_of
+from berth.server.service import schedule_response
 from tests.unit.framework.fakes import REGISTRY as FAKES
 
 

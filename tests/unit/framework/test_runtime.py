@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from plugins.framework import Code, CycleState, PostFilterResult, Status
-from plugins.framework.config import default_config
-from plugins.framework.runtime import (
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.framework import Code, CycleState, PostFilterResult, Status
+from berth.framework.config import default_config
+from berth.framework.runtime import (
     CycleError,
     DeadlineExceeded,
     Framework,
@@ -25,8 +25,8 @@ from plugins.framework.runtime import (
     num_feasible_nodes_to_find,
     select_host,
 )
-from plugins.framework.testing import make_node, make_pod, snapshot_of
-from plugins.registry import REGISTRY as SHIPPED
+from berth.framework.testing import make_node, make_pod, snapshot_of
+from berth.plugins.registry import REGISTRY as SHIPPED
 from tests.unit.framework.fakes import COUNTER, REGISTRY, CallLog, Reserver, profile
 
 

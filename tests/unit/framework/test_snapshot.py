@@ -8,10 +8,10 @@ import random
 import numpy as np
 import pytest
 
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.model import PodInfo, pod_requests
-from plugins.framework.snapshot import NodesMark, Snapshot, SnapshotError, zone_key
-from plugins.framework.testing import make_node, make_pod, snapshot_of
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.model import PodInfo, pod_requests
+from berth.framework.snapshot import NodesMark, Snapshot, SnapshotError, zone_key
+from berth.framework.testing import make_node, make_pod, snapshot_of
 
 
 def delta(**kw: object) -> pb.ClusterDelta:

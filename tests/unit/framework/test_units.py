@@ -1,4 +1,4 @@
-"""plugins.framework.units.parse_quantity against upstream's resource.ParseQuantity
+"""berth.framework.units.parse_quantity against upstream's resource.ParseQuantity
 (staging/src/k8s.io/apimachinery/pkg/api/resource/quantity.go ParseQuantity,
 Quantity.Value, Quantity.MilliValue; suffix.go interpret).
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from plugins.framework.units import (
+from berth.framework.units import (
     INT64_MAX,
     MAX_QUANTITY_LENGTH,
     QuantityError,

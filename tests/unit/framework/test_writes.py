@@ -1,5 +1,5 @@
 """Plugins declare the kinds they write (``Plugin.writes``), beside what they read; the
-caller performs no other write (plugins/framework/writes.py, shim/guard.py)."""
+caller performs no other write (framework/writes.py, shim/guard.py)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ from typing import Any, ClassVar
 
 import pytest
 
-from plugins.framework import CycleState, ObjectKind, PodInfo, PreBindPlugin, Status
-from plugins.framework.config import API_VERSION, KIND, default_config, parse_config
-from plugins.framework.interfaces import Plugin
-from plugins.framework.runtime import Framework, ProfileError
-from plugins.framework.storage import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
-from plugins.framework.writes import config_writes, declared_kind, profile_writes
-from plugins.registry import REGISTRY, load_registry
-from plugins.stickynode import StickyNode
-from plugins.stickynode.args import OwnerKind, StickyNodeArgs
-from plugins.volumebinding import VolumeBinding
+from berth.framework import CycleState, ObjectKind, PodInfo, PreBindPlugin, Status
+from berth.framework.config import API_VERSION, KIND, default_config, parse_config
+from berth.framework.interfaces import Plugin
+from berth.framework.runtime import Framework, ProfileError
+from berth.framework.storage import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from berth.framework.writes import config_writes, declared_kind, profile_writes
+from berth.plugins.registry import REGISTRY, load_registry
+from berth.plugins.stickynode import StickyNode
+from berth.plugins.stickynode.args import OwnerKind, StickyNodeArgs
+from berth.plugins.volumebinding import VolumeBinding
 
 DEPLOYMENTS = ObjectKind("apps", "v1", "deployments", "Deployment")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from berth.localcluster import binaries
-from berth.localcluster.errors import BinaryMissingError
+from berth.dev.localcluster import binaries
+from berth.dev.localcluster.errors import BinaryMissingError
 
 
 def test_versions_file_pins_a_kubernetes_and_an_etcd_release() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from berth.localcluster import binaries
+from berth.dev.localcluster import binaries
 
 VERSIONS = binaries.parse_versions(binaries.VERSIONS_FILE.read_text())
 TOOLS = (

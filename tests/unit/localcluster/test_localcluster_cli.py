@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from berth.localcluster import cli
+from berth.dev.localcluster import cli
 
 
 def _parser() -> argparse.ArgumentParser:

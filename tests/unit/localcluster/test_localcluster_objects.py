@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from berth.localcluster import objects
-from berth.localcluster.rest import ApiError
+from berth.dev.localcluster import objects
+from berth.dev.localcluster.rest import ApiError
 
 
 def test_node_has_ready_status_and_allocatable_equal_to_capacity_by_default() -> None:

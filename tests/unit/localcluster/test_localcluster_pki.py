@@ -11,8 +11,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from berth.localcluster import pki
-from berth.localcluster.rest import load_kubeconfig, ssl_context
+from berth.dev.localcluster import pki
+from berth.dev.localcluster.rest import load_kubeconfig, ssl_context
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from berth.localcluster.errors import PortInUseError
-from berth.localcluster.ports import PortRequest, choose_ports, free_port, port_is_free
+from berth.dev.localcluster.errors import PortInUseError
+from berth.dev.localcluster.ports import PortRequest, choose_ports, free_port, port_is_free
 
 
 @pytest.fixture

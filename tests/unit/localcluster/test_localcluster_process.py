@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from berth.localcluster.errors import StateError
-from berth.localcluster.process import (
+from berth.dev.localcluster.errors import StateError
+from berth.dev.localcluster.process import (
     ProcessRecord,
     cmdline,
     is_ours,
@@ -111,7 +111,7 @@ def test_die_with_parent_takes_the_child_down_when_its_starter_is_killed(tmp_pat
     starter = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from berth.localcluster.process import spawn\n"
+        "from berth.dev.localcluster.process import spawn\n"
         f"_, rec = spawn('sleeper', ['{SLEEP}', '300'], Path(sys.argv[1]), die_with_parent=True)\n"
         "print(rec.pid, flush=True)\n"
         "time.sleep(300)\n"
@@ -131,7 +131,7 @@ def test_die_with_parent_takes_the_child_down_when_its_starter_is_killed(tmp_pat
 def test_orphaned_etcd_data_dirs_are_removed_and_used_or_fresh_ones_kept(
     tmp_path: Path,
 ) -> None:
-    from berth.localcluster.cluster import remove_orphaned_data_dirs
+    from berth.dev.localcluster.cluster import remove_orphaned_data_dirs
 
     orphan, used, fresh, other = (
         tmp_path / name for name in ("berth-etcd-orphan", "berth-etcd-used", "berth-etcd-new", "x")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from plugins.framework.config import parse_config
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.testing import make_node, make_pod, snapshot_of
-from plugins.registry import REGISTRY
-from server.app import build_frameworks
+from berth.framework.config import parse_config
+from berth.framework.cycle_state import CycleState
+from berth.framework.testing import make_node, make_pod, snapshot_of
+from berth.plugins.registry import REGISTRY
+from berth.server.app import build_frameworks
 
 
 def test_percentage_of_nodes_to_score_reaches_the_cycle() -> None:

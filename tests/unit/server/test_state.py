@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from berth.api.v1 import cluster_pb2 as pb
 from berth.client import ClusterStateLog
-from berth_api.v1 import cluster_pb2 as pb
-from plugins.framework.testing import make_node, make_pod
-from server.state import CacheFull, InvalidState, SnapshotStore, StaleReplica, StateTooLarge
+from berth.framework.testing import make_node, make_pod
+from berth.server.state import CacheFull, InvalidState, SnapshotStore, StaleReplica, StateTooLarge
 
 
 def caller(n: int = 3) -> ClusterStateLog:

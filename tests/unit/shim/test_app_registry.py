@@ -9,12 +9,12 @@ from typing import ClassVar
 import pytest
 
 from berth.client import ClusterStateLog
-from plugins.framework import CycleState, FilterPlugin, NodeInfo, PodInfo, Status
-from plugins.framework.config import API_VERSION, KIND, parse_config
-from plugins.framework.interfaces import Plugin
-from plugins.framework.testing import make_node, make_pod
-from plugins.registry import REGISTRY
-from shim.app import ShimSettings, build_service
+from berth.framework import CycleState, FilterPlugin, NodeInfo, PodInfo, Status
+from berth.framework.config import API_VERSION, KIND, parse_config
+from berth.framework.interfaces import Plugin
+from berth.framework.testing import make_node, make_pod
+from berth.plugins.registry import REGISTRY
+from berth.shim.app import ShimSettings, build_service
 
 
 class OnlyB(FilterPlugin):
@@ -56,9 +56,10 @@ async def test_the_in_process_service_runs_the_registry_it_is_given() -> None:
 async def test_without_one_it_loads_the_registry_with_installed_plugins(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import plugins.registry
 
-    monkeypatch.setattr(plugins.registry, "load_registry", lambda: WITH_ONLY_B)
+    import berth.plugins.registry
+
+    monkeypatch.setattr(berth.plugins.registry, "load_registry", lambda: WITH_ONLY_B)
     state = cluster()
     service = build_service(ShimSettings(config=CONFIG), state)
     resp = await service.client.schedule("s", make_pod().req(cpu="100m").obj())

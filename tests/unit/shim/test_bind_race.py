@@ -24,17 +24,17 @@ import orjson
 import pytest
 from opentelemetry import trace
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
+from berth.framework.testing import make_node
 from berth.kube import pod_record
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from plugins.framework.testing import make_node
-from shim.events import EventRecorder, ObjectRef
-from shim.informer import DELETED, MODIFIED, Event
-from shim.kubeapi import ApiError, KubeApi
-from shim.queue import QueuedPod
-from shim.scheduler import Scheduler
-from shim.service import PluginService, ProfileInfo, SortKey
+from berth.shim.events import EventRecorder, ObjectRef
+from berth.shim.informer import DELETED, MODIFIED, Event
+from berth.shim.kubeapi import ApiError, KubeApi
+from berth.shim.queue import QueuedPod
+from berth.shim.scheduler import Scheduler
+from berth.shim.service import PluginService, ProfileInfo, SortKey
 
 PROFILE = "p"
 NS = "default"

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 from prometheus_client import REGISTRY
 
+from berth.api.v1 import cluster_pb2 as cpb
 from berth.client import ClusterStateLog
-from berth_api.v1 import cluster_pb2 as cpb
-from plugins.framework.testing import make_node, make_pod
-from shim.cache import AssumeRefused, SchedulerCache
+from berth.framework.testing import make_node, make_pod
+from berth.shim.cache import AssumeRefused, SchedulerCache
 from tests.unit.shim.fakes import FakeClock
 
 T0 = 1_760_000_000.0

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-import shim.app
+import berth.shim.app
 from berth.cli import main
-from shim.cli import GIL_SWITCH_INTERVAL
+from berth.shim.cli import GIL_SWITCH_INTERVAL
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def test_the_shim_runs_with_a_short_gil_switch_interval(
         seen.append(sys.getswitchinterval())
         return 0
 
-    monkeypatch.setattr(shim.app, "run", fake_run)
+    monkeypatch.setattr(berth.shim.app, "run", fake_run)
     sys.setswitchinterval(0.005)
 
     assert main(["shim"]) == 0

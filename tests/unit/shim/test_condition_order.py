@@ -10,13 +10,13 @@ import threading
 import time
 from typing import Any, cast
 
+from berth.api.v1 import cluster_pb2 as cpb
 from berth.client import ClusterStateLog
-from berth_api.v1 import cluster_pb2 as cpb
-from plugins.framework.testing import make_pod
-from shim.events import EventRecorder
-from shim.kubeapi import KubeApi
-from shim.scheduler import Scheduler
-from shim.service import PluginService
+from berth.framework.testing import make_pod
+from berth.shim.events import EventRecorder
+from berth.shim.kubeapi import KubeApi
+from berth.shim.scheduler import Scheduler
+from berth.shim.service import PluginService
 
 
 class SlowFirstApi:

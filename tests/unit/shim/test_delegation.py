@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from shim.delegation import (
+from berth.shim.delegation import (
     ANONYMOUS_USER,
     CACHE_SIZE,
     SUBJECTACCESSREVIEWS,

@@ -11,16 +11,16 @@ from typing import Any, cast
 
 import pytest
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
+from berth.framework.testing import make_node, make_pod
 from berth.kube import pod_record
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from plugins.framework.testing import make_node, make_pod
-from shim.events import EventRecorder, ObjectRef
-from shim.kubeapi import KubeApi
-from shim.queue import UNSCHEDULABLE, QueuedPod
-from shim.scheduler import Scheduler
-from shim.service import PluginService, SortKey
+from berth.shim.events import EventRecorder, ObjectRef
+from berth.shim.kubeapi import KubeApi
+from berth.shim.queue import UNSCHEDULABLE, QueuedPod
+from berth.shim.scheduler import Scheduler
+from berth.shim.service import PluginService, SortKey
 
 PROFILE = "any"
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import orjson
 import pytest
 
-from shim.events import (
+from berth.shim.events import (
     DEFAULT_SLEEP_DURATION,
     FINISH_TIME,
     MAX_QUEUED_EVENTS,
@@ -30,7 +30,7 @@ from shim.events import (
     micro_time,
     truncate_note,
 )
-from shim.kubeapi import JSON, ApiError
+from berth.shim.kubeapi import JSON, ApiError
 from tests.unit.shim.fakes import FakeClock
 
 T0 = 1_760_000_000.25
@@ -249,7 +249,7 @@ def test_unknown_event_type_is_logged_and_not_recorded(
     recorder: EventRecorder, api: FakeApi, caplog: pytest.LogCaptureFixture
 ) -> None:
     """event_recorder.go eventf: util.ValidateEventType admits Normal and Warning only."""
-    with caplog.at_level(logging.ERROR, logger="shim.events"):
+    with caplog.at_level(logging.ERROR, logger="berth.shim.events"):
         recorder.record(POD, "Critical", "FailedScheduling", "Scheduling", NOTE)
     recorder.process_pending()
 
@@ -431,7 +431,7 @@ def test_gives_up_after_max_tries_per_event(
 ) -> None:
     """attemptRecording: at most maxTriesPerEvent (12) tries, then an error log."""
     api.always_fail = api_error(0)
-    with caplog.at_level(logging.ERROR, logger="shim.events"):
+    with caplog.at_level(logging.ERROR, logger="berth.shim.events"):
         failed_scheduling(recorder)
         recorder.process_pending()
 
@@ -451,7 +451,7 @@ def test_rejected_write_is_logged_and_dropped_without_retry(
 ) -> None:
     """recordEvent: a status error other than AlreadyExists-on-a-series is not retried."""
     api.failures = [api_error(status, reason)]
-    with caplog.at_level(logging.ERROR, logger="shim.events"):
+    with caplog.at_level(logging.ERROR, logger="berth.shim.events"):
         failed_scheduling(recorder)
         recorder.process_pending()
 
@@ -514,7 +514,7 @@ def test_full_queue_drops_occurrences_with_a_log_line(
     """maxQueuedEvents with watch.DropIfChannelFull: what does not fit is dropped,
     and event_recorder.go says so in the log (here at most once per 10 s)."""
     rec = EventRecorder(api, "berth", max_queued=3)
-    with caplog.at_level(logging.WARNING, logger="shim.events"):
+    with caplog.at_level(logging.WARNING, logger="berth.shim.events"):
         for i in range(6):
             rec.record(POD, "Warning", f"Reason{i}", "Scheduling", NOTE)
 
@@ -888,7 +888,7 @@ def test_stop_abandons_what_is_left_at_its_deadline(
     rec = EventRecorder(api, "berth")
     for i in range(20):
         rec.record(POD, "Warning", f"R{i}", "Scheduling", NOTE)
-    with caplog.at_level(logging.WARNING, logger="shim.events"):
+    with caplog.at_level(logging.WARNING, logger="berth.shim.events"):
         started = time.monotonic()
         rec.stop(timeout=0.25)
     assert time.monotonic() - started < 1.0

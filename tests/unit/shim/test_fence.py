@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import urllib3
 
-from plugins.framework.profile import LeaderElectionConfig
-from shim.fence import FencedWrite, LeaderFence
-from shim.kubeapi import KubeApi
-from shim.leader import LeaderElector
+from berth.framework.profile import LeaderElectionConfig
+from berth.shim.fence import FencedWrite, LeaderFence
+from berth.shim.kubeapi import KubeApi
+from berth.shim.leader import LeaderElector
 from tests.unit.shim.fakes import FakeClock
 from tests.unit.shim.test_asynchttp import BINDING, PATH, FakeServer, created, running
 from tests.unit.shim.test_leader import NAME, NS, FakeLeaseApi, eventually, held_by, within

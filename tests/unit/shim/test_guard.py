@@ -24,18 +24,18 @@ from typing import Any
 import orjson
 import pytest
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from plugins.framework.config import default_config
-from plugins.framework.objects import ObjectKind
-from plugins.framework.storage import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
-from plugins.registry import load_registry
-from shim import guard
-from shim.app import ShimSettings, build_service
-from shim.queue import BACKOFF, UNSCHEDULABLE
-from shim.scheduler import Scheduler, WaitingPod
-from shim.service import ProfileInfo
+from berth.framework.config import default_config
+from berth.framework.objects import ObjectKind
+from berth.framework.storage import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from berth.plugins.registry import load_registry
+from berth.shim import guard
+from berth.shim.app import ShimSettings, build_service
+from berth.shim.queue import BACKOFF, UNSCHEDULABLE
+from berth.shim.scheduler import Scheduler, WaitingPod
+from berth.shim.service import ProfileInfo
 from tests.unit.shim.test_preemption import (
     PROFILE,
     FakeApi,
@@ -169,7 +169,7 @@ async def test_SelectVictimsOnNode_only_lower_priority_pods_of_the_node_are_pree
     }[case]()
     (qp,) = await popped(s, high)
     before = refused(guard.VICTIM, reason)
-    with caplog.at_level(logging.WARNING, logger="shim.guard"):
+    with caplog.at_level(logging.WARNING, logger="berth.shim.guard"):
         handle(s, qp, no_fit("n1", [victim]))
     await settled(s)
     # Nothing preempted: no DisruptionTarget, no delete, no Preempted event, nothing held.
@@ -183,7 +183,7 @@ async def test_SelectVictimsOnNode_only_lower_priority_pods_of_the_node_are_pree
     assert "high" not in s.cache.nominated
     assert [e[1] for e in recorder.events if e[0] == "high"] == ["FailedScheduling"]
     assert refused(guard.VICTIM, reason) == before + 1
-    (warning,) = [r for r in caplog.records if r.name == "shim.guard"]
+    (warning,) = [r for r in caplog.records if r.name == "berth.shim.guard"]
     assert warning.levelno == logging.WARNING
     text = warning.getMessage()
     assert f"refused victim {victim.namespace}/{victim.name} (uid {victim.uid})" in text
@@ -252,7 +252,7 @@ async def test_getLowerPriorityNominatedPods_only_those_nominations_are_cleared(
 
 
 def _added(pod: cpb.Pod) -> Any:
-    from shim.informer import ADDED, Event
+    from berth.shim.informer import ADDED, Event
 
     return Event(ADDED, pod.uid, pod, "1")
 
@@ -367,7 +367,7 @@ async def test_PreBind_writes_to_the_pod_or_declared_kinds_only(
     q = pending("q")
     service.pre_bind = [_retarget(w, q) for w in service.pre_bind]
     (qp,) = await popped(s, q)
-    with caplog.at_level(logging.WARNING, logger="shim.guard"):
+    with caplog.at_level(logging.WARNING, logger="berth.shim.guard"):
         handle(s, qp, placed())
         await until(lambda: where(s, "q") == BACKOFF, "q back in the queue")
     assert api.merge_patches == [] and not api.bound("q")
@@ -375,7 +375,7 @@ async def test_PreBind_writes_to_the_pod_or_declared_kinds_only(
     assert refused(guard.WRITE, reason) == before + 1
     (note,) = [e[3] for e in recorder.events if e[:2] == ("q", "FailedScheduling")]
     assert note.startswith("PreBind writes refused by the scheduler: write by plugin")
-    (warning,) = [r for r in caplog.records if r.name == "shim.guard"]
+    (warning,) = [r for r in caplog.records if r.name == "berth.shim.guard"]
     assert warning.levelno == logging.WARNING
     assert "refused write by plugin" in warning.getMessage()
 

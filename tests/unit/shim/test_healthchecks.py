@@ -13,9 +13,9 @@ import orjson
 import pytest
 import urllib3
 
-from shim.health import HealthServer
-from shim.healthchecks import ApiServerProbe, HealthChecks
-from shim.kubeapi import ApiError, KubeApi
+from berth.shim.health import HealthServer
+from berth.shim.healthchecks import ApiServerProbe, HealthChecks
+from berth.shim.kubeapi import ApiError, KubeApi
 
 
 class ProbedApi(KubeApi):

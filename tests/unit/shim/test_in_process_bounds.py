@@ -14,14 +14,14 @@ from typing import ClassVar
 import pytest
 
 from berth.client import ClusterStateLog
-from plugins.framework import CycleState, FilterPlugin, NodeBatch, PodInfo, ScorePlugin
-from plugins.framework.interfaces import NodeVerdicts
-from plugins.framework.model import NodeInfo
-from plugins.framework.profile import PluginRef, ProfileConfig, SchedulerConfig
-from plugins.framework.testing import make_node, make_pod
-from server.app import build_frameworks
-from server.service import SchedulingService
-from shim.service import PluginService, ServiceUnavailable
+from berth.framework import CycleState, FilterPlugin, NodeBatch, PodInfo, ScorePlugin
+from berth.framework.interfaces import NodeVerdicts
+from berth.framework.model import NodeInfo
+from berth.framework.profile import PluginRef, ProfileConfig, SchedulerConfig
+from berth.framework.testing import make_node, make_pod
+from berth.server.app import build_frameworks
+from berth.server.service import SchedulingService
+from berth.shim.service import PluginService, ServiceUnavailable
 from tests.unit.framework.fakes import REGISTRY as BASE
 
 PROFILE = "burn"

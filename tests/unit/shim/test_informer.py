@@ -24,10 +24,10 @@ from typing import Any
 import orjson
 import pytest
 
+from berth.api.v1 import cluster_pb2 as cpb
 from berth.kube import pod_record
-from berth_api.v1 import cluster_pb2 as cpb
-from shim.informer import ADDED, DELETED, MODIFIED, Event, Informer, pod_key
-from shim.kubeapi import JSON, ApiError, KubeApi, ListResult
+from berth.shim.informer import ADDED, DELETED, MODIFIED, Event, Informer, pod_key
+from berth.shim.kubeapi import JSON, ApiError, KubeApi, ListResult
 
 PATH = "/api/v1/pods"
 TIMEOUT = 5.0  # bound on every wait; none should come close
@@ -511,7 +511,7 @@ async def test_undecodable_objects_are_skipped_with_a_warning(
     the others are delivered and the informer carries on. A garbled line breaks
     the watch like a broken stream (client-go's StreamWatcher stops on a decode
     error) and the watch resumes from the last resourceVersion."""
-    caplog.set_level(logging.WARNING, logger="shim.informer")
+    caplog.set_level(logging.WARNING, logger="berth.shim.informer")
     api = FakeKubeApi(
         lists=[ListResult([pod("a", 5), pod("no-uid", 6, uid=""), pod("bad-cpu", 7, "lots")], "7")],
         watches=[

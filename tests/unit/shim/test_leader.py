@@ -22,9 +22,9 @@ import orjson
 import pytest
 import urllib3
 
-from plugins.framework.profile import LeaderElectionConfig
-from shim.kubeapi import JSON, ApiError, KubeApi
-from shim.leader import (
+from berth.framework.profile import LeaderElectionConfig
+from berth.shim.kubeapi import JSON, ApiError, KubeApi
+from berth.shim.leader import (
     LeaderElectionConfigError,
     LeaderElector,
     default_identity,
@@ -293,7 +293,7 @@ async def test_try_acquire_or_renew_stands_by_while_a_live_lease_is_held_by_anot
     another, far-off clock) is not trusted; the holder's term runs for
     leaseDurationSeconds on our clock from when we first saw the record."""
     api.write_spec(**held_by("other", renewed_at=T0 - 86_400))
-    caplog.set_level(logging.INFO, logger="shim.leader")
+    caplog.set_level(logging.INFO, logger="berth.shim.leader")
     me = candidates("me")
     await more_calls(api, "GET")
     clock.advance(14.9)
@@ -449,7 +449,7 @@ async def test_renew_failing_past_the_renew_deadline_loses_leadership(
     """renew: a round retries every retry period; when no write has succeeded within
     RenewDeadline, leadership is lost: the leading work is cancelled and
     on_stopped_leading called."""
-    caplog.set_level(logging.INFO, logger="shim.leader")
+    caplog.set_level(logging.INFO, logger="berth.shim.leader")
     me = candidates("me")
     await within(me.started.wait(), "the candidate to lead")
 

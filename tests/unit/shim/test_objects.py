@@ -12,11 +12,11 @@ from typing import Any, cast
 import orjson
 import pytest
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from shim.kubeapi import JSON, ApiError, KubeApi, ListResult
-from shim.objects import (
+from berth.shim.kubeapi import JSON, ApiError, KubeApi, ListResult
+from berth.shim.objects import (
     ObjectSources,
     Poller,
     Source,
@@ -257,7 +257,7 @@ def test_malformed_writes_fail_without_a_request(bad: pb.ObjectWrite, message: s
 
 
 def test_assumed_pod_carries_reserve_annotations_into_the_state() -> None:
-    from shim.cache import SchedulerCache
+    from berth.shim.cache import SchedulerCache
 
     cache = SchedulerCache()
     pod = cpb.Pod(uid="u1", name="p", namespace="ns", annotations={"keep": "1"})

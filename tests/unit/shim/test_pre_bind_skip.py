@@ -26,22 +26,22 @@ from typing import Any, cast
 import pytest
 from opentelemetry import trace
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog, SchedulingClient
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from plugins.framework.config import default_config
-from plugins.framework.storage import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
-from plugins.framework.testing import make_node, make_object, make_pod
-from plugins.framework.writes import config_writes
-from plugins.registry import load_registry
-from server.app import build_frameworks
-from server.service import SchedulingService
-from shim.events import EventRecorder, ObjectRef
-from shim.informer import ADDED, MODIFIED, Event
-from shim.kubeapi import ApiError, KubeApi
-from shim.queue import UNSCHEDULABLE, QueuedPod
-from shim.scheduler import Scheduler
-from shim.service import InProcessStub, PluginService, ProfileInfo, SortKey
+from berth.framework.config import default_config
+from berth.framework.storage import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
+from berth.framework.testing import make_node, make_object, make_pod
+from berth.framework.writes import config_writes
+from berth.plugins.registry import load_registry
+from berth.server.app import build_frameworks
+from berth.server.service import SchedulingService
+from berth.shim.events import EventRecorder, ObjectRef
+from berth.shim.informer import ADDED, MODIFIED, Event
+from berth.shim.kubeapi import ApiError, KubeApi
+from berth.shim.queue import UNSCHEDULABLE, QueuedPod
+from berth.shim.scheduler import Scheduler
+from berth.shim.service import InProcessStub, PluginService, ProfileInfo, SortKey
 
 PROFILE = "p"
 TIMEOUT = 5.0

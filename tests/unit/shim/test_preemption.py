@@ -29,16 +29,16 @@ import pytest
 from opentelemetry import trace
 from prometheus_client import REGISTRY
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from plugins.framework.testing import make_node, make_pod
-from shim.events import EventRecorder, ObjectRef
-from shim.informer import ADDED, DELETED, MODIFIED, Event
-from shim.kubeapi import ApiError, KubeApi
-from shim.queue import ACTIVE, BACKOFF, GATED, UNSCHEDULABLE, QueuedPod
-from shim.scheduler import Scheduler, WaitingPod
-from shim.service import PluginService, ProfileInfo, SortKey
+from berth.framework.testing import make_node, make_pod
+from berth.shim.events import EventRecorder, ObjectRef
+from berth.shim.informer import ADDED, DELETED, MODIFIED, Event
+from berth.shim.kubeapi import ApiError, KubeApi
+from berth.shim.queue import ACTIVE, BACKOFF, GATED, UNSCHEDULABLE, QueuedPod
+from berth.shim.scheduler import Scheduler, WaitingPod
+from berth.shim.service import PluginService, ProfileInfo, SortKey
 
 PROFILE = "preempting"
 TIMEOUT = 5.0

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import pytest
 from prometheus_client import REGISTRY
 
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from plugins.framework.testing import make_pod
-from shim.queue import (
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.framework.testing import make_pod
+from berth.shim.queue import (
     ACTIVE,
     BACKOFF,
     DEFAULT_MAX_IN_UNSCHEDULABLE,
@@ -30,7 +30,7 @@ from shim.queue import (
     QueuedPod,
     SchedulingQueue,
 )
-from shim.service import ServiceUnavailable, SortKey
+from berth.shim.service import ServiceUnavailable, SortKey
 from tests.unit.shim.fakes import FakeClock
 
 T0 = 1_760_000_000.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from shim.queue import ACTIVE, BACKOFF, GATED, IN_FLIGHT, UNSCHEDULABLE, SchedulingQueue
+from berth.shim.queue import ACTIVE, BACKOFF, GATED, IN_FLIGHT, UNSCHEDULABLE, SchedulingQueue
 from tests.unit.shim.fakes import FakeClock
 from tests.unit.shim.test_queue import (
     FIT,

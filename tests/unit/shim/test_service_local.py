@@ -1,4 +1,4 @@
-"""shim.service: what the shim answers itself instead of asking the plugin
+"""berth.shim.service: what the shim answers itself instead of asking the plugin
 service (PreEnqueue when only SchedulingGates runs there, QueueSort when only
 PrioritySort does, Bind when DefaultBinder is the only Bind plugin): the
 same answers the service gives, and a call whenever another plugin is
@@ -9,18 +9,18 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog, SchedulingClient
-from berth_api.v1 import cluster_pb2 as cpb
-from berth_api.v1 import scheduling_pb2 as pb
-from plugins.framework.config import API_VERSION, KIND, default_config, parse_config
-from plugins.framework.cycle_state import CycleState
-from plugins.framework.interfaces import PostBindPlugin, PreEnqueuePlugin
-from plugins.framework.model import PodInfo
-from plugins.framework.status import SUCCESS, Status
-from plugins.registry import load_registry
-from server.app import build_frameworks
-from server.service import SchedulingService
-from shim.service import InProcessStub, PluginService, ProfileInfo
+from berth.framework.config import API_VERSION, KIND, default_config, parse_config
+from berth.framework.cycle_state import CycleState
+from berth.framework.interfaces import PostBindPlugin, PreEnqueuePlugin
+from berth.framework.model import PodInfo
+from berth.framework.status import SUCCESS, Status
+from berth.plugins.registry import load_registry
+from berth.server.app import build_frameworks
+from berth.server.service import SchedulingService
+from berth.shim.service import InProcessStub, PluginService, ProfileInfo
 
 
 class CountingStub(InProcessStub):

@@ -18,11 +18,11 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from shim import health as health_module
-from shim.delegation import DelegatedAuth
-from shim.health import HealthServer
-from shim.healthchecks import HealthChecks
-from shim.serving import SecureServing, SecureServingOptions, ServingCertificate
+from berth.shim import health as health_module
+from berth.shim.delegation import DelegatedAuth
+from berth.shim.health import HealthServer
+from berth.shim.healthchecks import HealthChecks
+from berth.shim.serving import SecureServing, SecureServingOptions, ServingCertificate
 from tests.contract.tlscerts import CA
 from tests.unit.shim.test_delegation import FakeReviews
 
@@ -198,7 +198,7 @@ def test_bad_files_name_the_flag() -> None:
 
 def test_secure_serving_flags() -> None:
     from berth.cli import build_parser
-    from shim.cli import secure_serving_from_args
+    from berth.shim.cli import secure_serving_from_args
 
     parser = build_parser()
 

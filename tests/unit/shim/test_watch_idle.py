@@ -21,8 +21,8 @@ from collections.abc import Iterator
 import pytest
 import urllib3
 
-from shim.informer import WATCH_IDLE_TIMEOUT, WATCH_TIMEOUT_SECONDS, watch_timeout_seconds
-from shim.kubeapi import KubeApi, ListResult, WatchStalled
+from berth.shim.informer import WATCH_IDLE_TIMEOUT, WATCH_TIMEOUT_SECONDS, watch_timeout_seconds
+from berth.shim.kubeapi import KubeApi, ListResult, WatchStalled
 from tests.unit.shim.test_informer import (
     PATH,
     Collector,

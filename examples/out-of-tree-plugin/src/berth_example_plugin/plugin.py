@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from berth_example_plugin.args import PreferLabelArgs
-from plugins.framework import (
+from berth.framework import (
     MAX_NODE_SCORE,
     MIN_NODE_SCORE,
     CycleState,
@@ -30,6 +29,7 @@ from plugins.framework import (
     ScorePlugin,
     Status,
 )
+from berth_example_plugin.args import PreferLabelArgs
 
 __all__ = ["NAME", "PreferLabel"]
 

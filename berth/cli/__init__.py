@@ -1,0 +1,103 @@
+"""The ``berth`` command line.
+
+Each command group lives beside the code it drives and adds itself through a
+``register(subparsers)`` function; this module only wires them together, so
+``berth --help`` stays fast and every group owns its own ``--help`` text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import logging
+import sys
+from collections.abc import Sequence
+
+from berth import __version__
+
+# Each module exposes ``register(subparsers) -> None`` and sets ``func`` on its
+# parsers: a callable taking the parsed namespace and returning the process
+# exit code.
+COMMAND_MODULES: tuple[str, ...] = (
+    "berth.server.cli",  # berth serve
+    "berth.shim.cli",  # berth shim
+    "berth.cli.certs",  # berth certs
+    "berth.cli.place",  # berth place
+    "berth.cli.plugins_cmd",  # berth plugins
+)
+
+# The developer tools live in berth.dev, which a checkout has and the wheel and
+# the image do not: (module, command, one-line help).
+DEV_COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("berth.dev.bench", "bench", "benchmarks, side by side with kube-scheduler"),
+    ("berth.dev.localcluster.cli", "cluster", "a local etcd and kube-apiserver"),
+    ("berth.dev.demo", "demo", "the live demo on a local cluster"),
+)
+
+
+def _not_installed(command: str) -> int:
+    print(
+        f"berth {command} is a developer tool of Berth's repository and is not part of the "
+        "installed package. Run it from a checkout: ./hack/setup-venv.sh, then "
+        f".venv/bin/berth {command} (./hack/demo.sh runs the demo).",
+        file=sys.stderr,
+    )
+    return 2
+
+
+def _register_dev_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    have_dev = importlib.util.find_spec("berth.dev") is not None
+    for module_name, command, help_text in DEV_COMMANDS:
+        if have_dev:
+            importlib.import_module(module_name).register(sub)
+            continue
+        p = sub.add_parser(command, help=f"{help_text} (needs a checkout of Berth)")
+        p.set_defaults(func=lambda _args, command=command: _not_installed(command))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="berth",
+        description=(
+            "Berth: a Kubernetes scheduler whose Scheduler Framework plugins are Python, "
+            "served over gRPC. Run 'berth COMMAND --help' for a command's options."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"berth {__version__}")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="more log output (-v info, -vv debug)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(name)
+        module.register(sub)
+    _register_dev_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING
+    if args.verbose == 1:
+        level = logging.INFO
+    elif args.verbose >= 2:
+        level = logging.DEBUG
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    code: int = func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The plugin framework: interfaces, Status, CycleState, snapshot, runtime.
+
+A plugin imports what it needs from here::
+
+    from berth.framework import CycleState, FilterPlugin, NodeInfo, PodInfo, Status
+
+A plugin that reads objects beyond nodes and pods declares them with
+``Plugin.reads`` (``ObjectKind``) and finds them in
+``self.handle.snapshot.objects(group, resource)``; one that must change an
+object adds an ``ObjectWrite`` with ``CycleState.add_write`` (see
+framework/objects.py).
+"""
+
+from berth.framework.cycle_state import CycleState, StateError, StateKey
+from berth.framework.handle import Handle
+from berth.framework.interfaces import (
+    MAX_NODE_SCORE,
+    MIN_NODE_SCORE,
+    BindPlugin,
+    FilterPlugin,
+    NodeVerdicts,
+    PermitPlugin,
+    Plugin,
+    PostBindPlugin,
+    PostFilterPlugin,
+    PostFilterResult,
+    PreBindPlugin,
+    PreEnqueuePlugin,
+    PreFilterPlugin,
+    PreFilterResult,
+    PreScorePlugin,
+    QueuedPodInfo,
+    QueueSortPlugin,
+    ReservePlugin,
+    ScoreArray,
+    ScorePlugin,
+    SortKey,
+)
+from berth.framework.model import NodeInfo, PodInfo, Resource
+from berth.framework.objects import ClusterObject, ObjectKind, ObjectWrite, pod_write
+from berth.framework.snapshot import NodeBatch, NodeColumns, Snapshot
+from berth.framework.status import Code, Status
+
+__all__ = [
+    "MAX_NODE_SCORE",
+    "MIN_NODE_SCORE",
+    "BindPlugin",
+    "ClusterObject",
+    "Code",
+    "CycleState",
+    "FilterPlugin",
+    "Handle",
+    "NodeBatch",
+    "NodeColumns",
+    "NodeInfo",
+    "NodeVerdicts",
+    "ObjectKind",
+    "ObjectWrite",
+    "PermitPlugin",
+    "Plugin",
+    "PodInfo",
+    "PostBindPlugin",
+    "PostFilterPlugin",
+    "PostFilterResult",
+    "PreBindPlugin",
+    "PreEnqueuePlugin",
+    "PreFilterPlugin",
+    "PreFilterResult",
+    "PreScorePlugin",
+    "QueueSortPlugin",
+    "QueuedPodInfo",
+    "ReservePlugin",
+    "Resource",
+    "ScoreArray",
+    "ScorePlugin",
+    "Snapshot",
+    "SortKey",
+    "StateError",
+    "StateKey",
+    "Status",
+    "pod_write",
+]

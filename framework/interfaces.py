@@ -1,0 +1,345 @@
+"""One interface per Scheduler Framework extension point.
+
+Mirrors upstream's staging/src/k8s.io/kube-scheduler/framework/interface.go:
+every plugin derives from ``Plugin`` (a name) and from the base class of each
+extension point it serves; the runtime finds them with isinstance.
+
+Filter and Score come in two forms. The per-node form (``filter``,
+``score``) is what a plugin author writes first. The batch form
+(``filter_nodes``, ``score_nodes``) sees every candidate node at once as
+numpy columns; hot plugins override it. Each form defaults to the other, so a
+plugin overrides exactly one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from berth.framework.cycle_state import CycleState
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.objects import ObjectKind
+from berth.framework.snapshot import NodeBatch
+from berth.framework.status import SUCCESS, Status
+
+if TYPE_CHECKING:
+    from berth.framework.handle import Handle
+
+# Score range (upstream's MinNodeScore, MaxNodeScore).
+MIN_NODE_SCORE = 0
+MAX_NODE_SCORE = 100
+
+
+class Plugin:
+    """Root of every plugin. ``name`` is what configuration files use."""
+
+    name: ClassVar[str] = ""
+    # The msgspec.Struct type of this plugin's pluginConfig args, or None when
+    # it takes none (then only an empty args mapping is accepted).
+    Args: ClassVar[type[Any] | None] = None
+
+    def __init__(self, args: Any = None, handle: Handle | None = None) -> None:
+        self.args = args
+        self._handle = handle
+
+    @property
+    def handle(self) -> Handle:
+        if self._handle is None:
+            raise RuntimeError(f"plugin {self.name} was built without a framework handle")
+        return self._handle
+
+    @classmethod
+    def reads(cls, args: Any) -> tuple[ObjectKind, ...]:
+        """The kinds of objects beyond nodes and pods this plugin reads, given
+        its decoded args (None without args). The caller watches (or polls)
+        them and ships them in the cluster state; the plugin finds them with
+        ``self.handle.snapshot.objects(group, resource)``. Default: none."""
+        return ()
+
+    @classmethod
+    def writes(cls, args: Any) -> tuple[ObjectKind, ...]:
+        """The kinds of objects this plugin asks the caller to change
+        (``ObjectWrite`` from PreBind or PostBind), given its decoded args
+        (None without args). The pod being scheduled needs no declaration.
+        The caller performs a write only to that pod or to a kind its plugin
+        declares here, and refuses any other (DESIGN principle 9): group,
+        version and resource must match, and an object of a namespaced kind
+        must be in the pod's namespace. Default: none."""
+        return ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedPodInfo:
+    pod: PodInfo
+    enqueued_unix_micros: int
+    attempts: int = 0
+
+
+SortKey = tuple[int | float | str, ...]
+
+
+class QueueSortPlugin(Plugin):
+    """Orders the scheduling queue: the pod with the smallest key pops first.
+
+    Upstream's QueueSort has ``Less(a, b)``; a key is its batch form, so the
+    caller can order many pods with one RPC.
+    """
+
+    def sort_key(self, pod: QueuedPodInfo) -> SortKey:
+        raise NotImplementedError
+
+
+class PreEnqueuePlugin(Plugin):
+    """Gates a pod before it enters the active queue (e.g. scheduling gates)."""
+
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class PreFilterResult:
+    """Restricts the nodes Filter evaluates. ``None`` node names means all."""
+
+    node_names: frozenset[str] | None = None
+
+    def all_nodes(self) -> bool:
+        return self.node_names is None
+
+    def merge(self, other: PreFilterResult | None) -> PreFilterResult:
+        """Intersection (upstream's PreFilterResult.Merge)."""
+        if other is None or other.node_names is None:
+            return self
+        if self.node_names is None:
+            return other
+        return PreFilterResult(self.node_names & other.node_names)
+
+
+class PreFilterPlugin(Plugin):
+    def pre_filter(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
+    ) -> tuple[PreFilterResult | None, Status]:
+        """Runs once per cycle before Filter. Skip means this plugin's Filter
+        does not run this cycle."""
+        raise NotImplementedError
+
+    # PreFilterExtensions (upstream framework/interface.go): a plugin whose
+    # PreFilter state depends on other pods updates that state when a pod is
+    # added to or removed from a node for evaluation: nominated pods in
+    # Filter (RunFilterPluginsWithNominatedPods) and victims in preemption's
+    # dry runs (SelectVictimsOnNode). ``node`` already holds the change.
+
+    def add_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node: NodeInfo
+    ) -> Status:
+        """AddPod: ``pod_to_add`` now counts on ``node`` for ``pod``'s cycle."""
+        return SUCCESS
+
+    def remove_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node: NodeInfo
+    ) -> Status:
+        """RemovePod: ``pod_to_remove`` no longer counts on ``node``."""
+        return SUCCESS
+
+    @classmethod
+    def has_extensions(cls) -> bool:
+        """Upstream's PreFilterExtensions() != nil: the plugin overrides
+        add_pod or remove_pod."""
+        return (
+            cls.add_pod is not PreFilterPlugin.add_pod
+            or cls.remove_pod is not PreFilterPlugin.remove_pod
+        )
+
+
+@dataclass(slots=True)
+class NodeVerdicts:
+    """Filter results for a batch: ``status_index[k]`` is -1 when candidate k
+    passed, else an index into ``statuses``. Sharing one Status among many
+    nodes keeps batch results small."""
+
+    status_index: npt.NDArray[np.int32]
+    statuses: list[Status]
+
+    @classmethod
+    def all_pass(cls, n: int) -> NodeVerdicts:
+        return cls(np.full(n, -1, dtype=np.int32), [])
+
+    @classmethod
+    def uniform(cls, n: int, status: Status) -> NodeVerdicts:
+        if status.is_success:
+            return cls.all_pass(n)
+        return cls(np.zeros(n, dtype=np.int32), [status])
+
+    @classmethod
+    def from_statuses(cls, statuses: list[Status]) -> NodeVerdicts:
+        table: dict[Status, int] = {}
+        index = np.full(len(statuses), -1, dtype=np.int32)
+        for k, st in enumerate(statuses):
+            if not st.is_success:
+                index[k] = table.setdefault(st, len(table))
+        return cls(index, list(table))
+
+    @classmethod
+    def from_mask(cls, rejected: npt.NDArray[np.bool_], status: Status) -> NodeVerdicts:
+        index = np.where(rejected, 0, -1).astype(np.int32)
+        return cls(index, [status])
+
+    def passed(self) -> npt.NDArray[np.bool_]:
+        return self.status_index < 0
+
+    def status_of(self, k: int) -> Status:
+        i = int(self.status_index[k])
+        return SUCCESS if i < 0 else self.statuses[i]
+
+
+class FilterPlugin(Plugin):
+    def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        """Can the pod run on this node? Unschedulable(AndUnresolvable) if not."""
+        batch_verdicts = self.filter_nodes(state, pod, _single(node))
+        return batch_verdicts.status_of(0)
+
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
+        """Batch form: one verdict per candidate, aligned with ``nodes``."""
+        if type(self).filter is FilterPlugin.filter:
+            raise NotImplementedError(f"{self.name} implements neither filter nor filter_nodes")
+        return NodeVerdicts.from_statuses([self.filter(state, pod, ni) for ni in nodes])
+
+
+@dataclass(frozen=True, slots=True)
+class PostFilterResult:
+    """upstream's PostFilterResult (NominatingInfo), plus what a preemption
+    asks the caller to do, since the server itself holds no credentials
+    (preemption/executor.go): evict ``victims`` (in order) so the pod fits
+    on ``nominated_node_name``, and clear the nomination of the pods in
+    ``clear_nomination_pod_uids``. ``plugin``, the plugin that returned it,
+    is filled by the runtime (not part of equality)."""
+
+    nominated_node_name: str = ""
+    victims: tuple[PodInfo, ...] = ()
+    clear_nomination_pod_uids: tuple[str, ...] = ()
+    plugin: str = field(default="", compare=False)
+
+
+class PostFilterPlugin(Plugin):
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, rejected: Mapping[str, Status]
+    ) -> tuple[PostFilterResult | None, Status]:
+        """Runs when no node passed Filter, e.g. to preempt."""
+        raise NotImplementedError
+
+
+class PreScorePlugin(Plugin):
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> Status:
+        """Runs once before Score over the feasible nodes. Skip means this
+        plugin's Score does not run this cycle."""
+        raise NotImplementedError
+
+
+ScoreArray = npt.NDArray[np.int64]
+
+
+class ScorePlugin(Plugin):
+    def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
+        """The node's score; raise to fail the cycle with an Error status."""
+        return int(self.score_nodes(state, pod, _single(node))[0])
+
+    def score_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> ScoreArray:
+        """Batch form: one score per candidate, aligned with ``nodes``."""
+        if type(self).score is ScorePlugin.score:
+            raise NotImplementedError(f"{self.name} implements neither score nor score_nodes")
+        return np.fromiter(
+            (self.score(state, pod, ni) for ni in nodes), dtype=np.int64, count=len(nodes)
+        )
+
+    def normalize_score(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch, scores: ScoreArray
+    ) -> Status:
+        """ScoreExtensions.NormalizeScore: rescale ``scores`` in place to
+        0..100. Plugins that override this have their scores normalised."""
+        return SUCCESS
+
+    @classmethod
+    def has_normalize(cls) -> bool:
+        return cls.normalize_score is not ScorePlugin.normalize_score
+
+
+class ReservePlugin(Plugin):
+    def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        raise NotImplementedError
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        """Undo ``reserve``; must be idempotent and must not fail."""
+        raise NotImplementedError
+
+
+class PermitPlugin(Plugin):
+    def permit(self, state: CycleState, pod: PodInfo, node_name: str) -> tuple[Status, float]:
+        """Success, a rejection, or Wait with a timeout in seconds."""
+        raise NotImplementedError
+
+
+class PreBindPlugin(Plugin):
+    def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        """PreBindPreFlight (upstream framework/interface.go): will this
+        plugin's PreBind have work for the pod on ``node_name``? Runs at the
+        end of the scheduling cycle, once Permit lets the pod on (Success or
+        Wait), with the cycle's state. Success: PreBind has work (or may);
+        Skip: none, so PreBind is not called for this plugin and, when every
+        PreBind plugin skips, the caller need not call PreBind at all; Error:
+        the binding cycle fails. Any other code is treated as an Error.
+
+        The default answers Success, which is always safe (PreBind runs as
+        before): override it only where the answer is certain, and keep it
+        cheap and free of side effects (no writes)."""
+        return SUCCESS
+
+    def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        raise NotImplementedError
+
+
+class BindPlugin(Plugin):
+    # True when Success means "the caller writes the Binding through the API
+    # server": the plugin server holds no credentials (DefaultBinder).
+    caller_binds: ClassVar[bool] = False
+
+    def bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        """Success when bound (or, with caller_binds, to be bound by the
+        caller); Skip to let the next Bind plugin decide."""
+        raise NotImplementedError
+
+
+class PostBindPlugin(Plugin):
+    def post_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        raise NotImplementedError
+
+
+def _single(node: NodeInfo) -> NodeBatch:
+    """A one-node batch, to call a batch method for one node."""
+    from berth.framework.snapshot import Snapshot
+
+    if not isinstance(node.owner, Snapshot):
+        raise RuntimeError(
+            f"node {node.name} is not part of a snapshot; call filter_nodes/score_nodes instead"
+        )
+    return NodeBatch(node.owner, np.asarray([node.index], dtype=np.int64))
+
+
+EXTENSION_POINTS: dict[str, type[Plugin]] = {
+    "preEnqueue": PreEnqueuePlugin,
+    "queueSort": QueueSortPlugin,
+    "preFilter": PreFilterPlugin,
+    "filter": FilterPlugin,
+    "postFilter": PostFilterPlugin,
+    "preScore": PreScorePlugin,
+    "score": ScorePlugin,
+    "reserve": ReservePlugin,
+    "permit": PermitPlugin,
+    "preBind": PreBindPlugin,
+    "bind": BindPlugin,
+    "postBind": PostBindPlugin,
+}
+"""Extension point names as KubeSchedulerConfiguration spells them, in cycle
+order, to the interface a plugin implements to serve there."""

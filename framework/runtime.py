@@ -1,0 +1,1581 @@
+"""The runtime: runs one profile's plugins at each extension point.
+
+Semantics follow pkg/scheduler/framework/runtime/framework.go (RunXPlugins)
+and pkg/scheduler/schedule_one.go (schedulePod, findNodesThatFitPod,
+numFeasibleNodesToFind, prioritizeNodes, selectHost). Each function cites the
+upstream function it mirrors. Timing, metrics and tracing wrap plugin calls
+here, never inside plugins.
+
+Nominated pods (pods whose status.nominatedNodeName names a node, kept by the
+snapshot apart from the NodeInfos) are honoured as upstream does: Filter runs
+on a node with its equal-or-higher-priority nominated pods added, then, if
+that passes, without them (framework.go, RunFilterPluginsWithNominatedPods);
+a pod with a nominated node is tried there first (schedule_one.go,
+evaluateNominatedNode). The batch Filter path pays for this only on the nodes
+that have such pods.
+
+Known deviations from v1.36.3:
+
+- selectHost: among equal top scores Berth picks at random (seeded per
+  request when asked); upstream takes the heap's maximum, which depends on the
+  order parallel Filter found the nodes, so neither is reproducible.
+- With ``explain`` the nominated node is not tried first: an explanation
+  evaluates every node.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+import numpy as np
+
+from berth.framework import observe
+from berth.framework.claims import PLUGIN as CLAIMS_PLUGIN
+from berth.framework.claims import unsupported_claims_reason
+from berth.framework.cycle_state import CycleState, StateDecodeError
+from berth.framework.handle import Handle
+from berth.framework.interfaces import (
+    MAX_NODE_SCORE,
+    MIN_NODE_SCORE,
+    BindPlugin,
+    FilterPlugin,
+    NodeVerdicts,
+    PermitPlugin,
+    Plugin,
+    PostBindPlugin,
+    PostFilterPlugin,
+    PostFilterResult,
+    PreBindPlugin,
+    PreEnqueuePlugin,
+    PreFilterPlugin,
+    PreFilterResult,
+    PreScorePlugin,
+    QueuedPodInfo,
+    QueueSortPlugin,
+    ReservePlugin,
+    ScoreArray,
+    ScorePlugin,
+    SortKey,
+)
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.objects import ObjectKind, ProfileRead, merge_reads
+from berth.framework.profile import ProfileConfig
+from berth.framework.snapshot import NodeBatch, Snapshot, detached_batch
+from berth.framework.status import SUCCESS, Code, Status
+from berth.framework.writes import profile_writes
+
+log = logging.getLogger(__name__)
+
+# schedule_one.go: minFeasibleNodesToFind, minFeasibleNodesPercentageToFind.
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+# schedule_one.go: pluginMetricsSamplePercent.
+PLUGIN_METRICS_SAMPLE_RATE = 0.10
+# framework.go: maxTimeout for Permit waits.
+MAX_PERMIT_TIMEOUT_SECONDS = 15 * 60.0
+
+P = TypeVar("P", bound=Plugin)
+
+# A waiting-pod signal as CycleState.signal_waiting_pod records it:
+# (pod uid, plugin, allow, message).
+Signal = tuple[str, str, bool, str]
+
+
+class ProfileError(ValueError):
+    """A profile the runtime cannot run (upstream's NewFramework errors)."""
+
+
+def num_feasible_nodes_to_find(percentage: int, num_all_nodes: int) -> int:
+    """How many feasible nodes a cycle looks for before it stops filtering
+    (schedule_one.go, numFeasibleNodesToFind). ``percentage`` 0 is the
+    adaptive default: 50% minus 1% per 125 nodes, at least 5%."""
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return num_all_nodes
+    if percentage == 0:
+        percentage = 50 - num_all_nodes // 125
+        percentage = max(percentage, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    num = num_all_nodes * percentage // 100
+    return max(num, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+_GO_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+    "\\": "\\\\",
+    '"': '\\"',
+}
+
+
+def go_quote(s: str) -> str:
+    """``s`` as Go's %q prints a string (strconv.Quote): double quotes,
+    backslash escapes, non-printable runes as \\x, \\u or \\U escapes."""
+    out = ['"']
+    for ch in s:
+        esc = _GO_ESCAPES.get(ch)
+        if esc is not None:
+            out.append(esc)
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) < 0x10000:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    out.append('"')
+    return "".join(out)
+
+
+def plugin_error_message(point: str, plugin: str, detail: str) -> str:
+    """The text of the Error status an extension point makes of a plugin's
+    error, worded as framework.go wraps it there (RunXPlugins)."""
+    q = go_quote(plugin)
+    if point == "Filter":
+        return f"running {q} filter plugin: {detail}"
+    if point == "Score":
+        return f"running Score plugins: plugin {q} failed with: {detail}"
+    if point == "NormalizeScore":
+        return f"running Normalize on Score plugins: plugin {q} failed with: {detail}"
+    if point == "PostFilter":
+        # RunPostFilterPlugins passes the plugin's error on unwrapped.
+        return detail
+    if point == "PreFilterExtensionAddPod":
+        return f"running AddPod on PreFilter plugin {q}: {detail}"
+    if point == "PreFilterExtensionRemovePod":
+        return f"running RemovePod on PreFilter plugin {q}: {detail}"
+    if point == "PreBindPreFlight":
+        return f"running PreBindPreFlight {q}: {detail}"
+    return f"running {point} plugin {q}: {detail}"
+
+
+def fit_error_message(
+    num_all_nodes: int,
+    rejected: Mapping[str, Status],
+    pre_filter_msg: str = "",
+    post_filter_msg: str = "",
+    absent_status: Status | None = None,
+) -> str:
+    """Upstream's FitError.Error (pkg/scheduler/framework/types.go): "0/N nodes
+    are available: <PreFilterMsg>. <reason histogram>. <PostFilterMsg>"."""
+    msg = f"0/{num_all_nodes} nodes are available:"
+    if pre_filter_msg:
+        msg += f" {pre_filter_msg}."
+    else:
+        counts: dict[str, int] = {}
+        for st in rejected.values():
+            for reason in st.reasons:
+                counts[reason] = counts.get(reason, 0) + 1
+        if absent_status is not None and len(rejected) < num_all_nodes:
+            for reason in absent_status.reasons:
+                counts[reason] = counts.get(reason, 0) + num_all_nodes - len(rejected)
+        histogram = sorted(f"{n} {reason}" for reason, n in counts.items())
+        if histogram:
+            msg += " " + ", ".join(histogram) + "."
+    if post_filter_msg:
+        msg += f" {post_filter_msg}"
+    return msg
+
+
+class CycleError(Exception):
+    """A plugin failed with an Error status: the cycle stops."""
+
+    def __init__(self, status: Status) -> None:
+        super().__init__(str(status))
+        self.status = status
+
+
+class DeadlineExceeded(Exception):
+    """The request's deadline passed before the next plugin call: the cycle
+    stops there, keeping nothing. Never a plugin's verdict: it passes through
+    the plugin-call wrapper untouched, so the server can answer
+    DEADLINE_EXCEEDED."""
+
+    def __init__(self, point: str, plugin: str, late: float) -> None:
+        super().__init__(
+            f"the request's deadline passed {late * 1000:.0f} ms before {point} plugin "
+            f"{plugin} could run"
+        )
+        self.point = point
+        self.plugin = plugin
+        self.late = late
+
+
+class FilterError(CycleError):
+    """A Filter plugin failed with an Error on some node. ``verdicts`` holds
+    every node's outcome (the Error nodes with their Error status) and
+    ``position`` the first node that failed with an Error."""
+
+    def __init__(self, verdicts: NodeVerdicts, position: int) -> None:
+        super().__init__(verdicts.status_of(position))
+        self.verdicts = verdicts
+        self.position = position
+
+
+@dataclass(slots=True)
+class FilterOutcome:
+    """Result of filtering: feasible candidates and the rejected nodes."""
+
+    feasible: NodeBatch
+    rejected: dict[str, Status]
+    # How many candidates were evaluated (for nextStartNodeIndex).
+    processed: int
+    # A Filter plugin's Error: the walk stopped at the node that hit it;
+    # ``processed`` counts the nodes decided before it.
+    error: Status | None = None
+
+
+class NominatingMode(enum.IntEnum):
+    """fwk.NominatingMode: whether a failed cycle changes the pod's
+    nominated node. A PostFilterResult is always OVERRIDE (upstream's
+    NewPostFilterResultWithNominatedNode); a plugin that means NOOP returns
+    None."""
+
+    NOOP = 0
+    OVERRIDE = 1
+
+
+@dataclass(slots=True)
+class ScoreOutcome:
+    nodes: NodeBatch
+    # Plugin name to its final (normalised, weighted) scores.
+    weighted: dict[str, ScoreArray]
+    totals: ScoreArray
+
+
+@dataclass(slots=True)
+class ScheduleResult:
+    status: Status
+    node: str = ""
+    evaluated: int = 0
+    feasible: int = 0
+    next_start_index: int = 0
+    rejected: dict[str, Status] = field(default_factory=dict)
+    unschedulable_plugins: set[str] = field(default_factory=set)
+    pre_filter_status: Status | None = None
+    message: str = ""
+    scores: ScoreOutcome | None = None
+    reserve_status: Status | None = None
+    permit_status: Status | None = None
+    permit_timeouts: dict[str, float] = field(default_factory=dict)
+    post_filter_status: Status | None = None
+    # When a PostFilter plugin succeeded: its name, and what it asks the
+    # caller to do (a preemption's victims to evict, the lower-priority
+    # nominations on its node to clear).
+    post_filter_plugin: str = ""
+    victims: tuple[PodInfo, ...] = ()
+    clear_nomination_pod_uids: tuple[str, ...] = ()
+    # ScheduleResult.nominatingInfo: OVERRIDE with an empty name clears the
+    # pod's nominated node (clearNominatedNode); NOOP leaves it as it is.
+    nominated_node: str = ""
+    nominating_mode: NominatingMode = NominatingMode.NOOP
+    # Diagnosis.PendingPlugins: plugins that answered Pending.
+    pending_plugins: set[str] = field(default_factory=set)
+    # What the cycle's plugins ask of pods waiting at Permit, by the point
+    # that asked: PostFilter (the pod fits no node); Reserve and Permit (the
+    # pod was reserved); the Unreserve after a failed Reserve or a Permit
+    # rejection (with what the failing Reserve asked before it failed).
+    post_filter_signals: list[Signal] = field(default_factory=list)
+    permit_signals: list[Signal] = field(default_factory=list)
+    unreserve_signals: list[Signal] = field(default_factory=list)
+    # With reserve_and_permit, when Permit answered Success or Wait: the pods
+    # the cycle's plugins asked to activate (schedule_one.go,
+    # prepareForBindingCycle: podsToActivate after Permit).
+    activate_pod_uids: list[str] = field(default_factory=list)
+    # With reserve_and_permit, when Permit answered Success or Wait: what
+    # RunPreBindPreFlights answered (Success, Skip or Error), and whether
+    # every PreBind plugin answered Skip (the caller need not call PreBind).
+    pre_bind_pre_flight_status: Status | None = None
+    pre_bind_skip: bool = False
+
+
+class Framework:
+    """One profile's plugins, built and checked once; serves many requests."""
+
+    def __init__(
+        self,
+        profile: ProfileConfig,
+        registry: Mapping[str, type[Plugin]],
+        percentage_of_nodes_to_score: int = 0,
+    ) -> None:
+        self.profile = profile
+        self.name = profile.scheduler_name
+        self.handle = Handle(profile.scheduler_name)
+        self.handle.bind_framework(self)
+        pct = profile.percentage_of_nodes_to_score
+        self.percentage_of_nodes_to_score = percentage_of_nodes_to_score if pct is None else pct
+        self.record_plugin_metrics = False
+        self.tracing = False
+        # The current request's deadline on the time.perf_counter clock
+        # (begin_request), checked before every plugin call; None: none.
+        self.deadline: float | None = None
+        self.instances: dict[str, Plugin] = {}
+        for refs in profile.plugins.values():
+            for ref in refs:
+                if ref.name in self.instances:
+                    continue
+                cls = registry.get(ref.name)
+                if cls is None:
+                    raise ProfileError(
+                        f"profile {self.name}: plugin {go_quote(ref.name)} is not registered"
+                    )
+                self.instances[ref.name] = cls(profile.plugin_args.get(ref.name), self.handle)
+
+        self.pre_enqueue = self._at("preEnqueue", PreEnqueuePlugin)
+        queue_sort = self._at("queueSort", QueueSortPlugin)
+        self.pre_filter = self._at("preFilter", PreFilterPlugin)
+        self.filter = self._at("filter", FilterPlugin)
+        self.post_filter = self._at("postFilter", PostFilterPlugin)
+        self.pre_score = self._at("preScore", PreScorePlugin)
+        self.score = self._at("score", ScorePlugin)
+        self.reserve = self._at("reserve", ReservePlugin)
+        self.permit = self._at("permit", PermitPlugin)
+        self.pre_bind = self._at("preBind", PreBindPlugin)
+        self.bind = self._at("bind", BindPlugin)
+        self.post_bind = self._at("postBind", PostBindPlugin)
+
+        # framework.go, NewFramework: exactly one QueueSort, at least one Bind.
+        if len(queue_sort) != 1:
+            raise ProfileError(
+                f"profile {self.name}: exactly one queueSort plugin must be enabled, "
+                f"found {len(queue_sort)}"
+            )
+        self.queue_sort = queue_sort[0]
+        if not self.bind:
+            raise ProfileError(f"profile {self.name}: at least one bind plugin is needed")
+        # A weight of 0 in the config means 1 (NewFramework); negative is
+        # refused by config validation.
+        self.score_weights: dict[str, int] = {}
+        for ref in profile.enabled("score"):
+            if ref.weight < 0:
+                raise ProfileError(
+                    f"profile {self.name}: score plugin {go_quote(ref.name)} has weight < 0"
+                )
+            self.score_weights[ref.name] = ref.weight or 1
+        self.reads = self._collect_reads()
+        # What its plugins declare they write beyond the pod being scheduled
+        # (Plugin.writes): the only kinds a caller performs writes to.
+        try:
+            self.writes = profile_writes(profile, registry)
+        except ValueError as exc:
+            raise ProfileError(str(exc)) from exc
+        # QueueSort needs the cluster state only when its plugin reads objects.
+        self.queue_sort_reads = any(self.queue_sort.name in r.plugins for r in self.reads)
+
+    def _collect_reads(self) -> tuple[ProfileRead, ...]:
+        """What the profile's plugins read beyond nodes and pods
+        (Plugin.reads, given each plugin's args), one entry per kind."""
+        pairs: list[tuple[str, ObjectKind]] = []
+        for name, plugin in self.instances.items():
+            try:
+                kinds = type(plugin).reads(self.profile.plugin_args.get(name))
+                pairs.extend((name, kind) for kind in kinds)
+            except (TypeError, ValueError) as exc:
+                raise ProfileError(f"profile {self.name}: plugin {name}: reads: {exc}") from exc
+        try:
+            return merge_reads(pairs)
+        except ValueError as exc:
+            raise ProfileError(f"profile {self.name}: {exc}") from exc
+
+    def _at(self, point: str, kind: type[P]) -> list[P]:
+        out: list[P] = []
+        for ref in self.profile.enabled(point):
+            plugin = self.instances[ref.name]
+            if not isinstance(plugin, kind):
+                raise ProfileError(
+                    f"profile {self.name}: plugin {go_quote(ref.name)} does not extend {point} plugin"
+                )
+            out.append(plugin)
+        return out
+
+    def plugins_at(self, point: str) -> list[tuple[str, int]]:
+        """(name, weight) of the plugins at an extension point, in order."""
+        if point == "score":
+            return [(p.name, self.score_weights[p.name]) for p in self.score]
+        if point == "queueSort":
+            return [(self.queue_sort.name, 0)]
+        return [(r.name, 0) for r in self.profile.enabled(point)]
+
+    # -- plumbing -------------------------------------------------------------
+
+    def begin_request(self, deadline: float | None = None) -> None:
+        """Called once per request: decides whether this request's plugin
+        calls are timed (upstream samples 10% of cycles,
+        pluginMetricsSamplePercent in schedule_one.go). ``deadline``
+        (time.perf_counter clock): no plugin call starts after it
+        (DeadlineExceeded), so a cycle whose caller gave up stops at the
+        next plugin, or the next chunk of nodes of a Filter walk."""
+        self.deadline = deadline
+        self.record_plugin_metrics = random.random() < PLUGIN_METRICS_SAMPLE_RATE
+        # Spans are made only under a recorded parent; whether there is one
+        # does not change during a request.
+        self.tracing = observe.tracing_active()
+
+    def _plugin(self, point: str, plugin: Plugin) -> _PluginCall:
+        """Times and traces one plugin call. The body appends its status to
+        the yielded list so the metric can carry it."""
+        return _PluginCall(self, point, plugin)
+
+    def extension_point(self, point: str) -> _ExtensionPointCall:
+        return _ExtensionPointCall(self, point)
+
+    # -- queueing -------------------------------------------------------------
+
+    def run_pre_enqueue(self, pod: PodInfo) -> Status:
+        """framework.go, RunPreEnqueuePlugins: the first non-success wins."""
+        with self.extension_point("PreEnqueue") as ep:
+            for pl in self.pre_enqueue:
+                with self._plugin("PreEnqueue", pl) as box:
+                    st = pl.pre_enqueue(pod)
+                    box.append(st)
+                if not st.is_success:
+                    st = st.with_plugin(pl.name)
+                    ep.append(st)
+                    return st
+            return SUCCESS
+
+    def queue_sort_keys(self, pods: list[QueuedPodInfo]) -> list[SortKey]:
+        pl = self.queue_sort
+        with self.extension_point("QueueSort"), self._plugin("QueueSort", pl):
+            return [pl.sort_key(p) for p in pods]
+
+    # -- scheduling cycle -----------------------------------------------------
+
+    def run_pre_filter(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
+    ) -> tuple[PreFilterResult | None, Status]:
+        """framework.go, RunPreFilterPlugins."""
+        result, status, _ = self.run_pre_filter_with_plugins(state, pod, nodes)
+        return result, status
+
+    def run_pre_filter_with_plugins(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
+    ) -> tuple[PreFilterResult | None, Status, set[str]]:
+        """framework.go, RunPreFilterPlugins, also returning the plugins whose
+        PreFilterResult restricted the nodes (upstream's third result).
+
+        Unschedulable does not stop the loop: the remaining plugins run (they
+        may prepare state PostFilter needs) and the last Unschedulable status
+        is returned as it is. UnschedulableAndUnresolvable stops at once, as
+        does any other code (Pending included), which is an Error. The Skip
+        set is saved whatever the outcome."""
+        skip: set[str] = set()
+        try:
+            with self.extension_point("PreFilter") as ep:
+                result, st, with_nodes = self._pre_filter_loop(state, pod, nodes, skip)
+                if not st.is_success:
+                    ep.append(st)
+                return result, st, with_nodes
+        finally:
+            state.skip_filter_plugins = skip
+
+    def _pre_filter_loop(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch, skip: set[str]
+    ) -> tuple[PreFilterResult | None, Status, set[str]]:
+        result: PreFilterResult | None = None
+        with_nodes: set[str] = set()
+        rejection: Status | None = None
+        claims_reason = unsupported_claims_reason(pod.proto.resource_claim_names)
+        if claims_reason is not None:
+            # DynamicResources is not ported: its PreFilter's answer for a claim
+            # it cannot satisfy, whatever the profile (framework/claims.py).
+            return None, Status.unresolvable(claims_reason).with_plugin(CLAIMS_PLUGIN), set()
+        for pl in self.pre_filter:
+            with self._plugin("PreFilter", pl) as box:
+                r, st = pl.pre_filter(state, pod, nodes)
+                box.append(st)
+            if st.is_skip:
+                skip.add(pl.name)
+                continue
+            if not st.is_success:
+                st = st.with_plugin(pl.name)
+                if st.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                    return None, st, set()
+                if st.code is Code.UNSCHEDULABLE:
+                    rejection = st
+                    continue
+                err = Status.error(plugin_error_message("PreFilter", pl.name, st.message), pl.name)
+                return None, err, set()
+            if r is not None and not r.all_nodes():
+                with_nodes.add(pl.name)
+            result = r if result is None else result.merge(r)
+            if result is not None and result.node_names is not None and not result.node_names:
+                names = sorted(with_nodes)
+                if len(names) == 1:
+                    msg = f"node(s) didn't satisfy plugin {names[0]}"
+                else:
+                    msg = f"node(s) didn't satisfy plugin(s) [{' '.join(names)}] simultaneously"
+                return result, Status.unresolvable(msg), with_nodes
+        return result, rejection or SUCCESS, with_nodes
+
+    def filter_verdicts(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
+    ) -> tuple[NodeVerdicts, int]:
+        """framework.go, RunFilterPluginsWithNominatedPods over a batch: each
+        node stops at its first non-success. A status that is not a rejection
+        is an Error for that node; returns the verdicts and the position of
+        the first node with an Error (-1 when none).
+
+        The batch runs without nominated pods (RunFilterPlugins); then the
+        nodes that have nominated pods of equal or higher priority (other
+        than ``pod``) are filtered again one by one with those pods added:
+        where that first pass of upstream's fails, its status is the node's,
+        else the batch verdict stands (upstream's second pass, without them)."""
+        verdicts, first_error = self._filter_batch(state, pod, nodes)
+        if nodes.snapshot.has_nominated_pods:
+            verdicts, first_error = self._with_nominated_pods(
+                state, pod, nodes, verdicts, first_error
+            )
+        return verdicts, first_error
+
+    def _with_nominated_pods(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        nodes: NodeBatch,
+        verdicts: NodeVerdicts,
+        first_error: int,
+    ) -> tuple[NodeVerdicts, int]:
+        """The nominated-pods pass of filter_verdicts, only over the batch's
+        nodes that have equal-or-higher-priority nominated pods."""
+        snap = nodes.snapshot
+        positions = np.flatnonzero(snap.nominated_slot_mask()[nodes.idx])
+        if not positions.size:
+            return verdicts, first_error
+        index = verdicts.status_index
+        statuses = verdicts.statuses
+        changed = False
+        for k in positions.tolist():
+            ni = snap.slot(int(nodes.idx[k]))
+            pods = ge_nominated_pods(snap, ni.name, pod)
+            if not pods:
+                continue
+            st = self._filter_with_pods_added(state, pod, ni, pods)
+            if st.is_success:
+                continue
+            if not changed:
+                index = index.copy()
+                statuses = list(statuses)
+            index[k] = len(statuses)
+            statuses.append(st)
+            changed = True
+        if not changed:
+            return verdicts, first_error
+        errors = [i for i, st in enumerate(statuses) if st.code is Code.ERROR]
+        hit = np.flatnonzero(np.isin(index, errors)) if errors else positions[:0]
+        return NodeVerdicts(index, statuses), int(hit[0]) if hit.size else -1
+
+    def _filter_with_pods_added(
+        self, state: CycleState, pod: PodInfo, node: NodeInfo, pods: list[PodInfo]
+    ) -> Status:
+        """The first pass of RunFilterPluginsWithNominatedPods
+        (addGENominatedPods, then RunFilterPlugins): ``pods`` added to a
+        clone of the node and, through the PreFilter extensions, to a clone of
+        the cycle state. An AddPod failure is the node's Error."""
+        node_out = node.clone()
+        state_out = state.clone()
+        for p in pods:
+            node_out.add_pod(p)
+            st = self.run_pre_filter_extension_add_pod(state_out, pod, p, node_out)
+            if not st.is_success:
+                return Status.error(st.message)
+        return self.run_filter_plugins(state_out, pod, node_out)
+
+    def run_filter_with_nominated_pods(
+        self, state: CycleState, pod: PodInfo, node: NodeInfo
+    ) -> Status:
+        """framework.go, RunFilterPluginsWithNominatedPods on one node (which
+        may be a clone outside the snapshot, as preemption's dry runs pass):
+        with the nominated pods of equal or higher priority added first; if
+        that passes, again without them. The nominated pods are those of the
+        snapshot the handle is bound to."""
+        pods = ge_nominated_pods(self.handle.snapshot, node.name, pod)
+        if pods:
+            st = self._filter_with_pods_added(state, pod, node, pods)
+            if not st.is_success:
+                return st
+        return self.run_filter_plugins(state, pod, node)
+
+    def run_filter_plugins(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        """framework.go, RunFilterPlugins on one node: the first non-success
+        stops, with the plugin set; one that is not a rejection is an
+        Error."""
+        for pl in self.filter:
+            if pl.name in state.skip_filter_plugins:
+                continue
+            try:
+                with self._plugin("Filter", pl) as box:
+                    st = _filter_one(pl, state, pod, node)
+                    box.append(st)
+            except CycleError as exc:
+                return exc.status
+            if st.is_success:
+                continue
+            if not st.is_rejected:
+                return Status.error(plugin_error_message("Filter", pl.name, st.message), pl.name)
+            return st.with_plugin(pl.name)
+        return SUCCESS
+
+    def run_pre_filter_extension_add_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node: NodeInfo
+    ) -> Status:
+        """framework.go, RunPreFilterExtensionAddPod: every PreFilter plugin
+        with extensions that did not Skip; the first failure is an Error."""
+        return self._pre_filter_extension("PreFilterExtensionAddPod", state, pod, pod_to_add, node)
+
+    def run_pre_filter_extension_remove_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node: NodeInfo
+    ) -> Status:
+        """framework.go, RunPreFilterExtensionRemovePod."""
+        return self._pre_filter_extension(
+            "PreFilterExtensionRemovePod", state, pod, pod_to_remove, node
+        )
+
+    def _pre_filter_extension(
+        self, point: str, state: CycleState, pod: PodInfo, other: PodInfo, node: NodeInfo
+    ) -> Status:
+        for pl in self.pre_filter:
+            if not pl.has_extensions() or pl.name in state.skip_filter_plugins:
+                continue
+            try:
+                with self._plugin(point, pl) as box:
+                    if point == "PreFilterExtensionAddPod":
+                        st = pl.add_pod(state, pod, other, node)
+                    else:
+                        st = pl.remove_pod(state, pod, other, node)
+                    box.append(st)
+            except CycleError as exc:
+                return exc.status
+            if not st.is_success:
+                log.error(
+                    "pod %s: %s of %s on node %s failed: %s",
+                    pod.key,
+                    point,
+                    pl.name,
+                    node.name,
+                    st.message,
+                )
+                return Status.error(plugin_error_message(point, pl.name, st.message), pl.name)
+        return SUCCESS
+
+    def _filter_batch(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
+    ) -> tuple[NodeVerdicts, int]:
+        """framework.go, RunFilterPlugins over a batch (filter_verdicts
+        without the nominated pods)."""
+        n = len(nodes)
+        index = np.full(n, -1, dtype=np.int32)
+        statuses: list[Status] = []
+        remaining = np.arange(n, dtype=np.int64)
+        first_error = -1
+        for pl in self.filter:
+            if pl.name in state.skip_filter_plugins or remaining.size == 0:
+                continue
+            try:
+                with self._plugin("Filter", pl) as box:
+                    verdicts = pl.filter_nodes(state, pod, nodes.take(remaining))
+                    failed = verdicts.status_index >= 0
+                    box.append(
+                        verdicts.statuses[0] if failed.any() and verdicts.statuses else SUCCESS
+                    )
+            except CycleError as exc:
+                # The batch call raised: which node it choked on is unknown,
+                # so the first node still in play takes the Error.
+                index[remaining] = len(statuses)
+                statuses.append(exc.status)
+                k = int(remaining[0])
+                first_error = k if first_error < 0 else min(first_error, k)
+                remaining = remaining[:0]
+                continue
+            if not failed.any():
+                continue
+            base = len(statuses)
+            for j, st in enumerate(verdicts.statuses):
+                if st.is_rejected:
+                    statuses.append(st.with_plugin(pl.name))
+                    continue
+                statuses.append(
+                    Status.error(plugin_error_message("Filter", pl.name, st.message), pl.name)
+                )
+                hit = remaining[verdicts.status_index == j]
+                if hit.size:
+                    k = int(hit[0])
+                    first_error = k if first_error < 0 else min(first_error, k)
+            index[remaining[failed]] = verdicts.status_index[failed] + base
+            remaining = remaining[~failed]
+        return NodeVerdicts(index, statuses), first_error
+
+    def run_filter(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
+        """RunFilterPlugins over a batch; an Error on any node raises
+        FilterError (which carries every node's verdict)."""
+        verdicts, first_error = self.filter_verdicts(state, pod, nodes)
+        if first_error >= 0:
+            raise FilterError(verdicts, first_error)
+        return verdicts
+
+    def find_feasible(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        candidates: NodeBatch,
+        start_index: int,
+        num_to_find: int,
+    ) -> FilterOutcome:
+        """schedule_one.go, findNodesThatPassFilters: walk candidates from
+        start_index (wrapping), stop once num_to_find nodes pass. Evaluates in
+        chunks so that per-node plugins do not visit every node.
+
+        The walk is upstream's with one worker: a Filter Error stops it at the
+        node that hit it, and the nodes decided before that node still count
+        as processed (findNodesThatFitPod advances nextStartNodeIndex by them
+        whether or not an error occurred)."""
+        n = len(candidates)
+        if n == 0:
+            return FilterOutcome(candidates.take([]), {}, 0)
+        start = start_index % n
+
+        def order(lo: int, hi: int) -> np.ndarray[Any, np.dtype[np.int64]]:
+            """Positions lo..hi of the walk that starts at ``start`` and wraps."""
+            idx = np.arange(start + lo, start + min(hi, n), dtype=np.int64)
+            idx[idx >= n] -= n
+            return idx
+
+        if not self.filter:
+            chosen = order(0, num_to_find)
+            return FilterOutcome(candidates.take(chosen), {}, len(chosen))
+        feasible_parts: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+        found = 0
+        rejected: dict[str, Status] = {}
+        error: Status | None = None
+        pos = 0
+        chunk = max(num_to_find, 64)
+        with self.extension_point("Filter") as ep:
+            while pos < n and found < num_to_find and error is None:
+                part = order(pos, pos + chunk)
+                batch = candidates.take(part)
+                verdicts, first_error = self.filter_verdicts(state, pod, batch)
+                ok = verdicts.passed()
+                # Nodes after the first Error are never reached.
+                decided = len(part) if first_error < 0 else first_error
+                ok_pos = np.flatnonzero(ok[:decided])
+                need = num_to_find - found
+                if len(ok_pos) >= need:
+                    # Stop at the node that completed the set, like upstream's
+                    # early cancel; later nodes in this chunk count as unprocessed.
+                    cut = int(ok_pos[need - 1]) + 1
+                    ok_pos = ok_pos[:need]
+                else:
+                    cut = decided
+                    if first_error >= 0:
+                        error = verdicts.status_of(first_error)
+                feasible_parts.append(part[ok_pos])
+                found += len(ok_pos)
+                bad = np.flatnonzero(~ok[:cut])
+                if len(bad):
+                    names = batch.take(bad).names
+                    for name, k in zip(names, bad.tolist(), strict=True):
+                        rejected[name] = verdicts.status_of(k)
+                pos += cut
+                chunk = max(chunk * 2, 64)
+            if error is not None:
+                ep.append(error)
+        feasible = np.concatenate(feasible_parts) if feasible_parts else np.empty(0, np.int64)
+        return FilterOutcome(candidates.take(feasible), rejected, pos, error)
+
+    def run_post_filter(
+        self, state: CycleState, pod: PodInfo, rejected: Mapping[str, Status]
+    ) -> tuple[PostFilterResult | None, Status]:
+        """framework.go, RunPostFilterPlugins: the first Success or
+        UnschedulableAndUnresolvable ends the loop with that plugin's result;
+        any other non-rejection is an Error (no result). Otherwise every plugin
+        runs, the reasons are combined under the first rejecting plugin, and
+        the result of the last plugin that returned one (a non-noop result) is
+        kept, even though the status is Unschedulable."""
+        with self.extension_point("PostFilter") as ep:
+            result: PostFilterResult | None = None
+            reasons: list[str] = []
+            rejector = ""
+            for pl in self.post_filter:
+                with self._plugin("PostFilter", pl) as box, _acting(state, pl):
+                    r, st = pl.post_filter(state, pod, rejected)
+                    box.append(st)
+                if r is not None and r.plugin != pl.name:
+                    r = replace(r, plugin=pl.name)
+                if st.is_success:
+                    return r, st
+                if st.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                    st = st.with_plugin(pl.name)
+                    ep.append(st)
+                    return r, st
+                if not st.is_rejected:
+                    st = Status.error(
+                        plugin_error_message("PostFilter", pl.name, st.message), pl.name
+                    )
+                    ep.append(st)
+                    return None, st
+                if r is not None:
+                    result = r
+                reasons.extend(st.reasons)
+                rejector = rejector or pl.name
+            st = Status(Code.UNSCHEDULABLE, tuple(reasons), rejector)
+            ep.append(st)
+            return result, st
+
+    def run_pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> Status:
+        """framework.go, RunPreScorePlugins: anything but Success or Skip is
+        an Error; the Skip set is saved whatever the outcome."""
+        skip: set[str] = set()
+        try:
+            with self.extension_point("PreScore") as ep:
+                for pl in self.pre_score:
+                    with self._plugin("PreScore", pl) as box:
+                        st = pl.pre_score(state, pod, nodes)
+                        box.append(st)
+                    if st.is_skip:
+                        skip.add(pl.name)
+                        continue
+                    if not st.is_success:
+                        st = Status.error(
+                            plugin_error_message("PreScore", pl.name, st.message), pl.name
+                        )
+                        ep.append(st)
+                        return st
+                return SUCCESS
+        finally:
+            state.skip_score_plugins = skip
+
+    def run_score_raw(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
+    ) -> dict[str, ScoreArray]:
+        """Phase 1 of framework.go RunScorePlugins: each plugin's raw scores."""
+        raw: dict[str, ScoreArray] = {}
+        for pl in self.score:
+            if pl.name in state.skip_score_plugins:
+                continue
+            with self._plugin("Score", pl) as box:
+                scores = np.asarray(pl.score_nodes(state, pod, nodes), dtype=np.int64)
+                box.append(SUCCESS)
+            if scores.shape != (len(nodes),):
+                got = scores.shape[0] if scores.ndim else 0
+                raise CycleError(
+                    Status.error(
+                        plugin_error_message(
+                            "Score", pl.name, f"returned {got} scores for {len(nodes)} nodes"
+                        ),
+                        pl.name,
+                    )
+                )
+            raw[pl.name] = scores
+        return raw
+
+    def normalize_and_weigh(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch, raw: Mapping[str, ScoreArray]
+    ) -> dict[str, ScoreArray]:
+        """Phases 2 and 3 of RunScorePlugins: NormalizeScore of every plugin,
+        then the [0, 100] range check of every score, then the weights. Where
+        upstream's parallel loops would report whichever error came first,
+        this reports the first plugin in order (NormalizeScore) and the first
+        node, then the first plugin at it (range check)."""
+        by_name = {p.name: p for p in self.score}
+        for name in raw:
+            if name not in by_name:
+                raise CycleError(
+                    Status.error(f"plugin {go_quote(name)} is not a score plugin of {self.name}")
+                )
+        names = [p.name for p in self.score if p.name in raw]
+        scores = {name: np.array(raw[name], dtype=np.int64) for name in names}
+        for name in names:
+            pl = by_name[name]
+            if not pl.has_normalize():
+                continue
+            with self._plugin("NormalizeScore", pl) as box:
+                st = pl.normalize_score(state, pod, nodes, scores[name])
+                box.append(st)
+            if not st.is_success:
+                raise CycleError(
+                    Status.error(plugin_error_message("NormalizeScore", name, st.message), name)
+                )
+        first: tuple[int, int, str] | None = None
+        for rank, name in enumerate(names):
+            bad = np.flatnonzero((scores[name] < MIN_NODE_SCORE) | (scores[name] > MAX_NODE_SCORE))
+            if len(bad) and (first is None or (int(bad[0]), rank) < first[:2]):
+                first = (int(bad[0]), rank, name)
+        if first is not None:
+            k, _, name = first
+            raise CycleError(
+                Status.error(
+                    "applying score defaultWeights on Score plugins: "
+                    f"plugin {go_quote(name)} returns an invalid score {int(scores[name][k])}, "
+                    f"it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] "
+                    "after normalizing",
+                    name,
+                )
+            )
+        return {name: scores[name] * self.score_weights[name] for name in names}
+
+    def run_score(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> ScoreOutcome:
+        with self.extension_point("Score"):
+            raw = self.run_score_raw(state, pod, nodes)
+            weighted = self.normalize_and_weigh(state, pod, nodes, raw)
+        totals = np.zeros(len(nodes), dtype=np.int64)
+        for scores in weighted.values():
+            totals += scores
+        return ScoreOutcome(nodes, weighted, totals)
+
+    def run_reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """framework.go, RunReservePluginsReserve: the first failure stops;
+        the caller then runs Unreserve on every Reserve plugin."""
+        with self.extension_point("Reserve") as ep:
+            for pl in self.reserve:
+                with self._plugin("Reserve", pl) as box, _acting(state, pl):
+                    st = pl.reserve(state, pod, node)
+                    box.append(st)
+                if not st.is_success:
+                    # The pod is not assumed: its annotations have no copy to go on.
+                    state.assume_annotations.clear()
+                    st = st.with_plugin(pl.name)
+                    if not st.is_rejected:
+                        st = Status.error(
+                            plugin_error_message("Reserve", pl.name, st.message), pl.name
+                        )
+                    ep.append(st)
+                    return st
+            return SUCCESS
+
+    def run_unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        """framework.go, RunReservePluginsUnreserve: every plugin, in reverse."""
+        with self.extension_point("Unreserve"):
+            for pl in reversed(self.reserve):
+                try:
+                    with self._plugin("Unreserve", pl), _acting(state, pl):
+                        pl.unreserve(state, pod, node)
+                except CycleError as exc:
+                    log.error("unreserve of %s failed (ignored, as upstream): %s", pl.name, exc)
+
+    def run_permit(
+        self, state: CycleState, pod: PodInfo, node: str
+    ) -> tuple[Status, dict[str, float]]:
+        """framework.go, RunPermitPlugins: a rejection stops; Wait from any
+        plugin makes the pod wait, each timeout capped at 15 minutes. The Wait
+        status is the last waiting plugin's own, its reasons kept, with
+        upstream's sentence appended."""
+        with self.extension_point("Permit") as ep:
+            waits: dict[str, float] = {}
+            wait_status: Status | None = None
+            for pl in self.permit:
+                with self._plugin("Permit", pl) as box, _acting(state, pl):
+                    st, timeout = pl.permit(state, pod, node)
+                    box.append(st)
+                if st.is_success:
+                    continue
+                if st.is_rejected:
+                    st = st.with_plugin(pl.name)
+                    ep.append(st)
+                    return st, {}
+                if st.is_wait:
+                    waits[pl.name] = min(max(timeout, 0.0), MAX_PERMIT_TIMEOUT_SECONDS)
+                    wait_status = st
+                    continue
+                st = Status.error(plugin_error_message("Permit", pl.name, st.message), pl.name)
+                ep.append(st)
+                return st, {}
+            if wait_status is not None:
+                st = Status(
+                    Code.WAIT,
+                    (
+                        *wait_status.reasons,
+                        "one or more plugins asked to wait and no plugin rejected pod",
+                    ),
+                    wait_status.plugin,
+                )
+                ep.append(st)
+                return st, waits
+            return SUCCESS, {}
+
+    def run_pre_bind_pre_flights(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """framework.go, RunPreBindPreFlights: Success when any PreBind plugin
+        answers Success (some PreBind has work), Skip when all answer Skip
+        (also with no PreBind plugin), Error at the first plugin's Error; any
+        other code (Unschedulable, Wait, ...) is unsupported and an Error too.
+        The plugins that skipped are recorded in ``state``
+        (SetSkipPreBindPlugins), so ``run_pre_bind`` leaves them out, also
+        after the state's round trip through the caller. An Error is recorded
+        in ``state`` as well: the binding cycle fails with it (schedule_one.go
+        bindingCycle returns it before PreBind), so ``run_pre_bind`` answers
+        it without running any plugin. A plugin that raises answers Error."""
+        with self.extension_point("PreBindPreFlight") as ep:
+            skip: set[str] = set()
+            answer = Status(Code.SKIP)
+            for pl in self.pre_bind:
+                try:
+                    with self._plugin("PreBindPreFlight", pl) as box, _acting(state, pl):
+                        st = pl.pre_bind_pre_flight(state, pod, node)
+                        box.append(st)
+                except CycleError as exc:
+                    # A plugin that raised: worded by _PluginCall as upstream
+                    # wraps the plugin's error.
+                    return self._pre_flight_failed(state, ep, exc.status.with_plugin(pl.name))
+                if st.is_success:
+                    answer = SUCCESS
+                elif st.is_skip:
+                    skip.add(pl.name)
+                elif st.code is Code.ERROR:
+                    return self._pre_flight_failed(
+                        state,
+                        ep,
+                        Status.error(
+                            plugin_error_message("PreBindPreFlight", pl.name, st.message),
+                            pl.name,
+                        ),
+                    )
+                else:
+                    return self._pre_flight_failed(
+                        state,
+                        ep,
+                        Status.error(
+                            f"PreBindPreFlight {pl.name} returned "
+                            f"{go_quote(observe.CODE_LABEL[st.code])}, which is unsupported. "
+                            "It is supposed to return Success, Skip, or Error status",
+                            pl.name,
+                        ),
+                    )
+            state.skip_pre_bind_plugins = skip
+            state.pre_bind_pre_flight_error = None
+            ep.append(answer)
+            return answer
+
+    @staticmethod
+    def _pre_flight_failed(state: CycleState, ep: list[Status], st: Status) -> Status:
+        """RunPreBindPreFlights returned an Error: nothing is skipped, and the
+        PreBind call answers the Error (the binding cycle fails with it)."""
+        log.error("PreBindPreFlight failed: %s", st.message)
+        state.skip_pre_bind_plugins = set()
+        state.pre_bind_pre_flight_error = st
+        ep.append(st)
+        return st
+
+    def run_pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """framework.go, RunPreBindPlugins: the first failure stops; the
+        plugins whose PreBindPreFlight answered Skip are not run
+        (GetSkipPreBindPlugins). When RunPreBindPreFlights failed, its Error
+        is the answer and no plugin runs (bindingCycle stops there). A Skip
+        returned by PreBind itself is neither Success nor a rejection, hence
+        an Error. Upstream may run PreBind plugins that allow it in parallel
+        (PreBindPreFlightResult.AllowParallel); Berth runs them in order."""
+        with self.extension_point("PreBind") as ep:
+            failed = state.pre_bind_pre_flight_error
+            if failed is not None:
+                ep.append(failed)
+                return failed
+            before = len(state.plugin_writes)
+            skipped = state.skip_pre_bind_plugins
+            for pl in self.pre_bind:
+                if pl.name in skipped:
+                    continue
+                try:
+                    with self._plugin("PreBind", pl) as box, _acting(state, pl):
+                        st = pl.pre_bind(state, pod, node)
+                        box.append(st)
+                except CycleError:
+                    # A failed PreBind binds nothing: its writes are not wanted.
+                    state.drop_writes_after(before)
+                    raise
+                if not st.is_success:
+                    state.drop_writes_after(before)
+                    st = st.with_plugin(pl.name)
+                    if not st.is_rejected:
+                        st = Status.error(
+                            plugin_error_message("PreBind", pl.name, st.message), pl.name
+                        )
+                    ep.append(st)
+                    return st
+            return SUCCESS
+
+    def run_bind(
+        self, state: CycleState, pod: PodInfo, node: str
+    ) -> tuple[Status, BindPlugin | None]:
+        """framework.go, RunBindPlugins: the first plugin that does not Skip
+        decides; all skipping is Skip."""
+        with self.extension_point("Bind") as ep:
+            for pl in self.bind:
+                with self._plugin("Bind", pl) as box:
+                    st = pl.bind(state, pod, node)
+                    box.append(st)
+                if st.is_skip:
+                    continue
+                if not st.is_success:
+                    st = st.with_plugin(pl.name)
+                    if not st.is_rejected:
+                        st = Status.error(
+                            plugin_error_message("Bind", pl.name, st.message), pl.name
+                        )
+                    ep.append(st)
+                    return st, None
+                return st.with_plugin(pl.name), pl
+            ep.append(Status(Code.SKIP))
+            return Status(Code.SKIP), None
+
+    def run_post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        with self.extension_point("PostBind"):
+            for pl in self.post_bind:
+                try:
+                    with self._plugin("PostBind", pl), _acting(state, pl):
+                        pl.post_bind(state, pod, node)
+                except CycleError as exc:
+                    log.error("post-bind of %s failed (ignored, as upstream): %s", pl.name, exc)
+
+    # -- the whole scheduling cycle ---------------------------------------
+
+    def schedule(
+        self,
+        snapshot: Snapshot,
+        state: CycleState,
+        pod: PodInfo,
+        start_index: int = 0,
+        reserve_and_permit: bool = False,
+        rng: random.Random | None = None,
+        explain: bool = False,
+    ) -> ScheduleResult:
+        """schedule_one.go, schedulePod: filter, score, select a host;
+        optionally Reserve and Permit (schedulingCycle)."""
+        self.handle.bind_snapshot(snapshot)
+        # A new sample for the metrics; the request's deadline stays.
+        self.begin_request(self.deadline)
+        try:
+            return self._schedule(
+                snapshot, state, pod, start_index, reserve_and_permit, rng, explain
+            )
+        except CycleError as exc:
+            return ScheduleResult(
+                exc.status,
+                message=exc.status.message,
+                next_start_index=start_index,
+                nominating_mode=NominatingMode.OVERRIDE,
+            )
+        finally:
+            self.handle.bind_snapshot(None)
+
+    def _schedule(
+        self,
+        snapshot: Snapshot,
+        state: CycleState,
+        pod: PodInfo,
+        start_index: int,
+        reserve_and_permit: bool,
+        rng: random.Random | None,
+        explain: bool,
+    ) -> ScheduleResult:
+        # Failures other than a FitError clear the pod's nominated node
+        # (schedulingAlgorithm's clearNominatedNode).
+        clear = NominatingMode.OVERRIDE
+        all_nodes = snapshot.all_nodes()
+        num_all = len(all_nodes)
+        if num_all == 0:
+            # schedulingCycle: ErrNoNodesAvailable is UnschedulableAndUnresolvable.
+            st = Status.unresolvable("no nodes available to schedule pods")
+            return ScheduleResult(
+                st, message=st.message, next_start_index=start_index, nominating_mode=clear
+            )
+
+        pf_result, st, restricting = self.run_pre_filter_with_plugins(state, pod, all_nodes)
+        if not st.is_success:
+            if not st.is_rejected:
+                return ScheduleResult(
+                    st, message=st.message, next_start_index=start_index, nominating_mode=clear
+                )
+            # Every node takes the PreFilter rejection (findNodesThatFitPod);
+            # the cycle's status is Unschedulable with the FitError text
+            # (schedulingCycle). Diagnosis.UnschedulablePlugins: the plugins
+            # whose PreFilterResult narrowed the nodes, and the rejecting one.
+            result = ScheduleResult(
+                Status(Code.UNSCHEDULABLE, st.reasons, st.plugin),
+                next_start_index=start_index,
+                pre_filter_status=st,
+                unschedulable_plugins=restricting | ({st.plugin} if st.plugin else set()),
+            )
+            self._post_filter(state, pod, result, {n: st for n in all_nodes.names})
+            result.message = fit_error_message(
+                num_all, {}, st.message, self._post_filter_msg(result)
+            )
+            result.status = Status(Code.UNSCHEDULABLE, (result.message,), st.plugin)
+            return result
+
+        # findNodesThatFitPod: a pod nominated by an earlier preemption tries
+        # its nominated node first (evaluateNominatedNode); when it fits, no
+        # other node is evaluated and the start index stays.
+        nominated = pod.proto.nominated_node_name
+        nominated_rejection: Status | None = None
+        if nominated and not explain:
+            fits, nominated_rejection = self._evaluate_nominated_node(
+                snapshot, state, pod, nominated
+            )
+            if fits:
+                result = ScheduleResult(
+                    SUCCESS, node=nominated, evaluated=1, feasible=1, next_start_index=start_index
+                )
+                if reserve_and_permit:
+                    self._reserve_and_permit(state, pod, result)
+                return result
+
+        candidates = all_nodes
+        if pf_result is not None and pf_result.node_names is not None:
+            keep = [k for k, name in enumerate(all_nodes.names) if name in pf_result.node_names]
+            candidates = all_nodes.take(keep)
+        if self.score:
+            num_to_find = num_feasible_nodes_to_find(
+                self.percentage_of_nodes_to_score, len(candidates)
+            )
+        else:
+            # findNodesThatPassFilters: with neither scoring nor extender
+            # filters (Berth has no extenders) the first feasible node will do.
+            num_to_find = 1
+        if explain:
+            # A what-if explanation evaluates every node.
+            num_to_find = len(candidates)
+        outcome = self.find_feasible(state, pod, candidates, start_index, num_to_find)
+        feasible = outcome.feasible
+        rejected = outcome.rejected
+        processed = outcome.processed
+        if (
+            nominated_rejection is not None
+            and nominated not in rejected
+            and nominated not in feasible.names
+        ):
+            # The nominated node's rejection stays in the diagnosis even when
+            # the walk did not reach it again (upstream's NodeToStatus is
+            # shared), and counts as processed.
+            rejected = {**rejected, nominated: nominated_rejection}
+            processed += 1
+        # findNodesThatFitPod: the walk wraps over the candidates, the next
+        # start over all nodes (len(allNodes)), even when PreFilter narrowed
+        # them, and it advances even when a Filter plugin failed.
+        next_start = (start_index + processed) % num_all
+        if outcome.error is not None:
+            return ScheduleResult(
+                outcome.error,
+                message=outcome.error.message,
+                next_start_index=next_start,
+                nominating_mode=clear,
+            )
+
+        if len(feasible) == 0:
+            # Diagnosis: the PreFilterResult plugins, then every plugin that
+            # rejected a node (AddPluginStatus); Pending ones also go to
+            # PendingPlugins.
+            plugins = set(restricting)
+            pending: set[str] = set()
+            for rejection in set(rejected.values()):
+                if rejection.plugin and rejection.is_rejected:
+                    plugins.add(rejection.plugin)
+                    if rejection.code is Code.PENDING:
+                        pending.add(rejection.plugin)
+            # A FitError is Unschedulable whatever the per-node codes
+            # (schedulingCycle); those stay in the diagnosis for PostFilter.
+            result = ScheduleResult(
+                Status(Code.UNSCHEDULABLE, ("no node passed Filter",)),
+                evaluated=processed,
+                next_start_index=next_start,
+                rejected=rejected,
+                unschedulable_plugins=plugins,
+                pending_plugins=pending,
+            )
+            absent = None
+            if len(candidates) < num_all:
+                # Nodes PreFilterResult excluded count as unresolvable.
+                absent = Status.unresolvable(
+                    f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(restricting))}]"
+                )
+            self._post_filter(state, pod, result, rejected)
+            result.message = fit_error_message(
+                num_all, rejected, "", self._post_filter_msg(result), absent
+            )
+            result.status = Status(result.status.code, (result.message,), result.status.plugin)
+            return result
+
+        result = ScheduleResult(
+            SUCCESS,
+            evaluated=processed,
+            feasible=len(feasible),
+            next_start_index=next_start,
+            rejected=rejected if explain else {},
+        )
+        if len(feasible) == 1 and not explain:
+            # schedulePod: one feasible node needs no scoring.
+            result.node = feasible.names[0]
+        elif not self.score:
+            # prioritizeNodes: without score plugins (or extenders) neither
+            # PreScore nor Score runs and every node scores 1; the first node
+            # of the walk is what upstream's max-heap pops among equal scores.
+            result.node = feasible.names[0]
+        else:
+            st = self.run_pre_score(state, pod, feasible)
+            if not st.is_success:
+                result.status = st
+                result.message = st.message
+                result.nominating_mode = clear
+                return result
+            scores = self.run_score(state, pod, feasible)
+            result.scores = scores
+            result.node = select_host(feasible, scores.totals, rng)
+
+        if reserve_and_permit:
+            self._reserve_and_permit(state, pod, result)
+        return result
+
+    def _evaluate_nominated_node(
+        self, snapshot: Snapshot, state: CycleState, pod: PodInfo, name: str
+    ) -> tuple[bool, Status | None]:
+        """schedule_one.go, evaluateNominatedNode: Filter (with nominated
+        pods) on the pod's nominated node alone. Returns whether it fits, and
+        its rejection when it does not. A node the snapshot lacks, or a
+        Filter Error there, is only logged: the cycle goes on over every
+        node."""
+        if name not in snapshot.nodes:
+            log.info(
+                "pod %s: nominated node %s is not in the snapshot; evaluating every node",
+                pod.key,
+                name,
+            )
+            return False, None
+        with self.extension_point("Filter") as ep:
+            verdicts, first_error = self.filter_verdicts(state, pod, snapshot.batch([name]))
+            st = verdicts.status_of(0)
+            if not st.is_success:
+                ep.append(st)
+        if first_error >= 0:
+            log.warning("pod %s: evaluation failed on nominated node %s: %s", pod.key, name, st)
+            return False, None
+        if st.is_success:
+            return True, None
+        return False, st
+
+    def _post_filter(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        result: ScheduleResult,
+        rejected: Mapping[str, Status],
+    ) -> None:
+        """schedulingAlgorithm after a FitError: no PostFilter plugins clears
+        the nominated node; otherwise the result PostFilter kept decides."""
+        if not self.post_filter:
+            result.nominating_mode = NominatingMode.OVERRIDE
+            return
+        mark = len(state.permit_signals)
+        pf, st = self.run_post_filter(state, pod, rejected)
+        result.post_filter_signals = state.permit_signals[mark:]
+        result.post_filter_status = st
+        if pf is not None:
+            result.nominating_mode = NominatingMode.OVERRIDE
+            result.nominated_node = pf.nominated_node_name
+            if st.is_success:
+                # Preempt's step 5, actuation, is the caller's (the server
+                # holds no credentials): the victims and the nominations to
+                # clear travel in the result.
+                result.post_filter_plugin = pf.plugin
+                result.victims = pf.victims
+                result.clear_nomination_pod_uids = pf.clear_nomination_pod_uids
+
+    @staticmethod
+    def _post_filter_msg(result: ScheduleResult) -> str:
+        """Diagnosis.PostFilterMsg: the message of RunPostFilterPlugins'
+        status, whatever its code."""
+        st = result.post_filter_status
+        return "" if st is None else st.message
+
+    def _reserve_and_permit(self, state: CycleState, pod: PodInfo, result: ScheduleResult) -> None:
+        """schedule_one.go, schedulingCycle after host selection
+        (prepareForBindingCycle): Reserve, Permit, and Unreserve when either
+        turns the pod away. The signals each raised are sorted out by point;
+        the pods to activate are handed over only when Permit lets the pod on
+        (Success or Wait), as upstream activates them at the end of a
+        successful scheduling cycle and drops them otherwise."""
+        mark = len(state.permit_signals)
+        try:
+            st = self.run_reserve(state, pod, result.node)
+        except CycleError as exc:
+            # A plugin that raised: an Error status, unreserved like any
+            # other failure (RunReservePluginsReserve returns it as one).
+            st = exc.status
+            state.assume_annotations.clear()
+        result.reserve_status = st
+        if not st.is_success:
+            self.run_unreserve(state, pod, result.node)
+            result.unreserve_signals = state.permit_signals[mark:]
+            result.nominating_mode = NominatingMode.OVERRIDE
+            state.take_activations()
+            return
+        try:
+            st, waits = self.run_permit(state, pod, result.node)
+        except CycleError as exc:
+            st, waits = exc.status, {}
+        result.permit_status = st
+        result.permit_timeouts = waits
+        result.permit_signals = state.permit_signals[mark:]
+        if not st.is_success and not st.is_wait:
+            after_permit = len(state.permit_signals)
+            self.run_unreserve(state, pod, result.node)
+            result.unreserve_signals = state.permit_signals[after_permit:]
+            result.nominating_mode = NominatingMode.OVERRIDE
+            state.take_activations()
+            return
+        result.activate_pod_uids = state.take_activations()
+        # schedule_one.go bindingCycle: RunPreBindPreFlights, before
+        # WaitOnPermit (so also for a pod that waits), with the state as
+        # Permit left it. Run here, at the end of the scheduling cycle, so the
+        # caller learns in the same answer whether PreBind has work.
+        pre_flight = self.run_pre_bind_pre_flights(state, pod, result.node)
+        result.pre_bind_pre_flight_status = pre_flight
+        result.pre_bind_skip = pre_flight.is_skip
+
+
+class _acting:
+    """Names the plugin being called on the CycleState, so what it asks of
+    the caller (writes, annotations, signals) is attributed to it."""
+
+    __slots__ = ("plugin", "state")
+
+    def __init__(self, state: CycleState, plugin: Plugin) -> None:
+        self.state = state
+        self.plugin = plugin
+
+    def __enter__(self) -> None:
+        self.state.current_plugin = self.plugin.name
+
+    def __exit__(self, *exc: object) -> None:
+        self.state.current_plugin = ""
+
+
+class _PluginCall:
+    """Context for one plugin call: converts a raised exception into an Error
+    status (CycleError); when sampled or traced, times and spans the call."""
+
+    __slots__ = ("box", "fw", "plugin", "point", "span", "start")
+
+    def __init__(self, fw: Framework, point: str, plugin: Plugin) -> None:
+        self.fw = fw
+        self.point = point
+        self.plugin = plugin
+        self.box: list[Status] = []
+        self.span: Any = None
+        self.start = 0.0
+
+    def __enter__(self) -> list[Status]:
+        deadline = self.fw.deadline
+        if deadline is not None:
+            late = time.perf_counter() - deadline
+            if late >= 0:
+                raise DeadlineExceeded(self.point, self.plugin.name, late)
+        if self.fw.tracing:
+            self.span = observe.plugin_span(self.point, self.plugin.name)
+            self.span.__enter__()
+        if self.fw.record_plugin_metrics:
+            self.start = time.perf_counter()
+        return self.box
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        err: CycleError | None = None
+        if exc is not None:
+            self.box.insert(0, Status(Code.ERROR))
+            if not isinstance(exc, (CycleError, StateDecodeError, DeadlineExceeded)) and isinstance(
+                exc, Exception
+            ):
+                log.exception("plugin %s failed at %s", self.plugin.name, self.point)
+                err = CycleError(
+                    Status.error(
+                        plugin_error_message(self.point, self.plugin.name, repr(exc)),
+                        self.plugin.name,
+                    )
+                )
+        if self.start:
+            status = self.box[0] if self.box else SUCCESS
+            observe.observe_plugin(
+                self.point, self.plugin.name, status.code, time.perf_counter() - self.start
+            )
+        if self.span is not None:
+            self.span.__exit__(kind, exc, tb)
+        if err is not None:
+            raise err from exc
+
+
+class _ExtensionPointCall:
+    """Context for one extension point: always timed (upstream records
+    extension point durations for every cycle), spanned when traced."""
+
+    __slots__ = ("box", "fw", "point", "span", "start")
+
+    def __init__(self, fw: Framework, point: str) -> None:
+        self.fw = fw
+        self.point = point
+        self.box: list[Status] = []
+        self.span: Any = None
+        self.start = 0.0
+
+    def __enter__(self) -> list[Status]:
+        if self.fw.tracing:
+            self.span = observe.extension_point_span(self.point, self.fw.name)
+            self.span.__enter__()
+        self.start = time.perf_counter()
+        return self.box
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        status = self.box[0] if self.box else (SUCCESS if exc is None else Status(Code.ERROR))
+        observe.observe_extension_point(
+            self.point, self.fw.name, status.code, time.perf_counter() - self.start
+        )
+        if self.span is not None:
+            self.span.__exit__(kind, exc, tb)
+
+
+def ge_nominated_pods(snapshot: Snapshot, node: str, pod: PodInfo) -> list[PodInfo]:
+    """framework.go, addGENominatedPods' choice: the pods nominated to
+    ``node`` with a priority at least ``pod``'s, other than ``pod`` itself."""
+    nominated = snapshot.nominated_pods_for_node(node)
+    if not nominated:
+        return []
+    priority = pod.priority
+    return [p for p in nominated.values() if p.priority >= priority and p.uid != pod.uid]
+
+
+def _filter_one(pl: FilterPlugin, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+    """One plugin's Filter on one node: its per-node form, or for a plugin
+    that only has the batch form, a one-node batch (over the node's snapshot,
+    or a scratch one when the node is a clone)."""
+    if type(pl).filter is not FilterPlugin.filter:
+        return pl.filter(state, pod, node)
+    owner = node.owner
+    if isinstance(owner, Snapshot) and owner.nodes.get(node.name) is node:
+        return pl.filter_nodes(state, pod, NodeBatch(owner, np.asarray([node.index]))).status_of(0)
+    with detached_batch(node) as batch:
+        return pl.filter_nodes(state, pod, batch).status_of(0)
+
+
+def select_host(nodes: NodeBatch, totals: ScoreArray, rng: random.Random | None = None) -> str:
+    """schedule_one.go, selectHost: the highest total; among equal totals one
+    at random (upstream's reservoir sampling gives each an equal chance)."""
+    best = np.flatnonzero(totals == totals.max())
+    pick = int(best[0]) if len(best) == 1 else int(best[(rng or random).randrange(len(best))])
+    return nodes.take([pick]).names[0]
+
+
+def run_with_snapshot(framework: Framework, snapshot: Snapshot, fn: Callable[[], Any]) -> Any:
+    """Runs ``fn`` with the framework handle pointing at ``snapshot``."""
+    framework.handle.bind_snapshot(snapshot)
+    try:
+        return fn()
+    finally:
+        framework.handle.bind_snapshot(None)

@@ -1,0 +1,268 @@
+"""The per-snapshot index (index.py): it follows the snapshot's deltas, and
+the counts PreFilter and PreScore build from it are the ones upstream's node
+walks (filtering.go getExistingAntiAffinityCounts and
+getIncomingAffinityAntiAffinityCounts, scoring.go processExistingPod) give,
+on random clusters changed by random deltas. A cycle for a pod without terms
+in a cluster without terms touches no node."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Mapping
+
+import pytest
+
+from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.model import PodInfo
+from berth.framework.snapshot import NodeBatch, Snapshot
+from berth.framework.testing import fresh_state
+from berth.plugins.interpodaffinity import PRE_FILTER_STATE_KEY, PRE_SCORE_STATE_KEY
+from berth.plugins.interpodaffinity.index import AffinityIndex, affinity_index
+from berth.plugins.interpodaffinity.inter_pod_affinity import Counts
+from berth.plugins.interpodaffinity.terms import parsed_terms, pod_matches_all
+from tests.plugins.interpodaffinity.testutil import info, node, pod, selector, setup, term
+
+TOPOLOGY_KEYS = ("zone", "region", "hostname", "rack")
+LABEL_KEYS = ("app", "tier", "team")
+LABEL_VALUES = ("a", "b", "c")
+NAMESPACE_NAMES = ("ns1", "ns2")
+
+
+def random_node(rng: random.Random, i: int) -> pb.Node:
+    labels = {"hostname": f"n{i}"}
+    for key, values in (("zone", 3), ("region", 2), ("rack", 4)):
+        # Some nodes lack a topology key, which must then count nothing.
+        if rng.random() < 0.85:
+            labels[key] = f"{key}{rng.randrange(values)}"
+    return node(f"n{i}", **labels)
+
+
+def random_labels(rng: random.Random) -> dict[str, str]:
+    return {k: rng.choice(LABEL_VALUES) for k in LABEL_KEYS if rng.random() < 0.6}
+
+
+def random_term(rng: random.Random) -> pb.PodAffinityTerm:
+    key = rng.choice(LABEL_KEYS)
+    op = rng.choice(("In", "NotIn", "Exists", "DoesNotExist"))
+    values = rng.sample(LABEL_VALUES, rng.randint(1, 2)) if op in ("In", "NotIn") else []
+    namespaces = rng.sample(NAMESPACE_NAMES, rng.randint(0, 2))
+    return term(rng.choice(TOPOLOGY_KEYS), selector(exprs=[(key, op, values)]), namespaces)
+
+
+def random_pod(rng: random.Random, name: str, node_name: str = "", terms: float = 0.5) -> pb.Pod:
+    def some() -> list[pb.PodAffinityTerm]:
+        return [random_term(rng) for _ in range(rng.randint(1, 2))] if rng.random() < terms else []
+
+    def weighted() -> list[tuple[int, pb.PodAffinityTerm]]:
+        return [(rng.randint(1, 100), t) for t in some()]
+
+    return pod(
+        name,
+        namespace=rng.choice(NAMESPACE_NAMES),
+        labels=random_labels(rng),
+        node=node_name,
+        affinity=some() if rng.random() < 0.5 else [],
+        anti=some(),
+        preferred=weighted(),
+        preferred_anti=weighted(),
+    )
+
+
+def index_state(index: AffinityIndex) -> tuple[object, ...]:
+    return (
+        index.by_signature,
+        index.labels,
+        index.required_anti,
+        index.hard_affinity,
+        index.weighted,
+    )
+
+
+# -- upstream's walks, written plainly over every node and pod ---------------------
+
+
+def _bump(counts: Counts, labels: Mapping[str, str], key: str, value: int) -> bool:
+    if key not in labels:
+        return False
+    by_value = counts.setdefault(key, {})
+    by_value[labels[key]] = by_value.get(labels[key], 0) + value
+    return True
+
+
+def walked_pre_filter(snap: Snapshot, incoming: PodInfo) -> tuple[Counts, Counts, Counts]:
+    terms = parsed_terms(incoming)
+    p = incoming.proto
+    existing: Counts = {}
+    affinity: Counts = {}
+    anti: Counts = {}
+    for ni in snap.nodes.values():
+        labels = dict(ni.node.labels)
+        for other in ni.pods.values():
+            for t in parsed_terms(other).required_anti_affinity:
+                if t.matches(p, {}):
+                    _bump(existing, labels, t.topology_key, 1)
+            if pod_matches_all(terms.required_affinity, other.proto):
+                for t in terms.required_affinity:
+                    _bump(affinity, labels, t.topology_key, 1)
+            for t in terms.required_anti_affinity:
+                if t.matches(other.proto, None):
+                    _bump(anti, labels, t.topology_key, 1)
+    return existing, affinity, anti
+
+
+def walked_pre_score(snap: Snapshot, incoming: PodInfo, hard: int) -> Counts | None:
+    terms = parsed_terms(incoming)
+    p = incoming.proto
+    score: Counts = {}
+    counted = False
+    for ni in snap.nodes.values():
+        labels = dict(ni.node.labels)
+        for other in ni.pods.values():
+            o = other.proto
+            for w, t in terms.preferred_affinity:
+                if t.matches(o, None):
+                    counted |= _bump(score, labels, t.topology_key, w)
+            for w, t in terms.preferred_anti_affinity:
+                if t.matches(o, None):
+                    counted |= _bump(score, labels, t.topology_key, -w)
+            ex = parsed_terms(other)
+            if hard > 0:
+                for t in ex.required_affinity:
+                    if t.matches(p, {}):
+                        counted |= _bump(score, labels, t.topology_key, hard)
+            for w, t in ex.preferred_affinity:
+                if t.matches(p, {}):
+                    counted |= _bump(score, labels, t.topology_key, w)
+            for w, t in ex.preferred_anti_affinity:
+                if t.matches(p, {}):
+                    counted |= _bump(score, labels, t.topology_key, -w)
+    return score if counted else None
+
+
+def positive(counts: Counts) -> Counts:
+    return {k: {v: c for v, c in vs.items() if c} for k, vs in counts.items() if any(vs.values())}
+
+
+# -- random deltas ------------------------------------------------------------------
+
+
+def random_deltas(rng: random.Random, snap: Snapshot, steps: int) -> Iterator[None]:
+    """Applies one random delta per step: pods added, moved, relabelled or
+    deleted, nodes deleted (their pods orphaned), re-added or relabelled."""
+    names = list(snap.nodes)
+    next_pod = 0
+    for _ in range(steps):
+        delta = pb.ClusterDelta()
+        for _ in range(rng.randint(1, 4)):
+            roll = rng.random()
+            pods = list(snap.pods)
+            if roll < 0.45 or not pods:
+                next_pod += 1
+                delta.upsert_pods.append(random_pod(rng, f"d{next_pod}", rng.choice(names)))
+            elif roll < 0.65:
+                uid = rng.choice(pods)
+                moved = random_pod(rng, "m", rng.choice(names))
+                moved.uid = uid
+                moved.name = snap.pods[uid].name
+                delta.upsert_pods.append(moved)
+            elif roll < 0.8:
+                delta.delete_pods.append(rng.choice(pods))
+            elif roll < 0.9:
+                delta.delete_nodes.append(rng.choice(names))
+            else:
+                i = rng.randrange(len(names))
+                delta.upsert_nodes.append(random_node(rng, i))
+        # A node deleted and upserted in one delta: deletes apply first.
+        deleted = set(delta.delete_nodes)
+        for n in delta.upsert_nodes:
+            deleted.discard(n.name)
+        snap.apply(delta)
+        if rng.random() < 0.5:
+            back = pb.ClusterDelta()
+            for name in deleted:
+                back.upsert_nodes.append(random_node(rng, int(name[1:])))
+            snap.apply(back)
+        yield
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_index_follows_deltas_like_a_rebuild(seed: int) -> None:
+    rng = random.Random(seed)
+    nodes = [random_node(rng, i) for i in range(12)]
+    pods = [random_pod(rng, f"p{i}", rng.choice(nodes).name) for i in range(60)]
+    snap, _ = setup(nodes, pods)
+    index = affinity_index(snap)
+    assert affinity_index(snap) is index
+    for _ in random_deltas(rng, snap, 40):
+        rebuilt = AffinityIndex()
+        rebuilt.add_all(snap)
+        assert index_state(index) == index_state(rebuilt)
+    # The pods and terms it counts are the snapshot's, not ones it forgot.
+    assert sum(sum(s.values()) for s in index.by_signature.values()) == sum(
+        len(ni.pods) for ni in snap.nodes.values()
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_counts_equal_upstreams_walk_over_every_pod(seed: int) -> None:
+    rng = random.Random(100 + seed)
+    nodes = [random_node(rng, i) for i in range(10)]
+    pods = [random_pod(rng, f"p{i}", rng.choice(nodes).name) for i in range(50)]
+    snap, plugin = setup(nodes, pods)
+    hard = plugin.hard_pod_affinity_weight
+    checked = 0
+    for _ in random_deltas(rng, snap, 15):
+        for k in range(4):
+            incoming = info(random_pod(rng, f"in{k}", terms=0.7))
+            state = fresh_state()
+            _, st = plugin.pre_filter(state, incoming, snap.all_nodes())
+            existing, affinity, anti = walked_pre_filter(snap, incoming)
+            terms = parsed_terms(incoming)
+            if st.is_skip:
+                assert not positive(existing)
+                assert not terms.required_affinity and not terms.required_anti_affinity
+            else:
+                s = state.read(PRE_FILTER_STATE_KEY)
+                assert s.existing_anti_affinity == positive(existing)
+                assert s.affinity == positive(affinity)
+                assert s.anti_affinity == positive(anti)
+                checked += 1
+            state = fresh_state()
+            st = plugin.pre_score(state, incoming, snap.all_nodes())
+            want = walked_pre_score(snap, incoming, hard)
+            if want is None:
+                assert st.is_skip
+            else:
+                assert st.is_success
+                assert state.read(PRE_SCORE_STATE_KEY).topology_score == want
+    assert checked > 10
+
+
+def test_a_cycle_without_terms_touches_no_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    # upstream visits only HavePodsWithAffinityList / HavePodsWithRequiredAntiAffinityList,
+    # both empty here: PreFilter and PreScore must not walk the nodes.
+    nodes = [node(f"n{i}", zone=f"z{i % 3}") for i in range(50)]
+    pods = [pod(f"p{i}", labels={"app": "web"}, node=f"n{i % 50}") for i in range(200)]
+    snap, plugin = setup(nodes, pods)
+    batch = snap.all_nodes()
+    affinity_index(snap)
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("walked the nodes")
+
+    monkeypatch.setattr(NodeBatch, "__iter__", refuse)
+    monkeypatch.setattr(Snapshot, "slot", refuse)
+    incoming = info(pod("in", labels={"app": "web"}))
+    _, st = plugin.pre_filter(fresh_state(), incoming, batch)
+    assert st.is_skip
+    assert plugin.pre_score(fresh_state(), incoming, batch).is_skip
+
+
+def test_pods_are_counted_per_group_not_per_pod() -> None:
+    # 200 pods of one workload on 50 nodes: one signature whose counts are per node.
+    nodes = [node(f"n{i}", zone=f"z{i % 3}") for i in range(50)]
+    pods = [pod(f"p{i}", labels={"app": "web"}, node=f"n{i % 50}") for i in range(200)]
+    snap, _ = setup(nodes, pods)
+    index = affinity_index(snap)
+    (slots,) = index.by_signature.values()
+    assert len(slots) == 50 and set(slots.values()) == {4}
