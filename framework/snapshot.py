@@ -7,7 +7,8 @@ Two views of the same facts:
   plugins that compute over all candidate nodes at once.
 
 Both are kept current incrementally: applying a delta costs O(objects in the
-delta), never O(cluster) (DESIGN.md, principle 3).
+delta), never O(cluster): a request carries what changed since the
+caller's last one, not the whole cluster.
 
 Cycles walk the nodes in upstream's NodeTree order
 (pkg/scheduler/backend/cache/node_tree.go): nodes grouped by zone, the zones in

@@ -1,9 +1,9 @@
 """Does a pod tolerate a node taint?
 
 The matching rules are upstream's Toleration.ToleratesTaint and
-TolerationsTolerateTaint (k8s.io/component-helpers/scheduling/corev1/helpers.go,
-formerly pkg/apis/core/v1/helper). NodeUnschedulable uses them today;
-TaintToleration will reuse them.
+TolerationsTolerateTaint (k8s.io/component-helpers/scheduling/corev1/helpers.go).
+NodeUnschedulable, TaintToleration and PodTopologySpread (its node taints
+inclusion policy) use them.
 
 Rules, in upstream's order:
 

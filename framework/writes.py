@@ -3,7 +3,8 @@
 A plugin that must change an object returns the change as data
 (``ObjectWrite``) and the caller performs it with its own credentials. The
 caller performs only writes to the pod being scheduled and to the kinds the
-asking plugin declared (DESIGN principles 7 and 9). The Berth shim works the
+asking plugin declared: the plugin server holds no credentials, and the
+caller does not trust its answers further than it can check them. The Berth shim works the
 declarations out from the configuration it loaded and its own plugin
 registry, not from the plugin server's answers, so a misbehaving server cannot
 widen them.

@@ -12,9 +12,9 @@ own under that id, never the other's. The caller is, in order:
    ``token:<name>``; an unknown token is UNAUTHENTICATED. Without the file a
    caller picks its token itself (berth's client: a random one per process
    unless told one) and the caller is a digest of it: knowing a cluster_id
-   is no longer enough to reach its state, knowing the token is;
-3. else ``anonymous``, shared by every caller that sends neither (the
-   protocol's behaviour before callers were told apart).
+   is not enough to reach its state, knowing the token is;
+3. else ``anonymous``, shared by every caller that sends neither (such
+   callers are not told apart, and reach each other's state by cluster_id).
 
 Neither tokens nor identities are logged.
 """

@@ -260,8 +260,9 @@ class SchedulerCache:
     def _export_sizes(self) -> None:
         """scheduler_cache_size (metrics.go CacheSize), read when scraped
         rather than set on every change: upstream's cache refreshes it on a
-        timer (cache.go updateMetrics), and setting three gauges per informer
-        event cost ~3% of the shim's CPU at a few hundred pods per second.
+        timer (cache.go updateMetrics), and setting three gauges on every
+        informer event would cost CPU on the hot path for a value read only
+        when scraped.
         The latest cache of the process is the one reported."""
         me = weakref.ref(self)
 

@@ -1,9 +1,9 @@
 """What the shim performs for the plugin service, checked before it acts.
 
-The plugin service decides and the shim acts with its own credentials (DESIGN
-principle 7), so an answer is no more trustworthy than whatever sent it: a
-plugin bug, a replica that is not what it claims, a peer on a plaintext
-connection. The shim performs only what it can justify (principle 9):
+The plugin service decides and the shim acts with its own credentials (the
+plugin server has none), so an answer is no more trustworthy than whatever
+sent it: a plugin bug, a replica that is not what it claims, a peer on a
+plaintext connection. The shim performs only what it can justify:
 
 - A preemption victim (PostFilterResponse.victims) must be a pod in the
   shim's cache with the uid, namespace and name the answer gives, bound or

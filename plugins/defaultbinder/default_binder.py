@@ -2,7 +2,7 @@
 
 Upstream (pkg/scheduler/framework/plugins/defaultbinder/default_binder.go,
 Bind) POSTs ``pods/<name>/binding`` with its own client. Berth's plugin server
-holds no API credentials (DESIGN.md: stateless servers), so this plugin sets
+holds no API credentials (the caller does every write), so this plugin sets
 ``caller_binds``: Success here means "bind it", and the caller (the shim)
 POSTs the same Binding (namespace, name, UID of the pod; target Node
 ``node_name``) and handles conflicts.
