@@ -54,7 +54,7 @@ REGISTRY: dict[str, type[Plugin]] = {
     "DefaultBinder": DefaultBinder,
     "DefaultPreemption": DefaultPreemption,
     "NodeDeclaredFeatures": NodeDeclaredFeatures,
-    # Not upstream plugins: the seed documents' examples (never in the default profile).
+    # Berth's own plugins, not upstream's (never in the default profile).
     "AvoidNodePlugin": AvoidNode,
     "GPUPriorityPlugin": GPUPriority,
     "SameLabelSpread": SameLabelSpread,

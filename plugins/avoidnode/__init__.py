@@ -1,5 +1,5 @@
 """Filter plugin AvoidNodePlugin: keep pods off nodes labelled ``avoid=true``
-(the first example of the seed document scheduler-framework-plugins.txt)."""
+(Berth's own plugin, not upstream's; never in the default profile)."""
 
 from berth.plugins.avoidnode.args import AvoidNodePluginArgs
 from berth.plugins.avoidnode.avoid_node import AVOID_LABEL, AVOID_VALUE, AvoidNode, reason_for

@@ -1,6 +1,6 @@
-"""AvoidNodePluginArgs: the plugin takes no settings. The seed's configuration
-passes ``args: {}``, which decodes to this empty struct; any field is refused
-as unknown."""
+"""AvoidNodePluginArgs: the plugin takes no settings. A configuration that
+passes ``args: {}`` decodes to this empty struct; any field is refused as
+unknown."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """AvoidNodePlugin: a node labelled ``avoid=true`` is rejected.
 
-Port of the Go example of the seed document scheduler-framework-plugins.txt
-(``AvoidNodePlugin.Filter``): the label's value must be exactly ``true``; the
-rejection is ``Unschedulable`` with the reason
+The label's value must be exactly ``true``; the rejection is ``Unschedulable``
+(the node may become usable when the label changes) with the reason
 ``node <name> is labeled avoid=true``. Labels are not snapshot columns, so the
 batch form is the framework's loop over ``filter``; the reason names the node,
 so every rejected node has a Status of its own anyway.
@@ -29,7 +28,7 @@ AVOID_VALUE = "true"
 
 
 def reason_for(node_name: str) -> str:
-    """The seed's message: ``fmt.Sprintf("node %s is labeled avoid=true", name)``."""
+    """The rejection's reason: ``node <name> is labeled avoid=true``."""
     return f"node {node_name} is labeled {AVOID_LABEL}={AVOID_VALUE}"
 
 

@@ -1,6 +1,6 @@
 """PreFilter + Filter + Reserve + PreBind plugin GPUCardFit: a pod's GPU
-memory must fit on a single card (the whole-GPU-card example of the seed
-document score-plugin-spread-and-gpu-card.txt)."""
+memory must fit on a single card (Berth's own plugin, not upstream's; never in
+the default profile)."""
 
 from berth.plugins.gpucard.args import (
     DEFAULT_NODE_CARDS_ANNOTATION,

@@ -1,8 +1,8 @@
 """GPUCardFitArgs: the annotation keys GPUCardFit reads and writes.
 
-The seed document (score-plugin-spread-and-gpu-card.txt) names none: it only
-says card-level state must come from a device-plugin sync or from annotations
-(it cites NodeFeatureDiscovery's). Berth defines three, all changeable here:
+Kubernetes has no standard place for per-card state (a device plugin reports
+only counts; NodeFeatureDiscovery-style annotations are one common way to
+publish more). Berth defines three annotations, all changeable here:
 
 * ``nodeCardsAnnotation`` (node, default ``berth.dev/gpu-cards``): a JSON
   list with one entry per card, the memory pods may use on that card

@@ -1,12 +1,10 @@
 """GPUCardFit: a pod's GPU memory must fit on one card; cards are not split.
 
-From the GPU section of the seed document score-plugin-spread-and-gpu-card.txt:
-NodeResourcesFit only checks totals, "但 GPU 显存不可分割(如 A100-80G 不能拆成两个
-40G),若节点剩余 30G,而 Pod 申请 40G,就会误判为可调度" (GPU memory cannot be
-split; a pod asking for 40G must not land where only 30G is left on a card),
-so the plugin checks "是否有单张卡满足需求" (whether one card can hold it) and
-rejects the node with ``framework.UnschedulableAndUnresolvable`` and
-``no free GPU card`` as the seed does.
+NodeResourcesFit only checks totals, but GPU memory cannot be split across
+cards: a pod asking for 40G must not land on a node with two cards of 30G
+free each. So the plugin checks whether one card can hold the pod's need and
+rejects the node with ``UnschedulableAndUnresolvable`` and
+``no free GPU card`` (preempting pods does not split a card either).
 
 Data (annotation keys are args; see args.py):
 
@@ -82,7 +80,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 NAME: Final = "GPUCardFit"
-# The seed's reason: framework.NewStatus(framework.UnschedulableAndUnresolvable, "no free GPU card").
+# Filter's reason, with code UnschedulableAndUnresolvable.
 REASON_NO_CARD: Final = "no free GPU card"
 
 

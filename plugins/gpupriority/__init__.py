@@ -1,5 +1,5 @@
-"""Score plugin GPUPriorityPlugin: prefer nodes with more free GPUs (the GPU
-example of the seed document scheduler-framework-plugins.txt)."""
+"""Score plugin GPUPriorityPlugin: prefer nodes with more free GPUs (Berth's own
+plugin, not upstream's; never in the default profile)."""
 
 from berth.plugins.gpupriority.args import DEFAULT_RESOURCE_NAME, GPUPriorityPluginArgs
 from berth.plugins.gpupriority.gpu_priority import GPUPriority, free_on_node, normalize_free

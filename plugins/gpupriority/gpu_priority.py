@@ -1,21 +1,18 @@
 """GPUPriorityPlugin: prefer nodes with more free GPUs.
 
-From the GPU example of the seed document scheduler-framework-plugins.txt
-(``GPUPriorityPlugin.Score``), with two changes that make it do what the seed
-says it is for ("根据节点 GPU 可用数量进行打分", score by the GPUs available):
+It scores nodes by the GPUs available to the pod:
 
-* it scores the *free* count, allocatable minus what the pods on the node
-  request, not the node's capacity, so a node whose GPUs are all taken does
-  not win;
-* it has a NormalizeScore: raw scores are device counts, rescaled to 0..100
-  over the scored nodes (the freest gets 100, the others ``100 * free / max``
-  with integer division; when no node has a free one, all get 0). The seed's
-  ``ScoreExtensions()`` returns nil, so its raw counts (0..8 on usual
-  hardware) went into the sum unscaled.
+* the *free* count, allocatable minus what the pods on the node request, not
+  the node's capacity, so a node whose GPUs are all taken does not win;
+* a NormalizeScore rescales the raw scores (device counts) to 0..100 over
+  the scored nodes (the freest gets 100, the others ``100 * free / max`` with
+  integer division; when no node has a free one, all get 0), so the score
+  weighs in the sum like any other plugin's instead of adding raw counts
+  (0..8 on usual hardware).
 
 It reads only the snapshot: the node's allocatable and the summed requests
 of the pods on it (upstream's NodeInfo.Allocatable and NodeInfo.Requested),
-never the API server (the seed's ``getNode``). ``score_nodes`` reads the
+never the API server. ``score_nodes`` reads the
 snapshot's scalar columns for the resource when they exist; otherwise (no
 node has or requests it) it asks each NodeInfo.
 """

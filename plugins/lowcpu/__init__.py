@@ -1,6 +1,6 @@
 """Filter + Score plugin LowCpuScheduler: keep pods off nodes whose CPU usage
-(metrics.k8s.io NodeMetrics) is above a threshold, prefer the idlest (the
-example of the seed document custom-plugins-lowcpu.md, section 7)."""
+(metrics.k8s.io NodeMetrics) is above a threshold, prefer the idlest (Berth's
+own plugin, not upstream's; never in the default profile)."""
 
 from berth.plugins.lowcpu.args import LowCpuSchedulerArgs
 from berth.plugins.lowcpu.low_cpu import (

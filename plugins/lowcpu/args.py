@@ -1,8 +1,8 @@
 """LowCpuSchedulerArgs: thresholds, score weights and how LowCpuScheduler
 treats nodes without fresh metrics.
 
-Every field has a default, so the seed's configuration (no ``pluginConfig``
-entry) gets ``cpuThreshold: 0.8``, the CPU alone in the score, metrics polled
+Every field has a default, so a configuration without a ``pluginConfig``
+entry gets ``cpuThreshold: 0.8``, the CPU alone in the score, metrics polled
 every 15 s and considered stale after 120 s, and nodes without fresh metrics
 allowed with a neutral score of 50. ``validate()`` raises ValueError as
 ``<field>: <reason>`` (several joined by ``"; "``), which the configuration
@@ -47,15 +47,14 @@ def _ratio_errors(field: str, value: float) -> list[str]:
 class LowCpuSchedulerArgs(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     """Args of LowCpuScheduler (all optional)."""
 
-    # Filter rejects a node whose CPU usage / allocatable CPU is above this
-    # (the seed's ``cpuUsage > 0.8``).
+    # Filter rejects a node whose CPU usage / allocatable CPU is above this.
     cpu_threshold: float = DEFAULT_CPU_THRESHOLD
     # Filter also rejects a node whose memory usage / allocatable memory is
     # above this; null (the default) does not filter on memory.
     memory_threshold: float | None = None
     # Score = (cpuWeight * cpuScore + memoryWeight * memoryScore) //
     # (cpuWeight + memoryWeight), each dimension's score floor(100 * (1 - usage)).
-    # memoryWeight 0 (the default) scores the CPU alone, as the seed does.
+    # memoryWeight 0 (the default) scores the CPU alone.
     cpu_weight: int = 1
     memory_weight: int = 0
     # How often the caller lists NodeMetrics (metrics.k8s.io has no watch).

@@ -1,22 +1,18 @@
 """LowCpuScheduler: keep pods off busy nodes, prefer idle ones.
 
-Port of the Go example in section 7 of the seed document
-custom-plugins-lowcpu.md (``LowCpuScheduler.Filter`` and ``.Score``):
-
 * Filter: ``cpuUsage > threshold`` (default 0.8) is Unschedulable with the
-  seed's reason ``cpu usage too high``;
+  reason ``cpu usage too high``;
 * Score: ``(1 - cpuUsage) * 100``, so an idle node scores 100 and a busy one 0.
 
-The seed leaves ``getNodeCPUUsage`` as a pseudo-function ("需根据节点监控信息
-/metrics 实现获取"). Here usage is the metrics.k8s.io NodeMetrics of the node
-(what ``kubectl top node`` shows): ``usage.cpu`` over the node's allocatable
+Usage comes from the metrics.k8s.io NodeMetrics of the node (what
+``kubectl top node`` shows): ``usage.cpu`` over the node's allocatable
 CPU. The plugin declares the kind with ``reads`` and a poll interval
 (metrics.k8s.io serves no watch); the caller lists it and ships the objects
 in the cluster state, and Filter and Score read them from the snapshot
 (``handle.snapshot.object``), never from the API server.
 
 Usage is computed exactly (quantities as fractions), so a node at 90% scores
-10, where the seed's float arithmetic would give 9. A usage above 1 (a node
+10, where float arithmetic would give 9. A usage above 1 (a node
 whose pods use more than its allocatable) scores 0.
 
 A node whose NodeMetrics is missing, stale (its ``timestamp``, the end of its
@@ -80,7 +76,7 @@ METRICS_VERSION: Final = "v1beta1"
 METRICS_RESOURCE: Final = "nodes"
 METRICS_KIND: Final = "NodeMetrics"
 
-# Filter reasons. REASON_CPU is the seed's.
+# Filter reasons.
 REASON_CPU: Final = "cpu usage too high"
 REASON_MEMORY: Final = "memory usage too high"
 REASON_MISSING: Final = "node metrics missing"
@@ -186,8 +182,7 @@ def node_usage(
 
 
 def dimension_score(usage: Fraction) -> int:
-    """floor(100 * (1 - usage)) within 0..100 (the seed's ``(1.0 - cpuUsage) * 100``,
-    exact)."""
+    """floor(100 * (1 - usage)) within 0..100, computed exactly."""
     raw = (1 - usage) * MAX_NODE_SCORE
     return max(0, min(MAX_NODE_SCORE, raw.numerator // raw.denominator))
 

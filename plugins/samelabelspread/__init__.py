@@ -1,6 +1,6 @@
 """Score plugin SameLabelSpread: prefer nodes with fewer pods carrying all of
-the incoming pod's labels (the ``spreadPlugin`` of the seed document
-score-plugin-spread-and-gpu-card.txt)."""
+the incoming pod's labels (Berth's own plugin, not upstream's; never in the
+default profile)."""
 
 from berth.plugins.samelabelspread.args import SameLabelSpreadArgs
 from berth.plugins.samelabelspread.same_label_spread import (

@@ -1,4 +1,4 @@
-"""SameLabelSpreadArgs: the plugin takes no settings (the seed's score,
+"""SameLabelSpreadArgs: the plugin takes no settings (its score,
 ``100 - 10 * count``, has none). ``{}`` decodes to this empty struct; any
 field is refused as unknown."""
 

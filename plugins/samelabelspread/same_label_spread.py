@@ -1,15 +1,14 @@
 """SameLabelSpread: prefer nodes with fewer pods like the incoming one.
 
-Port of the ``spreadPlugin.Score`` of the seed document
-score-plugin-spread-and-gpu-card.txt. For each node, count the pods on it
+For each node, count the pods on it
 whose labels match ``labels.SelectorFromSet(pod.Labels)``: every label of the
 incoming pod, with the same value, must be on the other pod (its extra
 labels do not matter). SelectorFromSet of an empty set is
 ``labels.Everything()``, so a pod without labels counts every pod on the
 node. Score: ``max(100 - 10 * count, 0)``; no NormalizeScore.
 
-Like the seed it reads the snapshot only (the seed's SnapshotSharedLister,
-here the NodeInfo's pods), counts pods of every namespace, and counts every
+It reads the snapshot only (the NodeInfo's pods, what a Go plugin gets from
+the framework's SnapshotSharedLister), counts pods of every namespace, and counts every
 pod the snapshot puts on the node (assumed and terminating ones included, as
 upstream's NodeInfo.Pods()).
 """
@@ -40,7 +39,7 @@ __all__ = [
 ]
 
 NAME = "SameLabelSpread"
-# The seed's linear decay: each matching pod costs 10 points.
+# Linear decay: each matching pod costs 10 points.
 SCORE_PER_POD = 10
 # From this many matching pods on, the score is 0: counting can stop.
 _SATURATION = -(-(MAX_NODE_SCORE - MIN_NODE_SCORE) // SCORE_PER_POD)
@@ -69,7 +68,7 @@ def count_matching(selector: Selector, pods: Iterable[PodInfo], limit: int | Non
 
 
 def spread_score(count: int) -> int:
-    """The seed's ``100 - count*10``, floored at 0."""
+    """``100 - count*10``, floored at 0."""
     return max(MAX_NODE_SCORE - SCORE_PER_POD * count, MIN_NODE_SCORE)
 
 

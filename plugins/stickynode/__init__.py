@@ -1,6 +1,6 @@
 """PreFilter + Filter + PostBind plugin StickyNode (also registered as
-StickyVM, the seed's name): the pods of a VM-like owner go back to the node
-where the owner first ran (seed framework-design-and-sticky-node-plugin.md)."""
+StickyVM): the pods of a VM-like owner go back to the node where the owner
+first ran (Berth's own plugin, not upstream's; never in the default profile)."""
 
 from berth.plugins.stickynode.args import (
     DEFAULT_ANNOTATION_KEY,

@@ -1,11 +1,9 @@
 """StickyNodeArgs: which owner a pod sticks through, and where the node is
 recorded.
 
-The defaults are the seed's (framework-design-and-sticky-node-plugin.md,
-``StickyVM``): a KubeVirt pod's controller is a ``VirtualMachineInstance``,
+The defaults suit KubeVirt: a pod's controller is a ``VirtualMachineInstance``,
 whose controller is the ``VirtualMachine``; the node is recorded on the
-VirtualMachine in the annotation ``example.com/sticky-node`` (the seed's
-``stickyAnnotationKey``). Any chain of namespaced owners works, e.g. one link
+VirtualMachine in the annotation ``example.com/sticky-node``. Any chain of namespaced owners works, e.g. one link
 ``apps/v1 statefulsets StatefulSet`` to keep every pod of a StatefulSet on
 one node.
 """
@@ -132,8 +130,8 @@ class StickyNodeArgs(msgspec.Struct, rename="camel", forbid_unknown_fields=True,
     owner_chain: list[OwnerKind] = msgspec.field(default_factory=_default_chain)
     # The annotation on the last owner that holds the node's name.
     annotation_key: str = DEFAULT_ANNOTATION_KEY
-    # The recorded node is not in the cluster: "Wait" (the seed's intent: the
-    # owner goes back to that node only; its pods stay pending, reported
+    # The recorded node is not in the cluster: "Wait" (the owner goes back to
+    # that node only; its pods stay pending, reported
     # UnschedulableAndUnresolvable, until the node is back or someone removes
     # the annotation) or "Reschedule" (schedule anywhere; PostBind then
     # records the new node).

@@ -1,15 +1,15 @@
-"""StickyNode (config name also ``StickyVM``, the seed's): the pods of a
-VM-like owner go back to the node where the owner first ran.
+"""StickyNode (config name also ``StickyVM``): the pods of a VM-like owner go
+back to the node where the owner first ran.
 
-From the seed framework-design-and-sticky-node-plugin.md (section 3, the
-``StickyVM`` out-of-tree plugin for KubeVirt): a ``VirtualMachine`` owns a
+The default owners are KubeVirt's: a ``VirtualMachine`` owns a
 ``VirtualMachineInstance`` which owns a pod; pods come and go (crash,
 eviction, deletion), the VirtualMachine stays. The first pod lands wherever
 the other plugins put it; PostBind records that node on the VirtualMachine;
-every later pod of that VirtualMachine may go only there: "永远都被调度到这个
-node 上" (always scheduled to that node), unless a person intervenes.
+every later pod of that VirtualMachine may go only there, unless a person
+intervenes (removes the annotation, or ``whenNodeGone: Reschedule`` once the
+node is gone).
 
-Where Berth differs from the seed's Go code, on purpose:
+How it does that, and why:
 
 - the owners are read from the snapshot (``Plugin.reads``: the caller
   watches them), never fetched from the API server inside a cycle, and the
@@ -18,14 +18,14 @@ Where Berth differs from the seed's Go code, on purpose:
 - PreFilter narrows the candidates to the recorded node (a
   ``PreFilterResult``), so Filter does not even run on the others; Filter
   still rejects any other node it is asked about, UnschedulableAndUnresolvable
-  (the seed returns Unschedulable: preempting pods elsewhere cannot help);
-- a recorded node that no longer exists is reported at PreFilter, with the
-  node and the owner named, instead of a plain "0 nodes" (``whenNodeGone``
+  (not Unschedulable: preempting pods elsewhere cannot help);
+- a recorded node that is not in the cluster is reported at PreFilter, with
+  the node and the owner named, instead of a plain "0 nodes" (``whenNodeGone``
   chooses between waiting for it and rescheduling);
-- PostBind records the node whenever it differs from the recorded one (the
-  seed only when none was recorded), which only matters with
-  ``whenNodeGone: Reschedule``;
-- the owner chain and the annotation key are args (the seed hard-codes
+- PostBind records the node whenever it differs from the recorded one, not
+  only when none was recorded, so after ``whenNodeGone: Reschedule`` the owner
+  sticks to its new node;
+- the owner chain and the annotation key are args (defaults:
   VirtualMachineInstance, VirtualMachine and ``example.com/sticky-node``).
 """
 
@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 NAME = "StickyNode"
-# The seed's plugin name (its KubeSchedulerConfiguration enables StickyVM).
+# The name KubeVirt-oriented configurations enable (``- name: StickyVM``).
 SEED_NAME = "StickyVM"
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ def find_sticky_owner(
     """Follows the pod's controller up ``chain`` (matching kinds; the first
     link by the pod's controller kind, the others by controller
     ownerReferences' kind and group). None when the pod is not in such a
-    chain (not this plugin's business, as in the seed); OwnerNotFound when a
+    chain (not this plugin's business); OwnerNotFound when a
     link names an object the snapshot does not hold."""
     if not chain or pod.proto.owner_kind != chain[0].kind or not pod.proto.owner_name:
         return None
@@ -189,8 +189,8 @@ class StickyNode(PreFilterPlugin, FilterPlugin, PostBindPlugin):
         try:
             owner = find_sticky_owner(snapshot, pod, self.chain)
         except OwnerNotFound as exc:
-            # The seed answers Error ("get vmi failed"): the pod is retried
-            # with backoff, by which time the caller's watch has the owner.
+            # Error, not Unschedulable: the pod is retried with backoff, by
+            # which time the caller's watch has the owner.
             return None, Status.error(str(exc))
         if owner is None:
             return None, SKIP
@@ -252,7 +252,7 @@ class StickyNode(PreFilterPlugin, FilterPlugin, PostBindPlugin):
 
 
 class StickyVM(StickyNode):
-    """The same plugin under the seed's name, so the seed's
-    KubeSchedulerConfiguration (``- name: StickyVM``) loads unchanged."""
+    """The same plugin under the name ``StickyVM``, so a
+    KubeSchedulerConfiguration that enables ``- name: StickyVM`` loads unchanged."""
 
     name: ClassVar[str] = SEED_NAME
