@@ -1529,7 +1529,7 @@ def run_bench(opts: Options, work: Path) -> list[dict[str, Any]]:
                 order = ", ".join(round_order(opts.schedulers, rnd))
                 _progress(w.name, f"round {rnd} of {opts.rounds}: {order}")
             if scheduler.startswith("berth") and missing:
-                note = "; ".join(f"{p} not implemented (issue 11)" for p in missing)
+                note = "; ".join(f"{p} not in Berth's plugin registry" for p in missing)
                 _progress(w.name, f"{scheduler}: not run: {note}")
                 records.append(
                     {
@@ -1550,11 +1550,10 @@ def run_bench(opts: Options, work: Path) -> list[dict[str, Any]]:
                 )
                 continue
             if i > 0 and opts.restart_apiserver:
-                # An API server that has served a run is slower for the next one: the
-                # same scheduler three times in a row on one API server went 315, 309,
-                # 299 pods/s (its CPU 3.2, 3.5, 3.5 ms per pod), and 320, 308, 322 (3.2,
-                # 3.2, 3.1 ms) with this restart (docs/benchmarks.md, session 20).
-                # Upstream's scheduler_perf gives every workload an API server of its own.
+                # An API server that has served a run is slower for the next one
+                # (docs/benchmarks.md measures it with --no-restart-apiserver), so each
+                # run gets a fresh one, as upstream's scheduler_perf gives every workload
+                # an API server of its own (test/integration/scheduler_perf).
                 t_restart = time.monotonic()
                 local.restart_apiserver()
                 server_pids = {p.name: p.pid for p in local.state.processes}

@@ -6,19 +6,20 @@ What it does, in order (each step prints a progress line on stderr):
 2. starts etcd and kube-apiserver (`berth.dev.localcluster`), its own control plane on free
    loopback ports with its state in ``<state dir>/cluster``, apart from ``berth cluster up``'s;
 3. creates the namespace ``berth-demo``, four fake nodes of different sizes (one cordoned) and
-   what the seed plugins read: the label ``avoid=true`` on one node, the GPU cards of another
+   what the custom plugins read: the label ``avoid=true`` on one node, the GPU cards of another
    (annotation ``berth.dev/gpu-cards``), NodeMetrics saying how busy each node is (served by a
    CustomResourceDefinition of group metrics.k8s.io standing in for metrics-server, as
    tests/integration/test_seed_data_plugins.py does), the PodGroup CRD and a PodGroup, and the
    RBAC the shim's user needs for them (deploy/components/rbac-*);
 4. starts ``berth serve`` (on a free port) and ``berth shim`` (against the plugin server, as
    user system:kube-scheduler) with a configuration of two profiles: ``berth-demo``
-   (upstream's defaults) and ``custom-scheduler`` (the seeds' scheduler name: the defaults plus
-   AvoidNodePlugin, LowCpuScheduler, GPUCardFit and Coscheduling); only pods naming one of them
+   (upstream's defaults) and ``custom-scheduler`` (the scheduler name of deploy/examples/avoidnode's
+   configuration: the defaults plus AvoidNodePlugin, LowCpuScheduler, GPUCardFit and
+   Coscheduling); only pods naming one of them
    are Berth's, so no other scheduler competes for them;
 5. creates pods with ``schedulerName: berth-demo``: some fit, some cannot (too much CPU, too
    much memory, a GPU no node has); and pods with ``schedulerName: custom-scheduler``, one or
-   more per seed plugin, each laid out so that the plugin alone decides its outcome;
+   more per custom plugin, each laid out so that the plugin alone decides its outcome;
 6. waits until every pod is bound or marked PodScheduled=False, and prints where each went or
    why it could not (the FailedScheduling message the shim wrote), the GPU card GPUCardFit
    chose, and whether the gang was bound together. An outcome other than the expected one is
@@ -73,7 +74,7 @@ from berth.framework.units import QuantityError, parse_quantity
 
 NAMESPACE = "berth-demo"
 PROFILE = "berth-demo"
-SEED_PROFILE = "custom-scheduler"  # the scheduler name of the seeds' configurations
+SEED_PROFILE = "custom-scheduler"  # as in deploy/examples/avoidnode/scheduler-config.yaml
 STATE_FILE = "demo.json"
 DEFAULT_TIMEOUT = 60.0
 START_TIMEOUT = 60.0  # for each of berth serve and berth shim
@@ -82,7 +83,7 @@ STEPS = 6
 DEMO_LABEL = "berth.dev/demo"
 SEED_LABEL = "berth.dev/demo-seed"  # on the custom-scheduler pods: the plugin they show
 
-# What the seed plugins read and write (their README.md files say more).
+# What the custom plugins read and write (their README.md files say more).
 HOSTNAME = "kubernetes.io/hostname"
 AVOID_LABEL = "avoid"  # AvoidNodePlugin: a node labelled avoid=true is rejected
 GPU_CARDS = "berth.dev/gpu-cards"  # GPUCardFit, node: JSON list of each card's memory
@@ -95,7 +96,7 @@ CRDS_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 SEED_RBAC = "berth-demo:seed-plugins"
 SCHEDULER_USER = "system:kube-scheduler"
 
-# The nodes the seed plugins' stories play on. The custom-scheduler pods share the berth-demo
+# The nodes the custom plugins' stories play on. The custom-scheduler pods share the berth-demo
 # nodes (more nodes would change the berth-demo pods' messages, "0/4 nodes are available");
 # they request little, so the berth-demo pods fit as before.
 AVOIDED_NODE = "demo-small"
@@ -115,7 +116,7 @@ leaderElection:
 profiles:
   # Upstream's default plugins.
   - schedulerName: {PROFILE}
-  # The defaults plus the seed plugins, as deploy/examples/<plugin>/scheduler-config.yaml
+  # The defaults plus the custom plugins, as deploy/examples/<plugin>/scheduler-config.yaml
   # enable them one by one. Coscheduling runs at every point it serves but queueSort: all
   # profiles of a scheduler share one queue sort, and {PROFILE} keeps PrioritySort (a gang
   # meets at Permit whatever the order the queue gives its members).
@@ -228,7 +229,7 @@ class Expect:
 
 @dataclass(frozen=True)
 class SeedPod:
-    """A pod with schedulerName custom-scheduler that shows one seed plugin at work. Each
+    """A pod with schedulerName custom-scheduler that shows one custom plugin at work. Each
     requests cpu 100m and memory 128Mi: together they leave the berth-demo pods room."""
 
     name: str
@@ -375,7 +376,7 @@ def seed_pod_objects() -> list[JSON]:
     return pods
 
 
-# --- what the seed plugins read ------------------------------------------------------------
+# --- what the custom plugins read ------------------------------------------------------------
 
 
 def node_metrics(node: DemoNode, now: dt.datetime) -> JSON:
@@ -517,7 +518,7 @@ def create_seed_data(client: KubeClient) -> list[str]:
 
 
 def wait_seed_access(scheduler_kubeconfig: Path) -> None:
-    """Waits until the shim's user may do what the seed plugins need (the RBAC authorizer
+    """Waits until the shim's user may do what the custom plugins need (the RBAC authorizer
     learns of a new binding through its informers): a shim started earlier would schedule
     without NodeMetrics or PodGroups until its next list."""
     with KubeClient.from_kubeconfig(scheduler_kubeconfig) as client:
@@ -1063,7 +1064,7 @@ def render_seeds(outcomes: list[PodOutcome], nodes: list[NodeRow]) -> list[str]:
     used = {n.name: n.cpu_used for n in nodes}
     lines = [
         f"Pods in namespace {NAMESPACE} (schedulerName {SEED_PROFILE}: upstream's defaults plus "
-        "the seed plugins AvoidNodePlugin, LowCpuScheduler, GPUCardFit, Coscheduling):"
+        "the custom plugins AvoidNodePlugin, LowCpuScheduler, GPUCardFit, Coscheduling):"
     ]
     rows: list[tuple[str, ...]] = [("POD", "PLUGIN", "WHAT MATTERS", "NODE", "")]
     for o in outcomes:
@@ -1122,7 +1123,7 @@ def usage_hints(
             f"  {kubectl} describe pod -n {NAMESPACE} {example}",
             f"  {kubectl} uncordon demo-cordoned    # Pending pods that fit there get scheduled",
             "",
-            f"The seed plugins' checks (schedulerName {SEED_PROFILE}):",
+            f"The custom plugins' checks (schedulerName {SEED_PROFILE}):",
             f"  {kubectl} describe pod -n {NAMESPACE} avoid-me    # Events: FailedScheduling "
             f"... node {AVOIDED_NODE} is labeled avoid=true",
             f"  {kubectl} top node    # the NodeMetrics LowCpuScheduler reads: {HOT_NODE} at 90%",
@@ -1267,7 +1268,7 @@ def _run_steps(
     with cluster.cluster.client() as client:
         progress.step(
             3,
-            f"creating namespace {NAMESPACE}, {len(NODES)} nodes and what the seed plugins "
+            f"creating namespace {NAMESPACE}, {len(NODES)} nodes and what the custom plugins "
             "read (NodeMetrics, a PodGroup, their CRDs, RBAC for the shim)",
         )
         try:
@@ -1421,7 +1422,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "Build what is missing, start a local etcd + kube-apiserver, a plugin server "
             "(berth serve) and the scheduler (berth shim), create four nodes and a few pods "
             f"with schedulerName {PROFILE} (upstream's default plugins) and {SEED_PROFILE} "
-            "(the seed plugins AvoidNodePlugin, LowCpuScheduler, GPUCardFit, Coscheduling, with "
+            "(the custom plugins AvoidNodePlugin, LowCpuScheduler, GPUCardFit, Coscheduling, with "
             f"the NodeMetrics and PodGroup they read) in namespace {NAMESPACE}, wait until each "
             "is bound or found unschedulable, and print where each went or why it could not. "
             "Everything keeps running afterwards for kubectl (the command prints how) until "
