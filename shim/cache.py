@@ -21,7 +21,7 @@ so each request carries only what changed since the replica's generation.
   an expiry check) is applied only while the pod is still assumed
   (``still_assumed``): whatever the informer reported while the read was
   under way is newer, and a deleted pod must not come back.
-- Expiry: upstream's cache never expires assumed pods any more
+- Expiry: upstream's cache does not expire assumed pods
   (scheduler.go durationToExpireAssumedPod = 0, kubernetes#106361: expiring
   raced with slow binds). Berth expires an assumed pod whose binding finished
   ``ttl`` ago without the informer confirming it, but only after asking the

@@ -1913,7 +1913,7 @@ def register(bsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             type=int,
             default=CREATE_PROCESSES,
             help="processes creating the measured pods, each with --create-connections "
-            "keep-alive connections; 0: the harness's own threads, as before (default "
+            "keep-alive connections; 0: threads of the harness's own process (default "
             "%(default)s)",
         )
         p.add_argument(
@@ -2230,8 +2230,8 @@ async def _create_pods_async(
         headers=headers,
     )
     try:
-        # Connections and TLS handshakes before the clock starts: the threads that created
-        # the pods before this process did held warm pooled connections too.
+        # Connections and TLS handshakes before the clock starts, so the timed window
+        # holds the creations alone, as from a client whose pool is already warm.
         await asyncio.gather(*(pool.request("GET", "/version") for _ in range(connections)))
         print(CREATOR_READY, flush=True)
         await go.wait()
