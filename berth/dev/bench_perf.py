@@ -1275,7 +1275,7 @@ def run_one(
         cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
 
         def create() -> None:
-            """The old way: threads of the harness (``--create-processes 0``)."""
+            """With ``--create-processes 0``: the measured pods created from threads of the harness."""
             try:
                 objects.create_pods(client, measured, concurrency=opts.create_connections)
                 created_at.append(time.monotonic())
