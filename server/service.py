@@ -48,14 +48,8 @@ from berth.framework.cycle_state import CycleState, StateDecodeError
 from berth.framework.interfaces import QueuedPodInfo
 from berth.framework.model import PodInfo
 from berth.framework.profile import SchedulerConfig
-from berth.framework.runtime import (
-    CycleError,
-    DeadlineExceeded,
-    Framework,
-    NominatingMode,
-    ScheduleResult,
-    Signal,
-)
+from berth.framework.runtime import CycleError, DeadlineExceeded, Framework, Signal
+from berth.framework.schedule_one import NominatingMode, ScheduleResult, schedule_pod
 from berth.framework.snapshot import NodeBatch, Snapshot
 from berth.framework.status import Code, Status
 from berth.server import errors
@@ -889,7 +883,8 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
             raise errors.invalid("start_index", f"must be >= 0, got {request.start_index}")
         state = CycleState()
         rng = random.Random(request.seed) if request.seed else None
-        result = fw.schedule(
+        result = schedule_pod(
+            fw,
             snap,
             state,
             pod,
@@ -959,7 +954,8 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
                 return False  # other calls get a turn
             state = CycleState()
             rng = random.Random(request.seed + i) if request.seed else None
-            result = fw.schedule(
+            result = schedule_pod(
+                fw,
                 snap,
                 state,
                 pod,

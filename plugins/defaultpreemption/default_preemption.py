@@ -43,7 +43,8 @@ from berth.framework.cycle_state import CycleState
 from berth.framework.interfaces import PostFilterPlugin, PostFilterResult
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ObjectKind
-from berth.framework.runtime import fit_error_message, go_quote
+from berth.framework.runtime import go_quote
+from berth.framework.schedule_one import fit_error_message
 from berth.framework.snapshot import Snapshot
 from berth.framework.status import SUCCESS, Code, Status
 from berth.plugins.defaultpreemption.args import DefaultPreemptionArgs

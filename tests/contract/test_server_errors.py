@@ -129,13 +129,13 @@ async def _internal(stub: pb_grpc.SchedulingServiceStub, server: RunningServer) 
         raise RuntimeError("a bug")
 
     fw = server.service.frameworks[PROFILE]
-    fw.schedule = boom  # type: ignore[method-assign,assignment]
+    fw.run_pre_filter_with_plugins = boom  # type: ignore[method-assign,assignment]
     try:
         return await stub.Schedule(
             pb.ScheduleRequest(profile=PROFILE, state=full(cluster()), pod=make_pod().obj())
         )
     finally:
-        del fw.schedule
+        del fw.run_pre_filter_with_plugins
 
 
 CASES: list[tuple[str, Case, grpc.StatusCode, str, dict[str, str], str]] = [

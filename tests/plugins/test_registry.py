@@ -12,6 +12,7 @@ from berth.framework.cycle_state import CycleState
 from berth.framework.interfaces import Plugin
 from berth.framework.profile import PluginRef, ProfileConfig
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.status import Code
 from berth.framework.testing import make_node, make_pod, snapshot_of
 from berth.plugins.registry import REGISTRY
@@ -90,7 +91,7 @@ def test_a_cycle_with_registry_plugins_picks_the_least_allocated_node() -> None:
     fw = Framework(profile(), REGISTRY)
     snap = snapshot_of(cluster())
     pod = make_pod("web").req(cpu="500m", memory="1Gi").info()
-    result = fw.schedule(snap, CycleState(), pod, rng=random.Random(1))
+    result = schedule_pod(fw, snap, CycleState(), pod, rng=random.Random(1))
     assert result.status.is_success, result.message
     assert result.node == "big"
     st, binder = fw.run_bind(CycleState(), pod, result.node)
@@ -101,7 +102,7 @@ def test_a_pod_that_fits_nowhere_gets_an_upstream_style_message() -> None:
     fw = Framework(profile(), REGISTRY)
     snap = snapshot_of(cluster())
     pod = make_pod("huge").req(cpu="16", memory="1Gi").info()
-    result = fw.schedule(snap, CycleState(), pod)
+    result = schedule_pod(fw, snap, CycleState(), pod)
     # schedulingCycle: a FitError is Unschedulable even when every node is
     # unresolvable; the per-node codes stay in the diagnosis.
     assert result.status.code is Code.UNSCHEDULABLE

@@ -16,6 +16,7 @@ from berth.framework.config import ConfigError, load_config, parse_config
 from berth.framework.cycle_state import CycleState
 from berth.framework.model import NodeInfo
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.status import Code
 from berth.framework.testing import make_node, make_pod, snapshot_of
 from berth.plugins.registry import REGISTRY
@@ -158,7 +159,7 @@ def test_a_cycle_with_the_shipped_profile_places_on_the_labelled_node() -> None:
         ]
     )
     pod = make_pod("report").req(cpu="500m", memory="1Gi").info()
-    result = fw.schedule(snap, CycleState(), pod, rng=random.Random(1), explain=True)
+    result = schedule_pod(fw, snap, CycleState(), pod, rng=random.Random(1), explain=True)
     assert result.status.is_success, result.message
     assert result.node == "general-1"
     assert result.rejected["gpu-1"].code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE

@@ -13,6 +13,7 @@ import yaml
 from berth.framework.config import ConfigError, default_config, load_config, parse_config
 from berth.framework.cycle_state import CycleState
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.status import Code, Status
 from berth.framework.testing import batch_of, fresh_state, make_node, make_pod, snapshot_of
 from berth.plugins.avoidnode import AvoidNode, AvoidNodePluginArgs, reason_for
@@ -161,7 +162,7 @@ def _framework() -> Framework:
 
 def test_cycle_every_node_avoided_gives_a_fit_error_naming_each_node() -> None:
     nodes = [make_node(f"node0{i}").capacity(cpu="4").label("avoid", "true").obj() for i in (1, 2)]
-    result = _framework().schedule(snapshot_of(nodes), CycleState(), make_pod("test").info())
+    result = schedule_pod(_framework(), snapshot_of(nodes), CycleState(), make_pod("test").info())
     assert result.status.code is Code.UNSCHEDULABLE
     assert result.message == (
         "0/2 nodes are available: 1 node node01 is labeled avoid=true, "
@@ -178,6 +179,6 @@ def test_cycle_lands_on_the_one_node_not_avoided() -> None:
         make_node("big-avoided-2").capacity(cpu="64", memory="256Gi").label("avoid", "true").obj(),
     ]
     pod = make_pod("test").req(cpu="500m").info()
-    result = _framework().schedule(snapshot_of(nodes), CycleState(), pod, rng=random.Random(0))
+    result = schedule_pod(_framework(), snapshot_of(nodes), CycleState(), pod, rng=random.Random(0))
     assert result.status.is_success, result.message
     assert result.node == "small"

@@ -20,6 +20,7 @@ from berth.framework.cycle_state import CycleState
 from berth.framework.interfaces import QueuedPodInfo
 from berth.framework.model import PodInfo
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.snapshot import Snapshot
 from berth.framework.status import SUCCESS, Code, Status
 from berth.framework.testing import (
@@ -774,7 +775,7 @@ def test_cycles_a_gang_of_four_on_room_for_three_waits_then_binds_when_room_appe
     for k, name in enumerate(names[:3]):
         pod = gang_pod(name, cpu="3")
         state = CycleState()
-        result = fw.schedule(snap, state, info(pod), reserve_and_permit=True, rng=rng)
+        result = schedule_pod(fw, snap, state, info(pod), reserve_and_permit=True, rng=rng)
         assert result.status.is_success, result.message
         assert result.permit_status is not None and result.permit_status.is_wait
         assert result.permit_timeouts == {"Coscheduling": 30.0}
@@ -787,7 +788,7 @@ def test_cycles_a_gang_of_four_on_room_for_three_waits_then_binds_when_room_appe
         waiting.append(pod.uid)
     last = gang_pod("g-3", cpu="3")
     state = CycleState()
-    result = fw.schedule(snap, state, info(last), reserve_and_permit=True, rng=rng)
+    result = schedule_pod(fw, snap, state, info(last), reserve_and_permit=True, rng=rng)
     assert result.status.code is Code.UNSCHEDULABLE
     assert result.message == (
         "0/3 nodes are available: 3 Insufficient cpu. "
@@ -804,7 +805,7 @@ def test_cycles_a_gang_of_four_on_room_for_three_waits_then_binds_when_room_appe
     # Room appears: a fourth node.
     snap.apply(pb.ClusterDelta(upsert_nodes=nodes(4)[3:]))
     state = CycleState()
-    result = fw.schedule(snap, state, info(last), reserve_and_permit=True, rng=rng)
+    result = schedule_pod(fw, snap, state, info(last), reserve_and_permit=True, rng=rng)
     assert result.status.is_success, result.message
     assert result.node == "n4"
     assert result.permit_status == SUCCESS
@@ -818,7 +819,7 @@ def test_cycles_permit_rejection_unreserves_and_names_no_one() -> None:
     # The group's PodGroup was deleted: Permit refuses, Unreserve has nobody to reject.
     snap = snapshot_of(nodes(1), objects=[member("p", "pg")])
     state = CycleState()
-    result = fw.schedule(snap, state, info(gang_pod("p")), reserve_and_permit=True)
+    result = schedule_pod(fw, snap, state, info(gang_pod("p")), reserve_and_permit=True)
     assert result.permit_status is not None
     assert result.permit_status.code is Code.UNSCHEDULABLE
     assert result.permit_status.message == "PodGroup not found"

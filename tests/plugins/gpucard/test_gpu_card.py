@@ -20,6 +20,7 @@ from berth.framework.handle import Handle
 from berth.framework.model import PodInfo
 from berth.framework.objects import ObjectWrite
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.snapshot import Snapshot
 from berth.framework.status import Code, Status
 from berth.framework.testing import batch_of, fresh_state, make_node, make_pod, snapshot_of
@@ -339,7 +340,9 @@ def example_framework() -> Framework:
 
 def schedule(fw: Framework, snap: Snapshot, pod: pb.Pod) -> tuple[str, str, dict[str, str]]:
     state = CycleState()
-    result = fw.schedule(snap, state, PodInfo(pod), reserve_and_permit=True, rng=random.Random(0))
+    result = schedule_pod(
+        fw, snap, state, PodInfo(pod), reserve_and_permit=True, rng=random.Random(0)
+    )
     return result.node, result.message, dict(state.assume_annotations)
 
 
@@ -391,7 +394,9 @@ def test_cycle_with_prebind_through_the_framework() -> None:
     snap = snapshot_of([gpu_node("n1", ["30G", "40G"])])
     pod = gpu_pod("p", "40G")
     state = CycleState()
-    result = fw.schedule(snap, state, PodInfo(pod), reserve_and_permit=True, rng=random.Random(0))
+    result = schedule_pod(
+        fw, snap, state, PodInfo(pod), reserve_and_permit=True, rng=random.Random(0)
+    )
     assert result.node == "n1"
     state = CycleState.decode(state.encode())
     assume(snap, pod, "n1", {CARD: "1"})
@@ -425,8 +430,8 @@ def test_cycle_says_pre_bind_skip_for_pods_without_a_need() -> None:
     snap = snapshot_of([gpu_node("n1", ["40G"])])
     for pod, skip in ((gpu_pod("web"), True), (gpu_pod("p", "40G"), False)):
         state = CycleState()
-        result = fw.schedule(
-            snap, state, PodInfo(pod), reserve_and_permit=True, rng=random.Random(0)
+        result = schedule_pod(
+            fw, snap, state, PodInfo(pod), reserve_and_permit=True, rng=random.Random(0)
         )
         assert result.node == "n1"
         assert result.pre_bind_skip is skip, pod.name

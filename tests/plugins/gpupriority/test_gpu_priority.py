@@ -16,6 +16,7 @@ from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.config import ConfigError, default_config, load_config, parse_config
 from berth.framework.cycle_state import CycleState
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.testing import batch_of, fresh_state, make_node, make_pod, snapshot_of
 from berth.plugins.gpupriority import (
     DEFAULT_RESOURCE_NAME,
@@ -316,7 +317,7 @@ def test_cycle_picks_the_node_with_most_free_gpus_not_the_biggest() -> None:
     nodes, pods = _cluster({"big": (8, [6]), "small": (4, []), "cpu-only": (None, [])})
     snap = snapshot_of(nodes, pods)
     pod = make_pod("train").req(cpu="1", memory="1Gi", **{GPU: 1}).info()
-    result = fw.schedule(snap, CycleState(), pod, rng=random.Random(0))
+    result = schedule_pod(fw, snap, CycleState(), pod, rng=random.Random(0))
     assert result.status.is_success, result.message
     assert result.node == "small"
 
@@ -327,6 +328,6 @@ def test_cycle_a_pod_without_gpu_requests_still_prefers_free_gpus() -> None:
     # NodeResourcesFit (LeastAllocated) prefers "full": "free" runs a CPU-heavy pod.
     pods.append(make_pod("busy").node("free").req(cpu="8", memory="8Gi").obj())
     pod = make_pod("web").req(cpu="100m").info()
-    result = fw.schedule(snapshot_of(nodes, pods), CycleState(), pod, rng=random.Random(0))
+    result = schedule_pod(fw, snapshot_of(nodes, pods), CycleState(), pod, rng=random.Random(0))
     assert result.status.is_success, result.message
     assert result.node == "free"

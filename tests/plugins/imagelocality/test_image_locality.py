@@ -25,6 +25,7 @@ from berth.framework.interfaces import Plugin
 from berth.framework.model import PodInfo
 from berth.framework.profile import PluginRef, ProfileConfig
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.snapshot import Snapshot
 from berth.framework.testing import fresh_state, make_node, make_pod, snapshot_of
 from berth.plugins.defaultbinder import DefaultBinder
@@ -424,7 +425,7 @@ def test_cycle_prefers_the_node_with_the_image() -> None:
         ]
     )
     pod = PodInfo(image_pod("registry.example/big:1.0"))
-    result = fw.schedule(snap, CycleState(), pod, explain=True)
+    result = schedule_pod(fw, snap, CycleState(), pod, explain=True)
     assert result.status.is_success, result.message
     assert result.node == "has"
     assert result.scores is not None

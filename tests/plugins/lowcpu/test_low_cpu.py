@@ -21,6 +21,7 @@ from berth.framework.cycle_state import CycleState
 from berth.framework.handle import Handle
 from berth.framework.objects import ObjectKind
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.snapshot import Snapshot
 from berth.framework.status import Code, Status
 from berth.framework.testing import fresh_state, make_node, make_pod, snapshot_of
@@ -585,7 +586,7 @@ def test_cycle_avoids_the_hot_node_the_default_scores_prefer() -> None:
         [hot, cool], [node_metrics("hot", "28800m"), node_metrics("cool", "400m")], [busy]
     )
     pod = make_pod("web").req(cpu="100m", memory="128Mi").info()
-    result = example_framework().schedule(snap, CycleState(), pod, rng=random.Random(0))
+    result = schedule_pod(example_framework(), snap, CycleState(), pod, rng=random.Random(0))
     assert result.status.is_success, result.message
     assert result.node == "cool"
 
@@ -598,7 +599,7 @@ def test_cycle_prefers_the_idler_of_two_passing_nodes() -> None:
     pod = make_pod("web").req(cpu="100m", memory="128Mi").info()
     fw = example_framework()
     for seed in range(5):
-        result = fw.schedule(snap, CycleState(), pod, rng=random.Random(seed))
+        result = schedule_pod(fw, snap, CycleState(), pod, rng=random.Random(seed))
         assert result.node == "a", result
 
 
@@ -608,11 +609,11 @@ def test_cycle_all_nodes_hot_is_a_fit_error_naming_the_seed_reason() -> None:
     snap = cluster(nodes, metrics)
     pod = make_pod("web").req(cpu="100m").info()
     fw = example_framework()
-    result = fw.schedule(snap, CycleState(), pod, rng=random.Random(0))
+    result = schedule_pod(fw, snap, CycleState(), pod, rng=random.Random(0))
     assert (result.status.is_success, result.node) == (True, "c"), result.message
     # c heats up too: no node passes.
     snap.apply(pb.ClusterDelta(upsert_objects=[node_metrics("c", "3300m")]))
-    result = fw.schedule(snap, CycleState(), pod, rng=random.Random(0))
+    result = schedule_pod(fw, snap, CycleState(), pod, rng=random.Random(0))
     assert result.status.code is Code.UNSCHEDULABLE
     assert result.message == (
         "0/3 nodes are available: 3 cpu usage too high. "

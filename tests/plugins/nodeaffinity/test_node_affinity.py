@@ -21,6 +21,7 @@ from berth.framework.interfaces import MAX_NODE_SCORE, Plugin, PreFilterResult
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.profile import PluginRef, ProfileConfig
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.status import Code, Status
 from berth.framework.testing import batch_of, fresh_state, snapshot_of
 from berth.plugins.defaultbinder import DefaultBinder
@@ -816,7 +817,7 @@ def test_cycle_places_the_pod_on_the_preferred_matching_node() -> None:
     pod = affinity_pod(
         node_selector={"zone": "a"}, preferred=[(10, term(match("disk", "In", "ssd")))]
     )
-    result = framework().schedule(snap, CycleState(), pod, explain=True)
+    result = schedule_pod(framework(), snap, CycleState(), pod, explain=True)
     assert result.status.is_success, result.message
     assert result.node == "a-ssd"
     assert result.rejected["b-ssd"] == POD_MISMATCH.with_plugin("NodeAffinity")
@@ -829,7 +830,9 @@ def test_cycle_places_the_pod_on_the_preferred_matching_node() -> None:
 
 def test_cycle_failure_message_counts_mismatched_nodes() -> None:
     snap = snapshot_of([labelled_node(f"n{i}", {"zone": "b"}) for i in range(3)])
-    result = framework().schedule(snap, CycleState(), affinity_pod(node_selector={"zone": "a"}))
+    result = schedule_pod(
+        framework(), snap, CycleState(), affinity_pod(node_selector={"zone": "a"})
+    )
     assert result.status.code is Code.UNSCHEDULABLE
     assert result.message == (
         "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
@@ -842,7 +845,9 @@ def test_cycle_with_enforced_affinity_names_its_reason() -> None:
         {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [zone_is("a")]}}
     )
     snap = snapshot_of([labelled_node("n1", {"zone": "a"}), labelled_node("n2", {"zone": "b"})])
-    result = framework(args).schedule(snap, CycleState(), affinity_pod(node_selector={"zone": "b"}))
+    result = schedule_pod(
+        framework(args), snap, CycleState(), affinity_pod(node_selector={"zone": "b"})
+    )
     assert result.message == (
         "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
         "1 node(s) didn't match scheduler-enforced node affinity."
@@ -853,7 +858,7 @@ def test_cycle_narrows_to_the_named_nodes() -> None:
     """PreFilterResult: only the named node is filtered."""
     snap = snapshot_of([labelled_node(f"n{i}") for i in range(5)])
     pod = affinity_pod(required=[term(fields=[name_in("n3")])])
-    result = framework().schedule(snap, CycleState(), pod)
+    result = schedule_pod(framework(), snap, CycleState(), pod)
     assert result.status.is_success, result.message
     assert result.node == "n3"
     assert result.evaluated == 1
@@ -862,7 +867,7 @@ def test_cycle_narrows_to_the_named_nodes() -> None:
 def test_cycle_with_conflicting_names_fails_in_pre_filter() -> None:
     snap = snapshot_of([labelled_node("n1"), labelled_node("n2")])
     pod = affinity_pod(required=[term(fields=[name_in("n1"), name_in("n2")])])
-    result = framework().schedule(snap, CycleState(), pod)
+    result = schedule_pod(framework(), snap, CycleState(), pod)
     assert result.status.code is Code.UNSCHEDULABLE
     assert result.pre_filter_status == CONFLICT.with_plugin("NodeAffinity")
     assert result.message == "0/2 nodes are available: pod affinity terms conflict."
@@ -871,7 +876,7 @@ def test_cycle_with_conflicting_names_fails_in_pre_filter() -> None:
 def test_pod_without_node_constraints_skips_filter_and_score() -> None:
     snap = snapshot_of([labelled_node("n1"), labelled_node("n2")])
     state = CycleState()
-    result = framework().schedule(snap, state, affinity_pod(), explain=True)
+    result = schedule_pod(framework(), snap, state, affinity_pod(), explain=True)
     assert result.status.is_success
     assert "NodeAffinity" in state.skip_filter_plugins
     assert "NodeAffinity" in state.skip_score_plugins
@@ -909,5 +914,5 @@ def test_readme_configuration_loads_and_schedules(tmp_path: Path) -> None:
             labelled_node("windows", {"kubernetes.io/os": "windows"}),
         ]
     )
-    result = fw.schedule(snap, CycleState(), affinity_pod())
+    result = schedule_pod(fw, snap, CycleState(), affinity_pod())
     assert result.node == "linux", result.message

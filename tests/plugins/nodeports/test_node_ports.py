@@ -21,6 +21,7 @@ from berth.framework.interfaces import Plugin
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.profile import PluginRef, ProfileConfig
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.snapshot import Snapshot
 from berth.framework.status import Code, Status
 from berth.framework.testing import batch_of, fresh_state, make_node, snapshot_of
@@ -505,7 +506,7 @@ def test_cycle_places_the_pod_where_its_port_is_free() -> None:
     snap = snapshot_of(
         [make_node("a").obj(), make_node("b").obj()], [ports_pod("TCP//8080", node="a")]
     )
-    result = framework().schedule(snap, CycleState(), PodInfo(ports_pod("TCP//8080")))
+    result = schedule_pod(framework(), snap, CycleState(), PodInfo(ports_pod("TCP//8080")))
     assert result.status.is_success, result.message
     assert result.node == "b"
 
@@ -515,7 +516,7 @@ def test_cycle_failure_message_and_code() -> None:
         [make_node("a").obj(), make_node("b").obj()],
         [ports_pod("TCP//8080", node="a"), ports_pod("TCP/10.0.0.1/8080", node="b")],
     )
-    result = framework().schedule(snap, CycleState(), PodInfo(ports_pod("TCP//8080")))
+    result = schedule_pod(framework(), snap, CycleState(), PodInfo(ports_pod("TCP//8080")))
     assert result.status.code is Code.UNSCHEDULABLE
     assert result.message == (
         "0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports."
@@ -526,7 +527,7 @@ def test_cycle_failure_message_and_code() -> None:
 def test_pod_without_host_ports_skips_filter() -> None:
     snap = snapshot_of([make_node("a").obj()], [ports_pod("TCP//8080", node="a")])
     state = CycleState()
-    result = framework().schedule(snap, state, PodInfo(pb.Pod(uid="x", name="x")))
+    result = schedule_pod(framework(), snap, state, PodInfo(pb.Pod(uid="x", name="x")))
     assert result.node == "a"
     assert "NodePorts" in state.skip_filter_plugins
 

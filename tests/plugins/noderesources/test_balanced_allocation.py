@@ -26,6 +26,7 @@ from berth.framework.interfaces import Plugin
 from berth.framework.model import PodInfo
 from berth.framework.profile import PluginRef, ProfileConfig
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.status import Code
 from berth.framework.testing import fresh_state, make_node, make_pod, snapshot_of
 from berth.plugins.defaultbinder import DefaultBinder
@@ -502,8 +503,8 @@ def test_cycle_prefers_the_node_the_pod_evens_out() -> None:
         [node("empty", 4000, 4000), node("cpu-heavy", 4000, 4000)],
         [pod(cpu_only("3000m"), on="cpu-heavy")],
     )
-    result = framework().schedule(
-        snap, CycleState(), PodInfo(pod({"memory": "2000"})), explain=True
+    result = schedule_pod(
+        framework(), snap, CycleState(), PodInfo(pod({"memory": "2000"})), explain=True
     )
     assert result.status.is_success, result.message
     assert result.node == "cpu-heavy"
@@ -518,7 +519,7 @@ def test_cycle_prefers_the_node_the_pod_evens_out() -> None:
 def test_cycle_skips_the_score_of_a_best_effort_pod() -> None:
     snap = snapshot_of([node("a", 4000, 4000), node("b", 4000, 4000)])
     state = CycleState()
-    result = framework().schedule(snap, state, PodInfo(pod()), explain=True)
+    result = schedule_pod(framework(), snap, state, PodInfo(pod()), explain=True)
     assert result.status.is_success, result.message
     assert "NodeResourcesBalancedAllocation" in state.skip_score_plugins
     assert result.scores is None or "NodeResourcesBalancedAllocation" not in result.scores.weighted

@@ -29,6 +29,7 @@ from berth.framework.interfaces import Plugin
 from berth.framework.model import PodInfo
 from berth.framework.profile import PluginRef, ProfileConfig
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.snapshot import Snapshot
 from berth.framework.status import Code, Status
 from berth.framework.storage import (
@@ -937,7 +938,7 @@ def framework() -> Framework:
 
 def test_cycle_places_the_pod_on_the_node_with_room() -> None:
     snap = limits_snapshot([], [csi_ebs_two_vol_pod()])
-    result = framework().schedule(snap, CycleState(), PodInfo(csi_ebs_one_vol_pod()))
+    result = schedule_pod(framework(), snap, CycleState(), PodInfo(csi_ebs_one_vol_pod()))
     assert result.node == "other", result.message
 
 
@@ -947,7 +948,7 @@ def test_cycle_failure_message() -> None:
         on_node([csi_ebs_two_vol_pod()]),
         [*fake_pvs("csi", [EBS]), *fake_pvcs("csi", [EBS]), csi_node_with(2, [EBS])],
     )
-    result = framework().schedule(snap, CycleState(), PodInfo(csi_ebs_one_vol_pod()))
+    result = schedule_pod(framework(), snap, CycleState(), PodInfo(csi_ebs_one_vol_pod()))
     assert result.status.code is Code.UNSCHEDULABLE
     assert result.message == "0/1 nodes are available: 1 node(s) exceed max volume count."
 

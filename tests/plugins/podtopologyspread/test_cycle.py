@@ -10,6 +10,7 @@ from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.config import API_VERSION, KIND, parse_config
 from berth.framework.cycle_state import CycleState
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.status import Code
 from berth.framework.testing import make_node, make_object, snapshot_of
 from berth.plugins.podtopologyspread.common import SERVICES
@@ -35,7 +36,7 @@ def nodes() -> list[pb.Node]:
 def test_hard_spread_sends_the_pod_to_the_emptier_zone() -> None:
     snap = snapshot_of(nodes(), [pod("e1@a1 app=web"), pod("e2@a1 app=web")])
     incoming = spread_pod("app=web", C(1, ZONE, DNS, {"app": "web"}))
-    result = default_framework().schedule(snap, CycleState(), incoming, rng=random.Random(1))
+    result = schedule_pod(default_framework(), snap, CycleState(), incoming, rng=random.Random(1))
     assert result.status.is_success, result.message
     assert result.node == "b1"
 
@@ -44,7 +45,7 @@ def test_no_node_fits_reads_like_upstream() -> None:
     # Two zones with a pod each, minDomains 3: the global minimum is 0.
     snap = snapshot_of(nodes(), [pod("e1@a1 app=web"), pod("e2@b1 app=web")])
     incoming = spread_pod("app=web", C(1, ZONE, DNS, {"app": "web"}, min_domains=3))
-    result = default_framework().schedule(snap, CycleState(), incoming)
+    result = schedule_pod(default_framework(), snap, CycleState(), incoming)
     assert result.status.code is Code.UNSCHEDULABLE
     assert result.message == (
         # FitError sorts the "<count> <reason>" strings.
@@ -73,9 +74,9 @@ def test_system_defaults_spread_the_pods_a_service_selects() -> None:
     existing.append(busy)
     fw = default_framework()
     with_svc = snapshot_of(hosts, existing, [svc])
-    got = fw.schedule(with_svc, CycleState(), spread_pod("app=web"), rng=random.Random(1))
+    got = schedule_pod(fw, with_svc, CycleState(), spread_pod("app=web"), rng=random.Random(1))
     assert got.status.is_success, got.message
     assert got.node == "h2"
     without = snapshot_of(hosts, existing)
-    got = fw.schedule(without, CycleState(), spread_pod("app=web"), rng=random.Random(1))
+    got = schedule_pod(fw, without, CycleState(), spread_pod("app=web"), rng=random.Random(1))
     assert got.node == "h1"

@@ -15,6 +15,7 @@ from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.config import ConfigError, default_config, load_config, parse_config
 from berth.framework.cycle_state import CycleState
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.testing import batch_of, fresh_state, make_node, make_pod, snapshot_of
 from berth.plugins.registry import REGISTRY
 from berth.plugins.samelabelspread import (
@@ -223,6 +224,8 @@ def test_cycle_lands_on_the_node_with_fewer_same_label_pods() -> None:
         *(make_pod(f"db-{i}").node("b").labels(app="db").req(cpu="100m").obj() for i in range(3)),
     ]
     incoming = make_pod("web-1").labels(app="web").req(cpu="100m").info()
-    result = fw.schedule(snapshot_of(nodes, pods), CycleState(), incoming, rng=random.Random(0))
+    result = schedule_pod(
+        fw, snapshot_of(nodes, pods), CycleState(), incoming, rng=random.Random(0)
+    )
     assert result.status.is_success, result.message
     assert result.node == "b"

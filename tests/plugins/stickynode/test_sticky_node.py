@@ -18,7 +18,8 @@ from berth.framework.cycle_state import CycleState
 from berth.framework.interfaces import PreFilterResult
 from berth.framework.model import PodInfo
 from berth.framework.objects import ObjectKind, ObjectWrite
-from berth.framework.runtime import Framework, ScheduleResult
+from berth.framework.runtime import Framework
+from berth.framework.schedule_one import ScheduleResult, schedule_pod
 from berth.framework.snapshot import Snapshot
 from berth.framework.status import SKIP, SUCCESS, Code, Status
 from berth.framework.testing import (
@@ -569,7 +570,7 @@ def _framework() -> Framework:
 
 def _cycle(fw: Framework, snap: Snapshot, pod: pb.Pod) -> tuple[ScheduleResult, CycleState]:
     state = CycleState()
-    return fw.schedule(snap, state, make_info(pod), rng=random.Random(0)), state
+    return schedule_pod(fw, snap, state, make_info(pod), rng=random.Random(0)), state
 
 
 def test_cycle_first_pod_goes_anywhere_then_its_node_is_recorded_and_kept() -> None:

@@ -20,6 +20,7 @@ from berth.framework.interfaces import MAX_NODE_SCORE, Plugin
 from berth.framework.model import PodInfo
 from berth.framework.profile import PluginRef, ProfileConfig
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.status import Code, Status
 from berth.framework.testing import batch_of, fresh_state, make_node, make_pod, snapshot_of
 from berth.plugins.defaultbinder import DefaultBinder
@@ -581,7 +582,7 @@ def test_cycle_prefers_the_node_with_fewest_untolerated_soft_taints() -> None:
         ]
     )
     pod = pod_with_tolerations([("b", "Exists", "", PNS)])
-    result = framework().schedule(snap, CycleState(), pod, explain=True)
+    result = schedule_pod(framework(), snap, CycleState(), pod, explain=True)
     assert result.status.is_success, result.message
     assert result.node == "tolerated"
     assert result.rejected["hard"] == REJECTED.with_plugin("TaintToleration")
@@ -599,7 +600,7 @@ def test_cycle_failure_message_counts_untolerated_nodes() -> None:
             node_with_taints("b", [("node.kubernetes.io/not-ready", "", NE)]),
         ]
     )
-    result = framework().schedule(snap, CycleState(), pod_with_tolerations([]))
+    result = schedule_pod(framework(), snap, CycleState(), pod_with_tolerations([]))
     assert result.status.code is Code.UNSCHEDULABLE
     assert result.message == "0/2 nodes are available: 2 node(s) had untolerated taint(s)."
     assert result.unschedulable_plugins == {"TaintToleration"}

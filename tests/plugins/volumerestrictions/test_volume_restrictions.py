@@ -27,6 +27,7 @@ from berth.framework.interfaces import Plugin
 from berth.framework.model import PodInfo
 from berth.framework.profile import PluginRef, ProfileConfig
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.snapshot import Snapshot
 from berth.framework.status import Code, Status
 from berth.framework.storage import PERSISTENT_VOLUME_CLAIMS
@@ -491,7 +492,7 @@ def framework() -> Framework:
 
 def test_cycle_places_the_pod_where_its_disk_is_free() -> None:
     snap = snapshot_of([make_node("a").obj(), make_node("b").obj()], [pod(GCE_FOO, node="a")])
-    result = framework().schedule(snap, CycleState(), PodInfo(pod(GCE_FOO)))
+    result = schedule_pod(framework(), snap, CycleState(), PodInfo(pod(GCE_FOO)))
     assert result.status.is_success, result.message
     assert result.node == "b"
 
@@ -501,13 +502,13 @@ def test_cycle_failure_messages() -> None:
         [make_node("a").obj(), make_node("b").obj()],
         [pod(GCE_FOO, node="a"), pod(GCE_FOO, node="b")],
     )
-    result = framework().schedule(snap, CycleState(), PodInfo(pod(GCE_FOO)))
+    result = schedule_pod(framework(), snap, CycleState(), PodInfo(pod(GCE_FOO)))
     assert result.status.code is Code.UNSCHEDULABLE
     assert result.message == "0/2 nodes are available: 2 node(s) had no available disk."
 
     user = pod(claim("claim-with-rwop-1"), node="a")
     snap = snapshot_of([make_node("a").obj(), make_node("b").obj()], [user], [RWOP_1])
-    result = framework().schedule(snap, CycleState(), PodInfo(pod(claim("claim-with-rwop-1"))))
+    result = schedule_pod(framework(), snap, CycleState(), PodInfo(pod(claim("claim-with-rwop-1"))))
     assert result.message == (
         "0/2 nodes are available: 2 node(s) unavailable due to PersistentVolumeClaim with "
         "ReadWriteOncePod access mode already in-use by another pod."
@@ -545,12 +546,13 @@ def test_cycle_counts_a_nominated_pods_claim_through_add_pod() -> None:
     incoming = PodInfo(pod(claim("claim-with-rwop-1"), GCE_BAR))
     fw = framework()
     for seed in range(8):
-        result = fw.schedule(snap, CycleState(), incoming, rng=random.Random(seed))
+        result = schedule_pod(fw, snap, CycleState(), incoming, rng=random.Random(seed))
         assert result.node == "b", result.message
     # Without the nominated pod the cycle takes a.
     free = snapshot_of([make_node("a").obj(), make_node("b").obj()], [], [RWOP_1])
     placed = {
-        fw.schedule(free, CycleState(), incoming, rng=random.Random(seed)).node for seed in range(8)
+        schedule_pod(fw, free, CycleState(), incoming, rng=random.Random(seed)).node
+        for seed in range(8)
     }
     assert placed == {"a"}
 
@@ -560,8 +562,8 @@ def test_cycle_sees_a_nominated_pods_disk() -> None:
         [make_node("a").obj(), make_node("b").obj()],
         [nominated(pod(GCE_FOO), "a", priority=10)],
     )
-    result = framework().schedule(snap, CycleState(), PodInfo(pod(GCE_FOO)))
+    result = schedule_pod(framework(), snap, CycleState(), PodInfo(pod(GCE_FOO)))
     assert result.node == "b", result.message
     # A nominated pod of lower priority does not count.
     snap = snapshot_of([make_node("a").obj()], [nominated(pod(GCE_FOO), "a", priority=-1)])
-    assert framework().schedule(snap, CycleState(), PodInfo(pod(GCE_FOO))).node == "a"
+    assert schedule_pod(framework(), snap, CycleState(), PodInfo(pod(GCE_FOO))).node == "a"

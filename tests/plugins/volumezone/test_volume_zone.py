@@ -23,6 +23,7 @@ from berth.framework.interfaces import Plugin
 from berth.framework.model import PodInfo
 from berth.framework.profile import PluginRef, ProfileConfig
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.snapshot import Snapshot
 from berth.framework.status import Code, Status
 from berth.framework.storage import (
@@ -425,7 +426,7 @@ def test_cycle_failure_message() -> None:
         [],
         SINGLE_ZONE_OBJECTS,
     )
-    result = framework().schedule(snap, CycleState(), PodInfo(pod_with_volume("PVC_Stable_1")))
+    result = schedule_pod(framework(), snap, CycleState(), PodInfo(pod_with_volume("PVC_Stable_1")))
     assert result.status.code is Code.UNSCHEDULABLE
     assert result.rejected["b1"].code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
     assert result.message == "0/2 nodes are available: 2 node(s) had no available volume zone."
@@ -440,7 +441,7 @@ def test_cycle_places_the_pod_in_its_volume_zone() -> None:
         [],
         SINGLE_ZONE_OBJECTS,
     )
-    result = framework().schedule(snap, CycleState(), PodInfo(pod_with_volume("PVC_Stable_1")))
+    result = schedule_pod(framework(), snap, CycleState(), PodInfo(pod_with_volume("PVC_Stable_1")))
     assert result.node == "a1", result.message
 
 

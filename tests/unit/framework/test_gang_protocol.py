@@ -28,7 +28,8 @@ from berth.framework.cycle_state import (
 )
 from berth.framework.interfaces import PostFilterResult
 from berth.framework.profile import PluginRef, ProfileConfig
-from berth.framework.runtime import Framework, ScheduleResult
+from berth.framework.runtime import Framework
+from berth.framework.schedule_one import ScheduleResult, schedule_pod
 from berth.framework.status import Code
 from berth.framework.testing import make_node, make_pod, snapshot_of
 from tests.asker import Asker
@@ -80,7 +81,7 @@ def schedule(
     for k, v in labels.items():
         pod.label(k, v)
     state = CycleState()
-    result = fw.schedule(snap, state, pod.info(), reserve_and_permit=reserve_and_permit)
+    result = schedule_pod(fw, snap, state, pod.info(), reserve_and_permit=reserve_and_permit)
     return fw, state, result
 
 

@@ -22,7 +22,8 @@ from berth.framework.interfaces import (
 )
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.profile import PluginRef, ProfileConfig
-from berth.framework.runtime import Framework, NominatingMode
+from berth.framework.runtime import Framework
+from berth.framework.schedule_one import NominatingMode, schedule_pod
 from berth.framework.snapshot import NodeBatch, Snapshot
 from berth.framework.status import SUCCESS, Code, Status
 from berth.framework.testing import make_node, make_pod, snapshot_of
@@ -356,23 +357,23 @@ def test_a_pod_is_tried_on_its_nominated_node_first() -> None:
     snap = snapshot_of([node("a", cpu="4"), node("b", cpu="1")])
     fw = framework(score=("NodeResourcesFit",))
     p = PodInfo(pod("p", cpu="500m", nominated="b"))
-    r = fw.schedule(snap, CycleState(), p, start_index=1)
+    r = schedule_pod(fw, snap, CycleState(), p, start_index=1)
     assert (r.node, r.evaluated, r.feasible, r.next_start_index) == ("b", 1, 1, 1)
     # Without the nomination the emptier node wins the score.
-    assert fw.schedule(snap, CycleState(), PodInfo(pod("q", cpu="500m"))).node == "a"
+    assert schedule_pod(fw, snap, CycleState(), PodInfo(pod("q", cpu="500m"))).node == "a"
 
 
 def test_a_nominated_node_that_does_not_fit_falls_back_to_every_node() -> None:
     snap = snapshot_of([node("a", cpu="4"), node("b", cpu="1")], [pod("x", "b", cpu="900m")])
     fw = framework(score=("NodeResourcesFit",))
-    r = fw.schedule(snap, CycleState(), PodInfo(pod("p", cpu="500m", nominated="b")))
+    r = schedule_pod(fw, snap, CycleState(), PodInfo(pod("p", cpu="500m", nominated="b")))
     assert r.node == "a"
     assert r.evaluated == 2
 
 
 def test_a_nominated_node_missing_from_the_snapshot_is_skipped() -> None:
     snap = snapshot_of([node("a")])
-    r = framework().schedule(snap, CycleState(), PodInfo(pod("p", nominated="gone")))
+    r = schedule_pod(framework(), snap, CycleState(), PodInfo(pod("p", nominated="gone")))
     assert r.node == "a"
 
 
@@ -388,7 +389,7 @@ def test_nominated_node_rejection_stays_in_the_diagnosis() -> None:
     # NodeAffinity's PreFilterResult keeps only node a.
     term = p.affinity.node_affinity.required.terms.add()
     term.match_fields.add(key="metadata.name", operator="In", values=["a"])
-    r = fw.schedule(snap, CycleState(), PodInfo(p))
+    r = schedule_pod(fw, snap, CycleState(), PodInfo(p))
     assert r.status.code is Code.UNSCHEDULABLE
     assert set(r.rejected) == {"a", "b"}
     assert r.evaluated == 2
@@ -398,7 +399,9 @@ def test_nominated_node_rejection_stays_in_the_diagnosis() -> None:
 def test_explain_evaluates_every_node_even_with_a_nomination() -> None:
     snap = snapshot_of([node("a", cpu="4"), node("b", cpu="1")])
     fw = framework(score=("NodeResourcesFit",))
-    r = fw.schedule(snap, CycleState(), PodInfo(pod("p", cpu="500m", nominated="b")), explain=True)
+    r = schedule_pod(
+        fw, snap, CycleState(), PodInfo(pod("p", cpu="500m", nominated="b")), explain=True
+    )
     assert r.evaluated == 2 and r.scores is not None
 
 
@@ -413,7 +416,7 @@ def test_schedule_with_preemption_nominates_and_names_the_victims() -> None:
         [pod("low", "a", prio=1, cpu="800m"), pod("high", "b", prio=100, cpu="800m")],
     )
     fw = framework(filter=("NodeResourcesFit",), post_filter=("DefaultPreemption",))
-    r = fw.schedule(snap, CycleState(), PodInfo(pod("p", prio=10, cpu="500m")))
+    r = schedule_pod(fw, snap, CycleState(), PodInfo(pod("p", prio=10, cpu="500m")))
     assert r.status.code is Code.UNSCHEDULABLE
     assert r.message == "0/2 nodes are available: 2 Insufficient cpu."
     assert (r.nominating_mode, r.nominated_node) == (NominatingMode.OVERRIDE, "a")
@@ -444,7 +447,7 @@ def test_fit_error_text_gains_the_preemption_message(pods: list[pb.Pod], message
     snap = snapshot_of([node("a", cpu="1"), node("b", cpu="1")], pods)
     fw = framework(filter=("NodeResourcesFit",), post_filter=("DefaultPreemption",))
     cpu = "500m" if pods else "2"
-    r = fw.schedule(snap, CycleState(), PodInfo(pod("p", prio=10, cpu=cpu)))
+    r = schedule_pod(fw, snap, CycleState(), PodInfo(pod("p", prio=10, cpu=cpu)))
     assert r.message == message
     assert r.status == Status(Code.UNSCHEDULABLE, (message,), "")
     assert r.victims == ()

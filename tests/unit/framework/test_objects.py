@@ -31,6 +31,7 @@ from berth.framework import (
 from berth.framework.objects import ProfileRead, merge_reads
 from berth.framework.profile import PluginRef, ProfileConfig
 from berth.framework.runtime import Framework, ProfileError
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.snapshot import SnapshotError
 from berth.framework.testing import (
     apply_objects,
@@ -398,18 +399,18 @@ def test_filter_reads_objects_through_the_handle() -> None:
     node = make_node("n1").capacity(cpu="4").obj()
     pod = make_pod("p").label("group", "g").info()
     closed = snapshot_of([node], objects=[make_object(PODGROUP, "g", spec={"allow": False})])
-    result = fw.schedule(closed, CycleState(), pod)
+    result = schedule_pod(fw, closed, CycleState(), pod)
     assert not result.status.is_success
     assert "podgroup g does not allow" in result.message
     opened = apply_objects(closed, upsert=[make_object(PODGROUP, "g", spec={"allow": True})])
-    assert fw.schedule(opened, CycleState(), pod).node == "n1"
+    assert schedule_pod(fw, opened, CycleState(), pod).node == "n1"
 
 
 def test_reserve_annotations_and_permit_signals_are_attributed() -> None:
     fw = Framework(profile(filter=()), REGISTRY)
     snap = snapshot_of([make_node("n1").capacity(cpu="4").obj()])
     state = CycleState()
-    result = fw.schedule(snap, state, make_pod("p").info(), reserve_and_permit=True)
+    result = schedule_pod(fw, snap, state, make_pod("p").info(), reserve_and_permit=True)
     assert result.node == "n1"
     assert state.assume_annotations == {"effects/node": "n1"}
     assert state.permit_signals == [("waiting-uid", "Effects", True, "")]
@@ -421,7 +422,7 @@ def test_failed_reserve_drops_annotations_and_unreserve_signals() -> None:
     snap = snapshot_of([make_node("n1").capacity(cpu="4").obj()])
     state = CycleState()
     pod = make_pod("p").label("reserve", "fail").info()
-    result = fw.schedule(snap, state, pod, reserve_and_permit=True)
+    result = schedule_pod(fw, snap, state, pod, reserve_and_permit=True)
     assert result.reserve_status is not None and not result.reserve_status.is_success
     assert state.assume_annotations == {}
     assert state.permit_signals == [("waiting-uid", "Effects", False, "p unreserved")]

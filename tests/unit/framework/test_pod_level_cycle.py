@@ -13,6 +13,7 @@ from berth.framework.config import default_config
 from berth.framework.cycle_state import CycleState
 from berth.framework.model import PodInfo
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.status import Code
 from berth.framework.testing import snapshot_of
 from berth.kube import node_record, pod_record
@@ -62,11 +63,11 @@ def test_schedule_pod_level_4_cpu_pod_is_not_placed_on_a_2_cpu_node() -> None:
     small = node_record(node_obj("small", "2", "4Gi"))
     big = node_record(node_obj("big", "8", "16Gi"))
 
-    result = default_framework().schedule(snapshot_of([small, big]), CycleState(), pod)
+    result = schedule_pod(default_framework(), snapshot_of([small, big]), CycleState(), pod)
     assert result.status.is_success, result.message
     assert result.node == "big"
 
-    alone = default_framework().schedule(snapshot_of([small]), CycleState(), pod)
+    alone = schedule_pod(default_framework(), snapshot_of([small]), CycleState(), pod)
     assert alone.status.code == Code.UNSCHEDULABLE
     assert alone.node == ""
     # Beyond allocatable: unresolvable, so preemption would not help.
@@ -130,7 +131,7 @@ def test_schedule_counts_pod_level_and_resized_pods_on_their_nodes() -> None:
             },
         )
     )
-    result = default_framework().schedule(snap, CycleState(), pod, explain=True)
+    result = schedule_pod(default_framework(), snap, CycleState(), pod, explain=True)
     assert result.status.is_success, result.message
     assert result.scores is not None
     names = list(result.scores.nodes.names)
@@ -169,8 +170,11 @@ def test_schedule_resized_pod_fills_its_node() -> None:
         pod_obj("p", {"containers": [{"name": "a", "resources": {"requests": {"cpu": "2"}}}]})
     )
 
-    full = default_framework().schedule(
-        snapshot_of([node], [pod_obj("resized", spec, grown)]), CycleState(), pod
+    full = schedule_pod(
+        default_framework(),
+        snapshot_of([node], [pod_obj("resized", spec, grown)]),
+        CycleState(),
+        pod,
     )
     assert full.status.code == Code.UNSCHEDULABLE
     assert full.message == (
@@ -191,8 +195,11 @@ def test_schedule_resized_pod_fills_its_node() -> None:
         "conditions": [{"type": "PodResizePending", "status": "True", "reason": "Infeasible"}],
     }
     raised = {**spec, "containers": [{"name": "a", "resources": {"requests": {"cpu": "3"}}}]}
-    fits_now = default_framework().schedule(
-        snapshot_of([node], [pod_obj("resized", raised, infeasible)]), CycleState(), pod
+    fits_now = schedule_pod(
+        default_framework(),
+        snapshot_of([node], [pod_obj("resized", raised, infeasible)]),
+        CycleState(),
+        pod,
     )
     assert fits_now.status.is_success, fits_now.message
     assert fits_now.node == "n"

@@ -21,6 +21,7 @@ from berth.framework.interfaces import PermitPlugin, PreBindPlugin
 from berth.framework.model import PodInfo
 from berth.framework.profile import PluginRef, ProfileConfig
 from berth.framework.runtime import Framework
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.testing import make_node, make_pod, snapshot_of
 from berth.server.service import schedule_response
 from tests.unit.framework.fakes import REGISTRY as FAKES
@@ -233,7 +234,7 @@ def test_a_new_pre_flight_replaces_the_old_outcome() -> None:
 def schedule(fw: Framework, p: PodInfo) -> tuple[CycleState, bool, Status | None]:
     snap = snapshot_of([make_node("n1").capacity(cpu="4", memory="8Gi").obj()])
     state = CycleState()
-    result = fw.schedule(snap, state, p, reserve_and_permit=True, rng=random.Random(0))
+    result = schedule_pod(fw, snap, state, p, reserve_and_permit=True, rng=random.Random(0))
     assert result.node == "n1"
     return state, result.pre_bind_skip, result.pre_bind_pre_flight_status
 
@@ -254,7 +255,7 @@ def test_the_cycle_runs_the_pre_flights_once_permit_lets_the_pod_on() -> None:
 def test_the_cycle_without_reserve_and_permit_runs_no_pre_flight() -> None:
     fw = framework("FlightA")
     snap = snapshot_of([make_node("n1").capacity(cpu="4", memory="8Gi").obj()])
-    result = fw.schedule(snap, CycleState(), pod(FlightA="SKIP"))
+    result = schedule_pod(fw, snap, CycleState(), pod(FlightA="SKIP"))
     assert (result.node, result.pre_bind_skip, result.pre_bind_pre_flight_status) == (
         "n1",
         False,
@@ -278,8 +279,8 @@ def test_a_reserve_failure_or_permit_rejection_runs_no_pre_flight(label: dict[st
     )
     fw = Framework(profile, REGISTRY)
     snap = snapshot_of([make_node("n1").capacity(cpu="4", memory="8Gi").obj()])
-    result = fw.schedule(
-        snap, CycleState(), make_pod("p").labels(**label).info(), reserve_and_permit=True
+    result = schedule_pod(
+        fw, snap, CycleState(), make_pod("p").labels(**label).info(), reserve_and_permit=True
     )
     turned_away = result.permit_status or result.reserve_status
     assert turned_away is not None and not turned_away.is_success
@@ -326,7 +327,9 @@ def test_the_answer_carries_a_failed_pre_flight(flight: dict[str, str], wanted: 
     fw = framework("FlightA", "FlightB")
     snap = snapshot_of([make_node("n1").capacity(cpu="4", memory="8Gi").obj()])
     state = CycleState()
-    result = fw.schedule(snap, state, pod(**flight), reserve_and_permit=True, rng=random.Random(0))
+    result = schedule_pod(
+        fw, snap, state, pod(**flight), reserve_and_permit=True, rng=random.Random(0)
+    )
     out = schedule_response(result, state, 0, False)
     if wanted is None:
         assert not out.HasField("pre_bind_pre_flight_error")

@@ -1,29 +1,21 @@
-"""Framework semantics as upstream defines them
-(pkg/scheduler/framework/runtime/framework.go, pkg/scheduler/schedule_one.go)."""
+"""The runner of each extension point as upstream defines it
+(pkg/scheduler/framework/runtime/framework.go)."""
 
 from __future__ import annotations
 
-import random
 import time
 from typing import Any
 
-import numpy as np
 import pytest
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.framework import Code, CycleState, PostFilterResult, Status
 from berth.framework.config import default_config
-from berth.framework.runtime import (
-    CycleError,
-    DeadlineExceeded,
-    Framework,
+from berth.framework.runtime import CycleError, DeadlineExceeded, Framework, ProfileError, go_quote
+from berth.framework.schedule_one import (
     NominatingMode,
-    ProfileError,
-    fit_error_message,
-    go_quote,
-    num_feasible_nodes_to_find,
-    select_host,
+    schedule_pod,
 )
 from berth.framework.testing import make_node, make_pod, snapshot_of
 from berth.plugins.registry import REGISTRY as SHIPPED
@@ -118,7 +110,7 @@ def test_prefilter_results_intersect() -> None:
     res, st = f.run_pre_filter(CycleState(), pod, snap.all_nodes())
     assert st.is_success
     assert res is not None and res.node_names == frozenset({"b"})
-    r = f.schedule(snap, CycleState(), pod)
+    r = schedule_pod(f, snap, CycleState(), pod)
     assert r.node == "b"
 
 
@@ -178,73 +170,10 @@ def test_prescore_skip_skips_that_plugins_score() -> None:
     assert set(out.weighted) == {"LabelScore"}
 
 
-def test_highest_total_wins_and_ties_are_broken_at_random() -> None:
-    """selectHost: the top score; among equal tops each may be chosen."""
-    snap = snapshot_of(nodes(("a", {"score": "9"}), ("b", {"score": "9"}), ("c", {"score": "1"})))
-    batch = snap.all_nodes()
-    totals = np.array([9, 9, 1], dtype=np.int64)
-    picks = {select_host(batch, totals, random.Random(seed)) for seed in range(40)}
-    assert picks == {"a", "b"}
-
-
-# -- host selection and the cycle --------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("percentage", "num_nodes", "want"),
-    [
-        (0, 50, 50),  # fewer than minFeasibleNodesToFind (100): all
-        (0, 100, 100),  # adaptive 50% -> 50, raised to the minimum 100
-        (0, 200, 100),  # 49% -> 98, raised to 100
-        (0, 1000, 420),  # 50 - 1000/125 = 42%
-        (0, 5000, 500),  # 50 - 40 = 10%
-        (0, 6000, 300),  # 50 - 48 = 2%, floored at 5%
-        (30, 1000, 300),
-        (100, 5000, 5000),
-    ],
-    ids=lambda v: str(v),
-)
-def test_num_feasible_nodes_to_find(percentage: int, num_nodes: int, want: int) -> None:
-    """schedule_one.go, numFeasibleNodesToFind."""
-    assert num_feasible_nodes_to_find(percentage, num_nodes) == want
-
-
-def test_cycle_stops_after_enough_feasible_nodes_and_rotates_start() -> None:
-    """findNodesThatPassFilters evaluates from nextStartNodeIndex and stops at
-    numFeasibleNodesToFind; the next cycle starts after the last processed node."""
-    snap = snapshot_of(nodes(*[(f"n{i:03d}", {"score": str(i % 7)}) for i in range(200)]))
-    f = fw(filter=("RejectLabel",), score=(("LabelScore", 1),), percentage=50)
-    r = f.schedule(snap, CycleState(), make_pod().info(), start_index=150)
-    assert r.feasible == 100 and r.evaluated == 100
-    assert r.next_start_index == 50
-
-
-def test_fit_error_message_reads_like_upstream() -> None:
-    """FitError.Error: sorted histogram of reasons."""
-    rejected = {
-        "a": Status.unresolvable("node(s) were unschedulable"),
-        "b": Status.unschedulable("Insufficient cpu"),
-        "c": Status.unschedulable("Insufficient cpu", "Insufficient memory"),
-    }
-    assert fit_error_message(3, rejected) == (
-        "0/3 nodes are available: 1 Insufficient memory, 1 node(s) were unschedulable, "
-        "2 Insufficient cpu."
-    )
-
-
-def test_cycle_with_no_feasible_node_reports_fit_error() -> None:
-    snap = snapshot_of(nodes(("a", {"reject": "RejectLabel"}), ("b", {"reject": "RejectLabel"})))
-    r = fw(filter=("RejectLabel",)).schedule(snap, CycleState(), make_pod().info())
-    assert r.node == ""
-    assert r.status.code is Code.UNSCHEDULABLE
-    assert r.message == "0/2 nodes are available: 2 rejected by RejectLabel."
-    assert r.unschedulable_plugins == {"RejectLabel"}
-
-
 def test_cycle_state_written_in_prefilter_is_returned() -> None:
     snap = snapshot_of(nodes(("a", {}), ("b", {})))
     state = CycleState()
-    r = fw(pre_filter=("SkipPreFilter",)).schedule(snap, state, make_pod().info())
+    r = schedule_pod(fw(pre_filter=("SkipPreFilter",)), snap, state, make_pod().info())
     assert r.status.is_success
     again = CycleState.decode(state.encode())
     assert again.read(COUNTER).value == 2
@@ -254,11 +183,11 @@ def test_reserve_failure_runs_unreserve() -> None:
     snap = snapshot_of(nodes(("a", {})))
     f = fw(reserve=("Reserver",))
     ok = make_pod("ok").info()
-    r = f.schedule(snap, CycleState(), ok, reserve_and_permit=True)
+    r = schedule_pod(f, snap, CycleState(), ok, reserve_and_permit=True)
     assert r.reserve_status is not None and r.reserve_status.is_success
     assert ok.uid in Reserver.reserved
     bad = make_pod("bad").labels(reserve="fail").info()
-    r = f.schedule(snap, CycleState(), bad, reserve_and_permit=True)
+    r = schedule_pod(f, snap, CycleState(), bad, reserve_and_permit=True)
     assert r.reserve_status is not None and r.reserve_status.code is Code.ERROR
     assert bad.uid not in Reserver.reserved
 
@@ -267,35 +196,11 @@ def test_permit_wait_is_capped_at_fifteen_minutes() -> None:
     """RunPermitPlugins: maxTimeout 15 minutes."""
     snap = snapshot_of(nodes(("a", {})))
     f = fw(permit=("WaitPermit",))
-    r = f.schedule(
-        snap, CycleState(), make_pod().labels(permit="wait").info(), reserve_and_permit=True
+    r = schedule_pod(
+        f, snap, CycleState(), make_pod().labels(permit="wait").info(), reserve_and_permit=True
     )
     assert r.permit_status is not None and r.permit_status.code is Code.WAIT
     assert r.permit_timeouts == {"WaitPermit": 900.0}
-
-
-def test_nodes_excluded_by_prefilter_result_count_in_the_fit_error() -> None:
-    """findNodesThatFitPod: nodes outside PreFilterResult get an absent-node
-    status naming the restricting plugins; FitError counts them."""
-    snap = snapshot_of(nodes(("a", {"reject": "RejectLabel"}), ("b", {}), ("c", {})))
-    f = fw(pre_filter=("OnlyNodes",), filter=("RejectLabel",))
-    r = f.schedule(snap, CycleState(), make_pod().label("OnlyNodes", "a").info())
-    assert r.status.code is Code.UNSCHEDULABLE
-    assert r.message == (
-        "0/3 nodes are available: 1 rejected by RejectLabel, "
-        "2 node(s) didn't satisfy plugin(s) [OnlyNodes]."
-    )
-
-
-def test_no_nodes_is_unresolvable_and_a_fit_error_is_unschedulable() -> None:
-    """schedulingCycle: ErrNoNodesAvailable -> UnschedulableAndUnresolvable;
-    a FitError -> Unschedulable, even when every node was unresolvable."""
-    empty = fw().schedule(snapshot_of([]), CycleState(), make_pod().info())
-    assert empty.status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
-    assert empty.message == "no nodes available to schedule pods"
-    snap = snapshot_of(nodes(("a", {"reject": "SkipPreFilter"})))
-    r = fw(filter=("SkipPreFilter",)).schedule(snap, CycleState(), make_pod().info())
-    assert r.status.code is Code.UNSCHEDULABLE
 
 
 def test_a_plugin_that_raises_fails_the_cycle_with_an_error_naming_it() -> None:
@@ -304,7 +209,7 @@ def test_a_plugin_that_raises_fails_the_cycle_with_an_error_naming_it() -> None:
     RunScorePlugins wraps a Score error (this test used to expect Berth's own
     "running Score plugin 'X'" wording)."""
     snap = snapshot_of(nodes(("a", {}), ("b", {})))
-    r = fw(score=(("RaisingScore", 1),)).schedule(snap, CycleState(), make_pod().info())
+    r = schedule_pod(fw(score=(("RaisingScore", 1),)), snap, CycleState(), make_pod().info())
     assert r.node == ""
     assert r.status.code is Code.ERROR
     assert r.status.plugin == "RaisingScore"
@@ -313,57 +218,7 @@ def test_a_plugin_that_raises_fails_the_cycle_with_an_error_naming_it() -> None:
     )
 
 
-# -- upstream v1.36 semantics: schedulePod, findNodesThatFitPod ---------------
-
-
-def test_find_nodes_that_pass_filters_stops_at_the_first_feasible_node_without_scoring() -> None:
-    """findNodesThatPassFilters: with no score plugins (and no extenders)
-    numNodesToFind is 1, so the walk stops at the first feasible node."""
-    specs = [
-        (f"n{i:03d}", {"reject": "RejectLabel"} if i in (10, 11, 12) else {}) for i in range(200)
-    ]
-    snap = snapshot_of(nodes(*specs))
-    r = fw(filter=("RejectLabel",)).schedule(snap, CycleState(), make_pod().info(), start_index=10)
-    assert (r.node, r.feasible, r.evaluated, r.next_start_index) == ("n013", 1, 4, 14)
-    # With a score plugin the same cycle looks for numFeasibleNodesToFind nodes.
-    scored = fw(filter=("RejectLabel",), score=(("LabelScore", 1),))
-    r = scored.schedule(snap, CycleState(), make_pod().info(), start_index=10)
-    assert (r.feasible, r.evaluated) == (100, 103)
-
-
-def test_prioritize_nodes_without_score_plugins_runs_no_pre_score() -> None:
-    """prioritizeNodes: without score plugins neither PreScore nor Score runs;
-    every node scores 1 and the first of the walk is chosen."""
-    CallLog.reset()
-    snap = snapshot_of(nodes(("a", {}), ("b", {}), ("c", {})))
-    f = fw(pre_score=("RecordingPreScore",))
-    r = f.schedule(snap, CycleState(), make_pod().info(), start_index=1, explain=True)
-    assert (r.node, r.feasible, r.scores) == ("b", 3, None)
-    r = f.schedule(snap, CycleState(), make_pod().info(), start_index=2)
-    assert (r.node, r.evaluated) == ("c", 1)
-    assert not [c for c in CallLog.calls if c[0] == "PreScore"]
-    # With a score plugin PreScore runs.
-    with_score = fw(pre_score=("RecordingPreScore",), score=(("LabelScore", 1),))
-    with_score.schedule(snap, CycleState(), make_pod().info())
-    assert ("PreScore", "RecordingPreScore", "") in CallLog.calls
-
-
-def test_find_nodes_that_fit_pod_walks_the_node_tree_order() -> None:
-    """findNodesThatFitPod walks the snapshot's node list, which is
-    nodeTree.list(): zones interleaved round-robin."""
-    zone = "topology.kubernetes.io/zone"
-    snap = snapshot_of(
-        [
-            make_node(name).capacity(cpu="4").label(zone, z).obj()
-            for name, z in (("a1", "z1"), ("a2", "z1"), ("b1", "z2"), ("b2", "z2"), ("c1", "z3"))
-        ]
-    )
-    assert snap.all_nodes().names == ["a1", "b1", "c1", "a2", "b2"]
-    f = fw()
-    picks = [
-        f.schedule(snap, CycleState(), make_pod().info(), start_index=i).node for i in range(5)
-    ]
-    assert picks == ["a1", "b1", "c1", "a2", "b2"]
+# -- upstream v1.36 semantics: the RunXPlugins loops -------------------------
 
 
 def test_run_pre_filter_plugins_unschedulable_lets_the_remaining_plugins_run() -> None:
@@ -407,7 +262,7 @@ def test_run_pre_filter_plugins_pending_is_an_error() -> None:
         ('running PreFilter plugin "CodePreFilter2": CodePreFilter2 says PENDING',),
         "CodePreFilter2",
     )
-    r = f.schedule(snap, CycleState(), pod)
+    r = schedule_pod(f, snap, CycleState(), pod)
     assert r.status.code is Code.ERROR and r.pre_filter_status is None
 
 
@@ -431,57 +286,6 @@ def test_run_pre_filter_plugins_names_conflicting_result_plugins_sorted() -> Non
     assert st.message == "node(s) didn't satisfy plugin(s) [OnlyNodes OnlyNodes2] simultaneously"
 
 
-def test_find_nodes_that_fit_pod_prefilter_rejection_is_a_fit_error() -> None:
-    """findNodesThatFitPod: a rejecting PreFilter status becomes every node's
-    status and the PreFilterMsg; UnschedulablePlugins holds the plugins whose
-    PreFilterResult narrowed the nodes and the rejecting plugin."""
-    snap = snapshot_of(nodes(("a", {}), ("b", {})))
-    f = fw(pre_filter=("OnlyNodes", "CodePreFilter"))
-    pod = make_pod().label("OnlyNodes", "a").labels(CodePreFilter="UNSCHEDULABLE").info()
-    r = f.schedule(snap, CycleState(), pod)
-    assert r.status.code is Code.UNSCHEDULABLE
-    assert r.message == "0/2 nodes are available: CodePreFilter says UNSCHEDULABLE."
-    assert r.unschedulable_plugins == {"OnlyNodes", "CodePreFilter"}
-    # An empty intersection names its plugins too (the status has none).
-    f = fw(pre_filter=("OnlyNodes", "OnlyNodes2"))
-    pod = make_pod().label("OnlyNodes", "a").label("OnlyNodes2", "b").info()
-    r = f.schedule(snap, CycleState(), pod)
-    assert r.unschedulable_plugins == {"OnlyNodes", "OnlyNodes2"}
-
-
-def test_find_nodes_that_fit_pod_unschedulable_plugins_include_prefilter_result_plugins() -> None:
-    """Diagnosis.UnschedulablePlugins starts from RunPreFilterPlugins' plugins
-    with a PreFilterResult, then every plugin that rejected a node; Pending
-    rejections also go to PendingPlugins."""
-    snap = snapshot_of(
-        nodes(("a", {"reject": "RejectLabel"}), ("b", {"pending": "yes"}), ("c", {}))
-    )
-    f = fw(pre_filter=("OnlyNodes",), filter=("RejectLabel", "PendingFilter"))
-    r = f.schedule(snap, CycleState(), make_pod().label("OnlyNodes", "a.b").info())
-    assert r.unschedulable_plugins == {"OnlyNodes", "RejectLabel", "PendingFilter"}
-    assert r.pending_plugins == {"PendingFilter"}
-
-
-def test_find_nodes_that_fit_pod_filter_error_still_advances_the_next_start_index() -> None:
-    """findNodesThatFitPod advances nextStartNodeIndex by the nodes processed
-    (feasible or rejected) before a Filter Error stopped the walk."""
-    specs: list[tuple[str, dict[str, str]]] = [(f"n{i}", {}) for i in range(10)]
-    specs[2] = ("n2", {"reject": "RejectLabel"})
-    specs[4] = ("n4", {"error": "yes"})
-    snap = snapshot_of(nodes(*specs))
-    f = fw(filter=("RejectLabel", "LabelErrorFilter"), score=(("LabelScore", 1),))
-    r = f.schedule(snap, CycleState(), make_pod().info(), start_index=1)
-    assert r.status == Status(
-        Code.ERROR, ('running "LabelErrorFilter" filter plugin: disk on fire',), "LabelErrorFilter"
-    )
-    # n1 (feasible), n2 (rejected), n3 (feasible) were processed; n4 failed.
-    assert r.next_start_index == 4
-    assert r.nominating_mode is NominatingMode.OVERRIDE
-    # A walk that has found enough nodes before the failing one never meets it.
-    r = fw(filter=("LabelErrorFilter",)).schedule(snap, CycleState(), make_pod().info())
-    assert (r.status.code, r.node, r.next_start_index) == (Code.SUCCESS, "n0", 1)
-
-
 def test_run_filter_plugins_error_names_the_plugin_as_go_quotes_it() -> None:
     """RunFilterPlugins: `running %q filter plugin: %w`."""
     snap = snapshot_of(nodes(("a", {})))
@@ -503,7 +307,7 @@ def test_run_post_filter_plugins_keeps_the_nomination_of_an_unschedulable_result
         ("NominatingPostFilter could not help", "preemption would not help"),
         "NominatingPostFilter",
     )
-    r = f.schedule(snap, CycleState(), pod)
+    r = schedule_pod(f, snap, CycleState(), pod)
     assert (r.nominated_node, r.nominating_mode) == ("b", NominatingMode.OVERRIDE)
     assert r.message == (
         "0/2 nodes are available: 2 rejected by RejectLabel. "
@@ -516,18 +320,6 @@ def test_run_post_filter_plugins_keeps_the_nomination_of_an_unschedulable_result
     assert st == Status(
         Code.ERROR, ("NominatingPostFilter could not help",), "NominatingPostFilter"
     )
-
-
-def test_scheduling_algorithm_clears_the_nomination_without_a_post_filter_result() -> None:
-    """schedulingAlgorithm: a FitError without PostFilter plugins clears the
-    nominated node (clearNominatedNode); PostFilter plugins that return no
-    result leave it alone (ModeNoop)."""
-    snap = snapshot_of(nodes(("a", {"reject": "RejectLabel"})))
-    r = fw(filter=("RejectLabel",)).schedule(snap, CycleState(), make_pod().info())
-    assert (r.nominated_node, r.nominating_mode) == ("", NominatingMode.OVERRIDE)
-    f = fw(filter=("RejectLabel",), post_filter=("QuietPostFilter",))
-    r = f.schedule(snap, CycleState(), make_pod().info())
-    assert (r.nominated_node, r.nominating_mode) == ("", NominatingMode.NOOP)
 
 
 def test_run_pre_bind_plugins_skip_is_an_error() -> None:
@@ -548,8 +340,8 @@ def test_run_permit_plugins_wait_status_keeps_the_plugin_reasons() -> None:
     plugin's, with upstream's sentence appended."""
     snap = snapshot_of(nodes(("a", {})))
     f = fw(permit=("WaitPermit", "WaitPermit2"))
-    r = f.schedule(
-        snap, CycleState(), make_pod().labels(permit="wait").info(), reserve_and_permit=True
+    r = schedule_pod(
+        f, snap, CycleState(), make_pod().labels(permit="wait").info(), reserve_and_permit=True
     )
     assert r.permit_status == Status(
         Code.WAIT,
@@ -607,6 +399,6 @@ def test_no_plugin_runs_after_the_requests_deadline() -> None:
     pod = make_pod("p").req(cpu="1").info()
     fw.begin_request(time.perf_counter() - 0.01)
     with pytest.raises(DeadlineExceeded, match="before PreFilter plugin"):
-        fw.schedule(snap, CycleState(), pod)
+        schedule_pod(fw, snap, CycleState(), pod)
     fw.begin_request(time.perf_counter() + 60)
-    assert fw.schedule(snap, CycleState(), pod).node == "n1"
+    assert schedule_pod(fw, snap, CycleState(), pod).node == "n1"

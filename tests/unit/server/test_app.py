@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from berth.framework.config import parse_config
 from berth.framework.cycle_state import CycleState
+from berth.framework.schedule_one import schedule_pod
 from berth.framework.testing import make_node, make_pod, snapshot_of
 from berth.plugins.registry import REGISTRY
 from berth.server.app import build_frameworks
@@ -28,5 +29,5 @@ def test_percentage_of_nodes_to_score_reaches_the_cycle() -> None:
     frameworks = build_frameworks(config, REGISTRY)
     snap = snapshot_of([make_node(f"n{i}").capacity(cpu="4").obj() for i in range(1000)])
     pod = make_pod().req(cpu="100m").info()
-    assert frameworks["all"].schedule(snap, CycleState(), pod).feasible == 1000
-    assert frameworks["some"].schedule(snap, CycleState(), pod).feasible == 200
+    assert schedule_pod(frameworks["all"], snap, CycleState(), pod).feasible == 1000
+    assert schedule_pod(frameworks["some"], snap, CycleState(), pod).feasible == 200

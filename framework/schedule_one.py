@@ -1,0 +1,550 @@
+"""One scheduling cycle of a pod over a profile's Framework.
+
+Follows pkg/scheduler/schedule_one.go: schedulePod (filter, score, select a
+host), findNodesThatFitPod (PreFilter, the nominated node first, then
+Filter), evaluateNominatedNode, findNodesThatPassFilters,
+numFeasibleNodesToFind, prioritizeNodes, selectHost, and schedulingCycle's
+Reserve and Permit after host selection. A cycle that finds no node answers
+with upstream's FitError text (pkg/scheduler/framework/types.go,
+FitError.Error). The extension points themselves run in the Framework
+(framework/runtime.py); this module only decides which to run and in what
+order.
+
+A pod whose status.nominatedNodeName names a node (nominated by an earlier
+preemption) is tried there first (evaluateNominatedNode); when it fits, no
+other node is evaluated.
+
+Deviations from v1.36.3:
+
+- selectHost: among equal top scores Berth picks at random (seeded per
+  request when asked); upstream takes the heap's maximum, which depends on the
+  order parallel Filter found the nodes, so neither is reproducible.
+- With ``explain`` the nominated node is not tried first: an explanation
+  evaluates every node.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from berth.framework.cycle_state import CycleState
+from berth.framework.interfaces import ScoreArray
+from berth.framework.model import PodInfo
+from berth.framework.runtime import CycleError, Framework, ScoreOutcome, Signal
+from berth.framework.snapshot import NodeBatch, Snapshot
+from berth.framework.status import SUCCESS, Code, Status
+
+__all__ = [
+    "MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND",
+    "MIN_FEASIBLE_NODES_TO_FIND",
+    "FilterOutcome",
+    "NominatingMode",
+    "ScheduleResult",
+    "find_nodes_that_pass_filters",
+    "fit_error_message",
+    "num_feasible_nodes_to_find",
+    "schedule_pod",
+    "select_host",
+]
+
+log = logging.getLogger(__name__)
+
+# schedule_one.go: minFeasibleNodesToFind, minFeasibleNodesPercentageToFind.
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+
+
+def num_feasible_nodes_to_find(percentage: int, num_all_nodes: int) -> int:
+    """How many feasible nodes a cycle looks for before it stops filtering
+    (schedule_one.go, numFeasibleNodesToFind). ``percentage`` 0 is the
+    adaptive default: 50% minus 1% per 125 nodes, at least 5%."""
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return num_all_nodes
+    if percentage == 0:
+        percentage = 50 - num_all_nodes // 125
+        percentage = max(percentage, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    num = num_all_nodes * percentage // 100
+    return max(num, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+def fit_error_message(
+    num_all_nodes: int,
+    rejected: Mapping[str, Status],
+    pre_filter_msg: str = "",
+    post_filter_msg: str = "",
+    absent_status: Status | None = None,
+) -> str:
+    """Upstream's FitError.Error (pkg/scheduler/framework/types.go): "0/N nodes
+    are available: <PreFilterMsg>. <reason histogram>. <PostFilterMsg>"."""
+    msg = f"0/{num_all_nodes} nodes are available:"
+    if pre_filter_msg:
+        msg += f" {pre_filter_msg}."
+    else:
+        counts: dict[str, int] = {}
+        for st in rejected.values():
+            for reason in st.reasons:
+                counts[reason] = counts.get(reason, 0) + 1
+        if absent_status is not None and len(rejected) < num_all_nodes:
+            for reason in absent_status.reasons:
+                counts[reason] = counts.get(reason, 0) + num_all_nodes - len(rejected)
+        histogram = sorted(f"{n} {reason}" for reason, n in counts.items())
+        if histogram:
+            msg += " " + ", ".join(histogram) + "."
+    if post_filter_msg:
+        msg += f" {post_filter_msg}"
+    return msg
+
+
+class NominatingMode(enum.IntEnum):
+    """fwk.NominatingMode: whether a failed cycle changes the pod's
+    nominated node. A PostFilterResult is always OVERRIDE (upstream's
+    NewPostFilterResultWithNominatedNode); a plugin that means NOOP returns
+    None."""
+
+    NOOP = 0
+    OVERRIDE = 1
+
+
+@dataclass(slots=True)
+class ScheduleResult:
+    status: Status
+    node: str = ""
+    evaluated: int = 0
+    feasible: int = 0
+    next_start_index: int = 0
+    rejected: dict[str, Status] = field(default_factory=dict)
+    unschedulable_plugins: set[str] = field(default_factory=set)
+    pre_filter_status: Status | None = None
+    message: str = ""
+    scores: ScoreOutcome | None = None
+    reserve_status: Status | None = None
+    permit_status: Status | None = None
+    permit_timeouts: dict[str, float] = field(default_factory=dict)
+    post_filter_status: Status | None = None
+    # When a PostFilter plugin succeeded: its name, and what it asks the
+    # caller to do (a preemption's victims to evict, the lower-priority
+    # nominations on its node to clear).
+    post_filter_plugin: str = ""
+    victims: tuple[PodInfo, ...] = ()
+    clear_nomination_pod_uids: tuple[str, ...] = ()
+    # ScheduleResult.nominatingInfo: OVERRIDE with an empty name clears the
+    # pod's nominated node (clearNominatedNode); NOOP leaves it as it is.
+    nominated_node: str = ""
+    nominating_mode: NominatingMode = NominatingMode.NOOP
+    # Diagnosis.PendingPlugins: plugins that answered Pending.
+    pending_plugins: set[str] = field(default_factory=set)
+    # What the cycle's plugins ask of pods waiting at Permit, by the point
+    # that asked: PostFilter (the pod fits no node); Reserve and Permit (the
+    # pod was reserved); the Unreserve after a failed Reserve or a Permit
+    # rejection (with what the failing Reserve asked before it failed).
+    post_filter_signals: list[Signal] = field(default_factory=list)
+    permit_signals: list[Signal] = field(default_factory=list)
+    unreserve_signals: list[Signal] = field(default_factory=list)
+    # With reserve_and_permit, when Permit answered Success or Wait: the pods
+    # the cycle's plugins asked to activate (schedule_one.go,
+    # prepareForBindingCycle: podsToActivate after Permit).
+    activate_pod_uids: list[str] = field(default_factory=list)
+    # With reserve_and_permit, when Permit answered Success or Wait: what
+    # RunPreBindPreFlights answered (Success, Skip or Error), and whether
+    # every PreBind plugin answered Skip (the caller need not call PreBind).
+    pre_bind_pre_flight_status: Status | None = None
+    pre_bind_skip: bool = False
+
+
+@dataclass(slots=True)
+class FilterOutcome:
+    """Result of filtering: feasible candidates and the rejected nodes."""
+
+    feasible: NodeBatch
+    rejected: dict[str, Status]
+    # How many candidates were evaluated (for nextStartNodeIndex).
+    processed: int
+    # A Filter plugin's Error: the walk stopped at the node that hit it;
+    # ``processed`` counts the nodes decided before it.
+    error: Status | None = None
+
+
+def schedule_pod(
+    fw: Framework,
+    snapshot: Snapshot,
+    state: CycleState,
+    pod: PodInfo,
+    start_index: int = 0,
+    reserve_and_permit: bool = False,
+    rng: random.Random | None = None,
+    explain: bool = False,
+) -> ScheduleResult:
+    """schedule_one.go, schedulePod: filter, score, select a host;
+    optionally Reserve and Permit (schedulingCycle)."""
+    fw.handle.bind_snapshot(snapshot)
+    # A new sample for the metrics; the request's deadline stays.
+    fw.begin_request(fw.deadline)
+    try:
+        return _schedule_pod(
+            fw, snapshot, state, pod, start_index, reserve_and_permit, rng, explain
+        )
+    except CycleError as exc:
+        return ScheduleResult(
+            exc.status,
+            message=exc.status.message,
+            next_start_index=start_index,
+            nominating_mode=NominatingMode.OVERRIDE,
+        )
+    finally:
+        fw.handle.bind_snapshot(None)
+
+
+def _schedule_pod(
+    fw: Framework,
+    snapshot: Snapshot,
+    state: CycleState,
+    pod: PodInfo,
+    start_index: int,
+    reserve_and_permit: bool,
+    rng: random.Random | None,
+    explain: bool,
+) -> ScheduleResult:
+    # Failures other than a FitError clear the pod's nominated node
+    # (schedulingAlgorithm's clearNominatedNode).
+    clear = NominatingMode.OVERRIDE
+    all_nodes = snapshot.all_nodes()
+    num_all = len(all_nodes)
+    if num_all == 0:
+        # schedulingCycle: ErrNoNodesAvailable is UnschedulableAndUnresolvable.
+        st = Status.unresolvable("no nodes available to schedule pods")
+        return ScheduleResult(
+            st, message=st.message, next_start_index=start_index, nominating_mode=clear
+        )
+
+    pf_result, st, restricting = fw.run_pre_filter_with_plugins(state, pod, all_nodes)
+    if not st.is_success:
+        if not st.is_rejected:
+            return ScheduleResult(
+                st, message=st.message, next_start_index=start_index, nominating_mode=clear
+            )
+        # Every node takes the PreFilter rejection (findNodesThatFitPod);
+        # the cycle's status is Unschedulable with the FitError text
+        # (schedulingCycle). Diagnosis.UnschedulablePlugins: the plugins
+        # whose PreFilterResult narrowed the nodes, and the rejecting one.
+        result = ScheduleResult(
+            Status(Code.UNSCHEDULABLE, st.reasons, st.plugin),
+            next_start_index=start_index,
+            pre_filter_status=st,
+            unschedulable_plugins=restricting | ({st.plugin} if st.plugin else set()),
+        )
+        _post_filter(fw, state, pod, result, {n: st for n in all_nodes.names})
+        result.message = fit_error_message(num_all, {}, st.message, _post_filter_msg(result))
+        result.status = Status(Code.UNSCHEDULABLE, (result.message,), st.plugin)
+        return result
+
+    # findNodesThatFitPod: a pod nominated by an earlier preemption tries
+    # its nominated node first (evaluateNominatedNode); when it fits, no
+    # other node is evaluated and the start index stays.
+    nominated = pod.proto.nominated_node_name
+    nominated_rejection: Status | None = None
+    if nominated and not explain:
+        fits, nominated_rejection = _evaluate_nominated_node(fw, snapshot, state, pod, nominated)
+        if fits:
+            result = ScheduleResult(
+                SUCCESS, node=nominated, evaluated=1, feasible=1, next_start_index=start_index
+            )
+            if reserve_and_permit:
+                _reserve_and_permit(fw, state, pod, result)
+            return result
+
+    candidates = all_nodes
+    if pf_result is not None and pf_result.node_names is not None:
+        keep = [k for k, name in enumerate(all_nodes.names) if name in pf_result.node_names]
+        candidates = all_nodes.take(keep)
+    if fw.score:
+        num_to_find = num_feasible_nodes_to_find(fw.percentage_of_nodes_to_score, len(candidates))
+    else:
+        # findNodesThatPassFilters: with neither scoring nor extender
+        # filters (Berth has no extenders) the first feasible node will do.
+        num_to_find = 1
+    if explain:
+        # A what-if explanation evaluates every node.
+        num_to_find = len(candidates)
+    outcome = find_nodes_that_pass_filters(fw, state, pod, candidates, start_index, num_to_find)
+    feasible = outcome.feasible
+    rejected = outcome.rejected
+    processed = outcome.processed
+    if (
+        nominated_rejection is not None
+        and nominated not in rejected
+        and nominated not in feasible.names
+    ):
+        # The nominated node's rejection stays in the diagnosis even when
+        # the walk did not reach it again (upstream's NodeToStatus is
+        # shared), and counts as processed.
+        rejected = {**rejected, nominated: nominated_rejection}
+        processed += 1
+    # findNodesThatFitPod: the walk wraps over the candidates, the next
+    # start over all nodes (len(allNodes)), even when PreFilter narrowed
+    # them, and it advances even when a Filter plugin failed.
+    next_start = (start_index + processed) % num_all
+    if outcome.error is not None:
+        return ScheduleResult(
+            outcome.error,
+            message=outcome.error.message,
+            next_start_index=next_start,
+            nominating_mode=clear,
+        )
+
+    if len(feasible) == 0:
+        # Diagnosis: the PreFilterResult plugins, then every plugin that
+        # rejected a node (AddPluginStatus); Pending ones also go to
+        # PendingPlugins.
+        plugins = set(restricting)
+        pending: set[str] = set()
+        for rejection in set(rejected.values()):
+            if rejection.plugin and rejection.is_rejected:
+                plugins.add(rejection.plugin)
+                if rejection.code is Code.PENDING:
+                    pending.add(rejection.plugin)
+        # A FitError is Unschedulable whatever the per-node codes
+        # (schedulingCycle); those stay in the diagnosis for PostFilter.
+        result = ScheduleResult(
+            Status(Code.UNSCHEDULABLE, ("no node passed Filter",)),
+            evaluated=processed,
+            next_start_index=next_start,
+            rejected=rejected,
+            unschedulable_plugins=plugins,
+            pending_plugins=pending,
+        )
+        absent = None
+        if len(candidates) < num_all:
+            # Nodes PreFilterResult excluded count as unresolvable.
+            absent = Status.unresolvable(
+                f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(restricting))}]"
+            )
+        _post_filter(fw, state, pod, result, rejected)
+        result.message = fit_error_message(num_all, rejected, "", _post_filter_msg(result), absent)
+        result.status = Status(result.status.code, (result.message,), result.status.plugin)
+        return result
+
+    result = ScheduleResult(
+        SUCCESS,
+        evaluated=processed,
+        feasible=len(feasible),
+        next_start_index=next_start,
+        rejected=rejected if explain else {},
+    )
+    if len(feasible) == 1 and not explain:
+        # schedulePod: one feasible node needs no scoring.
+        result.node = feasible.names[0]
+    elif not fw.score:
+        # prioritizeNodes: without score plugins (or extenders) neither
+        # PreScore nor Score runs and every node scores 1; the first node
+        # of the walk is what upstream's max-heap pops among equal scores.
+        result.node = feasible.names[0]
+    else:
+        st = fw.run_pre_score(state, pod, feasible)
+        if not st.is_success:
+            result.status = st
+            result.message = st.message
+            result.nominating_mode = clear
+            return result
+        scores = fw.run_score(state, pod, feasible)
+        result.scores = scores
+        result.node = select_host(feasible, scores.totals, rng)
+
+    if reserve_and_permit:
+        _reserve_and_permit(fw, state, pod, result)
+    return result
+
+
+def _evaluate_nominated_node(
+    fw: Framework, snapshot: Snapshot, state: CycleState, pod: PodInfo, name: str
+) -> tuple[bool, Status | None]:
+    """schedule_one.go, evaluateNominatedNode: Filter (with nominated
+    pods) on the pod's nominated node alone. Returns whether it fits, and
+    its rejection when it does not. A node the snapshot lacks, or a
+    Filter Error there, is only logged: the cycle goes on over every
+    node."""
+    if name not in snapshot.nodes:
+        log.info(
+            "pod %s: nominated node %s is not in the snapshot; evaluating every node",
+            pod.key,
+            name,
+        )
+        return False, None
+    with fw.extension_point("Filter") as ep:
+        verdicts, first_error = fw.filter_verdicts(state, pod, snapshot.batch([name]))
+        st = verdicts.status_of(0)
+        if not st.is_success:
+            ep.append(st)
+    if first_error >= 0:
+        log.warning("pod %s: evaluation failed on nominated node %s: %s", pod.key, name, st)
+        return False, None
+    if st.is_success:
+        return True, None
+    return False, st
+
+
+def _post_filter(
+    fw: Framework,
+    state: CycleState,
+    pod: PodInfo,
+    result: ScheduleResult,
+    rejected: Mapping[str, Status],
+) -> None:
+    """schedulingAlgorithm after a FitError: no PostFilter plugins clears
+    the nominated node; otherwise the result PostFilter kept decides."""
+    if not fw.post_filter:
+        result.nominating_mode = NominatingMode.OVERRIDE
+        return
+    mark = len(state.permit_signals)
+    pf, st = fw.run_post_filter(state, pod, rejected)
+    result.post_filter_signals = state.permit_signals[mark:]
+    result.post_filter_status = st
+    if pf is not None:
+        result.nominating_mode = NominatingMode.OVERRIDE
+        result.nominated_node = pf.nominated_node_name
+        if st.is_success:
+            # Preempt's step 5, actuation, is the caller's (the server
+            # holds no credentials): the victims and the nominations to
+            # clear travel in the result.
+            result.post_filter_plugin = pf.plugin
+            result.victims = pf.victims
+            result.clear_nomination_pod_uids = pf.clear_nomination_pod_uids
+
+
+def _post_filter_msg(result: ScheduleResult) -> str:
+    """Diagnosis.PostFilterMsg: the message of RunPostFilterPlugins'
+    status, whatever its code."""
+    st = result.post_filter_status
+    return "" if st is None else st.message
+
+
+def _reserve_and_permit(
+    fw: Framework, state: CycleState, pod: PodInfo, result: ScheduleResult
+) -> None:
+    """schedule_one.go, schedulingCycle after host selection
+    (prepareForBindingCycle): Reserve, Permit, and Unreserve when either
+    turns the pod away. The signals each raised are sorted out by point;
+    the pods to activate are handed over only when Permit lets the pod on
+    (Success or Wait), as upstream activates them at the end of a
+    successful scheduling cycle and drops them otherwise."""
+    mark = len(state.permit_signals)
+    try:
+        st = fw.run_reserve(state, pod, result.node)
+    except CycleError as exc:
+        # A plugin that raised: an Error status, unreserved like any
+        # other failure (RunReservePluginsReserve returns it as one).
+        st = exc.status
+        state.assume_annotations.clear()
+    result.reserve_status = st
+    if not st.is_success:
+        fw.run_unreserve(state, pod, result.node)
+        result.unreserve_signals = state.permit_signals[mark:]
+        result.nominating_mode = NominatingMode.OVERRIDE
+        state.take_activations()
+        return
+    try:
+        st, waits = fw.run_permit(state, pod, result.node)
+    except CycleError as exc:
+        st, waits = exc.status, {}
+    result.permit_status = st
+    result.permit_timeouts = waits
+    result.permit_signals = state.permit_signals[mark:]
+    if not st.is_success and not st.is_wait:
+        after_permit = len(state.permit_signals)
+        fw.run_unreserve(state, pod, result.node)
+        result.unreserve_signals = state.permit_signals[after_permit:]
+        result.nominating_mode = NominatingMode.OVERRIDE
+        state.take_activations()
+        return
+    result.activate_pod_uids = state.take_activations()
+    # schedule_one.go bindingCycle: RunPreBindPreFlights, before
+    # WaitOnPermit (so also for a pod that waits), with the state as
+    # Permit left it. Run here, at the end of the scheduling cycle, so the
+    # caller learns in the same answer whether PreBind has work.
+    pre_flight = fw.run_pre_bind_pre_flights(state, pod, result.node)
+    result.pre_bind_pre_flight_status = pre_flight
+    result.pre_bind_skip = pre_flight.is_skip
+
+
+def find_nodes_that_pass_filters(
+    fw: Framework,
+    state: CycleState,
+    pod: PodInfo,
+    candidates: NodeBatch,
+    start_index: int,
+    num_to_find: int,
+) -> FilterOutcome:
+    """schedule_one.go, findNodesThatPassFilters: walk candidates from
+    start_index (wrapping), stop once num_to_find nodes pass. Evaluates in
+    chunks so that per-node plugins do not visit every node.
+
+    The walk is upstream's with one worker: a Filter Error stops it at the
+    node that hit it, and the nodes decided before that node still count
+    as processed (findNodesThatFitPod advances nextStartNodeIndex by them
+    whether or not an error occurred)."""
+    n = len(candidates)
+    if n == 0:
+        return FilterOutcome(candidates.take([]), {}, 0)
+    start = start_index % n
+
+    def order(lo: int, hi: int) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Positions lo..hi of the walk that starts at ``start`` and wraps."""
+        idx = np.arange(start + lo, start + min(hi, n), dtype=np.int64)
+        idx[idx >= n] -= n
+        return idx
+
+    if not fw.filter:
+        chosen = order(0, num_to_find)
+        return FilterOutcome(candidates.take(chosen), {}, len(chosen))
+    feasible_parts: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+    found = 0
+    rejected: dict[str, Status] = {}
+    error: Status | None = None
+    pos = 0
+    chunk = max(num_to_find, 64)
+    with fw.extension_point("Filter") as ep:
+        while pos < n and found < num_to_find and error is None:
+            part = order(pos, pos + chunk)
+            batch = candidates.take(part)
+            verdicts, first_error = fw.filter_verdicts(state, pod, batch)
+            ok = verdicts.passed()
+            # Nodes after the first Error are never reached.
+            decided = len(part) if first_error < 0 else first_error
+            ok_pos = np.flatnonzero(ok[:decided])
+            need = num_to_find - found
+            if len(ok_pos) >= need:
+                # Stop at the node that completed the set, like upstream's
+                # early cancel; later nodes in this chunk count as unprocessed.
+                cut = int(ok_pos[need - 1]) + 1
+                ok_pos = ok_pos[:need]
+            else:
+                cut = decided
+                if first_error >= 0:
+                    error = verdicts.status_of(first_error)
+            feasible_parts.append(part[ok_pos])
+            found += len(ok_pos)
+            bad = np.flatnonzero(~ok[:cut])
+            if len(bad):
+                names = batch.take(bad).names
+                for name, k in zip(names, bad.tolist(), strict=True):
+                    rejected[name] = verdicts.status_of(k)
+            pos += cut
+            chunk = max(chunk * 2, 64)
+        if error is not None:
+            ep.append(error)
+    feasible = np.concatenate(feasible_parts) if feasible_parts else np.empty(0, np.int64)
+    return FilterOutcome(candidates.take(feasible), rejected, pos, error)
+
+
+def select_host(nodes: NodeBatch, totals: ScoreArray, rng: random.Random | None = None) -> str:
+    """schedule_one.go, selectHost: the highest total; among equal totals one
+    at random (upstream's reservoir sampling gives each an equal chance)."""
+    best = np.flatnonzero(totals == totals.max())
+    pick = int(best[0]) if len(best) == 1 else int(best[(rng or random).randrange(len(best))])
+    return nodes.take([pick]).names[0]
