@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from berth.client import ClusterStateLog, Mode
+from berth.client.tls import ClientTLS
 from berth.framework.interfaces import Plugin
 from berth.framework.profile import SchedulerConfig
 from berth.framework.writes import config_writes
@@ -20,7 +21,6 @@ from berth.shim.leader import LeaderElector
 from berth.shim.scheduler import Scheduler, ShimOptions
 from berth.shim.service import PluginService
 from berth.shim.serving import SecureServingOptions
-from berth.tls.client import ClientTLS
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
+from berth.client.tls import add_client_tls_flags
 from berth.shim.delegation import DEFAULT_ALWAYS_ALLOW_PATHS, DEFAULT_CACHE_TTL
-from berth.tls.client import add_client_tls_flags
 
 if TYPE_CHECKING:
     from berth.shim.serving import SecureServingOptions
@@ -259,6 +259,7 @@ def secure_serving_from_args(args: argparse.Namespace) -> SecureServingOptions |
 def run(args: argparse.Namespace) -> int:
     if args.verbose == 0:
         logging.getLogger().setLevel(logging.INFO)
+    from berth.client.tls import client_tls_from_args
     from berth.framework.config import ConfigError, default_config, load_config
     from berth.plugins.registry import RegistryError, load_registry
     from berth.server import telemetry
@@ -267,7 +268,6 @@ def run(args: argparse.Namespace) -> int:
     from berth.shim.kubeapi import ConfigurationError
     from berth.shim.scheduler import ShimOptions
     from berth.shim.serving import SecureServingOptions
-    from berth.tls.client import client_tls_from_args
 
     # The plugins the in-process service runs; with --server the server has
     # its own, and these only check the configuration's names.

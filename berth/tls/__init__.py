@@ -1,2 +1,3 @@
-"""Transport security shared by the plugin server, the shim and the clients: PEM files,
-serving credentials that follow rotation, client credentials, and a small CA."""
+"""Transport security the plugin server and the shim share: PEM files, serving
+credentials that follow rotation, and a small CA (``berth certs``). The gRPC
+client's flags and channel credentials are berth.client.tls."""

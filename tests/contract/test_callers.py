@@ -18,11 +18,11 @@ from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.client import TOKEN_METADATA, ClusterStateLog, SchedulingClient
+from berth.client.tls import client_tls
 from berth.framework.testing import make_node, make_pod
 from berth.server.app import Limits, RunningServer, start_server
 from berth.server.identity import CallerTokensError, load_tokens
 from berth.server.state import DEFAULT_MAX_PER_CALLER
-from berth.tls.client import client_tls
 from berth.tls.serving import ServerTLS
 from tests.contract.fakes import CONFIG, REGISTRY
 from tests.contract.test_server_errors import assert_info, refused

@@ -22,9 +22,9 @@ from berth.api.v1 import scheduling_pb2 as pb
 from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.cli import build_parser
 from berth.client import ClusterStateLog, SchedulingClient
+from berth.client.tls import client_tls, client_tls_from_args
 from berth.server.app import RunningServer, start_server
 from berth.shim.app import ShimSettings, build_service
-from berth.tls.client import client_tls, client_tls_from_args
 from berth.tls.serving import ServerTLS, TLSFileError, is_loopback_listen
 from tests.contract.fakes import CONFIG, REGISTRY
 from tests.contract.tlscerts import CA, Leaf

@@ -25,9 +25,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from berth.cli import build_parser
 from berth.client import ClusterStateLog, SchedulingClient, parse_target
+from berth.client.tls import client_tls, client_tls_from_args
 from berth.dev.localcluster import Cluster, KubeClient
 from berth.dev.localcluster.rest import JSON
-from berth.tls.client import client_tls, client_tls_from_args
 from tests.contract.serve import free_loopback_ports
 from tests.integration.deploytools import (
     BASE,

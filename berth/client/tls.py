@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import grpc
+import grpc
 
-# grpc and cryptography are imported when TLS is configured, not when a
-# command's flags are registered (``berth --help`` stays quick).
+# The PEM readers (berth.tls.serving, and with them cryptography) are imported
+# when TLS is configured, not when a command's flags are registered
+# (``berth --help`` stays quick).
 
 CA_FLAG = "--plugin-server-ca"
 CERT_FLAG = "--plugin-server-cert"
@@ -104,8 +103,6 @@ def client_tls(
 ) -> ClientTLS:
     """Channel credentials from PEM files (each checked; the error names its
     flag and file)."""
-    import grpc
-
     from berth.tls.serving import TLSFileError, read_key_pair, read_pem_certificates
 
     root = read_pem_certificates(ca, CA_FLAG) if ca is not None else None

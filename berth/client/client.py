@@ -1,16 +1,10 @@
-"""The caller's side of the SchedulingService protocol (protos/README.md,
-"Client contract").
+"""``SchedulingClient``: sends each request with the changes since a generation
+the replica that answers it holds (protos/README.md, "Client contract").
 
-``ClusterStateLog`` owns the truth: the nodes and pods the plugins should see,
-numbered by generation under a cluster_id and an incarnation, with the recent
-deltas kept so that a replica that is a few generations behind is brought
-forward cheaply.
-
-``SchedulingClient`` sends each request with the changes since a generation
-the replica that answers it holds, and on STALE_SNAPSHOT (FAILED_PRECONDITION:
-the replica is behind or new) resends from the generation the replica reports,
-or in full. Every replica has a generation of its own, so the client keeps
-them apart in one of two ways:
+On STALE_SNAPSHOT (FAILED_PRECONDITION: the replica is behind or new) it
+resends from the generation the replica reports, or in full. Every replica
+has a generation of its own, so the client keeps them apart in one of two
+ways:
 
 - endpoint-aware (``SchedulingClient.connect`` with ``dns:///name:port`` or a
   list ``host:port,host:port``): the client resolves the replicas' addresses
@@ -23,8 +17,7 @@ them apart in one of two ways:
   trailer (or the ErrorInfo metadata) and sends deltas from a generation every
   replica it knows has confirmed (``ReplicaTracker``).
 
-Channels load the client contract, ``protos/service_config.json`` (per-method
-deadlines, retries of UNAVAILABLE, message sizes). Beyond it the client:
+Beyond the channel's service config (berth.client.channel) the client:
 
 - sets a deadline on every call (``timeout``, else ``DEFAULT_TIMEOUT_SECONDS``;
   on ScheduleStream as the message's ``timeout_millis``), so a server
@@ -43,379 +36,51 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.resources
-import json
 import logging
-import os
 import random
-import secrets
-import socket
 import time
-import uuid
-from collections import Counter, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 import grpc
-from google.protobuf.message import DecodeError
-from google.rpc.error_details_pb2 import ErrorInfo
-from google.rpc.status_pb2 import Status as RpcStatus
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
+from berth.client.channel import DEFAULT_MAX_MESSAGE_BYTES, RPC_NAMES, open_channel
+from berth.client.endpoints import (
+    Endpoint,
+    EndpointStats,
+    Resolve,
+    Target,
+    check_host_port,
+    parse_target,
+    resolve_dns,
+)
+from berth.client.errors import (
+    REPLICA_TRAILER,
+    SNAPSHOT_PASSED,
+    ErrorDetail,
+    RequestRefused,
+    SnapshotPassed,
+    metadata_value,
+    overloaded,
+)
+from berth.client.replicas import ReplicaTracker
+from berth.client.statelog import ClusterStateLog
 
-log = logging.getLogger(__name__)
-
-# Trailing metadata: the replica's generation on STALE_SNAPSHOT (-1: none; the
-# protocol's first signal, kept beside the ErrorInfo), and the id a server
-# process picks at random when it starts, on every answer.
-GENERATION_TRAILER = "berth-replica-generation"
-REPLICA_TRAILER = "berth-replica"
-# google.rpc.Status, serialised, in the trailers of a failed call.
-STATUS_DETAILS_KEY = "grpc-status-details-bin"
-ERROR_DOMAIN = "berth.dev"
-SERVICE_NAME = "berth.v1.SchedulingService"
-RPC_NAMES = tuple(m.name for m in pb.DESCRIPTOR.services_by_name["SchedulingService"].methods)
-
-# berth serve --max-message-bytes's default: the contract's largest request
-# and response (a full state of 5000 nodes and 50k pods is ~11 MiB).
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 2**20
+# The package's logger: every line of the client names berth.client.
+log = logging.getLogger("berth.client")
 
 # A unary call without a timeout of its own gets this deadline.
 DEFAULT_TIMEOUT_SECONDS = 30.0
-# The metadata that carries the caller's token (server/identity.py), and the
-# environment variable that gives it (else each ClusterStateLog makes one).
+# The metadata that carries the caller's token (server/identity.py).
 TOKEN_METADATA = "berth-caller-token"
-TOKEN_ENV = "BERTH_CALLER_TOKEN"
 # OVERLOADED answers: retries, and the backoff before each (doubling, jittered).
 OVERLOAD_RETRIES = 5
 OVERLOAD_BACKOFF_SECONDS = 0.1
 OVERLOAD_BACKOFF_MAX_SECONDS = 2.0
-
-# protos/service_config.json, copied into the berth.api package by
-# hack/gen-protos.sh (checked there), so an installed package carries it.
-SERVICE_CONFIG_RESOURCE = "service_config.json"
-
-
-def load_service_config(max_message_bytes: int | None = None) -> dict[str, Any]:
-    """The client contract: protos/service_config.json as the berth.api
-    package carries it, with the message size limits replaced when
-    ``max_message_bytes`` is given (a server run with another
-    --max-message-bytes)."""
-    resource = importlib.resources.files("berth.api") / SERVICE_CONFIG_RESOURCE
-    try:
-        config: dict[str, Any] = json.loads(resource.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(
-            f"berth/api/{SERVICE_CONFIG_RESOURCE}: not a readable JSON service config: {exc}"
-        ) from exc
-    if max_message_bytes is not None:
-        for method in config.get("methodConfig", ()):
-            for key in ("maxRequestMessageBytes", "maxResponseMessageBytes"):
-                if key in method:
-                    method[key] = max_message_bytes
-    return config
-
-
-def channel_options(
-    *, retries: bool = True, max_message_bytes: int | None = None
-) -> list[tuple[str, Any]]:
-    """Channel arguments that load the client contract. ``retries`` turns on
-    gRPC's own retries of UNAVAILABLE (the service config's retryPolicy): on
-    for a channel that load balances, off for a channel to one replica whose
-    calls the client moves to another replica itself."""
-    limit = max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES
-    return [
-        ("grpc.service_config", json.dumps(load_service_config(max_message_bytes))),
-        # The contract above, not whatever a DNS TXT record says.
-        ("grpc.service_config_disable_resolution", 1),
-        ("grpc.enable_retries", 1 if retries else 0),
-        # gRPC applies the smaller of these and the service config's limits.
-        ("grpc.max_send_message_length", limit),
-        ("grpc.max_receive_message_length", limit),
-        # A replica restarted on its address is reached again within seconds,
-        # not after gRPC's default reconnect backoff of up to 2 minutes.
-        ("grpc.initial_reconnect_backoff_ms", 250),
-        ("grpc.min_reconnect_backoff_ms", 250),
-        ("grpc.max_reconnect_backoff_ms", 5000),
-    ]
-
-
-# Kept for callers that build their own channel.
-CHANNEL_OPTIONS = tuple(channel_options())
-
-
-def open_channel(
-    address: str,
-    *,
-    retries: bool = True,
-    max_message_bytes: int | None = None,
-    credentials: grpc.ChannelCredentials | None = None,
-    **kwargs: Any,
-) -> grpc.aio.Channel:
-    """A channel to a plugin server (or a load-balanced set of them) that
-    follows the client contract and can carry a full state."""
-    options = channel_options(retries=retries, max_message_bytes=max_message_bytes)
-    options += list(kwargs.pop("options", ()))
-    if credentials is not None:
-        return grpc.aio.secure_channel(address, credentials, options=options, **kwargs)
-    return grpc.aio.insecure_channel(address, options=options, **kwargs)
-
-
-# (group, resource, namespace, name) of a ClusterObject.
-ObjectKey = tuple[str, str, str, str]
-
-
-def object_key(ref: cpb.ObjectRef) -> ObjectKey:
-    return (ref.group, ref.resource, ref.namespace, ref.name)
-
-
-def object_ref(key: ObjectKey) -> cpb.ObjectRef:
-    group, resource, namespace, name = key
-    return cpb.ObjectRef(group=group, resource=resource, namespace=namespace, name=name)
-
-
-class ClusterStateLog:
-    """Nodes, pods and the other objects plugins read (``objects``) by
-    generation, with a bounded log of deltas."""
-
-    def __init__(
-        self,
-        cluster_id: str | None = None,
-        keep: int = 512,
-        *,
-        incarnation: int | None = None,
-        token: str | None = None,
-    ) -> None:
-        self.cluster_id = cluster_id or uuid.uuid4().hex
-        # Who owns this state on the replicas (berth-caller-token): given,
-        # else $BERTH_CALLER_TOKEN, else a random secret of this run.
-        self.token = token or os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
-        # Which run of the caller this is (its start in microseconds): a
-        # caller that keeps its cluster_id across restarts is never answered
-        # from what a replica holds of its previous run.
-        self.incarnation = time.time_ns() // 1000 if incarnation is None else incarnation
-        self.generation = 0
-        self.nodes: dict[str, cpb.Node] = {}
-        self.pods: dict[str, cpb.Pod] = {}
-        self._log: deque[tuple[int, _Changes]] = deque(maxlen=keep)
-        # Pending changes, one entry per object (None: deleted), so an object
-        # changed several times before a commit lands in the delta once, in
-        # its last state: an upsert then a delete is a delete.
-        self._pending_nodes: dict[str, cpb.Node | None] = {}
-        self._pending_pods: dict[str, cpb.Pod | None] = {}
-        # Objects beyond nodes and pods (Profile.reads), by (group, resource,
-        # namespace, name).
-        self.objects: dict[ObjectKey, cpb.ClusterObject] = {}
-        self._pending_objects: dict[ObjectKey, cpb.ClusterObject | None] = {}
-        self._merged: tuple[int, int, cpb.ClusterDelta] | None = None
-
-    # -- changes --------------------------------------------------------------
-
-    def upsert_node(self, node: cpb.Node) -> None:
-        self.nodes[node.name] = node
-        self._pending_nodes[node.name] = node
-
-    def delete_node(self, name: str) -> None:
-        if self.nodes.pop(name, None) is not None:
-            self._pending_nodes[name] = None
-
-    def upsert_pod(self, pod: cpb.Pod) -> None:
-        self.pods[pod.uid] = pod
-        self._pending_pods[pod.uid] = pod
-
-    def delete_pod(self, uid: str) -> None:
-        if self.pods.pop(uid, None) is not None:
-            self._pending_pods[uid] = None
-
-    def upsert_object(self, obj: cpb.ClusterObject) -> None:
-        key = object_key(obj.ref)
-        self.objects[key] = obj
-        self._pending_objects[key] = obj
-
-    def delete_object(self, ref: cpb.ObjectRef) -> None:
-        key = object_key(ref)
-        if self.objects.pop(key, None) is not None:
-            self._pending_objects[key] = None
-
-    @property
-    def has_pending(self) -> bool:
-        return bool(self._pending_nodes or self._pending_pods or self._pending_objects)
-
-    def commit(self) -> int:
-        """Closes the pending changes into a new generation (if any). The log
-        keeps the changed records themselves, not a message holding copies of
-        them: records are never changed in place once upserted, and a delta
-        is built only when a replica asks for it (``state_since``)."""
-        if self._pending_nodes or self._pending_pods or self._pending_objects:
-            self.generation += 1
-            self._log.append(
-                (
-                    self.generation,
-                    _Changes(self._pending_nodes, self._pending_pods, self._pending_objects),
-                )
-            )
-            self._pending_nodes = {}
-            self._pending_pods = {}
-            self._pending_objects = {}
-        elif self.generation == 0:
-            # An empty cluster is still a state a replica can hold.
-            self.generation = 1
-            self._log.append((1, _Changes({}, {}, {})))
-        return self.generation
-
-    # -- what to send ---------------------------------------------------------
-
-    def full_state(self) -> cpb.ClusterState:
-        if self.generation == 0:
-            self.commit()
-        st = cpb.ClusterState(
-            cluster_id=self.cluster_id,
-            generation=self.generation,
-            full=True,
-            incarnation=self.incarnation,
-        )
-        st.delta.upsert_nodes.extend(self.nodes.values())
-        st.delta.upsert_pods.extend(self.pods.values())
-        st.delta.upsert_objects.extend(self.objects.values())
-        return st
-
-    def full_parts(self, part_bytes: int) -> list[cpb.ClusterState]:
-        """The full state as UploadState parts of about ``part_bytes`` each
-        (an object larger than that alone in its part)."""
-        if self.generation == 0:
-            self.commit()
-        parts: list[cpb.ClusterState] = []
-        part: cpb.ClusterState | None = None
-        size = 0
-        groups: list[tuple[str, Iterable[Any]]] = [
-            ("upsert_nodes", self.nodes.values()),
-            ("upsert_pods", self.pods.values()),
-            ("upsert_objects", self.objects.values()),
-        ]
-        for name, items in groups:
-            for item in items:
-                n = item.ByteSize()
-                if part is None or (size and size + n > part_bytes):
-                    part = cpb.ClusterState(
-                        cluster_id=self.cluster_id,
-                        generation=self.generation,
-                        full=True,
-                        incarnation=self.incarnation,
-                    )
-                    parts.append(part)
-                    size = 0
-                getattr(part.delta, name).append(item)
-                size += n
-        if not parts:
-            parts.append(self.full_state())
-        return parts
-
-    def state_since(self, base: int) -> cpb.ClusterState:
-        """The message that takes a replica at ``base`` to the current
-        generation: a merged delta, or the full state when ``base`` is
-        unknown (<= 0) or older than the log reaches."""
-        if self.generation == 0:
-            self.commit()
-        if base == self.generation:
-            return cpb.ClusterState(
-                cluster_id=self.cluster_id,
-                generation=self.generation,
-                base_generation=base,
-                incarnation=self.incarnation,
-            )
-        oldest = self._log[0][0] if self._log else self.generation + 1
-        if base <= 0 or base + 1 < oldest or base > self.generation:
-            return self.full_state()
-        if self._merged is not None and self._merged[:2] == (base, self.generation):
-            delta = self._merged[2]
-        else:
-            delta = self._merge(base)
-            self._merged = (base, self.generation, delta)
-        st = cpb.ClusterState(
-            cluster_id=self.cluster_id,
-            generation=self.generation,
-            base_generation=base,
-            incarnation=self.incarnation,
-        )
-        st.delta.CopyFrom(delta)
-        return st
-
-    def pinned_state(self, base: int, generation: int) -> cpb.ClusterState | None:
-        """A pinned message (``ClusterState.pinned``) that takes a replica at
-        ``base`` to exactly ``generation``, an earlier one included: the later
-        calls of a cycle that started there. None when it cannot be built (the
-        base is past ``generation``, or only a full state would do and the
-        caller no longer has that generation whole): restart the cycle."""
-        if generation <= 0 or generation > self.generation:
-            raise ValueError(
-                f"pinned generation {generation} is not one this log has had "
-                f"(current {self.generation})"
-            )
-        if generation == self.generation:
-            st = self.state_since(base)
-        else:
-            oldest = self._log[0][0] if self._log else self.generation + 1
-            if base <= 0 or base + 1 < oldest or base > generation:
-                return None
-            st = cpb.ClusterState(
-                cluster_id=self.cluster_id,
-                generation=generation,
-                base_generation=base,
-                incarnation=self.incarnation,
-            )
-            if base < generation:
-                st.delta.CopyFrom(self._merge(base, generation))
-        st.pinned = True
-        return st
-
-    def _merge(self, base: int, upto: int | None = None) -> cpb.ClusterDelta:
-        """The changes after ``base`` up to ``upto`` (default: the current
-        generation) as one delta, each object once in its last state."""
-        newer: list[_Changes] = []
-        for gen, changes in reversed(self._log):
-            if gen <= base:
-                break
-            if upto is None or gen <= upto:
-                newer.append(changes)
-        if len(newer) == 1:
-            merged = newer[0]
-        else:
-            merged = _Changes({}, {}, {})
-            for changes in reversed(newer):
-                merged.nodes.update(changes.nodes)
-                merged.pods.update(changes.pods)
-                merged.objects.update(changes.objects)
-        out = cpb.ClusterDelta()
-        for name, node in merged.nodes.items():
-            if node is None:
-                out.delete_nodes.append(name)
-            else:
-                out.upsert_nodes.append(node)
-        for uid, pod in merged.pods.items():
-            if pod is None:
-                out.delete_pods.append(uid)
-            else:
-                out.upsert_pods.append(pod)
-        for key, obj in merged.objects.items():
-            if obj is None:
-                out.delete_objects.append(object_ref(key))
-            else:
-                out.upsert_objects.append(obj)
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class _Changes:
-    """One generation's changes in ``ClusterStateLog``'s log: each object once,
-    in its last state (None: deleted)."""
-
-    nodes: dict[str, cpb.Node | None]
-    pods: dict[str, cpb.Pod | None]
-    objects: dict[ObjectKey, cpb.ClusterObject | None]
-
 
 R = TypeVar("R")
 
@@ -440,341 +105,6 @@ def _schedule_request(
         )
 
     return build
-
-
-_CODES = {c.value[0]: c for c in grpc.StatusCode}
-
-# ErrorReason names as sent (protos/berth/v1/scheduling.proto, ErrorReason).
-STALE_SNAPSHOT = "STALE_SNAPSHOT"
-SNAPSHOT_PASSED = "SNAPSHOT_PASSED"
-BATCH_TOO_LARGE = "BATCH_TOO_LARGE"
-
-
-def _metadata_value(metadata: Iterable[tuple[str, str | bytes]] | None, key: str) -> str | None:
-    for k, v in metadata or ():
-        if k == key:
-            return v.decode(errors="replace") if isinstance(v, bytes) else v
-    return None
-
-
-def _int_or(value: str | None, default: int) -> int:
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        return default
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorDetail:
-    """Why a replica refused a request: the google.rpc.ErrorInfo of the gRPC
-    status (domain berth.dev), or on a stream the RequestError; the older
-    ``berth-replica-generation`` trailer when a server sends no ErrorInfo."""
-
-    code: grpc.StatusCode
-    message: str
-    # An ErrorReason name without its prefix ("STALE_SNAPSHOT"); "" for none.
-    reason: str = ""
-    metadata: Mapping[str, str] = field(default_factory=dict)
-    # The replica's generation of the cluster (-1: none or not said).
-    replica_generation: int = -1
-    # The id of the server process that answered ("": not said).
-    replica: str = ""
-
-    @property
-    def stale(self) -> bool:
-        return self.reason == STALE_SNAPSHOT
-
-    @classmethod
-    def from_rpc_error(cls, err: grpc.aio.AioRpcError) -> ErrorDetail:
-        trailers = err.trailing_metadata() or ()
-        reason, metadata = "", {}
-        raw = None
-        for k, v in trailers:
-            if k == STATUS_DETAILS_KEY:
-                raw = v
-        if isinstance(raw, bytes):
-            status = RpcStatus()
-            with contextlib.suppress(DecodeError):
-                status.ParseFromString(raw)
-            for detail in status.details:
-                info = ErrorInfo()
-                # Unpack is False for a detail of another type.
-                if detail.Unpack(info) and info.domain == ERROR_DOMAIN:
-                    reason, metadata = info.reason, dict(info.metadata)
-                    break
-        old_generation = _metadata_value(trailers, GENERATION_TRAILER)
-        if (
-            not reason
-            and old_generation is not None
-            and err.code() == grpc.StatusCode.FAILED_PRECONDITION
-        ):
-            # A server from before ErrorInfo: FAILED_PRECONDITION with this
-            # trailer was always a stale snapshot.
-            reason = STALE_SNAPSHOT
-        generation = _int_or(metadata.get("replica_generation"), _int_or(old_generation, -1))
-        replica = metadata.get("replica") or _metadata_value(trailers, REPLICA_TRAILER) or ""
-        return cls(
-            err.code(),
-            err.details() or "",
-            reason,
-            metadata,
-            generation,
-            replica,
-        )
-
-    @classmethod
-    def from_request_error(cls, err: pb.RequestError) -> ErrorDetail:
-        code = _CODES.get(err.grpc_code, grpc.StatusCode.UNKNOWN)
-        reason = err.reason
-        if not reason and code == grpc.StatusCode.FAILED_PRECONDITION:
-            reason = STALE_SNAPSHOT
-        generation = err.replica_generation
-        if reason not in (STALE_SNAPSHOT, SNAPSHOT_PASSED):
-            generation = -1
-        elif "replica_generation" in err.metadata:
-            generation = _int_or(err.metadata["replica_generation"], generation)
-        return cls(
-            code,
-            err.message,
-            reason,
-            dict(err.metadata),
-            generation,
-            err.metadata.get("replica", ""),
-        )
-
-
-OVERLOADED = "OVERLOADED"
-
-
-def _overloaded(err: grpc.aio.AioRpcError | RequestRefused) -> bool:
-    """Was the call refused because the replica was at its in-flight caps
-    (RESOURCE_EXHAUSTED, reason OVERLOADED)? Nothing of it was done."""
-    if isinstance(err, RequestRefused):
-        return err.detail.reason == OVERLOADED
-    if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return False
-    return ErrorDetail.from_rpc_error(err).reason == OVERLOADED
-
-
-def replica_generation(err: grpc.aio.AioRpcError) -> int:
-    """The generation a replica reported in a STALE_SNAPSHOT answer (-1: none)."""
-    return ErrorDetail.from_rpc_error(err).replica_generation
-
-
-class RequestRefused(Exception):
-    """The server refused a streamed request (what the unary RPC would have
-    raised as a gRPC error)."""
-
-    def __init__(
-        self, code: grpc.StatusCode, message: str, detail: ErrorDetail | None = None
-    ) -> None:
-        super().__init__(f"{code.name}: {message}")
-        self.code = code
-        self.message = message
-        self.detail = detail or ErrorDetail(code, message)
-
-
-class SnapshotPassed(Exception):
-    """A pinned request cannot be served at its generation: the replica
-    already holds a later one (ABORTED, SNAPSHOT_PASSED), or the caller can no
-    longer build that generation. Restart the cycle at the current one."""
-
-    def __init__(self, generation: int, replica_generation: int, message: str = "") -> None:
-        super().__init__(
-            message
-            or f"cycle pinned to generation {generation}, but the replica holds "
-            f"{replica_generation}: restart the cycle"
-        )
-        self.generation = generation
-        self.replica_generation = replica_generation
-
-
-# -- what each replica confirmed --------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Replica:
-    # The generation it confirmed holding; -1 when it needs a full state.
-    generation: int
-    last_seen: float
-    # ReplicaTracker._answers when it last answered.
-    last_answer: int
-
-
-class ReplicaTracker:
-    """The generations the replicas behind one channel confirmed, by replica
-    id (the ``berth-replica`` trailer; "" for a server that sends none).
-
-    ``base()`` is the generation to send a delta from: the lowest any known
-    replica confirmed, so whichever replica the channel picks can apply it;
-    0 (a full state) while a known replica needs one, until it confirms.
-    A replica that has not answered for a while (``forget_answers`` answers by
-    others, or ``forget_seconds``) is forgotten, so a replica gone for good
-    does not hold the base back; one that returns is at worst resent to from
-    its own generation.
-
-    ``exclusive``: the channel reaches one replica at a time (one address):
-    a new id there replaces the previous one (the process was restarted).
-    """
-
-    def __init__(
-        self,
-        *,
-        exclusive: bool = False,
-        forget_answers: int = 64,
-        forget_seconds: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.exclusive = exclusive
-        self.forget_answers = forget_answers
-        self.forget_seconds = forget_seconds
-        self.clock = clock
-        self.replicas: dict[str, _Replica] = {}
-        self._answers = 0
-        self._latest = 0.0
-        # The base while no replica is known: 0, a full state.
-        self._assumed = 0
-
-    def base(self, *, optimistic: bool = False) -> int:
-        """``optimistic``: leave out replicas that need a full state, for a
-        request whose resend goes to the same replica (a stream): if it lands
-        on one of them, that one answers STALE_SNAPSHOT and gets its full
-        state, and nobody else does."""
-        self._forget()
-        known = [r.generation for r in self.replicas.values()]
-        if optimistic:
-            known = [g for g in known if g > 0]
-        if not known:
-            return self._assumed
-        return max(0, min(known))
-
-    def assume(self, generation: int) -> None:
-        """Treat every known replica (and the next unknown one) as holding
-        ``generation``; a wrong guess costs one STALE_SNAPSHOT answer."""
-        self._assumed = generation
-        for r in self.replicas.values():
-            r.generation = generation
-
-    def confirmed(self, replica: str, generation: int) -> bool:
-        """``replica`` answered a request at ``generation``. True when the
-        replica is new to this tracker."""
-        r, new = self._seen(replica)
-        r.generation = max(r.generation, generation)
-        return new
-
-    def stale(self, replica: str, have: int) -> bool:
-        """``replica`` answered STALE_SNAPSHOT holding ``have`` (-1: nothing).
-        True when the replica is new to this tracker."""
-        r, new = self._seen(replica)
-        r.generation = have if have > 0 else -1
-        return new
-
-    def needs_full(self) -> list[str]:
-        return [k for k, r in self.replicas.items() if r.generation <= 0]
-
-    def _seen(self, replica: str) -> tuple[_Replica, bool]:
-        self._answers += 1
-        now = self.clock()
-        self._latest = max(self._latest, now)
-        r = self.replicas.get(replica)
-        new = r is None
-        if r is None:
-            if self.exclusive:
-                self.replicas.clear()
-            r = self.replicas[replica] = _Replica(-1, now, self._answers)
-        r.last_seen = now
-        r.last_answer = self._answers
-        return r, new
-
-    def _forget(self) -> None:
-        if len(self.replicas) < 2:
-            return
-        # A replica needing a full state is waited for less long: with round
-        # robin it answers again within one round.
-        patience = max(self.forget_answers, 4 * len(self.replicas))
-        patience_full = max(4, 2 * len(self.replicas))
-        for key, r in list(self.replicas.items()):
-            quiet = self._answers - r.last_answer
-            if (
-                quiet > (patience_full if r.generation <= 0 else patience)
-                or self._latest - r.last_seen > self.forget_seconds
-            ):
-                log.info(
-                    "replica %s not heard from in %d answers / %.0fs: forgotten",
-                    key or "(unnamed)",
-                    quiet,
-                    self._latest - r.last_seen,
-                )
-                del self.replicas[key]
-
-
-# -- where the replicas are -----------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """A parsed ``--plugin-server`` value."""
-
-    # "dns": resolve host:port to every replica's address (a headless Service);
-    # "list": these addresses; "single": one gRPC target, balanced by gRPC or a proxy.
-    kind: Literal["dns", "list", "single"]
-    text: str
-    addresses: tuple[str, ...] = ()
-    host: str = ""
-    port: int = 0
-
-
-def _check_host_port(text: str, entry: str) -> tuple[str, int]:
-    host, sep, port = entry.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(
-            f"plugin server target {text!r}: {entry!r} is not host:port (e.g. 10.0.0.5:50051)"
-        )
-    return host, int(port)
-
-
-def parse_target(text: str) -> Target:
-    """``dns:///name:port`` (or ``dns://authority/name:port``), a list
-    ``host:port,host:port``, or any other gRPC target (``host:port``,
-    ``ipv4:a:p,b:p``, ``unix:...``) used as one channel."""
-    text = text.strip()
-    if not text:
-        raise ValueError("plugin server target: must not be empty")
-    if text.startswith("dns:"):
-        rest = text[len("dns:") :]
-        if rest.startswith("//"):
-            # dns://[authority]/name:port: the authority (a DNS server) is
-            # gRPC's; the system resolver is used here.
-            rest = rest[2:].partition("/")[2]
-        host, port = _check_host_port(text, rest)
-        return Target("dns", text, host=host.strip("[]"), port=port)
-    if "," in text and ":" in text.split(",", 1)[0] and "://" not in text:
-        first = text.split(",", 1)[0]
-        if first.partition(":")[0] in ("ipv4", "ipv6", "unix", "unix-abstract", "vsock"):
-            return Target("single", text, addresses=(text,))
-        entries = tuple(e.strip() for e in text.split(",") if e.strip())
-        for e in entries:
-            _check_host_port(text, e)
-        return Target("list", text, addresses=entries)
-    return Target("single", text, addresses=(text,))
-
-
-Resolve = Callable[[str, int], Awaitable[list[str]]]
-
-
-async def resolve_dns(host: str, port: int) -> list[str]:
-    """Every address ``host`` resolves to, as ``ip:port`` (``[ip]:port`` for IPv6)."""
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    out: list[str] = []
-    for family, _, _, _, sockaddr in infos:
-        ip = str(sockaddr[0])
-        addr = f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}"
-        if addr not in out:
-            out.append(addr)
-    return sorted(out)
 
 
 async def _stream_failure(call: Any, exc: BaseException, written: bool) -> grpc.aio.AioRpcError:
@@ -810,46 +140,6 @@ async def _stream_failure(call: Any, exc: BaseException, written: bool) -> grpc.
         grpc.aio.Metadata(),
         details or f"stream closed by the server ({exc})",
     )
-
-
-class Endpoint:
-    """One channel: to one replica's address (endpoint-aware), or to whatever
-    the channel balances over (opaque)."""
-
-    def __init__(
-        self, address: str, stub: Any, channel: grpc.aio.Channel | None, tracker: ReplicaTracker
-    ) -> None:
-        self.address = address
-        self.stub = stub
-        self.channel = channel
-        self.tracker = tracker
-        # ScheduleStream: one stream per endpoint, one exchange at a time.
-        self.stream: Any = None
-        self.stream_acked = 0
-        self.stream_replica = ""
-        self.stream_lock = asyncio.Lock()
-        # Held while a full state is in flight on this endpoint.
-        self.full_lock = asyncio.Lock()
-        # The replica id last seen here, and every id seen here.
-        self.replica = ""
-        self.seen: set[str] = set()
-        self.down_until = 0.0
-        self.backoff = 0.0
-        self.calls = 0
-        self.full_sends = 0
-        self.resends = 0
-        self.failures = 0
-
-
-@dataclass(frozen=True, slots=True)
-class EndpointStats:
-    address: str
-    replica: str
-    healthy: bool
-    calls: int
-    full_sends: int
-    resends: int
-    failures: int
 
 
 # What the client reports to ``on_event``: (kind, endpoint address, replica id).
@@ -940,7 +230,7 @@ class SchedulingClient:
         anything else; "endpoints" resolves a plain host:port too; "opaque"
         uses one channel whatever the target. ``make_stub``: a stub per
         address instead of gRPC channels (a transport of one's own, tests).
-        ``credentials``: TLS (berth.tls.client), the same for every replica's
+        ``credentials``: TLS (berth.client.tls), the same for every replica's
         channel; ``tls_name``: the name the servers' certificates must carry
         (default: the target's host; for a dns:/// target that name, also on
         the channels to the addresses it resolves to)."""
@@ -981,7 +271,7 @@ class SchedulingClient:
             log.info("plugin servers: %s, one channel (replicas told apart by id)", spec.text)
             return client
         if spec.kind == "single":
-            host, port = _check_host_port(target, spec.text)
+            host, port = check_host_port(target, spec.text)
             spec = Target("dns", target, host=host.strip("[]"), port=port)
             client.target = spec
         if credentials is not None and not name_override and spec.kind == "dns":
@@ -997,7 +287,7 @@ class SchedulingClient:
             client._resolved_at = float("inf")  # a fixed list
         return client
 
-    # -- compatibility with the one-channel client ------------------------------
+    # -- as one channel: the first endpoint's stub, the lowest acknowledged generation
 
     @property
     def stub(self) -> Any:
@@ -1190,7 +480,7 @@ class SchedulingClient:
             try:
                 result = await fn(e)
             except (grpc.aio.AioRpcError, RequestRefused) as err:
-                if _overloaded(err) and busy < OVERLOAD_RETRIES:
+                if overloaded(err) and busy < OVERLOAD_RETRIES:
                     # The replica took nothing of the call: wait, then again
                     # (on the next endpoint, when there are several).
                     delay = min(OVERLOAD_BACKOFF_MAX_SECONDS, OVERLOAD_BACKOFF_SECONDS * 2**busy)
@@ -1251,14 +541,14 @@ class SchedulingClient:
         replica = ""
         trailing = getattr(call, "trailing_metadata", None)
         if trailing is not None:
-            replica = _metadata_value(await trailing(), REPLICA_TRAILER) or ""
+            replica = metadata_value(await trailing(), REPLICA_TRAILER) or ""
         return resp, replica
 
     def _method_name(self, method: str | Callable[..., Any]) -> str:
         if isinstance(method, str):
             name = method
         else:
-            # A stub's method (the one-channel client's older calling form).
+            # A stub's method, e.g. ``client.stub.Filter``.
             name = getattr(method, "__name__", "")
             for e in self._endpoints:
                 for rpc in RPC_NAMES:
@@ -1353,7 +643,7 @@ class SchedulingClient:
         replica = ""
         trailing = getattr(call, "trailing_metadata", None)
         if trailing is not None:
-            replica = _metadata_value(await trailing(), REPLICA_TRAILER) or ""
+            replica = metadata_value(await trailing(), REPLICA_TRAILER) or ""
         self._note_replica(e, replica)
         self.full_sends_by_replica[replica or e.address] += 1
         e.tracker.confirmed(replica or (e.replica if e.tracker.exclusive else ""), resp.generation)
@@ -1550,7 +840,7 @@ class SchedulingClient:
             initial = getattr(call, "initial_metadata", None)
             if initial is not None:
                 with contextlib.suppress(Exception):
-                    e.stream_replica = _metadata_value(await initial(), REPLICA_TRAILER) or ""
+                    e.stream_replica = metadata_value(await initial(), REPLICA_TRAILER) or ""
                 self._note_replica(e, e.stream_replica)
         return resp
 

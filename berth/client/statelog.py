@@ -1,0 +1,274 @@
+"""The caller's truth: the nodes, pods and other objects plugins read,
+numbered by generation under a cluster_id and an incarnation, with the recent
+deltas kept so that a replica a few generations behind is brought forward
+cheaply (protos/README.md, "Cluster state at the cost of what changed")."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from berth.api.v1 import cluster_pb2 as cpb
+
+# The environment variable that gives the caller's token (the
+# berth-caller-token metadata); without it each ClusterStateLog makes one.
+TOKEN_ENV = "BERTH_CALLER_TOKEN"
+
+
+# (group, resource, namespace, name) of a ClusterObject.
+ObjectKey = tuple[str, str, str, str]
+
+
+def object_key(ref: cpb.ObjectRef) -> ObjectKey:
+    return (ref.group, ref.resource, ref.namespace, ref.name)
+
+
+def object_ref(key: ObjectKey) -> cpb.ObjectRef:
+    group, resource, namespace, name = key
+    return cpb.ObjectRef(group=group, resource=resource, namespace=namespace, name=name)
+
+
+class ClusterStateLog:
+    """Nodes, pods and the other objects plugins read (``objects``) by
+    generation, with a bounded log of deltas."""
+
+    def __init__(
+        self,
+        cluster_id: str | None = None,
+        keep: int = 512,
+        *,
+        incarnation: int | None = None,
+        token: str | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id or uuid.uuid4().hex
+        # Who owns this state on the replicas (berth-caller-token): given,
+        # else $BERTH_CALLER_TOKEN, else a random secret of this run.
+        self.token = token or os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
+        # Which run of the caller this is (its start in microseconds): a
+        # caller that keeps its cluster_id across restarts is never answered
+        # from what a replica holds of its previous run.
+        self.incarnation = time.time_ns() // 1000 if incarnation is None else incarnation
+        self.generation = 0
+        self.nodes: dict[str, cpb.Node] = {}
+        self.pods: dict[str, cpb.Pod] = {}
+        self._log: deque[tuple[int, _Changes]] = deque(maxlen=keep)
+        # Pending changes, one entry per object (None: deleted), so an object
+        # changed several times before a commit lands in the delta once, in
+        # its last state: an upsert then a delete is a delete.
+        self._pending_nodes: dict[str, cpb.Node | None] = {}
+        self._pending_pods: dict[str, cpb.Pod | None] = {}
+        # Objects beyond nodes and pods (Profile.reads), by (group, resource,
+        # namespace, name).
+        self.objects: dict[ObjectKey, cpb.ClusterObject] = {}
+        self._pending_objects: dict[ObjectKey, cpb.ClusterObject | None] = {}
+        self._merged: tuple[int, int, cpb.ClusterDelta] | None = None
+
+    # -- changes --------------------------------------------------------------
+
+    def upsert_node(self, node: cpb.Node) -> None:
+        self.nodes[node.name] = node
+        self._pending_nodes[node.name] = node
+
+    def delete_node(self, name: str) -> None:
+        if self.nodes.pop(name, None) is not None:
+            self._pending_nodes[name] = None
+
+    def upsert_pod(self, pod: cpb.Pod) -> None:
+        self.pods[pod.uid] = pod
+        self._pending_pods[pod.uid] = pod
+
+    def delete_pod(self, uid: str) -> None:
+        if self.pods.pop(uid, None) is not None:
+            self._pending_pods[uid] = None
+
+    def upsert_object(self, obj: cpb.ClusterObject) -> None:
+        key = object_key(obj.ref)
+        self.objects[key] = obj
+        self._pending_objects[key] = obj
+
+    def delete_object(self, ref: cpb.ObjectRef) -> None:
+        key = object_key(ref)
+        if self.objects.pop(key, None) is not None:
+            self._pending_objects[key] = None
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._pending_nodes or self._pending_pods or self._pending_objects)
+
+    def commit(self) -> int:
+        """Closes the pending changes into a new generation (if any). The log
+        keeps the changed records themselves, not a message holding copies of
+        them: records are never changed in place once upserted, and a delta
+        is built only when a replica asks for it (``state_since``)."""
+        if self._pending_nodes or self._pending_pods or self._pending_objects:
+            self.generation += 1
+            self._log.append(
+                (
+                    self.generation,
+                    _Changes(self._pending_nodes, self._pending_pods, self._pending_objects),
+                )
+            )
+            self._pending_nodes = {}
+            self._pending_pods = {}
+            self._pending_objects = {}
+        elif self.generation == 0:
+            # An empty cluster is still a state a replica can hold.
+            self.generation = 1
+            self._log.append((1, _Changes({}, {}, {})))
+        return self.generation
+
+    # -- what to send ---------------------------------------------------------
+
+    def full_state(self) -> cpb.ClusterState:
+        if self.generation == 0:
+            self.commit()
+        st = cpb.ClusterState(
+            cluster_id=self.cluster_id,
+            generation=self.generation,
+            full=True,
+            incarnation=self.incarnation,
+        )
+        st.delta.upsert_nodes.extend(self.nodes.values())
+        st.delta.upsert_pods.extend(self.pods.values())
+        st.delta.upsert_objects.extend(self.objects.values())
+        return st
+
+    def full_parts(self, part_bytes: int) -> list[cpb.ClusterState]:
+        """The full state as UploadState parts of about ``part_bytes`` each
+        (an object larger than that alone in its part)."""
+        if self.generation == 0:
+            self.commit()
+        parts: list[cpb.ClusterState] = []
+        part: cpb.ClusterState | None = None
+        size = 0
+        groups: list[tuple[str, Iterable[Any]]] = [
+            ("upsert_nodes", self.nodes.values()),
+            ("upsert_pods", self.pods.values()),
+            ("upsert_objects", self.objects.values()),
+        ]
+        for name, items in groups:
+            for item in items:
+                n = item.ByteSize()
+                if part is None or (size and size + n > part_bytes):
+                    part = cpb.ClusterState(
+                        cluster_id=self.cluster_id,
+                        generation=self.generation,
+                        full=True,
+                        incarnation=self.incarnation,
+                    )
+                    parts.append(part)
+                    size = 0
+                getattr(part.delta, name).append(item)
+                size += n
+        if not parts:
+            parts.append(self.full_state())
+        return parts
+
+    def state_since(self, base: int) -> cpb.ClusterState:
+        """The message that takes a replica at ``base`` to the current
+        generation: a merged delta, or the full state when ``base`` is
+        unknown (<= 0) or older than the log reaches."""
+        if self.generation == 0:
+            self.commit()
+        if base == self.generation:
+            return cpb.ClusterState(
+                cluster_id=self.cluster_id,
+                generation=self.generation,
+                base_generation=base,
+                incarnation=self.incarnation,
+            )
+        oldest = self._log[0][0] if self._log else self.generation + 1
+        if base <= 0 or base + 1 < oldest or base > self.generation:
+            return self.full_state()
+        if self._merged is not None and self._merged[:2] == (base, self.generation):
+            delta = self._merged[2]
+        else:
+            delta = self._merge(base)
+            self._merged = (base, self.generation, delta)
+        st = cpb.ClusterState(
+            cluster_id=self.cluster_id,
+            generation=self.generation,
+            base_generation=base,
+            incarnation=self.incarnation,
+        )
+        st.delta.CopyFrom(delta)
+        return st
+
+    def pinned_state(self, base: int, generation: int) -> cpb.ClusterState | None:
+        """A pinned message (``ClusterState.pinned``) that takes a replica at
+        ``base`` to exactly ``generation``, an earlier one included: the later
+        calls of a cycle that started there. None when it cannot be built (the
+        base is past ``generation``, or only a full state would do and the
+        caller no longer has that generation whole): restart the cycle."""
+        if generation <= 0 or generation > self.generation:
+            raise ValueError(
+                f"pinned generation {generation} is not one this log has had "
+                f"(current {self.generation})"
+            )
+        if generation == self.generation:
+            st = self.state_since(base)
+        else:
+            oldest = self._log[0][0] if self._log else self.generation + 1
+            if base <= 0 or base + 1 < oldest or base > generation:
+                return None
+            st = cpb.ClusterState(
+                cluster_id=self.cluster_id,
+                generation=generation,
+                base_generation=base,
+                incarnation=self.incarnation,
+            )
+            if base < generation:
+                st.delta.CopyFrom(self._merge(base, generation))
+        st.pinned = True
+        return st
+
+    def _merge(self, base: int, upto: int | None = None) -> cpb.ClusterDelta:
+        """The changes after ``base`` up to ``upto`` (default: the current
+        generation) as one delta, each object once in its last state."""
+        newer: list[_Changes] = []
+        for gen, changes in reversed(self._log):
+            if gen <= base:
+                break
+            if upto is None or gen <= upto:
+                newer.append(changes)
+        if len(newer) == 1:
+            merged = newer[0]
+        else:
+            merged = _Changes({}, {}, {})
+            for changes in reversed(newer):
+                merged.nodes.update(changes.nodes)
+                merged.pods.update(changes.pods)
+                merged.objects.update(changes.objects)
+        out = cpb.ClusterDelta()
+        for name, node in merged.nodes.items():
+            if node is None:
+                out.delete_nodes.append(name)
+            else:
+                out.upsert_nodes.append(node)
+        for uid, pod in merged.pods.items():
+            if pod is None:
+                out.delete_pods.append(uid)
+            else:
+                out.upsert_pods.append(pod)
+        for key, obj in merged.objects.items():
+            if obj is None:
+                out.delete_objects.append(object_ref(key))
+            else:
+                out.upsert_objects.append(obj)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Changes:
+    """One generation's changes in ``ClusterStateLog``'s log: each object once,
+    in its last state (None: deleted)."""
+
+    nodes: dict[str, cpb.Node | None]
+    pods: dict[str, cpb.Pod | None]
+    objects: dict[ObjectKey, cpb.ClusterObject | None]
