@@ -23,14 +23,15 @@ from berth.client.channel import (
     load_service_config,
     open_channel,
 )
-from berth.client.client import (
-    DEFAULT_TIMEOUT_SECONDS,
-    TOKEN_METADATA,
+from berth.client.client import DEFAULT_TIMEOUT_SECONDS, TOKEN_METADATA, Mode, SchedulingClient
+from berth.client.endpoints import (
+    Endpoint,
+    EndpointStats,
     EventHook,
-    Mode,
-    SchedulingClient,
+    Target,
+    parse_target,
+    resolve_dns,
 )
-from berth.client.endpoints import Endpoint, EndpointStats, Target, parse_target, resolve_dns
 from berth.client.errors import (
     BATCH_TOO_LARGE,
     OVERLOADED,

@@ -51,7 +51,9 @@ from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.client.channel import DEFAULT_MAX_MESSAGE_BYTES, RPC_NAMES, open_channel
 from berth.client.endpoints import (
     Endpoint,
+    EndpointPool,
     EndpointStats,
+    EventHook,
     Resolve,
     Target,
     check_host_port,
@@ -142,12 +144,6 @@ async def _stream_failure(call: Any, exc: BaseException, written: bool) -> grpc.
     )
 
 
-# What the client reports to ``on_event``: (kind, endpoint address, replica id).
-# Kinds: "full" (a full state sent), "resend" (a STALE_SNAPSHOT answered),
-# "failover" (an endpoint unavailable, the call moved on), "replica" (a replica
-# id seen for the first time at an endpoint).
-EventHook = Callable[[str, str, str], None]
-
 Mode = Literal["auto", "endpoints", "opaque"]
 
 
@@ -181,31 +177,36 @@ class SchedulingClient:
         self.part_bytes = DEFAULT_MAX_MESSAGE_BYTES // 2
         self.overloads = 0
         self.uploads = 0
-        self.on_event = on_event
-        self.clock = clock
-        self.target: Target | None = None
         self.resyncs = 0
         self.full_sends = 0
-        self.failovers = 0
         self.full_sends_by_replica: Counter[str] = Counter()
-        self._endpoints: list[Endpoint] = []
-        self._next = 0
-        self._failover = False
-        self._owned: list[grpc.aio.Channel] = []
-        self._closing: set[asyncio.Task[None]] = set()
-        # Endpoint-aware: how channels are made and addresses found.
-        self._make_endpoint: Callable[[str], tuple[Any, grpc.aio.Channel | None]] | None = None
-        self._resolve: Resolve | None = None
-        self._resolve_every = 30.0
-        self._resolved_at = -1e9
+        self._pool = EndpointPool(clock=clock, on_event=on_event)
         if channel is None and stub is None:
             return  # connect() fills the endpoints
         if stub is None:
             assert channel is not None
             stub = pb_grpc.SchedulingServiceStub(channel)
-        self._endpoints.append(
+        self._pool.endpoints.append(
             Endpoint(address or "channel", stub, channel, ReplicaTracker(clock=clock))
         )
+
+    @property
+    def target(self) -> Target | None:
+        """The parsed target of ``connect`` (None for a channel as given)."""
+        return self._pool.target
+
+    @property
+    def on_event(self) -> EventHook | None:
+        return self._pool.on_event
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self._pool.clock
+
+    @property
+    def failovers(self) -> int:
+        """Calls moved to another endpoint because theirs was unavailable."""
+        return self._pool.failovers
 
     @classmethod
     def connect(
@@ -238,7 +239,7 @@ class SchedulingClient:
         client = cls(None, state, timeout, on_event=on_event, clock=clock)
         if max_message_bytes:
             client.part_bytes = max_message_bytes // 2
-        client.target = spec
+        client._pool.target = spec
         name_override: list[str] = []
 
         def make(address: str, retries: bool) -> tuple[Any, grpc.aio.Channel | None]:
@@ -252,7 +253,7 @@ class SchedulingClient:
                 interceptors=list(interceptors) or None,
                 options=[("grpc.ssl_target_name_override", n) for n in name_override],
             )
-            client._owned.append(channel)
+            client._pool.owned.append(channel)
             return pb_grpc.SchedulingServiceStub(channel), channel
 
         if credentials is not None and tls_name:
@@ -265,7 +266,7 @@ class SchedulingClient:
                     f"ipv4:{spec.addresses[0]},..."
                 )
             stub, channel = make(spec.text, True)
-            client._endpoints.append(
+            client._pool.endpoints.append(
                 Endpoint(spec.text, stub, channel, ReplicaTracker(clock=clock))
             )
             log.info("plugin servers: %s, one channel (replicas told apart by id)", spec.text)
@@ -273,191 +274,55 @@ class SchedulingClient:
         if spec.kind == "single":
             host, port = check_host_port(target, spec.text)
             spec = Target("dns", target, host=host.strip("[]"), port=port)
-            client.target = spec
+            client._pool.target = spec
         if credentials is not None and not name_override and spec.kind == "dns":
             # Replicas are dialled by IP: verify the name that was resolved.
             name_override.append(spec.host)
-        client._failover = True
-        client._make_endpoint = lambda address: make(address, False)
-        client._resolve_every = resolve_every
+        client._pool.failover = True
+        client._pool.make_endpoint = lambda address: make(address, False)
+        client._pool.resolve_every = resolve_every
         if spec.kind == "dns":
-            client._resolve = resolve or resolve_dns
+            client._pool.resolve = resolve or resolve_dns
         else:
-            client._set_endpoints(list(spec.addresses))
-            client._resolved_at = float("inf")  # a fixed list
+            client._pool.set_addresses(list(spec.addresses))
+            client._pool.resolved_at = float("inf")  # a fixed list
         return client
 
     # -- as one channel: the first endpoint's stub, the lowest acknowledged generation
 
     @property
     def stub(self) -> Any:
-        if not self._endpoints:
+        if not self._pool.endpoints:
             raise RuntimeError("no plugin server endpoint yet; call a method first")
-        return self._endpoints[0].stub
+        return self._pool.endpoints[0].stub
 
     @property
     def acked(self) -> int:
         """The generation a delta would start from (the lowest over endpoints)."""
-        return min((e.tracker.base() for e in self._endpoints), default=0)
+        return min((e.tracker.base() for e in self._pool.endpoints), default=0)
 
     @acked.setter
     def acked(self, generation: int) -> None:
-        for e in self._endpoints:
+        for e in self._pool.endpoints:
             e.tracker.assume(generation)
 
     @property
     def _stream(self) -> Any:
-        return self._endpoints[0].stream if self._endpoints else None
+        return self._pool.endpoints[0].stream if self._pool.endpoints else None
 
     @_stream.setter
     def _stream(self, value: Any) -> None:
-        for e in self._endpoints:
+        for e in self._pool.endpoints:
             e.stream = value
 
     # -- endpoints ------------------------------------------------------------------
 
     @property
     def endpoints(self) -> list[Endpoint]:
-        return list(self._endpoints)
+        return list(self._pool.endpoints)
 
     def stats(self) -> list[EndpointStats]:
-        now = self.clock()
-        return [
-            EndpointStats(
-                e.address,
-                e.replica,
-                e.down_until <= now,
-                e.calls,
-                e.full_sends,
-                e.resends,
-                e.failures,
-            )
-            for e in self._endpoints
-        ]
-
-    def _set_endpoints(self, addresses: list[str]) -> None:
-        assert self._make_endpoint is not None
-        have = {e.address: e for e in self._endpoints}
-        added = [a for a in addresses if a not in have]
-        removed = [e for e in self._endpoints if e.address not in addresses]
-        if not added and not removed:
-            return
-        kept = [e for e in self._endpoints if e.address in addresses]
-        for a in added:
-            stub, ch = self._make_endpoint(a)
-            kept.append(Endpoint(a, stub, ch, ReplicaTracker(exclusive=True, clock=self.clock)))
-        self._endpoints = sorted(kept, key=lambda e: e.address)
-        for e in removed:
-            self._retire(e)
-        assert self.target is not None
-        log.info(
-            "plugin servers for %s: %s%s%s",
-            self.target.text,
-            ", ".join(e.address for e in self._endpoints) or "none",
-            f"; added {', '.join(added)}" if added and len(added) < len(addresses) else "",
-            f"; gone {', '.join(e.address for e in removed)}" if removed else "",
-        )
-
-    def _retire(self, e: Endpoint) -> None:
-        if e.channel is None:
-            return
-        if e.channel in self._owned:
-            self._owned.remove(e.channel)
-        # In-flight calls get a few seconds to finish.
-        task = asyncio.get_running_loop().create_task(e.channel.close(grace=5.0))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
-
-    async def _refresh(self, *, failed: bool = False) -> None:
-        """Resolves the target again when due (every ``resolve_every``
-        seconds, and at most once a second after a failure)."""
-        if self._resolve is None or self.target is None:
-            return
-        now = self.clock()
-        due = now - self._resolved_at >= (1.0 if failed else self._resolve_every)
-        if not due and self._endpoints:
-            return
-        self._resolved_at = now
-        try:
-            addresses = await self._resolve(self.target.host, self.target.port)
-        except OSError as exc:
-            addresses = []
-            log.warning("cannot resolve %s: %s", self.target.text, exc)
-        if addresses:
-            self._set_endpoints(addresses)
-        elif not self._endpoints:
-            raise grpc.aio.AioRpcError(
-                grpc.StatusCode.UNAVAILABLE,
-                grpc.aio.Metadata(),
-                grpc.aio.Metadata(),
-                f"plugin server target {self.target.text}: {self.target.host} resolves to "
-                "no address",
-            )
-
-    def _pick(self, tried: set[int]) -> Endpoint | None:
-        """The next healthy endpoint, round robin; an unhealthy one when
-        nothing else is left."""
-        n = len(self._endpoints)
-        now = self.clock()
-        fallback: Endpoint | None = None
-        for i in range(n):
-            e = self._endpoints[(self._next + i) % n]
-            if id(e) in tried:
-                continue
-            if e.down_until <= now:
-                self._next = (self._next + i + 1) % n
-                return e
-            if fallback is None or e.down_until < fallback.down_until:
-                fallback = e
-        return fallback
-
-    def _failed(self, e: Endpoint, err: grpc.aio.AioRpcError, others: int) -> None:
-        e.failures += 1
-        e.backoff = min(max(0.5, e.backoff * 2), 10.0)
-        e.down_until = self.clock() + e.backoff
-        e.stream = None
-        self.failovers += 1
-        self._event("failover", e, e.replica)
-        log.warning(
-            "plugin server %s unavailable (%s); %s",
-            e.address,
-            err.details() or err.code().name,
-            f"trying another of {others}" if others else "no other replica left to try",
-        )
-
-    def _answered(self, e: Endpoint) -> None:
-        if e.backoff:
-            log.info("plugin server %s answers again", e.address)
-        e.backoff = 0.0
-        e.down_until = 0.0
-
-    def _event(self, kind: str, e: Endpoint, replica: str) -> None:
-        if self.on_event is not None:
-            self.on_event(kind, e.address, replica)
-
-    def _note_replica(self, e: Endpoint, replica: str) -> None:
-        if not replica:
-            return
-        if replica not in e.seen:
-            if len(e.seen) > 1024:
-                e.seen.clear()
-            e.seen.add(replica)
-            if e.tracker.exclusive:
-                log.info(
-                    "plugin server %s is replica %s%s",
-                    e.address,
-                    replica,
-                    f" (was {e.replica}: restarted)" if e.replica else "",
-                )
-            else:
-                log.info(
-                    "plugin servers at %s: replica %s answers (%d seen)",
-                    e.address,
-                    replica,
-                    len(e.seen),
-                )
-            self._event("replica", e, replica)
-        e.replica = replica
+        return self._pool.stats()
 
     async def _over_endpoints(
         self, fn: Callable[[Endpoint], Awaitable[R]], *, stream: bool = False
@@ -467,15 +332,15 @@ class SchedulingClient:
         retries unary calls itself (the service config) but not a stream that
         broke: ``stream`` reopens it up to twice (the balancer picks a replica
         again)."""
-        await self._refresh()
+        await self._pool.refresh()
         tried: set[int] = set()
         busy = 0
-        reopen = 2 if stream and not self._failover else 0
+        reopen = 2 if stream and not self._pool.failover else 0
         while True:
-            e = self._pick(tried)
+            e = self._pool.pick(tried)
             if e is None:
                 raise RuntimeError("no plugin server endpoint")
-            if self._failover:
+            if self._pool.failover:
                 tried.add(id(e))
             try:
                 result = await fn(e)
@@ -498,19 +363,19 @@ class SchedulingClient:
                     continue
                 if isinstance(err, RequestRefused) or err.code() != grpc.StatusCode.UNAVAILABLE:
                     raise
-                if not self._failover:
+                if not self._pool.failover:
                     if reopen == 0:
                         raise
                     reopen -= 1
                     log.info("ScheduleStream to %s broke (%s); reopening", e.address, err.details())
                     continue
-                left = sum(1 for x in self._endpoints if id(x) not in tried)
-                self._failed(e, err, left)
-                await self._refresh(failed=True)
-                if not any(id(x) not in tried for x in self._endpoints):
+                left = sum(1 for x in self._pool.endpoints if id(x) not in tried)
+                self._pool.unavailable(e, err, left)
+                await self._pool.refresh(failed=True)
+                if not any(id(x) not in tried for x in self._pool.endpoints):
                     raise
                 continue
-            self._answered(e)
+            self._pool.answered(e)
             return result
 
     # -- calls --------------------------------------------------------------------
@@ -533,7 +398,7 @@ class SchedulingClient:
         the replica that got it says who it is."""
         e.full_sends += 1
         self.full_sends += 1
-        self._event("full", e, e.replica)
+        self._pool.event("full", e, e.replica)
 
     async def _unary(self, e: Endpoint, method: str, request: Any) -> tuple[Any, str]:
         call = getattr(e.stub, method)(request, timeout=self.timeout, metadata=self.metadata)
@@ -550,7 +415,7 @@ class SchedulingClient:
         else:
             # A stub's method, e.g. ``client.stub.Filter``.
             name = getattr(method, "__name__", "")
-            for e in self._endpoints:
+            for e in self._pool.endpoints:
                 for rpc in RPC_NAMES:
                     if getattr(e.stub, rpc, None) is method:
                         name = rpc
@@ -602,7 +467,7 @@ class SchedulingClient:
                     resp, replica = await self._unary(e, method, build(st))
                 except grpc.aio.AioRpcError as err:
                     detail = ErrorDetail.from_rpc_error(err)
-                    self._note_replica(e, detail.replica)
+                    self._pool.note_replica(e, detail.replica)
                     if st.full and err.code() != grpc.StatusCode.UNAVAILABLE:
                         self.full_sends_by_replica[detail.replica or e.address] += 1
                     if detail.reason == SNAPSHOT_PASSED:
@@ -611,7 +476,7 @@ class SchedulingClient:
                         raise
                     st = self._resend(e, st, detail, attempt, pin)
                     continue
-                self._note_replica(e, replica)
+                self._pool.note_replica(e, replica)
                 if st.full:
                     self.full_sends_by_replica[replica or e.address] += 1
                 e.tracker.confirmed(
@@ -644,7 +509,7 @@ class SchedulingClient:
         trailing = getattr(call, "trailing_metadata", None)
         if trailing is not None:
             replica = metadata_value(await trailing(), REPLICA_TRAILER) or ""
-        self._note_replica(e, replica)
+        self._pool.note_replica(e, replica)
         self.full_sends_by_replica[replica or e.address] += 1
         e.tracker.confirmed(replica or (e.replica if e.tracker.exclusive else ""), resp.generation)
         return self._state(resp.generation, pin)
@@ -656,7 +521,7 @@ class SchedulingClient:
         e.tracker.stale(detail.replica or (e.replica if e.tracker.exclusive else ""), have)
         self.resyncs += 1
         e.resends += 1
-        self._event("resend", e, detail.replica)
+        self._pool.event("resend", e, detail.replica)
         log.info(
             "replica %s at %s behind (at generation %d, want %d): resending %s",
             detail.replica or "?",
@@ -676,7 +541,7 @@ class SchedulingClient:
         async def run(e: Endpoint) -> Any:
             e.calls += 1
             resp, replica = await self._unary(e, method, request)
-            self._note_replica(e, replica)
+            self._pool.note_replica(e, replica)
             return resp
 
         return await self._over_endpoints(run)
@@ -774,7 +639,7 @@ class SchedulingClient:
                 detail = ErrorDetail.from_request_error(resp.error)
                 if detail.replica:
                     e.stream_replica = detail.replica
-                    self._note_replica(e, detail.replica)
+                    self._pool.note_replica(e, detail.replica)
                 if st.full:
                     self.full_sends_by_replica[e.stream_replica or e.address] += 1
                 if detail.reason == SNAPSHOT_PASSED:
@@ -841,20 +706,16 @@ class SchedulingClient:
             if initial is not None:
                 with contextlib.suppress(Exception):
                     e.stream_replica = metadata_value(await initial(), REPLICA_TRAILER) or ""
-                self._note_replica(e, e.stream_replica)
+                self._pool.note_replica(e, e.stream_replica)
         return resp
 
     async def close(self) -> None:
-        for e in self._endpoints:
+        for e in self._pool.endpoints:
             if e.stream is not None:
                 with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
                     await e.stream.done_writing()
                 e.stream = None
-        for ch in self._owned:
-            await ch.close()
-        self._owned = []
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        await self._pool.close_channels()
 
     async def sync(self) -> pb.SyncResponse:
         resp: pb.SyncResponse = await self.call("Sync", lambda st: pb.SyncRequest(state=st))

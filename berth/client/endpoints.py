@@ -5,6 +5,7 @@ to each (protos/README.md, "Replicas: what to send to whom")."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -13,6 +14,9 @@ from typing import Any, Literal
 import grpc
 
 from berth.client.replicas import ReplicaTracker
+
+# The package's logger: every line of the client names berth.client.
+log = logging.getLogger("berth.client")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,3 +123,185 @@ class EndpointStats:
     full_sends: int
     resends: int
     failures: int
+
+
+# What the client reports to ``on_event``: (kind, endpoint address, replica id).
+# Kinds: "full" (a full state sent), "resend" (a STALE_SNAPSHOT answered),
+# "failover" (an endpoint unavailable, the call moved on), "replica" (a replica
+# id seen for the first time at an endpoint).
+EventHook = Callable[[str, str, str], None]
+
+
+class EndpointPool:
+    """The client's endpoints, and which to call next.
+
+    Opaque: one endpoint (a channel as given, or one gRPC target). Endpoint-
+    aware (``failover``): one per replica address, from a fixed list or
+    resolved again every ``resolve_every`` seconds (``refresh``); calls go
+    round robin over the healthy ones (``pick``), and an endpoint found
+    unavailable is left alone for a backoff of 0.5 s doubling to 10 s.
+    """
+
+    def __init__(self, *, clock: Callable[[], float], on_event: EventHook | None) -> None:
+        self.clock = clock
+        self.on_event = on_event
+        self.target: Target | None = None
+        self.endpoints: list[Endpoint] = []
+        # Endpoint-aware: an UNAVAILABLE call moves on to the next endpoint.
+        self.failover = False
+        self.failovers = 0
+        # The channels this pool opened, and those closing after a replica left.
+        self.owned: list[grpc.aio.Channel] = []
+        self._closing: set[asyncio.Task[None]] = set()
+        self._next = 0
+        # Endpoint-aware: how channels are made and addresses found.
+        self.make_endpoint: Callable[[str], tuple[Any, grpc.aio.Channel | None]] | None = None
+        self.resolve: Resolve | None = None
+        self.resolve_every = 30.0
+        self.resolved_at = -1e9
+
+    def stats(self) -> list[EndpointStats]:
+        now = self.clock()
+        return [
+            EndpointStats(
+                e.address,
+                e.replica,
+                e.down_until <= now,
+                e.calls,
+                e.full_sends,
+                e.resends,
+                e.failures,
+            )
+            for e in self.endpoints
+        ]
+
+    def set_addresses(self, addresses: list[str]) -> None:
+        assert self.make_endpoint is not None
+        have = {e.address: e for e in self.endpoints}
+        added = [a for a in addresses if a not in have]
+        removed = [e for e in self.endpoints if e.address not in addresses]
+        if not added and not removed:
+            return
+        kept = [e for e in self.endpoints if e.address in addresses]
+        for a in added:
+            stub, ch = self.make_endpoint(a)
+            kept.append(Endpoint(a, stub, ch, ReplicaTracker(exclusive=True, clock=self.clock)))
+        self.endpoints = sorted(kept, key=lambda e: e.address)
+        for e in removed:
+            self._retire(e)
+        assert self.target is not None
+        log.info(
+            "plugin servers for %s: %s%s%s",
+            self.target.text,
+            ", ".join(e.address for e in self.endpoints) or "none",
+            f"; added {', '.join(added)}" if added and len(added) < len(addresses) else "",
+            f"; gone {', '.join(e.address for e in removed)}" if removed else "",
+        )
+
+    def _retire(self, e: Endpoint) -> None:
+        if e.channel is None:
+            return
+        if e.channel in self.owned:
+            self.owned.remove(e.channel)
+        # In-flight calls get a few seconds to finish.
+        task = asyncio.get_running_loop().create_task(e.channel.close(grace=5.0))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def refresh(self, *, failed: bool = False) -> None:
+        """Resolves the target again when due (every ``resolve_every``
+        seconds, and at most once a second after a failure)."""
+        if self.resolve is None or self.target is None:
+            return
+        now = self.clock()
+        due = now - self.resolved_at >= (1.0 if failed else self.resolve_every)
+        if not due and self.endpoints:
+            return
+        self.resolved_at = now
+        try:
+            addresses = await self.resolve(self.target.host, self.target.port)
+        except OSError as exc:
+            addresses = []
+            log.warning("cannot resolve %s: %s", self.target.text, exc)
+        if addresses:
+            self.set_addresses(addresses)
+        elif not self.endpoints:
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.aio.Metadata(),
+                grpc.aio.Metadata(),
+                f"plugin server target {self.target.text}: {self.target.host} resolves to "
+                "no address",
+            )
+
+    def pick(self, tried: set[int]) -> Endpoint | None:
+        """The next healthy endpoint, round robin; an unhealthy one when
+        nothing else is left."""
+        n = len(self.endpoints)
+        now = self.clock()
+        fallback: Endpoint | None = None
+        for i in range(n):
+            e = self.endpoints[(self._next + i) % n]
+            if id(e) in tried:
+                continue
+            if e.down_until <= now:
+                self._next = (self._next + i + 1) % n
+                return e
+            if fallback is None or e.down_until < fallback.down_until:
+                fallback = e
+        return fallback
+
+    def unavailable(self, e: Endpoint, err: grpc.aio.AioRpcError, others: int) -> None:
+        e.failures += 1
+        e.backoff = min(max(0.5, e.backoff * 2), 10.0)
+        e.down_until = self.clock() + e.backoff
+        e.stream = None
+        self.failovers += 1
+        self.event("failover", e, e.replica)
+        log.warning(
+            "plugin server %s unavailable (%s); %s",
+            e.address,
+            err.details() or err.code().name,
+            f"trying another of {others}" if others else "no other replica left to try",
+        )
+
+    def answered(self, e: Endpoint) -> None:
+        if e.backoff:
+            log.info("plugin server %s answers again", e.address)
+        e.backoff = 0.0
+        e.down_until = 0.0
+
+    def event(self, kind: str, e: Endpoint, replica: str) -> None:
+        if self.on_event is not None:
+            self.on_event(kind, e.address, replica)
+
+    def note_replica(self, e: Endpoint, replica: str) -> None:
+        if not replica:
+            return
+        if replica not in e.seen:
+            if len(e.seen) > 1024:
+                e.seen.clear()
+            e.seen.add(replica)
+            if e.tracker.exclusive:
+                log.info(
+                    "plugin server %s is replica %s%s",
+                    e.address,
+                    replica,
+                    f" (was {e.replica}: restarted)" if e.replica else "",
+                )
+            else:
+                log.info(
+                    "plugin servers at %s: replica %s answers (%d seen)",
+                    e.address,
+                    replica,
+                    len(e.seen),
+                )
+            self.event("replica", e, replica)
+        e.replica = replica
+
+    async def close_channels(self) -> None:
+        for ch in self.owned:
+            await ch.close()
+        self.owned = []
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)

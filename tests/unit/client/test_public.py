@@ -26,7 +26,7 @@ PUBLIC = {
     "Endpoint": "endpoints",
     "EndpointStats": "endpoints",
     "ErrorDetail": "errors",
-    "EventHook": "client",
+    "EventHook": "endpoints",
     "Mode": "client",
     "ReplicaTracker": "replicas",
     "RequestRefused": "errors",
@@ -52,7 +52,7 @@ def test_each_name_is_its_module_s_object(name: str) -> None:
     assert getattr(berth.client, name) is getattr(module, name)
 
 
-@pytest.mark.parametrize("module", ["client", "replicas"])
+@pytest.mark.parametrize("module", ["client", "endpoints", "replicas"])
 def test_the_client_logs_as_berth_client(module: str) -> None:
     # Log lines keep one logger name whichever module of the package writes them.
     log = importlib.import_module(f"berth.client.{module}").log
