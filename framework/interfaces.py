@@ -13,9 +13,10 @@ plugin overrides exactly one.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -27,23 +28,47 @@ from berth.framework.snapshot import NodeBatch
 from berth.framework.status import SUCCESS, Status
 
 if TYPE_CHECKING:
+    # PEP 696 defaults (typing.TypeVar has them from Python 3.13): a plugin
+    # class that names no args type is Plugin[Any], as before typed args.
+    from typing_extensions import TypeVar
+
     from berth.framework.handle import Handle
+
+    ArgsT = TypeVar("ArgsT", default=Any)
+else:
+    ArgsT = typing.TypeVar("ArgsT")
 
 # Score range (upstream's MinNodeScore, MaxNodeScore).
 MIN_NODE_SCORE = 0
 MAX_NODE_SCORE = 100
 
 
-class Plugin:
-    """Root of every plugin. ``name`` is what configuration files use."""
+class Plugin(Generic[ArgsT]):
+    """Root of every plugin. ``name`` is what configuration files use.
+
+    A plugin with pluginConfig args names their type twice: as ``Args``, the
+    msgspec.Struct the configuration is decoded into (upstream's
+    decodeNestedObjects), and as the type parameter of its interfaces, so
+    that ``self.args`` has that type for mypy::
+
+        class PreferLabel(FilterPlugin[PreferLabelArgs], ScorePlugin[PreferLabelArgs]):
+            name = "PreferLabel"
+            Args = PreferLabelArgs
+
+    The runtime hands every plugin with an ``Args`` type its decoded args
+    (the type's defaults when the profile has no pluginConfig entry for it),
+    so ``self.args`` is never None there; a plugin built by hand gets what it
+    is given. A plugin without args leaves both out (``self.args`` is then
+    None at run time).
+    """
 
     name: ClassVar[str] = ""
     # The msgspec.Struct type of this plugin's pluginConfig args, or None when
     # it takes none (then only an empty args mapping is accepted).
     Args: ClassVar[type[Any] | None] = None
 
-    def __init__(self, args: Any = None, handle: Handle | None = None) -> None:
-        self.args = args
+    def __init__(self, args: ArgsT | None = None, handle: Handle | None = None) -> None:
+        self.args: ArgsT = cast(ArgsT, args)
         self._handle = handle
 
     @property
@@ -82,7 +107,7 @@ class QueuedPodInfo:
 SortKey = tuple[int | float | str, ...]
 
 
-class QueueSortPlugin(Plugin):
+class QueueSortPlugin(Plugin[ArgsT]):
     """Orders the scheduling queue: the pod with the smallest key pops first.
 
     Upstream's QueueSort has ``Less(a, b)``; a key is its batch form, so the
@@ -93,7 +118,7 @@ class QueueSortPlugin(Plugin):
         raise NotImplementedError
 
 
-class PreEnqueuePlugin(Plugin):
+class PreEnqueuePlugin(Plugin[ArgsT]):
     """Gates a pod before it enters the active queue (e.g. scheduling gates)."""
 
     def pre_enqueue(self, pod: PodInfo) -> Status:
@@ -118,7 +143,7 @@ class PreFilterResult:
         return PreFilterResult(self.node_names & other.node_names)
 
 
-class PreFilterPlugin(Plugin):
+class PreFilterPlugin(Plugin[ArgsT]):
     def pre_filter(
         self, state: CycleState, pod: PodInfo, nodes: NodeBatch
     ) -> tuple[PreFilterResult | None, Status]:
@@ -195,7 +220,7 @@ class NodeVerdicts:
         return SUCCESS if i < 0 else self.statuses[i]
 
 
-class FilterPlugin(Plugin):
+class FilterPlugin(Plugin[ArgsT]):
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
         """Can the pod run on this node? Unschedulable(AndUnresolvable) if not."""
         batch_verdicts = self.filter_nodes(state, pod, _single(node))
@@ -223,7 +248,7 @@ class PostFilterResult:
     plugin: str = field(default="", compare=False)
 
 
-class PostFilterPlugin(Plugin):
+class PostFilterPlugin(Plugin[ArgsT]):
     def post_filter(
         self, state: CycleState, pod: PodInfo, rejected: Mapping[str, Status]
     ) -> tuple[PostFilterResult | None, Status]:
@@ -231,7 +256,7 @@ class PostFilterPlugin(Plugin):
         raise NotImplementedError
 
 
-class PreScorePlugin(Plugin):
+class PreScorePlugin(Plugin[ArgsT]):
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> Status:
         """Runs once before Score over the feasible nodes. Skip means this
         plugin's Score does not run this cycle."""
@@ -241,7 +266,7 @@ class PreScorePlugin(Plugin):
 ScoreArray = npt.NDArray[np.int64]
 
 
-class ScorePlugin(Plugin):
+class ScorePlugin(Plugin[ArgsT]):
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
         """The node's score; raise to fail the cycle with an Error status."""
         return int(self.score_nodes(state, pod, _single(node))[0])
@@ -266,7 +291,7 @@ class ScorePlugin(Plugin):
         return cls.normalize_score is not ScorePlugin.normalize_score
 
 
-class ReservePlugin(Plugin):
+class ReservePlugin(Plugin[ArgsT]):
     def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         raise NotImplementedError
 
@@ -275,13 +300,13 @@ class ReservePlugin(Plugin):
         raise NotImplementedError
 
 
-class PermitPlugin(Plugin):
+class PermitPlugin(Plugin[ArgsT]):
     def permit(self, state: CycleState, pod: PodInfo, node_name: str) -> tuple[Status, float]:
         """Success, a rejection, or Wait with a timeout in seconds."""
         raise NotImplementedError
 
 
-class PreBindPlugin(Plugin):
+class PreBindPlugin(Plugin[ArgsT]):
     def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         """PreBindPreFlight (upstream framework/interface.go): will this
         plugin's PreBind have work for the pod on ``node_name``? Runs at the
@@ -300,7 +325,7 @@ class PreBindPlugin(Plugin):
         raise NotImplementedError
 
 
-class BindPlugin(Plugin):
+class BindPlugin(Plugin[ArgsT]):
     # True when Success means "the caller writes the Binding through the API
     # server": the plugin server holds no credentials (DefaultBinder).
     caller_binds: ClassVar[bool] = False
@@ -311,7 +336,7 @@ class BindPlugin(Plugin):
         raise NotImplementedError
 
 
-class PostBindPlugin(Plugin):
+class PostBindPlugin(Plugin[ArgsT]):
     def post_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
         raise NotImplementedError
 

@@ -32,7 +32,7 @@ def reason_for(node_name: str) -> str:
     return f"node {node_name} is labeled {AVOID_LABEL}={AVOID_VALUE}"
 
 
-class AvoidNode(FilterPlugin):
+class AvoidNode(FilterPlugin[AvoidNodePluginArgs]):
     name: ClassVar[str] = NAME
     Args: ClassVar[type[Any] | None] = AvoidNodePluginArgs
 

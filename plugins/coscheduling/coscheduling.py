@@ -103,7 +103,13 @@ def post_filter_message(group: str, pod: str) -> str:
     return f"PodGroup {group} gets rejected due to Pod {pod} is unschedulable even after PostFilter"
 
 
-class Coscheduling(QueueSortPlugin, PreFilterPlugin, PostFilterPlugin, ReservePlugin, PermitPlugin):
+class Coscheduling(
+    QueueSortPlugin[CoschedulingArgs],
+    PreFilterPlugin[CoschedulingArgs],
+    PostFilterPlugin[CoschedulingArgs],
+    ReservePlugin[CoschedulingArgs],
+    PermitPlugin[CoschedulingArgs],
+):
     name: ClassVar[str] = NAME
     Args: ClassVar[type[Any] | None] = CoschedulingArgs
 

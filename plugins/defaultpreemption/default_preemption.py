@@ -182,7 +182,7 @@ def aggregate_errors(messages: Sequence[str]) -> str:
     return seen[0] if len(seen) == 1 else "[" + ", ".join(seen) + "]"
 
 
-class DefaultPreemption(PostFilterPlugin):
+class DefaultPreemption(PostFilterPlugin[DefaultPreemptionArgs]):
     """The DefaultPreemption plugin (upstream's defaultpreemption.DefaultPreemption
     with the preemption.Evaluator it builds)."""
 

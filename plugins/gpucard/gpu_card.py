@@ -166,7 +166,12 @@ def best_fit(free: list[int], need: int) -> int | None:
     return best
 
 
-class GPUCardFit(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin):
+class GPUCardFit(
+    PreFilterPlugin[GPUCardFitArgs],
+    FilterPlugin[GPUCardFitArgs],
+    ReservePlugin[GPUCardFitArgs],
+    PreBindPlugin[GPUCardFitArgs],
+):
     name: ClassVar[str] = NAME
     Args: ClassVar[type[Any] | None] = GPUCardFitArgs
 

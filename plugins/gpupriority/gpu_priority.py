@@ -65,7 +65,7 @@ def normalize_free(scores: ScoreArray) -> None:
     scores[:] = [s * MAX_NODE_SCORE // top for s in scores.tolist()]
 
 
-class GPUPriority(ScorePlugin):
+class GPUPriority(ScorePlugin[GPUPriorityPluginArgs]):
     name: ClassVar[str] = NAME
     Args: ClassVar[type[Any] | None] = GPUPriorityPluginArgs
 

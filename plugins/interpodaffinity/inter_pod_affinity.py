@@ -173,7 +173,12 @@ def _updated(counts: Counts, keys: Iterable[str], labels: Mapping[str, str], cha
     return counts if out is None else out
 
 
-class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+class InterPodAffinity(
+    PreFilterPlugin[InterPodAffinityArgs],
+    FilterPlugin[InterPodAffinityArgs],
+    PreScorePlugin[InterPodAffinityArgs],
+    ScorePlugin[InterPodAffinityArgs],
+):
     """The InterPodAffinity plugin (upstream's interpodaffinity.InterPodAffinity)."""
 
     name: ClassVar[str] = NAME

@@ -187,7 +187,7 @@ def dimension_score(usage: Fraction) -> int:
     return max(0, min(MAX_NODE_SCORE, raw.numerator // raw.denominator))
 
 
-class LowCpu(FilterPlugin, ScorePlugin):
+class LowCpu(FilterPlugin[LowCpuSchedulerArgs], ScorePlugin[LowCpuSchedulerArgs]):
     name: ClassVar[str] = NAME
     Args: ClassVar[type[Any] | None] = LowCpuSchedulerArgs
 

@@ -186,7 +186,12 @@ def _by_labels(
     return out
 
 
-class NodeAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+class NodeAffinity(
+    PreFilterPlugin[NodeAffinityArgs],
+    FilterPlugin[NodeAffinityArgs],
+    PreScorePlugin[NodeAffinityArgs],
+    ScorePlugin[NodeAffinityArgs],
+):
     """The NodeAffinity plugin (upstream's nodeaffinity.NodeAffinity)."""
 
     name: ClassVar[str] = NAME

@@ -330,7 +330,10 @@ def balanced_score_functions() -> ScoreFunctions:
 # -- the plugin ------------------------------------------------------------------------
 
 
-class BalancedAllocation(PreScorePlugin, ScorePlugin):
+class BalancedAllocation(
+    PreScorePlugin[NodeResourcesBalancedAllocationArgs],
+    ScorePlugin[NodeResourcesBalancedAllocationArgs],
+):
     """The NodeResourcesBalancedAllocation plugin (upstream's
     noderesources.BalancedAllocation). Weight 1 in upstream's default
     profile; no NormalizeScore."""

@@ -253,7 +253,12 @@ def _scorer_for(strategy: ScoringStrategy) -> ResourceAllocationScorer:
 _MAX_BATCH_CHECKS = 60
 
 
-class Fit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+class Fit(
+    PreFilterPlugin[NodeResourcesFitArgs],
+    FilterPlugin[NodeResourcesFitArgs],
+    PreScorePlugin[NodeResourcesFitArgs],
+    ScorePlugin[NodeResourcesFitArgs],
+):
     """The NodeResourcesFit plugin (upstream's noderesources.Fit)."""
 
     name: ClassVar[str] = NAME

@@ -237,7 +237,12 @@ def _go_round(x: float) -> int:
     return math.floor(x + 0.5) if x >= 0 else -math.floor(-x + 0.5)
 
 
-class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+class PodTopologySpread(
+    PreFilterPlugin[PodTopologySpreadArgs],
+    FilterPlugin[PodTopologySpreadArgs],
+    PreScorePlugin[PodTopologySpreadArgs],
+    ScorePlugin[PodTopologySpreadArgs],
+):
     """The PodTopologySpread plugin (upstream's podtopologyspread.PodTopologySpread)."""
 
     name: ClassVar[str] = NAME

@@ -76,7 +76,7 @@ def _selector_of(pod: PodInfo) -> Selector:
     return tuple(pod.proto.labels.items())
 
 
-class SameLabelSpread(ScorePlugin):
+class SameLabelSpread(ScorePlugin[SameLabelSpreadArgs]):
     name: ClassVar[str] = NAME
     Args: ClassVar[type[Any] | None] = SameLabelSpreadArgs
 

@@ -149,7 +149,9 @@ def find_sticky_owner(
     return obj
 
 
-class StickyNode(PreFilterPlugin, FilterPlugin, PostBindPlugin):
+class StickyNode(
+    PreFilterPlugin[StickyNodeArgs], FilterPlugin[StickyNodeArgs], PostBindPlugin[StickyNodeArgs]
+):
     name: ClassVar[str] = NAME
     Args: ClassVar[type[Any] | None] = StickyNodeArgs
 

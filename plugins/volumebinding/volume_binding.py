@@ -182,7 +182,12 @@ def build_scorer(shape: list[UtilizationShapePoint] | tuple[UtilizationShapePoin
 
 
 class VolumeBinding(
-    PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, ReservePlugin, PreBindPlugin
+    PreFilterPlugin[VolumeBindingArgs],
+    FilterPlugin[VolumeBindingArgs],
+    PreScorePlugin[VolumeBindingArgs],
+    ScorePlugin[VolumeBindingArgs],
+    ReservePlugin[VolumeBindingArgs],
+    PreBindPlugin[VolumeBindingArgs],
 ):
     name: ClassVar[str] = NAME
     Args: ClassVar[type[Any] | None] = VolumeBindingArgs
