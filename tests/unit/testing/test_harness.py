@@ -128,12 +128,13 @@ def test_config_as_a_mapping_yaml_text_or_a_file(form: str, tmp_path: Path) -> N
     )
     file = tmp_path / "config.yaml"
     file.write_text(text)
-    config: berth.testing.ConfigSource = {
+    forms: dict[str, berth.testing.ConfigSource] = {
         "dict": only_zone("b"),
         "yaml": text,
         "path": file,
         "str-path": str(file),
-    }[form]
+    }
+    config = forms[form]
     (result,) = schedule(
         config,
         nodes=[
