@@ -18,8 +18,11 @@ tested on its own gets a snapshot (``snapshot_of``), a handle bound to it
 (``handle_for``) and a fresh ``CycleState``. pytest fixtures come with the
 pytest plugin ``berth.testing.pytest_plugin`` (loaded automatically where
 Berth is installed): ``berth_cluster``, ``berth_config``, ``berth_plugins``.
+A configuration Berth would refuse raises ``ConfigError`` with the file, the
+field and the reason, as ``berth serve`` reports it.
 """
 
+from berth.framework.config import ConfigError
 from berth.framework.testing import (
     NodeWrapper,
     PodWrapper,
@@ -38,6 +41,7 @@ from berth.testing.harness import Cluster, ConfigSource, PodResult, registry_wit
 
 __all__ = [
     "Cluster",
+    "ConfigError",
     "ConfigSource",
     "NodeWrapper",
     "PodResult",

@@ -1,10 +1,10 @@
-"""PreferLabel on its own (args, Filter, Score) and in a whole scheduling
-cycle of the profile in scheduler-config.yaml. Runs with Berth's venv, the
-package installed or not: ``python -m pytest examples/out-of-tree-plugin``."""
+"""PreferLabel on its own (args, Filter, Score) and in whole scheduling
+cycles of the profile in scheduler-config.yaml, with Berth's test kit
+(berth.testing). Runs with Berth's venv, the package installed or not:
+``python -m pytest examples/out-of-tree-plugin``."""
 
 from __future__ import annotations
 
-import random
 import re
 from pathlib import Path
 
@@ -12,19 +12,10 @@ import msgspec
 import pytest
 from berth_example_plugin import PreferLabel, PreferLabelArgs
 
-from berth.framework.config import ConfigError, load_config, parse_config
-from berth.framework.cycle_state import CycleState
-from berth.framework.model import NodeInfo
-from berth.framework.runtime import Framework
-from berth.framework.schedule_one import schedule_pod
-from berth.framework.status import Code
-from berth.framework.testing import make_node, make_pod, snapshot_of
-from berth.plugins.registry import REGISTRY
+from berth.framework import Code, CycleState, NodeInfo
+from berth.testing import ConfigError, make_node, make_pod, schedule
 
-HERE = Path(__file__).resolve().parents[1]
-# What Berth builds from the entry point once the package is installed;
-# explicit here, so the tests need no installation.
-WITH_PLUGIN = {**REGISTRY, PreferLabel.name: PreferLabel}
+CONFIG = Path(__file__).resolve().parents[1] / "scheduler-config.yaml"
 KEY = "example.com/pool"
 
 
@@ -105,15 +96,41 @@ def test_score_prefers_the_labelled_nodes() -> None:
 
 
 # -- the shipped configuration ------------------------------------------------
+# ``plugins=[PreferLabel]``: what Berth finds through the entry point once
+# the package is installed; explicit here, so the tests need no installation.
+
+CLUSTER = [
+    make_node("big-1").capacity(cpu="16", memory="64Gi"),
+    make_node("general-1").capacity(cpu="4", memory="16Gi").label(KEY, "general"),
+    make_node("gpu-1").capacity(cpu="32", memory="128Gi").label(KEY, "gpu"),
+]
 
 
-def test_scheduler_config_loads_with_the_plugin() -> None:
-    config = load_config(HERE / "scheduler-config.yaml", WITH_PLUGIN)
-    (profile,) = config.profiles
-    assert profile.scheduler_name == "berth-example"
-    assert "PreferLabel" in [r.name for r in profile.enabled("filter")]
-    assert {r.name: r.weight for r in profile.enabled("score")}["PreferLabel"] == 5
-    assert profile.plugin_args["PreferLabel"] == PreferLabelArgs(KEY, "general")
+def test_a_cycle_with_the_shipped_profile_places_on_the_labelled_node() -> None:
+    """The cluster of cluster.yaml: the default plugins alone would pick
+    gpu-1 (most free capacity); PreferLabel rejects it and prefers
+    general-1 over big-1."""
+    (alone,) = schedule(None, CLUSTER, [make_pod("report").req(cpu="500m", memory="1Gi")])
+    assert alone.node == "gpu-1"
+    (result,) = schedule(
+        CONFIG, CLUSTER, [make_pod("report").req(cpu="500m", memory="1Gi")], plugins=[PreferLabel]
+    )
+    assert result.status.is_success, result.message
+    assert result.node == "general-1"
+    assert result.rejected["gpu-1"].code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert result.rejected_by("gpu-1") == "PreferLabel"
+    # Normalised 100 x weight 5 for the labelled node, 0 for the other.
+    assert {node: s["PreferLabel"] for node, s in result.scores.items()} == {
+        "general-1": 500,
+        "big-1": 0,
+    }
+
+
+def test_pods_fill_the_preferred_node_before_the_others() -> None:
+    pods = [make_pod(f"p{i}").req(cpu="2") for i in range(3)]
+    results = schedule(CONFIG, CLUSTER, pods, plugins=[PreferLabel])
+    # general-1 has 4 CPUs: two pods fit there, the third goes to big-1.
+    assert [r.node for r in results] == ["general-1", "general-1", "big-1"]
 
 
 def test_a_profile_without_args_for_it_is_refused() -> None:
@@ -123,7 +140,7 @@ def test_a_profile_without_args_for_it_is_refused() -> None:
         "profiles": [{"plugins": {"multiPoint": {"enabled": [{"name": "PreferLabel"}]}}}],
     }
     with pytest.raises(ConfigError, match=r"no default for args\.labelKey: required value"):
-        parse_config(doc, "<test>", WITH_PLUGIN)
+        schedule(doc, CLUSTER, [make_pod()], plugins=[PreferLabel])
 
 
 def test_invalid_args_are_refused_with_their_field() -> None:
@@ -140,26 +157,6 @@ def test_invalid_args_are_refused_with_their_field() -> None:
         ],
     }
     with pytest.raises(ConfigError) as err:
-        parse_config(doc, "<test>", WITH_PLUGIN)
+        schedule(doc, CLUSTER, [make_pod()], plugins=[PreferLabel])
     assert err.value.field == "profiles[0].pluginConfig[0].args.labelKey"
     assert "Invalid value: 'bad key'" in err.value.reason
-
-
-def test_a_cycle_with_the_shipped_profile_places_on_the_labelled_node() -> None:
-    """The cluster of cluster.yaml: the default plugins alone would pick
-    gpu-1 (most free capacity); PreferLabel rejects it and prefers
-    general-1 over big-1."""
-    config = load_config(HERE / "scheduler-config.yaml", WITH_PLUGIN)
-    fw = Framework(config.profiles[0], WITH_PLUGIN)
-    snap = snapshot_of(
-        [
-            make_node("big-1").capacity(cpu="16", memory="64Gi").obj(),
-            make_node("general-1").capacity(cpu="4", memory="16Gi").label(KEY, "general").obj(),
-            make_node("gpu-1").capacity(cpu="32", memory="128Gi").label(KEY, "gpu").obj(),
-        ]
-    )
-    pod = make_pod("report").req(cpu="500m", memory="1Gi").info()
-    result = schedule_pod(fw, snap, CycleState(), pod, rng=random.Random(1), explain=True)
-    assert result.status.is_success, result.message
-    assert result.node == "general-1"
-    assert result.rejected["gpu-1"].code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE

@@ -16,7 +16,7 @@ point's name is the class's ``name``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from berth.framework import (
     MAX_NODE_SCORE,
@@ -36,18 +36,20 @@ __all__ = ["NAME", "PreferLabel"]
 NAME = "PreferLabel"
 
 
-class PreferLabel(FilterPlugin, ScorePlugin):
+class PreferLabel(FilterPlugin[PreferLabelArgs], ScorePlugin[PreferLabelArgs]):
     name: ClassVar[str] = NAME
-    Args: ClassVar[type[Any] | None] = PreferLabelArgs
+    # What Berth decodes the pluginConfig args into; the interfaces' type
+    # parameter makes ``self.args`` a PreferLabelArgs for mypy.
+    Args = PreferLabelArgs
 
-    def __init__(self, args: Any = None, handle: Handle | None = None) -> None:
+    def __init__(self, args: PreferLabelArgs | None = None, handle: Handle | None = None) -> None:
         super().__init__(args, handle)
         # Berth decodes and validates the args before building the plugin;
         # PreferLabel has no usable defaults, so args are required.
         if not isinstance(args, PreferLabelArgs):
             raise TypeError(f"{NAME} needs PreferLabelArgs (labelKey, labelValue), got {args!r}")
-        self.key = args.label_key
-        self.value = args.label_value
+        self.key = self.args.label_key
+        self.value = self.args.label_value
         # One Status for every rejected node: the scheduler's FitError
         # message counts nodes per reason ("2 node(s) had ...").
         self._rejected = Status.unresolvable(
