@@ -16,7 +16,10 @@
 #      checkout), and `berth serve` with deploy/base's configuration and mTLS
 #      (certificates from the tree's `berth certs`) answers a gRPC health check
 #      SERVING for berth.v1.SchedulingService over mTLS, then stops on SIGTERM;
-#   5. nothing in the tree was written while it ran (readOnlyRootFilesystem).
+#   5. the plugin SDK is typed as installed: the dev venv's mypy --strict, with the tree's
+#      interpreter (--python-executable), passes on a file importing berth.framework and on
+#      the src/ of a package the tree's `berth new-plugin` writes;
+#   6. nothing in the tree was written while it ran (readOnlyRootFilesystem).
 #
 #   hack/image-tree.sh [OUT_DIR]      default OUT_DIR: build/image-tree
 #
@@ -227,7 +230,25 @@ trap - EXIT
 [ "$code" = 0 ] || die "berth serve exited $code on SIGTERM: $(tail -n 20 "$serve_log")"
 say "berth serve on 127.0.0.1:$port: health SERVING over mTLS, stopped cleanly on SIGTERM"
 
-# -- 5. nothing written into the tree -----------------------------------------------------------
+# -- 5. the plugin SDK, typed, against the installed wheel -----------------------------------------
+# The dev venv's mypy with the tree's interpreter: it sees berth as the wheel installed it
+# (py.typed), not the checkout. A file importing berth.framework, and a package the tree's
+# `berth new-plugin` writes (its src/: the tree has no pytest for its tests), pass --strict.
+sdk=$out/sdk
+mkdir -p "$sdk"
+chmod 1777 "$sdk" # the image user writes the new package here
+[ -f "$site/berth/py.typed" ] || die "the wheel ships no berth/py.typed: mypy would see the SDK untyped"
+printf 'import berth.framework\n\nplugin: type[berth.framework.Plugin] = berth.framework.FilterPlugin\n' >"$sdk/uses_sdk.py"
+run berth new-plugin PreferZone --dir "$sdk/prefer-zone" >"$out/logs/new-plugin.txt" 2>&1 \
+  || die "berth new-plugin failed: $(cat "$out/logs/new-plugin.txt")"
+for target in "$sdk/uses_sdk.py" "$sdk/prefer-zone/src"; do
+  (cd "$sdk" && "$venv/bin/mypy" --strict --no-incremental --python-executable "$tree/bin/python" \
+    --config-file /dev/null "$target") >"$out/logs/mypy-sdk.txt" 2>&1 \
+    || die "mypy --strict against the installed wheel failed on $target:"$'\n'"$(cat "$out/logs/mypy-sdk.txt")"
+done
+say "mypy --strict against the installed wheel: import berth.framework and a berth new-plugin package pass"
+
+# -- 6. nothing written into the tree -----------------------------------------------------------
 find "$tree" -printf '%p %s %T@\n' | sort >"$out/logs/after.txt"
 if ! diff -q "$out/logs/before.txt" "$out/logs/after.txt" >/dev/null; then
   die "files in the tree changed while it ran (a read-only root filesystem would refuse):"$'\n'"$(diff "$out/logs/before.txt" "$out/logs/after.txt" | head -n 20)"

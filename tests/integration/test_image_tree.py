@@ -51,6 +51,12 @@ def test_image_tree_builds_and_runs_read_only_as_the_image_user(out_dir: Path) -
     assert result.returncode == 0, output[-5000:]
     assert "health SERVING over mTLS, stopped cleanly on SIGTERM" in output, output
     assert "OK:" in output, output
+    # The plugin SDK is typed as installed (py.typed ships): mypy --strict passes on
+    # `import berth.framework` and on a `berth new-plugin` package, against the wheel.
+    assert (
+        "mypy --strict against the installed wheel: import berth.framework and a berth "
+        "new-plugin package pass"
+    ) in output, output
     tree = out_dir / "opt" / "berth"
     site = next((tree / "lib").glob("python3.*/site-packages"))
     # One top-level package: the folders server/, shim/, plugins/, framework/ are berth.*.
