@@ -8,7 +8,6 @@ import logging
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 from google.protobuf import symbol_database
@@ -19,17 +18,16 @@ from berth.api.v1 import scheduling_pb2
 from berth.framework.interfaces import Plugin
 from berth.framework.profile import SchedulerConfig
 from berth.framework.runtime import Framework, ProfileError
-from berth.server import errors, telemetry
-from berth.server.errors import Replica
-from berth.server.identity import Callers
-from berth.server.service import (
-    DEFAULT_MAX_BATCH_PODS,
+from berth.server import telemetry
+from berth.server.admission import (
     DEFAULT_MAX_INFLIGHT_BYTES,
     DEFAULT_MAX_INFLIGHT_CALLS,
-    DEFAULT_SLICE_SECONDS,
     Admission,
-    SchedulingService,
 )
+from berth.server.errors import Replica
+from berth.server.identity import Callers
+from berth.server.prologue import DEFAULT_SLICE_SECONDS
+from berth.server.service import DEFAULT_MAX_BATCH_PODS, SchedulingService
 from berth.server.state import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_CALLER_BYTES,
@@ -46,15 +44,14 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 def service_handler(service: SchedulingService, traced: bool = False) -> grpc.GenericRpcHandler:
     """Handlers for every RPC of the service descriptor. Requests arrive as
-    bytes and are parsed here, so a malformed message is answered
-    INVALID_ARGUMENT naming the expected type (grpc's own deserializer would
-    answer INTERNAL). Every unary response carries the replica's id in its
-    trailing metadata (``berth-replica``); streams send it themselves."""
+    bytes: the service admits and parses them itself (server/prologue.py), so
+    a call beyond the in-flight caps is refused before its request is parsed
+    and a malformed message is answered INVALID_ARGUMENT naming the expected
+    type (grpc's own deserializer would answer INTERNAL)."""
     desc = scheduling_pb2.DESCRIPTOR.services_by_name["SchedulingService"]
     db = symbol_database.Default()
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for method in desc.methods:
-        req_cls = db.GetSymbol(method.input_type.full_name)
         resp_cls = db.GetSymbol(method.output_type.full_name)
         impl = getattr(service, method.name)
         if method.name == "ScheduleStream" and not traced:
@@ -65,44 +62,16 @@ def service_handler(service: SchedulingService, traced: bool = False) -> grpc.Ge
             handlers[method.name] = grpc.stream_stream_rpc_method_handler(
                 impl, request_deserializer=None, response_serializer=resp_cls.SerializeToString
             )
-            continue
-        if method.client_streaming:
+        elif method.client_streaming:
             # UploadState: the service parses (and admits) each part itself.
             handlers[method.name] = grpc.stream_unary_rpc_method_handler(
                 impl, request_deserializer=None, response_serializer=resp_cls.SerializeToString
             )
-            continue
-        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-            _parsing(impl, req_cls, service),
-            request_deserializer=None,
-            response_serializer=resp_cls.SerializeToString,
-        )
+        else:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                impl, request_deserializer=None, response_serializer=resp_cls.SerializeToString
+            )
     return grpc.method_handlers_generic_handler(desc.full_name, handlers)
-
-
-def _parsing(impl: Any, req_cls: Any, service: SchedulingService) -> Any:
-    replica: Replica = service.replica
-    trailers = replica.trailers
-    admission = service.admission
-
-    async def handler(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        context.set_trailing_metadata(trailers)
-        # Admitted before anything else is done, refused at once beyond the caps.
-        size = len(raw)
-        try:
-            admission.enter(size)
-        except errors.ServiceError as exc:
-            await replica.abort(context, exc)
-        try:
-            try:
-                request = await service.parse(req_cls, raw)
-            except errors.ServiceError as exc:
-                await replica.abort(context, exc)
-            return await impl(request, context)
-        finally:
-            admission.leave(size)
-
-    return handler
 
 
 def build_frameworks(

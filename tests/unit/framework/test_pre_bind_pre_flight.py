@@ -23,7 +23,7 @@ from berth.framework.profile import PluginRef, ProfileConfig
 from berth.framework.runtime import Framework
 from berth.framework.schedule_one import schedule_pod
 from berth.framework.testing import make_node, make_pod, snapshot_of
-from berth.server.service import schedule_response
+from berth.server.convert import schedule_response
 from tests.unit.framework.fakes import REGISTRY as FAKES
 
 
@@ -321,7 +321,7 @@ def test_clone_keeps_the_pre_flight_outcome() -> None:
     ids=["all-skip", "some-work", "error", "unsupported-code"],
 )
 def test_the_answer_carries_a_failed_pre_flight(flight: dict[str, str], wanted: str | None) -> None:
-    """server/service.py schedule_response: ScheduleResponse.pre_bind_pre_flight_error is set
+    """server/convert.py schedule_response: ScheduleResponse.pre_bind_pre_flight_error is set
     exactly when RunPreBindPreFlights failed, with its message and plugin, so the caller can
     end the binding cycle where schedule_one.go bindingCycle does."""
     fw = framework("FlightA", "FlightB")

@@ -1,0 +1,146 @@
+"""Framework values to and from their messages (protos/berth/v1/scheduling.proto):
+Status, CycleState, and a whole cycle's ScheduleResponse."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.framework.cycle_state import CycleState
+from berth.framework.model import PodInfo
+from berth.framework.runtime import Signal
+from berth.framework.schedule_one import NominatingMode, ScheduleResult
+from berth.framework.status import Code, Status
+
+
+def status_to_pb(st: Status) -> pb.Status:
+    return pb.Status(code=int(st.code), reasons=list(st.reasons), plugin=st.plugin)  # type: ignore[arg-type]
+
+
+def status_from_pb(st: pb.Status) -> Status:
+    return Status(Code(st.code), tuple(st.reasons), st.plugin)
+
+
+def cycle_to_pb(state: CycleState) -> pb.CycleState:
+    out = pb.CycleState(
+        skip_filter_plugins=sorted(state.skip_filter_plugins),
+        skip_score_plugins=sorted(state.skip_score_plugins),
+    )
+    for k, v in state.encode().items():
+        out.data[k] = v
+    return out
+
+
+def cycle_from_pb(msg: pb.CycleState) -> CycleState:
+    return CycleState.decode(msg.data, msg.skip_filter_plugins, msg.skip_score_plugins)
+
+
+def schedule_response(
+    result: ScheduleResult, state: CycleState, generation: int, explain: bool
+) -> pb.ScheduleResponse:
+    out = pb.ScheduleResponse(
+        status=status_to_pb(result.status),
+        node=result.node,
+        evaluated_nodes=result.evaluated,
+        feasible_nodes=result.feasible,
+        next_start_index=result.next_start_index,
+        generation=generation,
+    )
+    if result.node:
+        out.cycle.CopyFrom(cycle_to_pb(state))
+    if not result.status.is_success or explain:
+        d = out.diagnosis
+        for name, st in result.rejected.items():
+            d.rejected.add(node=name, status=status_to_pb(st))
+        d.unschedulable_plugins.extend(sorted(result.unschedulable_plugins))
+        if result.pre_filter_status is not None:
+            d.pre_filter_status.CopyFrom(status_to_pb(result.pre_filter_status))
+        d.message = result.message
+    if result.post_filter_status is not None:
+        out.post_filter.status.CopyFrom(status_to_pb(result.post_filter_status))
+        out.post_filter.nominated_node_name = result.nominated_node
+        out.post_filter.nominating_mode = (
+            pb.NOMINATING_MODE_OVERRIDE
+            if result.nominating_mode is NominatingMode.OVERRIDE
+            else pb.NOMINATING_MODE_NOOP
+        )
+        add_signals(out.post_filter.signals, result.post_filter_signals)
+        add_preemption(
+            out.post_filter,
+            result.post_filter_plugin,
+            result.victims,
+            result.clear_nomination_pod_uids,
+        )
+    if result.reserve_status is not None:
+        out.reserve_status.CopyFrom(status_to_pb(result.reserve_status))
+        if result.reserve_status.is_success:
+            out.assume_annotations.update(state.assume_annotations)
+    if result.permit_status is not None:
+        out.permit.CopyFrom(
+            permit_pb(
+                result.permit_status,
+                result.permit_timeouts,
+                state,
+                result.permit_signals,
+                result.activate_pod_uids,
+            )
+        )
+        # Permit let the pod on and every PreBind plugin's PreBindPreFlight
+        # answered Skip: the caller need not call PreBind (the skipped plugins
+        # are also recorded in `cycle`, so a PreBind call skips them too).
+        out.pre_bind_skip = result.pre_bind_skip
+        pre_flight = result.pre_bind_pre_flight_status
+        if pre_flight is not None and not (pre_flight.is_success or pre_flight.is_skip):
+            out.pre_bind_pre_flight_error.CopyFrom(status_to_pb(pre_flight))
+    # Reserve failed or Permit rejected: what the Unreserve that followed asked.
+    add_signals(out.unreserve_signals, result.unreserve_signals)
+    if explain and result.scores is not None:
+        sc = result.scores
+        names = sc.nodes.names
+        order = sorted(range(len(names)), key=lambda k: (-int(sc.totals[k]), names[k]))
+        per_plugin = {p: s.tolist() for p, s in sc.weighted.items()}
+        totals = sc.totals.tolist()
+        for k in order:
+            ns = out.scores.add(node=names[k], total=totals[k])
+            for p, s in per_plugin.items():
+                ns.plugins[p] = s[k]
+    return out
+
+
+def permit_pb(
+    st: Status,
+    waits: Mapping[str, float],
+    state: CycleState,
+    signals: Iterable[Signal],
+    activate: Iterable[str],
+) -> pb.PermitResponse:
+    out = pb.PermitResponse(status=status_to_pb(st), cycle=cycle_to_pb(state))
+    for plugin, seconds in waits.items():
+        out.wait_timeout_millis[plugin] = int(seconds * 1000)
+    add_signals(out.signals, signals)
+    out.activate_pod_uids.extend(activate)
+    return out
+
+
+def add_signals(out: Any, signals: Iterable[Signal]) -> None:
+    """PostFilter/Permit/Unreserve: the waiting-pod signals plugins raised."""
+    for uid, plugin, allow, message in signals:
+        out.add(pod_uid=uid, plugin=plugin, allow=allow, message=message)
+
+
+def add_preemption(
+    out: pb.PostFilterResponse, plugin: str, victims: Iterable[PodInfo], clear: Iterable[str]
+) -> None:
+    """A successful PostFilter's plugin and what it asks of the caller: the
+    victims to evict, in order, and the nominations to clear."""
+    out.plugin = plugin
+    for v in victims:
+        out.victims.add(uid=v.uid, namespace=v.namespace, name=v.name)
+    out.clear_nomination_pod_uids.extend(clear)
+
+
+def add_writes(out: pb.StatusResponse, state: CycleState) -> None:
+    """PreBind/PostBind: the writes plugins asked for, in order."""
+    for plugin, write in state.take_writes():
+        out.writes.append(write.to_proto(plugin))

@@ -1,0 +1,460 @@
+"""What every RPC runs over, before and around its handler.
+
+A unary call, in order (``Prologue.unary``, then ``Prologue.whole``):
+
+1. names the replica in its trailing metadata (``berth-replica``);
+2. is admitted (server/admission.py) when it came over the network (its
+   request arrives as bytes): beyond the caps on calls and bytes in flight it
+   is refused OVERLOADED before anything of it is done. An in-process caller
+   hands over messages and is bounded by its own concurrency;
+3. its request is parsed: a malformed one is INVALID_ARGUMENT naming the
+   expected type; a large one is parsed on the worker;
+4. its caller is identified (server/identity.py) and its deadline read: a
+   ``Call``, the one value its handler gets of the call;
+5. when it carries cluster state it takes that cluster's lock
+   (``ClusterLocks``) before its handler runs and holds it until its response
+   is built, so no other call reads or changes that snapshot meanwhile; a
+   large full state is built under the lock in slices on the worker, other
+   clusters' calls getting turns in between;
+6. its handler runs whole on the worker thread, resolving its profile and
+   its state through the ``Call`` in the order it checks its request;
+7. whatever it raises becomes its gRPC status (``refusal``).
+
+The same steps, in the same order, serve a stream's messages (ScheduleStream)
+and the parts of an upload (UploadState). A handler chain of the same kind
+stands in front of kube-apiserver's handlers
+(staging/src/k8s.io/apiserver/pkg/server/config.go, DefaultBuildHandlerChain).
+
+Plugin work never runs on the event loop: every call's cycle runs on one
+worker thread (``Worker``), so grpc.health.v1 and gRPC's own I/O are answered
+whatever a plugin computes. One worker keeps the service's single-threaded
+model: a profile's Framework and the snapshot cache are used by one call at a
+time. The caller's gRPC deadline is checked before every plugin call
+(``Framework.begin_request``), between a batch's pods and between slices:
+past it the call ends DEADLINE_EXCEEDED and the snapshot stays as a whole
+call left it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager, nullcontext
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, TypeVar, cast
+
+from google.protobuf.message import DecodeError, Message
+
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.framework.cycle_state import StateDecodeError
+from berth.framework.runtime import DeadlineExceeded, Framework
+from berth.framework.snapshot import Snapshot
+from berth.server import errors
+from berth.server.admission import Admission
+from berth.server.errors import Replica, ServiceError
+from berth.server.identity import Callers
+from berth.server.state import (
+    STEPWISE_ENTRIES,
+    CacheFull,
+    Entry,
+    InvalidState,
+    SnapshotPassed,
+    SnapshotStore,
+    StaleReplica,
+    StateTooLarge,
+    UploadsFull,
+    full_entries,
+)
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+Resp = TypeVar("Resp")
+Req = TypeVar("Req", bound=Message)
+
+# Longest a batch or a large full state works on the worker before another
+# call gets a turn there (berth serve --slice-ms).
+DEFAULT_SLICE_SECONDS = 0.002
+
+# Requests larger than this are parsed on the worker, not on the event loop.
+PARSE_INLINE_BYTES = 256 * 1024
+
+# A handler: runs whole on the worker with its call and its request.
+Handler = Callable[["Call", Req], Resp]
+# What a handler refuses before it reads the state (``Prologue.whole``).
+Check = Callable[["Call", Req], object]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call as its handler sees it: who calls, until when, and what it
+    may use to resolve its profile and its state. Made per call by the
+    prologue and passed to the handler; the service keeps none."""
+
+    # Who calls (server/identity.py): the snapshots it may use.
+    caller: str
+    # The caller's deadline (time.perf_counter clock); None: none.
+    deadline: float | None
+    profiles: Mapping[str, Framework]
+    store: SnapshotStore
+    # A large full state the prologue built in slices before the handler ran.
+    prepared: Entry | None = None
+
+    def profile(self, name: str) -> Framework:
+        """The profile the request names (a schedulerName); refused when it
+        names none or one this server does not serve."""
+        if not name:
+            raise errors.invalid(
+                "profile",
+                "must name a profile (a schedulerName); configured: "
+                + ", ".join(sorted(self.profiles)),
+            )
+        fw = self.profiles.get(name)
+        if fw is None:
+            raise errors.unknown_profile(name, self.profiles)
+        return fw
+
+    def framework(self, name: str) -> Framework:
+        """``profile``, ready to run this call's plugins until its deadline
+        (on the worker only: the Framework is the worker's)."""
+        fw = self.profile(name)
+        fw.begin_request(self.deadline)
+        return fw
+
+    def cluster(self, has_state: bool, state: cpb.ClusterState) -> tuple[Snapshot, int]:
+        """The snapshot the request's state resolves to, and its generation
+        (protos/README.md, the generation protocol)."""
+        if not has_state:
+            raise errors.invalid("state", "required")
+        if self.prepared is not None:
+            return self.prepared.snapshot, self.prepared.generation
+        entry = self.store.resolve(state, caller=self.caller)
+        return entry.snapshot, entry.generation
+
+
+def state_key(caller: str, cluster_id: str) -> str:
+    """The key of a caller's cluster in ClusterLocks."""
+    return f"{caller}\x00{cluster_id}"
+
+
+class ClusterLocks:
+    """One asyncio lock per caller's cluster (``state_key``), taken by every
+    call that carries cluster state before its handler runs and held until
+    its response is built: a batch or a full state built stepwise, which let
+    other calls onto the worker part-way, so hold their cluster throughout.
+    Locks exist only while someone holds or awaits them."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._users: dict[str, int] = {}
+
+    def busy_cluster(self, cluster_id: str) -> bool:
+        """Is ``cluster_id`` held under any caller (tests, diagnostics)?"""
+        tail = "\x00" + cluster_id
+        return any(k.endswith(tail) and lock.locked() for k, lock in self._locks.items())
+
+    @asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        self._users[key] = self._users.get(key, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._users[key] -= 1
+            if not self._users[key]:
+                del self._users[key]
+                del self._locks[key]
+
+
+class Worker:
+    """The one thread plugin work runs on (module docstring), and work that
+    runs there in slices of ``slice_seconds``."""
+
+    def __init__(self, slice_seconds: float = DEFAULT_SLICE_SECONDS) -> None:
+        self.slice_seconds = slice_seconds
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="berth-cycle")
+
+    async def run(self, fn: Callable[[], R]) -> R:
+        """``fn()`` on the worker thread, in the caller's context
+        (contextvars: the trace the interceptor continued). A cancelled call
+        (the caller went away, its deadline passed) still waits for the work
+        it started: the thread cannot be stopped, and nothing else may touch
+        what it touches meanwhile; the deadline stops it at the next plugin."""
+        run = functools.partial(contextvars.copy_context().run, fn)
+        fut = asyncio.get_running_loop().run_in_executor(self._pool, run)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            while not fut.done():
+                try:
+                    await asyncio.shield(fut)
+                except asyncio.CancelledError:
+                    continue
+                except Exception:  # its error is the cancelled call's, which no one reads
+                    break
+            if not fut.cancelled() and isinstance(fut.exception(), DeadlineExceeded):
+                log.info("a call stopped at its deadline: %s", fut.exception())
+            raise
+
+    async def in_slices(
+        self, steps: Generator[None, None, R], deadline: float | None, late: str
+    ) -> R:
+        """Runs ``steps`` on the worker a slice at a time, other calls getting
+        turns in between, and returns what it returns. Past ``deadline``
+        between two slices it stops, DEADLINE_EXCEEDED with message ``late``."""
+        slice_seconds = self.slice_seconds
+        done: list[R] = []
+
+        def run_slice() -> bool:
+            began = time.perf_counter()
+            try:
+                while time.perf_counter() - began < slice_seconds:
+                    next(steps)
+            except StopIteration as stop:
+                done.append(stop.value)
+                return True
+            return False
+
+        while not await self.run(run_slice):
+            if deadline is not None and time.perf_counter() >= deadline:
+                steps.close()
+                raise errors.deadline(late)
+        return done[0]
+
+    def close(self) -> None:
+        """Stops the thread once the work queued on it is done."""
+        self._pool.shutdown(wait=False, cancel_futures=False)
+
+
+class Prologue:
+    """The steps of the module docstring, over the service's collaborators."""
+
+    def __init__(
+        self,
+        *,
+        profiles: Mapping[str, Framework],
+        store: SnapshotStore,
+        callers: Callers,
+        admission: Admission,
+        replica: Replica,
+        locks: ClusterLocks,
+        worker: Worker,
+    ) -> None:
+        self.profiles = profiles
+        self.store = store
+        self.callers = callers
+        self.admission = admission
+        self.replica = replica
+        self.locks = locks
+        self.worker = worker
+
+    async def unary(
+        self,
+        context: Any,
+        item: Req | bytes,
+        cls: type[Req],
+        serve: Callable[[Req, Any], Awaitable[Resp]],
+    ) -> Resp:
+        """Steps 1-3 and 7 around ``serve``, which does the rest."""
+        context.set_trailing_metadata(self.replica.trailers)
+
+        async def work() -> Resp:
+            size = len(item) if isinstance(item, bytes) else None
+            with nullcontext() if size is None else self.admission.admitted(size):
+                request = await self.parse(cls, item)
+                return await serve(request, context)
+
+        return await self.answer(context, work)
+
+    async def run(
+        self,
+        context: Any,
+        item: Req | bytes,
+        cls: type[Req],
+        handler: Handler[Req, Resp],
+        before_state: Check[Req] | None = None,
+    ) -> Resp:
+        """A unary RPC whose handler runs whole: every step."""
+
+        async def serve(request: Req, context: Any) -> Resp:
+            return await self.whole(self.call(context), request, handler, before_state)
+
+        return await self.unary(context, item, cls, serve)
+
+    async def answer(self, context: Any, work: Callable[[], Awaitable[Resp]]) -> Resp:
+        """Awaits the work; a refusal ends the call with its typed status."""
+        try:
+            return await work()
+        except Exception as exc:
+            err = refusal(exc, "a request")
+        await self.replica.abort(context, err)
+
+    async def parse(self, cls: type[Req], item: Req | bytes) -> Req:
+        """A request message from its bytes; a large one is parsed on the
+        worker (parsing 64 MiB takes long enough to delay health checks)."""
+        if isinstance(item, bytes) and len(item) > PARSE_INLINE_BYTES:
+            return await self.worker.run(lambda: parse(cls, item))
+        return parse(cls, item)
+
+    def call(self, context: Any) -> Call:
+        """Step 4: who calls, and its deadline."""
+        return self.call_as(self.callers.identify(context), deadline_of(context))
+
+    def call_as(self, caller: str, deadline: float | None) -> Call:
+        return Call(caller, deadline, self.profiles, self.store)
+
+    async def whole(
+        self,
+        call: Call,
+        request: Req,
+        handler: Handler[Req, Resp],
+        before_state: Check[Req] | None = None,
+    ) -> Resp:
+        """Steps 5-6: ``handler`` whole on the worker, holding the lock of
+        the cluster the request carries (if any). ``before_state``: what the
+        handler refuses before it reads the state, checked before a large
+        full state is built, so a request refused anyway builds nothing."""
+
+        def checks() -> None:
+            if before_state is not None:
+                before_state(call, request)
+
+        async with self.cluster(call, state_of(request), checks) as held:
+            return await self.worker.run(functools.partial(handler, held, request))
+
+    @asynccontextmanager
+    async def cluster(
+        self,
+        call: Call,
+        state: cpb.ClusterState | None,
+        before_build: Callable[[], object] = lambda: None,
+    ) -> AsyncIterator[Call]:
+        """Step 5: holds the lock of the cluster ``state`` names (nothing
+        without a state) and yields the call, with its full state built when
+        it is large (``STEPWISE_ENTRIES``). The build stores nothing until
+        the whole state is built: a deadline that passes part-way leaves the
+        cache as it was."""
+        if state is None:
+            yield call
+            return
+        async with self.locks.hold(state_key(call.caller, state.cluster_id)):
+            if state.full and full_entries(state) > STEPWISE_ENTRIES:
+                before_build()
+                entry = await self.worker.in_slices(
+                    self.store.replace_stepwise(state, caller=call.caller),
+                    call.deadline,
+                    "deadline: passed while this replica built the full state; nothing of it "
+                    "was kept: send it again with a longer deadline",
+                )
+                call = replace(call, prepared=entry)
+            yield call
+
+
+class _CarriesState(Protocol):
+    state: cpb.ClusterState
+
+
+def state_of(request: Message) -> cpb.ClusterState | None:
+    """The cluster state a request carries; None when it has none."""
+    if "state" in request.DESCRIPTOR.fields_by_name and request.HasField("state"):
+        return cast(_CarriesState, request).state
+    return None
+
+
+def deadline_of(context: Any) -> float | None:
+    """The call's deadline on the perf_counter clock; None without one (or for
+    an in-process context, which has none)."""
+    remaining = getattr(context, "time_remaining", None)
+    left = remaining() if remaining is not None else None
+    return None if left is None else time.perf_counter() + left
+
+
+def parse(cls: type[Req], item: Req | bytes) -> Req:
+    if not isinstance(item, bytes):
+        return item
+    try:
+        return cls.FromString(item)
+    except DecodeError as exc:
+        raise errors.invalid(
+            "request", f"not a valid {cls.DESCRIPTOR.full_name} message: {exc}"
+        ) from exc
+
+
+StateRefusal = (
+    InvalidState | StaleReplica | SnapshotPassed | StateTooLarge | CacheFull | UploadsFull
+)
+_STATE_REFUSALS = (
+    InvalidState,
+    StaleReplica,
+    SnapshotPassed,
+    StateTooLarge,
+    CacheFull,
+    UploadsFull,
+)
+
+
+def refusal(exc: Exception, serving: str) -> ServiceError:
+    """The refusal ``exc`` gives the caller. Call from the except block: an
+    unexpected error logs its stack, naming what was served (``serving``)."""
+    if isinstance(exc, ServiceError):
+        return exc
+    if isinstance(exc, StateDecodeError):
+        return errors.invalid("cycle.data", str(exc))
+    if isinstance(exc, DeadlineExceeded):
+        return deadline_error(exc)
+    if isinstance(exc, _STATE_REFUSALS):
+        return state_error(exc)
+    log.exception("internal error serving %s", serving)
+    return errors.internal()
+
+
+def state_error(exc: StateRefusal) -> ServiceError:
+    """The snapshot cache's refusals (server/state.py) as the caller sees them."""
+    if isinstance(exc, InvalidState):
+        return errors.invalid(exc.field, exc.reason)
+    if isinstance(exc, UploadsFull):
+        return errors.overloaded(
+            "uploads",
+            exc.limit,
+            exc.flag,
+            f"uploads of {exc.held} bytes under way (built aside until they end) and this "
+            f"part has {exc.size}",
+        )
+    if isinstance(exc, CacheFull):
+        return errors.overloaded(
+            "snapshots" if exc.flag == "--max-clusters" else "state_bytes",
+            exc.limit,
+            exc.flag,
+            f"{exc.held} snapshots of other callers, all in use",
+        )
+    if isinstance(exc, StateTooLarge):
+        return errors.state_too_large(str(exc), exc.size, exc.limit)
+    if isinstance(exc, StaleReplica):
+        return errors.stale_snapshot(str(exc), exc.have)
+    return errors.snapshot_passed(str(exc), exc.have)
+
+
+def deadline_error(exc: DeadlineExceeded) -> ServiceError:
+    log.info("a call stopped at its deadline: %s", exc)
+    return errors.deadline(
+        f"deadline: {exc}; the cycle stopped there and nothing of it was kept: retry with "
+        "a longer deadline"
+    )
+
+
+__all__ = [
+    "DEFAULT_SLICE_SECONDS",
+    "Call",
+    "ClusterLocks",
+    "Prologue",
+    "Worker",
+    "refusal",
+]
