@@ -20,9 +20,11 @@ A unary call, in order (``Prologue.unary``, then ``Prologue.whole``):
    its state through the ``Call`` in the order it checks its request;
 7. whatever it raises becomes its gRPC status (``refusal``).
 
-The same steps, in the same order, serve a stream's messages (ScheduleStream)
-and the parts of an upload (UploadState). A handler chain of the same kind
-stands in front of kube-apiserver's handlers
+A stream's messages (ScheduleStream) take the same steps, their caller
+identified once when the stream starts and each refusal answered in-stream;
+an upload's parts (UploadState) are admitted and parsed each, and the
+cluster's lock is taken to swap the uploaded state in. A chain of the same
+kind stands in front of kube-apiserver's handlers
 (staging/src/k8s.io/apiserver/pkg/server/config.go, DefaultBuildHandlerChain).
 
 Plugin work never runs on the event loop: every call's cycle runs on one
@@ -143,11 +145,11 @@ def state_key(caller: str, cluster_id: str) -> str:
 
 
 class ClusterLocks:
-    """One asyncio lock per caller's cluster (``state_key``), taken by every
-    call that carries cluster state before its handler runs and held until
-    its response is built: a batch or a full state built stepwise, which let
-    other calls onto the worker part-way, so hold their cluster throughout.
-    Locks exist only while someone holds or awaits them."""
+    """One asyncio lock per caller's cluster (``state_key``). Every call that
+    carries cluster state takes it before its handler runs and holds it until
+    its response is built; work that lets other calls onto the worker
+    part-way (a batch, a full state built in slices) thus has its snapshot to
+    itself throughout. A lock exists only while someone holds or awaits it."""
 
     def __init__(self) -> None:
         self._locks: dict[str, asyncio.Lock] = {}

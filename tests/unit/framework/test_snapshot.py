@@ -280,7 +280,7 @@ def _watched(reference: bool = False) -> tuple[Snapshot, dict[tuple[int, str], i
 
 @pytest.mark.parametrize("seed", range(6))
 def test_remove_later_ends_as_removing_at_once_then_applying(seed: int) -> None:
-    """server/service.py ScheduleBatch leaves the pods it assumed for the next
+    """server/schedule.py ScheduleBatch leaves the pods it assumed for the next
     delta to match (Snapshot.remove_later), and an upsert of a record the
     snapshot holds only moves the pod. Against a snapshot that removes the
     batch's pods at once and removes and adds every upserted pod, every

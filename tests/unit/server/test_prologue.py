@@ -1,0 +1,110 @@
+"""The prologue every RPC runs over (server/prologue.py), in process: a call
+holds its cluster's lock while its handler runs, a request refused for its
+profile builds none of a large full state, and only calls from the network
+are admitted against the in-flight caps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, NoReturn
+
+import grpc
+import pytest
+
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.client import ClusterStateLog
+from berth.framework.config import default_config
+from berth.framework.testing import make_node, make_pod
+from berth.plugins.registry import REGISTRY
+from berth.server.admission import Admission
+from berth.server.app import build_frameworks
+from berth.server.prologue import Call
+from berth.server.service import SchedulingService
+from berth.server.state import STEPWISE_ENTRIES
+
+PROFILE = "default-scheduler"
+
+
+class Refused(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+
+
+class Context:
+    """The part of grpc.aio.ServicerContext the prologue uses."""
+
+    def set_trailing_metadata(self, _metadata: Sequence[tuple[str, str]]) -> None:
+        pass
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ()
+
+    def time_remaining(self) -> float | None:
+        return None
+
+    async def abort(self, code: grpc.StatusCode, details: str = "", **_: Any) -> NoReturn:
+        raise Refused(code, details)
+
+
+@pytest.fixture
+def service() -> Iterator[SchedulingService]:
+    config = default_config(REGISTRY)
+    svc = SchedulingService(config, build_frameworks(config, REGISTRY), admission=Admission(0))
+    try:
+        yield svc
+    finally:
+        svc.close()
+
+
+def cluster(nodes: int) -> ClusterStateLog:
+    log = ClusterStateLog()
+    for i in range(nodes):
+        log.upsert_node(make_node(f"n{i}").capacity(cpu="4", pods=10).obj())
+    log.commit()
+    return log
+
+
+async def test_a_handler_runs_holding_its_clusters_lock(service: SchedulingService) -> None:
+    log = cluster(2)
+    seen: list[tuple[bool, str]] = []
+
+    def handler(call: Call, request: pb.SyncRequest) -> pb.SyncResponse:
+        seen.append((service.locks.busy_cluster(log.cluster_id), call.caller))
+        return pb.SyncResponse()
+
+    await service.prologue.run(
+        Context(), pb.SyncRequest(state=log.full_state()), pb.SyncRequest, handler
+    )
+    assert seen == [(True, "anonymous")]
+    assert not service.locks.busy_cluster(log.cluster_id)
+
+
+async def test_an_unknown_profile_is_refused_before_a_large_full_state_is_built(
+    service: SchedulingService,
+) -> None:
+    log = cluster(STEPWISE_ENTRIES + 1)
+    request = pb.ScheduleRequest(
+        profile="nobody", state=log.full_state(), pod=make_pod("p").req(cpu="1").obj()
+    )
+    with pytest.raises(Refused) as refused:
+        await service.Schedule(request, Context())
+    assert refused.value.code == grpc.StatusCode.NOT_FOUND
+    assert service.store.entry(log.cluster_id) is None
+    # With a profile it serves, the same state is built (in slices) and used.
+    request.profile = PROFILE
+    resp = await service.Schedule(request, Context())
+    assert resp.node and resp.generation == log.generation
+    assert service.store.entry(log.cluster_id) is not None
+
+
+async def test_only_calls_from_the_network_are_admitted(service: SchedulingService) -> None:
+    """Admission(0) takes no call: a request arriving as bytes is refused
+    OVERLOADED; an in-process caller's message is served."""
+    request = pb.SyncRequest(state=cluster(1).full_state())
+    with pytest.raises(Refused) as refused:
+        await service.Sync(request.SerializeToString(), Context())
+    assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "--max-inflight-calls" in refused.value.details
+    assert (await service.Sync(request, Context())).node_count == 1
