@@ -14,9 +14,9 @@ from berth.client.tls import ClientTLS
 from berth.framework.interfaces import Plugin
 from berth.framework.profile import SchedulerConfig
 from berth.framework.writes import config_writes
+from berth.kube.rest import KubeApi
 from berth.shim.health import HealthServer
 from berth.shim.healthchecks import ApiServerProbe, HealthChecks
-from berth.shim.kubeapi import KubeApi
 from berth.shim.leader import LeaderElector
 from berth.shim.scheduler import Scheduler, ShimOptions
 from berth.shim.service import PluginService
@@ -31,6 +31,9 @@ BERTH_LEASE_NAME = "berth-scheduler"
 # kube-scheduler's exit status after losing its lease (server.go OnStoppedLeading:
 # klog.FlushAndExit(klog.ExitFlushTimeout, 1)), so that it restarts and campaigns again.
 EXIT_LEADERSHIP_LOST = 1
+
+# What a user whose API access cannot be configured is told to do.
+KUBECONFIG_HINT = "pass --kubeconfig FILE or set clientConnection.kubeconfig in the configuration"
 
 
 @dataclass
@@ -101,6 +104,7 @@ async def run(settings: ShimSettings) -> int:
         settings.kubeconfig or cc.kubeconfig or None,
         qps=settings.qps if settings.qps is not None else cc.qps,
         burst=settings.burst if settings.burst is not None else cc.burst,
+        hint=KUBECONFIG_HINT,
     )
     profiles = [p.scheduler_name for p in cfg.profiles]
     service = build_service(settings, ClusterStateLog())

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.client import ClusterStateLog
-from berth.kube import occupies_node
+from berth.kube.records import occupies_node
 from berth.shim import metrics
 
 log = logging.getLogger(__name__)

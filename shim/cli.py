@@ -261,11 +261,11 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger().setLevel(logging.INFO)
     from berth.client.tls import client_tls_from_args
     from berth.framework.config import ConfigError, default_config, load_config
+    from berth.kube.config import ConfigurationError
     from berth.plugins.registry import RegistryError, load_registry
     from berth.server import telemetry
     from berth.shim.app import ShimSettings
     from berth.shim.app import run as run_shim
-    from berth.shim.kubeapi import ConfigurationError
     from berth.shim.scheduler import ShimOptions
     from berth.shim.serving import SecureServingOptions
 

@@ -76,7 +76,7 @@ SUBJECTACCESSREVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 
 
 class ReviewApi(Protocol):
-    """What the reviews need of the API client (shim.kubeapi.KubeApi)."""
+    """What the reviews need of the API client (berth.kube.rest.KubeApi)."""
 
     def request(
         self,

@@ -72,7 +72,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from berth.shim.kubeapi import JSON, ApiError, segment
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, segment
 
 log = logging.getLogger(__name__)
 

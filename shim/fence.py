@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
-from berth.shim.kubeapi import ApiError
+from berth.kube.errors import ApiError
 
 log = logging.getLogger(__name__)
 

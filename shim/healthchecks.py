@@ -25,7 +25,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from berth.shim.kubeapi import ApiError, KubeApi
+from berth.kube.errors import ApiError
+from berth.kube.rest import KubeApi
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Each informer runs on its own thread: it lists the collection, then watches
 from the list's resourceVersion with bookmarks, decodes every event with
-orjson into a slim record (``berth.kube``), and hands batches of events to
+orjson into a slim record (``berth.kube.records``), and hands batches of events to
 the asyncio loop. Guarantees, each tested:
 
 - no event is lost: a watch that ends or breaks is resumed from the last
@@ -34,8 +34,9 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
-from berth.kube import ObjectError
-from berth.shim.kubeapi import JSON, ApiError, KubeApi, WatchStalled
+from berth.kube.errors import ApiError, WatchStalled
+from berth.kube.records import ObjectError
+from berth.kube.rest import JSON, KubeApi
 
 log = logging.getLogger(__name__)
 

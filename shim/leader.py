@@ -66,8 +66,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from berth.framework.profile import LeaderElectionConfig
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi, segment
 from berth.shim.fence import LeaderFence
-from berth.shim.kubeapi import JSON, ApiError, KubeApi, segment
 
 log = logging.getLogger(__name__)
 

@@ -31,9 +31,10 @@ import orjson
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
-from berth.kube import ObjectError
+from berth.kube.errors import ApiError
+from berth.kube.records import ObjectError
+from berth.kube.rest import JSON, KubeApi, segment
 from berth.shim.informer import DELETED, Event, Informer
-from berth.shim.kubeapi import JSON, ApiError, KubeApi, segment
 
 log = logging.getLogger(__name__)
 

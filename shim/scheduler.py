@@ -75,13 +75,14 @@ from opentelemetry import trace
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
-from berth.kube import node_record, pod_record
+from berth.kube.asynchttp import AsyncApi
+from berth.kube.errors import ApiError
+from berth.kube.records import node_record, pod_record
+from berth.kube.rest import KubeApi, pod_path
 from berth.shim import dra, guard, metrics
-from berth.shim.asynchttp import AsyncApi
 from berth.shim.cache import DEFAULT_ASSUMED_TTL, Assumed, AssumeRefused, SchedulerCache
 from berth.shim.events import DEFAULT_WRITERS, EventRecorder, ObjectRef
 from berth.shim.informer import ADDED, DELETED, Event, Informer, node_key, pod_key
-from berth.shim.kubeapi import ApiError, KubeApi, pod_path
 from berth.shim.objects import ObjectSources, Source, WriteFailed, perform_writes
 from berth.shim.queue import QueuedPod, SchedulingQueue
 from berth.shim.service import BatchTooLarge, PluginService, ServiceUnavailable

@@ -24,7 +24,7 @@ from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog, SchedulingClient, open_channel
 from berth.client.tls import add_client_tls_flags, client_tls_from_args
-from berth.kube import ObjectError, node_record, occupies_node, pod_record, split_objects
+from berth.kube.records import ObjectError, node_record, occupies_node, pod_record, split_objects
 
 CODE_NAMES = {
     0: "Success",

@@ -11,7 +11,7 @@ in turn, alone on the cluster:
 - ``berth``: ``berth shim`` calling a ``berth serve`` over gRPC.
 - ``berth-inprocess``: ``berth shim`` with the plugins in its own process.
 - ``bind-only``: no scheduling at all: a process that binds each pod, round robin over the
-  nodes, through the shim's own HTTP client (``shim.kubeapi.KubeApi``: the same urllib3 pool,
+  nodes, through the shim's own HTTP client (``berth.kube.rest.KubeApi``: the same urllib3 pool,
   token bucket and binding request as the shim's binding cycle). Its rate is the API
   server's ceiling for this workload on this machine.
 
@@ -68,7 +68,8 @@ from typing import Any
 
 import orjson
 
-from berth.dev.localcluster.rest import JSON, KubeClient
+from berth.kube.flowcontrol import TokenBucket
+from berth.kube.rest import JSON, KubeApi
 
 log = logging.getLogger(__name__)
 
@@ -434,7 +435,7 @@ class RunFacts:
     scheduled_events: Set[str] | None = None
 
 
-def scheduled_events(client: KubeClient, namespaces: Iterable[str]) -> set[str]:
+def scheduled_events(client: KubeApi, namespaces: Iterable[str]) -> set[str]:
     """ "namespace/name" of every pod with a Scheduled event in ``namespaces``
     (core/v1 events: the events.k8s.io/v1 ones the schedulers write, listed with
     a field selector on the reason)."""
@@ -667,7 +668,7 @@ class ApiserverProfile:
     DELAY = 2.0  # seconds into the window: past the first, ramping-up sample
 
     def __init__(
-        self, client: KubeClient, path: Path, seconds: int, say: Callable[[str], None]
+        self, client: KubeApi, path: Path, seconds: int, say: Callable[[str], None]
     ) -> None:
         self.client = client
         self.path = path
@@ -709,7 +710,7 @@ class PodWatch:
     """One watch on the run's pods (label RUN_LABEL=run), from before the first is created:
     when each was first seen, when it was first seen bound, every nodeName it showed."""
 
-    def __init__(self, client: KubeClient, run: str, measured_namespace: str) -> None:
+    def __init__(self, client: KubeApi, run: str, measured_namespace: str) -> None:
         self.client = client
         self.selector = f"{RUN_LABEL}={run}"
         self.measured_namespace = measured_namespace
@@ -1141,7 +1142,7 @@ def _wait_bound(
 
 
 def _delete_pods(
-    client: KubeClient, namespaces: Sequence[str], selector: str, timeout: float = 120
+    client: KubeApi, namespaces: Sequence[str], selector: str, timeout: float = 120
 ) -> None:
     from berth.dev.localcluster import objects
 
@@ -1163,7 +1164,7 @@ def run_one(
     opts: Options,
     scheduler: str,
     cluster: Any,
-    client: KubeClient,
+    client: KubeApi,
     nodes: list[JSON],
     work: Path,
     server_pids: Mapping[str, int],
@@ -1508,7 +1509,7 @@ def run_bench(opts: Options, work: Path) -> list[dict[str, Any]]:
         )
     ) as local:
         server_pids = {p.name: p.pid for p in local.state.processes}
-        client = local.cluster.client(maxsize=64)
+        client = local.cluster.client(pool_size=64)
         t0 = time.monotonic()
         _progress(
             w.name,
@@ -1558,7 +1559,7 @@ def run_bench(opts: Options, work: Path) -> list[dict[str, Any]]:
                 local.restart_apiserver()
                 server_pids = {p.name: p.pid for p in local.state.processes}
                 client.close()
-                client = local.cluster.client(maxsize=64)
+                client = local.cluster.client(pool_size=64)
                 _progress(
                     w.name,
                     f"kube-apiserver restarted for the next run ({time.monotonic() - t_restart:.1f}s;"
@@ -2167,27 +2168,6 @@ _CREATOR_DONE = re.compile(
 )
 
 
-class TokenBucket:
-    """client-go's flowcontrol token bucket for one thread or event loop: ``qps`` tokens a
-    second, at most ``burst`` saved, full at the start."""
-
-    def __init__(self, qps: float, burst: int, now: float | None = None) -> None:
-        if qps <= 0 or burst < 1:
-            raise ValueError(f"token bucket: qps must be > 0 and burst >= 1, got {qps}, {burst}")
-        self.qps = qps
-        self.burst = burst
-        self._tokens = float(burst)
-        self._at = time.monotonic() if now is None else now
-
-    def take(self, now: float | None = None) -> float:
-        """Take a token; the seconds to wait before using it (0 when one was saved)."""
-        now = time.monotonic() if now is None else now
-        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.qps)
-        self._at = now
-        self._tokens -= 1.0
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
-
-
 async def _create_pods_async(
     kubeconfig: Path, bodies: Sequence[tuple[str, bytes]], connections: int, bucket: TokenBucket
 ) -> None:
@@ -2198,24 +2178,22 @@ async def _create_pods_async(
     import signal
     from urllib.parse import urlsplit
 
-    from berth.dev.localcluster.rest import load_kubeconfig, ssl_context
-    from berth.shim.http1 import Http1Pool
-    from berth.shim.tlschain import send_own_certificate_only
+    from berth.kube.config import authorization, load_configuration, tls_context
+    from berth.kube.http1 import Http1Pool
 
-    auth = load_kubeconfig(kubeconfig)
+    cfg = load_configuration(kubeconfig)
     headers = {
         "Accept": "application/json",
         "User-Agent": "berth-bench-creator",
     }
-    if auth.token:
-        headers["Authorization"] = f"Bearer {auth.token}"
-    url = urlsplit(auth.server)
+    token = authorization(cfg)
+    if token:
+        headers["Authorization"] = token
+    url = urlsplit(cfg.host)
     secure = url.scheme == "https"
-    context = ssl_context(auth) if secure else None
-    if context is not None:
-        # The certificate alone, as scheduler_perf's client-go creator sends it (with the
-        # CA beside it every pod creation costs the API server more: shim/tlschain.py).
-        send_own_certificate_only(context)
+    # The certificate alone, as scheduler_perf's client-go creator sends it (with the CA
+    # beside it every pod creation costs the API server more: berth/kube/tlschain.py).
+    context = tls_context(cfg) if secure else None
     loop = asyncio.get_running_loop()
     go = asyncio.Event()
     loop.add_signal_handler(signal.SIGUSR1, go.set)
@@ -2244,7 +2222,7 @@ async def _create_pods_async(
         async def worker() -> None:
             nonlocal last, created
             for path, body in todo:
-                wait = bucket.take()
+                wait = bucket.reserve()
                 if wait > 0:
                     await asyncio.sleep(wait)
                 status, payload = await pool.request("POST", path, body=body, headers=json_body)
@@ -2278,6 +2256,8 @@ def creator_main(argv: Sequence[str]) -> int:
     p.add_argument("--qps", type=float, default=CREATE_QPS)
     p.add_argument("--burst", type=int, default=int(CREATE_QPS))
     args = p.parse_args(argv)
+    if args.qps <= 0 or args.burst < 1:
+        p.error(f"--qps must be > 0 and --burst >= 1, got {args.qps:g}, {args.burst}")
     pods = orjson.loads(Path(args.pods).read_bytes())
     # Serialised before the clock starts: what is timed is the API server's work.
     bodies = [
@@ -2431,7 +2411,8 @@ def bind_only_main(argv: Sequence[str]) -> int:
     sorted by name, through the shim's KubeApi and its binding request; no scheduling."""
     import signal
 
-    from berth.shim.kubeapi import ApiError, KubeApi, pod_path
+    from berth.kube.errors import ApiError
+    from berth.kube.rest import KubeApi, pod_path
 
     p = argparse.ArgumentParser(prog="python -m berth.dev.bench_perf bind-only")
     p.add_argument("--kubeconfig", required=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from berth.kube import pod_record
+from berth.kube.records import pod_record
 
 
 def register(bsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -207,7 +207,7 @@ def run_shim(args: argparse.Namespace) -> int:
                 state_dir=root / "cluster", bin_dir=default_bin_dir(), die_with_parent=True
             )
         ) as local:
-            kube = local.cluster.client(maxsize=64)
+            kube = local.cluster.client(pool_size=64)
             objects.create_namespace(kube, "bench")
             print(f"[bench shim] creating {args.nodes} nodes", flush=True)
             objects.create_nodes(kube, [objects.node(f"node-{i:05d}") for i in range(args.nodes)])

@@ -53,7 +53,6 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-import urllib3
 import yaml
 
 from berth.dev.localcluster import binaries, objects
@@ -61,6 +60,7 @@ from berth.dev.localcluster.cluster import (
     ClusterConfig,
     ClusterState,
     cluster_status,
+    kube_client,
     read_state,
     start_cluster,
     stop_cluster,
@@ -68,9 +68,11 @@ from berth.dev.localcluster.cluster import (
 from berth.dev.localcluster.errors import LocalClusterError, StateError
 from berth.dev.localcluster.ports import LOOPBACK, free_port
 from berth.dev.localcluster.process import ProcessRecord, is_ours, log_tail, spawn, stop
-from berth.dev.localcluster.rest import JSON, ApiError, KubeClient
 from berth.dev.nodemetrics import METRICS_PATH, node_metrics_crd, node_metrics_object
 from berth.framework.units import QuantityError, parse_quantity
+from berth.kube.config import ConfigurationError
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi
 
 NAMESPACE = "berth-demo"
 PROFILE = "berth-demo"
@@ -449,7 +451,7 @@ def _poll(what: str, check: Callable[[], bool], timeout: float) -> None:
         time.sleep(0.1)
 
 
-def _ensure_crd(client: KubeClient, crd: JSON) -> str:
+def _ensure_crd(client: KubeApi, crd: JSON) -> str:
     """Creates a CRD, waits until it is Established and its resource answers; returns the
     resource's path."""
     name = str(crd["metadata"]["name"])
@@ -485,7 +487,7 @@ def _podgroup_crds() -> list[JSON]:
     return docs
 
 
-def create_seed_data(client: KubeClient) -> list[str]:
+def create_seed_data(client: KubeApi) -> list[str]:
     """CRDs, NodeMetrics, the PodGroup and RBAC; returns a line per thing, for the progress."""
     done = []
     _ensure_crd(client, node_metrics_crd())
@@ -521,7 +523,7 @@ def wait_seed_access(scheduler_kubeconfig: Path) -> None:
     """Waits until the shim's user may do what the custom plugins need (the RBAC authorizer
     learns of a new binding through its informers): a shim started earlier would schedule
     without NodeMetrics or PodGroups until its next list."""
-    with KubeClient.from_kubeconfig(scheduler_kubeconfig) as client:
+    with kube_client(scheduler_kubeconfig) as client:
         for group, resource, verbs, _why in SEED_RULES:
             for verb in verbs:
                 review: JSON = {
@@ -788,7 +790,7 @@ def _scheduled_condition(pod: JSON) -> JSON | None:
     return None
 
 
-def _failed_scheduling_event(client: KubeClient, name: str) -> str:
+def _failed_scheduling_event(client: KubeApi, name: str) -> str:
     """The latest FailedScheduling message for pod ``name``, from the events (core/v1 view)."""
     try:
         events = client.get(
@@ -809,7 +811,7 @@ def _failed_scheduling_event(client: KubeClient, name: str) -> str:
     return str(max(events, key=when).get("message", ""))
 
 
-def pod_outcomes(client: KubeClient) -> list[PodOutcome]:
+def pod_outcomes(client: KubeApi) -> list[PodOutcome]:
     """One outcome per demo pod (in the order of PODS, then SEED_PODS), then any pod the user
     added."""
     listed = client.get(f"/api/v1/namespaces/{NAMESPACE}/pods").get("items", [])
@@ -859,7 +861,7 @@ def _requests_of(pod: JSON) -> str:
 
 
 def wait_for_outcomes(
-    client: KubeClient, progress: Progress, step: int, timeout: float
+    client: KubeApi, progress: Progress, step: int, timeout: float
 ) -> tuple[list[PodOutcome], bool]:
     """Poll until every pod is settled or ``timeout`` passes; (outcomes, all settled)."""
     deadline = time.monotonic() + timeout
@@ -995,7 +997,7 @@ def _gpu_cards(annotation: str | None) -> str:
     return ", ".join(str(c) for c in cards) if isinstance(cards, list) else annotation
 
 
-def node_rows(client: KubeClient) -> list[NodeRow]:
+def node_rows(client: KubeApi) -> list[NodeRow]:
     """The cluster's nodes as they are now (the user may have uncordoned or added some)."""
     try:
         metrics = {str(m["metadata"]["name"]): m for m in client.get(METRICS_PATH).get("items", [])}
@@ -1277,7 +1279,9 @@ def _run_steps(
             for line in create_seed_data(client):
                 progress.detail(3, line)
             wait_seed_access(cluster.scheduler_kubeconfig)
-        except LocalClusterError as exc:
+        except (LocalClusterError, ApiError) as exc:
+            if isinstance(exc, ApiError) and exc.status == 0:
+                raise  # the API server is gone: cmd_demo says so
             raise DemoError(f"could not create the demo's objects: {exc}") from exc
 
         progress.step(
@@ -1358,10 +1362,10 @@ def show_running(state: DemoState, out: TextIO, err: TextIO) -> int:
         file=err,
     )
     try:
-        with KubeClient.from_kubeconfig(state.kubeconfig) as client:
+        with kube_client(Path(state.kubeconfig)) as client:
             outcomes = pod_outcomes(client)
             nodes = node_rows(client)
-    except (LocalClusterError, urllib3.exceptions.HTTPError) as exc:
+    except (LocalClusterError, ConfigurationError, ApiError) as exc:
         raise DemoError(
             f"the running demo's API server did not answer: {exc}; restart it: "
             f"berth demo --down{_state_dir_flag(state.state_dir)} && berth demo"
@@ -1398,10 +1402,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     try:
         return run_demo(opts, sys.stdout, sys.stderr)
-    except (DemoError, LocalClusterError) as exc:
+    except (DemoError, LocalClusterError, ConfigurationError) as exc:
         print(f"berth demo: error: {exc}", file=sys.stderr)
         return 1
-    except (OSError, urllib3.exceptions.HTTPError) as exc:
+    except (OSError, ApiError) as exc:
+        if isinstance(exc, ApiError) and exc.status != 0:
+            print(f"berth demo: error: {exc}", file=sys.stderr)
+            return 1
         print(
             f"berth demo: error: lost the demo's API server or a file ({exc}); what was "
             "started is stopped; run again, and if it recurs look at the logs in "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 
-from berth.dev.localcluster.rest import JSON
+from berth.kube.rest import JSON
 
 METRICS_CRD = "nodes.metrics.k8s.io"
 METRICS_PATH = "/apis/metrics.k8s.io/v1beta1/nodes"

@@ -15,9 +15,10 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from berth.dev.localcluster import KubeClient, LocalCluster, start_kube_scheduler
+from berth.dev.localcluster import LocalCluster, start_kube_scheduler
 from berth.dev.localcluster.binaries import default_bin_dir, require_binaries
 from berth.dev.localcluster.cluster import ClusterConfig
+from berth.kube.rest import KubeApi
 from tests.differential.harness import ALWAYS_OUT, BERTH, UPSTREAM, config
 from tests.integration.shimtools import Shim
 
@@ -75,7 +76,7 @@ def schedulers(
 
 
 @pytest.fixture(scope="session")
-def diff_kube(diff_cluster: LocalCluster) -> Iterator[KubeClient]:
+def diff_kube(diff_cluster: LocalCluster) -> Iterator[KubeApi]:
     with diff_cluster.cluster.client() as client:
         yield client
 

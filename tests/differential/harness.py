@@ -55,9 +55,10 @@ from typing import Any
 import yaml
 
 from berth.api.v1 import scheduling_pb2 as pb
-from berth.dev.localcluster import KubeClient, objects
-from berth.dev.localcluster.rest import JSON, ApiError, path_segment
-from berth.kube import node_record, occupies_node, pod_record
+from berth.dev.localcluster import objects
+from berth.kube.errors import ApiError
+from berth.kube.records import node_record, occupies_node, pod_record
+from berth.kube.rest import JSON, KubeApi, segment
 
 log = logging.getLogger(__name__)
 
@@ -597,11 +598,11 @@ def claim_ref(pvc: JSON) -> JSON:
 
 
 def _pods_path(namespace: str) -> str:
-    return f"/api/v1/namespaces/{path_segment(namespace)}/pods"
+    return f"/api/v1/namespaces/{segment(namespace)}/pods"
 
 
 def _pvcs_path(namespace: str) -> str:
-    return f"/api/v1/namespaces/{path_segment(namespace)}/persistentvolumeclaims"
+    return f"/api/v1/namespaces/{segment(namespace)}/persistentvolumeclaims"
 
 
 def _ignore_missing(call: Any) -> None:
@@ -612,7 +613,7 @@ def _ignore_missing(call: Any) -> None:
             raise
 
 
-def wait_gone(kube: KubeClient, paths: Iterable[str], what: str, timeout: float = 30.0) -> None:
+def wait_gone(kube: KubeApi, paths: Iterable[str], what: str, timeout: float = 30.0) -> None:
     remaining = list(paths)
     deadline = time.monotonic() + timeout
     while remaining and time.monotonic() < deadline:
@@ -631,12 +632,12 @@ def wait_gone(kube: KubeClient, paths: Iterable[str], what: str, timeout: float 
         raise TimeoutError(f"{what} not gone within {timeout:g}s: {remaining}")
 
 
-def bind_claim(kube: KubeClient, pvc: JSON, pv_name: str, capacity: str) -> None:
+def bind_claim(kube: KubeApi, pvc: JSON, pv_name: str, capacity: str) -> None:
     """Completes a binding as the PersistentVolume controller does (syncUnboundClaim,
     bindVolumeToClaim/bindClaimToVolume): the claim names the volume and carries
     bind-completed, both are Bound."""
     meta = pvc["metadata"]
-    path = f"{_pvcs_path(meta['namespace'])}/{path_segment(meta['name'])}"
+    path = f"{_pvcs_path(meta['namespace'])}/{segment(meta['name'])}"
     if pvc["spec"].get("volumeName") != pv_name or ANN_BIND_COMPLETED not in (
         meta.get("annotations") or {}
     ):
@@ -660,7 +661,7 @@ def bind_claim(kube: KubeClient, pvc: JSON, pv_name: str, capacity: str) -> None
         },
     )
     kube.merge_patch(
-        f"/api/v1/persistentvolumes/{path_segment(pv_name)}/status", {"status": {"phase": "Bound"}}
+        f"/api/v1/persistentvolumes/{segment(pv_name)}/status", {"status": {"phase": "Bound"}}
     )
 
 
@@ -699,7 +700,7 @@ class World:
     def pod(self, spec: dict[str, Any], scheduler: str) -> JSON:
         return pod_object(spec, self.pod_namespace(spec), scheduler, self.namespace)
 
-    def setup(self, kube: KubeClient) -> None:
+    def setup(self, kube: KubeApi) -> None:
         s = self.scenario
         objects.create_namespace(kube, self.namespace, s.namespace_labels)
         for extra in s.namespaces:
@@ -719,15 +720,15 @@ class World:
                 kube.create("/apis/storage.k8s.io/v1/csinodes", csinode)
         for spec in s.pdbs:
             ns = self.pod_namespace(spec)
-            base = f"/apis/policy/v1/namespaces/{path_segment(ns)}/poddisruptionbudgets"
+            base = f"/apis/policy/v1/namespaces/{segment(ns)}/poddisruptionbudgets"
             made = kube.create(base, pdb_object(spec, ns))
             generation = int(made["metadata"].get("generation", 1))
             kube.merge_patch(
-                f"{base}/{path_segment(spec['name'])}/status",
+                f"{base}/{segment(spec['name'])}/status",
                 {"status": pdb_status(spec, generation)},
             )
 
-    def populate(self, kube: KubeClient) -> None:
+    def populate(self, kube: KubeApi) -> None:
         s = self.scenario
         claims: dict[str, JSON] = {}
         for spec in s.claims:
@@ -742,7 +743,7 @@ class World:
                 # What the PersistentVolume controller would say of a free volume; the
                 # scheduler matches only Available volumes to claims (FindMatchingVolume).
                 kube.merge_patch(
-                    f"/api/v1/persistentvolumes/{path_segment(str(spec['name']))}/status",
+                    f"/api/v1/persistentvolumes/{segment(str(spec['name']))}/status",
                     {"status": {"phase": "Available"}},
                 )
         for spec in s.claims:
@@ -754,7 +755,7 @@ class World:
                 )
                 bind_claim(kube, claims[str(spec["name"])], str(spec["volumeName"]), capacity)
         for spec in s.claims:
-            path = f"{_pvcs_path(self.pod_namespace(spec))}/{path_segment(str(spec['name']))}"
+            path = f"{_pvcs_path(self.pod_namespace(spec))}/{segment(str(spec['name']))}"
             if spec.get("phase") == "Lost":
                 kube.merge_patch(f"{path}/status", {"status": {"phase": "Lost"}})
             if spec.get("deleting"):
@@ -762,23 +763,23 @@ class World:
         if s.existing:
             objects.create_pods(kube, [self.pod(p, "nobody") for p in s.existing])
 
-    def depopulate(self, kube: KubeClient) -> None:
+    def depopulate(self, kube: KubeApi) -> None:
         """Removes every pod, claim and volume of the scenario (the harness's own provisioned
         volumes too), finalizers and grace periods notwithstanding: nothing here runs the
         controllers that would finish those deletions."""
         pod_paths: list[str] = []
         for ns in self.namespaces:
             for p in kube.get(_pods_path(ns))["items"]:
-                path = f"{_pods_path(ns)}/{path_segment(p['metadata']['name'])}"
+                path = f"{_pods_path(ns)}/{segment(p['metadata']['name'])}"
                 _ignore_missing(lambda path=path: kube.delete(path, gracePeriodSeconds=0))
                 pod_paths.append(path)
         wait_gone(kube, pod_paths, "pods")
         claim_paths: list[str] = []
         for ns in self.namespaces:
             for c in kube.get(_pvcs_path(ns))["items"]:
-                claim_paths.append(f"{_pvcs_path(ns)}/{path_segment(c['metadata']['name'])}")
+                claim_paths.append(f"{_pvcs_path(ns)}/{segment(c['metadata']['name'])}")
         volume_paths = [
-            f"/api/v1/persistentvolumes/{path_segment(v['metadata']['name'])}"
+            f"/api/v1/persistentvolumes/{segment(v['metadata']['name'])}"
             for v in kube.get("/api/v1/persistentvolumes")["items"]
             if v["metadata"]["name"] in {str(x["name"]) for x in self.scenario.volumes}
             or str(v["metadata"]["name"]).startswith(self.provisioned_name(""))
@@ -790,7 +791,7 @@ class World:
             )
         wait_gone(kube, [*claim_paths, *volume_paths], "claims and volumes")
 
-    def teardown(self, kube: KubeClient) -> None:
+    def teardown(self, kube: KubeApi) -> None:
         s = self.scenario
         errors: list[str] = []
 
@@ -802,7 +803,7 @@ class World:
 
         attempt("pods, claims and volumes", lambda: self.depopulate(kube))
         for spec in s.pdbs:
-            ns = path_segment(self.pod_namespace(spec))
+            ns = segment(self.pod_namespace(spec))
             path = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{spec['name']}"
             attempt(
                 f"pdb {spec['name']}", lambda path=path: _ignore_missing(lambda: kube.delete(path))
@@ -844,7 +845,7 @@ class World:
         """How outcomes name a pod or claim: bare in the scenario's namespace, else ns/name."""
         return name if namespace == self.namespace else f"{namespace}/{name}"
 
-    def claims_state(self, kube: KubeClient) -> tuple[tuple[str, str, str], ...]:
+    def claims_state(self, kube: KubeApi) -> tuple[tuple[str, str, str], ...]:
         out: list[tuple[str, str, str]] = []
         for ns in self.namespaces:
             for c in kube.get(_pvcs_path(ns))["items"]:
@@ -866,7 +867,7 @@ class VolumeController(threading.Thread):
     for it (node affinity: that node) and is bound to it. Claims nobody touched stay as they
     are: an unbound Immediate claim stays unbound, as the scenarios want."""
 
-    def __init__(self, kube: KubeClient, world: World) -> None:
+    def __init__(self, kube: KubeApi, world: World) -> None:
         super().__init__(name=f"volume-controller-{world.namespace}", daemon=True)
         self.kube = kube
         self.world = world
@@ -1035,7 +1036,7 @@ def _disrupted(pod: JSON) -> bool:
     )
 
 
-def wait_outcome(kube: KubeClient, namespace: str, name: str, timeout: float = 30.0) -> Outcome:
+def wait_outcome(kube: KubeApi, namespace: str, name: str, timeout: float = 30.0) -> Outcome:
     """Bound, or pending with a PodScheduled=False condition from a scheduler (a gated pod
     carries the API server's SchedulingGated condition from the start: watch it a while to
     be sure no scheduler binds it)."""
@@ -1064,7 +1065,7 @@ class PodWatch:
     preemptor's nomination and its PodScheduled=False condition may last only milliseconds
     (the binding clears both), so they are read from watch events, never polled."""
 
-    def __init__(self, kube: KubeClient, world: World) -> None:
+    def __init__(self, kube: KubeApi, world: World) -> None:
         self.kube = kube
         self.world = world
         self.lock = threading.Lock()
@@ -1094,7 +1095,7 @@ class PodWatch:
                     _pods_path(namespace),
                     timeout_seconds=5,
                     resourceVersion=rv,
-                    allowWatchBookmarks="true",
+                    bookmarks=True,
                 ):
                     obj = event["object"]
                     if event["type"] == "ERROR":
@@ -1233,7 +1234,7 @@ def observe_step(
 
 
 def best_nodes(
-    kube: KubeClient, namespace: str, spec: dict[str, Any], scenario_ns: str = ""
+    kube: KubeApi, namespace: str, spec: dict[str, Any], scenario_ns: str = ""
 ) -> set[str]:
     """The nodes sharing the best score for this pod, by Berth's own explain over the
     cluster as it is now (a what-if, as ``berth place`` computes it). Ships every kind the
@@ -1287,7 +1288,7 @@ def best_nodes(
     return {s.node for s in resp.scores if s.total == top}
 
 
-def _class_value(kube: KubeClient, name: str | None) -> int:
+def _class_value(kube: KubeApi, name: str | None) -> int:
     """The priority admission would give a pod of PriorityClass ``name``."""
     if not name:
         return 0
@@ -1386,7 +1387,7 @@ def unexpected(spec: Mapping[str, Any], outcome: Outcome | StepOutcome) -> list[
 
 
 def run(
-    kube: KubeClient, scenario: Scenario, namespace: str, *, berth: bool = True
+    kube: KubeApi, scenario: Scenario, namespace: str, *, berth: bool = True
 ) -> list[Comparison]:
     """Creates the scenario's objects, compares each incoming pod, removes the objects.
     With ``berth`` False only kube-scheduler runs (the scenario's ``expect`` is still checked;
@@ -1401,7 +1402,7 @@ def run(
         world.teardown(kube)
 
 
-def _run_interleaved(kube: KubeClient, world: World, berth: bool) -> list[Comparison]:
+def _run_interleaved(kube: KubeApi, world: World, berth: bool) -> list[Comparison]:
     namespace = world.namespace
     world.populate(kube)
     out: list[Comparison] = []
@@ -1433,7 +1434,7 @@ def _run_interleaved(kube: KubeClient, world: World, berth: bool) -> list[Compar
 
 
 def _run_once(
-    kube: KubeClient, world: World, scheduler: str, ties: dict[str, set[str]] | None
+    kube: KubeApi, world: World, scheduler: str, ties: dict[str, set[str]] | None
 ) -> list[StepOutcome]:
     """One scheduler runs the whole incoming list on a fresh copy of the scenario. With
     ``ties`` (upstream's run), Berth's what-if is taken for pods that declare a tie."""
@@ -1467,7 +1468,7 @@ def _run_once(
     return outcomes
 
 
-def _run_sequence(kube: KubeClient, world: World, berth: bool) -> list[Comparison]:
+def _run_sequence(kube: KubeApi, world: World, berth: bool) -> list[Comparison]:
     ties: dict[str, set[str]] = {}
     upstream = _run_once(kube, world, UPSTREAM, ties if berth else None)
     theirs = _run_once(kube, world, BERTH, None) if berth else upstream
@@ -1487,7 +1488,7 @@ def _run_sequence(kube: KubeClient, world: World, berth: bool) -> list[Compariso
     return out
 
 
-def delete_pod(kube: KubeClient, namespace: str, name: str) -> None:
+def delete_pod(kube: KubeApi, namespace: str, name: str) -> None:
     path = f"/api/v1/namespaces/{namespace}/pods/{name}"
     try:
         kube.delete(path, gracePeriodSeconds=0)

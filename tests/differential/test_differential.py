@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from berth.dev.localcluster import KubeClient
+from berth.kube.rest import KubeApi
 from tests.differential.harness import (
     SEQUENCE,
     Comparison,
@@ -33,7 +33,7 @@ def namespace_of(scenario: Scenario) -> str:
 
 @pytest.mark.parametrize("path", all_scenarios(), ids=lambda p: p.stem)
 def test_berth_decides_like_kube_scheduler(
-    path: Path, schedulers: bool, diff_kube: KubeClient
+    path: Path, schedulers: bool, diff_kube: KubeApi
 ) -> None:
     scenario = Scenario.load(path)
     comparisons = run(diff_kube, scenario, namespace_of(scenario), berth=schedulers)

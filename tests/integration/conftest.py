@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from berth.dev.localcluster import Cluster, KubeClient, LocalCluster, objects
+from berth.dev.localcluster import Cluster, LocalCluster, objects
 from berth.dev.localcluster.binaries import default_bin_dir, require_binaries
 from berth.dev.localcluster.cluster import ClusterConfig, default_state_dir
-from berth.dev.localcluster.rest import JSON
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.kube.rest import JSON, KubeApi
 
 EXISTING_CLUSTER_ENV = "BERTH_KUBECONFIG"
 
@@ -56,7 +56,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="session")
-def kube(cluster: Cluster) -> Iterator[KubeClient]:
+def kube(cluster: Cluster) -> Iterator[KubeApi]:
     with cluster.client() as client:
         yield client
 
@@ -67,7 +67,7 @@ def _namespace_name(nodeid: str) -> str:
 
 
 @pytest.fixture
-def namespace(kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
+def namespace(kube: KubeApi, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace named after the test; its pods and itself are deleted afterwards."""
     name = _namespace_name(request.node.nodeid)
     objects.create_namespace(kube, name, labels={TEST_LABEL: "true"})
@@ -78,7 +78,7 @@ def namespace(kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]
 
 
 @pytest.fixture
-def fake_nodes(kube: KubeClient, namespace: str) -> Iterator[NodeFactory]:
+def fake_nodes(kube: KubeApi, namespace: str) -> Iterator[NodeFactory]:
     """``fake_nodes(count, prefix=..., **node_kwargs)`` creates nodes labelled for this test
     (``berth.dev/test=<namespace>``) and deletes them afterwards. Nodes are cluster-wide: a
     test's pods should select its own nodes with that label."""

@@ -15,10 +15,11 @@ from typing import Any
 
 import yaml
 
-from berth.dev.localcluster import KubeClient, objects
+from berth.dev.localcluster import objects
 from berth.dev.localcluster.binaries import default_bin_dir, require_binaries
-from berth.dev.localcluster.rest import JSON, ApiError
 from berth.dev.localcluster.testing import TEST_LABEL
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -131,7 +132,7 @@ def replace_flags(args: Sequence[str], values: dict[str, str]) -> list[str]:
 
 
 @contextmanager
-def berth_system(kube: KubeClient, kubeconfig: Path, namespace_doc: JSON) -> Iterator[str]:
+def berth_system(kube: KubeApi, kubeconfig: Path, namespace_doc: JSON) -> Iterator[str]:
     """Applies the ``berth-system`` namespace for real (server-side dry runs of namespaced
     objects need it to exist), the base's Namespace object so its Pod Security labels are
     in force, marked as the tests'. Deletes it afterwards. Refuses to touch a berth-system
@@ -163,7 +164,7 @@ def berth_system(kube: KubeClient, kubeconfig: Path, namespace_doc: JSON) -> Ite
         objects.delete_namespace(kube, NAMESPACE)
 
 
-def delete_objects(kube: KubeClient, kubeconfig: Path, docs: Sequence[JSON]) -> None:
+def delete_objects(kube: KubeApi, kubeconfig: Path, docs: Sequence[JSON]) -> None:
     """Deletes ``docs`` (as applied), ignoring those already gone."""
     if not docs:
         return

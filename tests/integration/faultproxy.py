@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives import serialization
 
 from berth.dev.localcluster import Cluster
 from berth.dev.localcluster.pki import certificate_name, issue_certificate, new_ca
-from berth.dev.localcluster.rest import load_kubeconfig, ssl_context
+from berth.kube.config import load_configuration, tls_context
 
 Action = Literal["answer", "answer_after", "drop_after", "hold"]
 # A binding of any pod: POST .../pods/<name>/binding.
@@ -88,10 +88,10 @@ def _status_body(status: int, message: str) -> bytes:
 class FaultProxy:
     def __init__(self, cluster: Cluster, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        auth = load_kubeconfig(cluster.kubeconfig)
-        self.upstream = auth.server
+        upstream = load_configuration(cluster.kubeconfig)
+        self.upstream = upstream.host
         self._pool = urllib3.PoolManager(
-            maxsize=128, ssl_context=ssl_context(auth), retries=False, timeout=None
+            maxsize=128, ssl_context=tls_context(upstream), retries=False, timeout=None
         )
         ca_cert, ca_key = new_ca("berth-test-proxy-ca")
         self.ca = directory / "proxy-ca.crt"

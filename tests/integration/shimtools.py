@@ -21,10 +21,11 @@ from pathlib import Path
 
 import yaml
 
-from berth.dev.localcluster import Cluster, KubeClient
+from berth.dev.localcluster import Cluster
 from berth.dev.localcluster.ports import free_port
-from berth.dev.localcluster.rest import JSON, ApiError, path_segment
 from berth.framework.units import parse_quantity
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi, segment
 
 BERTH = [sys.executable, "-m", "berth"]
 
@@ -51,7 +52,7 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str, log: Path | N
     raise TimeoutError(f"{what} within {timeout:g}s\n{tail}")
 
 
-def service_account(kube: KubeClient, namespace: str, name: str, cluster_role: str) -> str:
+def service_account(kube: KubeApi, namespace: str, name: str, cluster_role: str) -> str:
     """A ServiceAccount bound to ``cluster_role`` (binding ``<namespace>-<name>``, which the
     caller deletes); returns a token for it from the TokenRequest API."""
     kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": name}})
@@ -279,15 +280,15 @@ def running(*procs: Proc) -> Iterator[None]:
             p.stop()
 
 
-def pods_of(kube: KubeClient, namespace: str) -> list[JSON]:
-    items: list[JSON] = kube.get(f"/api/v1/namespaces/{path_segment(namespace)}/pods")["items"]
+def pods_of(kube: KubeApi, namespace: str) -> list[JSON]:
+    items: list[JSON] = kube.get(f"/api/v1/namespaces/{segment(namespace)}/pods")["items"]
     return items
 
 
-def scheduled_events(kube: KubeClient, namespace: str) -> Counter[str]:
+def scheduled_events(kube: KubeApi, namespace: str) -> Counter[str]:
     """Scheduled events per pod name, series counts included: a pod bound twice
     would show a count of 2."""
-    events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{path_segment(namespace)}/events")
+    events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{segment(namespace)}/events")
     out: Counter[str] = Counter()
     for e in events["items"]:
         if e.get("reason") == "Scheduled":
@@ -297,7 +298,7 @@ def scheduled_events(kube: KubeClient, namespace: str) -> Counter[str]:
 
 
 def wait_scheduled_events(
-    kube: KubeClient, namespace: str, count: int, timeout: float = 60.0
+    kube: KubeApi, namespace: str, count: int, timeout: float = 60.0
 ) -> Counter[str]:
     """Scheduled events are written after the bind, asynchronously: wait for ``count``
     pods to have one."""
@@ -334,7 +335,7 @@ def pod_requests(pod: JSON) -> dict[str, int]:
 
 
 def assert_no_overcommit(
-    kube: KubeClient, node_names: Sequence[str], *, filled: float | None = None
+    kube: KubeApi, node_names: Sequence[str], *, filled: float | None = None
 ) -> dict[str, float]:
     """No node's pods request more CPU, memory or pods than it has allocatable, counting
     every pod bound to it (any namespace, any scheduler). With ``filled``, every node
@@ -349,7 +350,7 @@ def assert_no_overcommit(
     fill: dict[str, float] = {}
     problems: list[str] = []
     for name in node_names:
-        alloc = kube.get(f"/api/v1/nodes/{path_segment(name)}")["status"]["allocatable"]
+        alloc = kube.get(f"/api/v1/nodes/{segment(name)}")["status"]["allocatable"]
         fractions = []
         for res, unit in (("cpu", "milli"), ("memory", "value"), ("pods", "value")):
             cap = getattr(parse_quantity(str(alloc.get(res, "0"))), unit)()
@@ -367,7 +368,7 @@ def assert_no_overcommit(
 
 
 def wait_all_decided(
-    kube: KubeClient, namespace: str, count: int, proc: Proc, timeout: float = 120.0
+    kube: KubeApi, namespace: str, count: int, proc: Proc, timeout: float = 120.0
 ) -> tuple[list[str], list[str]]:
     """Waits until ``count`` pods of the namespace are each bound or visibly
     unschedulable (PodScheduled=False, reason Unschedulable); returns (bound,
@@ -390,9 +391,7 @@ def wait_all_decided(
     return result
 
 
-def wait_all_bound(
-    kube: KubeClient, namespace: str, count: int, timeout: float = 120.0
-) -> list[JSON]:
+def wait_all_bound(kube: KubeApi, namespace: str, count: int, timeout: float = 120.0) -> list[JSON]:
     deadline = time.monotonic() + timeout
     pods: list[JSON] = []
     while time.monotonic() < deadline:
@@ -422,7 +421,7 @@ def example_config_as(folder: str, seed_profile: str, profile: str, path: Path) 
     return path
 
 
-def ensure_crds(kube: KubeClient, manifest: Path, timeout: float = 30.0) -> list[JSON]:
+def ensure_crds(kube: KubeApi, manifest: Path, timeout: float = 30.0) -> list[JSON]:
     """Creates the CustomResourceDefinitions of a YAML manifest unless they exist, and
     waits until each is Established and its resource is served. Returns the CRDs as
     written. They are left in place (cluster-wide, idempotent)."""
@@ -431,7 +430,7 @@ def ensure_crds(kube: KubeClient, manifest: Path, timeout: float = 30.0) -> list
     return crds
 
 
-def ensure_crd_objects(kube: KubeClient, crds: Sequence[JSON], timeout: float = 30.0) -> None:
+def ensure_crd_objects(kube: KubeApi, crds: Sequence[JSON], timeout: float = 30.0) -> None:
     """``ensure_crds`` for CustomResourceDefinitions given as objects."""
     base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
     for crd in crds:
@@ -461,11 +460,11 @@ def ensure_crd_objects(kube: KubeClient, crds: Sequence[JSON], timeout: float = 
         wait_for(functools.partial(served, path), timeout, f"{path} served")
 
 
-def failed_scheduling_notes(kube: KubeClient, namespace: str, pod: str) -> list[str]:
+def failed_scheduling_notes(kube: KubeApi, namespace: str, pod: str) -> list[str]:
     """The notes of the FailedScheduling events about ``pod``. The event recorder keeps
     an event's first note and counts later occurrences in its series, as client-go does:
     a later, different message shows in the pod's PodScheduled condition instead."""
-    events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{path_segment(namespace)}/events")
+    events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{segment(namespace)}/events")
     return [
         str(e.get("note", ""))
         for e in events["items"]
@@ -480,16 +479,14 @@ def pod_scheduled_condition(pod: JSON) -> JSON | None:
 
 
 def pod_path(namespace: str, name: str) -> str:
-    return f"/api/v1/namespaces/{path_segment(namespace)}/pods/{path_segment(name)}"
+    return f"/api/v1/namespaces/{segment(namespace)}/pods/{segment(name)}"
 
 
 def node_names(nodes: Sequence[JSON]) -> list[str]:
     return [n["metadata"]["name"] for n in nodes]
 
 
-def wait_node_of(
-    kube: KubeClient, namespace: str, name: str, proc: Proc, timeout: float = 60
-) -> str:
+def wait_node_of(kube: KubeApi, namespace: str, name: str, proc: Proc, timeout: float = 60) -> str:
     """The node the pod is bound to, once it is (TimeoutError with ``proc``'s log)."""
     path = pod_path(namespace, name)
     wait_for(
@@ -500,7 +497,7 @@ def wait_node_of(
 
 
 def wait_unschedulable(
-    kube: KubeClient, namespace: str, name: str, proc: Proc, timeout: float = 60
+    kube: KubeApi, namespace: str, name: str, proc: Proc, timeout: float = 60
 ) -> JSON:
     """The pod's PodScheduled=False (Unschedulable) condition, once the shim has written
     it; the pod is not bound."""

@@ -21,7 +21,6 @@ from berth.dev.bench_perf import (
     SCHEDULERS,
     RunFacts,
     ThroughputCollector,
-    TokenBucket,
     _add_ratios,
     _delete_pods,
     check_run,
@@ -35,7 +34,8 @@ from berth.dev.bench_perf import (
     summarize_rounds,
 )
 from berth.dev.localcluster import objects
-from berth.dev.localcluster.rest import JSON, ApiError, KubeClient
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi
 
 # --- the correctness check, on fake records ------------------------------------------------------
 
@@ -191,21 +191,6 @@ def test_histogram_quantile_interpolates_within_buckets_like_prometheus() -> Non
     # A rank in +Inf gives the highest finite bound; no observations gives None.
     assert histogram_quantile(0.99, [(0.001, 1.0), (float("inf"), 10.0)]) == 0.001
     assert histogram_quantile(0.5, [(0.001, 0.0), (float("inf"), 0.0)]) is None
-
-
-def test_the_creators_token_bucket_spends_its_burst_then_paces_at_the_qps() -> None:
-    """client-go's flowcontrol token bucket, as the pod creator uses it."""
-    bucket = TokenBucket(10.0, 3, now=0.0)
-    assert [bucket.take(now=0.0) for _ in range(3)] == [0.0, 0.0, 0.0]
-    assert bucket.take(now=0.0) == pytest.approx(0.1)  # the 4th waits a tenth of a second
-    assert bucket.take(now=0.0) == pytest.approx(0.2)
-    # 1 s later 10 tokens accrued, minus the 2 taken ahead: at most the burst is saved.
-    assert bucket.take(now=1.0) == 0.0
-    assert bucket.take(now=100.0) == 0.0
-    assert [bucket.take(now=100.0) for _ in range(2)] == [0.0, 0.0]
-    assert bucket.take(now=100.0) == pytest.approx(0.1)
-    with pytest.raises(ValueError, match="qps must be > 0"):
-        TokenBucket(0.0, 1)
 
 
 def test_the_creation_table_says_which_runs_were_creation_limited() -> None:
@@ -440,7 +425,7 @@ def test_apiserver_pprof_writes_a_cpu_profile_of_each_measured_window(tmp_path: 
 
 
 @pytest.mark.integration
-def test_a_runs_clean_up_deletes_its_pods_its_events_and_its_namespaces(kube: KubeClient) -> None:
+def test_a_runs_clean_up_deletes_its_pods_its_events_and_its_namespaces(kube: KubeApi) -> None:
     """What a run leaves behind slows the next one: its Scheduled events (an hour's TTL)
     go with its pods and namespaces, in both event APIs' views."""
     namespaces = [f"bench-clean-{i}-{uuid.uuid4().hex[:6]}" for i in range(2)]

@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from berth.cli import build_parser
-from berth.dev.localcluster import Cluster, KubeClient
-from berth.dev.localcluster.rest import JSON
+from berth.dev.localcluster import Cluster
 from berth.framework.config import parse_config
+from berth.kube.rest import JSON, KubeApi
 from berth.plugins.registry import load_registry
 from berth.server.app import build_frameworks
 from tests.integration.deploytools import (
@@ -57,7 +57,7 @@ def base() -> list[JSON]:
 
 
 @pytest.fixture(scope="module")
-def namespace_ready(kube: KubeClient, cluster: Cluster, base: list[JSON]) -> Iterator[str]:
+def namespace_ready(kube: KubeApi, cluster: Cluster, base: list[JSON]) -> Iterator[str]:
     with berth_system(kube, cluster.kubeconfig, one(base, "Namespace")) as ns:
         yield ns
 

@@ -35,10 +35,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.ports import free_port
-from berth.dev.localcluster.rest import JSON, ApiError
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi
 from tests.integration.deploytools import (
     BASE,
     LEASE,
@@ -78,7 +79,7 @@ def base() -> list[JSON]:
 
 
 @pytest.fixture(scope="module")
-def installed(kube: KubeClient, cluster: Cluster, base: list[JSON]) -> Iterator[list[JSON]]:
+def installed(kube: KubeApi, cluster: Cluster, base: list[JSON]) -> Iterator[list[JSON]]:
     """berth-system and the base's RBAC objects, applied for real."""
     rbac = [d for d in base if d["kind"] in RBAC_KINDS]
     with berth_system(kube, cluster.kubeconfig, one(base, "Namespace")):
@@ -96,7 +97,7 @@ def installed(kube: KubeClient, cluster: Cluster, base: list[JSON]) -> Iterator[
             delete_objects(kube, cluster.kubeconfig, rbac)
 
 
-def token_for(kube: KubeClient, account: str) -> str:
+def token_for(kube: KubeApi, account: str) -> str:
     """A token for berth-system/<account> from the TokenRequest API."""
     token: str = kube.create(
         f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token",
@@ -107,7 +108,7 @@ def token_for(kube: KubeClient, account: str) -> str:
 
 @pytest.fixture(scope="module")
 def shim_kubeconfig(
-    kube: KubeClient,
+    kube: KubeApi,
     cluster: Cluster,
     installed: list[JSON],
     tmp_path_factory: pytest.TempPathFactory,
@@ -119,7 +120,7 @@ def shim_kubeconfig(
 
 @pytest.fixture(scope="module")
 def server_kubeconfig(
-    kube: KubeClient,
+    kube: KubeApi,
     cluster: Cluster,
     installed: list[JSON],
     tmp_path_factory: pytest.TempPathFactory,
@@ -143,7 +144,7 @@ def leader_identity(shim: Shim) -> str | None:
     return m.group(1) if m else None
 
 
-def lease_holder(kube: KubeClient) -> str:
+def lease_holder(kube: KubeApi) -> str:
     try:
         lease = kube.get(LEASE_PATH)
     except ApiError as err:
@@ -217,7 +218,7 @@ def base_shim(
 
 
 def test_shim_schedules_with_its_service_account_and_leader_election(
-    kube: KubeClient,
+    kube: KubeApi,
     base: list[JSON],
     shim_kubeconfig: Path,
     namespace: str,
@@ -304,7 +305,7 @@ STRANGER = "berth-test-stranger"
 
 
 @pytest.fixture
-def metrics_accounts(kube: KubeClient, cluster: Cluster, installed: list[JSON]) -> Iterator[None]:
+def metrics_accounts(kube: KubeApi, cluster: Cluster, installed: list[JSON]) -> Iterator[None]:
     """Two ServiceAccounts: one allowed get on the nonResourceURL /metrics (as a Prometheus
     would be), one allowed nothing."""
     docs: list[JSON] = [
@@ -344,7 +345,7 @@ def metrics_accounts(kube: KubeClient, cluster: Cluster, installed: list[JSON]) 
 
 
 def test_metrics_are_served_over_https_to_whom_the_api_server_allows(
-    kube: KubeClient,
+    kube: KubeApi,
     base: list[JSON],
     shim_kubeconfig: Path,
     metrics_accounts: None,
@@ -405,7 +406,7 @@ class Access:
         return f"{self.verb} {res} in {self.namespace or '(all namespaces)'}"
 
 
-def allowed(client: KubeClient, a: Access) -> bool:
+def allowed(client: KubeApi, a: Access) -> bool:
     """A SelfSubjectAccessReview with the client's own token."""
     review = client.create(
         "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
@@ -549,12 +550,12 @@ SHIM_MAY_NOT = [
 ]
 
 
-def check(client: KubeClient, cases: list[Access], want: bool) -> list[str]:
+def check(client: KubeApi, cases: list[Access], want: bool) -> list[str]:
     return [f"{a}: {'denied' if want else 'allowed'}" for a in cases if allowed(client, a) != want]
 
 
 def test_shim_role_allows_what_it_calls_and_nothing_else(shim_kubeconfig: Path) -> None:
-    with KubeClient.from_kubeconfig(shim_kubeconfig) as client:
+    with KubeApi.from_kubeconfig(shim_kubeconfig) as client:
         who = client.create(
             "/apis/authentication.k8s.io/v1/selfsubjectreviews",
             {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
@@ -588,13 +589,13 @@ def test_kubectl_auth_can_i_agrees(cluster: Cluster, installed: list[JSON]) -> N
 
 
 def test_plugin_server_account_may_do_nothing(server_kubeconfig: Path) -> None:
-    with KubeClient.from_kubeconfig(server_kubeconfig) as client:
+    with KubeApi.from_kubeconfig(server_kubeconfig) as client:
         wrong = check(client, SHIM_MAY, False) + check(client, SHIM_MAY_NOT, False)
     assert not wrong, "\n".join(wrong)
 
 
 def test_components_grant_their_verbs_only_once_applied(
-    kube: KubeClient, cluster: Cluster, shim_kubeconfig: Path
+    kube: KubeApi, cluster: Cluster, shim_kubeconfig: Path
 ) -> None:
     extra = {
         "rbac-node-metrics": [Access("list", "nodes", "metrics.k8s.io")],
@@ -612,7 +613,7 @@ def test_components_grant_their_verbs_only_once_applied(
     comps = {c.name: c for c in component_dirs()}
     assert set(extra) == set(comps), f"components: {sorted(comps)}; add the new one here"
     docs = [d for name in extra for d in render(comps[name])]
-    with KubeClient.from_kubeconfig(shim_kubeconfig) as client:
+    with KubeApi.from_kubeconfig(shim_kubeconfig) as client:
         grants = [a for cases in extra.values() for a in cases]
         assert check(client, grants, False) == []
         kubectl(["apply", "-f", "-"], kubeconfig=cluster.kubeconfig, stdin=yaml.safe_dump_all(docs))

@@ -26,8 +26,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from berth.cli import build_parser
 from berth.client import ClusterStateLog, SchedulingClient, parse_target
 from berth.client.tls import client_tls, client_tls_from_args
-from berth.dev.localcluster import Cluster, KubeClient
-from berth.dev.localcluster.rest import JSON
+from berth.dev.localcluster import Cluster
+from berth.kube.rest import JSON, KubeApi
 from tests.contract.serve import free_loopback_ports
 from tests.integration.deploytools import (
     BASE,
@@ -52,7 +52,7 @@ def base() -> list[JSON]:
 
 
 @pytest.fixture(scope="module")
-def namespace_ready(kube: KubeClient, cluster: Cluster, base: list[JSON]) -> Iterator[str]:
+def namespace_ready(kube: KubeApi, cluster: Cluster, base: list[JSON]) -> Iterator[str]:
     with berth_system(kube, cluster.kubeconfig, one(base, "Namespace")) as ns:
         yield ns
 
@@ -215,7 +215,7 @@ def _swap(args: list[str], values: dict[str, str]) -> list[str]:
 
 
 def _mount(
-    kube: KubeClient, spec: JSON, c: JSON, args: list[str], flags: tuple[str, ...], root: Path
+    kube: KubeApi, spec: JSON, c: JSON, args: list[str], flags: tuple[str, ...], root: Path
 ) -> dict[str, str]:
     """Each flag's file as the kubelet would mount it: the key of the Secret (read back from
     the API server) that the Deployment's volume puts at the flag's path, under ``root``."""
@@ -233,7 +233,7 @@ def _mount(
 
 @pytest.mark.integration
 def test_base_server_and_shim_talk_mtls_with_berth_certs(
-    kube: KubeClient,
+    kube: KubeApi,
     cluster: Cluster,
     namespace_ready: str,
     base: list[JSON],

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from berth.dev.localcluster import Cluster, KubeClient, objects, start_kube_scheduler
-from berth.dev.localcluster.rest import JSON
+from berth.dev.localcluster import Cluster, objects, start_kube_scheduler
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi
 from berth.shim.events import (
     FINISH_TIME,
     NOTE_LENGTH_LIMIT,
@@ -23,7 +24,6 @@ from berth.shim.events import (
     events_path,
     micro_time,
 )
-from berth.shim.kubeapi import ApiError, KubeApi
 
 pytestmark = pytest.mark.integration
 
@@ -61,24 +61,24 @@ def recorder(api: KubeApi, clock: FakeClock) -> Iterator[EventRecorder]:
     rec.stop(timeout=10)
 
 
-def make_pod(kube: KubeClient, namespace: str, name: str, **kwargs: Any) -> JSON:
+def make_pod(kube: KubeApi, namespace: str, name: str, **kwargs: Any) -> JSON:
     body = objects.pod(name, namespace=namespace, **kwargs)
     return kube.create(f"/api/v1/namespaces/{namespace}/pods", body)
 
 
 @pytest.fixture
-def pod(kube: KubeClient, namespace: str) -> ObjectRef:
+def pod(kube: KubeApi, namespace: str) -> ObjectRef:
     """A pending pod no scheduler serves: a real object for events to be about."""
     meta = make_pod(kube, namespace, "web", scheduler_name="nobody")["metadata"]
     return ObjectRef(kind="Pod", namespace=namespace, name=meta["name"], uid=meta["uid"])
 
 
-def v1_events(kube: KubeClient, namespace: str) -> list[JSON]:
+def v1_events(kube: KubeApi, namespace: str) -> list[JSON]:
     items: list[JSON] = kube.get(events_path(namespace))["items"]
     return items
 
 
-def core_events(kube: KubeClient, namespace: str) -> list[JSON]:
+def core_events(kube: KubeApi, namespace: str) -> list[JSON]:
     items: list[JSON] = kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
     return items
 
@@ -91,7 +91,7 @@ def failed_scheduling(rec: EventRecorder, pod: ObjectRef, clock: FakeClock, time
 
 
 def test_five_failed_schedulings_are_one_event_whose_series_ends_at_five(
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     pod: ObjectRef,
     recorder: EventRecorder,
@@ -144,7 +144,7 @@ def test_five_failed_schedulings_are_one_event_whose_series_ends_at_five(
 
 
 def test_series_whose_event_was_deleted_is_created_again_with_its_count(
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     pod: ObjectRef,
     recorder: EventRecorder,
@@ -167,7 +167,7 @@ def test_series_whose_event_was_deleted_is_created_again_with_its_count(
 
 
 def test_note_is_cut_to_what_the_api_server_accepts(
-    kube: KubeClient,
+    kube: KubeApi,
     api: KubeApi,
     namespace: str,
     pod: ObjectRef,
@@ -190,7 +190,7 @@ def test_note_is_cut_to_what_the_api_server_accepts(
 
 
 def test_stop_writes_the_count_the_server_has_not_seen(
-    kube: KubeClient, api: KubeApi, namespace: str, pod: ObjectRef, clock: FakeClock
+    kube: KubeApi, api: KubeApi, namespace: str, pod: ObjectRef, clock: FakeClock
 ) -> None:
     """Occurrences after the second are only counted in memory; stop writes them."""
     rec = EventRecorder(api, CONTROLLER, clock=clock)
@@ -227,7 +227,7 @@ def _shape(event: JSON) -> JSON:
 def test_event_has_the_shape_of_kube_schedulers_failed_scheduling_event(
     cluster: Cluster,
     k8s_bin_dir: Path,
-    kube: KubeClient,
+    kube: KubeApi,
     api: KubeApi,
     namespace: str,
     tmp_path: Path,

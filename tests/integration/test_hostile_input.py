@@ -24,9 +24,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from berth.dev.localcluster import Cluster, KubeClient, objects
-from berth.dev.localcluster.rest import JSON
+from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.kube.rest import JSON, KubeApi
 from tests.integration.shimtools import (
     EXAMPLES,
     Server,
@@ -127,7 +127,7 @@ def our_pod(namespace: str, name: str, profile: str, **kwargs: object) -> JSON:
 
 
 @pytest.fixture(scope="module")
-def podgroup_crd(kube: KubeClient) -> None:
+def podgroup_crd(kube: KubeApi) -> None:
     ensure_crds(kube, EXAMPLES / "coscheduling" / "podgroup-crd.yaml")
 
 
@@ -135,7 +135,7 @@ def podgroup_crd(kube: KubeClient) -> None:
 @pytest.mark.timeout(300)
 def test_poison_quantities_stall_nothing_and_health_answers_throughout(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     tmp_path: Path,
@@ -193,7 +193,7 @@ def test_poison_quantities_stall_nothing_and_health_answers_throughout(
 
 @pytest.mark.timeout(180)
 def test_pod_with_resource_claims_is_unschedulable_and_never_bound(
-    cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+    cluster: Cluster, kube: KubeApi, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
 ) -> None:
     profile = profile_for(namespace)
     fake_nodes(2, cpu="8", memory="16Gi")

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from berth.dev.localcluster import Cluster, KubeClient
+from berth.dev.localcluster import Cluster
 from berth.framework.profile import LeaderElectionConfig
-from berth.shim.kubeapi import JSON, KubeApi
+from berth.kube.rest import JSON, KubeApi
 from berth.shim.leader import JITTER_FACTOR, LeaderElector, lease_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -78,7 +78,7 @@ def candidate(cluster: Cluster, namespace: str) -> Iterator[Callable[[str], Cand
         api.close()
 
 
-async def read_lease(kube: KubeClient, namespace: str) -> JSON:
+async def read_lease(kube: KubeApi, namespace: str) -> JSON:
     """The Lease as the API server has it (on a thread: the electors share this loop)."""
     spec: JSON = (await asyncio.to_thread(kube.get, lease_path(namespace, LEASE)))["spec"]
     return spec
@@ -121,7 +121,7 @@ async def standing_by(c: Candidate, holder: Candidate) -> None:
 
 
 async def test_one_leader_clean_hand_over_then_take_over_after_a_crash(
-    candidate: Callable[[str], Candidate], kube: KubeClient, namespace: str
+    candidate: Callable[[str], Candidate], kube: KubeApi, namespace: str
 ) -> None:
     """leaderelection.go acquire/renew/release end to end, through the real API server's
     optimistic concurrency: one of two candidates leads; a stop() releases the Lease and the

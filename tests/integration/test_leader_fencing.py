@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from berth.dev.localcluster import KubeClient, LocalCluster, objects
+from berth.dev.localcluster import LocalCluster, objects
 from berth.dev.localcluster.binaries import default_bin_dir, require_binaries
 from berth.dev.localcluster.cluster import (
     SCHEDULER_WRITES_AUDIT_POLICY,
@@ -38,6 +38,7 @@ from berth.dev.localcluster.cluster import (
     read_audit_log,
 )
 from berth.dev.localcluster.pki import user_kubeconfig
+from berth.kube.rest import KubeApi
 from tests.integration.shimtools import (
     Shim,
     assert_no_overcommit,
@@ -84,7 +85,7 @@ def micro(value: str) -> dt.datetime:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def lease_spec(kube: KubeClient) -> dict[str, Any]:
+def lease_spec(kube: KubeApi) -> dict[str, Any]:
     try:
         spec: dict[str, Any] = kube.get(LEASE_PATH)["spec"]
     except Exception:
@@ -92,7 +93,7 @@ def lease_spec(kube: KubeClient) -> dict[str, Any]:
     return spec
 
 
-def bound(kube: KubeClient) -> int:
+def bound(kube: KubeApi) -> int:
     return sum(1 for p in pods_of(kube, NAMESPACE) if p["spec"].get("nodeName"))
 
 

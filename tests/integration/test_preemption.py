@@ -34,18 +34,18 @@ from prometheus_client import REGISTRY as METRICS
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
-from berth.dev.localcluster import Cluster, KubeClient, objects
-from berth.dev.localcluster.rest import JSON, ApiError
+from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
 from berth.framework.config import parse_config
 from berth.framework.cycle_state import CycleState
 from berth.framework.interfaces import PermitPlugin
 from berth.framework.model import PodInfo
 from berth.framework.status import SUCCESS, Code, Status
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi
 from berth.plugins.registry import REGISTRY
 from berth.server.app import build_frameworks
 from berth.server.service import SchedulingService
-from berth.shim.kubeapi import KubeApi
 from berth.shim.scheduler import Scheduler
 from berth.shim.service import PluginService
 from tests.integration.shimtools import (
@@ -78,7 +78,7 @@ class HoldAtPermit(PermitPlugin):
 
 
 @pytest.fixture
-def classes(kube: KubeClient, namespace: str) -> Iterator[Callable[[str], str]]:
+def classes(kube: KubeApi, namespace: str) -> Iterator[Callable[[str], str]]:
     """PriorityClasses of this test (cluster-wide objects): ``classes(kind)`` names the one
     for low, mid, high or never (high, preemptionPolicy Never)."""
     made: list[str] = []
@@ -128,7 +128,7 @@ def make_pod(
     return pod
 
 
-def get_pod(kube: KubeClient, namespace: str, name: str) -> JSON | None:
+def get_pod(kube: KubeApi, namespace: str, name: str) -> JSON | None:
     try:
         return kube.get(pod_path(namespace, name))
     except ApiError as err:
@@ -142,7 +142,7 @@ def condition(pod: JSON, kind: str) -> JSON | None:
     return next((c for c in conds if c.get("type") == kind), None)
 
 
-def preempted_events(kube: KubeClient, namespace: str) -> dict[str, JSON]:
+def preempted_events(kube: KubeApi, namespace: str) -> dict[str, JSON]:
     """The Preempted events by victim name."""
     events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")["items"]
     return {e["regarding"]["name"]: e for e in events if e.get("reason") == "Preempted"}
@@ -198,14 +198,14 @@ async def until(check: Callable[[], object], within: float, what: str) -> None:
         await asyncio.sleep(0.1)
 
 
-def node_of(kube: KubeClient, namespace: str, name: str) -> str:
+def node_of(kube: KubeApi, namespace: str, name: str) -> str:
     pod = get_pod(kube, namespace, name)
     return "" if pod is None else str(pod["spec"].get("nodeName") or "")
 
 
 async def test_victims_being_deleted_hold_the_node_until_they_are_gone(
     shim: Scheduler,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     classes: Callable[[str], str],
@@ -282,7 +282,7 @@ async def test_victims_being_deleted_hold_the_node_until_they_are_gone(
 
 
 def test_victims_without_grace_go_at_once_over_the_wire(
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     classes: Callable[[str], str],
@@ -332,7 +332,7 @@ def test_victims_without_grace_go_at_once_over_the_wire(
 
 async def test_a_disruption_budget_steers_the_preemption_to_another_node(
     shim: Scheduler,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     classes: Callable[[str], str],
@@ -375,7 +375,7 @@ async def test_a_disruption_budget_steers_the_preemption_to_another_node(
 
 async def test_a_victim_waiting_at_permit_is_rejected_not_deleted(
     shim: Scheduler,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     classes: Callable[[str], str],
@@ -413,7 +413,7 @@ async def test_a_victim_waiting_at_permit_is_rejected_not_deleted(
 
 async def test_preemption_policy_never_preempts_nothing(
     shim: Scheduler,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     classes: Callable[[str], str],
@@ -445,7 +445,7 @@ async def test_preemption_policy_never_preempts_nothing(
 
 async def test_a_victim_replaced_by_a_pod_of_the_same_name_is_left_alone(
     shim: Scheduler,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     classes: Callable[[str], str],

@@ -27,9 +27,10 @@ import pytest
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog, SchedulingClient
-from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
 from berth.framework.testing import make_node, make_pod
+from berth.kube.rest import KubeApi
 from tests.integration.shimtools import (
     Server,
     Shim,
@@ -262,7 +263,7 @@ def test_three_replicas_restarted_mid_run_answer_like_one(
 
 def test_shim_over_two_replicas_keeps_binding_when_one_is_killed(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     tmp_path: Path,

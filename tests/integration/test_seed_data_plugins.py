@@ -32,10 +32,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from berth.dev.localcluster import Cluster, KubeClient, objects
-from berth.dev.localcluster.rest import JSON, ApiError
+from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
 from berth.dev.nodemetrics import METRICS_PATH, node_metrics_crd, node_metrics_object
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi
 from tests.integration.shimtools import (
     EXAMPLES,
     Server,
@@ -104,7 +105,7 @@ def seed_pod(
 
 
 @pytest.fixture(scope="module")
-def node_metrics_api(kube: KubeClient) -> str:
+def node_metrics_api(kube: KubeApi) -> str:
     """metrics.k8s.io/v1beta1 ``nodes`` (kind NodeMetrics, cluster-scoped) served by the
     local API server from the CRD ``berth demo`` uses: the shape metrics-server serves,
     without a kubelet to measure. Left in place for later tests (creating it is
@@ -118,7 +119,7 @@ class NodeMetricsWriter:
     report them (fresh timestamp, a window, usage.cpu in nanocores); deletes them at
     the end."""
 
-    def __init__(self, kube: KubeClient) -> None:
+    def __init__(self, kube: KubeApi) -> None:
         self.kube = kube
         self.names: set[str] = set()
 
@@ -144,7 +145,7 @@ class NodeMetricsWriter:
 
 
 @pytest.fixture
-def node_metrics(kube: KubeClient, node_metrics_api: str) -> Iterator[NodeMetricsWriter]:
+def node_metrics(kube: KubeApi, node_metrics_api: str) -> Iterator[NodeMetricsWriter]:
     writer = NodeMetricsWriter(kube)
     try:
         yield writer
@@ -162,7 +163,7 @@ def nanocores(fraction: float, cores: int) -> str:
 
 def test_lowcpu_seed_steps_avoid_the_90_percent_node_and_report_cpu_usage_too_high(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     node_metrics: NodeMetricsWriter,
@@ -210,7 +211,7 @@ def test_lowcpu_seed_steps_avoid_the_90_percent_node_and_report_cpu_usage_too_hi
 
 def test_lowcpu_rejecting_unmeasured_nodes_until_metrics_appear_over_grpc(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     node_metrics: NodeMetricsWriter,
@@ -254,7 +255,7 @@ def test_lowcpu_rejecting_unmeasured_nodes_until_metrics_appear_over_grpc(
 
 def test_gpu_card_two_40g_pods_one_free_40g_card_one_binds_one_waits(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     tmp_path: Path,

@@ -28,9 +28,10 @@ from pathlib import Path
 
 import pytest
 
-from berth.dev.localcluster import Cluster, KubeClient, objects
-from berth.dev.localcluster.rest import JSON, ApiError
+from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi
 from tests.integration.shimtools import (
     EXAMPLES,
     Shim,
@@ -62,14 +63,14 @@ REJECTED = "optimistic rejection in PostFilter"
 
 
 @pytest.fixture(scope="module")
-def podgroup_crd(kube: KubeClient) -> None:
+def podgroup_crd(kube: KubeApi) -> None:
     ensure_crds(kube, EXAMPLES / "coscheduling" / "podgroup-crd.yaml")
 
 
 class PodGroups:
     """PodGroups of a namespace, deleted at the end (no namespace controller runs)."""
 
-    def __init__(self, kube: KubeClient, namespace: str) -> None:
+    def __init__(self, kube: KubeApi, namespace: str) -> None:
         self.kube = kube
         self.namespace = namespace
         self.names: list[str] = []
@@ -101,7 +102,7 @@ class PodGroups:
 
 
 @pytest.fixture
-def podgroups(kube: KubeClient, namespace: str, podgroup_crd: None) -> Iterator[PodGroups]:
+def podgroups(kube: KubeApi, namespace: str, podgroup_crd: None) -> Iterator[PodGroups]:
     pgs = PodGroups(kube, namespace)
     try:
         yield pgs
@@ -132,7 +133,7 @@ def start_shim(
     return Shim(config, cluster.kubeconfig, tmp_path / "shim.log").start()
 
 
-def bound(kube: KubeClient, namespace: str) -> dict[str, str]:
+def bound(kube: KubeApi, namespace: str) -> dict[str, str]:
     return {
         p["metadata"]["name"]: p["spec"]["nodeName"]
         for p in pods_of(kube, namespace)
@@ -160,7 +161,7 @@ def pods_in(pattern: str, text: str) -> set[str]:
 
 def test_gang_of_four_on_room_for_three_is_rejected_at_once_then_binds_without_waiting_for_backoff(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     podgroups: PodGroups,
@@ -247,7 +248,7 @@ def test_gang_of_four_on_room_for_three_is_rejected_at_once_then_binds_without_w
 
 def test_group_short_of_min_member_is_rejected_at_pre_filter_then_binds_when_complete(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     podgroups: PodGroups,

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from berth.dev.localcluster import Cluster, KubeClient, objects
-from berth.dev.localcluster.rest import JSON
+from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.kube.rest import JSON, KubeApi
 from tests.integration.shimtools import (
     Shim,
     described_failed_scheduling,
@@ -75,7 +75,7 @@ def our_pod(
 
 def test_avoid_node_seed_steps_failed_scheduling_then_the_unlabelled_node(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     tmp_path: Path,
@@ -119,7 +119,7 @@ def test_avoid_node_seed_steps_failed_scheduling_then_the_unlabelled_node(
 
 
 def test_avoid_node_every_pod_lands_on_the_one_good_node(
-    cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+    cluster: Cluster, kube: KubeApi, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
 ) -> None:
     profile = profile_for(namespace)
     # The avoided nodes are the roomy ones: NodeResourcesFit alone would pick them.
@@ -143,7 +143,7 @@ def test_avoid_node_every_pod_lands_on_the_one_good_node(
 
 
 def test_gpu_priority_pod_lands_on_the_node_with_most_free_gpus(
-    cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+    cluster: Cluster, kube: KubeApi, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
 ) -> None:
     profile = profile_for(namespace)
     size = {"cpu": "64", "memory": "256Gi"}
@@ -182,7 +182,7 @@ def test_gpu_priority_pod_lands_on_the_node_with_most_free_gpus(
 
 
 def test_same_label_spread_pod_lands_on_the_node_with_fewer_same_label_pods(
-    cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+    cluster: Cluster, kube: KubeApi, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
 ) -> None:
     profile = profile_for(namespace)
     crowded, spread = node_names(fake_nodes(2, cpu="64", memory="256Gi"))

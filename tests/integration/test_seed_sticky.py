@@ -27,9 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from berth.dev.localcluster import KubeClient, objects
-from berth.dev.localcluster.rest import JSON, ApiError
+from berth.dev.localcluster import objects
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi
 from tests.integration.shimtools import (
     EXAMPLES,
     Cluster,
@@ -51,7 +52,7 @@ KUBEVIRT = "/apis/kubevirt.io/v1"
 
 
 @pytest.fixture(scope="module")
-def kubevirt_kinds(kube: KubeClient) -> None:
+def kubevirt_kinds(kube: KubeApi) -> None:
     ensure_crds(kube, EXAMPLES / "stickynode" / "kubevirt-crds-for-tests.yaml")
 
 
@@ -59,7 +60,7 @@ class VMs:
     """VirtualMachines and their VirtualMachineInstances in a namespace, deleted at the
     end (no namespace controller runs to delete them)."""
 
-    def __init__(self, kube: KubeClient, namespace: str) -> None:
+    def __init__(self, kube: KubeApi, namespace: str) -> None:
         self.kube = kube
         self.namespace = namespace
         self.paths: list[str] = []
@@ -107,7 +108,7 @@ class VMs:
 
 
 @pytest.fixture
-def vms(kube: KubeClient, namespace: str, kubevirt_kinds: None) -> Iterator[VMs]:
+def vms(kube: KubeApi, namespace: str, kubevirt_kinds: None) -> Iterator[VMs]:
     v = VMs(kube, namespace)
     try:
         yield v
@@ -149,14 +150,14 @@ def pod_path(namespace: str, name: str) -> str:
     return f"/api/v1/namespaces/{namespace}/pods/{name}"
 
 
-def wait_bound(kube: KubeClient, namespace: str, name: str, shim: Shim) -> str:
+def wait_bound(kube: KubeApi, namespace: str, name: str, shim: Shim) -> str:
     path = pod_path(namespace, name)
     wait_for(lambda: bool(kube.get(path)["spec"].get("nodeName")), 60, f"{name} bound", shim.log)
     node: str = kube.get(path)["spec"]["nodeName"]
     return node
 
 
-def wait_pending_with(kube: KubeClient, namespace: str, name: str, shim: Shim, *parts: str) -> str:
+def wait_pending_with(kube: KubeApi, namespace: str, name: str, shim: Shim, *parts: str) -> str:
     """Waits until the pod's FailedScheduling event says all of ``parts`` and its
     PodScheduled condition is False/Unschedulable (both written by the shim, apart);
     returns the event's note."""
@@ -188,7 +189,7 @@ def start_shim(cluster: Cluster, namespace: str, tmp_path: Path) -> Shim:
 
 def test_seed_steps_first_vm_recorded_then_the_next_pod_goes_back_even_when_full(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     vms: VMs,
@@ -255,7 +256,7 @@ def test_seed_steps_first_vm_recorded_then_the_next_pod_goes_back_even_when_full
 
 def test_recorded_node_gone_the_pod_waits_naming_node_and_vm(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     vms: VMs,

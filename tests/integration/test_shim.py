@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from berth.dev.localcluster import Cluster, KubeClient, objects
-from berth.dev.localcluster.rest import JSON
+from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.testing import NodeFactory
+from berth.kube.rest import JSON, KubeApi
 from tests.integration.shimtools import (
     Server,
     Shim,
@@ -35,7 +35,7 @@ def _condition(pod: JSON, kind: str) -> JSON | None:
     return next((c for c in pod["status"].get("conditions", []) if c["type"] == kind), None)
 
 
-def _wait_condition(kube: KubeClient, ns: str, name: str, timeout: float = 30.0) -> JSON:
+def _wait_condition(kube: KubeApi, ns: str, name: str, timeout: float = 30.0) -> JSON:
     path = f"/api/v1/namespaces/{ns}/pods/{name}"
     wait_for(
         lambda: _condition(kube.get(path), "PodScheduled") is not None,
@@ -47,7 +47,7 @@ def _wait_condition(kube: KubeClient, ns: str, name: str, timeout: float = 30.0)
 
 
 def test_binds_its_profiles_pods_and_leaves_other_schedulers_pods_alone(
-    cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+    cluster: Cluster, kube: KubeApi, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
 ) -> None:
     profile = profile_for(namespace)
     nodes = [n["metadata"]["name"] for n in fake_nodes(3, cpu="4", memory="8Gi")]
@@ -86,7 +86,7 @@ def test_binds_its_profiles_pods_and_leaves_other_schedulers_pods_alone(
 
 def test_pending_pod_is_explained_like_kube_scheduler(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     tmp_path: Path,
@@ -159,7 +159,7 @@ def test_pending_pod_is_explained_like_kube_scheduler(
 )
 def test_1000_pods_on_100_nodes_each_bound_once_without_overcommit(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     tmp_path: Path,
@@ -208,7 +208,7 @@ def test_1000_pods_on_100_nodes_each_bound_once_without_overcommit(
 
 
 def test_pods_of_the_profile_already_bound_are_not_touched(
-    cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+    cluster: Cluster, kube: KubeApi, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
 ) -> None:
     """A pod with spec.nodeName set counts on its node; the shim only schedules pending
     pods (it never re-binds)."""
@@ -238,7 +238,7 @@ def test_pods_of_the_profile_already_bound_are_not_touched(
 
 
 def test_batches_shrink_to_what_the_plugin_server_takes(
-    cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+    cluster: Cluster, kube: KubeApi, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
 ) -> None:
     """berth serve --max-batch-pods 4 refuses the shim's 32-pod batches (RESOURCE_EXHAUSTED):
     the shim halves its batches until they fit, without a backoff and without losing a pod."""

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from berth.dev.localcluster import Cluster, KubeClient, objects
-from berth.dev.localcluster.rest import ApiError
+from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.testing import NodeFactory
+from berth.kube.errors import ApiError
+from berth.kube.rest import KubeApi
 from tests.integration.shimtools import (
     Shim,
     kubeconfig_for,
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_exec_credential_kubeconfig_with_kube_schedulers_role(
-    cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+    cluster: Cluster, kube: KubeApi, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
 ) -> None:
     profile = profile_for(namespace)
     fake_nodes(2, cpu="4")

@@ -23,10 +23,11 @@ import pytest
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
-from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.testing import NodeFactory
 from berth.framework.config import load_config
 from berth.framework.testing import make_node
+from berth.kube.rest import KubeApi
 from berth.plugins.registry import load_registry
 from berth.server.app import RunningServer, start_server
 from tests.integration.shimtools import (
@@ -97,7 +98,7 @@ def poison(cluster_id: str, incarnation: int) -> pb.SyncRequest:
 
 def test_a_second_caller_with_the_shims_cluster_id_changes_nothing_the_shim_sees(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     tmp_path: Path,

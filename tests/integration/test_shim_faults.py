@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from berth.dev.localcluster import Cluster, KubeClient, LocalCluster, objects
+from berth.dev.localcluster import Cluster, LocalCluster, objects
 from berth.dev.localcluster.binaries import default_bin_dir
 from berth.dev.localcluster.cluster import ClusterConfig
-from berth.dev.localcluster.rest import JSON
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.kube.rest import JSON, KubeApi
 from tests.integration import holdplugin
 from tests.integration.faultproxy import BINDING, Fault, fault_proxy
 from tests.integration.shimtools import (
@@ -71,7 +71,7 @@ def _pods(
     ]
 
 
-def _bound_once(kube: KubeClient, namespace: str, count: int, *, all_events: bool = True) -> None:
+def _bound_once(kube: KubeApi, namespace: str, count: int, *, all_events: bool = True) -> None:
     """No pod has two Scheduled events. ``all_events``: each of ``count`` pods has one
     (a shim killed right after a bind may die before writing its event, as
     kube-scheduler may: events are best effort)."""
@@ -82,7 +82,7 @@ def _bound_once(kube: KubeClient, namespace: str, count: int, *, all_events: boo
 
 
 def _decided(
-    kube: KubeClient, namespace: str, proc: Shim, *, bound: int, unschedulable: int
+    kube: KubeApi, namespace: str, proc: Shim, *, bound: int, unschedulable: int
 ) -> tuple[list[str], list[str]]:
     """Waits until every pod of the namespace is bound or visibly unschedulable, and
     checks how many are each: a pod lost by the shim stays pending without a verdict."""
@@ -92,7 +92,7 @@ def _decided(
 
 
 def test_plugin_server_killed_mid_burst_and_restarted(
-    cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+    cluster: Cluster, kube: KubeApi, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
 ) -> None:
     """210 pods for 200 places (20 nodes of 10 pods); the plugin server is killed while
     they are being scheduled: their cycles fail and back off, none is dropped; once it is
@@ -134,7 +134,7 @@ def test_plugin_server_killed_mid_burst_and_restarted(
 
 
 def test_pod_deleted_while_being_bound(
-    cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+    cluster: Cluster, kube: KubeApi, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
 ) -> None:
     """Binds trail the cycles (API rate 5/s); 20 pods for 10 places, and half the pods
     are deleted while theirs are queued: the bind answers 404, the pod is forgotten and
@@ -175,7 +175,7 @@ def test_pod_deleted_while_being_bound(
 
 
 def test_node_deleted_while_pods_are_assumed_on_it(
-    cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+    cluster: Cluster, kube: KubeApi, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
 ) -> None:
     """Pods assumed on a node that disappears before their bind are not bound there:
     the binding cycle fails, the pods are scheduled again and fill the node that is
@@ -216,7 +216,7 @@ def test_node_deleted_while_pods_are_assumed_on_it(
 
 
 def test_bind_refused_by_the_api_server_is_retried_until_allowed(
-    cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+    cluster: Cluster, kube: KubeApi, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
 ) -> None:
     """The shim's identity may not create pods/binding (403): each bind fails, the pods
     back off and are retried; once RBAC allows it they are bound, each once."""
@@ -276,7 +276,7 @@ def test_bind_refused_by_the_api_server_is_retried_until_allowed(
 
 
 def test_leader_failover_the_standby_finishes_the_work(
-    cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+    cluster: Cluster, kube: KubeApi, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
 ) -> None:
     profile = profile_for(namespace)
     config = write_config(
@@ -309,7 +309,7 @@ def test_leader_failover_the_standby_finishes_the_work(
         assert_no_overcommit(kube, nodes, filled=FILL)
 
 
-def _holder(kube: KubeClient, path: str) -> str:
+def _holder(kube: KubeApi, path: str) -> str:
     try:
         return str(kube.get(path)["spec"].get("holderIdentity") or "")
     except Exception:
@@ -445,7 +445,7 @@ def test_api_server_restart_and_expired_watch(
 )
 def test_binding_faults_bind_every_pod_once_without_overcommit(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     tmp_path: Path,
@@ -478,7 +478,7 @@ def test_binding_faults_bind_every_pod_once_without_overcommit(
 # -- a pod bound while its scheduling cycle runs (cache.go AssumePod) ----------------------
 
 
-def _bound_pods_anywhere(kube: KubeClient) -> int:
+def _bound_pods_anywhere(kube: KubeApi) -> int:
     """Pods bound to a node, in the whole cluster, that the shim's cache must count."""
     return sum(
         1
@@ -488,7 +488,7 @@ def _bound_pods_anywhere(kube: KubeClient) -> int:
 
 
 def test_assume_race_a_pod_bound_during_its_cycle_keeps_its_place(
-    cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+    cluster: Cluster, kube: KubeApi, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
 ) -> None:
     """The race of a binding that landed late, or of a second scheduler: pod ``raced``
     is bound by someone else while its cycle runs (held in a slow PreFilter plugin), the
@@ -552,7 +552,7 @@ def test_assume_race_a_pod_bound_during_its_cycle_keeps_its_place(
 
 
 def test_pod_recreated_with_the_same_name_during_its_cycle(
-    cluster: Cluster, kube: KubeClient, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+    cluster: Cluster, kube: KubeApi, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
 ) -> None:
     """Pod ``again`` is deleted and created anew (same name, new uid) while its cycle is
     held in the plugin server: the old cycle's placement is dropped, the new pod is

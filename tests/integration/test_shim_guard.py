@@ -35,9 +35,10 @@ import pytest
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
-from berth.dev.localcluster import Cluster, KubeClient, objects
-from berth.dev.localcluster.rest import JSON, ApiError, path_segment
+from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi, segment
 from tests.integration.shimtools import (
     Shim,
     failed_scheduling_notes,
@@ -169,7 +170,7 @@ class HostileService(pb_grpc.SchedulingServiceServicer):
 
 
 @pytest.fixture
-def kube_system_pod(kube: KubeClient, namespace: str, fake_nodes: NodeFactory) -> Iterator[JSON]:
+def kube_system_pod(kube: KubeApi, namespace: str, fake_nodes: NodeFactory) -> Iterator[JSON]:
     """A pod in kube-system bound to this test's node, as a cluster add-on would be;
     system-node-critical when the API server has that class."""
     (node,) = fake_nodes(1, cpu="2", memory="4Gi")
@@ -199,7 +200,7 @@ def kube_system_pod(kube: KubeClient, namespace: str, fake_nodes: NodeFactory) -
 
 
 @pytest.fixture
-def unrelated_pv(kube: KubeClient, namespace: str) -> Iterator[JSON]:
+def unrelated_pv(kube: KubeApi, namespace: str) -> Iterator[JSON]:
     name = f"guard-{namespace}"[:63].rstrip("-")
     created = kube.create(
         "/api/v1/persistentvolumes",
@@ -218,7 +219,7 @@ def unrelated_pv(kube: KubeClient, namespace: str) -> Iterator[JSON]:
     try:
         yield created
     finally:
-        kube.delete(f"/api/v1/persistentvolumes/{path_segment(name)}")
+        kube.delete(f"/api/v1/persistentvolumes/{segment(name)}")
 
 
 @pytest.fixture
@@ -244,7 +245,7 @@ def hostile_server(
 
 def test_a_hostile_plugin_server_deletes_no_kube_system_pod_and_patches_no_pv(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     tmp_path: Path,
     kube_system_pod: JSON,
@@ -297,7 +298,7 @@ def test_a_hostile_plugin_server_deletes_no_kube_system_pod_and_patches_no_pv(
     assert not pod["metadata"].get("deletionTimestamp")
     assert all(c["type"] != "DisruptionTarget" for c in pod["status"].get("conditions") or [])
     # The PV: unchanged.
-    pv = kube.get(f"/api/v1/persistentvolumes/{path_segment(unrelated_pv['metadata']['name'])}")
+    pv = kube.get(f"/api/v1/persistentvolumes/{segment(unrelated_pv['metadata']['name'])}")
     assert pv["metadata"]["resourceVersion"] == unrelated_pv["metadata"]["resourceVersion"]
     assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
     # Each refusal says which object and why, at WARNING.

@@ -23,8 +23,7 @@ from typing import Any
 import pytest
 
 from berth.client import ClusterStateLog
-from berth.dev.localcluster import Cluster, KubeClient, objects
-from berth.dev.localcluster.rest import JSON, ApiError, path_segment
+from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
 from berth.framework import (
     CycleState,
@@ -39,10 +38,11 @@ from berth.framework import (
     pod_write,
 )
 from berth.framework.config import parse_config
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi, segment
 from berth.plugins.registry import REGISTRY
 from berth.server.app import build_frameworks
 from berth.server.service import SchedulingService
-from berth.shim.kubeapi import KubeApi
 from berth.shim.scheduler import Scheduler
 from berth.shim.service import PluginService
 from tests.integration.shimtools import profile_for
@@ -155,7 +155,7 @@ def _until(check: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 @pytest.fixture
-def gate_crd(kube: KubeClient) -> str:
+def gate_crd(kube: KubeApi) -> str:
     """The Gate CRD, created once per session (kept: a CRD deleted while a later test
     recreates it would race the API server's cleanup), established."""
     path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -172,11 +172,11 @@ def gate_crd(kube: KubeClient) -> str:
 
 
 def gates_path(namespace: str, name: str = "") -> str:
-    base = f"/apis/{GROUP}/v1/namespaces/{path_segment(namespace)}/{PLURAL}"
-    return f"{base}/{path_segment(name)}" if name else base
+    base = f"/apis/{GROUP}/v1/namespaces/{segment(namespace)}/{PLURAL}"
+    return f"{base}/{segment(name)}" if name else base
 
 
-def create_gate(kube: KubeClient, namespace: str, name: str, *, open_: bool, watched: bool) -> None:
+def create_gate(kube: KubeApi, namespace: str, name: str, *, open_: bool, watched: bool) -> None:
     labels = {SELECTED: "yes"} if watched else {}
     body = {
         "apiVersion": f"{GROUP}/v1",
@@ -196,12 +196,12 @@ def create_gate(kube: KubeClient, namespace: str, name: str, *, open_: bool, wat
             time.sleep(0.2)
 
 
-def pod_json(kube: KubeClient, namespace: str, name: str) -> JSON:
-    return kube.get(f"/api/v1/namespaces/{path_segment(namespace)}/pods/{path_segment(name)}")
+def pod_json(kube: KubeApi, namespace: str, name: str) -> JSON:
+    return kube.get(f"/api/v1/namespaces/{segment(namespace)}/pods/{segment(name)}")
 
 
-def failed_scheduling(kube: KubeClient, namespace: str, name: str) -> list[str]:
-    events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{path_segment(namespace)}/events")
+def failed_scheduling(kube: KubeApi, namespace: str, name: str) -> list[str]:
+    events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{segment(namespace)}/events")
     return [
         str(e.get("note") or "")
         for e in events["items"]
@@ -261,7 +261,7 @@ async def wait(check: Callable[[], bool], within: float, what: str) -> None:
 
 
 async def test_filter_follows_the_crd_and_writes_land(
-    kube: KubeClient, namespace: str, fake_nodes: NodeFactory, shim: Scheduler
+    kube: KubeApi, namespace: str, fake_nodes: NodeFactory, shim: Scheduler
 ) -> None:
     (node,) = fake_nodes(1, cpu="4", memory="8Gi")
     node_name = node["metadata"]["name"]
@@ -278,7 +278,7 @@ async def test_filter_follows_the_crd_and_writes_land(
             labels={"gate": gate, **labels},
             node_selector={TEST_LABEL: namespace},
         )
-        kube.create(f"/api/v1/namespaces/{path_segment(namespace)}/pods", pod)
+        kube.create(f"/api/v1/namespaces/{segment(namespace)}/pods", pod)
 
     make("waits", "g")
     make("hidden", "hidden")
@@ -323,7 +323,7 @@ async def test_filter_follows_the_crd_and_writes_land(
 
 
 async def test_failed_pre_bind_write_fails_the_binding_cycle(
-    kube: KubeClient, namespace: str, fake_nodes: NodeFactory, shim: Scheduler
+    kube: KubeApi, namespace: str, fake_nodes: NodeFactory, shim: Scheduler
 ) -> None:
     fake_nodes(1, cpu="4", memory="8Gi")
     create_gate(kube, namespace, "g", open_=True, watched=True)
@@ -339,7 +339,7 @@ async def test_failed_pre_bind_write_fails_the_binding_cycle(
         labels={"gate": "g", "write-to": "missing"},
         node_selector={TEST_LABEL: namespace},
     )
-    kube.create(f"/api/v1/namespaces/{path_segment(namespace)}/pods", pod)
+    kube.create(f"/api/v1/namespaces/{segment(namespace)}/pods", pod)
     await wait(
         lambda: any(
             "write by plugin 'TestGate' to gates.objects.berth.dev" in n and "missing" in n

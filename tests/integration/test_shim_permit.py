@@ -18,18 +18,17 @@ from pathlib import Path
 import pytest
 
 from berth.client import ClusterStateLog
-from berth.dev.localcluster import Cluster, KubeClient, objects
-from berth.dev.localcluster.rest import JSON
+from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.testing import NodeFactory
 from berth.framework.config import parse_config
 from berth.framework.cycle_state import CycleState
 from berth.framework.interfaces import PermitPlugin, PostFilterPlugin, PostFilterResult
 from berth.framework.model import PodInfo
 from berth.framework.status import SUCCESS, Code, Status
+from berth.kube.rest import JSON, KubeApi
 from berth.plugins.registry import REGISTRY
 from berth.server.app import build_frameworks
 from berth.server.service import SchedulingService
-from berth.shim.kubeapi import KubeApi
 from berth.shim.scheduler import Scheduler
 from berth.shim.service import PluginService
 from tests.integration.shimtools import pods_of, profile_for
@@ -132,12 +131,12 @@ async def _until(check: object, within: float, what: str) -> None:
         await asyncio.sleep(0.1)
 
 
-def _bound(kube: KubeClient, namespace: str) -> set[str]:
+def _bound(kube: KubeApi, namespace: str) -> set[str]:
     return {p["metadata"]["name"] for p in pods_of(kube, namespace) if p["spec"].get("nodeName")}
 
 
 async def test_waiting_pods_are_bound_when_the_last_member_allows_them(
-    shim: Scheduler, kube: KubeClient, namespace: str, fake_nodes: NodeFactory
+    shim: Scheduler, kube: KubeApi, namespace: str, fake_nodes: NodeFactory
 ) -> None:
     fake_nodes(2, cpu="8")
     profile = profile_for(namespace)
@@ -152,7 +151,7 @@ async def test_waiting_pods_are_bound_when_the_last_member_allows_them(
 
 
 async def test_permit_timeout_rejects_and_requeues_the_pod(
-    shim: Scheduler, kube: KubeClient, namespace: str, fake_nodes: NodeFactory
+    shim: Scheduler, kube: KubeApi, namespace: str, fake_nodes: NodeFactory
 ) -> None:
     fake_nodes(1, cpu="8")
     profile = profile_for(namespace)
@@ -179,7 +178,7 @@ async def test_permit_timeout_rejects_and_requeues_the_pod(
 
 
 async def test_postfilter_nomination_sets_nominated_node_name(
-    shim: Scheduler, kube: KubeClient, namespace: str, fake_nodes: NodeFactory
+    shim: Scheduler, kube: KubeApi, namespace: str, fake_nodes: NodeFactory
 ) -> None:
     """schedule_one.go handleSchedulingFailure: a PostFilter that nominates a node makes the
     scheduler set status.nominatedNodeName beside PodScheduled=False."""

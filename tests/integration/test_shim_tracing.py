@@ -16,9 +16,10 @@ import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as tpb
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as tgrpc
 
-from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.ports import free_port
 from berth.dev.localcluster.testing import NodeFactory
+from berth.kube.rest import KubeApi
 from tests.integration.shimtools import (
     BERTH,
     Proc,
@@ -75,7 +76,7 @@ def collector() -> Iterator[tuple[Collector, int]]:
 
 def test_one_trace_holds_the_shims_and_the_servers_spans(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     tmp_path: Path,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from berth.dev.localcluster import Cluster, KubeClient, objects, start_kube_scheduler
-from berth.dev.localcluster.rest import JSON
+from berth.dev.localcluster import Cluster, objects, start_kube_scheduler
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.kube.rest import JSON, KubeApi
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ def _condition(pod: JSON, kind: str) -> JSON:
 
 
 def test_pod_is_bound_to_the_only_node_with_room(
-    kube: KubeClient, namespace: str, fake_nodes: NodeFactory, scheduler_name: str
+    kube: KubeApi, namespace: str, fake_nodes: NodeFactory, scheduler_name: str
 ) -> None:
     fake_nodes(2, prefix="small", cpu="1")
     [big] = fake_nodes(1, prefix="big", cpu="8")
@@ -79,7 +79,7 @@ def test_pod_is_bound_to_the_only_node_with_room(
 
 
 def test_pod_that_fits_nowhere_is_reported_unschedulable(
-    kube: KubeClient, namespace: str, fake_nodes: NodeFactory, scheduler_name: str
+    kube: KubeApi, namespace: str, fake_nodes: NodeFactory, scheduler_name: str
 ) -> None:
     fake_nodes(3, cpu="2")
     objects.create_pods(
@@ -113,7 +113,7 @@ def test_pod_that_fits_nowhere_is_reported_unschedulable(
 
 
 def test_many_pods_are_bound_across_nodes_and_deleted_without_a_kubelet(
-    kube: KubeClient, namespace: str, fake_nodes: NodeFactory, scheduler_name: str
+    kube: KubeApi, namespace: str, fake_nodes: NodeFactory, scheduler_name: str
 ) -> None:
     nodes = fake_nodes(10, cpu="4", memory="8Gi", pods=110)
     node_names = {n["metadata"]["name"] for n in nodes}

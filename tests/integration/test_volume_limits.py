@@ -25,9 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from berth.dev.localcluster import Cluster, KubeClient, objects
-from berth.dev.localcluster.rest import JSON, ApiError, path_segment
+from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi, segment
 from tests.integration.shimtools import (
     Shim,
     node_names,
@@ -52,13 +53,13 @@ ClusterObjects = Callable[[str, JSON], JSON]
 
 
 @pytest.fixture
-def cluster_objects(kube: KubeClient) -> Iterator[ClusterObjects]:
+def cluster_objects(kube: KubeApi) -> Iterator[ClusterObjects]:
     """``create(collection_path, body)`` for cluster-scoped objects, deleted afterwards."""
     created: list[str] = []
 
     def create(path: str, body: JSON) -> JSON:
         obj = kube.create(path, body)
-        created.append(f"{path}/{path_segment(obj['metadata']['name'])}")
+        created.append(f"{path}/{segment(obj['metadata']['name'])}")
         return obj
 
     yield create
@@ -125,7 +126,7 @@ def volume_pod(
 
 
 def create_pv_and_claim(
-    kube: KubeClient,
+    kube: KubeApi,
     cluster_objects: ClusterObjects,
     namespace: str,
     name: str,
@@ -137,7 +138,7 @@ def create_pv_and_claim(
     pv = f"{namespace}-{name}"
     cluster_objects("/api/v1/persistentvolumes", csi_pv(pv, f"handle-{pv}", labels))
     kube.create(
-        f"/api/v1/namespaces/{path_segment(namespace)}/persistentvolumeclaims",
+        f"/api/v1/namespaces/{segment(namespace)}/persistentvolumeclaims",
         claim(name, pv, modes),
     )
     return name
@@ -151,7 +152,7 @@ def start_shim(cluster: Cluster, namespace: str, tmp_path: Path) -> tuple[Shim, 
 
 def test_csinode_limit_keeps_a_pod_off_a_full_node(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     cluster_objects: ClusterObjects,
@@ -186,7 +187,7 @@ def test_csinode_limit_keeps_a_pod_off_a_full_node(
 
 def test_shared_volume_counts_once_against_the_limit(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     cluster_objects: ClusterObjects,
@@ -207,7 +208,7 @@ def test_shared_volume_counts_once_against_the_limit(
 
 def test_volume_zone_keeps_a_pod_in_its_volume_zone(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     cluster_objects: ClusterObjects,
@@ -235,7 +236,7 @@ def test_volume_zone_keeps_a_pod_in_its_volume_zone(
 
 def test_read_write_once_pod_claim_in_use_keeps_the_second_user_pending(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     cluster_objects: ClusterObjects,
@@ -259,7 +260,7 @@ def test_read_write_once_pod_claim_in_use_keeps_the_second_user_pending(
 
 def test_inline_disk_in_use_keeps_the_second_pod_off_its_node(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     tmp_path: Path,

@@ -25,9 +25,10 @@ from typing import Any
 
 import pytest
 
-from berth.dev.localcluster import Cluster, KubeClient, objects
-from berth.dev.localcluster.rest import JSON, ApiError, path_segment
+from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi, segment
 from tests.integration.shimtools import (
     Shim,
     node_names,
@@ -47,10 +48,10 @@ NO_PROVISIONER = "kubernetes.io/no-provisioner"
 
 
 def claims_path(namespace: str) -> str:
-    return f"/api/v1/namespaces/{path_segment(namespace)}/persistentvolumeclaims"
+    return f"/api/v1/namespaces/{segment(namespace)}/persistentvolumeclaims"
 
 
-def _drop(kube: KubeClient, path: str) -> None:
+def _drop(kube: KubeApi, path: str) -> None:
     """Delete an object, clearing the finalizers no controller here would remove
     (kubernetes.io/pv-protection, kubernetes.io/pvc-protection)."""
     try:
@@ -65,7 +66,7 @@ Made = Callable[..., JSON]
 
 
 @pytest.fixture
-def storage(kube: KubeClient, namespace: str) -> Iterator[dict[str, Made]]:
+def storage(kube: KubeApi, namespace: str) -> Iterator[dict[str, Made]]:
     """Builders for the test's StorageClasses, PVs and claims; all removed afterwards."""
     made: list[str] = []
 
@@ -185,7 +186,7 @@ def start_shim(cluster: Cluster, namespace: str, tmp_path: Path) -> tuple[str, S
 
 def test_bound_claim_goes_where_its_pv_is(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     storage: dict[str, Made],
@@ -225,7 +226,7 @@ def test_bound_claim_goes_where_its_pv_is(
 
 def test_unbound_immediate_claim_leaves_the_pod_unschedulable(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     storage: dict[str, Made],
@@ -248,7 +249,7 @@ def test_unbound_immediate_claim_leaves_the_pod_unschedulable(
 
 def test_wait_for_first_consumer_claim_gets_a_static_pv_at_pre_bind(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     storage: dict[str, Made],
@@ -282,7 +283,7 @@ def test_wait_for_first_consumer_claim_gets_a_static_pv_at_pre_bind(
 
 def test_two_claims_never_get_the_same_pv(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     storage: dict[str, Made],

@@ -30,9 +30,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from berth.dev.localcluster import Cluster, KubeClient, objects
+from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.pki import user_kubeconfig
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.kube.rest import KubeApi
 from berth.shim.informer import WATCH_IDLE_TIMEOUT
 from tests.integration.shimtools import (
     Shim,
@@ -160,7 +161,7 @@ def replaced_watches(log: str) -> set[str]:
 
 def test_a_silently_dead_watch_is_replaced_and_readyz_fails_meanwhile(
     cluster: Cluster,
-    kube: KubeClient,
+    kube: KubeApi,
     namespace: str,
     fake_nodes: NodeFactory,
     proxy: BlackholeProxy,

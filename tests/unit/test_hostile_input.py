@@ -4,7 +4,7 @@ or a documented refusal, never an exception or a hang (issue 22; DESIGN.md
 principle 9: every value a cluster user controls is parsed at bounded cost).
 
 Objects are generated as the API server serves them (JSON) and go the way the
-shim sends them: berth.kube's decoders (ObjectError is their documented
+shim sends them: berth.kube.records' decoders (ObjectError is their documented
 refusal), the cluster state, then a Schedule call with Reserve and Permit on
 the in-process plugin service, whose profile runs upstream's default plugins
 and the seed plugins that read annotations, labels, NodeMetrics and PodGroups.
@@ -32,7 +32,7 @@ from berth.client import ClusterStateLog, SchedulingClient
 from berth.framework.config import API_VERSION, KIND, ConfigError, parse_config
 from berth.framework.objects import ClusterObject
 from berth.framework.storage import inline_source
-from berth.kube import ObjectError, node_record, pod_record
+from berth.kube.records import ObjectError, node_record, pod_record
 from berth.plugins.coscheduling.core import POD_GROUP_LABEL, PODGROUP
 from berth.plugins.lowcpu.low_cpu import (
     METRICS_GROUP,

@@ -6,7 +6,7 @@
 - `start_kube_scheduler`: upstream kube-scheduler against a cluster, the performance baseline.
 - `objects`: fake nodes and pods at volume, with no kubelet (`objects.node`, `objects.pod`,
   `objects.create_nodes`, `objects.create_pods`, `objects.delete_pods`, ...).
-- `KubeClient`: a small dict-in, dict-out REST client used by all of the above.
+- `kube_client`: a cluster's API client, `berth.kube.rest.KubeApi` without a rate limit.
 """
 
 from berth.dev.localcluster import objects
@@ -24,6 +24,7 @@ from berth.dev.localcluster.cluster import (
     LocalCluster,
     cluster_status,
     default_state_dir,
+    kube_client,
     read_state,
     start_cluster,
     stop_cluster,
@@ -36,17 +37,14 @@ from berth.dev.localcluster.errors import (
     ProcessExitedError,
     StateError,
 )
-from berth.dev.localcluster.rest import ApiError, KubeClient
 from berth.dev.localcluster.scheduler import KubeScheduler, start_kube_scheduler
 
 __all__ = [
-    "ApiError",
     "BinaryMissingError",
     "Cluster",
     "ClusterConfig",
     "ClusterState",
     "ClusterStatus",
-    "KubeClient",
     "KubeScheduler",
     "LocalCluster",
     "LocalClusterError",
@@ -59,6 +57,7 @@ __all__ = [
     "default_bin_dir",
     "default_state_dir",
     "ensure_binaries",
+    "kube_client",
     "objects",
     "pinned_versions",
     "read_state",

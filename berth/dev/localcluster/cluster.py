@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import shutil
-import ssl
 import subprocess
 import tempfile
 import time
@@ -49,7 +48,11 @@ from berth.dev.localcluster.process import (
     stop,
     wait_until,
 )
-from berth.dev.localcluster.rest import KubeClient
+from berth.kube.config import ConfigurationError, load_configuration
+from berth.kube.errors import ApiError
+from berth.kube.rest import KubeApi
+
+USER_AGENT = "berth-localcluster"
 
 log = logging.getLogger(__name__)
 
@@ -110,15 +113,21 @@ class Cluster:
     # A kubeconfig for user system:kube-scheduler, when we hold the CA (local clusters).
     scheduler_kubeconfig: Path | None = None
 
-    def client(self, **kwargs: Any) -> KubeClient:
-        return KubeClient.from_kubeconfig(self.kubeconfig, **kwargs)
+    def client(self, **kwargs: Any) -> KubeApi:
+        return kube_client(self.kubeconfig, **kwargs)
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: Path) -> Cluster:
-        """An existing cluster (e.g. BERTH_KUBECONFIG); its admin identity is used for all."""
-        from berth.dev.localcluster.rest import load_kubeconfig
+        """An existing cluster (e.g. BERTH_KUBECONFIG); its admin identity is used for all.
+        Raises ConfigurationError naming the file when it is missing or invalid."""
+        return cls(kubeconfig=kubeconfig, server=load_configuration(kubeconfig).host)
 
-        return cls(kubeconfig=kubeconfig, server=load_kubeconfig(kubeconfig).server)
+
+def kube_client(kubeconfig: Path, **kwargs: Any) -> KubeApi:
+    """An API client for the identity of ``kubeconfig``, its writes not rate-limited (a test
+    or a benchmark creates objects as fast as the API server takes them); ``kwargs``: more
+    `KubeApi.from_kubeconfig` arguments (``pool_size``)."""
+    return KubeApi.from_kubeconfig(kubeconfig, qps=0, user_agent=USER_AGENT, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -239,12 +248,12 @@ def _write_state(state: ClusterState) -> None:
     tmp.replace(path)
 
 
-def _https_ok(url: str, context: ssl.SSLContext, timeout: float = 2.0) -> bool:
+def _api_ready(api: KubeApi, timeout: float = 2.0) -> bool:
     try:
-        with urllib.request.urlopen(url, context=context, timeout=timeout) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError, ssl.SSLError):
+        api.probe("/readyz", timeout=timeout)
+    except ApiError:
         return False
+    return True
 
 
 def _http_ok(url: str, timeout: float = 2.0) -> bool:
@@ -253,12 +262,6 @@ def _http_ok(url: str, timeout: float = 2.0) -> bool:
             return bool(resp.status == 200)
     except (urllib.error.URLError, OSError):
         return False
-
-
-def admin_ssl_context(ca: Path, cert: Path, key: Path) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=str(ca))
-    ctx.load_cert_chain(str(cert), str(key))
-    return ctx
 
 
 ETCD_DATA_PREFIX = "berth-etcd-"
@@ -469,14 +472,14 @@ def start_cluster(config: ClusterConfig) -> ClusterState:
             ],
             logs / "kube-apiserver.log",
         )
-        ctx = admin_ssl_context(certs.ca.cert, certs.admin.cert, certs.admin.key)
-        starter.wait_ready(
-            "kube-apiserver",
-            lambda: _https_ok(f"{server}/readyz", ctx),
-            f"{server}/readyz",
-            apiserver,
-            config.apiserver_ready_timeout or config.ready_timeout,
-        )
+        with kube_client(kubeconfig, pool_size=1) as admin:
+            starter.wait_ready(
+                "kube-apiserver",
+                lambda: _api_ready(admin),
+                f"{server}/readyz",
+                apiserver,
+                config.apiserver_ready_timeout or config.ready_timeout,
+            )
         state = ClusterState(
             state_dir=state_dir,
             kubeconfig=kubeconfig,
@@ -540,10 +543,8 @@ def cluster_status(state_dir: Path) -> ClusterStatus | None:
         return None
     components = tuple(ComponentStatus(p.name, p.pid, is_ours(p)) for p in state.processes)
     ready = False
-    pki_dir = state.state_dir / "pki"
-    with contextlib.suppress(OSError, ssl.SSLError):
-        ctx = admin_ssl_context(pki_dir / "ca.crt", pki_dir / "admin.crt", pki_dir / "admin.key")
-        ready = _https_ok(f"{state.server}/readyz", ctx)
+    with contextlib.suppress(ConfigurationError), kube_client(state.kubeconfig, pool_size=1) as api:
+        ready = _api_ready(api)
     return ClusterStatus(state=state, components=components, ready=ready)
 
 

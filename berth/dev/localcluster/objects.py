@@ -21,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from berth.dev.localcluster.errors import LocalClusterError
-from berth.dev.localcluster.rest import JSON, ApiError, KubeClient, path_segment
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi, segment
 
 FAKE_NODE_LABEL = "berth.dev/fake-node"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
@@ -213,7 +214,7 @@ def _name(obj: JSON) -> str:
 
 
 def create_nodes(
-    client: KubeClient, nodes: Iterable[JSON], *, concurrency: int = DEFAULT_CONCURRENCY
+    client: KubeApi, nodes: Iterable[JSON], *, concurrency: int = DEFAULT_CONCURRENCY
 ) -> list[JSON]:
     return run_concurrently(
         lambda n: client.create("/api/v1/nodes", n),
@@ -225,10 +226,10 @@ def create_nodes(
 
 
 def create_pods(
-    client: KubeClient, pods: Iterable[JSON], *, concurrency: int = DEFAULT_CONCURRENCY
+    client: KubeApi, pods: Iterable[JSON], *, concurrency: int = DEFAULT_CONCURRENCY
 ) -> list[JSON]:
     def create(p: JSON) -> JSON:
-        ns = path_segment(p["metadata"]["namespace"])
+        ns = segment(p["metadata"]["namespace"])
         return client.create(f"/api/v1/namespaces/{ns}/pods", p)
 
     return run_concurrently(create, pods, what="pod creations", key=_name, concurrency=concurrency)
@@ -243,17 +244,17 @@ def _ignore_not_found(call: Callable[[], Any]) -> None:
 
 
 def delete_nodes(
-    client: KubeClient, names: Iterable[str], *, concurrency: int = DEFAULT_CONCURRENCY
+    client: KubeApi, names: Iterable[str], *, concurrency: int = DEFAULT_CONCURRENCY
 ) -> None:
     run_concurrently(
-        lambda n: _ignore_not_found(lambda: client.delete(f"/api/v1/nodes/{path_segment(n)}")),
+        lambda n: _ignore_not_found(lambda: client.delete(f"/api/v1/nodes/{segment(n)}")),
         names,
         what="node deletions",
         concurrency=concurrency,
     )
 
 
-def delete_fake_nodes(client: KubeClient, label_selector: str = f"{FAKE_NODE_LABEL}=true") -> int:
+def delete_fake_nodes(client: KubeApi, label_selector: str = f"{FAKE_NODE_LABEL}=true") -> int:
     """Delete every node matching ``label_selector`` in one request; returns how many."""
     listed = client.get("/api/v1/nodes", labelSelector=label_selector)
     count = len(listed.get("items", []))
@@ -263,7 +264,7 @@ def delete_fake_nodes(client: KubeClient, label_selector: str = f"{FAKE_NODE_LAB
 
 
 def delete_pods(
-    client: KubeClient,
+    client: KubeApi,
     namespace: str,
     names: Iterable[str] | None = None,
     *,
@@ -274,13 +275,13 @@ def delete_pods(
 
     With ``names`` None, deletes every pod in the namespace matching ``label_selector``.
     """
-    base = f"/api/v1/namespaces/{path_segment(namespace)}/pods"
+    base = f"/api/v1/namespaces/{segment(namespace)}/pods"
     if names is None:
         client.delete(base, gracePeriodSeconds=0, labelSelector=label_selector)
         return
     run_concurrently(
         lambda n: _ignore_not_found(
-            lambda: client.delete(f"{base}/{path_segment(n)}", gracePeriodSeconds=0)
+            lambda: client.delete(f"{base}/{segment(n)}", gracePeriodSeconds=0)
         ),
         names,
         what="pod deletions",
@@ -288,22 +289,20 @@ def delete_pods(
     )
 
 
-def create_namespace(
-    client: KubeClient, name: str, labels: Mapping[str, str] | None = None
-) -> JSON:
+def create_namespace(client: KubeApi, name: str, labels: Mapping[str, str] | None = None) -> JSON:
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     if labels:
         body["metadata"]["labels"] = dict(labels)  # type: ignore[index]
     return client.create("/api/v1/namespaces", body)
 
 
-def delete_namespace(client: KubeClient, name: str) -> None:
+def delete_namespace(client: KubeApi, name: str) -> None:
     """Delete a namespace's pods, then the namespace, finalizing it ourselves.
 
     With no namespace controller the API server would leave it Terminating forever; pods are
     the only objects our tests leave in it (events expire on their own).
     """
-    ns = path_segment(name)
+    ns = segment(name)
     try:
         client.delete(f"/api/v1/namespaces/{ns}/pods", gracePeriodSeconds=0)
         client.delete(f"/api/v1/namespaces/{ns}")
@@ -322,7 +321,7 @@ def delete_namespace(client: KubeClient, name: str) -> None:
 
 
 def wait_for_objects(
-    client: KubeClient,
+    client: KubeApi,
     path: str,
     predicate: Callable[[JSON], bool],
     *,
@@ -357,7 +356,11 @@ def wait_for_objects(
         if remaining <= 0:
             break
         for event in client.watch(
-            path, timeout_seconds=max(1, int(remaining)), resourceVersion=rv, **selectors
+            path,
+            timeout_seconds=max(1, int(remaining)),
+            resourceVersion=rv,
+            labelSelector=label_selector,
+            fieldSelector=field_selector,
         ):
             obj = event["object"]
             if event["type"] == "ERROR":  # e.g. 410 Gone: start again from a fresh list
@@ -379,7 +382,7 @@ def wait_for_objects(
 
 
 def wait_for_pods(
-    client: KubeClient,
+    client: KubeApi,
     namespace: str,
     predicate: Callable[[JSON], bool],
     *,
@@ -392,7 +395,7 @@ def wait_for_pods(
     """`wait_for_objects` for the pods of ``namespace``."""
     return wait_for_objects(
         client,
-        f"/api/v1/namespaces/{path_segment(namespace)}/pods",
+        f"/api/v1/namespaces/{segment(namespace)}/pods",
         predicate,
         count=count,
         label_selector=label_selector,

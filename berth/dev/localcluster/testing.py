@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from berth.dev.localcluster.rest import JSON
+from berth.kube.rest import JSON
 
 # Label on every fake node a test creates, value = the test's namespace: pods select their
 # test's nodes with it, since nodes are cluster-wide.

@@ -1,6 +1,6 @@
 """Whole scheduling cycles (the default profile) with pod-level resources
 (PodLevelResources) and in-place resize (InPlacePodVerticalScaling), the pods
-and nodes decoded from Kubernetes JSON by berth.kube as the shim decodes them.
+and nodes decoded from Kubernetes JSON by berth.kube.records as the shim decodes them.
 The plugin-level cases are in tests/plugins/noderesources/test_pod_level_resources.py.
 """
 
@@ -16,7 +16,7 @@ from berth.framework.runtime import Framework
 from berth.framework.schedule_one import schedule_pod
 from berth.framework.status import Code
 from berth.framework.testing import snapshot_of
-from berth.kube import node_record, pod_record
+from berth.kube.records import node_record, pod_record
 from berth.plugins.registry import REGISTRY
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from berth.dev.localcluster import objects
-from berth.dev.localcluster.rest import ApiError
+from berth.kube.errors import ApiError
 
 
 def test_node_has_ready_status_and_allocatable_equal_to_capacity_by_default() -> None:

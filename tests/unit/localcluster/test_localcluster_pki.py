@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from berth.dev.localcluster import pki
-from berth.dev.localcluster.rest import load_kubeconfig, ssl_context
+from berth.kube.config import load_configuration, tls_context
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +80,10 @@ def test_kubeconfig_round_trips_and_yields_a_client_tls_context(
         user=pki.ADMIN_USER,
     )
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    auth = load_kubeconfig(path)
-    assert auth.server == "https://127.0.0.1:6443"
-    assert auth.ca_pem == certs.ca.cert.read_bytes()
-    assert auth.cert_pem == certs.admin.cert.read_bytes()
-    assert auth.token is None
-    ssl_context(auth)  # loads the CA and the client key pair without error
+    cfg = load_configuration(path)
+    assert cfg.host == "https://127.0.0.1:6443"
+    assert Path(cfg.ssl_ca_cert).read_bytes() == certs.ca.cert.read_bytes()
+    assert Path(cfg.cert_file).read_bytes() == certs.admin.cert.read_bytes()
+    assert Path(cfg.key_file).read_bytes() == certs.admin.key.read_bytes()
+    assert cfg.auth_settings() == {}
+    tls_context(cfg)  # loads the CA and the client key pair without error

@@ -28,10 +28,11 @@ from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
 from berth.framework.testing import make_node
-from berth.kube import pod_record
+from berth.kube.errors import ApiError
+from berth.kube.records import pod_record
+from berth.kube.rest import KubeApi
 from berth.shim.events import EventRecorder, ObjectRef
 from berth.shim.informer import DELETED, MODIFIED, Event
-from berth.shim.kubeapi import ApiError, KubeApi
 from berth.shim.queue import QueuedPod
 from berth.shim.scheduler import Scheduler
 from berth.shim.service import PluginService, ProfileInfo, SortKey

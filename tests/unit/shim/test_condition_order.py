@@ -13,8 +13,8 @@ from typing import Any, cast
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.client import ClusterStateLog
 from berth.framework.testing import make_pod
+from berth.kube.rest import KubeApi
 from berth.shim.events import EventRecorder
-from berth.shim.kubeapi import KubeApi
 from berth.shim.scheduler import Scheduler
 from berth.shim.service import PluginService
 

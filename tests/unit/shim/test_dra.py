@@ -15,9 +15,9 @@ from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
 from berth.framework.testing import make_node, make_pod
-from berth.kube import pod_record
+from berth.kube.records import pod_record
+from berth.kube.rest import KubeApi
 from berth.shim.events import EventRecorder, ObjectRef
-from berth.shim.kubeapi import KubeApi
 from berth.shim.queue import UNSCHEDULABLE, QueuedPod
 from berth.shim.scheduler import Scheduler
 from berth.shim.service import PluginService, SortKey

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import orjson
 import pytest
 
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON
 from berth.shim.events import (
     DEFAULT_SLEEP_DURATION,
     FINISH_TIME,
@@ -30,7 +32,6 @@ from berth.shim.events import (
     micro_time,
     truncate_note,
 )
-from berth.shim.kubeapi import JSON, ApiError
 from tests.unit.shim.fakes import FakeClock
 
 T0 = 1_760_000_000.25

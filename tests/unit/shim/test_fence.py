@@ -5,7 +5,7 @@ leaderelection.go renew, RenewDeadline; cmd/kube-scheduler/app/server.go
 OnStoppedLeading). The fence makes that hold for a process that was paused: a write
 asks it right before its bytes go out, and it is closed once the renew deadline has
 passed, on the monotonic clock, since the last successful acquire or renew began.
-Requests go to a small HTTP server on a local socket (tests/unit/shim/test_asynchttp.py)
+Requests go to a small HTTP server on a local socket (tests/unit/kube/test_asynchttp.py)
 or to a pool that records what it is asked to send.
 """
 
@@ -20,11 +20,11 @@ import pytest
 import urllib3
 
 from berth.framework.profile import LeaderElectionConfig
+from berth.kube.rest import KubeApi
 from berth.shim.fence import FencedWrite, LeaderFence
-from berth.shim.kubeapi import KubeApi
 from berth.shim.leader import LeaderElector
+from tests.unit.kube.test_asynchttp import BINDING, PATH, FakeServer, created, running
 from tests.unit.shim.fakes import FakeClock
-from tests.unit.shim.test_asynchttp import BINDING, PATH, FakeServer, created, running
 from tests.unit.shim.test_leader import NAME, NS, FakeLeaseApi, eventually, held_by, within
 
 T0 = 5_000.0

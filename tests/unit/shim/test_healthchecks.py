@@ -13,9 +13,10 @@ import orjson
 import pytest
 import urllib3
 
+from berth.kube.errors import ApiError
+from berth.kube.rest import KubeApi
 from berth.shim.health import HealthServer
 from berth.shim.healthchecks import ApiServerProbe, HealthChecks
-from berth.shim.kubeapi import ApiError, KubeApi
 
 
 class ProbedApi(KubeApi):

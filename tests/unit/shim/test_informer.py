@@ -25,9 +25,10 @@ import orjson
 import pytest
 
 from berth.api.v1 import cluster_pb2 as cpb
-from berth.kube import pod_record
+from berth.kube.errors import ApiError
+from berth.kube.records import pod_record
+from berth.kube.rest import JSON, KubeApi, ListResult
 from berth.shim.informer import ADDED, DELETED, MODIFIED, Event, Informer, pod_key
-from berth.shim.kubeapi import JSON, ApiError, KubeApi, ListResult
 
 PATH = "/api/v1/pods"
 TIMEOUT = 5.0  # bound on every wait; none should come close

@@ -23,7 +23,8 @@ import pytest
 import urllib3
 
 from berth.framework.profile import LeaderElectionConfig
-from berth.shim.kubeapi import JSON, ApiError, KubeApi
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi
 from berth.shim.leader import (
     LeaderElectionConfigError,
     LeaderElector,

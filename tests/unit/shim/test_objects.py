@@ -15,7 +15,8 @@ import pytest
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
-from berth.shim.kubeapi import JSON, ApiError, KubeApi, ListResult
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi, ListResult
 from berth.shim.objects import (
     ObjectSources,
     Poller,
@@ -139,7 +140,7 @@ def test_object_record_keeps_namespace_and_served_version() -> None:
 
 
 def test_object_record_without_name_is_refused() -> None:
-    from berth.kube import ObjectError
+    from berth.kube.records import ObjectError
 
     with pytest.raises(ObjectError, match=r"nodes\.metrics\.k8s\.io: metadata\.name: required"):
         object_record(SOURCE, {"metadata": {}})

@@ -33,12 +33,13 @@ from berth.framework.config import default_config
 from berth.framework.storage import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
 from berth.framework.testing import make_node, make_object, make_pod
 from berth.framework.writes import config_writes
+from berth.kube.errors import ApiError
+from berth.kube.rest import KubeApi
 from berth.plugins.registry import load_registry
 from berth.server.app import build_frameworks
 from berth.server.service import SchedulingService
 from berth.shim.events import EventRecorder, ObjectRef
 from berth.shim.informer import ADDED, MODIFIED, Event
-from berth.shim.kubeapi import ApiError, KubeApi
 from berth.shim.queue import UNSCHEDULABLE, QueuedPod
 from berth.shim.scheduler import Scheduler
 from berth.shim.service import InProcessStub, PluginService, ProfileInfo, SortKey

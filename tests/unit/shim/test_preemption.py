@@ -33,9 +33,10 @@ from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
 from berth.framework.testing import make_node, make_pod
+from berth.kube.errors import ApiError
+from berth.kube.rest import KubeApi
 from berth.shim.events import EventRecorder, ObjectRef
 from berth.shim.informer import ADDED, DELETED, MODIFIED, Event
-from berth.shim.kubeapi import ApiError, KubeApi
 from berth.shim.queue import ACTIVE, BACKOFF, GATED, UNSCHEDULABLE, QueuedPod
 from berth.shim.scheduler import Scheduler, WaitingPod
 from berth.shim.service import PluginService, ProfileInfo, SortKey

@@ -24,8 +24,8 @@ from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
 from berth.framework.testing import make_node, make_pod
+from berth.kube.rest import KubeApi
 from berth.shim.events import EventRecorder, ObjectRef
-from berth.shim.kubeapi import KubeApi
 from berth.shim.queue import ACTIVE, BACKOFF, QueuedPod
 from berth.shim.scheduler import Scheduler
 from berth.shim.service import PluginService, SortKey

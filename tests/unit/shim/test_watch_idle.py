@@ -1,4 +1,4 @@
-"""A watch that dies without a word is replaced: shim/kubeapi.py ``watch_lines``'
+"""A watch that dies without a word is replaced: berth/kube/rest.py ``watch_lines``'
 idle timeout against a real socket that stops talking, and the informer's reaction
 (client-go reflector.go: a broken watch is started again from the last resourceVersion;
 minWatchTimeout randomised per watch).
@@ -21,8 +21,9 @@ from collections.abc import Iterator
 import pytest
 import urllib3
 
+from berth.kube.errors import WatchStalled
+from berth.kube.rest import KubeApi, ListResult
 from berth.shim.informer import WATCH_IDLE_TIMEOUT, WATCH_TIMEOUT_SECONDS, watch_timeout_seconds
-from berth.shim.kubeapi import KubeApi, ListResult, WatchStalled
 from tests.unit.shim.test_informer import (
     PATH,
     Collector,

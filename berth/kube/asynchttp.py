@@ -1,44 +1,35 @@
-"""API writes on the event loop: HTTP/1.1 keep-alive connections (``shim.http1``).
+"""API writes on the event loop: HTTP/1.1 keep-alive connections (`berth.kube.http1`).
 
-The binding POST is the shim's hottest write (one per pod, concurrent, each
-waiting on the API server for several milliseconds). Sent from a pool of
-worker threads it costs far more CPU than the request itself: every response
-wakes a thread that must win the GIL back from the event loop, and every
-completion wakes the loop through its self-pipe (measured here: ~0.7 ms of CPU
-per binding from 16 threads against ~0.08 ms per Event POST written
-sequentially from one thread; docs/benchmarks.md). ``AsyncApi`` sends the same
-request from the event loop instead, through a ``shim.http1.Http1Pool`` that
-keeps at most ``connections`` persistent connections (one request at a time
-on each, as client-go's HTTP/1.1 transport does when HTTP/2 is off), so a
-binding costs its bytes and a few callbacks (aiohttp, used until session 21,
-cost ~0.13 ms of the shim's CPU per request against ~0.05 ms now). The event
-recorder writes its events the same way, through a second ``AsyncApi`` with
-connections of its own (``EventRecorder.use_event_loop``), so that events
-never wait behind bindings.
+The shim's hottest write, the binding POST, is one per pod, concurrent, each waiting on
+the API server for several milliseconds. Sent from a pool of worker threads, every answer
+wakes a thread that must win the GIL back from the event loop, and every completion wakes
+the loop through its self-pipe; both cost more CPU than the request itself. ``AsyncApi``
+sends the same request from the event loop instead, through an ``Http1Pool`` that keeps at
+most ``connections`` persistent connections (one request at a time on each, as client-go's
+HTTP/1.1 transport does when HTTP/2 is off), so a request costs its bytes and a few
+callbacks. The shim's event recorder writes its events the same way, through a second
+``AsyncApi`` with connections of its own, so that events never wait behind bindings.
 
-TLS is configured from the same ``kubernetes`` client configuration as
-``KubeApi``'s urllib3 pool (CA, client certificate and key, verification on or
-off, ``tls_server_name``); bearer tokens come from the same callable, read per
-request. A client certificate goes without the CA OpenSSL would send beside it
-(``shim.tlschain``), as client-go sends it. ``AsyncApi.from_kubeapi`` returns
-None (and the shim keeps the threads) for what it does not handle: a proxy, an
-``assert_hostname`` override, or a ``KubeApi`` built without a configuration. Like
-``KubeApi.request`` (``retries=False``) it never resends a request, not even
-an idempotent one that met a connection the server had just closed.
+TLS is configured from the same ``kubernetes`` client configuration as ``KubeApi``'s
+urllib3 pool (CA, client certificate and key, verification on or off,
+``tls_server_name``); bearer tokens come from the same callable, read per request. A
+client certificate goes without the CA OpenSSL would send beside it (`berth.kube.tlschain`),
+as client-go sends it. ``AsyncApi.from_kubeapi`` returns None (and the caller keeps its
+threads) for what it does not handle: a proxy, an ``assert_hostname`` override, or a
+``KubeApi`` built without a configuration. Like ``KubeApi.request`` (``retries=False``) it
+never resends a request, not even an idempotent one that met a connection the server had
+just closed.
 
-The timeout runs from the moment a request has a connection, not while it
-waits for one: when the shim schedules faster than the API server binds,
-hundreds of bindings wait their turn, and a timeout that counted the wait
-failed bindings that were never sent, or (sent at the end of their wait)
-that the API server went on to make, so that the retry met "already
-assigned" (urllib3's pool, whose read timeout starts with the request, never
-did either).
+The timeout runs from the moment a request has a connection, not while it waits for one:
+when the shim schedules faster than the API server binds, hundreds of bindings wait their
+turn, and a timeout that counted the wait would fail bindings that were never sent, or
+(sent at the end of their wait) that the API server went on to make, so that the retry
+met "already assigned".
 
-Each TLS connection of asyncio reads into a buffer of its own, 256 KiB by
-default (``asyncio.sslproto.SSLProtocol.max_size``): 16 MiB of a 64-connection
-pool, ~10% of the shim's memory, for answers of a few hundred bytes. The
-shim's pool lowers it to one TLS record (16 KiB); a longer answer is read
-in more than one step (``tls_read_buffer``).
+Each TLS connection of asyncio reads into a buffer of its own, 256 KiB by default
+(``asyncio.sslproto.SSLProtocol.max_size``): 16 MiB for a 64-connection pool, for answers
+of a few hundred bytes. The pool lowers it to one TLS record (16 KiB); a longer answer is
+read in more than one step (``tls_read_buffer``).
 """
 
 from __future__ import annotations
@@ -52,8 +43,10 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from berth.shim.http1 import Http1Pool, HttpError
-from berth.shim.kubeapi import JSON, USER_AGENT, ApiError, KubeApi, fenced_write, tls_context
+from berth.kube.config import tls_context
+from berth.kube.errors import ApiError
+from berth.kube.http1 import Http1Pool, HttpError
+from berth.kube.rest import JSON, KubeApi, fenced_write
 
 # RFC 8446 5.1: a TLS record carries at most 2^14 bytes of data.
 TLS_RECORD_BYTES = 16 * 1024
@@ -63,7 +56,7 @@ def tls_read_buffer(size: int = TLS_RECORD_BYTES) -> int:
     """Sets the read buffer of the asyncio TLS connections this process opens
     from now on to ``size`` bytes (asyncio's default is 256 KiB, allocated
     per connection); returns the previous size. Only this process's
-    asyncio TLS connections are concerned: the shim's are its binding pool."""
+    asyncio TLS connections are concerned (in the shim: its binding and event pools)."""
     from asyncio import sslproto
 
     previous = int(sslproto.SSLProtocol.max_size)
@@ -95,7 +88,7 @@ class AsyncApi:
             server_hostname=server_hostname,
             connections=connections,
             timeout=timeout,
-            headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
+            headers={"User-Agent": api.user_agent, "Accept": "application/json"},
         )
         self._tls = ssl_context is not None
         self._used = False

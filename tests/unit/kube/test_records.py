@@ -1,4 +1,4 @@
-"""Kubernetes objects to berth.v1 records (berth/kube.py)."""
+"""Kubernetes objects to berth.v1 records (berth/kube/records.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import yaml
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.model import PodInfo, pod_requests
 from berth.framework.testing import resources
-from berth.kube import ObjectError, node_record, occupies_node, pod_record, split_objects
+from berth.kube.records import ObjectError, node_record, occupies_node, pod_record, split_objects
 
 
 def pod_obj(**spec: Any) -> dict[str, Any]:
@@ -495,10 +495,10 @@ def test_node_declared_features_facts() -> None:
 
 
 def test_repeated_resource_lists_decode_alike_and_bad_ones_still_fail() -> None:
-    """Decoded ResourceLists are reused by their items (berth.kube._resources):
+    """Decoded ResourceLists are reused by their items (berth.kube.records._resources):
     the reuse gives what a first decoding gives, a value that is not a string
     is never taken for an equal string's, and a bad quantity fails every time."""
-    from berth.kube import resources
+    from berth.kube.records import resources
 
     def container(requests: dict[str, Any]) -> dict[str, Any]:
         return {"name": "c", "image": "i", "resources": {"requests": requests}}

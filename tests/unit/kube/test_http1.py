@@ -1,4 +1,4 @@
-"""berth.shim.http1: the keep-alive pool under what can go wrong on a connection
+"""berth.kube.http1: the keep-alive pool under what can go wrong on a connection
 (the request shapes and API-server answers are in test_asynchttp.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from berth.shim.http1 import Http1Pool, HttpError, _Connection
+from berth.kube.http1 import Http1Pool, HttpError, _Connection
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
 

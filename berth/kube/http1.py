@@ -1,17 +1,15 @@
-"""A pool of HTTP/1.1 keep-alive connections on the event loop, for the shim's
-few request shapes (a POST or PATCH with a JSON body, a small JSON answer).
+"""A pool of HTTP/1.1 keep-alive connections on the event loop, for the few request
+shapes of the API server's clients here (a POST or PATCH with a JSON body, a small JSON
+answer).
 
-Why not aiohttp, which the shim used until session 21: at ~350 pods/s the
-shim sends two requests per pod (the binding and the Scheduled event), and
-aiohttp's client spent about a third of the shim's CPU on them (py-spy, GIL
-samples: ``ClientSession._request``, header and URL objects, payload
-registry, response objects), more than scheduling itself. A request here is
-one ``transport.write`` of pre-built bytes; the answer is parsed by
-``httptools`` (llhttp, the parser uvicorn uses), which reassembles chunked
-bodies and says whether the connection may be kept. TLS, connection set-up
-and flow control stay asyncio's own.
+A request is one ``transport.write`` of pre-built bytes; the answer is parsed by
+``httptools`` (llhttp, the parser uvicorn uses), which reassembles chunked bodies and says
+whether the connection may be kept. TLS, connection set-up and flow control stay
+asyncio's own. A general HTTP client (aiohttp) builds header, URL, payload and response
+objects for every request, which costs more CPU than the shim's scheduling at its binding
+rate (two requests per pod: the binding and the Scheduled event).
 
-What it does, as the shim needs it (tests/unit/shim/test_asynchttp.py):
+What it does (tests/unit/kube/test_http1.py, tests/unit/kube/test_asynchttp.py):
 
 - at most ``connections`` requests at a time, one per connection, as
   client-go's HTTP/1.1 transport; idle connections are reused newest first,
@@ -21,14 +19,13 @@ What it does, as the shim needs it (tests/unit/shim/test_asynchttp.py):
   ``SetOldTransportDefaults`` applies) is closed, so that a burst does not
   leave its connections open on the API server for good;
 - the timeout runs from the moment a request has its slot, not while it waits
-  for one (see ``shim.asynchttp``);
+  for one (see `berth.kube.asynchttp`);
 - a request is never resent: a connection that fails mid-request is closed and
   the caller gets the error (``KubeApi.request`` sends with ``retries=False``);
 - a request cancelled or timed out closes its connection, so a late answer
   cannot be read as the next request's.
 
-Redirects are not followed and bodies are never compressed (no
-``Accept-Encoding``), as before.
+Redirects are not followed and bodies are never compressed (no ``Accept-Encoding``).
 """
 
 from __future__ import annotations

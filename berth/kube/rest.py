@@ -1,97 +1,39 @@
-"""The shim's access to the API server.
+"""Raw JSON requests against one API server (k8s.io/client-go/rest, as the shim needs it).
 
-Configuration and authentication come from the ``kubernetes`` package: a
-kubeconfig (client certificates, tokens, exec credential plugins) or the
-in-cluster service account, whose token the package re-reads as it rotates.
-The hot path (list, watch, bind, events, status patches) does not go through
-the package's generated API classes: it sends raw requests through the same
-urllib3 pool the package configured (TLS included) and decodes the bodies with
-orjson, so no ``V1Pod`` model object is ever built (DESIGN.md principle 4).
+Configuration and authentication come from `berth.kube.config` (the ``kubernetes``
+package's loaders). Requests do not go through the package's generated API classes: they
+are sent through the urllib3 pool the package configured (TLS included) and their bodies
+decoded with orjson, so no ``V1Pod`` model object is ever built: the model objects cost
+milliseconds each, and the watch and list paths decode every object the cluster holds.
 
-Calls are synchronous and thread-safe; the shim runs them on worker threads.
-Writes pass a token bucket with the configuration's ``clientConnection`` QPS
-and burst, like client-go's default rate limiter.
+Calls are synchronous and thread-safe. Writes pass a token bucket with the configured
+QPS and burst, like client-go's default rate limiter; with leader election, a write fence.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import ssl
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
 import orjson
 import urllib3
 
-from berth.shim.tlschain import client_context
-
-log = logging.getLogger(__name__)
+from berth.kube.config import DEFAULT_HINT, authorization, load_configuration, tls_context
+from berth.kube.errors import ApiError, WatchStalled
+from berth.kube.flowcontrol import TokenBucket
 
 JSON = dict[str, Any]
 
 USER_AGENT = "berth-shim"
 
 
-class ApiError(Exception):
-    """The API server answered with an error status (or could not be reached:
-    ``status`` 0)."""
-
-    def __init__(self, method: str, path: str, status: int, body: bytes = b"") -> None:
-        self.method = method
-        self.path = path
-        self.status = status
-        self.reason = ""
-        # The fields a 422 Invalid names (Status.details.causes[].field).
-        self.fields: tuple[str, ...] = ()
-        message = body.decode(errors="replace")[:500]
-        try:
-            parsed = orjson.loads(body) if body else None
-            if isinstance(parsed, dict):
-                self.reason = str(parsed.get("reason", ""))
-                message = str(parsed.get("message", message))
-                details = parsed.get("details")
-                if isinstance(details, dict) and isinstance(details.get("causes"), list):
-                    self.fields = tuple(
-                        str(c.get("field", "")) for c in details["causes"] if isinstance(c, dict)
-                    )
-        except orjson.JSONDecodeError:
-            pass
-        self.message = message
-        where = "unreachable" if status == 0 else f"HTTP {status} {self.reason}"
-        super().__init__(f"{method} {path} -> {where}: {message}")
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409
-
-    @property
-    def gone(self) -> bool:
-        return self.status == 410
-
-    @property
-    def uid_mismatch(self) -> bool:
-        """A write that named the object's uid (``metadata.uid`` in a patch)
-        found another object under that name: 422 Invalid on metadata.uid,
-        which may not change. The object the writer meant is gone."""
-        return self.status == 422 and "metadata.uid" in self.fields
-
-    @property
-    def temporary(self) -> bool:
-        """Worth retrying: the server is unreachable, overloaded or restarting."""
-        return self.status in (0, 429, 500, 502, 503, 504)
-
-
 class WriteFence(Protocol):
-    """What a write consults right before it is sent (``shim.fence.LeaderFence``)."""
+    """What a write consults right before it is sent (``berth.shim.fence.LeaderFence``)."""
 
     def check(self, method: str, path: str) -> None:
         """Raises ApiError when the write may not be sent."""
@@ -110,37 +52,6 @@ def fenced_write(method: str, path: str) -> bool:
     return method not in ("GET", "HEAD", "OPTIONS") and not path.startswith(UNFENCED_PREFIXES)
 
 
-class TokenBucket:
-    """client-go's token bucket rate limiter (flowcontrol.NewTokenBucketRateLimiter):
-    ``qps`` tokens a second, at most ``burst`` saved up. ``qps <= 0`` means no
-    limit (client-go: a negative QPS disables the limiter)."""
-
-    def __init__(self, qps: float, burst: int) -> None:
-        self.qps = qps
-        self.burst = max(1, burst)
-        self._tokens = float(self.burst)
-        self._last = time.monotonic()
-        self._lock = threading.Lock()
-
-    def reserve(self) -> float:
-        """Takes a token; returns how long to wait before using it."""
-        if self.qps <= 0:
-            return 0.0
-        with self._lock:
-            now = time.monotonic()
-            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
-            self._last = now
-            self._tokens -= 1.0
-            if self._tokens >= 0:
-                return 0.0
-            return -self._tokens / self.qps
-
-    def wait(self) -> None:
-        delay = self.reserve()
-        if delay > 0:
-            time.sleep(delay)
-
-
 # Items per list page: client-go's pager default (tools/pager, defaultPageSize).
 LIST_PAGE = 500
 
@@ -151,22 +62,10 @@ class ListResult:
     resource_version: str
 
 
-def tls_context(cfg: Any) -> ssl.SSLContext:
-    """The client TLS context of a ``kubernetes`` client configuration: its CA (or
-    the system's), verification on or off, its client certificate sent alone."""
-    return client_context(
-        verify=bool(cfg.verify_ssl),
-        ca_file=cfg.ssl_ca_cert or None,
-        ca_data=getattr(cfg, "ca_cert_data", None) or None,
-        cert_file=cfg.cert_file or None,
-        key_file=cfg.key_file or None,
-    )
-
-
 class KubeApi:
     """Raw JSON requests against one API server, thread-safe."""
 
-    # With leader election, the leader's fence (shim.fence): every write asks it right
+    # With leader election, the leader's fence (berth.shim.fence): every write asks it right
     # before it is sent. None: writes are never refused.
     fence: WriteFence | None = None
 
@@ -180,8 +79,10 @@ class KubeApi:
         burst: int = 100,
         timeout: float = 30.0,
         configuration: Any = None,
+        user_agent: str = USER_AGENT,
     ) -> None:
         self.host = host.rstrip("/")
+        self.user_agent = user_agent
         self._pool = pool
         # A callable returning the Authorization header value (None: no token);
         # the kubernetes package refreshes rotating tokens inside it.
@@ -197,46 +98,27 @@ class KubeApi:
     @classmethod
     def from_kubeconfig(
         cls,
-        kubeconfig: str | None = None,
+        kubeconfig: str | Path | None = None,
         *,
         context: str | None = None,
         qps: float = 50.0,
         burst: int = 100,
         pool_size: int = 128,
+        user_agent: str = USER_AGENT,
+        hint: str = DEFAULT_HINT,
     ) -> KubeApi:
-        """Configured like client-go: the given kubeconfig; else in-cluster
-        (service account token, re-read as it rotates); else $KUBECONFIG or
-        ~/.kube/config. Raises ``ConfigurationError`` saying what to do."""
+        """Configured like client-go (`berth.kube.config.load_configuration`): the given
+        kubeconfig; else in-cluster (service account token, re-read as it rotates); else
+        $KUBECONFIG or ~/.kube/config. Raises ``ConfigurationError`` naming the file and
+        ending with ``hint``. ``qps <= 0``: writes are not rate-limited."""
         from kubernetes import client as kclient
-        from kubernetes import config as kconfig
-        from kubernetes.config.config_exception import ConfigException
 
-        cfg = kclient.Configuration()
-        cfg.connection_pool_maxsize = pool_size
-        try:
-            if kubeconfig:
-                kconfig.load_kube_config(  # type: ignore[no-untyped-call]
-                    config_file=kubeconfig, context=context, client_configuration=cfg
-                )
-            else:
-                try:
-                    kconfig.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-                    log.info("API access: in-cluster service account")
-                except ConfigException:
-                    kconfig.load_kube_config(  # type: ignore[no-untyped-call]
-                        context=context, client_configuration=cfg
-                    )
-        except (ConfigException, OSError, TypeError, ValueError) as exc:
-            where = kubeconfig or "in-cluster config, $KUBECONFIG or ~/.kube/config"
-            raise ConfigurationError(
-                f"cannot configure API access from {where}: {exc}; pass --kubeconfig FILE "
-                "or set clientConnection.kubeconfig in the configuration"
-            ) from exc
+        cfg = load_configuration(kubeconfig, context=context, pool_size=pool_size, hint=hint)
         api_client = kclient.ApiClient(cfg)
         pool = api_client.rest_client.pool_manager
         if type(pool) is urllib3.PoolManager and cfg.cert_file and cfg.host.startswith("https:"):
             # urllib3 builds a context per connection, and OpenSSL completes its
-            # client certificate with the CA (shim/tlschain.py); this one, loaded
+            # client certificate with the CA (berth/kube/tlschain.py); this one, loaded
             # once, sends the certificate alone, as client-go does.
             kw = pool.connection_pool_kw
             kw["ssl_context"] = tls_context(cfg)
@@ -244,21 +126,32 @@ class KubeApi:
                 kw.pop(loaded, None)
 
         def auth_header() -> str | None:
-            settings = cfg.auth_settings().get("BearerToken")
-            return str(settings["value"]) if settings and settings.get("value") else None
+            return authorization(cfg)
 
         # The ApiClient owns the pool; keep it alive beside its configuration.
         return cls(
-            cfg.host, pool, auth_header, qps=qps, burst=burst, configuration=(cfg, api_client)
+            cfg.host,
+            pool,
+            auth_header,
+            qps=qps,
+            burst=burst,
+            configuration=(cfg, api_client),
+            user_agent=user_agent,
         )
 
     def close(self) -> None:
         self._pool.clear()
 
+    def __enter__(self) -> KubeApi:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # -- requests -------------------------------------------------------------
 
     def _headers(self, content_type: str | None = None) -> dict[str, str]:
-        h = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        h = {"Accept": "application/json", "User-Agent": self.user_agent}
         token = self._auth_header()
         if token:
             h["Authorization"] = token
@@ -320,7 +213,7 @@ class KubeApi:
 
     def reserve_token(self) -> float:
         """Takes a token of the rate limiter without waiting; returns how long
-        the caller must wait before its request (shim.asynchttp)."""
+        the caller must wait before its request (berth.kube.asynchttp)."""
         return self._limiter.reserve()
 
     def auth_header(self) -> str | None:
@@ -369,13 +262,14 @@ class KubeApi:
     def update(self, path: str, body: JSON) -> JSON:
         return self.request("PUT", path, body=body)
 
-    def delete(self, path: str, *, uid: str = "") -> JSON:
+    def delete(self, path: str, *, uid: str = "", **params: Any) -> JSON:
         """DELETE; with ``uid``, only the object with that uid (a DeleteOptions
-        precondition: another object of the same name is answered 409)."""
+        precondition: another object of the same name is answered 409). ``params``:
+        the query (``gracePeriodSeconds``, ``labelSelector`` for a collection)."""
         body = None
         if uid:
             body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
-        return self.request("DELETE", path, body=body)
+        return self.request("DELETE", path, params=params, body=body)
 
     def strategic_patch(self, path: str, patch: JSON) -> JSON:
         return self.request(
@@ -403,6 +297,24 @@ class KubeApi:
         if resp.status != 200:
             raise ApiError("GET", path, resp.status, resp.data)
 
+    def get_bytes(self, path: str, *, timeout: float | None = None, **params: Any) -> bytes:
+        """A GET whose answer is not JSON (``/metrics``, ``/debug/pprof/profile``), with
+        its own read timeout for answers that take long on purpose."""
+        try:
+            resp = self._pool.request(
+                "GET",
+                self.url(path, params),
+                headers=self._headers(),
+                preload_content=True,
+                retries=False,
+                timeout=urllib3.Timeout(connect=5.0, read=timeout or self._timeout),
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiError("GET", path, 0, str(exc).encode()) from exc
+        if resp.status >= 400:
+            raise ApiError("GET", path, resp.status, resp.data)
+        return bytes(resp.data)
+
     def watch_lines(
         self,
         path: str,
@@ -410,6 +322,7 @@ class KubeApi:
         timeout_seconds: int,
         stop: threading.Event | None = None,
         idle_timeout: float | None = None,
+        bookmarks: bool = True,
         **params: Any,
     ) -> Iterator[bytes]:
         """Raw watch event lines (one JSON object each) until the server ends
@@ -419,13 +332,11 @@ class KubeApi:
         15 s): a connection that died without a word (a dropped NAT entry, a
         partition) is noticed then. The API server ends a live watch at
         ``timeout_seconds`` even when it has nothing to say, so an idle timeout
-        longer than that is never reached by a live one."""
-        query = {
-            **params,
-            "watch": "true",
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(timeout_seconds),
-        }
+        longer than that is never reached by a live one. ``bookmarks``: ask for
+        BOOKMARK events (allowWatchBookmarks)."""
+        query = {**params, "watch": "true", "timeoutSeconds": str(timeout_seconds)}
+        if bookmarks:
+            query["allowWatchBookmarks"] = "true"
         idle = idle_timeout if idle_timeout is not None else timeout_seconds + 15.0
         try:
             resp = self._pool.request(
@@ -463,22 +374,17 @@ class KubeApi:
             resp.close()
             resp.release_conn()
 
-
-class WatchStalled(ApiError):
-    """A watch stream stayed silent past its idle timeout: taken for dead."""
-
-    def __init__(self, path: str, idle: float) -> None:
-        super().__init__("WATCH", path, 0)
-        self.idle = idle
-        self.message = (
-            f"no data for {idle:g}s, not even the end of the watch: the connection is "
-            "taken for dead"
-        )
-        self.args = (f"WATCH {path}: {self.message}",)
-
-
-class ConfigurationError(Exception):
-    """API access cannot be configured; the message says what to pass."""
+    def watch(
+        self, path: str, *, timeout_seconds: int = 60, bookmarks: bool = False, **params: Any
+    ) -> Iterator[JSON]:
+        """`watch_lines` decoded: watch events (``{"type": ..., "object": {...}}``) until
+        the server ends the stream. Pass ``resourceVersion`` from a list to see only what
+        came after it; BOOKMARK events only with ``bookmarks``."""
+        for line in self.watch_lines(
+            path, timeout_seconds=timeout_seconds, bookmarks=bookmarks, **params
+        ):
+            event: JSON = orjson.loads(line)
+            yield event
 
 
 def segment(value: str) -> str:
@@ -493,12 +399,9 @@ def pod_path(namespace: str, name: str, sub: str = "") -> str:
 
 __all__ = [
     "JSON",
-    "ApiError",
-    "ConfigurationError",
+    "USER_AGENT",
     "KubeApi",
     "ListResult",
-    "TokenBucket",
-    "WatchStalled",
     "WriteFence",
     "fenced_write",
     "pod_path",

@@ -2,7 +2,8 @@
 
 The shim decodes watch events with a fast JSON decoder and converts them
 here; ``berth place`` does the same for ``kubectl get -o yaml`` output. Only
-the facts plugins read are kept (DESIGN.md, principle 4).
+the facts plugins read are kept: slim records instead of the ``kubernetes``
+package's model objects, which cost milliseconds each.
 
 Where the API server would have defaulted a field that a hand-written
 manifest may lack, the default is applied here the same way (namespace

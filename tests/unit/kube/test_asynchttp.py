@@ -1,4 +1,4 @@
-"""berth.shim.asynchttp: the binding POST from the event loop (shim.http1), against a
+"""berth.kube.asynchttp: the binding POST from the event loop (berth.kube.http1), against a
 small HTTP/1.1 server on a local socket that answers the way the API server
 does (Content-Length or chunked bodies, keep-alive, error Status objects)."""
 
@@ -18,8 +18,9 @@ from cryptography.hazmat.primitives import serialization
 from kubernetes import client as kclient
 
 from berth.dev.localcluster.pki import certificate_name, issue_certificate, new_ca
-from berth.shim.asynchttp import TLS_RECORD_BYTES, AsyncApi
-from berth.shim.kubeapi import USER_AGENT, ApiError, KubeApi
+from berth.kube.asynchttp import TLS_RECORD_BYTES, AsyncApi
+from berth.kube.errors import ApiError
+from berth.kube.rest import USER_AGENT, KubeApi
 
 Handler = Callable[[str, str, dict[str, str], bytes], tuple[int, bytes, dict[str, str]]]
 

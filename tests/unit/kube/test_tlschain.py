@@ -1,4 +1,4 @@
-"""berth.shim.tlschain: what a client context sends as its certificate chain.
+"""berth.kube.tlschain: what a client context sends as its certificate chain.
 
 ``openssl s_server -msg`` prints the handshake as the server receives it;
 over TLS 1.2 the client's Certificate message is in the clear, so the test
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from berth.dev.localcluster.pki import Pki, generate_pki
-from berth.shim.tlschain import send_own_certificate_only
+from berth.kube.tlschain import send_own_certificate_only
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +131,7 @@ def test_the_client_certificate_goes_alone(pki: Pki, tmp_path: Path) -> None:
 def test_it_refuses_what_is_not_an_ssl_context_layout_it_knows(
     pki: Pki, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import berth.shim.tlschain as tlschain
+    import berth.kube.tlschain as tlschain
 
     monkeypatch.setattr(tlschain, "_known_layout", lambda: False)
     assert send_own_certificate_only(_client(pki)) is False
@@ -145,8 +145,8 @@ def test_the_shims_binding_and_event_pool_sends_the_certificate_alone(
     import urllib3
     from kubernetes import client as kclient
 
-    from berth.shim.asynchttp import AsyncApi
-    from berth.shim.kubeapi import KubeApi
+    from berth.kube.asynchttp import AsyncApi
+    from berth.kube.rest import KubeApi
 
     cfg = kclient.Configuration()
     cfg.host = "https://127.0.0.1:6443"
@@ -170,7 +170,7 @@ def test_the_shims_kubeapi_pool_sends_the_certificate_alone(pki: Pki, tmp_path: 
     import urllib3
 
     from berth.dev.localcluster.pki import write_kubeconfig
-    from berth.shim.kubeapi import KubeApi
+    from berth.kube.rest import KubeApi
 
     kubeconfig = write_kubeconfig(
         tmp_path / "kubeconfig",

@@ -2,16 +2,15 @@
 
 With no chain of its own configured, OpenSSL completes a client certificate's
 chain from the context's trust store before sending it, and that store holds
-the CA the shim loaded to verify the API server: the server receives the
+the CA the client loaded to verify the API server: the server receives the
 certificate and the CA that issued it (seen with ``openssl s_server -msg``:
 two certificates in the client's Certificate message). kube-apiserver's x509
 authenticator (k8s.io/apiserver pkg/authentication/request/x509/x509.go,
 ``AuthenticateRequest``) verifies every request's certificate afresh, with
 the certificates after the first as intermediates, so a CA sent as an
 intermediate as well as known as a root makes Go's chain building check the
-signature more than once: 0.18 against 0.11 ms of the API server's CPU per
-request in a CPU profile of ``berth bench`` (docs/benchmarks.md, session 20).
-client-go sends what the kubeconfig holds, the certificate alone.
+signature more than once, for every request (docs/benchmarks.md has the
+profile). client-go sends what the kubeconfig holds, the certificate alone.
 
 ``SSL_MODE_NO_AUTO_CHAIN`` turns that completion off. Python's ``ssl`` module
 has no call for it, so ``send_own_certificate_only`` sets it through ctypes
@@ -19,8 +18,8 @@ on the context's ``SSL_CTX``, where CPython keeps it (``Modules/_ssl.c``,
 ``PySSLContext``: the first field after the object header). It does so only
 where that layout is the one known (CPython, 64-bit, a default build), checks
 the pointer by reading the context's options back through OpenSSL first, and
-otherwise leaves the context as it is: the requests then carry the CA as
-before, which costs the API server a little more and changes nothing else.
+otherwise leaves the context as it is: the requests then carry the CA,
+which costs the API server a little more and changes nothing else.
 """
 
 from __future__ import annotations
