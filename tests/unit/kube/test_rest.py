@@ -1,0 +1,112 @@
+"""berth.kube.rest.KubeApi against a small HTTP server on a local socket: the query each
+call sends, decoded watch events, raw answers, and errors as ApiError."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+from urllib.parse import parse_qs, urlsplit
+
+import orjson
+import pytest
+import urllib3
+
+from berth.kube.errors import ApiError
+from berth.kube.rest import KubeApi
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Recorder(BaseHTTPRequestHandler):
+    seen: ClassVar[list[tuple[str, str, dict[str, list[str]], bytes]]] = []
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _answer(self) -> None:
+        url = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        query = parse_qs(url.query)
+        self.seen.append((self.command, url.path, query, body))
+        if url.path == "/metrics":
+            payload = b"# plain text\nmetric 1\n"
+        elif url.path == "/missing":
+            self.send_response(404)
+            payload = orjson.dumps({"kind": "Status", "reason": "NotFound", "message": "gone"})
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
+        elif "watch" in query:
+            events = [{"type": "ADDED", "object": {"metadata": {"name": "a"}}}]
+            if query.get("allowWatchBookmarks") == ["true"]:
+                events.append({"type": "BOOKMARK", "object": {"metadata": {}}})
+            payload = b"".join(orjson.dumps(e) + b"\n" for e in events)
+        else:
+            payload = b"{}"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_DELETE = _answer
+
+
+@pytest.fixture
+def api() -> Iterator[KubeApi]:
+    Recorder.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with KubeApi(
+            f"http://127.0.0.1:{server.server_address[1]}", urllib3.PoolManager(), lambda: None
+        ) as client:
+            yield client
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_delete_sends_its_query_and_a_uid_precondition(api: KubeApi) -> None:
+    api.delete("/api/v1/namespaces/ns/pods", gracePeriodSeconds=0, labelSelector="a=b")
+    api.delete("/api/v1/namespaces/ns/pods/p", uid="u-1")
+    (m1, p1, q1, b1), (m2, p2, q2, b2) = Recorder.seen
+    assert (m1, p1, q1, b1) == (
+        "DELETE",
+        "/api/v1/namespaces/ns/pods",
+        {"gracePeriodSeconds": ["0"], "labelSelector": ["a=b"]},
+        b"",
+    )
+    assert (m2, p2, q2) == ("DELETE", "/api/v1/namespaces/ns/pods/p", {})
+    assert orjson.loads(b2)["preconditions"] == {"uid": "u-1"}
+
+
+@pytest.mark.parametrize("bookmarks", [False, True], ids=["plain", "bookmarks"])
+def test_watch_decodes_events_and_asks_for_bookmarks_only_when_told(
+    api: KubeApi, bookmarks: bool
+) -> None:
+    events = list(
+        api.watch("/api/v1/pods", timeout_seconds=5, resourceVersion="7", bookmarks=bookmarks)
+    )
+    assert [e["type"] for e in events] == (["ADDED", "BOOKMARK"] if bookmarks else ["ADDED"])
+    query = Recorder.seen[0][2]
+    assert query["resourceVersion"] == ["7"] and query["timeoutSeconds"] == ["5"]
+    assert ("allowWatchBookmarks" in query) is bookmarks
+
+
+def test_get_bytes_answers_raw_and_errors_are_api_errors(api: KubeApi) -> None:
+    assert api.get_bytes("/metrics") == b"# plain text\nmetric 1\n"
+    with pytest.raises(ApiError) as err:
+        api.get_bytes("/missing")
+    assert err.value.not_found and err.value.message == "gone"
+
+
+def test_an_unreachable_server_is_status_zero() -> None:
+    api = KubeApi("http://127.0.0.1:9", urllib3.PoolManager(), lambda: None)
+    with pytest.raises(ApiError) as err:
+        api.get("/api/v1/nodes")
+    assert err.value.status == 0 and err.value.temporary
