@@ -8,6 +8,7 @@ In-process mode puts the plugin framework's metrics
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -179,6 +180,19 @@ def refused(kind: str, reason: str) -> None:
     _child(REFUSED_WRITES, kind, reason).inc()
 
 
+@dataclass
+class Counters:
+    """What the shim did, for logs, the demo and tests."""
+
+    cycles: int = 0
+    scheduled: int = 0
+    bound: int = 0
+    unschedulable: int = 0
+    errors: int = 0
+    bind_failures: int = 0
+    service_failures: int = 0
+
+
 __all__ = [
     "ATTEMPT_DURATION",
     "CACHE_SIZE",
@@ -191,6 +205,7 @@ __all__ = [
     "REFUSED_WRITES",
     "SCHEDULE_ATTEMPTS",
     "SCHEDULE_BATCH_PODS",
+    "Counters",
     "attempt",
     "incoming",
     "pending_moved",

@@ -39,7 +39,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from berth.api.v1 import cluster_pb2 as cpb
@@ -530,6 +530,24 @@ class SchedulingQueue:
                 self.flush_unschedulable_leftover()
 
 
+def activate_pods(queue: SchedulingQueue, pod: cpb.Pod, point: str, uids: Iterable[str]) -> None:
+    """PodsToActivate: the pods that ``point`` of ``pod``'s cycle asked for, if
+    they wait in the backoffQ or the unschedulable pool, go to the activeQ now
+    (``SchedulingQueue.activate``); logged when any were asked for."""
+    wanted = list(uids)
+    if not wanted:
+        return
+    moved = queue.activate(wanted)
+    log.info(
+        "%s of %s/%s asked to activate %d pod(s); %d moved to the active queue",
+        point,
+        pod.namespace,
+        pod.name,
+        len(wanted),
+        moved,
+    )
+
+
 def _only(uid: str) -> Callable[[QueuedPod], bool]:
     """A move that helps one pod only (an activation of a pod in flight)."""
 
@@ -562,5 +580,6 @@ __all__ = [
     "UNSCHEDULABLE",
     "QueuedPod",
     "SchedulingQueue",
+    "activate_pods",
     "spec_changed",
 ]

@@ -48,8 +48,9 @@ log = logging.getLogger(__name__)
 class PreemptionGate(PreEnqueuePlugin):
     """DefaultPreemption's PreEnqueue turns a pod away while its asynchronous
     preemption runs (executor.go IsPodRunningPreemption). The preemption runs
-    in the shim, so only the shim knows: ``Scheduler`` holds that gate, and the
-    plugin service's answer could only be Success."""
+    in the shim, so only the shim knows: ``PreemptionExecutor.gate``
+    (shim/preemption.py) holds that gate, and the plugin service's answer
+    could only be Success."""
 
     name = "DefaultPreemption"
 

@@ -428,7 +428,8 @@ def allowed(client: KubeApi, a: Access) -> bool:
     return bool(review["status"]["allowed"])
 
 
-# What the shim calls (shim/scheduler.py, shim/events.py, shim/leader.py).
+# What the shim calls (shim/scheduler.py, binding.py, preemption.py, podstatus.py, events.py,
+# leader.py).
 SHIM_MAY = [
     Access("list", "nodes"),
     Access("watch", "nodes"),

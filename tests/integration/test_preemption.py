@@ -440,7 +440,7 @@ async def test_preemption_policy_never_preempts_nothing(
     cond = pod_scheduled_condition(pods["polite"])
     assert cond is not None and "preemption: not eligible" in cond["message"], cond
     assert preempted_events(kube, namespace) == {}
-    assert shim.preempting == {}
+    assert shim.preemption.preempting == {}
 
 
 async def test_a_victim_replaced_by_a_pod_of_the_same_name_is_left_alone(
@@ -462,7 +462,7 @@ async def test_a_victim_replaced_by_a_pod_of_the_same_name_is_left_alone(
         uid="preemptor-uid", namespace=namespace, name="p", scheduler_name=profile_for(namespace)
     )
     victim = pb.Victim(uid=old["metadata"]["uid"], namespace=namespace, name="v")
-    await shim._preempt_victim(preemptor, node, "DefaultPreemption", victim)
+    await shim.preemption.preempt_pod(preemptor, node, "DefaultPreemption", victim)
     pod = get_pod(kube, namespace, "v")
     assert pod is not None and pod["metadata"]["uid"] == new["metadata"]["uid"]
     assert not pod["metadata"].get("deletionTimestamp")

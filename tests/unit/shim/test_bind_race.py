@@ -1,4 +1,5 @@
-"""A pod bound while its cycle or its binding ran (shim/scheduler.py, shim/cache.py).
+"""A pod bound while its cycle or its binding ran (shim/schedule_one.py, shim/binding.py,
+shim/cache.py).
 
 A binding whose answer was lost may still have been made; another scheduler (or a
 second leader) may bind the pod first. Upstream's answers: cache.go AssumePod
@@ -159,7 +160,7 @@ class World:
     def informer(self, name: str) -> None:
         """The informer delivers the pod as the API server has it now."""
         pod = pod_record(self.api.pods[name])
-        self.s._on_pod_events([Event(MODIFIED, pod.uid, pod, "1")])
+        self.s.event_handlers.on_pod_events([Event(MODIFIED, pod.uid, pod, "1")])
 
     async def pop(self, name: str) -> QueuedPod:
         await self.s.queue.admit_incoming()
@@ -169,14 +170,14 @@ class World:
 
     def result(self, qp: QueuedPod, resp: pb.ScheduleResponse) -> None:
         span = trace.get_tracer("test").start_span("t")
-        self.s._handle_result(qp, PROFILE, resp, span, time.perf_counter())
+        self.s.scheduling_cycle.handle_result(qp, PROFILE, resp, span, time.perf_counter())
 
     async def settled(self) -> None:
         """Every binding cycle and status patch started so far has finished."""
         deadline = time.monotonic() + TIMEOUT
-        while self.s._tasks:
+        while self.s.tasks:
             assert time.monotonic() < deadline, "tasks still running"
-            await asyncio.gather(*list(self.s._tasks))
+            await asyncio.gather(*list(self.s.tasks))
 
     def where(self, name: str) -> str:
         qp = self.s.queue.get(f"uid-{name}")
@@ -379,7 +380,7 @@ def delete_while_reading(world: World) -> None:
 
     async def deleted(name: str) -> None:
         pod = pod_record(world.api.pods.pop(name))
-        world.s._on_pod_events([Event(DELETED, pod.uid, pod, "2")])
+        world.s.event_handlers.on_pod_events([Event(DELETED, pod.uid, pod, "2")])
 
     def get_then_delete(path: str, **kw: Any) -> dict[str, Any]:
         obj: dict[str, Any] = orjson.loads(orjson.dumps(real_get(path, **kw)))

@@ -1,5 +1,5 @@
 """The PodScheduled condition the shim patches after failed cycles
-(shim/scheduler.py _patch_condition; upstream schedule_one.go updatePod): two
+(shim/podstatus.py PodStatusWriter; upstream schedule_one.go updatePod): two
 failures of one pod in quick succession must leave the newer message on the
 pod, however the API server orders the two requests' answers."""
 
@@ -74,15 +74,17 @@ async def test_newer_condition_wins_when_the_older_patch_is_slower() -> None:
     )
     pod: cpb.Pod = make_pod("x").uid("x").obj()
     try:
-        first = asyncio.create_task(s._patch_condition(pod, "Unschedulable", "old", None))
+        first = asyncio.create_task(s.pod_status.patch_condition(pod, "Unschedulable", "old", None))
         await asyncio.sleep(0.05)  # the first patch is on its way
-        second = asyncio.create_task(s._patch_condition(pod, "Unschedulable", "new", None))
+        second = asyncio.create_task(
+            s.pod_status.patch_condition(pod, "Unschedulable", "new", None)
+        )
         await asyncio.gather(first, second)
         assert api.message == "new"
         assert api.calls == 2
-        assert s._condition_locks == {}
+        assert s.pod_status.locks == {}
         # The same status again is not re-sent.
-        await s._patch_condition(pod, "Unschedulable", "new", None)
+        await s.pod_status.patch_condition(pod, "Unschedulable", "new", None)
         assert api.calls == 2
     finally:
         await s.stop()

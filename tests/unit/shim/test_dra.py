@@ -132,7 +132,7 @@ async def test_pod_with_resource_claims_is_unschedulable_and_never_sent_or_bound
     s, service, api, recorder = sched
     plain: cpb.Pod = make_pod("plain").uid("plain").obj()
     batch = await popped(s, with_claims("dra", "gpu", "nic"), plain)
-    await s._schedule(batch)
+    await s.scheduling_cycle.schedule(batch)
     # The plugin service, which would have placed it, never saw the DRA pod.
     assert service.asked == ["plain"]
     assert s.queue.get("dra") is not None and s.queue.get("dra").where == UNSCHEDULABLE  # type: ignore[union-attr]
@@ -146,7 +146,7 @@ async def test_pod_with_resource_claims_is_unschedulable_and_never_sent_or_bound
         "or remove the claims)."
     )
     # The condition patch and plain's binding cycle run as tasks.
-    await asyncio.wait_for(asyncio.gather(*s._tasks), 5.0)
+    await asyncio.wait_for(asyncio.gather(*s.tasks), 5.0)
     condition = api.conditions["/api/v1/namespaces/default/pods/dra/status"]
     assert (condition["type"], condition["status"], condition["reason"]) == (
         "PodScheduled",
@@ -160,7 +160,9 @@ async def test_many_claims_make_a_short_message(
     sched: tuple[Scheduler, PlaceEverywhere, Api, Recorder],
 ) -> None:
     s, service, _, recorder = sched
-    await s._schedule(await popped(s, with_claims("dra", *(f"c{i}" * 50 for i in range(200)))))
+    await s.scheduling_cycle.schedule(
+        await popped(s, with_claims("dra", *(f"c{i}" * 50 for i in range(200))))
+    )
     assert service.asked == []
     (event,) = recorder.events
     assert "and 196 more" in event[2] and len(event[2]) < 1024

@@ -1,4 +1,4 @@
-"""The shim checks what it performs for the plugin service (shim/guard.py, issue 22):
+"""The shim checks what it performs for the plugin service (shim/guard.py):
 
 - victims: only pods in its cache, on the nominated node, of lower priority than the
   preemptor, and not the preemptor, as upstream's DefaultPreemption can only pick
@@ -33,8 +33,9 @@ from berth.framework.storage import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
 from berth.plugins.registry import load_registry
 from berth.shim import guard
 from berth.shim.app import ShimSettings, build_service
+from berth.shim.binding import WaitingPod
 from berth.shim.queue import BACKOFF, UNSCHEDULABLE
-from berth.shim.scheduler import Scheduler, WaitingPod
+from berth.shim.scheduler import Scheduler
 from berth.shim.service import ProfileInfo
 from tests.unit.shim.test_preemption import (
     PROFILE,
@@ -127,7 +128,7 @@ async def env() -> AsyncIterator[Env]:
 def nominated_pending(s: Scheduler, name: str) -> cpb.Pod:
     """A pending pod nominated to n1: in the cluster state, on no node."""
     pod = pending(name, nominated="n1")
-    s._on_pod_events([_added(pod)])
+    s.event_handlers.on_pod_events([_added(pod)])
     assert s.cache.state.pods[name].node_name == ""
     return pod
 
@@ -177,7 +178,7 @@ async def test_SelectVictimsOnNode_only_lower_priority_pods_of_the_node_are_pree
         assert api.of("delete", name) == []
         assert not [b for b in api.of("patch", name) if "DisruptionTarget" in str(b)]
     assert [e for e in recorder.events if e[1] == "Preempted"] == []
-    assert s.preempting == {}
+    assert s.preemption.preempting == {}
     # The pod is not lost: unschedulable, not nominated by the refused answer.
     assert where(s, "high") == UNSCHEDULABLE
     assert "high" not in s.cache.nominated
@@ -236,7 +237,7 @@ async def test_getLowerPriorityNominatedPods_only_those_nominations_are_cleared(
         pending("low-elsewhere", nominated="n2"),
         pending("peer", priority=100, nominated="n1"),
     ):
-        s._on_pod_events([_added(pod)])
+        s.event_handlers.on_pod_events([_added(pod)])
     there = refused(guard.NOMINATION, guard.NOT_NOMINATED_THERE)
     priority = refused(guard.NOMINATION, guard.NOT_LOWER_PRIORITY)
     handle(s, qp, no_fit("n1", [v1], clear=["low", "low-elsewhere", "peer"]))

@@ -1,4 +1,4 @@
-"""The shim's binding cycle after PreBindPreFlight (shim/scheduler.py):
+"""The shim's binding cycle after PreBindPreFlight (shim/binding.py):
 
 - ScheduleResponse.pre_bind_skip: no PreBind call (framework.go
   RunPreBindPlugins would skip every plugin); without it (or from a server
@@ -174,7 +174,7 @@ def where(s: Scheduler, uid: str) -> str:
 
 
 def handle(s: Scheduler, qp: QueuedPod, resp: pb.ScheduleResponse) -> None:
-    s._handle_result(
+    s.scheduling_cycle.handle_result(
         qp, PROFILE, resp, trace.get_tracer("test").start_span("t"), time.perf_counter()
     )
 
@@ -192,7 +192,7 @@ async def done(s: Scheduler, bound: int = 0, failed: int = 0) -> None:
         f"{bound} bound, {failed} failed",
     )
     # Spawned status patches (the failure's condition) finish too.
-    await asyncio.gather(*list(s._tasks))
+    await asyncio.gather(*list(s.tasks))
 
 
 async def test_pre_bind_skip_means_no_pre_bind_and_the_shim_binds(harness: Harness) -> None:
@@ -396,7 +396,7 @@ async def test_default_profile_pod_without_volumes_costs_one_rpc() -> None:
             await s.queue.admit_incoming()
             batch = await asyncio.wait_for(s.queue.pop_batch(1), TIMEOUT)
             bound = s.counters.bound
-            await s._schedule(batch)
+            await s.scheduling_cycle.schedule(batch)
             await until(lambda b=bound: s.counters.bound == b + 1, f"{pod.name} bound")
             assert stub.calls == want_calls, pod.name
             assert log == want_log, pod.name
@@ -419,15 +419,15 @@ async def test_the_cleared_binding_nomination_moves_no_pending_pod(harness: Harn
     cleared = cpb.Pod()
     cleared.CopyFrom(db.pod)
     cleared.nominated_node_name = ""
-    s._on_pod_events([Event(MODIFIED, "db", cleared, "2")])
+    s.event_handlers.on_pod_events([Event(MODIFIED, "db", cleared, "2")])
     assert where(s, "other") == UNSCHEDULABLE
     # A preemption's nomination leaving its node (here: given up) does move it.
     nominee = make_pod("nominee").uid("nominee").obj()
     nominee.scheduler_name = PROFILE
     nominee.nominated_node_name = "n1"
-    s._on_pod_events([Event(ADDED, "nominee", nominee, "3")])
+    s.event_handlers.on_pod_events([Event(ADDED, "nominee", nominee, "3")])
     gone = cpb.Pod()
     gone.CopyFrom(nominee)
     gone.nominated_node_name = ""
-    s._on_pod_events([Event(MODIFIED, "nominee", gone, "4")])
+    s.event_handlers.on_pod_events([Event(MODIFIED, "nominee", gone, "4")])
     assert where(s, "other") != UNSCHEDULABLE

@@ -1,5 +1,6 @@
-"""The shim's side of preemption (shim/scheduler.py), with a fake plugin service and a fake
-API server. Each test names the upstream function whose behaviour it pins down:
+"""The shim's side of preemption (shim/preemption.py, shim/schedule_one.py,
+shim/eventhandlers.py), with a fake plugin service and a fake API server. Each test
+names the upstream function whose behaviour it pins down:
 
 - pkg/scheduler/framework/preemption/executor.go: prepareCandidateAsync (the victims'
   calls run in a task of their own; victims already terminating get none; a failure
@@ -35,10 +36,11 @@ from berth.client import ClusterStateLog
 from berth.framework.testing import make_node, make_pod
 from berth.kube.errors import ApiError
 from berth.kube.rest import KubeApi
+from berth.shim.binding import WaitingPod
 from berth.shim.events import EventRecorder, ObjectRef
 from berth.shim.informer import ADDED, DELETED, MODIFIED, Event
 from berth.shim.queue import ACTIVE, BACKOFF, GATED, UNSCHEDULABLE, QueuedPod
-from berth.shim.scheduler import Scheduler, WaitingPod
+from berth.shim.scheduler import Scheduler, ShimOptions
 from berth.shim.service import PluginService, ProfileInfo, SortKey
 
 PROFILE = "preempting"
@@ -166,12 +168,12 @@ def two_node_scheduler(service: FakeService, api: FakeApi, recorder: FakeRecorde
         cast(PluginService, service),
         [PROFILE],
         recorder=cast(EventRecorder, recorder),
+        # Bindings through FakeApi.request, from the worker threads.
+        options=ShimOptions(bind_connections=0),
         # Long: no pod leaves the backoff queue by itself during a test.
         initial_backoff=60.0,
         max_backoff=60.0,
     )
-    # Bindings through FakeApi.request, from the worker threads.
-    s._async_api = None
     s.cache.upsert_node(make_node("n1").capacity(cpu="2").obj())
     s.cache.upsert_node(make_node("n2").capacity(cpu="2").obj())
     s.cache.state.commit()
@@ -213,7 +215,7 @@ def event(kind: str, pod: cpb.Pod) -> Event[cpb.Pod]:
 async def popped(s: Scheduler, *pods: cpb.Pod) -> list[QueuedPod]:
     """The pods, added (as the informer reports them), admitted and popped (in flight), in
     order."""
-    s._on_pod_events([event(ADDED, pod) for pod in pods])
+    s.event_handlers.on_pod_events([event(ADDED, pod) for pod in pods])
     await s.queue.admit_incoming()
     batch = await asyncio.wait_for(s.queue.pop_batch(len(pods)), TIMEOUT)
     assert [qp.uid for qp in batch] == [p.uid for p in pods]
@@ -233,7 +235,7 @@ def where(s: Scheduler, uid: str) -> str:
 
 
 def handle(s: Scheduler, qp: QueuedPod, resp: pb.ScheduleResponse) -> None:
-    s._handle_result(
+    s.scheduling_cycle.handle_result(
         qp, PROFILE, resp, trace.get_tracer("test").start_span("t"), time.perf_counter()
     )
 
@@ -274,10 +276,10 @@ async def until(check: Any, what: str) -> None:
 
 async def settled(s: Scheduler) -> None:
     """Every preemption and status patch started so far has finished."""
-    await until(lambda: not s.preempting, "preemptions finished")
+    await until(lambda: not s.preemption.preempting, "preemptions finished")
     for _ in range(50):
         await asyncio.sleep(0)
-    busy = [t for t in s._tasks if not t.done() and "_patch_condition" in repr(t.get_coro())]
+    busy = [t for t in s.tasks if not t.done() and "patch_condition" in repr(t.get_coro())]
     await asyncio.gather(*busy)
 
 
@@ -287,7 +289,7 @@ def metric(name: str, labels: dict[str, str] | None = None) -> float:
 
 def victims_on(s: Scheduler, node: str, *names: str, priority: int = 0) -> list[cpb.Pod]:
     out = [running(n, node, priority) for n in names]
-    s._on_pod_events([event(ADDED, p) for p in out])
+    s.event_handlers.on_pod_events([event(ADDED, p) for p in out])
     return out
 
 
@@ -303,7 +305,7 @@ async def test_prepareCandidateAsync_evicts_victims_without_blocking_the_cycle(e
     api.hold.clear()
     handle(s, qp, no_fit("n1", [v1, v2]))
     # The cycle is over; the API calls wait in the background, the pod is held.
-    assert s.preempting == {"high": "DefaultPreemption"}
+    assert s.preemption.preempting == {"high": "DefaultPreemption"}
     assert where(s, "high") == UNSCHEDULABLE
     assert api.writes == []
     # Nominated in memory before any API call lands (nominator.go addNominatedPod).
@@ -389,7 +391,7 @@ async def test_prepareCandidateAsync_skips_victims_already_terminating(env: Env)
     s, _, api, _ = env
     gone = running("gone", "n1", terminating=True)
     live = running("live", "n1")
-    s._on_pod_events([event(ADDED, gone), event(ADDED, live)])
+    s.event_handlers.on_pod_events([event(ADDED, gone), event(ADDED, live)])
     (qp,) = await popped(s, pending("high", priority=100))
     handle(s, qp, no_fit("n1", [gone, live]))
     await settled(s)
@@ -402,11 +404,11 @@ async def test_prepareCandidateAsync_with_every_victim_terminating_starts_nothin
 ) -> None:
     s, _, api, _ = env
     gone = running("gone", "n1", terminating=True)
-    s._on_pod_events([event(ADDED, gone)])
-    s._on_pod_events([event(ADDED, pending("low", nominated="n1"))])
+    s.event_handlers.on_pod_events([event(ADDED, gone)])
+    s.event_handlers.on_pod_events([event(ADDED, pending("low", nominated="n1"))])
     (qp,) = await popped(s, pending("high", priority=100))
     handle(s, qp, no_fit("n1", [gone], clear=["low"]))
-    assert s.preempting == {}
+    assert s.preemption.preempting == {}
     await settled(s)
     # Not even the lower-priority nominations are cleared (the goroutine never starts).
     assert api.of("patch", "low") == [] and api.of("delete", "gone") == []
@@ -501,7 +503,7 @@ async def test_a_deletion_before_the_preemption_ends_is_not_lost(env: Env) -> No
     handle(s, qp, no_fit("n1", [v1]))
     assert where(s, "high") == UNSCHEDULABLE
     # The victim's deletion arrives before the preemption task ends.
-    s._on_pod_events([event(DELETED, v1)])
+    s.event_handlers.on_pod_events([event(DELETED, v1)])
     await s.queue.admit_incoming()
     assert where(s, "high") == GATED
     api.hold.set()
@@ -516,7 +518,7 @@ async def test_a_deletion_before_the_preemption_ends_is_not_lost(env: Env) -> No
 async def test_clearNominatedNodeName_patches_the_lower_priority_nominations(env: Env) -> None:
     s, _, api, _ = env
     (v1,) = victims_on(s, "n1", "v1")
-    s._on_pod_events([event(ADDED, pending("low", priority=1, nominated="n1"))])
+    s.event_handlers.on_pod_events([event(ADDED, pending("low", priority=1, nominated="n1"))])
     (qp,) = await popped(s, pending("high", priority=100))
     handle(s, qp, no_fit("n1", [v1], clear=["low", "unknown"]))
     await settled(s)
@@ -525,7 +527,7 @@ async def test_clearNominatedNodeName_patches_the_lower_priority_nominations(env
     ]
     # The nominator follows the informer, as upstream's: the update clears it.
     assert s.cache.nominated["low"] == "n1"
-    s._on_pod_events([event(MODIFIED, pending("low", priority=1))])
+    s.event_handlers.on_pod_events([event(MODIFIED, pending("low", priority=1))])
     assert "low" not in s.cache.nominated and "low" not in s.cache.state.pods
 
 
@@ -536,7 +538,7 @@ async def test_updatePod_keeps_the_nomination_while_the_victims_terminate(env: E
     """DefaultPreemption declines a pod whose nominated node holds a terminating victim
     (PodEligibleToPreemptOthers: NominatingMode Noop): the nomination stands."""
     s, _, api, _ = env
-    s._on_pod_events([event(ADDED, running("v1", "n1", terminating=True))])
+    s.event_handlers.on_pod_events([event(ADDED, running("v1", "n1", terminating=True))])
     qp = await unschedulable(s, pending("high", priority=100, nominated="n1"))
     assert s.cache.nominated == {"high": "n1"}
     s.queue.activate(["high"])
@@ -560,13 +562,13 @@ async def test_the_next_cycle_sees_the_nomination_before_the_patch_lands(env: En
     handle(s, qp, no_fit("n1", [v1]))
     await settled(s)
     # The victim's deletion arrives; the pod's update carrying nominatedNodeName has not.
-    s._on_pod_events([event(DELETED, v1)])
+    s.event_handlers.on_pod_events([event(DELETED, v1)])
     assert where(s, "high") == BACKOFF
     s.queue.activate(["high"])
     await s.queue.admit_incoming()
     (again,) = await asyncio.wait_for(s.queue.pop_batch(1), TIMEOUT)
     assert again.pod.nominated_node_name == ""
-    await s._schedule([again])
+    await s.scheduling_cycle.schedule([again])
     (sent,) = service.scheduled
     assert sent.uid == "high" and sent.nominated_node_name == "n1"
     # The queued pod itself is left as the informer reported it.
@@ -576,7 +578,7 @@ async def test_the_next_cycle_sees_the_nomination_before_the_patch_lands(env: En
 async def test_a_pod_nominated_elsewhere_by_its_status_is_sent_as_it_is(env: Env) -> None:
     s, service, _, _ = env
     (qp,) = await popped(s, pending("p", priority=5, nominated="n2"))
-    await s._schedule([qp])
+    await s.scheduling_cycle.schedule([qp])
     (sent,) = service.scheduled
     assert sent is qp.pod and sent.nominated_node_name == "n2"
 
@@ -588,7 +590,7 @@ async def test_each_scheduling_call_observes_its_pod_count(env: Env) -> None:
     calls = metric("berth_shim_schedule_batch_pods_count")
     pods = metric("berth_shim_schedule_batch_pods_sum")
     (qp,) = await popped(s, pending("p"))
-    await s._schedule([qp])
+    await s.scheduling_cycle.schedule([qp])
     assert metric("berth_shim_schedule_batch_pods_count") == calls + 1
     assert metric("berth_shim_schedule_batch_pods_sum") == pods + 1
 
@@ -631,7 +633,7 @@ async def test_preemptionPolicy_Never_keeps_what_it_has(env: Env) -> None:
     (status,) = api.of("patch", "never")
     assert "nominatedNodeName" not in status["status"]
     assert s.cache.nominated == {"never": "n1"}
-    assert s.preempting == {}
+    assert s.preemption.preempting == {}
 
 
 @pytest.mark.parametrize(
@@ -692,18 +694,18 @@ def delta(s: Scheduler) -> cpb.ClusterDelta:
 async def test_nominated_pods_from_the_informer_join_the_cluster_state(env: Env) -> None:
     s, _, _, _ = env
     delta(s)
-    s._on_pod_events([event(ADDED, pending("nom", priority=3, nominated="n2"))])
+    s.event_handlers.on_pod_events([event(ADDED, pending("nom", priority=3, nominated="n2"))])
     d = delta(s)
     (up,) = d.upsert_pods
     assert (up.uid, up.node_name, up.nominated_node_name) == ("nom", "", "n2")
     assert not s.cache.holds("nom")
     # An update that changes nothing the plugins read sends nothing again.
-    s._on_pod_events([event(MODIFIED, pending("nom", priority=3, nominated="n2"))])
+    s.event_handlers.on_pod_events([event(MODIFIED, pending("nom", priority=3, nominated="n2"))])
     assert list(delta(s).upsert_pods) == []
     # Bound: it counts on its node, as an assigned pod, not as a nominated one.
     bound = pending("nom", priority=3)
     bound.node_name = "n1"
-    s._on_pod_events([event(MODIFIED, bound)])
+    s.event_handlers.on_pod_events([event(MODIFIED, bound)])
     assert s.cache.nominated == {} and s.cache.holds("nom")
     assert s.cache.state.pods["nom"].node_name == "n1"
 
@@ -712,8 +714,8 @@ async def test_pods_without_nominations_cost_nothing(env: Env) -> None:
     s, _, _, _ = env
     delta(s)
     assert not s.cache.state.has_pending
-    s._on_pod_events([event(ADDED, pending(f"p{i}")) for i in range(20)])
-    s._on_pod_events([event(MODIFIED, pending(f"p{i}")) for i in range(20)])
+    s.event_handlers.on_pod_events([event(ADDED, pending(f"p{i}")) for i in range(20)])
+    s.event_handlers.on_pod_events([event(MODIFIED, pending(f"p{i}")) for i in range(20)])
     assert not s.cache.state.has_pending
     assert s.cache.nominated == {}
 
@@ -727,10 +729,10 @@ async def test_UpdateNominatedPod_keeps_an_in_memory_nomination_until_the_patch_
     (qp,) = await popped(s, pending("high", priority=100))
     handle(s, qp, no_fit("n1", [v1]))
     # An update from before the patch (no nomination on either side) keeps it.
-    s._on_pod_events([event(MODIFIED, pending("high", priority=100))])
+    s.event_handlers.on_pod_events([event(MODIFIED, pending("high", priority=100))])
     assert s.cache.nominated == {"high": "n1"}
     # The patch lands.
-    s._on_pod_events([event(MODIFIED, pending("high", priority=100, nominated="n1"))])
+    s.event_handlers.on_pod_events([event(MODIFIED, pending("high", priority=100, nominated="n1"))])
     assert s.cache.nominated == {"high": "n1"}
     api.hold.set()
     await settled(s)
@@ -742,7 +744,7 @@ async def test_nomination_leaving_a_node_moves_lower_or_equal_priority_pods(env:
     await unschedulable(s, pending("equal", priority=5))
     await unschedulable(s, pending("higher", priority=9))
     await unschedulable(s, pending("nom", priority=5, nominated="n1"))
-    s._on_pod_events([event(MODIFIED, pending("nom", priority=5, nominated="n2"))])
+    s.event_handlers.on_pod_events([event(MODIFIED, pending("nom", priority=5, nominated="n2"))])
     assert s.cache.nominated["nom"] == "n2"
     assert where(s, "lower") in (BACKOFF, "") and where(s, "equal") in (BACKOFF, "")
     assert where(s, "higher") == UNSCHEDULABLE
@@ -754,7 +756,7 @@ async def test_deleting_a_nominated_pod_moves_lower_or_equal_priority_pods(env: 
     await unschedulable(s, pending("lower", priority=1))
     await unschedulable(s, pending("higher", priority=9))
     await unschedulable(s, nom)
-    s._on_pod_events([event(DELETED, nom)])
+    s.event_handlers.on_pod_events([event(DELETED, nom)])
     assert "nom" not in s.cache.state.pods and s.cache.nominated == {}
     assert where(s, "lower") in (BACKOFF, "")
     assert where(s, "higher") == UNSCHEDULABLE

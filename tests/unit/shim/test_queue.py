@@ -167,7 +167,7 @@ def h(clock: FakeClock, plugins: FakePlugins) -> Harness:
     )
 
 
-# -- driving the queue the way shim/scheduler.py does ----------------------------------------
+# -- driving the queue the way shim/scheduler.py and shim/schedule_one.py do ------------------
 
 
 async def admit(h: Harness) -> int:

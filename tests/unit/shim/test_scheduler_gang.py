@@ -1,5 +1,5 @@
-"""How the shim acts on what plugins ask of other pods (shim/scheduler.py), with a fake
-plugin service and API server:
+"""How the shim acts on what plugins ask of other pods (shim/schedule_one.py,
+shim/binding.py), with a fake plugin service and API server:
 
 - PostFilter's signals (ScheduleResponse.post_filter.signals) reject pods waiting at
   Permit at once, and a rejected pod's binding cycle unreserves it (upstream's
@@ -137,7 +137,7 @@ def where(s: Scheduler, uid: str) -> str:
 
 
 def handle(s: Scheduler, qp: QueuedPod, resp: pb.ScheduleResponse) -> None:
-    s._handle_result(
+    s.scheduling_cycle.handle_result(
         qp, PROFILE, resp, trace.get_tracer("test").start_span("t"), time.perf_counter()
     )
 

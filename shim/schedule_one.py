@@ -1,0 +1,499 @@
+"""One scheduling cycle (pkg/scheduler/schedule_one.go ScheduleOne,
+schedulingCycle, handleSchedulingFailure).
+
+- ``SchedulingCycle.schedule_one`` pops pods from the queue: one pod goes
+  through ScheduleStream (or unary Schedule when traced, so each call carries
+  its trace context), several queued pods of one profile through
+  ScheduleBatch (each still its own cycle, earlier placements assumed). The
+  plugin service runs PreFilter .. Score, host selection, Reserve and Permit.
+  Pods with resource claims are refused before it is asked (shim/dra.py).
+- A placed pod is assumed in the cache at once (so the next cycle sees it),
+  Reserve's assume_annotations on the assumed copy; Permit's and
+  PostFilter's signals allow or reject pods waiting at Permit; the pods
+  Permit asked to activate (PodsToActivate) go to the activeQ; the pod is
+  handed to its binding cycle (shim/binding.py), which runs as a task of its
+  own.
+- A pod no node fits: a preemption the PostFilter asked for is started
+  (shim/preemption.py), then ``FailureHandler`` records FailedScheduling
+  (upstream's FitError text), patches PodScheduled=False and the nominated
+  node (shim/podstatus.py), and requeues the pod.
+- The plugin service unreachable: the pods of the failed call go to the
+  error backoff queue; nothing is dropped; the next call reconnects and the
+  cluster-state protocol resyncs the replica.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+
+from opentelemetry import trace
+
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.shim import dra, metrics
+from berth.shim.background import Tasks
+from berth.shim.binding import BindingCycle, BindingRequest, WaitingPod, WaitingPods
+from berth.shim.cache import AssumeRefused, SchedulerCache
+from berth.shim.metrics import Counters
+from berth.shim.podstatus import (
+    REASON_SCHEDULER_ERROR,
+    REASON_UNSCHEDULABLE,
+    PodStatusWriter,
+    Recorder,
+    pod_ref,
+)
+from berth.shim.preemption import PREEMPTION_PLUGINS, PreemptionExecutor
+from berth.shim.queue import QueuedPod, SchedulingQueue, activate_pods
+from berth.shim.service import BatchTooLarge, PluginService, ServiceUnavailable
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("berth.shim")
+
+CODE_SUCCESS = pb.CODE_SUCCESS
+CODE_ERROR = pb.CODE_ERROR
+CODE_WAIT = pb.CODE_WAIT
+CODE_SKIP = pb.CODE_SKIP
+
+
+class FailureHandler:
+    """handleSchedulingFailure: event, condition, requeue, nomination."""
+
+    def __init__(
+        self,
+        *,
+        cache: SchedulerCache,
+        queue: SchedulingQueue,
+        recorders: Mapping[str, Recorder],
+        status: PodStatusWriter,
+        counters: Counters,
+        tasks: Tasks,
+    ) -> None:
+        self._cache = cache
+        self._queue = queue
+        self._recorders = recorders
+        self._status = status
+        self._counters = counters
+        self._tasks = tasks
+
+    def __call__(
+        self,
+        qp: QueuedPod,
+        message: str,
+        reason: str,
+        *,
+        error: bool,
+        start: float,
+        plugins: frozenset[str] = frozenset(),
+        nominated: str | None = "",
+    ) -> None:
+        """``nominated``: the pod's nominated node from now on ("" clears it,
+        upstream's clearNominatedNode), or None to leave it as it is
+        (NominatingMode Noop).
+
+        A pod the informer reports bound (bound while this attempt ran) is
+        not queued again, as handleSchedulingFailure leaves a pod whose
+        informer copy has a nodeName out of the queue. Upstream still records
+        FailedScheduling and patches PodScheduled=False on it; here neither is
+        written, since the binding already set PodScheduled=True and a
+        scheduled pod's status must not say otherwise."""
+        pod = qp.pod
+        bound_to = self._cache.bound_node(qp.uid)
+        if bound_to:
+            metrics.attempt(
+                "error" if error else "unschedulable", qp.profile, time.perf_counter() - start
+            )
+            self._queue.done_bound(qp)
+            log.info(
+                "pod %s/%s is bound to node %s; its failed attempt (%s) is not retried",
+                pod.namespace,
+                pod.name,
+                bound_to,
+                message,
+            )
+            return
+        if nominated is not None:
+            # AddNominatedPod, before the status patch below reaches the API
+            # server: the next cycles count the pod on its node at once.
+            self._cache.nominate(pod, nominated)
+        result = "error" if error else "unschedulable"
+        metrics.attempt(result, qp.profile, time.perf_counter() - start)
+        if error:
+            self._counters.errors += 1
+            self._queue.done_error(qp)
+        else:
+            self._counters.unschedulable += 1
+            self._queue.done_unschedulable(qp, plugins)
+        log.info(
+            "pod %s/%s %s: %s",
+            pod.namespace,
+            pod.name,
+            "failed" if error else "unschedulable",
+            message,
+        )
+        self._recorders[qp.profile].record(
+            pod_ref(pod), "Warning", "FailedScheduling", "Scheduling", message
+        )
+        if nominated is None:
+            # Left as it is: the nominator's node, which the API has or will
+            # have (an earlier patch carrying it may be superseded by this one).
+            nominated = self._cache.nominated_to(pod.uid) or None
+        self._tasks.spawn(self._status.patch_condition(pod, reason, message, nominated))
+
+
+class SchedulingCycle:
+    """ScheduleOne and schedulingCycle, for a batch of pods of one profile."""
+
+    def __init__(
+        self,
+        *,
+        service: PluginService,
+        cache: SchedulerCache,
+        queue: SchedulingQueue,
+        waiting: WaitingPods,
+        binding: BindingCycle,
+        preemption: PreemptionExecutor,
+        handle_failure: FailureHandler,
+        tasks: Tasks,
+        counters: Counters,
+        batch_size: int,
+        traced: bool,
+    ) -> None:
+        """``batch_size``: most pods one ScheduleBatch call takes (1: always
+        ScheduleStream); halved when the plugin service finds a batch too
+        large."""
+        self._service = service
+        self._cache = cache
+        self._queue = queue
+        self._waiting = waiting
+        self._binding = binding
+        self._preemption = preemption
+        self._failed = handle_failure
+        self._tasks = tasks
+        self._counters = counters
+        self.batch_size = batch_size
+        self._traced = traced
+        # Per profile: where the next cycle starts looking at nodes
+        # (percentageOfNodesToScore's rotation, nextStartNodeIndex).
+        self._start_index: dict[str, int] = {}
+
+    async def schedule_one(self) -> bool:
+        """Pops the next pods and runs their cycle; False once the queue is
+        closed."""
+        batch = await self._queue.pop_batch(self.batch_size)
+        if not batch:
+            return False
+        # Pods that changed while queued are scheduled as they are now.
+        try:
+            await self.schedule(batch)
+        except Exception:
+            log.exception("scheduling cycle failed unexpectedly; requeueing its pods")
+            for qp in batch:
+                if qp.where == "in_flight":
+                    self._queue.done_error(qp)
+        return True
+
+    async def schedule(self, batch: list[QueuedPod]) -> None:
+        batch = self._refuse_resource_claims(batch)
+        if not batch:
+            return
+        profile = batch[0].profile
+        start = time.perf_counter()
+        pops = time.time()
+        spans = [self._attempt_span(qp, pops) for qp in batch]
+        metrics.SCHEDULE_BATCH_PODS.observe(len(batch))
+        try:
+            start_index = self._start_index.get(profile, 0)
+            try:
+                if len(batch) == 1:
+                    with trace.use_span(spans[0], end_on_exit=False):
+                        resp = await self._service.schedule(
+                            profile, self._as_nominated(batch[0].pod), start_index
+                        )
+                    results = [resp]
+                    self._start_index[profile] = resp.next_start_index
+                else:
+                    with trace.use_span(spans[0], end_on_exit=False):
+                        bresp = await self._service.schedule_batch(
+                            profile, [self._as_nominated(qp.pod) for qp in batch], start_index
+                        )
+                    results = list(bresp.results)
+                    self._start_index[profile] = bresp.next_start_index
+            except BatchTooLarge as exc:
+                smaller = max(1, len(batch) // 2)
+                log.warning("%s; sending at most %d pods per batch from now on", exc, smaller)
+                self.batch_size = smaller
+                for qp, span in zip(batch, spans, strict=True):
+                    # Not the pods' fault: straight back to the activeQ, no backoff.
+                    self._queue.done_retry(qp)
+                    span.end()
+                return
+            except ServiceUnavailable as exc:
+                self._counters.service_failures += 1
+                metrics.PLUGIN_SERVICE_ERRORS.labels("Schedule").inc()
+                log.warning("%s; %d pod(s) back to the queue with backoff", exc, len(batch))
+                for qp, span in zip(batch, spans, strict=True):
+                    # No cycle ran: the pod's nomination stands.
+                    self._failed(
+                        qp,
+                        str(exc),
+                        REASON_SCHEDULER_ERROR,
+                        error=True,
+                        start=start,
+                        nominated=None,
+                    )
+                    span.set_status(trace.StatusCode.ERROR, str(exc))
+                    span.end()
+                return
+            self._counters.cycles += len(batch)
+            for qp, resp, span in zip(batch, results, spans, strict=True):
+                self.handle_result(qp, profile, resp, span, start)
+        except BaseException:
+            for span in spans:
+                if span.is_recording():
+                    span.end()
+            raise
+
+    def _refuse_resource_claims(self, batch: list[QueuedPod]) -> list[QueuedPod]:
+        """The batch less the pods with resource claims, each of which is
+        reported unschedulable here, whatever the profile (shim/dra.py)."""
+        kept: list[QueuedPod] = []
+        for qp in batch:
+            message = dra.refusal(qp.pod, len(self._cache.nodes))
+            if message is None:
+                kept.append(qp)
+                continue
+            self._failed(
+                qp,
+                message,
+                REASON_UNSCHEDULABLE,
+                error=False,
+                start=time.perf_counter(),
+                plugins=frozenset({dra.PLUGIN}),
+            )
+        return kept
+
+    def _as_nominated(self, pod: cpb.Pod) -> cpb.Pod:
+        """The pod as a cycle sees it: with the node this scheduler nominated
+        it to even when the informer has not yet delivered the status patch
+        that writes it. Upstream's queue holds the pod with the nomination
+        applied once the patch call is made (framework/api_calls/
+        pod_status_patch.go PodStatusPatchCall.Sync), so the next cycle's
+        evaluateNominatedNode (schedule_one.go findNodesThatFitPod) tries that
+        node first. A victim's deletion can reach the shim before the patch
+        does; without this the retry would weigh every node alike."""
+        node = self._cache.nominated_to(pod.uid)
+        if not node or pod.nominated_node_name == node:
+            return pod
+        nominated = cpb.Pod()
+        nominated.CopyFrom(pod)
+        nominated.nominated_node_name = node
+        return nominated
+
+    def _attempt_span(self, qp: QueuedPod, popped: float) -> trace.Span:
+        if not self._traced:
+            return trace.INVALID_SPAN
+        span = tracer.start_span(
+            "scheduling_attempt",
+            attributes={
+                "k8s.pod.name": qp.pod.name,
+                "k8s.namespace.name": qp.pod.namespace,
+                "k8s.pod.uid": qp.uid,
+                "berth.profile": qp.profile,
+                "berth.attempt": qp.attempts,
+            },
+        )
+        ctx = trace.set_span_in_context(span)
+        wait = tracer.start_span(
+            "queue_wait", context=ctx, start_time=int(max(qp.enqueued_at, qp.timestamp) * 1e9)
+        )
+        wait.end(end_time=int(popped * 1e9))
+        return span
+
+    def handle_result(
+        self,
+        qp: QueuedPod,
+        profile: str,
+        resp: pb.ScheduleResponse,
+        span: trace.Span,
+        start: float,
+    ) -> None:
+        """The end of schedulingCycle for one pod of the batch."""
+        pod = qp.pod
+        if qp.uid not in self._queue:
+            # Deleted (or bound by someone else) during the cycle.
+            span.end()
+            return
+        st = resp.status
+        if st.code == CODE_SUCCESS and resp.node:
+            rs = resp.reserve_status
+            if rs.code != CODE_SUCCESS:
+                # Unreserve ran on the server; it may have signalled waiting pods.
+                self._waiting.signal(resp.unreserve_signals)
+                msg = "; ".join(rs.reasons) or "Reserve failed"
+                self._failed(qp, msg, _reason(rs), error=rs.code == CODE_ERROR, start=start)
+                span.end()
+                return
+            permit = resp.permit
+            if permit.status.code not in (CODE_SUCCESS, CODE_WAIT, CODE_SKIP):
+                # Permit's own signals, then those of the Unreserve that followed.
+                self._waiting.signal(permit.signals)
+                self._waiting.signal(resp.unreserve_signals)
+                msg = "; ".join(permit.status.reasons) or "rejected at Permit"
+                self._failed(
+                    qp,
+                    msg,
+                    _reason(permit.status),
+                    error=permit.status.code == CODE_ERROR,
+                    start=start,
+                )
+                span.end()
+                return
+            try:
+                self._cache.assume(pod, resp.node, resp.assume_annotations)
+            except AssumeRefused as exc:
+                self._assume_refused(qp, exc, start)
+                span.set_attribute("berth.result", "error")
+                span.end()
+                return
+            self._counters.scheduled += 1
+            self._waiting.signal(permit.signals)
+            waiting = None
+            if permit.status.code == CODE_WAIT:
+                pending = {p: ms / 1000.0 for p, ms in permit.wait_timeout_millis.items()}
+                waiting = WaitingPod(qp, resp.node, pending)
+                self._waiting.add(waiting)
+            # The end of a scheduling cycle that lets the pod on
+            # (prepareForBindingCycle): the pods its plugins asked for go active.
+            activate_pods(self._queue, pod, "Permit", permit.activate_pod_uids)
+            self._tasks.spawn(
+                self._binding.run(
+                    BindingRequest(
+                        qp,
+                        profile,
+                        resp.node,
+                        resp.cycle,
+                        waiting,
+                        span,
+                        start,
+                        pre_bind_skip=resp.pre_bind_skip,
+                        pre_flight_error=resp.pre_bind_pre_flight_error
+                        if resp.HasField("pre_bind_pre_flight_error")
+                        else None,
+                    )
+                )
+            )
+            return
+        # No node: FitError (Unschedulable) or an Error. PostFilter may have
+        # rejected pods waiting at Permit (e.g. the rest of a gang).
+        pf = resp.post_filter
+        self._waiting.signal(pf.signals)
+        error = st.code == CODE_ERROR
+        msg = resp.diagnosis.message or "; ".join(st.reasons) or "scheduling failed"
+        nominated = self._nomination_after_failure(pod, resp)
+        plugins = frozenset(resp.diagnosis.unschedulable_plugins)
+        if resp.HasField("post_filter") and self._runs_preemption(profile, pf):
+            metrics.PREEMPTION_ATTEMPTS.inc()
+        # A pod bound while its cycle ran needs no room: nothing is preempted for it
+        # (and the failure handler does not queue it again).
+        if (
+            pf.nominated_node_name
+            and not self._cache.bound_node(qp.uid)
+            and not self._preemption.start(qp, pf)
+        ):
+            # Refused (shim/guard.py): a failed preemption, as when upstream's
+            # prepareCandidate fails inside PostFilter (preemption.go Preempt):
+            # no NominatingInfo, so the nomination stays as it was, and the pod
+            # is unschedulable.
+            nominated = None
+        self._failed(
+            qp,
+            msg,
+            REASON_SCHEDULER_ERROR if error else REASON_UNSCHEDULABLE,
+            error=error,
+            start=start,
+            plugins=plugins,
+            nominated=nominated,
+        )
+        span.set_attribute("berth.result", "error" if error else "unschedulable")
+        span.end()
+
+    def _assume_refused(self, qp: QueuedPod, exc: AssumeRefused, start: float) -> None:
+        """schedulingCycle's assume failed (cache.go AssumePod refuses a pod
+        already in the cache): the pod was bound while its cycle ran, by a
+        binding of an earlier attempt that landed after its call failed, or
+        by another scheduler. The cycle ends before Reserve's and Permit's
+        answers take effect, as upstream's ends before running them: no
+        assumed copy, no waiting, no signals, no Unreserve (nothing was
+        reserved here). Like handleSchedulingFailure for a pod the informer
+        shows assigned, it is not queued again."""
+        pod = qp.pod
+        metrics.attempt("error", qp.profile, time.perf_counter() - start)
+        self._counters.errors += 1
+        if exc.assumed:
+            # Not reachable from the queue (a pod is in one cycle at a time);
+            # the binding cycle that assumed it decides what becomes of it.
+            log.warning(
+                "pod %s/%s: %s; this cycle's placement is dropped", pod.namespace, pod.name, exc
+            )
+            return
+        self._queue.done_bound(qp)
+        log.info(
+            "pod %s/%s was bound to node %s while its scheduling cycle ran (a binding "
+            "that landed after its call failed, or another scheduler); not binding it again",
+            pod.namespace,
+            pod.name,
+            exc.node,
+        )
+
+    def _runs_preemption(self, profile: str, pf: pb.PostFilterResponse) -> bool:
+        """Did this cycle's PostFilter attempt a preemption (what
+        scheduler_preemption_attempts_total counts: every DefaultPreemption
+        PostFilter call)? Yes when the profile runs a preemption plugin at
+        PostFilter, or when the answer names victims."""
+        if pf.victims or pf.plugin in PREEMPTION_PLUGINS:
+            return True
+        info = self._service.profiles.get(profile)
+        return info is not None and any(
+            p in PREEMPTION_PLUGINS for p in info.points.get("postFilter", ())
+        )
+
+    def _nomination_after_failure(self, pod: cpb.Pod, resp: pb.ScheduleResponse) -> str | None:
+        """The pod's nominated node after a cycle that found no node
+        (schedulingAlgorithm's nominatingInfo): "" clears it, None leaves it.
+
+        An error, or a FitError without PostFilter plugins, clears it
+        (clearNominatedNode). Otherwise PostFilter's nominating_mode decides:
+        Override sets nominated_node_name ("" clears: no preemption
+        candidate), Noop leaves the nomination (the pod may not preempt now,
+        PodEligibleToPreemptOthers). A server that does not say (Unspecified)
+        gets the same answer worked out here: the nomination stands when the
+        pod may not preempt (preemptionPolicy Never) or when its nominated
+        node still holds a terminating pod of lower priority, the victims of
+        its own preemption being deleted; otherwise it is cleared."""
+        if resp.status.code == CODE_ERROR or not resp.HasField("post_filter"):
+            return ""
+        pf = resp.post_filter
+        if pf.nominating_mode == pb.NOMINATING_MODE_NOOP:
+            return None
+        if pf.nominating_mode == pb.NOMINATING_MODE_OVERRIDE:
+            return pf.nominated_node_name
+        if pf.nominated_node_name:
+            return pf.nominated_node_name
+        current = self._cache.nominated_to(pod.uid) or pod.nominated_node_name
+        if not current:
+            return ""
+        if pod.preemption_policy == "Never":
+            return None
+        for other in self._cache.state.pods.values():
+            if other.node_name == current and other.terminating and other.priority < pod.priority:
+                return None
+        return ""
+
+
+def _reason(st: pb.Status) -> str:
+    return REASON_SCHEDULER_ERROR if st.code == CODE_ERROR else REASON_UNSCHEDULABLE
+
+
+__all__ = ["FailureHandler", "SchedulingCycle"]
