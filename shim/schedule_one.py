@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
 
 from opentelemetry import trace
 
@@ -34,7 +35,7 @@ from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.shim import dra, metrics
 from berth.shim.background import Tasks
-from berth.shim.binding import BindingCycle, BindingRequest, WaitingPod, WaitingPods
+from berth.shim.binding import BindingRequest, WaitingPod, WaitingPods
 from berth.shim.cache import AssumeRefused, SchedulerCache
 from berth.shim.metrics import Counters
 from berth.shim.podstatus import (
@@ -44,7 +45,7 @@ from berth.shim.podstatus import (
     Recorder,
     pod_ref,
 )
-from berth.shim.preemption import PREEMPTION_PLUGINS, PreemptionExecutor
+from berth.shim.preemption import PREEMPTION_PLUGINS
 from berth.shim.queue import QueuedPod, SchedulingQueue, activate_pods
 from berth.shim.service import BatchTooLarge, PluginService, ServiceUnavailable
 
@@ -152,23 +153,26 @@ class SchedulingCycle:
         cache: SchedulerCache,
         queue: SchedulingQueue,
         waiting: WaitingPods,
-        binding: BindingCycle,
-        preemption: PreemptionExecutor,
+        bind: Callable[[BindingRequest], Coroutine[Any, Any, None]],
+        preempt: Callable[[QueuedPod, pb.PostFilterResponse], bool],
         handle_failure: FailureHandler,
         tasks: Tasks,
         counters: Counters,
         batch_size: int,
         traced: bool,
     ) -> None:
-        """``batch_size``: most pods one ScheduleBatch call takes (1: always
-        ScheduleStream); halved when the plugin service finds a batch too
-        large."""
+        """``bind``: the binding cycle of a placed pod (shim/binding.py
+        BindingCycle.run), run as a task of its own. ``preempt``: starts the
+        preemption a PostFilter asked for (shim/preemption.py
+        PreemptionExecutor.start); False when it is refused. ``batch_size``:
+        most pods one ScheduleBatch call takes (1: always ScheduleStream);
+        halved when the plugin service finds a batch too large."""
         self._service = service
         self._cache = cache
         self._queue = queue
         self._waiting = waiting
-        self._binding = binding
-        self._preemption = preemption
+        self._bind = bind
+        self._preempt = preempt
         self._failed = handle_failure
         self._tasks = tasks
         self._counters = counters
@@ -368,7 +372,7 @@ class SchedulingCycle:
             # (prepareForBindingCycle): the pods its plugins asked for go active.
             activate_pods(self._queue, pod, "Permit", permit.activate_pod_uids)
             self._tasks.spawn(
-                self._binding.run(
+                self._bind(
                     BindingRequest(
                         qp,
                         profile,
@@ -400,7 +404,7 @@ class SchedulingCycle:
         if (
             pf.nominated_node_name
             and not self._cache.bound_node(qp.uid)
-            and not self._preemption.start(qp, pf)
+            and not self._preempt(qp, pf)
         ):
             # Refused (shim/guard.py): a failed preemption, as when upstream's
             # prepareCandidate fails inside PostFilter (preemption.go Preempt):
