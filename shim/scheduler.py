@@ -73,7 +73,7 @@ class ShimOptions:
     # PostBind writes; bindings too when not sent from the event loop).
     bind_workers: int = 16
     # Binding POSTs from the event loop over keep-alive connections
-    # (shim.asynchttp), this many at a time; 0: from the worker threads.
+    # (berth.kube.asynchttp), this many at a time; 0: from the worker threads.
     # kube-scheduler has a binding in flight per bound pod (one goroutine each,
     # over HTTP/2); fewer connections queue the bindings of a burst of pods
     # behind one another (docs/benchmarks.md).
