@@ -23,22 +23,23 @@ event_broadcaster.go and event_recorder.go):
   and an occurrence that does not fit is dropped with a log line
   (``maxQueuedEvents``, ``watch.DropIfChannelFull``, event_recorder.go).
 
-``record`` can be called from the asyncio event loop or any other thread at the cost of
-a lock and an append. Upstream writes each occurrence from a goroutine of its own
-(``recordToSink``), so writes overlap and the queue drains as fast as the API server
-answers. A busy API server takes long over each event: 76-110 ms per POST on average in
-a SchedulingBasic run on two cores (for kube-scheduler's events and the shim's alike),
-so a scheduler binding 400 pods a second needs about 40 writes under way. With one
-writer at a time the queue overflowed and most Scheduled events were dropped
-(docs/benchmarks.md, session 19). So up to ``writers`` (64 by default) writes overlap:
+One writer, on the event loop. ``record`` can be called from the event loop or any
+other thread at the cost of a lock and an append. Every write goes through one path
+(``_process``: cache, then ``_attempt``: retries, then ``_write_once``: one PATCH or
+create) over one transport, an ``EventSink`` whose two calls are awaited:
 
-- The shim calls ``use_event_loop``: each write is a task on its event loop, over
-  connections of its own (``shim.asynchttp.AsyncApi``). One writer thread remains, for
-  the two timers.
-- Otherwise writer threads: when an occurrence is queued while every writer is busy,
-  another thread starts. Each answer then has to win the GIL back from the event loop,
-  which cost about 1 ms of CPU per event in the shim; the event loop path costs a
-  fraction of that.
+- ``berth.shim.asynchttp.AsyncApi``, the shim's: connections of its own, so events
+  never wait behind bindings, and no thread has to win the GIL back for each answer.
+- ``ThreadedSink`` around a blocking client (``KubeApi``), where ``AsyncApi``
+  cannot serve the API access configuration (a proxy, an ``assert_hostname``
+  override): each call runs in a worker thread.
+
+Upstream writes each occurrence from a goroutine of its own (``recordToSink``), so
+writes overlap and the queue drains as fast as the API server answers; a scheduler
+binding hundreds of pods a second needs tens of writes under way. Here up to
+``writers`` (64 by default) writer tasks take occurrences from the queue; the
+refresh and finish timers are two more tasks (``StartRecordingToSinkWithContext``
+runs them as two goroutines).
 
 Where this differs from upstream, on purpose:
 
@@ -68,7 +69,8 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -82,7 +84,7 @@ MAX_TRIES_PER_EVENT = 12
 FINISH_TIME = 6 * 60.0
 REFRESH_TIME = 30 * 60.0
 MAX_QUEUED_EVENTS = 1000
-# Writer threads per recorder at most (upstream: a goroutine per occurrence).
+# Writes under way at once per recorder at most (upstream: a goroutine per occurrence).
 DEFAULT_WRITERS = 64
 DEFAULT_SLEEP_DURATION = 10.0
 # wait.Jitter(sleepDuration, 0.25) in attemptRecording: d + rand * 0.25 * d.
@@ -106,20 +108,58 @@ DROP_LOG_INTERVAL = 10.0
 
 
 class EventSink(Protocol):
-    """The two calls the recorder makes (client-go tools/events ``EventSink``);
-    ``KubeApi`` is one."""
+    """The two calls the recorder makes (client-go tools/events ``EventSink``:
+    Create and Patch), awaited on the recorder's event loop.
+    ``berth.shim.asynchttp.AsyncApi`` is one; ``ThreadedSink`` makes one of a
+    blocking client."""
+
+    async def create(self, path: str, body: JSON) -> JSON: ...
+
+    async def strategic_patch(self, path: str, patch: JSON) -> JSON: ...
+
+
+class BlockingSink(Protocol):
+    """The same two calls, blocking the calling thread; ``KubeApi`` is one."""
 
     def create(self, path: str, body: JSON) -> JSON: ...
 
     def strategic_patch(self, path: str, patch: JSON) -> JSON: ...
 
 
-class AsyncEventSink(Protocol):
-    """The same two calls from the event loop; ``shim.asynchttp.AsyncApi`` is one."""
+class ThreadedSink:
+    """A blocking client as an ``EventSink``: each call runs in a worker thread
+    (at most ``workers`` of them, each started when a call finds none free), so
+    the event loop never waits on the API server."""
 
-    async def create(self, path: str, body: JSON) -> JSON: ...
+    def __init__(self, api: BlockingSink, workers: int = DEFAULT_WRITERS) -> None:
+        self._api = api
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._pool = ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix="berth-events", initializer=self._started
+        )
 
-    async def strategic_patch(self, path: str, patch: JSON) -> JSON: ...
+    def _started(self) -> None:
+        with self._lock:
+            self._threads += 1
+
+    @property
+    def threads(self) -> int:
+        """How many worker threads have started."""
+        with self._lock:
+            return self._threads
+
+    async def create(self, path: str, body: JSON) -> JSON:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._api.create, path, body)
+
+    async def strategic_patch(self, path: str, patch: JSON) -> JSON:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._api.strategic_patch, path, patch)
+
+    async def close(self) -> None:
+        """Lets the worker threads end once their call returns; later calls fail."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,17 +277,18 @@ class RecorderStats:
 
 class EventRecorder:
     """Records events for one reporting controller (kube-scheduler: the profile's
-    scheduler name) and writes them to the API server in the background.
+    scheduler name) and writes them to the API server from the event loop.
 
-    ``record`` only queues. ``start`` runs the writer thread and its refresh and
-    finish timers; ``stop`` drains the queue within a deadline. Without ``start``,
-    ``process_pending``, ``refresh_series`` and ``finish_series`` do the same work on
-    the caller's thread, which is how the tests drive the timers.
+    ``record`` only queues. ``start`` (on the event loop) writes from then on, as
+    tasks on that loop, and runs the refresh and finish timers; ``stop`` drains the
+    queue within a deadline. Without ``start``, ``process_pending``,
+    ``refresh_series`` and ``finish_series`` do the same work when awaited, which is
+    how the tests drive the timers.
     """
 
     def __init__(
         self,
-        api: EventSink,
+        sink: EventSink,
         reporting_controller: str,
         *,
         reporting_instance: str | None = None,
@@ -261,15 +302,14 @@ class EventRecorder:
         rng: random.Random | None = None,
         writers: int = DEFAULT_WRITERS,
     ) -> None:
-        """``writers`` is how many writes may be under way at once (writer
-        threads, started as the queue needs them). ``reporting_instance``
-        defaults to ``<controller>-<hostname>`` as in event_broadcaster.go
-        ``NewRecorder``. ``clock`` gives event times (and the
-        ages ``finish_series`` compares); ``sleep`` waits between retries (None: a
-        wait that ``stop`` cuts short). ``refresh_time`` and ``finish_time`` are
-        the timer periods, ``finish_time`` also the age after which a series is
-        finished."""
-        self._api = api
+        """``writers`` is how many writes may be under way at once (writer tasks,
+        started as the queue needs them). ``reporting_instance`` defaults to
+        ``<controller>-<hostname>`` as in event_broadcaster.go ``NewRecorder``.
+        ``clock`` gives event times (and the ages ``finish_series`` compares);
+        ``sleep`` stands in for the wait between retries (None: a wait that
+        ``stop`` cuts short). ``refresh_time`` and ``finish_time`` are the timer
+        periods, ``finish_time`` also the age after which a series is finished."""
+        self._sink = sink
         self.reporting_controller = reporting_controller
         self.reporting_instance = (
             reporting_instance
@@ -291,26 +331,21 @@ class EventRecorder:
         self._last_drop_log = -DROP_LOG_INTERVAL
         self._drops_since_log = 0
 
-        # _cond guards the queue, _busy, _idle, _threads, _closed and the stats;
-        # _lock the cache.
-        lock = threading.RLock()
-        self._cond = threading.Condition(lock)
-        # Wakes wait_idle (not the idle writers) when a write ends.
-        self._done = threading.Condition(lock)
+        # _lock guards what record() touches from any thread: the queue, _closed,
+        # _loop and the stats record() counts. Everything else belongs to the
+        # event loop.
+        self._lock = threading.Lock()
         self._queue: deque[_Occurrence] = deque()
-        self._busy = 0  # writes (or drains) under way
-        self._idle = 0  # writer threads free to take an occurrence
         self._closed = False
         self._deadline: float | None = None  # time.monotonic() by which stop() gives up
-        self._stop_event = threading.Event()
-        self._threads: list[threading.Thread] = []
-        # With use_event_loop: occurrences are written by tasks on that loop.
-        self._async_sink: AsyncEventSink | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._writer_tasks: set[asyncio.Task[None]] = set()
+        self._timer_tasks: list[asyncio.Task[None]] = []
+        self._busy = 0  # occurrences being written
+        self._written = asyncio.Event()  # set when a write ends, for wait_idle
+        self._stopping = asyncio.Event()  # cuts retry sleeps short
 
-        self._lock = threading.Lock()
         self._cache: dict[_Key, _CachedEvent] = {}
         self._last_name_ns = 0
 
@@ -340,26 +375,15 @@ class EventRecorder:
             )
             return
         occurrence = _Occurrence(regarding, related, type_, reason, action, note, self._clock())
-        with self._cond:
-            if self._closed:
-                closed = True
-            elif len(self._queue) < self._max_queued:
+        loop: asyncio.AbstractEventLoop | None = None
+        with self._lock:
+            closed = self._closed
+            queued = not closed and len(self._queue) < self._max_queued
+            if queued:
                 self._queue.append(occurrence)
                 self.stats.recorded += 1
-                if self._loop is not None:
-                    self._wake_tasks()
-                elif (
-                    self._threads
-                    and len(self._queue) > self._idle
-                    and len(self._threads) < self._writers
-                ):
-                    # More occurrences wait than writers are free: one more.
-                    self._start_writer()
-                else:
-                    self._cond.notify()
-                return
-            else:
-                closed = False
+                loop = self._loop
+            elif not closed:
                 self.stats.dropped_queue_full += 1
                 self._drops_since_log += 1
                 now = time.monotonic()
@@ -367,6 +391,10 @@ class EventRecorder:
                     return
                 dropped, self._drops_since_log = self._drops_since_log, 0
                 self._last_drop_log = now
+        if queued:
+            if loop is not None:  # started: writer tasks take it from the queue
+                self._wake_writers(loop)
+            return
         if closed:
             log.debug(
                 "event %s about %s/%s not recorded: the recorder is stopped",
@@ -389,335 +417,241 @@ class EventRecorder:
     # -- lifecycle --------------------------------------------------------------
 
     def start(self) -> None:
-        """Starts the writer thread, which also runs the refresh and finish timers
-        (event_broadcaster.go ``StartRecordingToSinkWithContext``)."""
-        with self._cond:
+        """Writes queued occurrences from now on, as tasks on the running event
+        loop, and starts the refresh and finish timers (event_broadcaster.go
+        ``StartRecordingToSinkWithContext``). Call from the loop."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
             if self._closed:
                 raise RuntimeError("EventRecorder.start after stop")
-            if self._threads:
+            if self._loop is not None:
                 return
-            self._start_writer()
+            self._loop = loop
+            self._loop_thread = threading.get_ident()
+        self._timer_tasks = [
+            loop.create_task(self._every(self.refresh_time, self.refresh_series)),
+            loop.create_task(self._every(self.finish_time, self.finish_series)),
+        ]
+        self._spawn_writers()
 
-    def use_event_loop(self, sink: AsyncEventSink) -> None:
-        """Writes occurrences from tasks on the running event loop, through
-        ``sink``, instead of from writer threads: no thread has to win the GIL
-        back for each answer (a thread per write cost the shim about 1 ms of
-        CPU per event; docs/benchmarks.md, session 19). Up to ``writers``
-        writes are under way at once. The first writer thread still runs the
-        timers and, at ``stop``, helps drain the queue. Call from the loop,
-        before ``start``."""
-        self._loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
-        self._async_sink = sink
-
-    def _wake_tasks(self) -> None:
-        """Starts writer tasks for the queued occurrences (with ``_cond`` held,
-        from any thread)."""
-        loop = self._loop
-        assert loop is not None
-        if threading.get_ident() == self._loop_thread:
-            self._spawn_tasks()
-        else:
-            loop.call_soon_threadsafe(self._spawn_tasks)
-
-    def _spawn_tasks(self) -> None:
-        """On the loop: one task per queued occurrence, up to ``writers``."""
-        loop = self._loop
-        assert loop is not None
-        with self._cond:
-            want = min(len(self._queue), self._writers) - len(self._tasks)
-            for _ in range(max(want, 0)):
-                task = loop.create_task(self._write_task())
-                self._tasks.add(task)
-
-    async def _write_task(self) -> None:
-        """Writes queued occurrences until the queue is empty."""
-        task = asyncio.current_task()
-        while True:
-            with self._cond:
-                if not self._queue:
-                    # Leaves in the same step that saw the queue empty, so a
-                    # record() after this starts a new task.
-                    if task is not None:
-                        self._tasks.discard(task)
-                    return
-                occurrence = self._queue.popleft()
-                self._busy += 1
-            try:
-                await self._aprocess(occurrence)
-            except Exception:
-                log.exception("event writer: unexpected error writing an event")
-            finally:
-                with self._cond:
-                    self._busy -= 1
-                    self._done.notify_all()
-
-    def _start_writer(self) -> None:
-        """Starts one more writer thread, free until it takes an occurrence;
-        called with ``_cond`` held. The first one also runs the timers."""
-        k = len(self._threads)
-        self._idle += 1
-        thread = threading.Thread(
-            target=self._run,
-            args=(k == 0,),
-            name=f"events-{self.reporting_controller}" + (f"-{k}" if k else ""),
-            daemon=True,
-        )
-        self._threads.append(thread)
-        thread.start()
-
-    @property
-    def writer_threads(self) -> int:
-        """How many writer threads have started."""
-        with self._cond:
-            return len(self._threads)
-
-    def stop(self, timeout: float = 5.0) -> None:
+    async def stop(self, grace: float = 5.0) -> None:
         """Writes what is queued and the series counts the API server has not seen,
-        one try each, for at most ``timeout`` seconds; then stops. What is left is
-        dropped with a log line. Later ``record`` calls are ignored."""
-        with self._cond:
+        one try each, for at most ``grace`` seconds; then stops. What is left is
+        dropped with a log line. Later ``record`` calls are ignored. Without
+        ``start``, the queue is written from the awaiting task, one at a time."""
+        with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._deadline = time.monotonic() + timeout
-            threads = list(self._threads)
-            self._cond.notify_all()
-        self._stop_event.set()  # no more retry sleeps
-        if not threads:
-            self._drain_and_flush()
-            return
-        # The first writer finishes last (it flushes the series counts once
-        # the others have drained the queue).
-        threads[0].join(timeout)
-        if threads[0].is_alive():
-            log.warning(
-                "event writer still busy %.1fs after stop (a write in flight); leaving it behind",
-                timeout,
-            )
+            self._deadline = time.monotonic() + grace
+            started = self._loop is not None
+        self._stopping.set()  # no more retry sleeps
+        for timer in self._timer_tasks:
+            timer.cancel()
+        await asyncio.gather(*self._timer_tasks, return_exceptions=True)
+        if not started:
+            await self._write_queued()
+        else:
+            # Every writer helps drain the queue.
+            self._spawn_writers()
+            if self._writer_tasks:
+                left = max(self._deadline - time.monotonic(), 0.0)
+                _, pending = await asyncio.wait(set(self._writer_tasks), timeout=left)
+                if pending:
+                    log.warning(
+                        "event writer still busy %.1fs after stop (a write in flight); "
+                        "leaving it behind",
+                        grace,
+                    )
+                    return
+        await self._guarded(self.flush_series)
 
-    def wait_idle(self, timeout: float | None = None) -> bool:
-        """Waits until the queue is empty and no write is under way; False on timeout."""
-        with self._cond:
-            return self._done.wait_for(lambda: not self._queue and self._busy == 0, timeout)
+    async def wait_idle(self, within: float | None = None) -> bool:
+        """Waits until the queue is empty and no write is under way; False when
+        that takes longer than ``within`` seconds."""
+        try:
+            async with asyncio.timeout(within):
+                while self.queued or self._busy:
+                    self._written.clear()
+                    await self._written.wait()
+        except TimeoutError:
+            return False
+        return True
 
     @property
     def queued(self) -> int:
-        with self._cond:
+        with self._lock:
             return len(self._queue)
 
     @property
     def cached(self) -> int:
         """How many events (singletons and series) the recorder remembers."""
-        with self._lock:
-            return len(self._cache)
+        return len(self._cache)
 
-    # -- the work, callable on any thread when the writer is not running --------
+    # -- the work ---------------------------------------------------------------
 
-    def process_pending(self) -> int:
-        """Writes every queued occurrence on the caller's thread; how many there were."""
+    async def process_pending(self) -> int:
+        """Writes every queued occurrence from the awaiting task; how many there were."""
         done = 0
-        while True:
-            with self._cond:
-                if not self._queue:
-                    return done
-                occurrence = self._queue.popleft()
-            self._process(occurrence)
+        while (occurrence := self._next()) is not None:
+            await self._process(occurrence)
             done += 1
+        return done
 
-    def refresh_series(self) -> None:
+    async def refresh_series(self) -> None:
         """PATCHes every cached series with its current count, one try each
         (event_broadcaster.go ``refreshExistingEventSeries``)."""
-        with self._lock:
-            writes = [
-                (key, ev.write()) for key, ev in self._cache.items() if ev.series_count is not None
-            ]
+        writes = [
+            (key, ev.write()) for key, ev in self._cache.items() if ev.series_count is not None
+        ]
         for key, w in writes:
-            if self._write_once(w) is _Result.WRITTEN:
+            if await self._write_once(w) is _Result.WRITTEN:
                 self._mark_written(key, w)
 
-    def finish_series(self) -> None:
+    async def finish_series(self) -> None:
         """Writes the final count of every series not observed for ``finish_time``
         and forgets it; forgets singletons older than ``finish_time``
         (event_broadcaster.go ``finishSeries``). A series whose write is worth
         retrying stays for the next round."""
         horizon = self._clock() - self.finish_time
         todo: list[tuple[_Key, _CachedEvent, _Write]] = []
-        with self._lock:
-            for key, ev in list(self._cache.items()):
-                if ev.series_count is None:
-                    if ev.event_time < horizon:
-                        del self._cache[key]
-                elif ev.last_observed < horizon:
-                    todo.append((key, ev, ev.write()))
+        for key, ev in list(self._cache.items()):
+            if ev.series_count is None:
+                if ev.event_time < horizon:
+                    del self._cache[key]
+            elif ev.last_observed < horizon:
+                todo.append((key, ev, ev.write()))
         for key, ev, w in todo:
-            result = _Result.WRITTEN if ev.written_count >= w.count else self._write_once(w)
+            if ev.written_count >= w.count:
+                result = _Result.WRITTEN
+            else:
+                result = await self._write_once(w)
             if result is _Result.RETRY:
                 continue
-            with self._lock:
-                # Observed again while we wrote: not finished after all.
-                if self._cache.get(key) is ev and ev.series_count == w.count:
-                    del self._cache[key]
+            # Observed again while we wrote: not finished after all.
+            if self._cache.get(key) is ev and ev.series_count == w.count:
+                del self._cache[key]
             if result is _Result.WRITTEN:
                 log.debug("event series %s/%s finished at count %d", w.namespace, w.name, w.count)
 
-    def flush_series(self) -> None:
+    async def flush_series(self) -> None:
         """PATCHes every series whose count the API server has not seen yet, one try
         each (what ``stop`` does last; not an upstream step)."""
-        with self._lock:
-            writes = [
-                (key, ev.write())
-                for key, ev in self._cache.items()
-                if ev.series_count is not None and ev.written_count < ev.series_count
-            ]
+        writes = [
+            (key, ev.write())
+            for key, ev in self._cache.items()
+            if ev.series_count is not None and ev.written_count < ev.series_count
+        ]
         for key, w in writes:
             if self._past_deadline():
-                self._count("abandoned_on_stop")
+                self.stats.abandoned_on_stop += 1
                 continue
-            if self._write_once(w) is _Result.WRITTEN:
+            if await self._write_once(w) is _Result.WRITTEN:
                 self._mark_written(key, w)
 
     # -- internals --------------------------------------------------------------
 
-    def _run(self, primary: bool) -> None:
-        """A writer thread: queued occurrences first; the primary writer also
-        runs the timers when due. After ``stop`` every writer helps drain the
-        queue, and the primary one then writes the series counts."""
-        next_refresh = time.monotonic() + self.refresh_time
-        next_finish = time.monotonic() + self.finish_time
-        while True:
-            with self._cond:
-                # This writer counts as free (_idle) until it takes an occurrence;
-                # with use_event_loop, tasks take them and this thread runs the timers.
-                tasks_write = self._loop is not None
-                if (tasks_write or not self._queue) and not self._closed:
-                    if primary:
-                        wait = min(next_refresh, next_finish) - time.monotonic()
-                        if wait > 0:
-                            self._cond.wait(wait)
-                    else:
-                        self._cond.wait()
-                if self._closed:
-                    self._idle -= 1
-                    break
-                occurrence = self._queue.popleft() if self._queue and not tasks_write else None
-                self._idle -= 1
-                self._busy += 1
-            try:
-                if occurrence is not None:
-                    self._guarded(self._process, occurrence)
-                if primary:
-                    now = time.monotonic()
-                    if now >= next_finish:
-                        self._guarded(self.finish_series)
-                        next_finish = time.monotonic() + self.finish_time
-                    if now >= next_refresh:
-                        self._guarded(self.refresh_series)
-                        next_refresh = time.monotonic() + self.refresh_time
-            finally:
-                with self._cond:
-                    self._busy -= 1
-                    self._idle += 1
-                    self._done.notify_all()
-        self._drain()
-        if primary:
-            with self._cond:
-                others = self._threads[1:]
-            for thread in others:
-                left = None if self._deadline is None else self._deadline - time.monotonic()
-                thread.join(max(left, 0.0) if left is not None else None)
-            self._flush()
-
-    def _drain_and_flush(self) -> None:
-        """stop's work on the caller's thread: the queue, then the unwritten
-        series counts, until the deadline."""
-        self._drain()
-        self._flush()
-
-    def _drain(self) -> None:
-        """Writes what is queued (shared by every writer after ``stop``), until
-        the deadline; what is left then is dropped with a log line."""
-        while True:
-            with self._cond:
-                if not self._queue:
-                    return
-                if self._past_deadline():
-                    abandoned = len(self._queue)
-                    self._queue.clear()
-                    self.stats.abandoned_on_stop += abandoned
-                    log.warning(
-                        "event recorder stopped with %d event(s) not written: "
-                        "stop's deadline passed",
-                        abandoned,
-                    )
-                    return
-                occurrence = self._queue.popleft()
-                self._busy += 1
-            try:
-                self._guarded(self._process, occurrence)
-            finally:
-                with self._cond:
-                    self._busy -= 1
-                    self._done.notify_all()
-
-    def _flush(self) -> None:
-        with self._cond:
-            self._busy += 1
+    def _wake_writers(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Has the loop start writer tasks for what is queued (from any thread)."""
+        if threading.get_ident() == self._loop_thread:
+            self._spawn_writers()
+            return
         try:
-            self._guarded(self.flush_series)
-        finally:
-            with self._cond:
-                self._busy -= 1
-                self._done.notify_all()
+            loop.call_soon_threadsafe(self._spawn_writers)
+        except RuntimeError:  # the loop is closed; stop() was never awaited
+            log.debug("event recorder %s: its event loop is closed", self.reporting_controller)
 
-    def _count(self, stat: str) -> None:
-        """One more of a counter the writers share."""
-        with self._cond:
-            setattr(self.stats, stat, getattr(self.stats, stat) + 1)
+    def _spawn_writers(self) -> None:
+        """On the loop: a writer task per queued occurrence, up to ``writers``."""
+        loop = self._loop
+        if loop is None:
+            return
+        want = min(self.queued, self._writers) - len(self._writer_tasks)
+        for _ in range(want):
+            self._writer_tasks.add(loop.create_task(self._writer()))
+
+    async def _writer(self) -> None:
+        """A writer task (upstream: the goroutine ``recordToSink`` starts per
+        occurrence): writes queued occurrences until the queue is empty. It
+        leaves in the same step that saw the queue empty, so an occurrence
+        queued after that starts a new task."""
+        try:
+            await self._write_queued()
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                self._writer_tasks.discard(task)
+
+    async def _write_queued(self) -> None:
+        """Writes queued occurrences one after another until the queue is empty
+        (or ``stop``'s deadline has passed)."""
+        while (occurrence := self._next()) is not None:
+            self._busy += 1
+            try:
+                await self._guarded(self._process, occurrence)
+            finally:
+                self._busy -= 1
+                self._written.set()
+
+    def _next(self) -> _Occurrence | None:
+        """The next queued occurrence; None when there is none, or when ``stop``'s
+        deadline has passed (what is left is then dropped with a log line)."""
+        with self._lock:
+            if not self._queue:
+                return None
+            if not self._past_deadline():
+                return self._queue.popleft()
+            abandoned = len(self._queue)
+            self._queue.clear()
+            self.stats.abandoned_on_stop += abandoned
+        log.warning(
+            "event recorder stopped with %d event(s) not written: stop's deadline passed",
+            abandoned,
+        )
+        return None
+
+    async def _every(self, period: float, step: Callable[[], Awaitable[None]]) -> None:
+        """A timer (``wait.UntilWithContext``): ``step`` every ``period`` seconds."""
+        while True:
+            await asyncio.sleep(period)
+            await self._guarded(step)
+
+    async def _guarded(self, fn: Callable[..., Awaitable[None]], *args: _Occurrence) -> None:
+        """Runs one step of the writer; a bug in it is logged, not fatal to the writer."""
+        try:
+            await fn(*args)
+        except Exception:
+            log.exception("event writer: unexpected error in %s", fn.__name__)
 
     def _past_deadline(self) -> bool:
         return self._deadline is not None and time.monotonic() > self._deadline
-
-    def _guarded(self, fn: Callable[..., None], *args: object) -> None:
-        """Runs one step of the writer; a bug in it is logged, not fatal to the thread."""
-        try:
-            fn(*args)
-        except Exception:
-            log.exception("event writer: unexpected error in %s", fn.__name__)
 
     def _prepare(self, occ: _Occurrence) -> tuple[_Key, _Write] | None:
         """One occurrence into the cache (event_broadcaster.go ``recordToSink``):
         a new key is created, the second occurrence starts a series written
         now, later ones only count (None: nothing to write)."""
         key = occ.key()
-        with self._lock:
-            ev = self._cache.get(key)
-            if ev is not None and ev.series_count is not None:
-                ev.series_count += 1
-                ev.last_observed = occ.at
-                return None
-            if ev is not None:
-                ev.series_count = 2
-                ev.last_observed = occ.at
-            else:
-                ev = self._new_event(occ)
-                self._cache[key] = ev
-            return key, ev.write()
+        ev = self._cache.get(key)
+        if ev is not None and ev.series_count is not None:
+            ev.series_count += 1
+            ev.last_observed = occ.at
+            return None
+        if ev is not None:
+            ev.series_count = 2
+            ev.last_observed = occ.at
+        else:
+            ev = self._new_event(occ)
+            self._cache[key] = ev
+        return key, ev.write()
 
-    def _process(self, occ: _Occurrence) -> None:
-        """One occurrence, written from this thread."""
+    async def _process(self, occ: _Occurrence) -> None:
+        """One occurrence: into the cache, then written if it needs a write."""
         todo = self._prepare(occ)
-        if todo is not None and self._attempt(todo[1]):
-            self._mark_written(*todo)
-
-    async def _aprocess(self, occ: _Occurrence) -> None:
-        """One occurrence, written from the event loop."""
-        todo = self._prepare(occ)
-        if todo is not None and await self._aattempt(todo[1]):
+        if todo is not None and await self._attempt(todo[1]):
             self._mark_written(*todo)
 
     def _new_event(self, occ: _Occurrence) -> _CachedEvent:
-        """event_recorder.go ``makeEvent``; called with the cache lock held."""
+        """event_recorder.go ``makeEvent``."""
         # Name: "<regarding name>.<unix nanos in hex>", kept unique per recorder
         # when the clock repeats itself.
         ns = max(int(occ.at * 1_000_000_000), self._last_name_ns + 1)
@@ -743,48 +677,37 @@ class EventRecorder:
 
     def _mark_written(self, key: _Key, w: _Write) -> None:
         """Notes the count the API server now has (if the event is still cached)."""
-        with self._lock:
-            ev = self._cache.get(key)
-            if ev is not None and ev.name == w.name:
-                ev.written_count = max(ev.written_count, w.count)
+        ev = self._cache.get(key)
+        if ev is not None and ev.name == w.name:
+            ev.written_count = max(ev.written_count, w.count)
 
-    def _attempt(self, w: _Write) -> bool:
+    async def _attempt(self, w: _Write) -> bool:
         """Writes with retries (event_broadcaster.go ``attemptRecording``): up to
         ``max_tries`` tries, a jittered sleep between; no retry once ``stop`` is
         called (upstream gives up when its context is done)."""
         tries = 0
         while True:
-            result = self._write_once(w)
+            result = await self._write_once(w)
             if result is not _Result.RETRY:
                 return result is _Result.WRITTEN
             tries += 1
             delay = self._retry_delay(w, tries)
             if delay is None:
                 return False
-            if self._sleep is not None:
-                self._sleep(delay)
-            else:
-                self._stop_event.wait(delay)  # cut short by stop()
+            await self._pause(delay)
             if self._stopping_now(w):
                 return False
 
-    async def _aattempt(self, w: _Write) -> bool:
-        """``_attempt`` from the event loop."""
-        tries = 0
-        while True:
-            result = await self._awrite_once(w)
-            if result is not _Result.RETRY:
-                return result is _Result.WRITTEN
-            tries += 1
-            delay = self._retry_delay(w, tries)
-            if delay is None:
-                return False
-            if self._sleep is not None:
-                self._sleep(delay)
-            else:
-                await asyncio.sleep(delay)
-            if self._stopping_now(w):
-                return False
+    async def _pause(self, delay: float) -> None:
+        """The sleep between tries, cut short by ``stop``."""
+        if self._sleep is not None:
+            self._sleep(delay)
+            return
+        try:
+            async with asyncio.timeout(delay):
+                await self._stopping.wait()
+        except TimeoutError:
+            pass
 
     def _retry_delay(self, w: _Write, tries: int) -> float | None:
         """The sleep before the next try; None: give up (too many tries, or
@@ -803,7 +726,7 @@ class EventRecorder:
         return self._retry_sleep * (1.0 + self._rng.random() * SLEEP_JITTER)
 
     def _stopping_now(self, w: _Write) -> bool:
-        if not self._stop_event.is_set():
+        if not self._stopping.is_set():
             return False
         log.warning(
             "event %s/%s (%s) not written: the recorder is stopping, no more retries",
@@ -813,56 +736,31 @@ class EventRecorder:
         )
         return True
 
-    def _write_once(self, w: _Write) -> _Result:
+    async def _write_once(self, w: _Write) -> _Result:
         """One write (event_broadcaster.go ``recordEvent``): a series is PATCHed, or
         created if the Event is gone; anything else is created."""
         try:
             if w.series is not None:
                 try:
-                    self._api.strategic_patch(
+                    await self._sink.strategic_patch(
                         events_path(w.namespace, w.name), {"series": w.series}
                     )
-                    self._count("writes")
+                    self.stats.writes += 1
                     return _Result.WRITTEN
                 except ApiError as exc:
-                    self._gone_or_raise(w, exc)
-            self._api.create(events_path(w.namespace), w.body)
-            self._count("writes")
+                    if not exc.not_found:
+                        raise
+                    log.debug("event %s/%s is gone; creating it again", w.namespace, w.name)
+            await self._sink.create(events_path(w.namespace), w.body)
+            self.stats.writes += 1
             return _Result.WRITTEN
         except ApiError as exc:
             return self._failed(w, exc)
-
-    async def _awrite_once(self, w: _Write) -> _Result:
-        """``_write_once`` through the event loop's sink."""
-        sink = self._async_sink
-        assert sink is not None
-        try:
-            if w.series is not None:
-                try:
-                    await sink.strategic_patch(
-                        events_path(w.namespace, w.name), {"series": w.series}
-                    )
-                    self._count("writes")
-                    return _Result.WRITTEN
-                except ApiError as exc:
-                    self._gone_or_raise(w, exc)
-            await sink.create(events_path(w.namespace), w.body)
-            self._count("writes")
-            return _Result.WRITTEN
-        except ApiError as exc:
-            return self._failed(w, exc)
-
-    @staticmethod
-    def _gone_or_raise(w: _Write, exc: ApiError) -> None:
-        """A series PATCH answered 404: the Event is gone, create it again."""
-        if not exc.not_found:
-            raise exc
-        log.debug("event %s/%s is gone; creating it again", w.namespace, w.name)
 
     def _failed(self, w: _Write, exc: ApiError) -> _Result:
         """What a failed write leads to (event_broadcaster.go ``recordEvent``)."""
         reason = w.body.get("reason")
-        self._count("write_failures")
+        self.stats.write_failures += 1
         if exc.conflict and w.series is not None:
             # The create after a 404 met the create of the first occurrence:
             # the Event exists now, so the PATCH will work next time.
@@ -905,11 +803,12 @@ __all__ = [
     "MAX_TRIES_PER_EVENT",
     "NOTE_LENGTH_LIMIT",
     "REFRESH_TIME",
-    "AsyncEventSink",
+    "BlockingSink",
     "EventRecorder",
     "EventSink",
     "ObjectRef",
     "RecorderStats",
+    "ThreadedSink",
     "events_path",
     "micro_time",
     "truncate_note",

@@ -42,7 +42,7 @@ from berth.shim.background import ApiWorkers, Tasks
 from berth.shim.binding import Binder, BindingCycle, WaitingPods
 from berth.shim.cache import DEFAULT_ASSUMED_TTL, Assumed, SchedulerCache
 from berth.shim.eventhandlers import EventHandlers
-from berth.shim.events import DEFAULT_WRITERS, EventRecorder
+from berth.shim.events import DEFAULT_WRITERS, EventRecorder, ThreadedSink
 from berth.shim.informer import Informer, node_key, pod_key
 from berth.shim.metrics import Counters
 from berth.shim.objects import ObjectSources
@@ -96,13 +96,6 @@ class Scheduler:
         self.service = service
         self.profiles = set(profiles)
         self.options = options or ShimOptions()
-        # One recorder per profile, reporting as the profile's schedulerName, as
-        # kube-scheduler's profile.NewMap does (the "From" of kubectl describe).
-        self.recorders: dict[str, EventRecorder] = {
-            name: EventRecorder(api, name) for name in sorted(self.profiles)
-        }
-        if recorder is not None:
-            self.recorders = dict.fromkeys(self.profiles, recorder)
         self.cache = SchedulerCache(service.state)
         self.queue = SchedulingQueue(
             service.sort_keys,
@@ -121,7 +114,7 @@ class Scheduler:
         traced = tracing()
         self._async_api: AsyncApi | None = None
         # The events' own connections, so that events never hold up a binding.
-        self._events_api: AsyncApi | None = None
+        events_api: AsyncApi | None = None
         if self.options.bind_connections > 0:
             self._async_api = AsyncApi.from_kubeapi(api, connections=self.options.bind_connections)
             if self._async_api is None:
@@ -131,7 +124,15 @@ class Scheduler:
                     "client's pool"
                 )
             else:
-                self._events_api = AsyncApi.from_kubeapi(api, connections=DEFAULT_WRITERS)
+                events_api = AsyncApi.from_kubeapi(api, connections=DEFAULT_WRITERS)
+        self._events_api: AsyncApi | ThreadedSink = events_api or ThreadedSink(api)
+        # One recorder per profile, reporting as the profile's schedulerName, as
+        # kube-scheduler's profile.NewMap does (the "From" of kubectl describe).
+        self.recorders: dict[str, EventRecorder] = {
+            name: EventRecorder(self._events_api, name) for name in sorted(self.profiles)
+        }
+        if recorder is not None:
+            self.recorders = dict.fromkeys(self.profiles, recorder)
 
         self.pod_status = PodStatusWriter(api, self._workers)
         # Pods whose status.nominatedNodeName a binding cycle set, to that node
@@ -201,8 +202,6 @@ class Scheduler:
         until ``stop``."""
         loop = asyncio.get_running_loop()
         for rec in set(self.recorders.values()):
-            if self._events_api is not None:
-                rec.use_event_loop(self._events_api)
             rec.start()
         nodes: Informer[cpb.Node] = Informer(
             self.api,
@@ -299,12 +298,11 @@ class Scheduler:
         for inf in self._informers:
             inf.stop()
         await self.tasks.cancel_all()
-        await asyncio.gather(*(asyncio.to_thread(rec.stop) for rec in set(self.recorders.values())))
+        await asyncio.gather(*(rec.stop() for rec in set(self.recorders.values())))
         self._workers.shutdown()
         if self._async_api is not None:
             await self._async_api.close()
-        if self._events_api is not None:
-            await self._events_api.close()
+        await self._events_api.close()
 
     # -- admission ---------------------------------------------------------------------
 

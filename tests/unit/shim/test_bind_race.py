@@ -122,7 +122,7 @@ class FakeRecorder:
     def start(self) -> None:
         return None
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         return None
 
     def record(

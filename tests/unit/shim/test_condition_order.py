@@ -60,7 +60,7 @@ class NoRecorder:
     def start(self) -> None:
         return None
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         return None
 
 

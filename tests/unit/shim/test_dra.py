@@ -87,7 +87,7 @@ class Recorder:
     def start(self) -> None:
         return None
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         return None
 
     def record(self, regarding: ObjectRef, type_: str, reason: str, action: str, note: str) -> None:

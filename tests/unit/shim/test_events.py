@@ -13,7 +13,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 import orjson
@@ -29,6 +29,7 @@ from berth.shim.events import (
     NOTE_LENGTH_LIMIT,
     EventRecorder,
     ObjectRef,
+    ThreadedSink,
     micro_time,
     truncate_note,
 )
@@ -97,13 +98,35 @@ def sleeps() -> list[float]:
 
 
 @pytest.fixture
-def recorder(api: FakeApi, clock: FakeClock, sleeps: list[float]) -> Iterator[EventRecorder]:
+async def sinks() -> AsyncIterator[Callable[[FakeApi], ThreadedSink]]:
+    """Makes the recorder's EventSink of a fake blocking API (as the shim makes
+    one of KubeApi where AsyncApi cannot serve); closed after the test."""
+    made: list[ThreadedSink] = []
+
+    def make(api: FakeApi) -> ThreadedSink:
+        made.append(ThreadedSink(api))
+        return made[-1]
+
+    yield make
+    for sink in made:
+        await sink.close()
+
+
+@pytest.fixture
+def sink(api: FakeApi, sinks: Callable[[FakeApi], ThreadedSink]) -> ThreadedSink:
+    return sinks(api)
+
+
+@pytest.fixture
+async def recorder(
+    sink: ThreadedSink, clock: FakeClock, sleeps: list[float]
+) -> AsyncIterator[EventRecorder]:
     """Not started: tests drive it with process_pending / refresh_series / finish_series."""
     rec = EventRecorder(
-        api, "berth", reporting_instance="berth-host1", clock=clock, sleep=sleeps.append
+        sink, "berth", reporting_instance="berth-host1", clock=clock, sleep=sleeps.append
     )
     yield rec
-    rec.stop(timeout=1.0)
+    await rec.stop(grace=1.0)
 
 
 def failed_scheduling(rec: EventRecorder, note: str = NOTE, regarding: ObjectRef = POD) -> None:
@@ -119,13 +142,13 @@ def record_times(rec: EventRecorder, clock: FakeClock, n: int, step: float = 1.0
 # -- recordToSink: create, then a series patch, then counting in memory -------
 
 
-def test_first_occurrence_is_created_as_upstream_make_event_builds_it(
+async def test_first_occurrence_is_created_as_upstream_make_event_builds_it(
     recorder: EventRecorder, api: FakeApi
 ) -> None:
     """recordToSink creates the first occurrence; event_recorder.go makeEvent names it
     <regarding>.<hex unix nanos> and fills the events.k8s.io/v1 fields."""
     failed_scheduling(recorder)
-    recorder.process_pending()
+    await recorder.process_pending()
 
     assert [c.method for c in api.calls] == ["create"]
     call = api.calls[0]
@@ -152,7 +175,7 @@ def test_first_occurrence_is_created_as_upstream_make_event_builds_it(
     assert "related" not in body
 
 
-def test_second_occurrence_patches_series_count_two(
+async def test_second_occurrence_patches_series_count_two(
     recorder: EventRecorder, api: FakeApi, clock: FakeClock
 ) -> None:
     """recordToSink: the second isomorphic occurrence gets series {count: 2} and is
@@ -161,7 +184,7 @@ def test_second_occurrence_patches_series_count_two(
     failed_scheduling(recorder)
     clock.advance(3.0)
     failed_scheduling(recorder)
-    recorder.process_pending()
+    await recorder.process_pending()
 
     assert [c.method for c in api.calls] == ["create", "patch"]
     name = api.calls[0].body["metadata"]["name"]
@@ -169,26 +192,26 @@ def test_second_occurrence_patches_series_count_two(
     assert api.calls[1].body == {"series": {"count": 2, "lastObservedTime": micro_time(T0 + 3.0)}}
 
 
-def test_third_and_later_occurrences_only_count_in_memory(
+async def test_third_and_later_occurrences_only_count_in_memory(
     recorder: EventRecorder, api: FakeApi, clock: FakeClock
 ) -> None:
     """recordToSink: once a series exists, occurrences only bump count and
     lastObservedTime in the cache; nothing is written."""
     record_times(recorder, clock, 10)
-    recorder.process_pending()
+    await recorder.process_pending()
 
     assert [c.method for c in api.calls] == ["create", "patch"]
     assert recorder.cached == 1
 
 
-def test_different_notes_of_one_key_aggregate_into_one_event(
+async def test_different_notes_of_one_key_aggregate_into_one_event(
     recorder: EventRecorder, api: FakeApi
 ) -> None:
     """getKey leaves the note out: FailedScheduling with a new message is the same
     series, and the event keeps its first note."""
     failed_scheduling(recorder, "0/5 nodes are available: 5 Insufficient cpu.")
     failed_scheduling(recorder, "0/6 nodes are available: 6 Insufficient memory.")
-    recorder.process_pending()
+    await recorder.process_pending()
 
     assert [c.method for c in api.calls] == ["create", "patch"]
     assert api.calls[0].body["note"] == "0/5 nodes are available: 5 Insufficient cpu."
@@ -204,7 +227,7 @@ def test_different_notes_of_one_key_aggregate_into_one_event(
         ("Warning", "FailedScheduling", "Scheduling", OTHER_POD),  # regarding
     ],
 )
-def test_occurrences_differing_in_a_key_field_are_separate_events(
+async def test_occurrences_differing_in_a_key_field_are_separate_events(
     recorder: EventRecorder,
     api: FakeApi,
     type_: str,
@@ -215,65 +238,65 @@ def test_occurrences_differing_in_a_key_field_are_separate_events(
     """getKey: type, action, reason and regarding each tell events apart."""
     failed_scheduling(recorder)
     recorder.record(regarding, type_, reason, action, NOTE)
-    recorder.process_pending()
+    await recorder.process_pending()
 
     assert [c.method for c in api.calls] == ["create", "create"]
     assert recorder.cached == 2
 
 
-def test_related_object_is_part_of_the_key_and_of_the_event(
+async def test_related_object_is_part_of_the_key_and_of_the_event(
     recorder: EventRecorder, api: FakeApi
 ) -> None:
     """getKey includes the related reference (kube-scheduler's Preempted events
     name the preemptor there)."""
     recorder.record(POD, "Normal", "Preempted", "Preempting", "by a", related=OTHER_POD)
     recorder.record(POD, "Normal", "Preempted", "Preempting", "by b", related=None)
-    recorder.process_pending()
+    await recorder.process_pending()
 
     assert [c.method for c in api.calls] == ["create", "create"]
     assert api.calls[0].body["related"]["name"] == "cart"
 
 
-def test_cluster_scoped_objects_report_into_the_default_namespace(
+async def test_cluster_scoped_objects_report_into_the_default_namespace(
     recorder: EventRecorder, api: FakeApi
 ) -> None:
     """event_recorder.go makeEvent: an object with no namespace reports into "default"."""
     node = ObjectRef(kind="Node", namespace="", name="node-a", uid="")
     recorder.record(node, "Normal", "RegisteredNode", "Registering", "hello")
-    recorder.process_pending()
+    await recorder.process_pending()
 
     assert api.calls[0].path == "/apis/events.k8s.io/v1/namespaces/default/events"
     assert api.calls[0].body["regarding"] == {"apiVersion": "v1", "kind": "Node", "name": "node-a"}
 
 
-def test_unknown_event_type_is_logged_and_not_recorded(
+async def test_unknown_event_type_is_logged_and_not_recorded(
     recorder: EventRecorder, api: FakeApi, caplog: pytest.LogCaptureFixture
 ) -> None:
     """event_recorder.go eventf: util.ValidateEventType admits Normal and Warning only."""
     with caplog.at_level(logging.ERROR, logger="berth.shim.events"):
         recorder.record(POD, "Critical", "FailedScheduling", "Scheduling", NOTE)
-    recorder.process_pending()
+    await recorder.process_pending()
 
     assert api.calls == []
     assert "neither Normal nor Warning" in caplog.text
 
 
-def test_event_names_stay_unique_when_the_clock_repeats(
+async def test_event_names_stay_unique_when_the_clock_repeats(
     recorder: EventRecorder, api: FakeApi
 ) -> None:
     """makeEvent names by unix nanos; two keys in the same instant must not collide
     (the second create would fail AlreadyExists)."""
     failed_scheduling(recorder, regarding=POD)
     recorder.record(POD, "Warning", "FailedBinding", "Binding", NOTE)
-    recorder.process_pending()
+    await recorder.process_pending()
 
     names = [c.body["metadata"]["name"] for c in api.calls]
     assert len(set(names)) == 2
 
 
-def test_reporting_instance_defaults_to_controller_dash_hostname(api: FakeApi) -> None:
+def test_reporting_instance_defaults_to_controller_dash_hostname(sink: ThreadedSink) -> None:
     """NewRecorder: reportingInstance = reportingController + "-" + hostname."""
-    rec = EventRecorder(api, "default-scheduler")
+    rec = EventRecorder(sink, "default-scheduler")
     assert rec.reporting_instance == f"default-scheduler-{socket.gethostname()}"
 
 
@@ -294,49 +317,49 @@ def test_long_note_is_cut_to_the_api_servers_byte_limit() -> None:
     assert set(wide[:-4]) == {"é"}
 
 
-def test_recorded_note_is_truncated(recorder: EventRecorder, api: FakeApi) -> None:
+async def test_recorded_note_is_truncated(recorder: EventRecorder, api: FakeApi) -> None:
     failed_scheduling(recorder, "n" * 3000)
-    recorder.process_pending()
+    await recorder.process_pending()
     assert len(api.calls[0].body["note"].encode()) == NOTE_LENGTH_LIMIT
 
 
 # -- refreshExistingEventSeries and finishSeries ---------------------------------
 
 
-def test_refresh_patches_the_current_count_of_every_series(
+async def test_refresh_patches_the_current_count_of_every_series(
     recorder: EventRecorder, api: FakeApi, clock: FakeClock
 ) -> None:
     """refreshExistingEventSeries: every cached series is patched with its count;
     singletons are not written."""
     record_times(recorder, clock, 5)
     recorder.record(OTHER_POD, "Warning", "FailedScheduling", "Scheduling", NOTE)
-    recorder.process_pending()
+    await recorder.process_pending()
     api.calls.clear()
 
-    recorder.refresh_series()
+    await recorder.refresh_series()
 
     assert [c.method for c in api.calls] == ["patch"]
     assert api.calls[0].body == {"series": {"count": 5, "lastObservedTime": micro_time(T0 + 4.0)}}
     assert recorder.cached == 2  # refresh keeps everything
 
 
-def test_finish_writes_final_count_of_a_quiet_series_and_forgets_it(
+async def test_finish_writes_final_count_of_a_quiet_series_and_forgets_it(
     recorder: EventRecorder, api: FakeApi, clock: FakeClock
 ) -> None:
     """finishSeries: a series not observed for finishTime gets its final count
     written and leaves the cache; the next occurrence starts a new event."""
     record_times(recorder, clock, 5)  # last observed at T0 + 4
-    recorder.process_pending()
+    await recorder.process_pending()
     first_name = api.calls[0].body["metadata"]["name"]
     api.calls.clear()
 
     clock.now = T0 + 4 + FINISH_TIME  # not yet *before* now - finishTime
-    recorder.finish_series()
+    await recorder.finish_series()
     assert api.calls == []
     assert recorder.cached == 1
 
     clock.advance(0.001)
-    recorder.finish_series()
+    await recorder.finish_series()
     assert [c.method for c in api.calls] == ["patch"]
     assert api.calls[0].path == f"{COLLECTION}/{first_name}"
     assert api.calls[0].body["series"]["count"] == 5
@@ -344,63 +367,63 @@ def test_finish_writes_final_count_of_a_quiet_series_and_forgets_it(
 
     api.calls.clear()
     failed_scheduling(recorder)
-    recorder.process_pending()
+    await recorder.process_pending()
     assert [c.method for c in api.calls] == ["create"]
     assert api.calls[0].body["metadata"]["name"] != first_name
 
 
-def test_finish_forgets_a_singleton_older_than_finish_time_without_writing(
+async def test_finish_forgets_a_singleton_older_than_finish_time_without_writing(
     recorder: EventRecorder, api: FakeApi, clock: FakeClock
 ) -> None:
     """finishSeries: a singleton (no series) older than finishTime is only dropped
     from the cache, so a later occurrence is a new event, not a series."""
     failed_scheduling(recorder)
-    recorder.process_pending()
+    await recorder.process_pending()
     api.calls.clear()
 
     clock.advance(FINISH_TIME / 2)
-    recorder.finish_series()
+    await recorder.finish_series()
     assert recorder.cached == 1
 
     clock.advance(FINISH_TIME / 2 + 1)
-    recorder.finish_series()
+    await recorder.finish_series()
     assert api.calls == []
     assert recorder.cached == 0
 
     failed_scheduling(recorder)
-    recorder.process_pending()
+    await recorder.process_pending()
     assert [c.method for c in api.calls] == ["create"]
 
 
-def test_finish_skips_the_patch_when_the_final_count_is_already_written(
+async def test_finish_skips_the_patch_when_the_final_count_is_already_written(
     recorder: EventRecorder, api: FakeApi, clock: FakeClock
 ) -> None:
     """Berth's one saving over finishSeries: a series seen exactly twice already has
     count 2 on the server, so finishing it sends nothing."""
     record_times(recorder, clock, 2)
-    recorder.process_pending()
+    await recorder.process_pending()
     api.calls.clear()
 
     clock.advance(FINISH_TIME + 1)
-    recorder.finish_series()
+    await recorder.finish_series()
 
     assert api.calls == []
     assert recorder.cached == 0
 
 
-def test_finish_keeps_a_series_whose_write_is_worth_retrying(
+async def test_finish_keeps_a_series_whose_write_is_worth_retrying(
     recorder: EventRecorder, api: FakeApi, clock: FakeClock
 ) -> None:
     """finishSeries deletes a series only when recordEvent does not ask to retry."""
     record_times(recorder, clock, 3)
-    recorder.process_pending()
+    await recorder.process_pending()
     clock.advance(FINISH_TIME + 1)
 
     api.failures = [api_error(0)]
-    recorder.finish_series()
+    await recorder.finish_series()
     assert recorder.cached == 1
 
-    recorder.finish_series()
+    await recorder.finish_series()
     assert recorder.cached == 0
     assert api.calls[-1].body["series"]["count"] == 3
 
@@ -409,14 +432,14 @@ def test_finish_keeps_a_series_whose_write_is_worth_retrying(
 
 
 @pytest.mark.parametrize("status", [0, 503, 429])
-def test_temporary_failure_is_retried_after_a_jittered_sleep_then_succeeds(
+async def test_temporary_failure_is_retried_after_a_jittered_sleep_then_succeeds(
     recorder: EventRecorder, api: FakeApi, sleeps: list[float], status: int
 ) -> None:
     """attemptRecording: an unreachable API server is retried after
     wait.Jitter(10s, 0.25)."""
     api.failures = [api_error(status), api_error(status)]
     failed_scheduling(recorder)
-    recorder.process_pending()
+    await recorder.process_pending()
 
     assert [c.method for c in api.calls] == ["create"] * 3
     assert len(sleeps) == 2
@@ -424,7 +447,7 @@ def test_temporary_failure_is_retried_after_a_jittered_sleep_then_succeeds(
     assert recorder.stats.writes == 1
 
 
-def test_gives_up_after_max_tries_per_event(
+async def test_gives_up_after_max_tries_per_event(
     recorder: EventRecorder,
     api: FakeApi,
     sleeps: list[float],
@@ -434,7 +457,7 @@ def test_gives_up_after_max_tries_per_event(
     api.always_fail = api_error(0)
     with caplog.at_level(logging.ERROR, logger="berth.shim.events"):
         failed_scheduling(recorder)
-        recorder.process_pending()
+        await recorder.process_pending()
 
     assert len(api.calls) == MAX_TRIES_PER_EVENT
     assert len(sleeps) == MAX_TRIES_PER_EVENT - 1
@@ -442,7 +465,7 @@ def test_gives_up_after_max_tries_per_event(
 
 
 @pytest.mark.parametrize(("status", "reason"), [(403, "Forbidden"), (422, "Invalid")])
-def test_rejected_write_is_logged_and_dropped_without_retry(
+async def test_rejected_write_is_logged_and_dropped_without_retry(
     recorder: EventRecorder,
     api: FakeApi,
     sleeps: list[float],
@@ -454,14 +477,14 @@ def test_rejected_write_is_logged_and_dropped_without_retry(
     api.failures = [api_error(status, reason)]
     with caplog.at_level(logging.ERROR, logger="berth.shim.events"):
         failed_scheduling(recorder)
-        recorder.process_pending()
+        await recorder.process_pending()
 
     assert len(api.calls) == 1
     assert sleeps == []
     assert "rejected by the API server, dropped" in caplog.text
 
 
-def test_series_patch_answered_not_found_creates_the_event_with_its_series(
+async def test_series_patch_answered_not_found_creates_the_event_with_its_series(
     recorder: EventRecorder, api: FakeApi, clock: FakeClock
 ) -> None:
     """recordEvent: a patch that finds no Event (deleted, or expired by its TTL)
@@ -470,7 +493,7 @@ def test_series_patch_answered_not_found_creates_the_event_with_its_series(
     clock.advance(2.0)
     failed_scheduling(recorder)
     api.failures = [None, api_error(404, "NotFound", "PATCH")]
-    recorder.process_pending()
+    await recorder.process_pending()
 
     assert [c.method for c in api.calls] == ["create", "patch", "create"]
     recreated = api.calls[2].body
@@ -479,7 +502,7 @@ def test_series_patch_answered_not_found_creates_the_event_with_its_series(
     assert recreated["note"] == NOTE
 
 
-def test_series_create_answered_already_exists_is_retried(
+async def test_series_create_answered_already_exists_is_retried(
     recorder: EventRecorder, api: FakeApi, sleeps: list[float]
 ) -> None:
     """recordEvent: creating a series after a 404 patch can meet the first
@@ -487,20 +510,20 @@ def test_series_create_answered_already_exists_is_retried(
     failed_scheduling(recorder)
     failed_scheduling(recorder)
     api.failures = [None, api_error(404, "NotFound", "PATCH"), api_error(409, "AlreadyExists")]
-    recorder.process_pending()
+    await recorder.process_pending()
 
     assert [c.method for c in api.calls] == ["create", "patch", "create", "patch"]
     assert len(sleeps) == 1
     assert recorder.stats.writes == 2
 
 
-def test_singleton_create_answered_already_exists_is_not_retried(
+async def test_singleton_create_answered_already_exists_is_not_retried(
     recorder: EventRecorder, api: FakeApi, sleeps: list[float]
 ) -> None:
     """recordEvent: AlreadyExists for a plain create is dropped (logged at debug)."""
     api.failures = [api_error(409, "AlreadyExists")]
     failed_scheduling(recorder)
-    recorder.process_pending()
+    await recorder.process_pending()
 
     assert len(api.calls) == 1
     assert sleeps == []
@@ -509,12 +532,12 @@ def test_singleton_create_answered_already_exists_is_not_retried(
 # -- the queue: maxQueuedEvents, DropIfChannelFull, never blocking --------------
 
 
-def test_full_queue_drops_occurrences_with_a_log_line(
-    api: FakeApi, caplog: pytest.LogCaptureFixture
+async def test_full_queue_drops_occurrences_with_a_log_line(
+    api: FakeApi, sink: ThreadedSink, caplog: pytest.LogCaptureFixture
 ) -> None:
     """maxQueuedEvents with watch.DropIfChannelFull: what does not fit is dropped,
     and event_recorder.go says so in the log (here at most once per 10 s)."""
-    rec = EventRecorder(api, "berth", max_queued=3)
+    rec = EventRecorder(sink, "berth", max_queued=3)
     with caplog.at_level(logging.WARNING, logger="berth.shim.events"):
         for i in range(6):
             rec.record(POD, "Warning", f"Reason{i}", "Scheduling", NOTE)
@@ -525,12 +548,12 @@ def test_full_queue_drops_occurrences_with_a_log_line(
     assert len(drops) == 1
     assert "dropped event Reason3" in drops[0].getMessage()
 
-    assert rec.process_pending() == 3
+    assert await rec.process_pending() == 3
     assert [c.body["reason"] for c in api.calls] == ["Reason0", "Reason1", "Reason2"]
 
 
-def test_default_queue_bound_is_upstreams_max_queued_events(api: FakeApi) -> None:
-    rec = EventRecorder(api, "berth")
+def test_default_queue_bound_is_upstreams_max_queued_events(sink: ThreadedSink) -> None:
+    rec = EventRecorder(sink, "berth")
     for i in range(MAX_QUEUED_EVENTS + 5):
         rec.record(POD, "Warning", f"R{i}", "Scheduling", NOTE)
     assert rec.queued == MAX_QUEUED_EVENTS
@@ -553,15 +576,20 @@ def stuck_api() -> Iterator[tuple[FakeApi, threading.Event, threading.Event]]:
     release.set()
 
 
-def test_record_never_blocks_while_the_writer_is_stuck(
+def test_record_from_another_thread_never_blocks_while_the_writer_is_stuck(
     stuck_api: tuple[FakeApi, threading.Event, threading.Event],
 ) -> None:
     """event_recorder.go: recording is fire-and-forget; a hung API server costs the
-    caller nothing, and the excess is dropped rather than waited for."""
+    caller nothing, and the excess is dropped rather than waited for. The caller
+    here is a thread other than the event loop's."""
     api, entered, release = stuck_api
-    rec = EventRecorder(api, "berth", writers=1)
-    rec.start()
+    sink = ThreadedSink(api)
+    rec = EventRecorder(sink, "berth", writers=1)
+    loop = asyncio.new_event_loop()
+    loop_thread = threading.Thread(target=loop.run_forever, daemon=True)
+    loop_thread.start()
     try:
+        asyncio.run_coroutine_threadsafe(_start(rec), loop).result(5)
         failed_scheduling(rec)
         assert entered.wait(5)
 
@@ -575,16 +603,26 @@ def test_record_never_blocks_while_the_writer_is_stuck(
         assert rec.stats.dropped_queue_full == 500
     finally:
         release.set()
-        rec.stop(timeout=5)
+        asyncio.run_coroutine_threadsafe(rec.stop(grace=5), loop).result(10)
+        asyncio.run_coroutine_threadsafe(sink.close(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        loop_thread.join(5)
+        loop.close()
+    assert rec.stats.writes == MAX_QUEUED_EVENTS + 1
+
+
+async def _start(rec: EventRecorder) -> None:
+    rec.start()
 
 
 async def test_record_from_the_event_loop_returns_while_the_writer_is_stuck(
     stuck_api: tuple[FakeApi, threading.Event, threading.Event],
+    sinks: Callable[[FakeApi], ThreadedSink],
 ) -> None:
     """record is a plain call usable from asyncio code: it neither awaits nor waits
-    for the writer thread."""
+    for the writer."""
     api, entered, release = stuck_api
-    rec = EventRecorder(api, "berth", writers=1)
+    rec = EventRecorder(sinks(api), "berth", writers=1)
     rec.start()
     try:
         failed_scheduling(rec)
@@ -596,7 +634,7 @@ async def test_record_from_the_event_loop_returns_while_the_writer_is_stuck(
         assert rec.queued == 100
     finally:
         release.set()
-        await asyncio.to_thread(rec.stop, 5)
+        await rec.stop(grace=5)
     assert [c.method for c in api.calls] == ["create", "patch", "patch"]  # + stop's flush
 
 
@@ -625,9 +663,12 @@ class GatedApi(FakeApi):
             with self._count_lock:
                 self.in_flight -= 1
 
-    def wait_in_flight(self, n: int) -> bool:
-        with self._count_lock:
-            return self._count_lock.wait_for(lambda: self.in_flight >= n, 5)
+    async def wait_in_flight(self, n: int) -> bool:
+        def wait() -> bool:
+            with self._count_lock:
+                return self._count_lock.wait_for(lambda: self.in_flight >= n, 5)
+
+        return await asyncio.to_thread(wait)
 
 
 def scheduled(rec: EventRecorder, i: int) -> None:
@@ -635,61 +676,66 @@ def scheduled(rec: EventRecorder, i: int) -> None:
     rec.record(pod, "Normal", "Scheduled", "Binding", f"Successfully assigned ns/p{i} to n1")
 
 
-def test_writes_overlap_up_to_the_writer_count() -> None:
+async def test_writes_overlap_up_to_the_writer_count(
+    sinks: Callable[[FakeApi], ThreadedSink],
+) -> None:
     """event_broadcaster.go recordToSink writes every occurrence from a goroutine
     of its own: a slow API server delays events, it does not serialize them.
     Distinct occurrences are written at once, up to ``writers`` at a time."""
     api = GatedApi()
-    rec = EventRecorder(api, "berth", writers=3)
+    sink = sinks(api)
+    rec = EventRecorder(sink, "berth", writers=3)
     rec.start()
     try:
         for i in range(7):
             scheduled(rec, i)
-        assert api.wait_in_flight(3)
-        assert rec.writer_threads == 3
+        assert await api.wait_in_flight(3)
+        assert sink.threads == 3
         assert rec.queued == 4
         api.gate.set()
-        assert rec.wait_idle(5)
+        assert await rec.wait_idle(5)
     finally:
         api.gate.set()
-        rec.stop(timeout=5)
+        await rec.stop(grace=5)
     assert api.most_in_flight == 3
     names = sorted(c.body["regarding"]["name"] for c in api.calls)
     assert names == [f"p{i}" for i in range(7)]
     assert rec.stats.writes == 7
 
 
-def test_an_idle_recorder_keeps_one_writer() -> None:
-    """More writer threads start only while occurrences wait for a busy writer."""
-    api = FakeApi()
-    rec = EventRecorder(api, "berth", writers=8)
+async def test_an_idle_recorder_keeps_one_writer(api: FakeApi, sink: ThreadedSink) -> None:
+    """More writers (and, through a ThreadedSink, threads) start only while
+    occurrences wait for a busy writer."""
+    rec = EventRecorder(sink, "berth", writers=8)
     rec.start()
     try:
         for i in range(5):
             scheduled(rec, i)
-            assert rec.wait_idle(5)
-        assert rec.writer_threads == 1
+            assert await rec.wait_idle(5)
+        assert sink.threads == 1
     finally:
-        rec.stop(timeout=5)
+        await rec.stop(grace=5)
     assert len(api.calls) == 5
 
 
-def test_stop_drains_with_every_writer_then_flushes_series() -> None:
+async def test_stop_drains_with_every_writer_then_flushes_series(
+    sinks: Callable[[FakeApi], ThreadedSink],
+) -> None:
     """stop: the queue is written by all writers; the series counts last."""
     api = GatedApi()
-    rec = EventRecorder(api, "berth", writers=4)
+    rec = EventRecorder(sinks(api), "berth", writers=4)
     rec.start()
     try:
         failed_scheduling(rec)
-        assert api.wait_in_flight(1)
+        assert await api.wait_in_flight(1)
         for i in range(10):
             scheduled(rec, i)
-        assert api.wait_in_flight(4)
+        assert await api.wait_in_flight(4)
         failed_scheduling(rec)  # a series of the first key, written as a PATCH
         failed_scheduling(rec)  # counted only
     finally:
         api.gate.set()
-        rec.stop(timeout=5)
+        await rec.stop(grace=5)
     created = [c for c in api.calls if c.method == "create"]
     assert sorted(
         c.body["regarding"]["name"] for c in created if c.body["reason"] == "Scheduled"
@@ -701,7 +747,8 @@ def test_stop_drains_with_every_writer_then_flushes_series() -> None:
 
 
 class AsyncFakeApi:
-    """The async sink: calls wait at a gate (an asyncio.Event); records them."""
+    """An EventSink of the event loop, as AsyncApi is: calls wait at a gate (an
+    asyncio.Event); records them."""
 
     def __init__(self) -> None:
         self.calls: list[Call] = []
@@ -739,29 +786,28 @@ async def _until(cond: Callable[[], bool]) -> None:
     raise AssertionError("condition not reached in 5 s")
 
 
-async def test_on_the_event_loop_writes_overlap_and_no_writer_thread_writes() -> None:
-    """use_event_loop: writes are tasks on the loop (no thread per write), up to
-    ``writers`` at once; the one thread left only runs the timers."""
+async def test_on_the_event_loop_writes_overlap_and_no_thread_is_started() -> None:
+    """With a sink of the event loop (the shim's AsyncApi) writes are tasks on
+    the loop, up to ``writers`` at once, and the recorder starts no thread:
+    not for the writes, not for the timers."""
     sink = AsyncFakeApi()
-    sync_api = FakeApi()
-    rec = EventRecorder(sync_api, "berth", writers=3)
-    rec.use_event_loop(sink)
+    rec = EventRecorder(sink, "berth", writers=3)
+    threads_before = set(threading.enumerate())
     rec.start()
     try:
         for i in range(7):
             scheduled(rec, i)
         await _until(lambda: sink.in_flight == 3)
         assert rec.queued == 4
+        assert not set(threading.enumerate()) - threads_before
         sink.gate.set()
-        assert await asyncio.to_thread(rec.wait_idle, 5)
+        assert await rec.wait_idle(5)
     finally:
         sink.gate.set()
-        await asyncio.to_thread(rec.stop, 5)
+        await rec.stop(grace=5)
     assert sink.most_in_flight == 3
     assert sorted(c.body["regarding"]["name"] for c in sink.calls) == [f"p{i}" for i in range(7)]
     assert sink.threads == {threading.get_ident()}
-    assert sync_api.calls == []
-    assert rec.writer_threads == 1
     assert rec.stats.writes == 7
 
 
@@ -772,20 +818,19 @@ async def test_on_the_event_loop_a_series_and_a_retry_follow_upstream() -> None:
     sink = AsyncFakeApi()
     sink.gate.set()
     sleeps: list[float] = []
-    rec = EventRecorder(FakeApi(), "berth", sleep=sleeps.append, rng=random.Random(1))
-    rec.use_event_loop(sink)
+    rec = EventRecorder(sink, "berth", sleep=sleeps.append, rng=random.Random(1))
     rec.start()
     try:
         failed_scheduling(rec)
-        assert await asyncio.to_thread(rec.wait_idle, 5)
+        assert await rec.wait_idle(5)
         sink.failures = [
             ApiError("PATCH", "/x", 404, b"gone"),
             ApiError("POST", "/x", 503, b"busy"),
         ]
         failed_scheduling(rec)
-        assert await asyncio.to_thread(rec.wait_idle, 5)
+        assert await rec.wait_idle(5)
     finally:
-        await asyncio.to_thread(rec.stop, 5)
+        await rec.stop(grace=5)
     # The retry starts over with the PATCH, which finds the Event created meanwhile.
     assert [c.method for c in sink.calls] == ["create", "patch", "create", "patch"]
     assert sink.calls[-1].body["series"]["count"] == 2
@@ -793,113 +838,116 @@ async def test_on_the_event_loop_a_series_and_a_retry_follow_upstream() -> None:
     assert rec.stats.writes == 2
 
 
-def test_writers_must_be_positive(api: FakeApi) -> None:
+def test_writers_must_be_positive(sink: ThreadedSink) -> None:
     with pytest.raises(ValueError, match="writers must be at least 1, got 0"):
-        EventRecorder(api, "berth", writers=0)
+        EventRecorder(sink, "berth", writers=0)
 
 
-# -- the writer thread, the timers, stop ----------------------------------------
+# -- the writers, the timers, stop ------------------------------------------------
 
 
-def test_started_recorder_writes_in_the_background(api: FakeApi) -> None:
+async def test_started_recorder_writes_in_the_background(api: FakeApi, sink: ThreadedSink) -> None:
     """startRecordingEvents: a started recorder writes without the caller's help."""
-    rec = EventRecorder(api, "berth")
+    rec = EventRecorder(sink, "berth")
     rec.start()
     try:
         for _ in range(3):
             failed_scheduling(rec)
-        assert rec.wait_idle(5)
+        assert await rec.wait_idle(5)
         assert [c.method for c in api.calls] == ["create", "patch"]
     finally:
-        rec.stop()
+        await rec.stop()
 
 
-def test_timers_refresh_and_finish_series_on_their_own(api: FakeApi) -> None:
+async def test_timers_refresh_and_finish_series_on_their_own(
+    api: FakeApi, sink: ThreadedSink
+) -> None:
     """StartRecordingToSinkWithContext runs refreshExistingEventSeries every
     refreshTime and finishSeries every finishTime (here shortened)."""
-    rec = EventRecorder(api, "berth", refresh_time=0.05, finish_time=0.4)
+    rec = EventRecorder(sink, "berth", refresh_time=0.05, finish_time=0.4)
     rec.start()
     try:
         for _ in range(4):
             failed_scheduling(rec)
-        assert rec.wait_idle(5)
+        assert await rec.wait_idle(5)
         assert rec.cached == 1
-        deadline = time.monotonic() + 5
-        while rec.cached and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert rec.cached == 0  # finished
+        await _until(lambda: rec.cached == 0)  # finished
         patches = [c.body["series"]["count"] for c in api.calls if c.method == "patch"]
         assert patches[0] == 2
         assert patches.count(4) >= 2  # refreshed at least once, and finished
     finally:
-        rec.stop()
+        await rec.stop()
 
 
-def test_stop_writes_what_is_queued_and_counts_the_server_has_not_seen(api: FakeApi) -> None:
+async def test_stop_writes_what_is_queued_and_counts_the_server_has_not_seen(
+    api: FakeApi, sink: ThreadedSink
+) -> None:
     """Berth's stop drains the queue, then patches series counts past the last
     write (client-go's Shutdown would lose the 3rd and 4th occurrence)."""
-    rec = EventRecorder(api, "berth")
+    rec = EventRecorder(sink, "berth")
     for _ in range(4):
         failed_scheduling(rec)
     rec.start()
-    rec.stop(timeout=5)
+    await rec.stop(grace=5)
 
     assert [c.method for c in api.calls] == ["create", "patch", "patch"]
     assert api.calls[2].body["series"]["count"] == 4
 
 
-def test_stop_without_start_drains_on_the_callers_thread(api: FakeApi) -> None:
-    rec = EventRecorder(api, "berth")
+async def test_stop_without_start_drains_from_the_awaiting_task(
+    api: FakeApi, sink: ThreadedSink
+) -> None:
+    rec = EventRecorder(sink, "berth")
     failed_scheduling(rec)
-    rec.stop()
+    await rec.stop()
     assert [c.method for c in api.calls] == ["create"]
 
 
-def test_record_after_stop_is_ignored(api: FakeApi) -> None:
-    rec = EventRecorder(api, "berth")
-    rec.stop()
+async def test_record_after_stop_is_ignored(api: FakeApi, sink: ThreadedSink) -> None:
+    rec = EventRecorder(sink, "berth")
+    await rec.stop()
     failed_scheduling(rec)
     assert rec.queued == 0
-    assert rec.process_pending() == 0
+    assert await rec.process_pending() == 0
     assert api.calls == []
 
 
-def test_stop_cuts_a_retry_sleep_short_and_does_not_retry_again(api: FakeApi) -> None:
+async def test_stop_cuts_a_retry_sleep_short_and_does_not_retry_again(
+    api: FakeApi, sink: ThreadedSink
+) -> None:
     """attemptRecording gives up when its context is done: stop does not wait out the
     10 s backoff of an unreachable API server."""
     api.always_fail = api_error(0)
-    rec = EventRecorder(api, "berth")  # default sleep: interruptible
+    rec = EventRecorder(sink, "berth")  # default sleep: interruptible
     rec.start()
     failed_scheduling(rec)
-    deadline = time.monotonic() + 5
-    while not api.calls and time.monotonic() < deadline:
-        time.sleep(0.01)
+    await _until(lambda: bool(api.calls))
 
     started = time.monotonic()
-    rec.stop(timeout=3)
+    await rec.stop(grace=3)
     assert time.monotonic() - started < 2
     assert len(api.calls) == 1
 
 
-def test_stop_abandons_what_is_left_at_its_deadline(
-    api: FakeApi, caplog: pytest.LogCaptureFixture
+async def test_stop_abandons_what_is_left_at_its_deadline(
+    api: FakeApi, sink: ThreadedSink, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """stop is best effort within its timeout; the rest is dropped and counted."""
+    """stop is best effort within its grace period; the rest is dropped and counted."""
     api.before_call = lambda: time.sleep(0.1)
-    rec = EventRecorder(api, "berth")
+    rec = EventRecorder(sink, "berth")
     for i in range(20):
         rec.record(POD, "Warning", f"R{i}", "Scheduling", NOTE)
     with caplog.at_level(logging.WARNING, logger="berth.shim.events"):
         started = time.monotonic()
-        rec.stop(timeout=0.25)
+        await rec.stop(grace=0.25)
     assert time.monotonic() - started < 1.0
     assert 1 <= len(api.calls) < 20
     assert rec.stats.abandoned_on_stop == 20 - len(api.calls)
     assert "not written: stop's deadline passed" in caplog.text
 
 
-def test_start_after_stop_is_refused(api: FakeApi) -> None:
-    rec = EventRecorder(api, "berth")
-    rec.stop()
+async def test_start_after_stop_is_refused(sink: ThreadedSink) -> None:
+    rec = EventRecorder(sink, "berth")
+    await rec.stop()
     with pytest.raises(RuntimeError):
         rec.start()

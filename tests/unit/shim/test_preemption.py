@@ -140,7 +140,7 @@ class FakeRecorder:
     def start(self) -> None:
         return None
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         return None
 
     def record(
