@@ -5,18 +5,21 @@ shape of the events upstream kube-scheduler writes.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from berth.dev.localcluster import Cluster, objects, start_kube_scheduler
+from berth.kube.asynchttp import AsyncApi
 from berth.kube.errors import ApiError
 from berth.kube.rest import JSON, KubeApi
 from berth.shim.events import (
+    DEFAULT_WRITERS,
     FINISH_TIME,
     NOTE_LENGTH_LIMIT,
     EventRecorder,
@@ -54,11 +57,20 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def recorder(api: KubeApi, clock: FakeClock) -> Iterator[EventRecorder]:
-    rec = EventRecorder(api, CONTROLLER, clock=clock)
+async def sink(api: KubeApi) -> AsyncIterator[AsyncApi]:
+    """The shim's EventSink: connections of the recorder's own, on the event loop."""
+    sink = AsyncApi.from_kubeapi(api, connections=DEFAULT_WRITERS)
+    assert sink is not None
+    yield sink
+    await sink.close()
+
+
+@pytest.fixture
+async def recorder(sink: AsyncApi, clock: FakeClock) -> AsyncIterator[EventRecorder]:
+    rec = EventRecorder(sink, CONTROLLER, clock=clock)
     rec.start()
     yield rec
-    rec.stop(timeout=10)
+    await rec.stop(grace=10)
 
 
 def make_pod(kube: KubeApi, namespace: str, name: str, **kwargs: Any) -> JSON:
@@ -83,14 +95,16 @@ def core_events(kube: KubeApi, namespace: str) -> list[JSON]:
     return items
 
 
-def failed_scheduling(rec: EventRecorder, pod: ObjectRef, clock: FakeClock, times: int) -> None:
+async def failed_scheduling(
+    rec: EventRecorder, pod: ObjectRef, clock: FakeClock, times: int
+) -> None:
     for _ in range(times):
         rec.record(pod, "Warning", "FailedScheduling", "Scheduling", NOTE)
         clock.now += 1.0
-    assert rec.wait_idle(30)
+    assert await rec.wait_idle(30)
 
 
-def test_five_failed_schedulings_are_one_event_whose_series_ends_at_five(
+async def test_five_failed_schedulings_are_one_event_whose_series_ends_at_five(
     kube: KubeApi,
     namespace: str,
     pod: ObjectRef,
@@ -100,7 +114,7 @@ def test_five_failed_schedulings_are_one_event_whose_series_ends_at_five(
     """recordToSink writes the first two occurrences (create, then series count 2);
     finishSeries writes the final count 5. core/v1 shows the same event."""
     t0 = clock.now
-    failed_scheduling(recorder, pod, clock, 5)
+    await failed_scheduling(recorder, pod, clock, 5)
 
     [event] = v1_events(kube, namespace)
     assert event["series"]["count"] == 2
@@ -117,7 +131,7 @@ def test_five_failed_schedulings_are_one_event_whose_series_ends_at_five(
     assert event["regarding"]["kind"] == "Pod"
 
     clock.now += FINISH_TIME + 1
-    recorder.finish_series()
+    await recorder.finish_series()
 
     [event] = v1_events(kube, namespace)
     assert event["series"]["count"] == 5
@@ -143,7 +157,7 @@ def test_five_failed_schedulings_are_one_event_whose_series_ends_at_five(
     assert core["eventTime"] == micro_time(t0)
 
 
-def test_series_whose_event_was_deleted_is_created_again_with_its_count(
+async def test_series_whose_event_was_deleted_is_created_again_with_its_count(
     kube: KubeApi,
     namespace: str,
     pod: ObjectRef,
@@ -152,13 +166,13 @@ def test_series_whose_event_was_deleted_is_created_again_with_its_count(
 ) -> None:
     """recordEvent: a series patch answered 404 (the Event was deleted or expired)
     creates the Event, series included; the API server accepts that create."""
-    failed_scheduling(recorder, pod, clock, 2)
+    await failed_scheduling(recorder, pod, clock, 2)
     [event] = v1_events(kube, namespace)
     kube.delete(events_path(namespace, event["metadata"]["name"]))
     assert v1_events(kube, namespace) == []
 
-    failed_scheduling(recorder, pod, clock, 1)  # count 3, in memory only
-    recorder.refresh_series()
+    await failed_scheduling(recorder, pod, clock, 1)  # count 3, in memory only
+    await recorder.refresh_series()
 
     [again] = v1_events(kube, namespace)
     assert again["metadata"]["name"] == event["metadata"]["name"]
@@ -166,7 +180,7 @@ def test_series_whose_event_was_deleted_is_created_again_with_its_count(
     assert again["note"] == NOTE
 
 
-def test_note_is_cut_to_what_the_api_server_accepts(
+async def test_note_is_cut_to_what_the_api_server_accepts(
     kube: KubeApi,
     api: KubeApi,
     namespace: str,
@@ -177,7 +191,7 @@ def test_note_is_cut_to_what_the_api_server_accepts(
     """NoteLengthLimit is 1024 bytes: one byte more is refused, so the recorder cuts
     long notes (as kube-scheduler's truncateMessage does) and they are accepted."""
     recorder.record(pod, "Warning", "FailedScheduling", "Scheduling", "x" * 5000)
-    assert recorder.wait_idle(30)
+    assert await recorder.wait_idle(30)
     [event] = v1_events(kube, namespace)
     assert len(event["note"]) == NOTE_LENGTH_LIMIT
     assert event["note"].endswith(" ...")
@@ -189,16 +203,16 @@ def test_note_is_cut_to_what_the_api_server_accepts(
     assert refused.value.status == 422
 
 
-def test_stop_writes_the_count_the_server_has_not_seen(
-    kube: KubeApi, api: KubeApi, namespace: str, pod: ObjectRef, clock: FakeClock
+async def test_stop_writes_the_count_the_server_has_not_seen(
+    kube: KubeApi, sink: AsyncApi, namespace: str, pod: ObjectRef, clock: FakeClock
 ) -> None:
     """Occurrences after the second are only counted in memory; stop writes them."""
-    rec = EventRecorder(api, CONTROLLER, clock=clock)
+    rec = EventRecorder(sink, CONTROLLER, clock=clock)
     rec.start()
-    failed_scheduling(rec, pod, clock, 4)
+    await failed_scheduling(rec, pod, clock, 4)
     assert v1_events(kube, namespace)[0]["series"]["count"] == 2
 
-    rec.stop(timeout=10)
+    await rec.stop(grace=10)
 
     [event] = v1_events(kube, namespace)
     assert event["series"]["count"] == 4
@@ -224,11 +238,11 @@ def _shape(event: JSON) -> JSON:
     }
 
 
-def test_event_has_the_shape_of_kube_schedulers_failed_scheduling_event(
+async def test_event_has_the_shape_of_kube_schedulers_failed_scheduling_event(
     cluster: Cluster,
     k8s_bin_dir: Path,
     kube: KubeApi,
-    api: KubeApi,
+    sink: AsyncApi,
     namespace: str,
     tmp_path: Path,
 ) -> None:
@@ -251,14 +265,14 @@ def test_event_has_the_shape_of_kube_schedulers_failed_scheduling_event(
             theirs = [
                 e for e in v1_events(kube, namespace) if e["reportingController"] == scheduler_name
             ]
-            time.sleep(0.2)
+            await asyncio.sleep(0.2)
     assert theirs, "kube-scheduler wrote no FailedScheduling event within 60 s"
 
     meta = make_pod(kube, namespace, "our-pod", scheduler_name="nobody")["metadata"]
     ref = ObjectRef(kind="Pod", namespace=namespace, name=meta["name"], uid=meta["uid"])
-    rec = EventRecorder(api, CONTROLLER)
+    rec = EventRecorder(sink, CONTROLLER)
     rec.record(ref, "Warning", "FailedScheduling", "Scheduling", NOTE)
-    rec.stop(timeout=10)
+    await rec.stop(grace=10)
     [ours] = [e for e in v1_events(kube, namespace) if e["reportingController"] == CONTROLLER]
 
     assert _shape(ours) == _shape(theirs[0])
