@@ -24,6 +24,7 @@ from berth.shim.events import (
     NOTE_LENGTH_LIMIT,
     EventRecorder,
     ObjectRef,
+    ThreadedSink,
     events_path,
     micro_time,
 )
@@ -216,6 +217,26 @@ async def test_stop_writes_the_count_the_server_has_not_seen(
 
     [event] = v1_events(kube, namespace)
     assert event["series"]["count"] == 4
+
+
+async def test_a_blocking_client_behind_threaded_sink_writes_the_same_series(
+    kube: KubeApi, api: KubeApi, namespace: str, pod: ObjectRef, clock: FakeClock
+) -> None:
+    """Where AsyncApi cannot serve the API access configuration (a proxy), the shim
+    hands the recorder KubeApi behind a ThreadedSink: the same create, series PATCH
+    and final count reach the API server."""
+    sink = ThreadedSink(api)
+    rec = EventRecorder(sink, CONTROLLER, clock=clock)
+    rec.start()
+    try:
+        await failed_scheduling(rec, pod, clock, 3)
+        assert v1_events(kube, namespace)[0]["series"]["count"] == 2
+    finally:
+        await rec.stop(grace=10)
+        await sink.close()
+    [event] = v1_events(kube, namespace)
+    assert event["series"]["count"] == 3
+    assert event["reportingController"] == CONTROLLER
 
 
 def _shape(event: JSON) -> JSON:
