@@ -463,7 +463,7 @@ class EventRecorder:
                         "leaving it behind",
                         grace,
                     )
-                    return
+        # Past the deadline this only counts what it leaves unwritten.
         await self._guarded(self.flush_series)
 
     async def wait_idle(self, within: float | None = None) -> bool:
