@@ -479,6 +479,11 @@ class EventRecorder:
         return True
 
     @property
+    def writer_tasks(self) -> int:
+        """How many writer tasks are running."""
+        return len(self._writer_tasks)
+
+    @property
     def queued(self) -> int:
         with self._lock:
             return len(self._queue)

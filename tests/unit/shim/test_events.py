@@ -690,6 +690,7 @@ async def test_writes_overlap_up_to_the_writer_count(
         for i in range(7):
             scheduled(rec, i)
         assert await api.wait_in_flight(3)
+        assert rec.writer_tasks == 3
         assert sink.threads == 3
         assert rec.queued == 4
         api.gate.set()
@@ -704,15 +705,16 @@ async def test_writes_overlap_up_to_the_writer_count(
 
 
 async def test_an_idle_recorder_keeps_one_writer(api: FakeApi, sink: ThreadedSink) -> None:
-    """More writers (and, through a ThreadedSink, threads) start only while
-    occurrences wait for a busy writer."""
+    """More writers start only while occurrences wait for a busy writer; one
+    that finds the queue empty ends."""
     rec = EventRecorder(sink, "berth", writers=8)
     rec.start()
     try:
         for i in range(5):
             scheduled(rec, i)
+            assert rec.writer_tasks == 1
             assert await rec.wait_idle(5)
-        assert sink.threads == 1
+            assert rec.writer_tasks == 0
     finally:
         await rec.stop(grace=5)
     assert len(api.calls) == 5
@@ -798,6 +800,7 @@ async def test_on_the_event_loop_writes_overlap_and_no_thread_is_started() -> No
         for i in range(7):
             scheduled(rec, i)
         await _until(lambda: sink.in_flight == 3)
+        assert rec.writer_tasks == 3
         assert rec.queued == 4
         assert not set(threading.enumerate()) - threads_before
         sink.gate.set()
