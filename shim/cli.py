@@ -371,12 +371,12 @@ def run(args: argparse.Namespace) -> int:
             bind_connections=args.bind_connections,
         ),
     )
-    # The shim's background threads (event writers, informers) spend their
-    # time waiting on the API server, and each answer needs the GIL back from a
-    # busy event loop, which CPython hands over only after its switch interval
-    # (5 ms by default). A shorter interval lets those threads' answers in
-    # sooner while the loop is busy (docs/benchmarks.md measures event writes
-    # at 5 ms and 1 ms).
+    # The shim's background threads (informers, API workers, and event writes
+    # where they go through events.ThreadedSink) spend their time waiting on the
+    # API server, and each answer needs the GIL back from a busy event loop,
+    # which CPython hands over only after its switch interval (5 ms by default).
+    # A shorter interval lets those threads' answers in sooner while the loop is
+    # busy (docs/benchmarks.md measures event writes at 5 ms and 1 ms).
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
     try:
         return asyncio.run(run_shim(settings))
