@@ -37,6 +37,15 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.csi_translation import (
+    TranslationError,
+    inline_plugin,
+    inline_volume_handle,
+    is_csi_migration_on,
+    plugin_by_name,
+    pv_plugin,
+    pv_volume_handle,
+)
 from berth.framework.cycle_state import CycleState
 from berth.framework.handle import Handle
 from berth.framework.interfaces import (
@@ -67,15 +76,6 @@ from berth.framework.storage import (
     persistent_volume_claim,
     storage_class,
     volumes_of,
-)
-from berth.plugins.nodevolumelimits.csi_translation import (
-    TranslationError,
-    inline_plugin,
-    inline_volume_handle,
-    is_csi_migration_on,
-    plugin_by_name,
-    pv_plugin,
-    pv_volume_handle,
 )
 
 __all__ = ["ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED", "NAME", "CSILimits", "volume_limits"]

@@ -24,6 +24,12 @@ from typing import Any, Final
 import msgspec
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.csi_translation import (
+    TranslationError,
+    migrated_plugins,
+    migration_on_pv_plugin,
+    translated_node_affinity,
+)
 from berth.framework.objects import ClusterObject, ObjectKind, ObjectWrite
 from berth.framework.runtime import go_quote
 from berth.framework.snapshot import Snapshot
@@ -41,12 +47,6 @@ from berth.framework.storage import (
     volumes_of,
 )
 from berth.plugins.nodeaffinity.selector import SelectorTerm
-from berth.plugins.volumebinding.csi_translation import (
-    TranslationError,
-    in_tree_plugin,
-    migrated_plugins,
-    translated_node_affinity,
-)
 from berth.plugins.volumebinding.volumes import (
     ANN_BOUND_BY_CONTROLLER,
     ANN_SELECTED_NODE,
@@ -517,7 +517,7 @@ class VolumeBinder:
         the node (in-tree PVs whose plugin the node's CSINode lists as
         migrated get their zone topology under the CSI driver's key)."""
         spec = mapping(volume.obj.data, "spec")
-        if in_tree_plugin(spec) is not None:
+        if migration_on_pv_plugin(spec) is not None:
             migrated = migrated_plugins(self._csi_node(node_name))
             if migrated:
                 key = (volume.name, migrated)

@@ -24,6 +24,9 @@ import pytest
 
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.config import load_config
+from berth.framework.csi_translation import (
+    AWS_EBS,
+)
 from berth.framework.cycle_state import CycleState
 from berth.framework.interfaces import Plugin
 from berth.framework.model import PodInfo
@@ -49,15 +52,6 @@ from berth.framework.testing import (
 )
 from berth.plugins.defaultbinder import DefaultBinder
 from berth.plugins.nodevolumelimits import ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED, CSILimits
-from berth.plugins.nodevolumelimits.csi_translation import (
-    AWS_EBS,
-    AZURE_DISK,
-    GCE_PD,
-    TranslationError,
-    ebs_volume_id,
-    inline_volume_handle,
-    pv_volume_handle,
-)
 from berth.plugins.queuesort import PrioritySort
 
 EBS = "ebs.csi.aws.com"
@@ -754,73 +748,6 @@ def test_existing_pod_with_a_foreign_ephemeral_claim_is_an_error() -> None:
 
 
 # -- CSI translation ------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("given", "want"),
-    [
-        ("vol-123", "vol-123"),
-        ("aws://us-east-1a/vol-123", "vol-123"),
-        ("aws:///vol-abc", "vol-abc"),
-        ("anything", "anything"),
-    ],
-)
-def test_ebs_volume_id(given: str, want: str) -> None:
-    """aws_ebs.go, KubernetesVolumeIDToEBSVolumeID."""
-    assert ebs_volume_id(given) == want
-
-
-def test_ebs_volume_id_refuses_other_shapes() -> None:
-    with pytest.raises(TranslationError, match="Invalid format for AWS volume"):
-        ebs_volume_id("aws://us-east-1a/disk-1")
-
-
-def pv_with(labels: dict[str, str], source: dict[str, Any]) -> dict[str, Any]:
-    return {"metadata": {"name": "pv", "labels": labels}, "spec": source}
-
-
-@pytest.mark.parametrize(
-    ("labels", "want"),
-    [
-        ({}, "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/pd"),
-        (
-            {"topology.kubernetes.io/zone": "us-central1-a"},
-            "projects/UNSPECIFIED/zones/us-central1-a/disks/pd",
-        ),
-        (
-            {
-                "failure-domain.beta.kubernetes.io/zone": "us-central1-b",
-                "topology.kubernetes.io/zone": "us-central1-a",
-            },
-            "projects/UNSPECIFIED/zones/us-central1-b/disks/pd",
-        ),
-        (
-            {"topology.kubernetes.io/zone": "us-central1-a__us-central1-c"},
-            "projects/UNSPECIFIED/regions/us-central1/disks/pd",
-        ),
-    ],
-)
-def test_gce_pd_pv_handle(labels: dict[str, str], want: str) -> None:
-    """gce_pd.go, TranslateInTreePVToCSI: zonal, regional or unspecified."""
-    assert (
-        pv_volume_handle(GCE_PD, pv_with(labels, {"gcePersistentDisk": {"pdName": "pd"}})) == want
-    )
-
-
-def test_gce_pd_pv_in_two_regions_does_not_translate() -> None:
-    labels = {"topology.kubernetes.io/zone": "us-central1-a__europe-west1-b"}
-    with pytest.raises(TranslationError, match="multiple or no regions"):
-        pv_volume_handle(GCE_PD, pv_with(labels, {"gcePersistentDisk": {"pdName": "pd"}}))
-
-
-def test_azure_disk_needs_a_managed_kind() -> None:
-    source = {"azureDisk": {"diskName": "d", "diskURI": "/subs/x/disks/d"}}
-    assert inline_volume_handle(AZURE_DISK, source) == "/subs/x/disks/d"
-    managed = {"azureDisk": {**source["azureDisk"], "kind": "managed"}}
-    assert inline_volume_handle(AZURE_DISK, managed) == "/subs/x/disks/d"
-    shared = {"azureDisk": {**source["azureDisk"], "kind": "Shared"}}
-    with pytest.raises(TranslationError, match=r"kind\(Shared\) is not supported"):
-        inline_volume_handle(AZURE_DISK, shared)
 
 
 def test_inline_and_pv_of_the_same_gce_disk_count_once() -> None:

@@ -19,6 +19,9 @@ import yaml
 
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.config import ConfigError, load_config, parse_config
+from berth.framework.csi_translation import (
+    MIGRATED_PLUGINS_ANNOTATION,
+)
 from berth.framework.cycle_state import CycleState
 from berth.framework.model import PodInfo
 from berth.framework.objects import ObjectWrite
@@ -55,11 +58,6 @@ from berth.plugins.volumebinding.binder import (
     ChosenVolumes,
     assumed_in_flight,
     encode_assumed,
-)
-from berth.plugins.volumebinding.csi_translation import (
-    MIGRATED_PLUGINS_ANNOTATION,
-    TranslationError,
-    translated_node_affinity,
 )
 from berth.plugins.volumebinding.volumes import AssumedClaim, AssumedVolume, AssumedVolumes
 
@@ -1681,93 +1679,7 @@ def test_an_assumed_claim_is_one_of_the_pods_own_on_its_node(
     assert (bool(got.claims)) is want
 
 
-# -- CSI migration translation (csi-translation-lib) --------------------------------
-
-
-def _terms(affinity: Mapping[str, Any] | None) -> list[list[tuple[str, list[str]]]]:
-    assert affinity is not None
-    return [
-        [(e["key"], e["values"]) for e in t.get("matchExpressions", [])]
-        for t in affinity["required"]["nodeSelectorTerms"]
-    ]
-
-
-def test_translation_renames_zone_and_beta_region() -> None:
-    """translateTopologyFromInTreeToCSI: zone requirements go under the CSI key, a
-    beta region requirement under the GA one; the PV object is not changed."""
-    affinity: dict[str, Any] = {
-        "required": {
-            "nodeSelectorTerms": [
-                {
-                    "matchExpressions": [
-                        {
-                            "key": "failure-domain.beta.kubernetes.io/zone",
-                            "operator": "In",
-                            "values": ["z1"],
-                        },
-                        {
-                            "key": "failure-domain.beta.kubernetes.io/region",
-                            "operator": "In",
-                            "values": ["r1"],
-                        },
-                    ]
-                }
-            ]
-        }
-    }
-    volume = {"spec": {"awsElasticBlockStore": {"volumeID": "vol-1"}, "nodeAffinity": affinity}}
-    got = translated_node_affinity(volume, frozenset({"kubernetes.io/aws-ebs"}))
-    assert _terms(got) == [
-        [("topology.ebs.csi.aws.com/zone", ["z1"]), ("topology.kubernetes.io/region", ["r1"])]
-    ]
-    assert affinity["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["key"].startswith(
-        "failure"
-    )
-    # Not migrated on the node: unchanged.
-    assert translated_node_affinity(volume, frozenset({"kubernetes.io/gce-pd"})) is affinity
-
-
-def test_translation_adds_zones_from_the_label() -> None:
-    """addTopology: zones of a multi-zone label, trimmed, distinct and sorted, to every term."""
-    volume = {
-        "metadata": {"labels": {"topology.kubernetes.io/zone": "us-b-1__us-a-1__us-a-1"}},
-        "spec": {"cinder": {"volumeID": "v"}},
-    }
-    got = translated_node_affinity(volume, frozenset({"kubernetes.io/cinder"}))
-    assert _terms(got) == [[("topology.cinder.csi.openstack.org/zone", ["us-a-1", "us-b-1"])]]
-
-
-@pytest.mark.parametrize(
-    ("spec", "labels", "message"),
-    [
-        (
-            {"awsElasticBlockStore": {"volumeID": "aws://us-east-1a/bogus"}},
-            {},
-            "Invalid format for AWS volume",
-        ),
-        ({"azureDisk": {"diskName": "d", "kind": "Shared"}}, {}, "kind(Shared) is not supported"),
-        (
-            {"gcePersistentDisk": {"pdName": "d"}},
-            {"topology.kubernetes.io/zone": "us-central1-a__europe-west1-b"},
-            "multiple or no regions",
-        ),
-        (
-            {"gcePersistentDisk": {"pdName": "d"}},
-            {"topology.kubernetes.io/zone": "a__b"},
-            "unexpected format",
-        ),
-    ],
-)
-def test_translation_failures(spec: dict[str, Any], labels: dict[str, str], message: str) -> None:
-    plugin = {
-        "awsElasticBlockStore": "kubernetes.io/aws-ebs",
-        "azureDisk": "kubernetes.io/azure-disk",
-        "gcePersistentDisk": "kubernetes.io/gce-pd",
-    }[next(iter(spec))]
-    with pytest.raises(TranslationError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        translated_node_affinity(
-            {"metadata": {"labels": labels}, "spec": spec}, frozenset({plugin})
-        )
+# -- CSI migration translation (framework/csi_translation.py) ------------------------
 
 
 def test_translation_failure_is_a_filter_error() -> None:
