@@ -41,7 +41,6 @@ Where Berth differs from upstream, on purpose:
 from __future__ import annotations
 
 import difflib
-import importlib
 import logging
 import os
 import re
@@ -66,6 +65,7 @@ from berth.framework.profile import (
     ProfileConfig,
     SchedulerConfig,
 )
+from berth.framework.registry import RegistryLike
 
 if TYPE_CHECKING:
     from typing import NoReturn
@@ -175,8 +175,6 @@ _OLD_API_VERSIONS = frozenset(
 # Extension points of v1 that Berth has no runtime for (alpha upstream).
 _UNSUPPORTED_POINTS = ("placementGenerate", "placementScore")
 
-Registry = Mapping[str, type[Plugin]]
-
 
 # -- errors -------------------------------------------------------------------
 
@@ -234,9 +232,11 @@ def _rebuild_error(
 # -- public entry points ------------------------------------------------------
 
 
-def load_config(path: str | os.PathLike[str], registry: Registry | None = None) -> SchedulerConfig:
+def load_config(path: str | os.PathLike[str], registry: RegistryLike) -> SchedulerConfig:
     """Reads, decodes, defaults and validates a KubeSchedulerConfiguration
-    file. Raises ConfigError naming the file, the field and the reason."""
+    file against ``registry``, the plugins the scheduler can build
+    (berth.plugins.registry.load_registry() in a scheduler or server). Raises
+    ConfigError naming the file, the field and the reason."""
     source = os.fspath(path)
     try:
         with open(source, "rb") as f:
@@ -250,27 +250,16 @@ def load_config(path: str | os.PathLike[str], registry: Registry | None = None) 
     return parse_config(_load_yaml(data, source), source, registry)
 
 
-def parse_config(doc: object, source: str, registry: Registry | None = None) -> SchedulerConfig:
+def parse_config(doc: object, source: str, registry: RegistryLike) -> SchedulerConfig:
     """Like load_config, for a document already loaded from YAML or JSON."""
-    return _Parser(source, _resolve_registry(registry)).parse(doc)
+    return _Parser(source, registry).parse(doc)
 
 
-def default_config(registry: Registry | None = None) -> SchedulerConfig:
+def default_config(registry: RegistryLike) -> SchedulerConfig:
     """What an empty KubeSchedulerConfiguration means: one profile,
-    ``default-scheduler``, with upstream's default plugins that are
-    registered."""
+    ``default-scheduler``, with upstream's default plugins that are in
+    ``registry``."""
     return parse_config({"apiVersion": API_VERSION, "kind": KIND}, "<defaults>", registry)
-
-
-def _resolve_registry(registry: Registry | None) -> Registry:
-    if registry is not None:
-        return registry
-    # Imported here: the registry imports every plugin, and plugins import
-    # the framework. load_registry adds the installed out-of-tree plugins
-    # (the berth.plugins entry points) to the in-tree ones.
-    module = importlib.import_module("berth.plugins.registry")
-    default: Registry = module.load_registry()
-    return default
 
 
 # -- YAML ---------------------------------------------------------------------
@@ -516,7 +505,7 @@ class _ProfileOutcome:
 
 
 class _Parser:
-    def __init__(self, source: str, registry: Registry) -> None:
+    def __init__(self, source: str, registry: RegistryLike) -> None:
         self.source = source
         self.registry = registry
         self.errors: list[ConfigError] = []
@@ -1109,7 +1098,7 @@ _DEFAULT_FOR: dict[str, type[Plugin]] = {
 }
 
 
-def _default_plugin_sets(registry: Registry) -> dict[str, _Set]:
+def _default_plugin_sets(registry: RegistryLike) -> dict[str, _Set]:
     """getDefaultPlugins restricted to the registered plugins, in upstream's
     order and with its weights."""
     sets = {point: _Set() for point in (MULTI_POINT, *EXTENSION_POINTS)}

@@ -44,6 +44,7 @@ from typing import Any, Protocol, TextIO
 import msgspec
 
 from berth.framework.interfaces import EXTENSION_POINTS, Plugin
+from berth.framework.registry import Registry
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -169,9 +170,11 @@ class RegistryError(Exception):
         super().__init__("\n".join(str(c) for c in self.clashes))
 
 
-class PluginRegistry(dict[str, type[Plugin]]):
+class PluginRegistry(Registry):
     """Plugin classes by configuration name, in-tree first, with where each
-    came from and what was found but could not be used."""
+    came from and what was found but could not be used: the in-tree registry
+    merged with the out-of-tree one (upstream's app.WithPlugin and
+    Registry.Merge), a clash recorded rather than raised so it can be listed."""
 
     def __init__(
         self,

@@ -56,6 +56,7 @@ from berth.framework.interfaces import (
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ObjectKind, ProfileRead, merge_reads
 from berth.framework.profile import ProfileConfig
+from berth.framework.registry import RegistryLike
 from berth.framework.snapshot import NodeBatch, Snapshot, detached_batch
 from berth.framework.status import SUCCESS, Code, Status
 from berth.framework.writes import profile_writes
@@ -182,7 +183,7 @@ class Framework:
     def __init__(
         self,
         profile: ProfileConfig,
-        registry: Mapping[str, type[Plugin]],
+        registry: RegistryLike,
         percentage_of_nodes_to_score: int = 0,
     ) -> None:
         self.profile = profile

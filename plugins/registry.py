@@ -5,7 +5,7 @@ upstream's (pkg/scheduler/framework/plugins/names/names.go)."""
 from __future__ import annotations
 
 from berth.framework.discovery import PluginRegistry, RegistryError, discover
-from berth.framework.interfaces import Plugin
+from berth.framework.registry import Registry
 from berth.plugins.avoidnode import AvoidNode
 from berth.plugins.coscheduling import Coscheduling
 from berth.plugins.defaultbinder import DefaultBinder
@@ -34,36 +34,38 @@ from berth.plugins.volumezone import VolumeZone
 
 __all__ = ["REGISTRY", "PluginRegistry", "RegistryError", "load_registry"]
 
-REGISTRY: dict[str, type[Plugin]] = {
-    "SchedulingGates": SchedulingGates,
-    "PrioritySort": PrioritySort,
-    "NodeResourcesFit": Fit,
-    "NodeName": NodeName,
-    "NodeUnschedulable": NodeUnschedulable,
-    "TaintToleration": TaintToleration,
-    "NodeAffinity": NodeAffinity,
-    "NodePorts": NodePorts,
-    "VolumeRestrictions": VolumeRestrictions,
-    "NodeVolumeLimits": CSILimits,
-    "VolumeBinding": VolumeBinding,
-    "VolumeZone": VolumeZone,
-    "NodeResourcesBalancedAllocation": BalancedAllocation,
-    "ImageLocality": ImageLocality,
-    "PodTopologySpread": PodTopologySpread,
-    "InterPodAffinity": InterPodAffinity,
-    "DefaultBinder": DefaultBinder,
-    "DefaultPreemption": DefaultPreemption,
-    "NodeDeclaredFeatures": NodeDeclaredFeatures,
-    # Berth's own plugins, not upstream's (never in the default profile).
-    "AvoidNodePlugin": AvoidNode,
-    "GPUPriorityPlugin": GPUPriority,
-    "SameLabelSpread": SameLabelSpread,
-    "LowCpuScheduler": LowCpu,
-    "GPUCardFit": GPUCardFit,
-    "StickyNode": StickyNode,
-    "StickyVM": StickyVM,
-    "Coscheduling": Coscheduling,
-}
+REGISTRY: Registry = Registry(
+    {
+        "SchedulingGates": SchedulingGates,
+        "PrioritySort": PrioritySort,
+        "NodeResourcesFit": Fit,
+        "NodeName": NodeName,
+        "NodeUnschedulable": NodeUnschedulable,
+        "TaintToleration": TaintToleration,
+        "NodeAffinity": NodeAffinity,
+        "NodePorts": NodePorts,
+        "VolumeRestrictions": VolumeRestrictions,
+        "NodeVolumeLimits": CSILimits,
+        "VolumeBinding": VolumeBinding,
+        "VolumeZone": VolumeZone,
+        "NodeResourcesBalancedAllocation": BalancedAllocation,
+        "ImageLocality": ImageLocality,
+        "PodTopologySpread": PodTopologySpread,
+        "InterPodAffinity": InterPodAffinity,
+        "DefaultBinder": DefaultBinder,
+        "DefaultPreemption": DefaultPreemption,
+        "NodeDeclaredFeatures": NodeDeclaredFeatures,
+        # Berth's own plugins, not upstream's (never in the default profile).
+        "AvoidNodePlugin": AvoidNode,
+        "GPUPriorityPlugin": GPUPriority,
+        "SameLabelSpread": SameLabelSpread,
+        "LowCpuScheduler": LowCpu,
+        "GPUCardFit": GPUCardFit,
+        "StickyNode": StickyNode,
+        "StickyVM": StickyVM,
+        "Coscheduling": Coscheduling,
+    }
+)
 
 
 def load_registry(*, strict: bool = True) -> PluginRegistry:

@@ -188,8 +188,9 @@ def check_seed_outcomes(stdout: str, stderr: str) -> None:
 
 def test_demo_config_loads_with_both_profiles() -> None:
     from berth.framework.config import parse_config
+    from berth.plugins.registry import REGISTRY
 
-    config = parse_config(yaml.safe_load(CONFIG_YAML), "berth demo's configuration")
+    config = parse_config(yaml.safe_load(CONFIG_YAML), "berth demo's configuration", REGISTRY)
     profiles = {p.scheduler_name: p for p in config.profiles}
     assert list(profiles) == [PROFILE, SEED_PROFILE]
     seed = profiles[SEED_PROFILE].plugins

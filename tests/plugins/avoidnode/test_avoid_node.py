@@ -94,7 +94,7 @@ def _config(args: Any = None, *, with_entry: bool = True) -> dict[str, Any]:
     ],
 )
 def test_config_accepts_empty_args(doc: dict[str, Any]) -> None:
-    cfg = parse_config(doc, "<test>")
+    cfg = parse_config(doc, "<test>", REGISTRY)
     profile = cfg.profiles[0]
     assert "AvoidNodePlugin" in [r.name for r in profile.enabled("filter")]
     assert profile.plugin_args["AvoidNodePlugin"] == AvoidNodePluginArgs()
@@ -126,7 +126,7 @@ def test_config_accepts_empty_args(doc: dict[str, Any]) -> None:
 )
 def test_config_refuses_bad_args(args: Any, field: str, reason: str) -> None:
     with pytest.raises(ConfigError) as info:
-        parse_config(_config(args), "<test>")
+        parse_config(_config(args), "<test>", REGISTRY)
     assert (info.value.field, info.value.reason) == (field, reason)
 
 
@@ -140,7 +140,7 @@ def test_example_config_is_the_seeds_and_loads() -> None:
             "pluginConfig": [{"name": "AvoidNodePlugin", "args": {}}],
         }
     ]
-    profile = load_config(path).profiles[0]
+    profile = load_config(path, REGISTRY).profiles[0]
     filters = [r.name for r in profile.enabled("filter")]
     # Upstream's defaults are merged in (mergePlugins), the custom plugin last.
     assert filters[-1] == "AvoidNodePlugin"
@@ -148,7 +148,7 @@ def test_example_config_is_the_seeds_and_loads() -> None:
 
 
 def test_not_in_the_default_profile() -> None:
-    profile = default_config().profiles[0]
+    profile = default_config(REGISTRY).profiles[0]
     names = {r.name for refs in profile.plugins.values() for r in refs}
     assert "AvoidNodePlugin" not in names
 
@@ -157,7 +157,7 @@ def test_not_in_the_default_profile() -> None:
 
 
 def _framework() -> Framework:
-    return Framework(load_config(EXAMPLE / "scheduler-config.yaml").profiles[0], REGISTRY)
+    return Framework(load_config(EXAMPLE / "scheduler-config.yaml", REGISTRY).profiles[0], REGISTRY)
 
 
 def test_cycle_every_node_avoided_gives_a_fit_error_naming_each_node() -> None:

@@ -663,7 +663,10 @@ ARGS = "profiles[0].pluginConfig[0].args"
     ],
 )
 def test_valid_args(raw: dict[str, Any], want: CoschedulingArgs) -> None:
-    assert parse_config(_config(raw), "<test>").profiles[0].plugin_args["Coscheduling"] == want
+    assert (
+        parse_config(_config(raw), "<test>", REGISTRY).profiles[0].plugin_args["Coscheduling"]
+        == want
+    )
 
 
 @pytest.mark.parametrize(
@@ -716,7 +719,7 @@ def test_valid_args(raw: dict[str, Any], want: CoschedulingArgs) -> None:
 )
 def test_bad_args_are_config_errors(raw: dict[str, Any], field: str, reason: str) -> None:
     with pytest.raises(ConfigError) as info_:
-        parse_config(_config(raw), "<test>")
+        parse_config(_config(raw), "<test>", REGISTRY)
     assert (info_.value.field, info_.value.reason) == (field, reason)
 
 
@@ -738,7 +741,7 @@ def test_reads_podgroups_and_the_labelled_pods() -> None:
 
 def test_example_config_loads_with_coscheduling_everywhere_it_serves() -> None:
     path = EXAMPLE / "scheduler-config.yaml"
-    profile = load_config(path).profiles[0]
+    profile = load_config(path, REGISTRY).profiles[0]
     for point in ("queueSort", "preFilter", "postFilter", "reserve", "permit"):
         assert "Coscheduling" in [r.name for r in profile.enabled(point)], point
     assert [r.name for r in profile.enabled("queueSort")] == ["Coscheduling"]
@@ -765,7 +768,7 @@ def test_podgroup_crd_matches_what_the_plugin_reads() -> None:
 
 
 def test_cycles_a_gang_of_four_on_room_for_three_waits_then_binds_when_room_appears() -> None:
-    fw = Framework(load_config(EXAMPLE / "scheduler-config.yaml").profiles[0], REGISTRY)
+    fw = Framework(load_config(EXAMPLE / "scheduler-config.yaml", REGISTRY).profiles[0], REGISTRY)
     names = ["g-0", "g-1", "g-2", "g-3"]
     objects = [podgroup("pg", 4, timeout=30), *(member(n, "pg") for n in names)]
     # Three nodes with room for one 3-CPU member each.
@@ -815,7 +818,7 @@ def test_cycles_a_gang_of_four_on_room_for_three_waits_then_binds_when_room_appe
 
 
 def test_cycles_permit_rejection_unreserves_and_names_no_one() -> None:
-    fw = Framework(load_config(EXAMPLE / "scheduler-config.yaml").profiles[0], REGISTRY)
+    fw = Framework(load_config(EXAMPLE / "scheduler-config.yaml", REGISTRY).profiles[0], REGISTRY)
     # The group's PodGroup was deleted: Permit refuses, Unreserve has nobody to reject.
     snap = snapshot_of(nodes(1), objects=[member("p", "pg")])
     state = CycleState()
@@ -827,7 +830,7 @@ def test_cycles_permit_rejection_unreserves_and_names_no_one() -> None:
 
 
 def test_cycles_timeout_unreserve_rejects_the_other_waiting_members() -> None:
-    fw = Framework(load_config(EXAMPLE / "scheduler-config.yaml").profiles[0], REGISTRY)
+    fw = Framework(load_config(EXAMPLE / "scheduler-config.yaml", REGISTRY).profiles[0], REGISTRY)
     names = ["a", "b", "c"]
     waiting = [gang_pod(n, node=f"n{k + 1}") for k, n in enumerate(names[:2])]
     snap = snapshot_of(nodes(3), waiting, [podgroup("pg", 3), *(member(n, "pg") for n in names)])

@@ -335,7 +335,7 @@ def assume(snap: Snapshot, pod: pb.Pod, node: str, annotations: dict[str, str]) 
 
 
 def example_framework() -> Framework:
-    return Framework(load_config(EXAMPLE / "scheduler-config.yaml").profiles[0], REGISTRY)
+    return Framework(load_config(EXAMPLE / "scheduler-config.yaml", REGISTRY).profiles[0], REGISTRY)
 
 
 def schedule(fw: Framework, snap: Snapshot, pod: pb.Pod) -> tuple[str, str, dict[str, str]]:
@@ -589,7 +589,7 @@ def test_bad_args_are_config_errors(raw: dict[str, Any], errors: list[tuple[str,
     doc = yaml.safe_load((EXAMPLE / "scheduler-config.yaml").read_text())
     doc["profiles"][0]["pluginConfig"] = [{"name": "GPUCardFit", "args": raw}]
     with pytest.raises(ConfigError) as info:
-        parse_config(doc, "<test>")
+        parse_config(doc, "<test>", REGISTRY)
     got = [(e.field, e.reason) for e in info.value.errors]
     assert got == [(f"{ARGS}.{field}", reason) for field, reason in errors]
 
@@ -610,7 +610,7 @@ def test_default_args() -> None:
 
 
 def test_example_config_enables_every_point_it_serves() -> None:
-    profile = load_config(EXAMPLE / "scheduler-config.yaml").profiles[0]
+    profile = load_config(EXAMPLE / "scheduler-config.yaml", REGISTRY).profiles[0]
     assert profile.scheduler_name == "my-scheduler"
     for point in ("preFilter", "filter", "reserve", "preBind"):
         assert "GPUCardFit" in [r.name for r in profile.enabled(point)], point

@@ -277,7 +277,7 @@ def test_bad_args_are_config_errors(raw: dict[str, Any], field: str, reason: str
         ],
     }
     with pytest.raises(ConfigError) as info:
-        parse_config(doc, "<test>")
+        parse_config(doc, "<test>", REGISTRY)
     assert (info.value.field, info.value.reason) == (field, reason)
 
 
@@ -295,7 +295,7 @@ def test_example_config_is_the_seeds_and_loads() -> None:
             "plugins": {"score": {"enabled": [{"name": "GPUPriorityPlugin"}]}},
         }
     ]
-    profile = load_config(path).profiles[0]
+    profile = load_config(path, REGISTRY).profiles[0]
     score = {r.name: r.weight for r in profile.enabled("score")}
     assert score["GPUPriorityPlugin"] == 1
     assert list(score)[-1] == "GPUPriorityPlugin"
@@ -304,7 +304,7 @@ def test_example_config_is_the_seeds_and_loads() -> None:
 
 
 def test_not_in_the_default_profile() -> None:
-    profile = default_config().profiles[0]
+    profile = default_config(REGISTRY).profiles[0]
     names = {r.name for refs in profile.plugins.values() for r in refs}
     assert "GPUPriorityPlugin" not in names
 
@@ -313,7 +313,7 @@ def test_not_in_the_default_profile() -> None:
 
 
 def test_cycle_picks_the_node_with_most_free_gpus_not_the_biggest() -> None:
-    fw = Framework(load_config(EXAMPLE / "scheduler-config.yaml").profiles[0], REGISTRY)
+    fw = Framework(load_config(EXAMPLE / "scheduler-config.yaml", REGISTRY).profiles[0], REGISTRY)
     nodes, pods = _cluster({"big": (8, [6]), "small": (4, []), "cpu-only": (None, [])})
     snap = snapshot_of(nodes, pods)
     pod = make_pod("train").req(cpu="1", memory="1Gi", **{GPU: 1}).info()
@@ -323,7 +323,7 @@ def test_cycle_picks_the_node_with_most_free_gpus_not_the_biggest() -> None:
 
 
 def test_cycle_a_pod_without_gpu_requests_still_prefers_free_gpus() -> None:
-    fw = Framework(load_config(EXAMPLE / "scheduler-config.yaml").profiles[0], REGISTRY)
+    fw = Framework(load_config(EXAMPLE / "scheduler-config.yaml", REGISTRY).profiles[0], REGISTRY)
     nodes, pods = _cluster({"full": (8, [8]), "free": (2, [])})
     # NodeResourcesFit (LeastAllocated) prefers "full": "free" runs a CPU-heavy pod.
     pods.append(make_pod("busy").node("free").req(cpu="8", memory="8Gi").obj())

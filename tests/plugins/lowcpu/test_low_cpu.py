@@ -384,7 +384,7 @@ def test_profile_lists_what_it_reads() -> None:
     doc["profiles"][0]["pluginConfig"] = [
         {"name": "LowCpuScheduler", "args": {"metricsPollSeconds": 30}}
     ]
-    fw = Framework(parse_config(doc, "<test>").profiles[0], REGISTRY)
+    fw = Framework(parse_config(doc, "<test>", REGISTRY).profiles[0], REGISTRY)
     assert [
         (r.kind.resource, r.kind.group, r.kind.poll_seconds, r.plugins)
         for r in fw.reads
@@ -540,7 +540,7 @@ def test_bad_args_are_config_errors(raw: dict[str, Any], errors: list[tuple[str,
     doc = yaml.safe_load(SEED_CONFIG)
     doc["profiles"][0]["pluginConfig"] = [{"name": "LowCpuScheduler", "args": raw}]
     with pytest.raises(ConfigError) as info:
-        parse_config(doc, "<test>")
+        parse_config(doc, "<test>", REGISTRY)
     got = [(e.field, e.reason) for e in info.value.errors]
     assert got == [(f"{ARGS}.{field}", reason) for field, reason in errors]
 
@@ -556,7 +556,7 @@ def test_example_config_is_the_seeds_and_loads(tmp_path: Path) -> None:
     seed = tmp_path / "your-config.yaml"
     seed.write_text(SEED_CONFIG)
     for path in (example, seed):
-        profile = load_config(path).profiles[0]
+        profile = load_config(path, REGISTRY).profiles[0]
         assert profile.scheduler_name == "lowcpu-scheduler"
         assert [r.name for r in profile.enabled("filter")][-1] == "LowCpuScheduler"
         score = {r.name: r.weight for r in profile.enabled("score")}
@@ -569,7 +569,7 @@ def test_example_config_is_the_seeds_and_loads(tmp_path: Path) -> None:
 
 
 def example_framework() -> Framework:
-    fw = Framework(load_config(EXAMPLE / "scheduler-config.yaml").profiles[0], REGISTRY)
+    fw = Framework(load_config(EXAMPLE / "scheduler-config.yaml", REGISTRY).profiles[0], REGISTRY)
     plugin = fw.instances["LowCpuScheduler"]
     assert isinstance(plugin, LowCpu)
     plugin.clock = lambda: NOW

@@ -172,7 +172,7 @@ def _doc(args: Any) -> dict[str, Any]:
 
 
 def test_empty_args_are_accepted() -> None:
-    profile = parse_config(_doc({}), "<test>").profiles[0]
+    profile = parse_config(_doc({}), "<test>", REGISTRY).profiles[0]
     assert profile.plugin_args["SameLabelSpread"] == SameLabelSpreadArgs()
 
 
@@ -192,7 +192,7 @@ def test_empty_args_are_accepted() -> None:
 )
 def test_bad_args_are_config_errors(args: Any, field: str, reason: str) -> None:
     with pytest.raises(ConfigError) as info:
-        parse_config(_doc(args), "<test>")
+        parse_config(_doc(args), "<test>", REGISTRY)
     assert (info.value.field, info.value.reason) == (field, reason)
 
 
@@ -200,14 +200,14 @@ def test_example_config_loads_with_weight_5() -> None:
     path = EXAMPLE / "scheduler-config.yaml"
     doc = yaml.safe_load(path.read_text())
     assert doc["profiles"][0]["schedulerName"] == "custom-scheduler"
-    profile = load_config(path).profiles[0]
+    profile = load_config(path, REGISTRY).profiles[0]
     score = {r.name: r.weight for r in profile.enabled("score")}
     assert score["SameLabelSpread"] == 5
     assert "NodeResourcesFit" in score
 
 
 def test_not_in_the_default_profile() -> None:
-    profile = default_config().profiles[0]
+    profile = default_config(REGISTRY).profiles[0]
     names = {r.name for refs in profile.plugins.values() for r in refs}
     assert "SameLabelSpread" not in names
 
@@ -216,7 +216,7 @@ def test_not_in_the_default_profile() -> None:
 
 
 def test_cycle_lands_on_the_node_with_fewer_same_label_pods() -> None:
-    fw = Framework(load_config(EXAMPLE / "scheduler-config.yaml").profiles[0], REGISTRY)
+    fw = Framework(load_config(EXAMPLE / "scheduler-config.yaml", REGISTRY).profiles[0], REGISTRY)
     nodes = [make_node(n).capacity(cpu="64", memory="256Gi").obj() for n in ("a", "b")]
     pods = [
         # a: one web pod; b: no web pod but three others (so NodeResourcesFit prefers a).

@@ -410,7 +410,7 @@ def _config(args: Any, name: str = "StickyVM") -> dict[str, Any]:
     ],
 )
 def test_valid_args(raw: dict[str, Any], want: StickyNodeArgs) -> None:
-    profile = parse_config(_config(raw), "<test>").profiles[0]
+    profile = parse_config(_config(raw), "<test>", REGISTRY).profiles[0]
     assert profile.plugin_args["StickyVM"] == want
 
 
@@ -509,7 +509,7 @@ ARGS = "profiles[0].pluginConfig[0].args"
 )
 def test_bad_args_are_config_errors(raw: dict[str, Any], field: str, reason: str) -> None:
     with pytest.raises(ConfigError) as info:
-        parse_config(_config(raw), "<test>")
+        parse_config(_config(raw), "<test>", REGISTRY)
     assert (info.value.field, info.value.reason) == (field, reason)
 
 
@@ -526,7 +526,7 @@ def test_reads_the_owner_chain() -> None:
 def test_both_names_registered_and_not_in_the_default_profile() -> None:
     assert REGISTRY["StickyVM"] is StickyVM
     assert REGISTRY["StickyNode"] is StickyNode
-    profile = default_config().profiles[0]
+    profile = default_config(REGISTRY).profiles[0]
     names = {r.name for refs in profile.plugins.values() for r in refs}
     assert not names & {"StickyVM", "StickyNode"}
 
@@ -551,7 +551,7 @@ def test_example_config_is_the_seeds_and_loads() -> None:
             },
         }
     ]
-    profile = load_config(path).profiles[0]
+    profile = load_config(path, REGISTRY).profiles[0]
     assert [r.name for r in profile.enabled("postBind")] == ["StickyVM"]
     assert "NodePorts" not in [r.name for r in profile.enabled("filter")]
     assert "NodeResourcesFit" in [r.name for r in profile.enabled("preFilter")]
@@ -565,7 +565,7 @@ def test_example_config_is_the_seeds_and_loads() -> None:
 
 
 def _framework() -> Framework:
-    return Framework(load_config(EXAMPLE / "scheduler-config.yaml").profiles[0], REGISTRY)
+    return Framework(load_config(EXAMPLE / "scheduler-config.yaml", REGISTRY).profiles[0], REGISTRY)
 
 
 def _cycle(fw: Framework, snap: Snapshot, pod: pb.Pod) -> tuple[ScheduleResult, CycleState]:

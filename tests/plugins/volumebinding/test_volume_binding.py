@@ -1761,7 +1761,7 @@ def test_bad_args_are_config_errors(raw: dict[str, Any], errors: list[tuple[str,
         ],
     }
     with pytest.raises(ConfigError) as info:
-        parse_config(doc, "<test>")
+        parse_config(doc, "<test>", REGISTRY)
     got = [(e.field, e.reason) for e in info.value.errors]
     assert got == [(f"{ARGS}.{field}", reason) for field, reason in errors]
 
@@ -1812,7 +1812,7 @@ def test_default_profile_has_volume_binding_at_upstream_points_and_reads() -> No
         "kind": "KubeSchedulerConfiguration",
         "profiles": [{"schedulerName": "s"}],
     }
-    profile = parse_config(doc, "<test>").profiles[0]
+    profile = parse_config(doc, "<test>", REGISTRY).profiles[0]
     for point in ("preFilter", "filter", "preScore", "reserve", "preBind"):
         assert "VolumeBinding" in [r.name for r in profile.enabled(point)], point
     assert {r.name: r.weight for r in profile.enabled("score")}["VolumeBinding"] == 1
@@ -1826,7 +1826,7 @@ def test_default_profile_has_volume_binding_at_upstream_points_and_reads() -> No
 
 def test_example_config_loads() -> None:
     example = EXAMPLE / "scheduler-config.yaml"
-    profile = load_config(example).profiles[0]
+    profile = load_config(example, REGISTRY).profiles[0]
     assert profile.scheduler_name == "volume-scheduler"
     assert profile.plugin_args["VolumeBinding"] == VolumeBindingArgs(bind_timeout_seconds=600)
     assert (

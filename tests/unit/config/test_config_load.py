@@ -346,7 +346,7 @@ def test_registry_defaults_to_plugins_registry(monkeypatch: pytest.MonkeyPatch) 
     module = types.ModuleType("berth.plugins.registry")
     module.load_registry = lambda: REGISTRY  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "berth.plugins.registry", module)
-    assert default_config().profiles[0].scheduler_name == "default-scheduler"
+    assert default_config(REGISTRY).profiles[0].scheduler_name == "default-scheduler"
 
 
 def test_parse_config_refuses_a_non_mapping_document() -> None:
