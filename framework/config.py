@@ -32,8 +32,8 @@ Where Berth differs from upstream, on purpose:
   (pkg/scheduler/apis/config/v1/default_plugins.go, mergePluginSet: disabling
   a plugin nobody enabled changes nothing), but logged as a warning naming the
   file and field with the closest registered name, so a typo is visible.
-  Configs in the wild carry such names (one seed document disables
-  "NodeResourceFit").
+  Configs in the wild carry such names (e.g. a disabled "NodeResourceFit",
+  a misspelling of NodeResourcesFit).
 - A negative Score weight is refused (upstream accepts it and subtracts).
 - ``extenders`` are refused: Berth runs plugins, not HTTP extenders.
 """
