@@ -1,26 +1,29 @@
 """Throw-away PKI for the TLS tests: a CA, and leaf certificates it signs
-(server: SANs localhost and 127.0.0.1, serverAuth; client: clientAuth), written into a
-directory with the local control plane's certificate helpers (berth/dev/localcluster/pki.py)."""
+(server: SANs localhost and 127.0.0.1, serverAuth; client: clientAuth), made with
+berth.tls.pki and written into a directory as the local control plane writes its own
+(berth/dev/localcluster/pki.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from cryptography.hazmat.primitives import serialization
-
-from berth.dev.localcluster.pki import KeyPair, certificate_name, issue_certificate, new_ca
+from berth.dev.localcluster.pki import KeyPair, write_pair
+from berth.tls.pki import new_authority
 
 Leaf = KeyPair
+
+VALIDITY_DAYS = 365
 
 
 class CA:
     def __init__(self, directory: Path, name: str) -> None:
         self.directory = directory
         self.name = name
-        self.certificate, self.key = new_ca(name)
+        self.authority = new_authority(name, days=VALIDITY_DAYS)
+        self.certificate = self.authority.certificate
         self.subject = self.certificate.subject
         self.path = directory / f"{name}-ca.crt"
-        self.path.write_bytes(self.certificate.public_bytes(serialization.Encoding.PEM))
+        self.path.write_bytes(self.authority.cert_pem)
 
     def issue(
         self,
@@ -34,12 +37,7 @@ class CA:
         ``server``, else a client certificate."""
         if server and not (dns or ips):
             raise ValueError(f"server certificate {name}: no DNS name or IP address")
-        return issue_certificate(
-            self.directory,
-            name,
-            self.certificate,
-            self.key,
-            certificate_name(name),
-            server_names=dns if server else (),
-            server_ips=ips if server else (),
+        issued = self.authority.issue(
+            name, days=VALIDITY_DAYS, dns=dns if server else (), ips=ips if server else ()
         )
+        return write_pair(self.directory, name, issued)

@@ -33,11 +33,11 @@ from typing import Literal
 import orjson
 import urllib3
 import yaml
-from cryptography.hazmat.primitives import serialization
 
 from berth.dev.localcluster import Cluster
-from berth.dev.localcluster.pki import certificate_name, issue_certificate, new_ca
+from berth.dev.localcluster.pki import write_pair
 from berth.kube.config import load_configuration, tls_context
+from berth.tls.pki import new_authority
 
 Action = Literal["answer", "answer_after", "drop_after", "hold"]
 # A binding of any pod: POST .../pods/<name>/binding.
@@ -93,16 +93,11 @@ class FaultProxy:
         self._pool = urllib3.PoolManager(
             maxsize=128, ssl_context=tls_context(upstream), retries=False, timeout=None
         )
-        ca_cert, ca_key = new_ca("berth-test-proxy-ca")
+        authority = new_authority("berth-test-proxy-ca", days=1)
         self.ca = directory / "proxy-ca.crt"
-        self.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-        serving = issue_certificate(
-            directory,
-            "proxy",
-            ca_cert,
-            ca_key,
-            certificate_name("berth-test-proxy"),
-            server_ips=("127.0.0.1",),
+        self.ca.write_bytes(authority.cert_pem)
+        serving = write_pair(
+            directory, "proxy", authority.issue("berth-test-proxy", days=1, ips=("127.0.0.1",))
         )
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(serving.cert, serving.key)

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 import urllib3
-from cryptography.hazmat.primitives import serialization
 from kubernetes import client as kclient
 
-from berth.dev.localcluster.pki import certificate_name, issue_certificate, new_ca
+from berth.dev.localcluster.pki import write_pair
 from berth.kube.asynchttp import TLS_RECORD_BYTES, AsyncApi
 from berth.kube.errors import ApiError
 from berth.kube.rest import USER_AGENT, KubeApi
+from berth.tls.pki import new_authority
 
 Handler = Callable[[str, str, dict[str, str], bytes], tuple[int, bytes, dict[str, str]]]
 
@@ -274,12 +274,10 @@ async def test_empty_body_is_an_empty_object_and_no_body_sends_none() -> None:
 async def test_tls_answers_longer_than_the_read_buffer_arrive_whole(tmp_path: Path) -> None:
     """asyncio's TLS connections read into a 16 KiB buffer once the shim opens its pool
     (``tls_read_buffer``); an answer of several TLS records is still read whole."""
-    ca_cert, ca_key = new_ca("test-ca")
+    authority = new_authority("test-ca", days=1)
     ca_path = tmp_path / "ca.crt"
-    ca_path.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    leaf = issue_certificate(
-        tmp_path, "server", ca_cert, ca_key, certificate_name("server"), server_ips=("127.0.0.1",)
-    )
+    ca_path.write_bytes(authority.cert_pem)
+    leaf = write_pair(tmp_path, "server", authority.issue("server", days=1, ips=("127.0.0.1",)))
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(str(leaf.cert), str(leaf.key))
     long_answer = {"kind": "Status", "message": "x" * (5 * TLS_RECORD_BYTES + 123)}
