@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from berth.framework.labels import Selector, SelectorError, selector_from_json
 from berth.framework.objects import ClusterObject, ObjectKind
 from berth.framework.snapshot import Snapshot
-from berth.plugins.podtopologyspread.selector import Selector, SelectorError, selector_from_json
 
 __all__ = ["PDB_KIND", "PodDisruptionBudget", "pdb_from_object", "pdbs_of"]
 

@@ -33,6 +33,7 @@ from berth.framework.interfaces import (
     ScoreArray,
     ScorePlugin,
 )
+from berth.framework.labels import IN
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.normalize import default_normalize_score
 from berth.framework.runtime import CycleError, plugin_error_message
@@ -40,7 +41,6 @@ from berth.framework.snapshot import NodeBatch
 from berth.framework.status import SUCCESS, Status
 from berth.plugins.nodeaffinity.args import NodeAffinityArgs
 from berth.plugins.nodeaffinity.selector import (
-    IN,
     NODE_NAME_FIELD,
     RequiredNodeAffinity,
     SelectorTerm,

@@ -3,10 +3,10 @@
 Port of the semantics of
 staging/src/k8s.io/component-helpers/scheduling/corev1/nodeaffinity/nodeaffinity.go
 (NewNodeSelector, NewLazyErrorNodeSelector, NewPreferredSchedulingTerms,
-GetRequiredNodeAffinity, RequiredNodeAffinity.Match, PreferredSchedulingTerms.Score)
-and of the label requirement rules it relies on in apimachinery
-(labels.NewRequirement, Requirement.Matches; validation of label keys and
-values in api/validate/content):
+GetRequiredNodeAffinity, RequiredNodeAffinity.Match, PreferredSchedulingTerms.Score).
+Label requirements are berth.framework.labels' (labels.NewRequirement,
+Requirement.Matches); this module adds the node selector's terms, its fields
+and its errors worded as field.Error:
 
 * A term ANDs its ``matchExpressions`` (on node labels) and its
   ``matchFields`` (on node fields); the terms of a selector are ORed. A term
@@ -30,7 +30,6 @@ Parsed selectors are msgspec Structs, so they can travel in CycleState.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -38,19 +37,24 @@ from typing import Final, Protocol
 import msgspec
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.labels import (
+    DOES_NOT_EXIST,
+    EXISTS,
+    GT,
+    IN,
+    LT,
+    NOT_IN,
+    Requirement,
+    RequirementError,
+    new_requirement,
+    requirement_errors,
+)
 from berth.framework.runtime import go_quote
 
 __all__ = [
-    "DOES_NOT_EXIST",
-    "EXISTS",
-    "GT",
-    "IN",
-    "LT",
     "NODE_NAME_FIELD",
-    "NOT_IN",
     "FieldError",
     "FieldRequirement",
-    "LabelRequirement",
     "PreferredTermLike",
     "RequiredNodeAffinity",
     "RequirementLike",
@@ -60,22 +64,13 @@ __all__ = [
     "compile_node_selector",
     "compile_preferred_terms",
     "compile_term",
-    "label_key_errors",
-    "label_value_errors",
-    "parse_int64",
     "preferred_score",
     "references",
     "required_node_affinity",
     "selector_matches",
 ]
 
-# v1.NodeSelectorOperator values.
-IN: Final = "In"
-NOT_IN: Final = "NotIn"
-EXISTS: Final = "Exists"
-DOES_NOT_EXIST: Final = "DoesNotExist"
-GT: Final = "Gt"
-LT: Final = "Lt"
+# v1.NodeSelectorOperator values for labels and for fields.
 _LABEL_OPERATORS: Final = (IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT)
 _FIELD_OPERATORS: Final = (IN, NOT_IN)
 
@@ -161,136 +156,7 @@ def aggregate_message(errors: Sequence[FieldError | str]) -> str:
     return "[" + ", ".join(texts) + "]"
 
 
-# -- label keys, label values, integers ------------------------------------------
-
-_NAME_FMT: Final = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_NAME_RE: Final = re.compile(_NAME_FMT)
-_NAME_MSG: Final = (
-    "must consist of alphanumeric characters, '-', '_' or '.', "
-    "and must start and end with an alphanumeric character"
-)
-_NAME_MAX: Final = 63
-_DNS_LABEL_FMT: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN_FMT: Final = _DNS_LABEL_FMT + "(\\." + _DNS_LABEL_FMT + ")*"
-_DNS_SUBDOMAIN_RE: Final = re.compile(_DNS_SUBDOMAIN_FMT)
-_DNS_SUBDOMAIN_MSG: Final = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
-    "'-' or '.', and must start and end with an alphanumeric character"
-)
-_DNS_SUBDOMAIN_MAX: Final = 253
-_VALUE_FMT: Final = "(" + _NAME_FMT + ")?"
-_VALUE_RE: Final = re.compile(_VALUE_FMT)
-_VALUE_MSG: Final = (
-    "a valid label must be an empty string or consist of alphanumeric characters, "
-    "'-', '_' or '.', and must start and end with an alphanumeric character"
-)
-_INT_RE: Final = re.compile("[+-]?[0-9]+")
-_INT64_MIN: Final = -(2**63)
-_INT64_MAX: Final = 2**63 - 1
-
-
-def _regex_error(msg: str, fmt: str, *examples: str) -> str:
-    # content.RegexError, including its doubled space before "or".
-    shown = " or ".join(f"'{e}', " for e in examples)
-    return f"{msg} (e.g. {shown}regex used for validation is '{fmt}')"
-
-
-def _byte_len(s: str) -> int:
-    # Go's len() counts UTF-8 bytes.
-    return len(s.encode())
-
-
-def label_key_errors(key: str) -> list[str]:
-    """Why ``key`` is not a label key (``[prefix/]name``), in upstream's words
-    (content.IsLabelKey); empty when it is one."""
-    parts = key.split("/")
-    errors: list[str] = []
-    if len(parts) == 1:
-        name = parts[0]
-    elif len(parts) == 2:
-        prefix, name = parts
-        if not prefix:
-            errors.append("prefix part must be non-empty")
-        else:
-            if _byte_len(prefix) > _DNS_SUBDOMAIN_MAX:
-                errors.append(f"prefix part must be no more than {_DNS_SUBDOMAIN_MAX} bytes")
-            if not _DNS_SUBDOMAIN_RE.fullmatch(prefix):
-                errors.append(
-                    "prefix part "
-                    + _regex_error(_DNS_SUBDOMAIN_MSG, _DNS_SUBDOMAIN_FMT, "example.com")
-                )
-    else:
-        return [
-            "a valid label key "
-            + _regex_error(_NAME_MSG, _NAME_FMT, "MyName", "my.name", "123-abc")
-            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        ]
-    if not name:
-        errors.append("name part must be non-empty")
-    elif _byte_len(name) > _NAME_MAX:
-        errors.append(f"name part must be no more than {_NAME_MAX} bytes")
-    if not _NAME_RE.fullmatch(name):
-        errors.append(
-            "name part " + _regex_error(_NAME_MSG, _NAME_FMT, "MyName", "my.name", "123-abc")
-        )
-    return errors
-
-
-def label_value_errors(value: str) -> list[str]:
-    """Why ``value`` is not a label value (content.IsLabelValue); empty when
-    it is one. The empty string is a valid value."""
-    errors: list[str] = []
-    if _byte_len(value) > _NAME_MAX:
-        errors.append(f"must be no more than {_NAME_MAX} bytes")
-    if not _VALUE_RE.fullmatch(value):
-        errors.append(_regex_error(_VALUE_MSG, _VALUE_FMT, "MyValue", "my_value", "12345"))
-    return errors
-
-
-def parse_int64(s: str) -> int | None:
-    """``s`` as Go's strconv.ParseInt(s, 10, 64) reads it (an optional sign,
-    ASCII digits, leading zeros allowed, within int64), or None."""
-    if not _INT_RE.fullmatch(s):
-        return None
-    digits = s.lstrip("+-").lstrip("0") or "0"
-    if len(digits) > 19:
-        return None  # past int64, and int() of a long one would be refused
-    n = -int(digits) if s[0] == "-" else int(digits)
-    return n if _INT64_MIN <= n <= _INT64_MAX else None
-
-
 # -- parsed selectors --------------------------------------------------------------
-
-
-class LabelRequirement(msgspec.Struct, frozen=True, array_like=True):
-    """One parsed ``matchExpressions`` entry. ``bound`` is the integer of
-    Gt/Lt."""
-
-    key: str
-    operator: str
-    values: frozenset[str] = frozenset()
-    bound: int = 0
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        """labels.Requirement.Matches."""
-        op = self.operator
-        if op == IN:
-            value = labels.get(self.key)
-            return value is not None and value in self.values
-        if op == NOT_IN:
-            value = labels.get(self.key)
-            return value is None or value not in self.values
-        if op == EXISTS:
-            return self.key in labels
-        if op == DOES_NOT_EXIST:
-            return self.key not in labels
-        value = labels.get(self.key)
-        if value is None:
-            return False
-        number = parse_int64(value)
-        if number is None:
-            return False
-        return number > self.bound if op == GT else number < self.bound
 
 
 class FieldRequirement(msgspec.Struct, frozen=True, array_like=True):
@@ -311,7 +177,7 @@ class SelectorTerm(msgspec.Struct, frozen=True, array_like=True):
     (nothing to check), as opposed to entries that all passed. ``weight`` is
     a preferred term's weight (0 for required terms)."""
 
-    expressions: tuple[LabelRequirement, ...] | None = None
+    expressions: tuple[Requirement, ...] | None = None
     fields: tuple[FieldRequirement, ...] | None = None
     weight: int = 0
 
@@ -383,63 +249,33 @@ class RequiredNodeAffinity(msgspec.Struct, frozen=True):
 # -- parsing -------------------------------------------------------------------------
 
 
+def _field_error(path: str, key: str, error: RequirementError) -> FieldError:
+    """One complaint of labels.NewRequirement as the field.Error upstream
+    gives it: value errors name the value by index and key."""
+    if error.field == "key":
+        return _invalid(_child(path, "key"), error.value, "; ".join(error.details))
+    values_path = _child(path, "values")
+    if error.field == "values":
+        return _invalid(values_path, error.value, error.details[0])
+    if error.field == "integer":
+        return _invalid(f"{values_path}[{error.index}]", error.value, error.details[0])
+    return _invalid(f"{values_path}[{error.index}][{key}]", error.value, "; ".join(error.details))
+
+
 def _label_requirement(
     req: RequirementLike, path: str
-) -> tuple[LabelRequirement | None, list[FieldError]]:
+) -> tuple[Requirement | None, list[FieldError]]:
     """nodeSelectorRequirementsAsSelector for one entry, with the checks of
     labels.NewRequirement."""
     op = req.operator
     if op not in _LABEL_OPERATORS:
         return None, [_not_supported(_child(path, "operator"), op, _LABEL_OPERATORS)]
-    errors: list[FieldError] = []
     key = req.key
-    key_errors = label_key_errors(key)
-    if key_errors:
-        errors.append(_invalid(_child(path, "key"), key, "; ".join(key_errors)))
     values = list(req.values)
-    values_path = _child(path, "values")
-    if op in (IN, NOT_IN):
-        if not values:
-            errors.append(
-                _invalid(
-                    values_path, values, "for 'in', 'notin' operators, values set can't be empty"
-                )
-            )
-    elif op in (EXISTS, DOES_NOT_EXIST):
-        if values:
-            errors.append(
-                _invalid(
-                    values_path, values, "values set must be empty for exists and does not exist"
-                )
-            )
-    else:
-        if len(values) != 1:
-            errors.append(
-                _invalid(
-                    values_path, values, "for 'Gt', 'Lt' operators, exactly one value is required"
-                )
-            )
-        for i, value in enumerate(values):
-            if parse_int64(value) is None:
-                errors.append(
-                    _invalid(
-                        f"{values_path}[{i}]",
-                        value,
-                        "for 'Gt', 'Lt' operators, the value must be an integer",
-                    )
-                )
-    for i, value in enumerate(values):
-        value_errors = label_value_errors(value)
-        if value_errors:
-            errors.append(_invalid(f"{values_path}[{i}][{key}]", value, "; ".join(value_errors)))
+    errors = [_field_error(path, key, e) for e in requirement_errors(key, op, values)]
     if errors:
         return None, errors
-    bound = 0
-    if op in (GT, LT):
-        parsed = parse_int64(values[0])
-        assert parsed is not None  # checked above
-        bound = parsed
-    return LabelRequirement(key, op, frozenset(values), bound), []
+    return new_requirement(key, op, values), []
 
 
 def _field_requirement(
@@ -465,11 +301,11 @@ def compile_term(
     """newNodeSelectorTerm: the parsed term and its parse errors (a term
     with errors must not be matched)."""
     errors: list[FieldError] = []
-    expressions: tuple[LabelRequirement, ...] | None = None
+    expressions: tuple[Requirement, ...] | None = None
     fields: tuple[FieldRequirement, ...] | None = None
     if term.match_expressions:
         base = _child(path, "matchExpressions")
-        parsed: list[LabelRequirement] = []
+        parsed: list[Requirement] = []
         for i, req in enumerate(term.match_expressions):
             label_req, errs = _label_requirement(req, f"{base}[{i}]")
             errors += errs

@@ -17,6 +17,13 @@ from typing import Final
 import msgspec
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.labels import (
+    Selector,
+    SelectorError,
+    label_selector_as_selector,
+    selector_from_json,
+    selector_from_set,
+)
 from berth.framework.model import PodInfo
 from berth.framework.objects import ObjectKind
 from berth.framework.snapshot import Snapshot
@@ -27,13 +34,6 @@ from berth.framework.tolerations import (
 )
 from berth.plugins.nodeaffinity.selector import RequiredNodeAffinity
 from berth.plugins.podtopologyspread.args import DefaultConstraint
-from berth.plugins.podtopologyspread.selector import (
-    Selector,
-    SelectorError,
-    selector_from_json,
-    selector_from_proto,
-    selector_from_set,
-)
 
 __all__ = [
     "HONOR",
@@ -157,7 +157,9 @@ def filter_constraints(
         else:
             assert isinstance(c, pb.TopologySpreadConstraint)
             sel = c.label_selector if c.HasField("label_selector") else None
-            selector = selector_from_proto(sel, f"topologySpreadConstraints[{i}].labelSelector")
+            selector = label_selector_as_selector(
+                sel, f"topologySpreadConstraints[{i}].labelSelector"
+            )
             if label_keys:
                 match = {k: pod_labels[k] for k in label_keys if k in pod_labels}
                 if match:

@@ -36,9 +36,9 @@ import numpy as np
 import numpy.typing as npt
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.labels import Selector
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.snapshot import Snapshot
-from berth.plugins.podtopologyspread.selector import Selector
 
 __all__ = [
     "MAX_TABLES",

@@ -50,6 +50,7 @@ from berth.framework.interfaces import (
     ScoreArray,
     ScorePlugin,
 )
+from berth.framework.labels import SelectorError
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ObjectKind
 from berth.framework.snapshot import BoolArray, IntArray, NodeBatch, Snapshot
@@ -80,7 +81,6 @@ from berth.plugins.podtopologyspread.counts import (
     pod_count_index,
     topology_index,
 )
-from berth.plugins.podtopologyspread.selector import SelectorError
 
 if TYPE_CHECKING:
     from berth.framework.handle import Handle

@@ -21,6 +21,7 @@ from typing import Any, Final
 import msgspec
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.labels import Selector, SelectorError, selector_from_json
 from berth.framework.objects import ClusterObject
 from berth.framework.storage import BETA_STORAGE_CLASS_ANNOTATION, mapping
 from berth.framework.units import QuantityError, parse_quantity
@@ -29,7 +30,6 @@ from berth.plugins.nodeaffinity.selector import (
     compile_node_selector,
     selector_matches,
 )
-from berth.plugins.podtopologyspread.selector import Selector, SelectorError, selector_from_json
 
 __all__ = [
     "ANN_BIND_COMPLETED",

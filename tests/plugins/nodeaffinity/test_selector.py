@@ -3,7 +3,8 @@ scheduling/corev1/nodeaffinity/nodeaffinity_test.go (TestNodeSelectorMatch,
 TestPreferredSchedulingTermsScore, TestNodeSelectorRequirementsAsSelector,
 TestPodMatchesNodeSelectorAndAffinityTerms) and from the apimachinery label
 rules behind them (labels.NewRequirement, Requirement.Matches,
-content.IsLabelKey, content.IsLabelValue, strconv.ParseInt)."""
+content.IsLabelKey, content.IsLabelValue, strconv.ParseInt: their own
+tests are in tests/unit/framework/test_labels.py)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,15 @@ import msgspec
 import pytest
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.labels import Requirement
 from berth.framework.model import PodInfo
 from berth.plugins.nodeaffinity.selector import (
-    LabelRequirement,
     RequiredNodeAffinity,
     SelectorTerm,
     aggregate_message,
     compile_node_selector,
     compile_preferred_terms,
     compile_term,
-    label_key_errors,
-    label_value_errors,
-    parse_int64,
     preferred_score,
     required_node_affinity,
     selector_matches,
@@ -200,19 +198,19 @@ def test_preferred_terms_first_and_third_term_match() -> None:
     [
         pytest.param(
             match("foo", "In", "bar", "baz"),
-            LabelRequirement("foo", "In", frozenset({"bar", "baz"})),
+            Requirement("foo", "In", frozenset({"bar", "baz"})),
             id="foo in (baz,bar)",
         ),
         pytest.param(
-            match("foo", "Gt", "1"), LabelRequirement("foo", "Gt", frozenset({"1"}), 1), id="foo>1"
+            match("foo", "Gt", "1"), Requirement("foo", "Gt", frozenset({"1"}), 1), id="foo>1"
         ),
         pytest.param(
-            match("bar", "Lt", "7"), LabelRequirement("bar", "Lt", frozenset({"7"}), 7), id="bar<7"
+            match("bar", "Lt", "7"), Requirement("bar", "Lt", frozenset({"7"}), 7), id="bar<7"
         ),
     ],
 )
 def test_requirements_as_selector_parse(
-    requirement: pb.NodeSelectorRequirement, want: LabelRequirement
+    requirement: pb.NodeSelectorRequirement, want: Requirement
 ) -> None:
     """TestNodeSelectorRequirementsAsSelector: what parses."""
     parsed, errors = compile_term(term(requirement), "root")
@@ -452,78 +450,6 @@ def test_requirement_matches(
     parsed, errors = compile_term(term(requirement))
     assert errors == []
     assert parsed.matches(labels, "node") is want
-
-
-@pytest.mark.parametrize(
-    ("text", "want"),
-    [
-        ("0", 0),
-        ("0204", 204),
-        ("-12", -12),
-        ("+12", 12),
-        ("9223372036854775807", 2**63 - 1),
-        ("9223372036854775808", None),
-        ("-9223372036854775808", -(2**63)),
-        ("", None),
-        ("-", None),
-        (" 1", None),
-        ("1_000", None),
-        ("0x10", None),
-        ("١٢", None),
-        ("0" * 5000 + "7", 7),
-        ("9" * 5000, None),
-    ],
-)
-def test_parse_int64_reads_like_strconv_parse_int(text: str, want: int | None) -> None:
-    assert parse_int64(text) == want
-
-
-@pytest.mark.parametrize(
-    ("key", "want"),
-    [
-        ("foo", []),
-        ("example.com/foo", []),
-        ("a" * 63, []),
-        ("a" * 64, ["name part must be no more than 63 bytes"]),
-        ("/foo", ["prefix part must be non-empty"]),
-        (
-            "Example.com/foo",
-            [
-                "prefix part a lowercase RFC 1123 subdomain must consist of lower case "
-                "alphanumeric characters, '-' or '.', and must start and end with an "
-                "alphanumeric character (e.g. 'example.com', regex used for validation is "
-                "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-            ],
-        ),
-        ("example.com/", ["name part must be non-empty", BAD_NAME]),
-        ("invalid key", [BAD_NAME]),
-    ],
-)
-def test_label_key_errors(key: str, want: list[str]) -> None:
-    """content.IsLabelKey."""
-    assert label_key_errors(key) == want
-
-
-def test_label_key_with_two_slashes() -> None:
-    (err,) = label_key_errors("invalid/label/key")
-    assert err.startswith("a valid label key must consist of alphanumeric characters")
-    assert err.endswith("with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')")
-
-
-@pytest.mark.parametrize(
-    ("value", "valid"),
-    [
-        ("", True),
-        ("a", True),
-        ("a-b_c.d", True),
-        ("-a", False),
-        ("a" * 63, True),
-        ("a" * 64, False),
-    ],
-)
-def test_label_value_errors(value: str, valid: bool) -> None:
-    """content.IsLabelValue: empty is valid, at most 63 bytes."""
-    assert (label_value_errors(value) == []) is valid
 
 
 def test_aggregate_message_drops_duplicates_and_brackets_several() -> None:

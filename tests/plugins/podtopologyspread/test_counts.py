@@ -12,6 +12,13 @@ import numpy as np
 
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.cycle_state import CycleState
+from berth.framework.labels import (
+    EVERYTHING,
+    NOTHING,
+    Requirement,
+    Selector,
+    selector_from_set,
+)
 from berth.framework.model import PodInfo
 from berth.framework.snapshot import Snapshot
 from berth.framework.testing import make_object, snapshot_of
@@ -38,19 +45,17 @@ from berth.plugins.podtopologyspread.pod_topology_spread import (
     _new_critical_paths,
     _update_critical_paths,
 )
-from berth.plugins.podtopologyspread.selector import (
-    EVERYTHING,
-    NOTHING,
-    Requirement,
-    Selector,
-    selector_from_set,
-)
 from tests.plugins.podtopologyspread.testutil import DNS, SA, C, node, pod, spread_pod
 
 SELECTORS = [
     selector_from_set({"app": "web"}),
     Selector((Requirement("app", "Exists"),)),
-    Selector((Requirement("app", "In", ("web", "db")), Requirement("v", "NotIn", ("1",)))),
+    Selector(
+        (
+            Requirement("app", "In", frozenset({"web", "db"})),
+            Requirement("v", "NotIn", frozenset({"1"})),
+        )
+    ),
 ]
 ZONE = "zone"
 

@@ -533,7 +533,10 @@ def test_default_selector_merges_services_and_the_statefulset() -> None:
     assert PodTopologySpread(SYSTEM).pre_score(state, incoming, snap.all_nodes()).is_success
     s = state.read(PRE_SCORE_STATE_KEY)
     sel = s.constraints[0].selector
-    assert {(r.key, r.values) for r in sel.requirements} == {("app", ("web",)), ("tier", ("a",))}
+    assert {(r.key, r.values) for r in sel.requirements} == {
+        ("app", frozenset({"web"})),
+        ("tier", frozenset({"a"})),
+    }
     assert PodTopologySpread(SYSTEM).score(state, incoming, snap.nodes["node-a"]) == round(
         1 * w(1) + 2
     )
@@ -565,5 +568,5 @@ def test_default_constraints_ignore_their_match_label_keys() -> None:
     state = CycleState()
     PodTopologySpread(args).pre_score(state, spread_pod("app=web v=1"), snap.all_nodes())
     sel = state.read(PRE_SCORE_STATE_KEY).constraints[0].selector
-    assert [(r.key, r.values) for r in sel.requirements] == [("app", ("web",))]
+    assert [(r.key, r.values) for r in sel.requirements] == [("app", frozenset({"web"}))]
     assert got[0] == [(1, H)]
