@@ -4,10 +4,9 @@ Port of the semantics of staging/src/k8s.io/kube-scheduler/framework/types.go
 (AffinityTerm, AffinityTerm.Matches, GetAffinityTerms, GetWeightedAffinityTerms,
 newAffinityTerm, getNamespacesFromPodAffinityTerm), of PodInfo.Update in
 pkg/scheduler/framework/types.go (the four term lists, each parsed on its
-own) and of apimachinery's metav1.LabelSelectorAsSelector:
+own), with label selectors parsed by berth.framework.labels
+(metav1.LabelSelectorAsSelector):
 
-* a label selector that is unset matches nothing, one that is set but empty
-  matches everything; ``matchLabels`` and ``matchExpressions`` are ANDed;
 * a term counts pods in ``namespaces``, or in the pod's own namespace when
   neither ``namespaces`` nor ``namespaceSelector`` is set, or in namespaces
   whose labels ``namespaceSelector`` matches;
@@ -28,14 +27,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.labels import Selector, SelectorError, label_selector_as_selector
 from berth.framework.model import PodInfo
 
 __all__ = [
-    "EVERYTHING",
-    "NOTHING",
     "AffinityTerm",
     "ParsedTerms",
-    "Selector",
     "Signature",
     "TermError",
     "compile_selector",
@@ -44,80 +41,22 @@ __all__ = [
     "signature",
 ]
 
-IN: Final = "In"
-NOT_IN: Final = "NotIn"
-EXISTS: Final = "Exists"
-DOES_NOT_EXIST: Final = "DoesNotExist"
-
 
 class TermError(ValueError):
     """A term whose selector does not parse."""
 
 
-@dataclass(frozen=True, slots=True)
-class Selector:
-    """A parsed label selector: ``nothing`` matches no labels; otherwise every
-    requirement (key, operator, values) must hold. No requirements: every
-    label set matches (``empty``)."""
-
-    requirements: tuple[tuple[str, str, frozenset[str]], ...] = ()
-    nothing: bool = False
-
-    @property
-    def empty(self) -> bool:
-        """labels.Selector.Empty: true only for the match-everything selector."""
-        return not self.nothing and not self.requirements
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        if self.nothing:
-            return False
-        for key, op, values in self.requirements:
-            value = labels.get(key)
-            if op == IN:
-                if value is None or value not in values:
-                    return False
-            elif op == NOT_IN:
-                if value is not None and value in values:
-                    return False
-            elif op == EXISTS:
-                if value is None:
-                    return False
-            elif value is not None:  # DoesNotExist
-                return False
-        return True
-
-
-NOTHING: Final = Selector(nothing=True)
-EVERYTHING: Final = Selector()
-
-
 def compile_selector(sel: pb.LabelSelector | None) -> Selector:
     """metav1.LabelSelectorAsSelector: None (unset) is Nothing, set but
     empty is Everything. Raises TermError for an unknown operator or a
-    value count the operator does not take."""
-    if sel is None:
-        return NOTHING
-    reqs: list[tuple[str, str, frozenset[str]]] = []
-    for key, value in sel.match_labels.items():
-        reqs.append((key, IN, frozenset((value,))))
-    for e in sel.match_expressions:
-        op = e.operator
-        if op in (IN, NOT_IN):
-            if not e.values:
-                raise TermError(
-                    f"for 'in', 'notin' operators, values set can't be empty (key {e.key!r})"
-                )
-        elif op in (EXISTS, DOES_NOT_EXIST):
-            if e.values:
-                raise TermError(
-                    f"values set must be empty for exists and does not exist (key {e.key!r})"
-                )
-        else:
-            raise TermError(f"{op!r} is not a valid label selector operator")
-        reqs.append((e.key, op, frozenset(e.values)))
-    # Sorted by key like labels.NewSelector().Add, so equal selectors compare equal.
-    reqs.sort(key=lambda r: (r[0], r[1], sorted(r[2])))
-    return Selector(tuple(reqs))
+    value count the operator does not take; label keys and values are not
+    checked (the API server validated the pod)."""
+    try:
+        return label_selector_as_selector(sel, check_syntax=False)
+    except SelectorError as exc:
+        if exc.errors:
+            raise TermError(f"{exc.errors[0].details[0]} (key {exc.key!r})") from None
+        raise TermError(f"{exc.operator!r} is not a valid label selector operator") from None
 
 
 @dataclass(frozen=True, slots=True)

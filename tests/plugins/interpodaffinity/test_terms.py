@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.labels import EVERYTHING, NOTHING
 from berth.plugins.interpodaffinity.terms import (
-    EVERYTHING,
-    NOTHING,
     TermError,
     compile_selector,
     parsed_terms,
