@@ -48,6 +48,7 @@ __all__ = [
     "LabelSelectorLike",
     "Requirement",
     "RequirementError",
+    "RequirementLike",
     "Selector",
     "SelectorError",
     "label_key_errors",
@@ -332,7 +333,11 @@ def selector_from_set(labels: Mapping[str, str]) -> Selector:
 # -- LabelSelectorAsSelector --------------------------------------------------------
 
 
-class LabelSelectorRequirementLike(Protocol):
+class RequirementLike(Protocol):
+    """A requirement as written: metav1.LabelSelectorRequirement or
+    v1.NodeSelectorRequirement, as the wire records (berth.v1) or plugin
+    args have them."""
+
     @property
     def key(self) -> str: ...
     @property
@@ -347,7 +352,7 @@ class LabelSelectorLike(Protocol):
     @property
     def match_labels(self) -> Mapping[str, str]: ...
     @property
-    def match_expressions(self) -> Sequence[LabelSelectorRequirementLike]: ...
+    def match_expressions(self) -> Sequence[RequirementLike]: ...
 
 
 class SelectorError(ValueError):

@@ -46,6 +46,7 @@ from berth.framework.labels import (
     NOT_IN,
     Requirement,
     RequirementError,
+    RequirementLike,
     new_requirement,
     requirement_errors,
 )
@@ -57,7 +58,6 @@ __all__ = [
     "FieldRequirement",
     "PreferredTermLike",
     "RequiredNodeAffinity",
-    "RequirementLike",
     "SelectorTerm",
     "TermLike",
     "aggregate_message",
@@ -80,15 +80,6 @@ NODE_NAME_FIELD: Final = "metadata.name"
 
 # -- the shapes selectors are read from ----------------------------------------
 # Both the wire records (berth.v1) and the plugin args (args.py) fit these.
-
-
-class RequirementLike(Protocol):
-    @property
-    def key(self) -> str: ...
-    @property
-    def operator(self) -> str: ...
-    @property
-    def values(self) -> Sequence[str]: ...
 
 
 class TermLike(Protocol):
