@@ -1,7 +1,7 @@
 """Property test: whatever a cluster user writes into a pod, a node or a PodGroup,
 and whatever a scheduler configuration file says, Berth answers with a decision
-or a documented refusal, never an exception or a hang (issue 22; DESIGN.md
-principle 9: every value a cluster user controls is parsed at bounded cost).
+or a documented refusal, never an exception or a hang: every value a cluster user
+controls is parsed at bounded cost.
 
 Objects are generated as the API server serves them (JSON) and go the way the
 shim sends them: berth.kube.records' decoders (ObjectError is their documented
@@ -9,7 +9,8 @@ refusal), the cluster state, then a Schedule call with Reserve and Permit on
 the in-process plugin service, whose profile runs upstream's default plugins
 and the seed plugins that read annotations, labels, NodeMetrics and PodGroups.
 The answer must be a decision (a node, or Unschedulable with reasons), never
-CODE_ERROR. The configuration parser may refuse a document only with
+CODE_ERROR but for the one upstream gives too (a topology spread selector the API
+server would refuse). The configuration parser may refuse a document only with
 ConfigError. Each example has a deadline (the hang check) and the whole file
 runs in a few seconds.
 """
@@ -432,7 +433,18 @@ def test_hostile_pods_nodes_and_pod_groups_get_a_decision(
         except DECODE_REFUSALS:
             continue
     resp = loop.run_until_complete(_schedule(service, record, node_list, group, metrics))
-    assert resp.status.code != pb.CODE_ERROR, list(resp.status.reasons)
+    if resp.status.code == pb.CODE_ERROR:
+        # The one Error upstream answers too: a topology spread label selector the API
+        # server would refuse (pkg/apis/core/validation ValidateLabelSelector) reaches
+        # PodTopologySpread, whose PreFilter and PreScore return AsStatus of
+        # LabelSelectorAsSelector's error (podtopologyspread/filtering.go
+        # calPreFilterState, scoring.go PreScore).
+        reasons = list(resp.status.reasons)
+        assert reasons, "an Error without a reason"
+        assert all(
+            "topology spread constraints: " in r and "labelSelector" in r for r in reasons
+        ), reasons
+        return
     if resp.status.code != pb.CODE_SUCCESS:
         assert resp.diagnosis.message or resp.status.reasons
         # Reasons quote user values cut short.
@@ -693,3 +705,48 @@ def test_json_past_the_depth_the_server_takes_is_a_value_error_naming_the_object
     volume = cpb.Volume(name="v", source_json=deep)
     with pytest.raises(ValueError, match=r"pod ns/p: volumes\['v'\].source_json does not decode"):
         inline_source(pod, volume)
+
+
+def test_a_spread_selector_the_api_server_would_refuse_is_an_error_as_upstream(
+    service: SchedulingService, loop: asyncio.AbstractEventLoop
+) -> None:
+    """The Error the property test above admits: PodTopologySpread's PreFilter on a
+    selector LabelSelectorAsSelector refuses (podtopologyspread/filtering.go
+    calPreFilterState returns AsStatus of the error), with the plugin's wording."""
+    pod = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "uid-p", "labels": {"app": "a"}},
+        "spec": {
+            "schedulerName": PROFILE,
+            "containers": [{"name": "c", "image": "i"}],
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "zone",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"-": "x"}},
+                }
+            ],
+        },
+    }
+    node = node_record(
+        {
+            "metadata": {"name": "n1", "uid": "uid-n1", "labels": {"zone": "z1"}},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}},
+        }
+    )
+    resp = loop.run_until_complete(
+        _schedule(
+            service,
+            pod_record(pod),
+            [node],
+            {"minMember": 1},
+            {"cpu": "100m", "memory": "1Gi", "window": "30s"},
+        )
+    )
+    assert resp.status.code == pb.CODE_ERROR
+    (reason,) = resp.status.reasons
+    assert reason.startswith(
+        'running PreFilter plugin "PodTopologySpread": get constraints from pod: '
+        "obtaining pod's hard topology spread constraints: "
+        "topologySpreadConstraints[0].labelSelector.matchLabels[-].key: name part must"
+    ), reason
