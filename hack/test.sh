@@ -27,9 +27,10 @@ step "3/6 ruff (lint and format)"
 "$venv/bin/ruff" check .
 "$venv/bin/ruff" format --check .
 
-step "4/6 mypy --strict, layering (import-linter)"
+step "4/6 mypy --strict, layering (import-linter), no copied code (pylint duplicate-code)"
 "$venv/bin/mypy"
 "$venv/bin/lint-imports"
+"$venv/bin/pylint" --score=n server shim plugins framework berth
 
 step "5/6 upstream kube-apiserver, kube-scheduler, kubectl, etcd (built from Go modules, cached)"
 ./hack/build-k8s.sh

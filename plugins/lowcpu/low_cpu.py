@@ -47,23 +47,6 @@ from berth.plugins.lowcpu.args import REJECT, LowCpuSchedulerArgs
 if TYPE_CHECKING:
     from berth.framework.handle import Handle
 
-__all__ = [
-    "METRICS_GROUP",
-    "METRICS_KIND",
-    "METRICS_RESOURCE",
-    "METRICS_VERSION",
-    "NAME",
-    "REASON_CPU",
-    "REASON_MEMORY",
-    "REASON_MISSING",
-    "REASON_STALE",
-    "REASON_UNUSABLE",
-    "LowCpu",
-    "NodeUsage",
-    "dimension_score",
-    "node_metrics_kind",
-    "node_usage",
-]
 
 log = logging.getLogger(__name__)
 
