@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+import berth
 from berth.cli import build_parser
 from berth.dev.localcluster import Cluster
 from berth.framework.config import parse_config
@@ -428,7 +429,9 @@ def test_dockerfile_copies_every_package_and_runs_as_the_manifests_user(
 
 
 def test_image_tag_is_the_package_version() -> None:
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    # pyproject.toml takes the version from berth.__version__ (tool.setuptools.dynamic).
+    assert 'version = {attr = "berth.__version__"}' in (ROOT / "pyproject.toml").read_text()
+    version = berth.__version__
     kustomization: dict[str, Any] = yaml.safe_load((BASE / "kustomization.yaml").read_text())
     assert kustomization["images"] == [{"name": "berth", "newTag": version}]
     images = {c["image"] for _, _, c in containers(render(BASE))}
