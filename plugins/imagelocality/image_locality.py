@@ -48,6 +48,7 @@ from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.cycle_state import CycleState
 from berth.framework.interfaces import MAX_NODE_SCORE, ScoreArray, ScorePlugin
 from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.shape_score import go_div
 from berth.framework.snapshot import NodeBatch, NodesMark, Snapshot
 
 __all__ = [
@@ -103,12 +104,6 @@ def scaled_image_score(size: int, num_nodes: int, total_nodes: int) -> int:
     return int(float(size) * spread)
 
 
-def _go_div(a: int, b: int) -> int:
-    """int64 division as Go does it: truncated toward zero."""
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
-
-
 def calculate_priority(sum_scores: int, num_containers: int) -> int:
     """image_locality.go, calculatePriority: the sum clamped to
     ``[MIN_THRESHOLD, MAX_CONTAINER_THRESHOLD * num_containers]`` and scaled
@@ -118,7 +113,7 @@ def calculate_priority(sum_scores: int, num_containers: int) -> int:
         sum_scores = MIN_THRESHOLD
     elif sum_scores > max_threshold:
         sum_scores = max_threshold
-    return _go_div(MAX_NODE_SCORE * (sum_scores - MIN_THRESHOLD), max_threshold - MIN_THRESHOLD)
+    return go_div(MAX_NODE_SCORE * (sum_scores - MIN_THRESHOLD), max_threshold - MIN_THRESHOLD)
 
 
 def _calculate_priorities(sums: IntArray, num_containers: int) -> IntArray:

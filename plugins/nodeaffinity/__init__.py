@@ -1,7 +1,7 @@
 """PreFilter/Filter/PreScore/Score plugin NodeAffinity (upstream
 pkg/scheduler/framework/plugins/nodeaffinity), with the node selector
 semantics of k8s.io/component-helpers/scheduling/corev1/nodeaffinity in
-selector.py."""
+framework/nodeaffinity.py (shared with PodTopologySpread and VolumeBinding)."""
 
 from berth.plugins.nodeaffinity.args import NodeAffinityArgs
 from berth.plugins.nodeaffinity.node_affinity import (

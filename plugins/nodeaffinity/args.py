@@ -14,7 +14,7 @@ from typing import Annotated
 
 import msgspec
 
-from berth.plugins.nodeaffinity.selector import compile_node_selector, compile_preferred_terms
+from berth.framework.nodeaffinity import compile_node_selector, compile_preferred_terms
 
 __all__ = [
     "NodeAffinity",

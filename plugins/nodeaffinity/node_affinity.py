@@ -35,12 +35,7 @@ from berth.framework.interfaces import (
 )
 from berth.framework.labels import IN
 from berth.framework.model import NodeInfo, PodInfo
-from berth.framework.normalize import default_normalize_score
-from berth.framework.runtime import CycleError, plugin_error_message
-from berth.framework.snapshot import NodeBatch
-from berth.framework.status import SUCCESS, Status
-from berth.plugins.nodeaffinity.args import NodeAffinityArgs
-from berth.plugins.nodeaffinity.selector import (
+from berth.framework.nodeaffinity import (
     NODE_NAME_FIELD,
     RequiredNodeAffinity,
     SelectorTerm,
@@ -52,6 +47,11 @@ from berth.plugins.nodeaffinity.selector import (
     required_node_affinity,
     selector_matches,
 )
+from berth.framework.normalize import default_normalize_score
+from berth.framework.runtime import CycleError, plugin_error_message
+from berth.framework.snapshot import NodeBatch
+from berth.framework.status import SUCCESS, Status
+from berth.plugins.nodeaffinity.args import NodeAffinityArgs
 
 if TYPE_CHECKING:
     from berth.framework.handle import Handle

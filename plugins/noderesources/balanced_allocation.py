@@ -49,6 +49,7 @@ import numpy.typing as npt
 from berth.framework.cycle_state import CycleState, StateKey
 from berth.framework.interfaces import MAX_NODE_SCORE, PreScorePlugin, ScoreArray, ScorePlugin
 from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.shape_score import go_div
 from berth.framework.snapshot import NodeBatch
 from berth.framework.status import SUCCESS, Status
 from berth.plugins.noderesources.args import NodeResourcesBalancedAllocationArgs
@@ -57,7 +58,6 @@ from berth.plugins.noderesources.resource_allocation import (
     ResourceAllocationScorer,
     ResourceColumns,
     ScoreFunctions,
-    go_div,
     presence,
 )
 

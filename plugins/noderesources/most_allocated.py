@@ -13,11 +13,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from berth.framework.interfaces import MAX_NODE_SCORE
+from berth.framework.shape_score import go_div, go_div_array
 from berth.plugins.noderesources.resource_allocation import (
     IntArray,
     ScoreFunctions,
-    go_div,
-    go_div_array,
     weighted_mean_scorer,
 )
 

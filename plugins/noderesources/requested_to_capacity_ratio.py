@@ -2,8 +2,7 @@
 
 Port of pkg/scheduler/framework/plugins/noderesources/requested_to_capacity_ratio.go
 (requestedToCapacityRatioScorer, buildRequestedToCapacityRatioScorerFunction)
-and pkg/scheduler/framework/plugins/helper/shape_score.go
-(BuildBrokenLinearFunction). Shape scores 0..10 are scaled by
+with the shape's broken linear function from berth.framework.shape_score. Shape scores 0..10 are scaled by
 MaxNodeScore / MaxCustomPriorityScore = 10; a resource whose score is 0 does
 not count toward the weighted mean, which is rounded half away from zero
 (math.Round).
@@ -17,16 +16,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from berth.framework.interfaces import MAX_NODE_SCORE
+from berth.framework.shape_score import broken_linear, broken_linear_array, go_div, go_div_array
 from berth.plugins.noderesources.args import MAX_CUSTOM_PRIORITY_SCORE, UtilizationShapePoint
 from berth.plugins.noderesources.resource_allocation import (
     IntArray,
     ResourceColumns,
     ScoreFunctions,
-    go_div,
-    go_div_array,
 )
 
-__all__ = ["broken_linear", "broken_linear_array", "requested_to_capacity_ratio_scorer"]
+__all__ = ["requested_to_capacity_ratio_scorer"]
 
 _MAX_UTILIZATION = 100
 
@@ -37,41 +35,6 @@ def _go_round(x: float) -> int:
     if abs(x - whole) >= 0.5:
         whole += 1 if x > 0 else -1
     return whole
-
-
-Shape = Sequence[tuple[int, int]]
-
-
-def broken_linear(shape: Shape, p: int) -> int:
-    """helper.BuildBrokenLinearFunction at ``p``: ``shape`` is (utilization,
-    score) points in increasing utilization; flat before the first and after
-    the last point, linear (int64 division) in between."""
-    for i, (util, score) in enumerate(shape):
-        if p <= util:
-            if i == 0:
-                return score
-            prev_util, prev_score = shape[i - 1]
-            return prev_score + go_div((score - prev_score) * (p - prev_util), util - prev_util)
-    return shape[-1][1]
-
-
-def broken_linear_array(shape: Shape, p: IntArray) -> IntArray:
-    """``broken_linear`` elementwise."""
-    out = np.full(p.shape, shape[-1][1], dtype=np.int64)
-    done = np.zeros(p.shape, dtype=np.bool_)
-    for i, (util, score) in enumerate(shape):
-        hit = ~done & (p <= util)
-        if not hit.any():
-            continue
-        if i == 0:
-            out[hit] = score
-        else:
-            prev_util, prev_score = shape[i - 1]
-            num = (score - prev_score) * (p[hit] - prev_util)
-            den = np.full(num.shape, util - prev_util, dtype=np.int64)
-            out[hit] = prev_score + go_div_array(num, den)
-        done |= hit
-    return out
 
 
 def requested_to_capacity_ratio_scorer(

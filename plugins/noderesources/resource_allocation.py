@@ -34,6 +34,7 @@ from berth.framework.model import (
     PodInfo,
     PodResourcesOptions,
 )
+from berth.framework.shape_score import go_div, go_div_array
 from berth.framework.snapshot import NodeBatch
 from berth.plugins.noderesources.args import ResourceSpec
 from berth.plugins.noderesources.resource_names import (
@@ -49,8 +50,6 @@ __all__ = [
     "ResourceColumns",
     "ScoreFunctions",
     "WeightedMean",
-    "go_div",
-    "go_div_array",
     "presence",
 ]
 
@@ -71,22 +70,6 @@ class ScoreFunctions:
 
     one: Callable[[Sequence[int], Sequence[int]], int]
     many: Callable[[ResourceColumns, int], IntArray]
-
-
-def go_div(a: int, b: int) -> int:
-    """int64 division as Go does it: the quotient truncated toward zero."""
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
-
-
-def go_div_array(a: IntArray, b: IntArray) -> IntArray:
-    """Elementwise Go division (truncating); numpy's ``//`` floors, which
-    differs when the signs differ and the division is inexact."""
-    q: IntArray = a // b
-    inexact_negative = (q < 0) & (q * b != a)
-    if inexact_negative.any():
-        q = q + inexact_negative
-    return q
 
 
 class WeightedMean:

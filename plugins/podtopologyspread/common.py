@@ -25,6 +25,7 @@ from berth.framework.labels import (
     selector_from_set,
 )
 from berth.framework.model import PodInfo
+from berth.framework.nodeaffinity import RequiredNodeAffinity
 from berth.framework.objects import ObjectKind
 from berth.framework.snapshot import Snapshot
 from berth.framework.tolerations import (
@@ -32,7 +33,6 @@ from berth.framework.tolerations import (
     EFFECT_NO_SCHEDULE,
     tolerations_tolerate_taint,
 )
-from berth.plugins.nodeaffinity.selector import RequiredNodeAffinity
 from berth.plugins.podtopologyspread.args import DefaultConstraint
 
 __all__ = [

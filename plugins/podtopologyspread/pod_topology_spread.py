@@ -52,10 +52,10 @@ from berth.framework.interfaces import (
 )
 from berth.framework.labels import SelectorError
 from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.nodeaffinity import RequiredNodeAffinity, required_node_affinity
 from berth.framework.objects import ObjectKind
 from berth.framework.snapshot import BoolArray, IntArray, NodeBatch, Snapshot
 from berth.framework.status import SUCCESS, Status
-from berth.plugins.nodeaffinity.selector import RequiredNodeAffinity, required_node_affinity
 from berth.plugins.podtopologyspread.args import (
     DO_NOT_SCHEDULE,
     SCHEDULE_ANYWAY,

@@ -30,6 +30,7 @@ from berth.framework.csi_translation import (
     migration_on_pv_plugin,
     translated_node_affinity,
 )
+from berth.framework.nodeaffinity import SelectorTerm
 from berth.framework.objects import ClusterObject, ObjectKind, ObjectWrite
 from berth.framework.runtime import go_quote
 from berth.framework.snapshot import Snapshot
@@ -46,7 +47,6 @@ from berth.framework.storage import (
     not_found,
     volumes_of,
 )
-from berth.plugins.nodeaffinity.selector import SelectorTerm
 from berth.plugins.volumebinding.volumes import (
     ANN_BOUND_BY_CONTROLLER,
     ANN_SELECTED_NODE,

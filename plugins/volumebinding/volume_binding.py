@@ -86,6 +86,7 @@ from berth.framework.interfaces import (
 )
 from berth.framework.model import PodInfo
 from berth.framework.objects import ObjectKind
+from berth.framework.shape_score import broken_linear
 from berth.framework.snapshot import NodeBatch
 from berth.framework.status import SUCCESS, Status
 from berth.framework.storage import (
@@ -94,7 +95,6 @@ from berth.framework.storage import (
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
 )
-from berth.plugins.noderesources.requested_to_capacity_ratio import broken_linear
 from berth.plugins.volumebinding.args import (
     DEFAULT_SHAPE,
     MAX_CUSTOM_PRIORITY_SCORE,

@@ -22,14 +22,14 @@ import msgspec
 
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.labels import Selector, SelectorError, selector_from_json
-from berth.framework.objects import ClusterObject
-from berth.framework.storage import BETA_STORAGE_CLASS_ANNOTATION, mapping
-from berth.framework.units import QuantityError, parse_quantity
-from berth.plugins.nodeaffinity.selector import (
+from berth.framework.nodeaffinity import (
     SelectorTerm,
     compile_node_selector,
     selector_matches,
 )
+from berth.framework.objects import ClusterObject
+from berth.framework.storage import BETA_STORAGE_CLASS_ANNOTATION, mapping
+from berth.framework.units import QuantityError, parse_quantity
 
 __all__ = [
     "ANN_BIND_COMPLETED",

@@ -16,6 +16,7 @@ import pytest
 
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.model import PodInfo
+from berth.framework.shape_score import broken_linear, broken_linear_array, go_div, go_div_array
 from berth.framework.testing import fresh_state, make_node, make_pod, snapshot_of
 from berth.plugins.noderesources import Fit, NodeResourcesFitArgs
 from berth.plugins.noderesources.args import (
@@ -27,15 +28,11 @@ from berth.plugins.noderesources.args import (
 from berth.plugins.noderesources.least_allocated import least_resource_scorer
 from berth.plugins.noderesources.most_allocated import most_resource_scorer
 from berth.plugins.noderesources.requested_to_capacity_ratio import (
-    broken_linear,
-    broken_linear_array,
     requested_to_capacity_ratio_scorer,
 )
 from berth.plugins.noderesources.resource_allocation import (
     IntArray,
     ScoreFunctions,
-    go_div,
-    go_div_array,
 )
 
 EXT = "abc.com/xyz"  # upstream's extendedRes

@@ -20,9 +20,9 @@ from berth.framework.labels import (
     selector_from_set,
 )
 from berth.framework.model import PodInfo
+from berth.framework.nodeaffinity import required_node_affinity
 from berth.framework.snapshot import Snapshot
 from berth.framework.testing import make_object, snapshot_of
-from berth.plugins.nodeaffinity.selector import required_node_affinity
 from berth.plugins.podtopologyspread import (
     PRE_FILTER_STATE_KEY,
     PRE_SCORE_STATE_KEY,

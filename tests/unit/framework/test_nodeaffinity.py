@@ -14,7 +14,7 @@ import pytest
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.labels import Requirement
 from berth.framework.model import PodInfo
-from berth.plugins.nodeaffinity.selector import (
+from berth.framework.nodeaffinity import (
     RequiredNodeAffinity,
     SelectorTerm,
     aggregate_message,
