@@ -247,6 +247,13 @@ def load_config(path: str | os.PathLike[str], registry: RegistryLike) -> Schedul
         raise ConfigError(source, "", "is a directory, not a file") from None
     except OSError as exc:
         raise ConfigError(source, "", f"cannot read file: {exc.strerror or exc}") from None
+    return parse_config_text(data, source, registry)
+
+
+def parse_config_text(text: str | bytes, source: str, registry: RegistryLike) -> SchedulerConfig:
+    """Like load_config, for YAML or JSON text already in memory (``source``
+    names it in errors); decoded as strictly as a file (a repeated key is refused)."""
+    data = text.encode() if isinstance(text, str) else text
     return parse_config(_load_yaml(data, source), source, registry)
 
 

@@ -24,10 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
 
-import yaml
-
 from berth.api.v1 import cluster_pb2 as pb
-from berth.framework.config import load_config, parse_config
+from berth.framework.config import default_config, load_config, parse_config, parse_config_text
 from berth.framework.cycle_state import CycleState
 from berth.framework.interfaces import Plugin
 from berth.framework.model import PodInfo
@@ -121,14 +119,11 @@ def load(config: ConfigSource, registry: Mapping[str, type[Plugin]]) -> Schedule
     if isinstance(config, SchedulerConfig):
         return config
     if config is None:
-        config = {
-            "apiVersion": "kubescheduler.config.k8s.io/v1",
-            "kind": "KubeSchedulerConfiguration",
-        }
+        return default_config(registry)
     if isinstance(config, Mapping):
         return parse_config(config, "<dict>", registry)
     if isinstance(config, str) and "\n" in config:
-        return parse_config(yaml.safe_load(config), "<yaml>", registry)
+        return parse_config_text(config, "<yaml>", registry)
     return load_config(Path(config), registry)
 
 

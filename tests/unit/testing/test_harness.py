@@ -158,6 +158,20 @@ def test_a_bad_config_is_refused_as_berth_serve_refuses_it() -> None:
         )
 
 
+def test_yaml_text_is_read_as_strictly_as_a_file() -> None:
+    """A repeated key is refused in YAML text as ``berth serve`` refuses it in a file
+    (framework/config.py's loader), not silently resolved to the last value."""
+    text = textwrap.dedent(
+        """\
+        apiVersion: kubescheduler.config.k8s.io/v1
+        kind: KubeSchedulerConfiguration
+        kind: KubeSchedulerConfiguration
+        """
+    )
+    with pytest.raises(ConfigError, match=r"<yaml>.*kind"):
+        schedule(text, nodes=[make_node("n").capacity(cpu="1")], pods=[make_pod("p")])
+
+
 def test_a_pod_whose_profile_is_missing_is_refused_with_the_profiles() -> None:
     two = {**API, "profiles": [{"schedulerName": "a"}, {"schedulerName": "b"}]}
     with pytest.raises(ValueError, match=r"no profile 'default-scheduler' .*profiles: a, b"):
