@@ -8,10 +8,20 @@ A plugin that reads objects beyond nodes and pods declares them with
 ``Plugin.reads`` (``ObjectKind``) and finds them in
 ``self.handle.snapshot.objects(group, resource)``; one that must change an
 object adds an ``ObjectWrite`` with ``CycleState.add_write`` (see
-framework/objects.py).
+framework/objects.py). A plugin that rejects pods declares the cluster events
+that may undo its rejection with ``Plugin.events_to_register``
+(``ClusterEventWithHint``, framework/events.py).
 """
 
 from berth.framework.cycle_state import CycleState, StateError, StateKey
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+    QueueingHintFn,
+)
 from berth.framework.handle import Handle
 from berth.framework.interfaces import (
     MAX_NODE_SCORE,
@@ -44,10 +54,14 @@ from berth.framework.status import Code, Status
 __all__ = [
     "MAX_NODE_SCORE",
     "MIN_NODE_SCORE",
+    "ActionType",
     "BindPlugin",
+    "ClusterEvent",
+    "ClusterEventWithHint",
     "ClusterObject",
     "Code",
     "CycleState",
+    "EventResource",
     "FilterPlugin",
     "Handle",
     "NodeBatch",
@@ -69,6 +83,8 @@ __all__ = [
     "PreScorePlugin",
     "QueueSortPlugin",
     "QueuedPodInfo",
+    "QueueingHint",
+    "QueueingHintFn",
     "ReservePlugin",
     "Resource",
     "ScoreArray",

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from berth.framework.cycle_state import CycleState
+from berth.framework.events import ClusterEventWithHint, unroll_wildcard_resource
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ObjectKind
 from berth.framework.snapshot import NodeBatch
@@ -95,6 +96,27 @@ class Plugin(Generic[ArgsT]):
         version and resource must match, and an object of a namespaced kind
         must be in the pod's namespace. Default: none."""
         return ()
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """The cluster events that may make a pod this plugin rejected
+        schedulable, each with an optional hint (upstream's
+        EnqueueExtensions.EventsToRegister; framework/events.py). Asked once
+        when the profile is built, for plugins at PreEnqueue, PreFilter,
+        Filter, Reserve and Permit (the points that reject); the answer must
+        not depend on the cluster. An empty list: no event moves the pods
+        this plugin rejected (only an update of the pod itself, or the
+        periodic flush, does).
+
+        Default, for a plugin that does not override it: every action on
+        every resource, and on each kind it ``reads``, without hints, so its
+        pods move on any event (upstream's defaultEnqueueExtension)."""
+        return unroll_wildcard_resource(type(self).reads(self.args))
+
+    @classmethod
+    def implements_events(cls) -> bool:
+        """Whether the plugin overrides ``events_to_register`` (upstream:
+        implements EnqueueExtensions)."""
+        return cls.events_to_register is not Plugin.events_to_register
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,3 +390,14 @@ EXTENSION_POINTS: dict[str, type[Plugin]] = {
 }
 """Extension point names as KubeSchedulerConfiguration spells them, in cycle
 order, to the interface a plugin implements to serve there."""
+
+
+# The extension points whose plugins reject pods and so register events
+# (framework/runtime/framework.go shouldHaveEnqueueExtensions).
+ENQUEUE_EXTENSION_POINTS: tuple[type[Plugin], ...] = (
+    PreEnqueuePlugin,
+    PreFilterPlugin,
+    FilterPlugin,
+    ReservePlugin,
+    PermitPlugin,
+)

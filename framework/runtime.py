@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -29,8 +29,15 @@ from berth.framework import observe
 from berth.framework.claims import PLUGIN as CLAIMS_PLUGIN
 from berth.framework.claims import unsupported_claims_reason
 from berth.framework.cycle_state import CycleState, StateDecodeError
+from berth.framework.events import (
+    ClusterEvent,
+    QueueingHint,
+    Registration,
+    build_registrations,
+)
 from berth.framework.handle import Handle
 from berth.framework.interfaces import (
+    ENQUEUE_EXTENSION_POINTS,
     MAX_NODE_SCORE,
     MIN_NODE_SCORE,
     BindPlugin,
@@ -249,6 +256,61 @@ class Framework:
             raise ProfileError(str(exc)) from exc
         # QueueSort needs the cluster state only when its plugin reads objects.
         self.queue_sort_reads = any(self.queue_sort.name in r.plugins for r in self.reads)
+        # The events each rejecting plugin registered, with their hints
+        # (buildQueueingHintMap), asked once.
+        self.registrations = self._collect_registrations()
+
+    def _collect_registrations(self) -> tuple[Registration, ...]:
+        """The profile's queueing hint map (scheduler.go buildQueueingHintMap
+        over framework.go fillEnqueueExtensions): the events of every plugin
+        at PreEnqueue, PreFilter, Filter, Reserve or Permit, in the order
+        the profile names them."""
+        pairs = []
+        for name, plugin in self.instances.items():
+            if not isinstance(plugin, ENQUEUE_EXTENSION_POINTS):
+                continue
+            try:
+                events = list(plugin.events_to_register())
+            except Exception as exc:
+                raise ProfileError(
+                    f"profile {self.name}: plugin {name}: events_to_register: {exc}"
+                ) from exc
+            pairs.append((name, events))
+        return tuple(build_registrations(pairs))
+
+    def queueing_hints(
+        self, pod: PodInfo, plugins: Iterable[str], event: ClusterEvent, old: Any, new: Any
+    ) -> list[str]:
+        """Which of ``plugins`` (the pod's rejecting plugins) answer Queue to
+        ``event`` (isPodWorthRequeuing, one plugin at a time): a plugin that
+        registered a matching event without a hint answers Queue; one with a
+        hint answers what the hint does, Queue when the hint raises (logged,
+        as upstream's QueueingHintFn error). A plugin that registered no
+        matching event does not answer."""
+        wanted = set(plugins)
+        queued: list[str] = []
+        for reg in self.registrations:
+            if reg.plugin not in wanted or reg.plugin in queued:
+                continue
+            if not reg.event.matches(event):
+                continue
+            if reg.hint is None:
+                queued.append(reg.plugin)
+                continue
+            try:
+                hint = reg.hint(pod, old, new)
+            except Exception:
+                log.exception(
+                    "queueing hint of plugin %s for event %s failed for pod %s; "
+                    "the pod is retried as if it answered Queue",
+                    reg.plugin,
+                    event.label,
+                    pod.key,
+                )
+                hint = QueueingHint.QUEUE
+            if hint == QueueingHint.QUEUE:
+                queued.append(reg.plugin)
+        return queued
 
     def _collect_reads(self) -> tuple[ProfileRead, ...]:
         """What the profile's plugins read beyond nodes and pods
