@@ -8,6 +8,7 @@ framework returns them (pkg/scheduler/framework/runtime/framework.go)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -15,9 +16,11 @@ import numpy as np
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
+from berth.framework.events import ActionType, ClusterEvent
 from berth.framework.interfaces import QueuedPodInfo
-from berth.framework.model import PodInfo
-from berth.framework.runtime import CycleError, Framework
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.objects import ClusterObject
+from berth.framework.runtime import CycleError, DeadlineExceeded, Framework
 from berth.framework.snapshot import NodeBatch, Snapshot
 from berth.framework.status import Status
 from berth.server import errors
@@ -71,6 +74,13 @@ def describe_profiles(profiles: Mapping[str, Framework]) -> pb.DescribeProfilesR
                 ep = prof.extension_points.add(name=point)
                 for plugin, weight in plugins:
                     ep.plugins.add(name=plugin, weight=weight)
+        for reg in fw.registrations:
+            prof.events.add(
+                plugin=reg.plugin,
+                resource=reg.event.resource,
+                action_type=int(reg.event.action_type),
+                has_hint=reg.hint is not None,
+            )
         for read in fw.reads:
             k = read.kind
             prof.reads.add(
@@ -101,6 +111,71 @@ def pre_enqueue(call: Call, request: pb.PreEnqueueRequest) -> pb.PreEnqueueRespo
     pod = pod_of(request.HasField("pod"), request.pod)
     st = _guard(lambda: fw.run_pre_enqueue(pod))
     return pb.PreEnqueueResponse(status=status_to_pb(st))
+
+
+# Most pods one QueueingHints call may carry (protos: QueueingHintsRequest.pods).
+MAX_HINT_PODS = 16384
+
+
+def queueing_hints_checks(call: Call, request: pb.QueueingHintsRequest) -> ClusterEvent:
+    """What QueueingHints refuses: the event, every pod's profile, pod and
+    plugins, and more pods than MAX_HINT_PODS."""
+    if len(request.pods) > MAX_HINT_PODS:
+        raise errors.batch_too_large(len(request.pods), MAX_HINT_PODS)
+    if not request.resource:
+        raise errors.invalid("resource", "must name the event's resource")
+    value = request.action_type
+    if value <= 0 or value & ~int(ActionType.ALL) or value.bit_count() != 1:
+        raise errors.invalid(
+            "action_type",
+            f"must be exactly one ActionType bit (1, 2, 4, ... 4096), got {request.action_type}",
+        )
+    for i, hp in enumerate(request.pods):
+        fw = call.profile(hp.profile)
+        if not hp.HasField("pod") or not hp.pod.uid:
+            raise errors.invalid(f"pods[{i}].pod.uid", "must not be empty")
+        for j, plugin in enumerate(hp.plugins):
+            if plugin not in fw.instances:
+                raise errors.invalid(
+                    f"pods[{i}].plugins[{j}]",
+                    f"plugin {plugin!r} is not in profile {fw.name!r}",
+                )
+    return ClusterEvent(request.resource, ActionType(value))
+
+
+def queueing_hints(call: Call, request: pb.QueueingHintsRequest) -> pb.QueueingHintsResponse:
+    """Each pod's rejecting plugins asked about one event
+    (Framework.queueing_hints; upstream's isPodWorthRequeuing). The hints
+    see no cluster state; the call's deadline is checked between pods."""
+    event = queueing_hints_checks(call, request)
+    old = _event_object(request.old_object) if request.HasField("old_object") else None
+    new = _event_object(request.new_object) if request.HasField("new_object") else None
+    out = pb.QueueingHintsResponse()
+    for hp in request.pods:
+        if call.deadline is not None:
+            late = time.perf_counter() - call.deadline
+            if late > 0:
+                raise DeadlineExceeded("QueueingHint", ",".join(hp.plugins), late)
+        fw = call.profiles[hp.profile]
+        queued = fw.queueing_hints(PodInfo(hp.pod), hp.plugins, event, old, new)
+        out.pods.add(
+            queue=bool(queued),
+            queueing_plugins=queued,
+        )
+    return out
+
+
+def _event_object(obj: pb.EventObject) -> Any:
+    """What a hint receives for the event's object (framework/events.py): a
+    NodeInfo of the node alone, a PodInfo, or a ClusterObject."""
+    which = obj.WhichOneof("object")
+    if which == "node":
+        return NodeInfo(obj.node)
+    if which == "pod":
+        return PodInfo(obj.pod)
+    if which == "cluster_object":
+        return ClusterObject.from_proto(obj.cluster_object)
+    return None
 
 
 def queue_sort_checks(call: Call, request: pb.QueueSortRequest) -> list[QueuedPodInfo]:

@@ -126,6 +126,17 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
             context, request, pb.QueueSortRequest, handlers.queue_sort, handlers.queue_sort_checks
         )
 
+    async def QueueingHints(
+        self, request: pb.QueueingHintsRequest | bytes, context: Any
+    ) -> pb.QueueingHintsResponse:
+        return await self.prologue.run(
+            context,
+            request,
+            pb.QueueingHintsRequest,
+            handlers.queueing_hints,
+            handlers.queueing_hints_checks,
+        )
+
     async def PreFilter(
         self, request: pb.CycleRequest | bytes, context: Any
     ) -> pb.PreFilterResponse:

@@ -601,6 +601,7 @@ class Profile(_message.Message):
     EXTENSION_POINTS_FIELD_NUMBER: _builtins.int
     PERCENTAGE_OF_NODES_TO_SCORE_FIELD_NUMBER: _builtins.int
     READS_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
     scheduler_name: _builtins.str
     """The profile's schedulerName; the `profile` of every request names it."""
     percentage_of_nodes_to_score: _builtins.int
@@ -615,6 +616,18 @@ class Profile(_message.Message):
     def reads(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObjectKind]:
         """Objects beyond nodes and pods the profile's plugins read."""
 
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___RegisteredEvent]:
+        """The cluster events that may make a pod rejected by each plugin
+        schedulable (upstream's queueing hint map, buildQueueingHintMap), for
+        every plugin at preEnqueue, preFilter, filter, reserve or permit, in
+        profile order. A pod whose rejecting plugins registered none of an
+        event's matches is not moved by it; a plugin that declares no events is
+        listed with every event (resource "*" is not used: one entry per
+        resource with ACTION_TYPE all), as upstream treats a plugin without
+        EnqueueExtensions; a plugin listed with no event is moved by none.
+        """
+
     def __init__(
         self,
         *,
@@ -622,14 +635,251 @@ class Profile(_message.Message):
         extension_points: _abc.Iterable[Global___ExtensionPoint] | None = ...,
         percentage_of_nodes_to_score: _builtins.int = ...,
         reads: _abc.Iterable[Global___ObjectKind] | None = ...,
+        events: _abc.Iterable[Global___RegisteredEvent] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["extension_points", b"extension_points", "percentage_of_nodes_to_score", b"percentage_of_nodes_to_score", "reads", b"reads", "scheduler_name", b"scheduler_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "extension_points", b"extension_points", "percentage_of_nodes_to_score", b"percentage_of_nodes_to_score", "reads", b"reads", "scheduler_name", b"scheduler_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Profile: _TypeAlias = Profile  # noqa: Y015
+
+@_typing.final
+class RegisteredEvent(_message.Message):
+    """One event one plugin registered: upstream's ClusterEventWithHint."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PLUGIN_FIELD_NUMBER: _builtins.int
+    RESOURCE_FIELD_NUMBER: _builtins.int
+    ACTION_TYPE_FIELD_NUMBER: _builtins.int
+    HAS_HINT_FIELD_NUMBER: _builtins.int
+    plugin: _builtins.str
+    """The plugin that registered it."""
+    resource: _builtins.str
+    """The resource, as upstream's EventResource spells it: "Pod" (matching
+    both "AssignedPod" and "UnschedulablePod" events), "Node",
+    "PersistentVolume", "PersistentVolumeClaim", "storage.k8s.io/CSINode",
+    "storage.k8s.io/CSIDriver", "storage.k8s.io/VolumeAttachment",
+    "storage.k8s.io/CSIStorageCapacity", "storage.k8s.io/StorageClass",
+    "resource.k8s.io/ResourceClaim", "resource.k8s.io/ResourceSlice",
+    "resource.k8s.io/DeviceClass", "scheduling.k8s.io/PodGroup";
+    "resource.version.group" (core group: "resource.version") for another
+    kind, e.g. "podgroups.v1alpha1.scheduling.x-k8s.io"; "*" for every
+    resource.
+    """
+    action_type: _builtins.int
+    """The actions, upstream's ActionType bit flags: Add 1, Delete 2,
+    UpdateNodeAllocatable 4, UpdateNodeLabel 8, UpdateNodeTaint 16 (also
+    spec.unschedulable turned off), UpdateNodeCondition 32,
+    UpdateNodeAnnotation 64, UpdateNodeDeclaredFeature 128, UpdatePodLabel
+    256, UpdatePodScaleDown 512, UpdatePodToleration 1024,
+    UpdatePodSchedulingGatesEliminated 2048, UpdatePodGeneratedResourceClaim
+    4096; All 8191, Update 8188. An incoming event (one resource, one
+    action) matches when its resource matches and its action is one of
+    these bits (upstream's MatchClusterEvents).
+    """
+    has_hint: _builtins.bool
+    """Whether the plugin has a hint for it: ask QueueingHints before moving
+    the plugin's pods. False: every matching event moves them.
+    """
+    def __init__(
+        self,
+        *,
+        plugin: _builtins.str = ...,
+        resource: _builtins.str = ...,
+        action_type: _builtins.int = ...,
+        has_hint: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action_type", b"action_type", "has_hint", b"has_hint", "plugin", b"plugin", "resource", b"resource"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RegisteredEvent: _TypeAlias = RegisteredEvent  # noqa: Y015
+
+@_typing.final
+class EventObject(_message.Message):
+    """The object of a cluster event, before or after it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_FIELD_NUMBER: _builtins.int
+    POD_FIELD_NUMBER: _builtins.int
+    CLUSTER_OBJECT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def node(self) -> _cluster_pb2.Node:
+        """A Node event's node."""
+
+    @_builtins.property
+    def pod(self) -> _cluster_pb2.Pod:
+        """A Pod event's pod."""
+
+    @_builtins.property
+    def cluster_object(self) -> _cluster_pb2.ClusterObject:
+        """Any other kind's object, as the cluster state carries it."""
+
+    def __init__(
+        self,
+        *,
+        node: _cluster_pb2.Node | None = ...,
+        pod: _cluster_pb2.Pod | None = ...,
+        cluster_object: _cluster_pb2.ClusterObject | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cluster_object", b"cluster_object", "node", b"node", "object", b"object", "pod", b"pod"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_object", b"cluster_object", "node", b"node", "object", b"object", "pod", b"pod"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_object: _TypeAlias = _typing.Literal["node", "pod", "cluster_object"]  # noqa: Y015
+    _WhichOneofArgType_object: _TypeAlias = _typing.Literal["object", b"object"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_object) -> _WhichOneofReturnType_object | None: ...
+
+Global___EventObject: _TypeAlias = EventObject  # noqa: Y015
+
+@_typing.final
+class HintPod(_message.Message):
+    """A pod a cluster event may move, and the plugins that rejected it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROFILE_FIELD_NUMBER: _builtins.int
+    POD_FIELD_NUMBER: _builtins.int
+    PLUGINS_FIELD_NUMBER: _builtins.int
+    profile: _builtins.str
+    """The profile (schedulerName) that rejected it; required."""
+    @_builtins.property
+    def pod(self) -> _cluster_pb2.Pod:
+        """The pod, as the caller holds it; its uid must not be empty."""
+
+    @_builtins.property
+    def plugins(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The plugins to ask: the pod's rejecting plugins (unschedulable and
+        pending) that registered the event with a hint. A plugin the profile
+        does not run is INVALID_ARGUMENT.
+        """
+
+    def __init__(
+        self,
+        *,
+        profile: _builtins.str = ...,
+        pod: _cluster_pb2.Pod | None = ...,
+        plugins: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["plugins", b"plugins", "pod", b"pod", "profile", b"profile"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HintPod: _TypeAlias = HintPod  # noqa: Y015
+
+@_typing.final
+class QueueingHintsRequest(_message.Message):
+    """One cluster event and the pods to judge."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_FIELD_NUMBER: _builtins.int
+    ACTION_TYPE_FIELD_NUMBER: _builtins.int
+    OLD_OBJECT_FIELD_NUMBER: _builtins.int
+    NEW_OBJECT_FIELD_NUMBER: _builtins.int
+    PODS_FIELD_NUMBER: _builtins.int
+    resource: _builtins.str
+    """The event's resource, as RegisteredEvent.resource spells it; for pods,
+    "AssignedPod" (bound to a node) or "UnschedulablePod" (not bound).
+    """
+    action_type: _builtins.int
+    """The event's action: one ActionType bit (RegisteredEvent.action_type)."""
+    @_builtins.property
+    def old_object(self) -> Global___EventObject:
+        """The object before the event; unset for an add."""
+
+    @_builtins.property
+    def new_object(self) -> Global___EventObject:
+        """The object after the event; unset for a delete."""
+
+    @_builtins.property
+    def pods(self) -> _containers.RepeatedCompositeFieldContainer[Global___HintPod]:
+        """The pods, in any order; at most 16384 (RESOURCE_EXHAUSTED, reason
+        BATCH_TOO_LARGE, beyond: send the rest in another call).
+        """
+
+    def __init__(
+        self,
+        *,
+        resource: _builtins.str = ...,
+        action_type: _builtins.int = ...,
+        old_object: Global___EventObject | None = ...,
+        new_object: Global___EventObject | None = ...,
+        pods: _abc.Iterable[Global___HintPod] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["new_object", b"new_object", "old_object", b"old_object"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action_type", b"action_type", "new_object", b"new_object", "old_object", b"old_object", "pods", b"pods", "resource", b"resource"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueueingHintsRequest: _TypeAlias = QueueingHintsRequest  # noqa: Y015
+
+@_typing.final
+class PodHint(_message.Message):
+    """The answer for one pod."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    QUEUEING_PLUGINS_FIELD_NUMBER: _builtins.int
+    queue: _builtins.bool
+    """Upstream's QueueingHint: true for Queue, when any plugin asked answered
+    Queue (a hint that failed counts as Queue, as upstream); false for
+    QueueSkip.
+    """
+    @_builtins.property
+    def queueing_plugins(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The plugins that answered Queue, in the order asked; a caller moves a
+        pod straight to the active queue when one of them is a plugin whose
+        Pending status held it (upstream's queueImmediately).
+        """
+
+    def __init__(
+        self,
+        *,
+        queue: _builtins.bool = ...,
+        queueing_plugins: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue", "queueing_plugins", b"queueing_plugins"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PodHint: _TypeAlias = PodHint  # noqa: Y015
+
+@_typing.final
+class QueueingHintsResponse(_message.Message):
+    """The answers, aligned with the request's pods."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PODS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def pods(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodHint]:
+        """One per request pod, in order."""
+
+    def __init__(
+        self,
+        *,
+        pods: _abc.Iterable[Global___PodHint] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pods", b"pods"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueueingHintsResponse: _TypeAlias = QueueingHintsResponse  # noqa: Y015
 
 @_typing.final
 class DescribeProfilesResponse(_message.Message):

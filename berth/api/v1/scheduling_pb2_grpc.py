@@ -60,6 +60,11 @@ class SchedulingServiceStub:
                 request_serializer=berth_dot_v1_dot_scheduling__pb2.QueueSortRequest.SerializeToString,
                 response_deserializer=berth_dot_v1_dot_scheduling__pb2.QueueSortResponse.FromString,
                 _registered_method=True)
+        self.QueueingHints = channel.unary_unary(
+                '/berth.v1.SchedulingService/QueueingHints',
+                request_serializer=berth_dot_v1_dot_scheduling__pb2.QueueingHintsRequest.SerializeToString,
+                response_deserializer=berth_dot_v1_dot_scheduling__pb2.QueueingHintsResponse.FromString,
+                _registered_method=True)
         self.PreFilter = channel.unary_unary(
                 '/berth.v1.SchedulingService/PreFilter',
                 request_serializer=berth_dot_v1_dot_scheduling__pb2.CycleRequest.SerializeToString,
@@ -179,6 +184,17 @@ class SchedulingServiceServicer:
     def QueueSort(self, request, context):
         """Batch form of QueueSort's Less: one order key per pod; the queue pops the
         pod with the smallest key (keys compare part by part).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueueingHints(self, request, context):
+        """Queueing hints for one cluster event (upstream's isPodWorthRequeuing):
+        for each pod the event may move, which of its rejecting plugins answer
+        Queue. Profile.events says which plugins registered which events and
+        which have a hint; a caller asks only about pods with a hinted plugin,
+        all the pods of one event in one call. Reads no cluster state.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -352,6 +368,11 @@ def add_SchedulingServiceServicer_to_server(servicer, server):
                     servicer.QueueSort,
                     request_deserializer=berth_dot_v1_dot_scheduling__pb2.QueueSortRequest.FromString,
                     response_serializer=berth_dot_v1_dot_scheduling__pb2.QueueSortResponse.SerializeToString,
+            ),
+            'QueueingHints': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueueingHints,
+                    request_deserializer=berth_dot_v1_dot_scheduling__pb2.QueueingHintsRequest.FromString,
+                    response_serializer=berth_dot_v1_dot_scheduling__pb2.QueueingHintsResponse.SerializeToString,
             ),
             'PreFilter': grpc.unary_unary_rpc_method_handler(
                     servicer.PreFilter,
@@ -548,6 +569,33 @@ class SchedulingService:
             '/berth.v1.SchedulingService/QueueSort',
             berth_dot_v1_dot_scheduling__pb2.QueueSortRequest.SerializeToString,
             berth_dot_v1_dot_scheduling__pb2.QueueSortResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueueingHints(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/berth.v1.SchedulingService/QueueingHints',
+            berth_dot_v1_dot_scheduling__pb2.QueueingHintsRequest.SerializeToString,
+            berth_dot_v1_dot_scheduling__pb2.QueueingHintsResponse.FromString,
             options,
             channel_credentials,
             insecure,

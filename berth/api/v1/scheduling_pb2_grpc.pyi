@@ -74,6 +74,13 @@ class SchedulingServiceStub:
     """Batch form of QueueSort's Less: one order key per pod; the queue pops the
     pod with the smallest key (keys compare part by part).
     """
+    QueueingHints: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.QueueingHintsRequest, _scheduling_pb2.QueueingHintsResponse]
+    """Queueing hints for one cluster event (upstream's isPodWorthRequeuing):
+    for each pod the event may move, which of its rejecting plugins answer
+    Queue. Profile.events says which plugins registered which events and
+    which have a hint; a caller asks only about pods with a hinted plugin,
+    all the pods of one event in one call. Reads no cluster state.
+    """
     PreFilter: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.CycleRequest, _scheduling_pb2.PreFilterResponse]
     """Scheduling cycle, one extension point per call: PreFilter on every node
     of the snapshot (RunPreFilterPlugins). A plugin's Skip lands in
@@ -182,6 +189,13 @@ class SchedulingServiceAsyncStub(SchedulingServiceStub):
     QueueSort: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.QueueSortRequest, _scheduling_pb2.QueueSortResponse]  # type: ignore[assignment]
     """Batch form of QueueSort's Less: one order key per pod; the queue pops the
     pod with the smallest key (keys compare part by part).
+    """
+    QueueingHints: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.QueueingHintsRequest, _scheduling_pb2.QueueingHintsResponse]  # type: ignore[assignment]
+    """Queueing hints for one cluster event (upstream's isPodWorthRequeuing):
+    for each pod the event may move, which of its rejecting plugins answer
+    Queue. Profile.events says which plugins registered which events and
+    which have a hint; a caller asks only about pods with a hinted plugin,
+    all the pods of one event in one call. Reads no cluster state.
     """
     PreFilter: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.CycleRequest, _scheduling_pb2.PreFilterResponse]  # type: ignore[assignment]
     """Scheduling cycle, one extension point per call: PreFilter on every node
@@ -312,6 +326,19 @@ class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_scheduling_pb2.QueueSortResponse, _abc.Awaitable[_scheduling_pb2.QueueSortResponse]]:
         """Batch form of QueueSort's Less: one order key per pod; the queue pops the
         pod with the smallest key (keys compare part by part).
+        """
+
+    @_abc_1.abstractmethod
+    def QueueingHints(
+        self,
+        request: _scheduling_pb2.QueueingHintsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scheduling_pb2.QueueingHintsResponse, _abc.Awaitable[_scheduling_pb2.QueueingHintsResponse]]:
+        """Queueing hints for one cluster event (upstream's isPodWorthRequeuing):
+        for each pod the event may move, which of its rejecting plugins answer
+        Queue. Profile.events says which plugins registered which events and
+        which have a hint; a caller asks only about pods with a hinted plugin,
+        all the pods of one event in one call. Reads no cluster state.
         """
 
     @_abc_1.abstractmethod

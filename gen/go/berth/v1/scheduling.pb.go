@@ -932,7 +932,16 @@ type Profile struct {
 	// nodes, at least 5%).
 	PercentageOfNodesToScore int32 `protobuf:"varint,3,opt,name=percentage_of_nodes_to_score,json=percentageOfNodesToScore,proto3" json:"percentage_of_nodes_to_score,omitempty"`
 	// Objects beyond nodes and pods the profile's plugins read.
-	Reads         []*ObjectKind `protobuf:"bytes,4,rep,name=reads,proto3" json:"reads,omitempty"`
+	Reads []*ObjectKind `protobuf:"bytes,4,rep,name=reads,proto3" json:"reads,omitempty"`
+	// The cluster events that may make a pod rejected by each plugin
+	// schedulable (upstream's queueing hint map, buildQueueingHintMap), for
+	// every plugin at preEnqueue, preFilter, filter, reserve or permit, in
+	// profile order. A pod whose rejecting plugins registered none of an
+	// event's matches is not moved by it; a plugin that declares no events is
+	// listed with every event (resource "*" is not used: one entry per
+	// resource with ACTION_TYPE all), as upstream treats a plugin without
+	// EnqueueExtensions; a plugin listed with no event is moved by none.
+	Events        []*RegisteredEvent `protobuf:"bytes,5,rep,name=events,proto3" json:"events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -995,6 +1004,463 @@ func (x *Profile) GetReads() []*ObjectKind {
 	return nil
 }
 
+func (x *Profile) GetEvents() []*RegisteredEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+// One event one plugin registered: upstream's ClusterEventWithHint.
+type RegisteredEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The plugin that registered it.
+	Plugin string `protobuf:"bytes,1,opt,name=plugin,proto3" json:"plugin,omitempty"`
+	// The resource, as upstream's EventResource spells it: "Pod" (matching
+	// both "AssignedPod" and "UnschedulablePod" events), "Node",
+	// "PersistentVolume", "PersistentVolumeClaim", "storage.k8s.io/CSINode",
+	// "storage.k8s.io/CSIDriver", "storage.k8s.io/VolumeAttachment",
+	// "storage.k8s.io/CSIStorageCapacity", "storage.k8s.io/StorageClass",
+	// "resource.k8s.io/ResourceClaim", "resource.k8s.io/ResourceSlice",
+	// "resource.k8s.io/DeviceClass", "scheduling.k8s.io/PodGroup";
+	// "resource.version.group" (core group: "resource.version") for another
+	// kind, e.g. "podgroups.v1alpha1.scheduling.x-k8s.io"; "*" for every
+	// resource.
+	Resource string `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
+	// The actions, upstream's ActionType bit flags: Add 1, Delete 2,
+	// UpdateNodeAllocatable 4, UpdateNodeLabel 8, UpdateNodeTaint 16 (also
+	// spec.unschedulable turned off), UpdateNodeCondition 32,
+	// UpdateNodeAnnotation 64, UpdateNodeDeclaredFeature 128, UpdatePodLabel
+	// 256, UpdatePodScaleDown 512, UpdatePodToleration 1024,
+	// UpdatePodSchedulingGatesEliminated 2048, UpdatePodGeneratedResourceClaim
+	// 4096; All 8191, Update 8188. An incoming event (one resource, one
+	// action) matches when its resource matches and its action is one of
+	// these bits (upstream's MatchClusterEvents).
+	ActionType int64 `protobuf:"varint,3,opt,name=action_type,json=actionType,proto3" json:"action_type,omitempty"`
+	// Whether the plugin has a hint for it: ask QueueingHints before moving
+	// the plugin's pods. False: every matching event moves them.
+	HasHint       bool `protobuf:"varint,4,opt,name=has_hint,json=hasHint,proto3" json:"has_hint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisteredEvent) Reset() {
+	*x = RegisteredEvent{}
+	mi := &file_berth_v1_scheduling_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisteredEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisteredEvent) ProtoMessage() {}
+
+func (x *RegisteredEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_v1_scheduling_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisteredEvent.ProtoReflect.Descriptor instead.
+func (*RegisteredEvent) Descriptor() ([]byte, []int) {
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RegisteredEvent) GetPlugin() string {
+	if x != nil {
+		return x.Plugin
+	}
+	return ""
+}
+
+func (x *RegisteredEvent) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *RegisteredEvent) GetActionType() int64 {
+	if x != nil {
+		return x.ActionType
+	}
+	return 0
+}
+
+func (x *RegisteredEvent) GetHasHint() bool {
+	if x != nil {
+		return x.HasHint
+	}
+	return false
+}
+
+// The object of a cluster event, before or after it.
+type EventObject struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object; none for the old object of an add or the new one of a delete.
+	//
+	// Types that are valid to be assigned to Object:
+	//
+	//	*EventObject_Node
+	//	*EventObject_Pod
+	//	*EventObject_ClusterObject
+	Object        isEventObject_Object `protobuf_oneof:"object"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventObject) Reset() {
+	*x = EventObject{}
+	mi := &file_berth_v1_scheduling_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventObject) ProtoMessage() {}
+
+func (x *EventObject) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_v1_scheduling_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventObject.ProtoReflect.Descriptor instead.
+func (*EventObject) Descriptor() ([]byte, []int) {
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *EventObject) GetObject() isEventObject_Object {
+	if x != nil {
+		return x.Object
+	}
+	return nil
+}
+
+func (x *EventObject) GetNode() *Node {
+	if x != nil {
+		if x, ok := x.Object.(*EventObject_Node); ok {
+			return x.Node
+		}
+	}
+	return nil
+}
+
+func (x *EventObject) GetPod() *Pod {
+	if x != nil {
+		if x, ok := x.Object.(*EventObject_Pod); ok {
+			return x.Pod
+		}
+	}
+	return nil
+}
+
+func (x *EventObject) GetClusterObject() *ClusterObject {
+	if x != nil {
+		if x, ok := x.Object.(*EventObject_ClusterObject); ok {
+			return x.ClusterObject
+		}
+	}
+	return nil
+}
+
+type isEventObject_Object interface {
+	isEventObject_Object()
+}
+
+type EventObject_Node struct {
+	// A Node event's node.
+	Node *Node `protobuf:"bytes,1,opt,name=node,proto3,oneof"`
+}
+
+type EventObject_Pod struct {
+	// A Pod event's pod.
+	Pod *Pod `protobuf:"bytes,2,opt,name=pod,proto3,oneof"`
+}
+
+type EventObject_ClusterObject struct {
+	// Any other kind's object, as the cluster state carries it.
+	ClusterObject *ClusterObject `protobuf:"bytes,3,opt,name=cluster_object,json=clusterObject,proto3,oneof"`
+}
+
+func (*EventObject_Node) isEventObject_Object() {}
+
+func (*EventObject_Pod) isEventObject_Object() {}
+
+func (*EventObject_ClusterObject) isEventObject_Object() {}
+
+// A pod a cluster event may move, and the plugins that rejected it.
+type HintPod struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The profile (schedulerName) that rejected it; required.
+	Profile string `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	// The pod, as the caller holds it; its uid must not be empty.
+	Pod *Pod `protobuf:"bytes,2,opt,name=pod,proto3" json:"pod,omitempty"`
+	// The plugins to ask: the pod's rejecting plugins (unschedulable and
+	// pending) that registered the event with a hint. A plugin the profile
+	// does not run is INVALID_ARGUMENT.
+	Plugins       []string `protobuf:"bytes,3,rep,name=plugins,proto3" json:"plugins,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HintPod) Reset() {
+	*x = HintPod{}
+	mi := &file_berth_v1_scheduling_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HintPod) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HintPod) ProtoMessage() {}
+
+func (x *HintPod) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_v1_scheduling_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HintPod.ProtoReflect.Descriptor instead.
+func (*HintPod) Descriptor() ([]byte, []int) {
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *HintPod) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *HintPod) GetPod() *Pod {
+	if x != nil {
+		return x.Pod
+	}
+	return nil
+}
+
+func (x *HintPod) GetPlugins() []string {
+	if x != nil {
+		return x.Plugins
+	}
+	return nil
+}
+
+// One cluster event and the pods to judge.
+type QueueingHintsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event's resource, as RegisteredEvent.resource spells it; for pods,
+	// "AssignedPod" (bound to a node) or "UnschedulablePod" (not bound).
+	Resource string `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
+	// The event's action: one ActionType bit (RegisteredEvent.action_type).
+	ActionType int64 `protobuf:"varint,2,opt,name=action_type,json=actionType,proto3" json:"action_type,omitempty"`
+	// The object before the event; unset for an add.
+	OldObject *EventObject `protobuf:"bytes,3,opt,name=old_object,json=oldObject,proto3" json:"old_object,omitempty"`
+	// The object after the event; unset for a delete.
+	NewObject *EventObject `protobuf:"bytes,4,opt,name=new_object,json=newObject,proto3" json:"new_object,omitempty"`
+	// The pods, in any order; at most 16384 (RESOURCE_EXHAUSTED, reason
+	// BATCH_TOO_LARGE, beyond: send the rest in another call).
+	Pods          []*HintPod `protobuf:"bytes,5,rep,name=pods,proto3" json:"pods,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueingHintsRequest) Reset() {
+	*x = QueueingHintsRequest{}
+	mi := &file_berth_v1_scheduling_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueingHintsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueingHintsRequest) ProtoMessage() {}
+
+func (x *QueueingHintsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_v1_scheduling_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueingHintsRequest.ProtoReflect.Descriptor instead.
+func (*QueueingHintsRequest) Descriptor() ([]byte, []int) {
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *QueueingHintsRequest) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *QueueingHintsRequest) GetActionType() int64 {
+	if x != nil {
+		return x.ActionType
+	}
+	return 0
+}
+
+func (x *QueueingHintsRequest) GetOldObject() *EventObject {
+	if x != nil {
+		return x.OldObject
+	}
+	return nil
+}
+
+func (x *QueueingHintsRequest) GetNewObject() *EventObject {
+	if x != nil {
+		return x.NewObject
+	}
+	return nil
+}
+
+func (x *QueueingHintsRequest) GetPods() []*HintPod {
+	if x != nil {
+		return x.Pods
+	}
+	return nil
+}
+
+// The answer for one pod.
+type PodHint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Upstream's QueueingHint: true for Queue, when any plugin asked answered
+	// Queue (a hint that failed counts as Queue, as upstream); false for
+	// QueueSkip.
+	Queue bool `protobuf:"varint,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// The plugins that answered Queue, in the order asked; a caller moves a
+	// pod straight to the active queue when one of them is a plugin whose
+	// Pending status held it (upstream's queueImmediately).
+	QueueingPlugins []string `protobuf:"bytes,2,rep,name=queueing_plugins,json=queueingPlugins,proto3" json:"queueing_plugins,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PodHint) Reset() {
+	*x = PodHint{}
+	mi := &file_berth_v1_scheduling_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PodHint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PodHint) ProtoMessage() {}
+
+func (x *PodHint) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_v1_scheduling_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PodHint.ProtoReflect.Descriptor instead.
+func (*PodHint) Descriptor() ([]byte, []int) {
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PodHint) GetQueue() bool {
+	if x != nil {
+		return x.Queue
+	}
+	return false
+}
+
+func (x *PodHint) GetQueueingPlugins() []string {
+	if x != nil {
+		return x.QueueingPlugins
+	}
+	return nil
+}
+
+// The answers, aligned with the request's pods.
+type QueueingHintsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per request pod, in order.
+	Pods          []*PodHint `protobuf:"bytes,1,rep,name=pods,proto3" json:"pods,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueingHintsResponse) Reset() {
+	*x = QueueingHintsResponse{}
+	mi := &file_berth_v1_scheduling_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueingHintsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueingHintsResponse) ProtoMessage() {}
+
+func (x *QueueingHintsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_v1_scheduling_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueingHintsResponse.ProtoReflect.Descriptor instead.
+func (*QueueingHintsResponse) Descriptor() ([]byte, []int) {
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *QueueingHintsResponse) GetPods() []*PodHint {
+	if x != nil {
+		return x.Pods
+	}
+	return nil
+}
+
 // The server's profiles.
 type DescribeProfilesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1006,7 +1472,7 @@ type DescribeProfilesResponse struct {
 
 func (x *DescribeProfilesResponse) Reset() {
 	*x = DescribeProfilesResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[11]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1484,7 @@ func (x *DescribeProfilesResponse) String() string {
 func (*DescribeProfilesResponse) ProtoMessage() {}
 
 func (x *DescribeProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[11]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1497,7 @@ func (x *DescribeProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeProfilesResponse.ProtoReflect.Descriptor instead.
 func (*DescribeProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{11}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DescribeProfilesResponse) GetProfiles() []*Profile {
@@ -1054,7 +1520,7 @@ type PreEnqueueRequest struct {
 
 func (x *PreEnqueueRequest) Reset() {
 	*x = PreEnqueueRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[12]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1532,7 @@ func (x *PreEnqueueRequest) String() string {
 func (*PreEnqueueRequest) ProtoMessage() {}
 
 func (x *PreEnqueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[12]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1545,7 @@ func (x *PreEnqueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreEnqueueRequest.ProtoReflect.Descriptor instead.
 func (*PreEnqueueRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{12}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PreEnqueueRequest) GetProfile() string {
@@ -1108,7 +1574,7 @@ type PreEnqueueResponse struct {
 
 func (x *PreEnqueueResponse) Reset() {
 	*x = PreEnqueueResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[13]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1586,7 @@ func (x *PreEnqueueResponse) String() string {
 func (*PreEnqueueResponse) ProtoMessage() {}
 
 func (x *PreEnqueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[13]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1599,7 @@ func (x *PreEnqueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreEnqueueResponse.ProtoReflect.Descriptor instead.
 func (*PreEnqueueResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{13}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PreEnqueueResponse) GetStatus() *Status {
@@ -1159,7 +1625,7 @@ type QueuedPod struct {
 
 func (x *QueuedPod) Reset() {
 	*x = QueuedPod{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[14]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1637,7 @@ func (x *QueuedPod) String() string {
 func (*QueuedPod) ProtoMessage() {}
 
 func (x *QueuedPod) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[14]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1650,7 @@ func (x *QueuedPod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuedPod.ProtoReflect.Descriptor instead.
 func (*QueuedPod) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{14}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *QueuedPod) GetPod() *Pod {
@@ -1226,7 +1692,7 @@ type SortKeyPart struct {
 
 func (x *SortKeyPart) Reset() {
 	*x = SortKeyPart{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[15]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1704,7 @@ func (x *SortKeyPart) String() string {
 func (*SortKeyPart) ProtoMessage() {}
 
 func (x *SortKeyPart) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[15]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1717,7 @@ func (x *SortKeyPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SortKeyPart.ProtoReflect.Descriptor instead.
 func (*SortKeyPart) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{15}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SortKeyPart) GetValue() isSortKeyPart_Value {
@@ -1325,7 +1791,7 @@ type SortKey struct {
 
 func (x *SortKey) Reset() {
 	*x = SortKey{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[16]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1803,7 @@ func (x *SortKey) String() string {
 func (*SortKey) ProtoMessage() {}
 
 func (x *SortKey) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[16]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1816,7 @@ func (x *SortKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SortKey.ProtoReflect.Descriptor instead.
 func (*SortKey) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{16}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SortKey) GetParts() []*SortKeyPart {
@@ -1376,7 +1842,7 @@ type QueueSortRequest struct {
 
 func (x *QueueSortRequest) Reset() {
 	*x = QueueSortRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[17]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1854,7 @@ func (x *QueueSortRequest) String() string {
 func (*QueueSortRequest) ProtoMessage() {}
 
 func (x *QueueSortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[17]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1867,7 @@ func (x *QueueSortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSortRequest.ProtoReflect.Descriptor instead.
 func (*QueueSortRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{17}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueueSortRequest) GetProfile() string {
@@ -1436,7 +1902,7 @@ type QueueSortResponse struct {
 
 func (x *QueueSortResponse) Reset() {
 	*x = QueueSortResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[18]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1448,7 +1914,7 @@ func (x *QueueSortResponse) String() string {
 func (*QueueSortResponse) ProtoMessage() {}
 
 func (x *QueueSortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[18]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1461,7 +1927,7 @@ func (x *QueueSortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSortResponse.ProtoReflect.Descriptor instead.
 func (*QueueSortResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{18}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueueSortResponse) GetKeys() []*SortKey {
@@ -1489,7 +1955,7 @@ type CycleRequest struct {
 
 func (x *CycleRequest) Reset() {
 	*x = CycleRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[19]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1967,7 @@ func (x *CycleRequest) String() string {
 func (*CycleRequest) ProtoMessage() {}
 
 func (x *CycleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[19]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1980,7 @@ func (x *CycleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CycleRequest.ProtoReflect.Descriptor instead.
 func (*CycleRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{19}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CycleRequest) GetProfile() string {
@@ -1571,7 +2037,7 @@ type NodesRequest struct {
 
 func (x *NodesRequest) Reset() {
 	*x = NodesRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[20]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +2049,7 @@ func (x *NodesRequest) String() string {
 func (*NodesRequest) ProtoMessage() {}
 
 func (x *NodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[20]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +2062,7 @@ func (x *NodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodesRequest.ProtoReflect.Descriptor instead.
 func (*NodesRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{20}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NodesRequest) GetProfile() string {
@@ -1663,7 +2129,7 @@ type NodeRequest struct {
 
 func (x *NodeRequest) Reset() {
 	*x = NodeRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[21]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +2141,7 @@ func (x *NodeRequest) String() string {
 func (*NodeRequest) ProtoMessage() {}
 
 func (x *NodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[21]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +2154,7 @@ func (x *NodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRequest.ProtoReflect.Descriptor instead.
 func (*NodeRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{21}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NodeRequest) GetProfile() string {
@@ -1748,7 +2214,7 @@ type PreFilterResponse struct {
 
 func (x *PreFilterResponse) Reset() {
 	*x = PreFilterResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[22]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +2226,7 @@ func (x *PreFilterResponse) String() string {
 func (*PreFilterResponse) ProtoMessage() {}
 
 func (x *PreFilterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[22]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +2239,7 @@ func (x *PreFilterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreFilterResponse.ProtoReflect.Descriptor instead.
 func (*PreFilterResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{22}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PreFilterResponse) GetStatus() *Status {
@@ -1824,7 +2290,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[23]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +2302,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[23]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +2315,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{23}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NodeStatus) GetNode() string {
@@ -1881,7 +2347,7 @@ type FilterResponse struct {
 
 func (x *FilterResponse) Reset() {
 	*x = FilterResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[24]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1893,7 +2359,7 @@ func (x *FilterResponse) String() string {
 func (*FilterResponse) ProtoMessage() {}
 
 func (x *FilterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[24]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1906,7 +2372,7 @@ func (x *FilterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilterResponse.ProtoReflect.Descriptor instead.
 func (*FilterResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{24}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FilterResponse) GetFeasible() []string {
@@ -1950,7 +2416,7 @@ type PostFilterRequest struct {
 
 func (x *PostFilterRequest) Reset() {
 	*x = PostFilterRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[25]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2428,7 @@ func (x *PostFilterRequest) String() string {
 func (*PostFilterRequest) ProtoMessage() {}
 
 func (x *PostFilterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[25]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2441,7 @@ func (x *PostFilterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostFilterRequest.ProtoReflect.Descriptor instead.
 func (*PostFilterRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{25}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PostFilterRequest) GetProfile() string {
@@ -2055,7 +2521,7 @@ type PostFilterResponse struct {
 
 func (x *PostFilterResponse) Reset() {
 	*x = PostFilterResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[26]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2533,7 @@ func (x *PostFilterResponse) String() string {
 func (*PostFilterResponse) ProtoMessage() {}
 
 func (x *PostFilterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[26]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2546,7 @@ func (x *PostFilterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostFilterResponse.ProtoReflect.Descriptor instead.
 func (*PostFilterResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{26}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PostFilterResponse) GetStatus() *Status {
@@ -2161,7 +2627,7 @@ type Victim struct {
 
 func (x *Victim) Reset() {
 	*x = Victim{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[27]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2639,7 @@ func (x *Victim) String() string {
 func (*Victim) ProtoMessage() {}
 
 func (x *Victim) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[27]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2652,7 @@ func (x *Victim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Victim.ProtoReflect.Descriptor instead.
 func (*Victim) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{27}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Victim) GetUid() string {
@@ -2225,7 +2691,7 @@ type PreScoreResponse struct {
 
 func (x *PreScoreResponse) Reset() {
 	*x = PreScoreResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[28]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2703,7 @@ func (x *PreScoreResponse) String() string {
 func (*PreScoreResponse) ProtoMessage() {}
 
 func (x *PreScoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[28]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2716,7 @@ func (x *PreScoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreScoreResponse.ProtoReflect.Descriptor instead.
 func (*PreScoreResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{28}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PreScoreResponse) GetStatus() *Status {
@@ -2289,7 +2755,7 @@ type PluginScores struct {
 
 func (x *PluginScores) Reset() {
 	*x = PluginScores{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[29]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2767,7 @@ func (x *PluginScores) String() string {
 func (*PluginScores) ProtoMessage() {}
 
 func (x *PluginScores) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[29]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2780,7 @@ func (x *PluginScores) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginScores.ProtoReflect.Descriptor instead.
 func (*PluginScores) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{29}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PluginScores) GetPlugin() string {
@@ -2355,7 +2821,7 @@ type ScoreResponse struct {
 
 func (x *ScoreResponse) Reset() {
 	*x = ScoreResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[30]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2833,7 @@ func (x *ScoreResponse) String() string {
 func (*ScoreResponse) ProtoMessage() {}
 
 func (x *ScoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[30]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2846,7 @@ func (x *ScoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreResponse.ProtoReflect.Descriptor instead.
 func (*ScoreResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{30}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ScoreResponse) GetStatus() *Status {
@@ -2433,7 +2899,7 @@ type NormalizeScoreRequest struct {
 
 func (x *NormalizeScoreRequest) Reset() {
 	*x = NormalizeScoreRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[31]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2445,7 +2911,7 @@ func (x *NormalizeScoreRequest) String() string {
 func (*NormalizeScoreRequest) ProtoMessage() {}
 
 func (x *NormalizeScoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[31]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2458,7 +2924,7 @@ func (x *NormalizeScoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NormalizeScoreRequest.ProtoReflect.Descriptor instead.
 func (*NormalizeScoreRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{31}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NormalizeScoreRequest) GetProfile() string {
@@ -2521,7 +2987,7 @@ type NormalizeScoreResponse struct {
 
 func (x *NormalizeScoreResponse) Reset() {
 	*x = NormalizeScoreResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[32]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +2999,7 @@ func (x *NormalizeScoreResponse) String() string {
 func (*NormalizeScoreResponse) ProtoMessage() {}
 
 func (x *NormalizeScoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[32]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +3012,7 @@ func (x *NormalizeScoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NormalizeScoreResponse.ProtoReflect.Descriptor instead.
 func (*NormalizeScoreResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{32}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *NormalizeScoreResponse) GetStatus() *Status {
@@ -2597,7 +3063,7 @@ type ObjectWrite struct {
 
 func (x *ObjectWrite) Reset() {
 	*x = ObjectWrite{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[33]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2609,7 +3075,7 @@ func (x *ObjectWrite) String() string {
 func (*ObjectWrite) ProtoMessage() {}
 
 func (x *ObjectWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[33]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2622,7 +3088,7 @@ func (x *ObjectWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectWrite.ProtoReflect.Descriptor instead.
 func (*ObjectWrite) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{33}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ObjectWrite) GetRef() *ObjectRef {
@@ -2693,7 +3159,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2705,7 +3171,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2718,7 +3184,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{34}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -2789,7 +3255,7 @@ type WaitingPodSignal struct {
 
 func (x *WaitingPodSignal) Reset() {
 	*x = WaitingPodSignal{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2801,7 +3267,7 @@ func (x *WaitingPodSignal) String() string {
 func (*WaitingPodSignal) ProtoMessage() {}
 
 func (x *WaitingPodSignal) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2814,7 +3280,7 @@ func (x *WaitingPodSignal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitingPodSignal.ProtoReflect.Descriptor instead.
 func (*WaitingPodSignal) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{35}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WaitingPodSignal) GetPodUid() string {
@@ -2873,7 +3339,7 @@ type PermitResponse struct {
 
 func (x *PermitResponse) Reset() {
 	*x = PermitResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2885,7 +3351,7 @@ func (x *PermitResponse) String() string {
 func (*PermitResponse) ProtoMessage() {}
 
 func (x *PermitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2898,7 +3364,7 @@ func (x *PermitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermitResponse.ProtoReflect.Descriptor instead.
 func (*PermitResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{36}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PermitResponse) GetStatus() *Status {
@@ -2964,7 +3430,7 @@ type BindResponse struct {
 
 func (x *BindResponse) Reset() {
 	*x = BindResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2976,7 +3442,7 @@ func (x *BindResponse) String() string {
 func (*BindResponse) ProtoMessage() {}
 
 func (x *BindResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2989,7 +3455,7 @@ func (x *BindResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindResponse.ProtoReflect.Descriptor instead.
 func (*BindResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{37}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *BindResponse) GetStatus() *Status {
@@ -3060,7 +3526,7 @@ type ScheduleRequest struct {
 
 func (x *ScheduleRequest) Reset() {
 	*x = ScheduleRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3072,7 +3538,7 @@ func (x *ScheduleRequest) String() string {
 func (*ScheduleRequest) ProtoMessage() {}
 
 func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3085,7 +3551,7 @@ func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{38}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ScheduleRequest) GetProfile() string {
@@ -3159,7 +3625,7 @@ type NodeScore struct {
 
 func (x *NodeScore) Reset() {
 	*x = NodeScore{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3171,7 +3637,7 @@ func (x *NodeScore) String() string {
 func (*NodeScore) ProtoMessage() {}
 
 func (x *NodeScore) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3184,7 +3650,7 @@ func (x *NodeScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeScore.ProtoReflect.Descriptor instead.
 func (*NodeScore) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{39}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *NodeScore) GetNode() string {
@@ -3226,7 +3692,7 @@ type Diagnosis struct {
 
 func (x *Diagnosis) Reset() {
 	*x = Diagnosis{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3238,7 +3704,7 @@ func (x *Diagnosis) String() string {
 func (*Diagnosis) ProtoMessage() {}
 
 func (x *Diagnosis) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3251,7 +3717,7 @@ func (x *Diagnosis) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnosis.ProtoReflect.Descriptor instead.
 func (*Diagnosis) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{40}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Diagnosis) GetRejected() []*NodeStatus {
@@ -3305,7 +3771,7 @@ type ScheduleBatchRequest struct {
 
 func (x *ScheduleBatchRequest) Reset() {
 	*x = ScheduleBatchRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3317,7 +3783,7 @@ func (x *ScheduleBatchRequest) String() string {
 func (*ScheduleBatchRequest) ProtoMessage() {}
 
 func (x *ScheduleBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3330,7 +3796,7 @@ func (x *ScheduleBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleBatchRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleBatchRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{41}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ScheduleBatchRequest) GetProfile() string {
@@ -3390,7 +3856,7 @@ type ScheduleBatchResponse struct {
 
 func (x *ScheduleBatchResponse) Reset() {
 	*x = ScheduleBatchResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3402,7 +3868,7 @@ func (x *ScheduleBatchResponse) String() string {
 func (*ScheduleBatchResponse) ProtoMessage() {}
 
 func (x *ScheduleBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3415,7 +3881,7 @@ func (x *ScheduleBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleBatchResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleBatchResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{42}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ScheduleBatchResponse) GetResults() []*ScheduleResponse {
@@ -3463,7 +3929,7 @@ type RequestError struct {
 
 func (x *RequestError) Reset() {
 	*x = RequestError{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3475,7 +3941,7 @@ func (x *RequestError) String() string {
 func (*RequestError) ProtoMessage() {}
 
 func (x *RequestError) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3488,7 +3954,7 @@ func (x *RequestError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestError.ProtoReflect.Descriptor instead.
 func (*RequestError) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{43}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RequestError) GetGrpcCode() int32 {
@@ -3550,7 +4016,7 @@ type ScheduleStreamResponse struct {
 
 func (x *ScheduleStreamResponse) Reset() {
 	*x = ScheduleStreamResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[44]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3562,7 +4028,7 @@ func (x *ScheduleStreamResponse) String() string {
 func (*ScheduleStreamResponse) ProtoMessage() {}
 
 func (x *ScheduleStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[44]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3575,7 +4041,7 @@ func (x *ScheduleStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleStreamResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleStreamResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{44}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ScheduleStreamResponse) GetResult() isScheduleStreamResponse_Result {
@@ -3680,7 +4146,7 @@ type ScheduleResponse struct {
 
 func (x *ScheduleResponse) Reset() {
 	*x = ScheduleResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3692,7 +4158,7 @@ func (x *ScheduleResponse) String() string {
 func (*ScheduleResponse) ProtoMessage() {}
 
 func (x *ScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3705,7 +4171,7 @@ func (x *ScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{45}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ScheduleResponse) GetStatus() *Status {
@@ -3876,12 +4342,42 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"namespaced\x12!\n" +
 	"\fpoll_seconds\x18\x06 \x01(\x05R\vpollSeconds\x12\x18\n" +
 	"\aplugins\x18\a \x03(\tR\aplugins\x12%\n" +
-	"\x0elabel_selector\x18\b \x01(\tR\rlabelSelector\"\xe1\x01\n" +
+	"\x0elabel_selector\x18\b \x01(\tR\rlabelSelector\"\x94\x02\n" +
 	"\aProfile\x12%\n" +
 	"\x0escheduler_name\x18\x01 \x01(\tR\rschedulerName\x12C\n" +
 	"\x10extension_points\x18\x02 \x03(\v2\x18.berth.v1.ExtensionPointR\x0fextensionPoints\x12>\n" +
 	"\x1cpercentage_of_nodes_to_score\x18\x03 \x01(\x05R\x18percentageOfNodesToScore\x12*\n" +
-	"\x05reads\x18\x04 \x03(\v2\x14.berth.v1.ObjectKindR\x05reads\"I\n" +
+	"\x05reads\x18\x04 \x03(\v2\x14.berth.v1.ObjectKindR\x05reads\x121\n" +
+	"\x06events\x18\x05 \x03(\v2\x19.berth.v1.RegisteredEventR\x06events\"\x81\x01\n" +
+	"\x0fRegisteredEvent\x12\x16\n" +
+	"\x06plugin\x18\x01 \x01(\tR\x06plugin\x12\x1a\n" +
+	"\bresource\x18\x02 \x01(\tR\bresource\x12\x1f\n" +
+	"\vaction_type\x18\x03 \x01(\x03R\n" +
+	"actionType\x12\x19\n" +
+	"\bhas_hint\x18\x04 \x01(\bR\ahasHint\"\xa2\x01\n" +
+	"\vEventObject\x12$\n" +
+	"\x04node\x18\x01 \x01(\v2\x0e.berth.v1.NodeH\x00R\x04node\x12!\n" +
+	"\x03pod\x18\x02 \x01(\v2\r.berth.v1.PodH\x00R\x03pod\x12@\n" +
+	"\x0ecluster_object\x18\x03 \x01(\v2\x17.berth.v1.ClusterObjectH\x00R\rclusterObjectB\b\n" +
+	"\x06object\"^\n" +
+	"\aHintPod\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x1f\n" +
+	"\x03pod\x18\x02 \x01(\v2\r.berth.v1.PodR\x03pod\x12\x18\n" +
+	"\aplugins\x18\x03 \x03(\tR\aplugins\"\xe6\x01\n" +
+	"\x14QueueingHintsRequest\x12\x1a\n" +
+	"\bresource\x18\x01 \x01(\tR\bresource\x12\x1f\n" +
+	"\vaction_type\x18\x02 \x01(\x03R\n" +
+	"actionType\x124\n" +
+	"\n" +
+	"old_object\x18\x03 \x01(\v2\x15.berth.v1.EventObjectR\toldObject\x124\n" +
+	"\n" +
+	"new_object\x18\x04 \x01(\v2\x15.berth.v1.EventObjectR\tnewObject\x12%\n" +
+	"\x04pods\x18\x05 \x03(\v2\x11.berth.v1.HintPodR\x04pods\"J\n" +
+	"\aPodHint\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\bR\x05queue\x12)\n" +
+	"\x10queueing_plugins\x18\x02 \x03(\tR\x0fqueueingPlugins\">\n" +
+	"\x15QueueingHintsResponse\x12%\n" +
+	"\x04pods\x18\x01 \x03(\v2\x11.berth.v1.PodHintR\x04pods\"I\n" +
 	"\x18DescribeProfilesResponse\x12-\n" +
 	"\bprofiles\x18\x01 \x03(\v2\x11.berth.v1.ProfileR\bprofiles\"N\n" +
 	"\x11PreEnqueueRequest\x12\x18\n" +
@@ -4140,14 +4636,14 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x0eNominatingMode\x12\x1f\n" +
 	"\x1bNOMINATING_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14NOMINATING_MODE_NOOP\x10\x01\x12\x1c\n" +
-	"\x18NOMINATING_MODE_OVERRIDE\x10\x022\xe5\n" +
-	"\n" +
+	"\x18NOMINATING_MODE_OVERRIDE\x10\x022\xb7\v\n" +
 	"\x11SchedulingService\x125\n" +
 	"\x04Sync\x12\x15.berth.v1.SyncRequest\x1a\x16.berth.v1.SyncResponse\x12Y\n" +
 	"\x10DescribeProfiles\x12!.berth.v1.DescribeProfilesRequest\x1a\".berth.v1.DescribeProfilesResponse\x12G\n" +
 	"\n" +
 	"PreEnqueue\x12\x1b.berth.v1.PreEnqueueRequest\x1a\x1c.berth.v1.PreEnqueueResponse\x12D\n" +
-	"\tQueueSort\x12\x1a.berth.v1.QueueSortRequest\x1a\x1b.berth.v1.QueueSortResponse\x12@\n" +
+	"\tQueueSort\x12\x1a.berth.v1.QueueSortRequest\x1a\x1b.berth.v1.QueueSortResponse\x12P\n" +
+	"\rQueueingHints\x12\x1e.berth.v1.QueueingHintsRequest\x1a\x1f.berth.v1.QueueingHintsResponse\x12@\n" +
 	"\tPreFilter\x12\x16.berth.v1.CycleRequest\x1a\x1b.berth.v1.PreFilterResponse\x12:\n" +
 	"\x06Filter\x12\x16.berth.v1.NodesRequest\x1a\x18.berth.v1.FilterResponse\x12G\n" +
 	"\n" +
@@ -4180,7 +4676,7 @@ func file_berth_v1_scheduling_proto_rawDescGZIP() []byte {
 }
 
 var file_berth_v1_scheduling_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_berth_v1_scheduling_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_berth_v1_scheduling_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_berth_v1_scheduling_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: berth.v1.ErrorReason
 	(Code)(0),                        // 1: berth.v1.Code
@@ -4196,176 +4692,195 @@ var file_berth_v1_scheduling_proto_goTypes = []any{
 	(*ExtensionPoint)(nil),           // 11: berth.v1.ExtensionPoint
 	(*ObjectKind)(nil),               // 12: berth.v1.ObjectKind
 	(*Profile)(nil),                  // 13: berth.v1.Profile
-	(*DescribeProfilesResponse)(nil), // 14: berth.v1.DescribeProfilesResponse
-	(*PreEnqueueRequest)(nil),        // 15: berth.v1.PreEnqueueRequest
-	(*PreEnqueueResponse)(nil),       // 16: berth.v1.PreEnqueueResponse
-	(*QueuedPod)(nil),                // 17: berth.v1.QueuedPod
-	(*SortKeyPart)(nil),              // 18: berth.v1.SortKeyPart
-	(*SortKey)(nil),                  // 19: berth.v1.SortKey
-	(*QueueSortRequest)(nil),         // 20: berth.v1.QueueSortRequest
-	(*QueueSortResponse)(nil),        // 21: berth.v1.QueueSortResponse
-	(*CycleRequest)(nil),             // 22: berth.v1.CycleRequest
-	(*NodesRequest)(nil),             // 23: berth.v1.NodesRequest
-	(*NodeRequest)(nil),              // 24: berth.v1.NodeRequest
-	(*PreFilterResponse)(nil),        // 25: berth.v1.PreFilterResponse
-	(*NodeStatus)(nil),               // 26: berth.v1.NodeStatus
-	(*FilterResponse)(nil),           // 27: berth.v1.FilterResponse
-	(*PostFilterRequest)(nil),        // 28: berth.v1.PostFilterRequest
-	(*PostFilterResponse)(nil),       // 29: berth.v1.PostFilterResponse
-	(*Victim)(nil),                   // 30: berth.v1.Victim
-	(*PreScoreResponse)(nil),         // 31: berth.v1.PreScoreResponse
-	(*PluginScores)(nil),             // 32: berth.v1.PluginScores
-	(*ScoreResponse)(nil),            // 33: berth.v1.ScoreResponse
-	(*NormalizeScoreRequest)(nil),    // 34: berth.v1.NormalizeScoreRequest
-	(*NormalizeScoreResponse)(nil),   // 35: berth.v1.NormalizeScoreResponse
-	(*ObjectWrite)(nil),              // 36: berth.v1.ObjectWrite
-	(*StatusResponse)(nil),           // 37: berth.v1.StatusResponse
-	(*WaitingPodSignal)(nil),         // 38: berth.v1.WaitingPodSignal
-	(*PermitResponse)(nil),           // 39: berth.v1.PermitResponse
-	(*BindResponse)(nil),             // 40: berth.v1.BindResponse
-	(*ScheduleRequest)(nil),          // 41: berth.v1.ScheduleRequest
-	(*NodeScore)(nil),                // 42: berth.v1.NodeScore
-	(*Diagnosis)(nil),                // 43: berth.v1.Diagnosis
-	(*ScheduleBatchRequest)(nil),     // 44: berth.v1.ScheduleBatchRequest
-	(*ScheduleBatchResponse)(nil),    // 45: berth.v1.ScheduleBatchResponse
-	(*RequestError)(nil),             // 46: berth.v1.RequestError
-	(*ScheduleStreamResponse)(nil),   // 47: berth.v1.ScheduleStreamResponse
-	(*ScheduleResponse)(nil),         // 48: berth.v1.ScheduleResponse
-	nil,                              // 49: berth.v1.CycleState.DataEntry
-	nil,                              // 50: berth.v1.StatusResponse.AssumeAnnotationsEntry
-	nil,                              // 51: berth.v1.PermitResponse.WaitTimeoutMillisEntry
-	nil,                              // 52: berth.v1.NodeScore.PluginsEntry
-	nil,                              // 53: berth.v1.RequestError.MetadataEntry
-	nil,                              // 54: berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	(*ClusterState)(nil),             // 55: berth.v1.ClusterState
-	(*Pod)(nil),                      // 56: berth.v1.Pod
-	(*ObjectRef)(nil),                // 57: berth.v1.ObjectRef
+	(*RegisteredEvent)(nil),          // 14: berth.v1.RegisteredEvent
+	(*EventObject)(nil),              // 15: berth.v1.EventObject
+	(*HintPod)(nil),                  // 16: berth.v1.HintPod
+	(*QueueingHintsRequest)(nil),     // 17: berth.v1.QueueingHintsRequest
+	(*PodHint)(nil),                  // 18: berth.v1.PodHint
+	(*QueueingHintsResponse)(nil),    // 19: berth.v1.QueueingHintsResponse
+	(*DescribeProfilesResponse)(nil), // 20: berth.v1.DescribeProfilesResponse
+	(*PreEnqueueRequest)(nil),        // 21: berth.v1.PreEnqueueRequest
+	(*PreEnqueueResponse)(nil),       // 22: berth.v1.PreEnqueueResponse
+	(*QueuedPod)(nil),                // 23: berth.v1.QueuedPod
+	(*SortKeyPart)(nil),              // 24: berth.v1.SortKeyPart
+	(*SortKey)(nil),                  // 25: berth.v1.SortKey
+	(*QueueSortRequest)(nil),         // 26: berth.v1.QueueSortRequest
+	(*QueueSortResponse)(nil),        // 27: berth.v1.QueueSortResponse
+	(*CycleRequest)(nil),             // 28: berth.v1.CycleRequest
+	(*NodesRequest)(nil),             // 29: berth.v1.NodesRequest
+	(*NodeRequest)(nil),              // 30: berth.v1.NodeRequest
+	(*PreFilterResponse)(nil),        // 31: berth.v1.PreFilterResponse
+	(*NodeStatus)(nil),               // 32: berth.v1.NodeStatus
+	(*FilterResponse)(nil),           // 33: berth.v1.FilterResponse
+	(*PostFilterRequest)(nil),        // 34: berth.v1.PostFilterRequest
+	(*PostFilterResponse)(nil),       // 35: berth.v1.PostFilterResponse
+	(*Victim)(nil),                   // 36: berth.v1.Victim
+	(*PreScoreResponse)(nil),         // 37: berth.v1.PreScoreResponse
+	(*PluginScores)(nil),             // 38: berth.v1.PluginScores
+	(*ScoreResponse)(nil),            // 39: berth.v1.ScoreResponse
+	(*NormalizeScoreRequest)(nil),    // 40: berth.v1.NormalizeScoreRequest
+	(*NormalizeScoreResponse)(nil),   // 41: berth.v1.NormalizeScoreResponse
+	(*ObjectWrite)(nil),              // 42: berth.v1.ObjectWrite
+	(*StatusResponse)(nil),           // 43: berth.v1.StatusResponse
+	(*WaitingPodSignal)(nil),         // 44: berth.v1.WaitingPodSignal
+	(*PermitResponse)(nil),           // 45: berth.v1.PermitResponse
+	(*BindResponse)(nil),             // 46: berth.v1.BindResponse
+	(*ScheduleRequest)(nil),          // 47: berth.v1.ScheduleRequest
+	(*NodeScore)(nil),                // 48: berth.v1.NodeScore
+	(*Diagnosis)(nil),                // 49: berth.v1.Diagnosis
+	(*ScheduleBatchRequest)(nil),     // 50: berth.v1.ScheduleBatchRequest
+	(*ScheduleBatchResponse)(nil),    // 51: berth.v1.ScheduleBatchResponse
+	(*RequestError)(nil),             // 52: berth.v1.RequestError
+	(*ScheduleStreamResponse)(nil),   // 53: berth.v1.ScheduleStreamResponse
+	(*ScheduleResponse)(nil),         // 54: berth.v1.ScheduleResponse
+	nil,                              // 55: berth.v1.CycleState.DataEntry
+	nil,                              // 56: berth.v1.StatusResponse.AssumeAnnotationsEntry
+	nil,                              // 57: berth.v1.PermitResponse.WaitTimeoutMillisEntry
+	nil,                              // 58: berth.v1.NodeScore.PluginsEntry
+	nil,                              // 59: berth.v1.RequestError.MetadataEntry
+	nil,                              // 60: berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	(*ClusterState)(nil),             // 61: berth.v1.ClusterState
+	(*Node)(nil),                     // 62: berth.v1.Node
+	(*Pod)(nil),                      // 63: berth.v1.Pod
+	(*ClusterObject)(nil),            // 64: berth.v1.ClusterObject
+	(*ObjectRef)(nil),                // 65: berth.v1.ObjectRef
 }
 var file_berth_v1_scheduling_proto_depIdxs = []int32{
-	1,  // 0: berth.v1.Status.code:type_name -> berth.v1.Code
-	49, // 1: berth.v1.CycleState.data:type_name -> berth.v1.CycleState.DataEntry
-	55, // 2: berth.v1.SyncRequest.state:type_name -> berth.v1.ClusterState
-	55, // 3: berth.v1.UploadStateRequest.state:type_name -> berth.v1.ClusterState
-	10, // 4: berth.v1.ExtensionPoint.plugins:type_name -> berth.v1.PluginRef
-	11, // 5: berth.v1.Profile.extension_points:type_name -> berth.v1.ExtensionPoint
-	12, // 6: berth.v1.Profile.reads:type_name -> berth.v1.ObjectKind
-	13, // 7: berth.v1.DescribeProfilesResponse.profiles:type_name -> berth.v1.Profile
-	56, // 8: berth.v1.PreEnqueueRequest.pod:type_name -> berth.v1.Pod
-	3,  // 9: berth.v1.PreEnqueueResponse.status:type_name -> berth.v1.Status
-	56, // 10: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
-	18, // 11: berth.v1.SortKey.parts:type_name -> berth.v1.SortKeyPart
-	17, // 12: berth.v1.QueueSortRequest.pods:type_name -> berth.v1.QueuedPod
-	55, // 13: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
-	19, // 14: berth.v1.QueueSortResponse.keys:type_name -> berth.v1.SortKey
-	55, // 15: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
-	56, // 16: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
-	4,  // 17: berth.v1.CycleRequest.cycle:type_name -> berth.v1.CycleState
-	55, // 18: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
-	56, // 19: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
-	4,  // 20: berth.v1.NodesRequest.cycle:type_name -> berth.v1.CycleState
-	55, // 21: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
-	56, // 22: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
-	4,  // 23: berth.v1.NodeRequest.cycle:type_name -> berth.v1.CycleState
-	3,  // 24: berth.v1.PreFilterResponse.status:type_name -> berth.v1.Status
-	4,  // 25: berth.v1.PreFilterResponse.cycle:type_name -> berth.v1.CycleState
-	3,  // 26: berth.v1.NodeStatus.status:type_name -> berth.v1.Status
-	26, // 27: berth.v1.FilterResponse.rejected:type_name -> berth.v1.NodeStatus
-	55, // 28: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
-	56, // 29: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
-	4,  // 30: berth.v1.PostFilterRequest.cycle:type_name -> berth.v1.CycleState
-	26, // 31: berth.v1.PostFilterRequest.rejected:type_name -> berth.v1.NodeStatus
-	3,  // 32: berth.v1.PostFilterResponse.status:type_name -> berth.v1.Status
-	4,  // 33: berth.v1.PostFilterResponse.cycle:type_name -> berth.v1.CycleState
-	38, // 34: berth.v1.PostFilterResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	30, // 35: berth.v1.PostFilterResponse.victims:type_name -> berth.v1.Victim
-	2,  // 36: berth.v1.PostFilterResponse.nominating_mode:type_name -> berth.v1.NominatingMode
-	3,  // 37: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
-	4,  // 38: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
-	3,  // 39: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
-	32, // 40: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	55, // 41: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
-	56, // 42: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
-	4,  // 43: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
-	32, // 44: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
-	3,  // 45: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
-	32, // 46: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	57, // 47: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
-	3,  // 48: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
-	4,  // 49: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
-	36, // 50: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
-	50, // 51: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
-	38, // 52: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	3,  // 53: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
-	4,  // 54: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
-	51, // 55: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
-	38, // 56: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	3,  // 57: berth.v1.BindResponse.status:type_name -> berth.v1.Status
-	55, // 58: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
-	56, // 59: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
-	52, // 60: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
-	26, // 61: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
-	3,  // 62: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
-	55, // 63: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
-	56, // 64: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
-	48, // 65: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
-	53, // 66: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
-	48, // 67: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
-	46, // 68: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
-	3,  // 69: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
-	4,  // 70: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
-	43, // 71: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
-	3,  // 72: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
-	39, // 73: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
-	42, // 74: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
-	29, // 75: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
-	54, // 76: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	38, // 77: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
-	3,  // 78: berth.v1.ScheduleResponse.pre_bind_pre_flight_error:type_name -> berth.v1.Status
-	5,  // 79: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
-	9,  // 80: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
-	15, // 81: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
-	20, // 82: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
-	22, // 83: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
-	23, // 84: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
-	28, // 85: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
-	23, // 86: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
-	23, // 87: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
-	34, // 88: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
-	24, // 89: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
-	24, // 90: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
-	24, // 91: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
-	24, // 92: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
-	24, // 93: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
-	24, // 94: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
-	41, // 95: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
-	41, // 96: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
-	44, // 97: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
-	7,  // 98: berth.v1.SchedulingService.UploadState:input_type -> berth.v1.UploadStateRequest
-	6,  // 99: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
-	14, // 100: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
-	16, // 101: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
-	21, // 102: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
-	25, // 103: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
-	27, // 104: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
-	29, // 105: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
-	31, // 106: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
-	33, // 107: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
-	35, // 108: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
-	37, // 109: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
-	37, // 110: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
-	39, // 111: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
-	37, // 112: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
-	40, // 113: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
-	37, // 114: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
-	48, // 115: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
-	47, // 116: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
-	45, // 117: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
-	8,  // 118: berth.v1.SchedulingService.UploadState:output_type -> berth.v1.UploadStateResponse
-	99, // [99:119] is the sub-list for method output_type
-	79, // [79:99] is the sub-list for method input_type
-	79, // [79:79] is the sub-list for extension type_name
-	79, // [79:79] is the sub-list for extension extendee
-	0,  // [0:79] is the sub-list for field type_name
+	1,   // 0: berth.v1.Status.code:type_name -> berth.v1.Code
+	55,  // 1: berth.v1.CycleState.data:type_name -> berth.v1.CycleState.DataEntry
+	61,  // 2: berth.v1.SyncRequest.state:type_name -> berth.v1.ClusterState
+	61,  // 3: berth.v1.UploadStateRequest.state:type_name -> berth.v1.ClusterState
+	10,  // 4: berth.v1.ExtensionPoint.plugins:type_name -> berth.v1.PluginRef
+	11,  // 5: berth.v1.Profile.extension_points:type_name -> berth.v1.ExtensionPoint
+	12,  // 6: berth.v1.Profile.reads:type_name -> berth.v1.ObjectKind
+	14,  // 7: berth.v1.Profile.events:type_name -> berth.v1.RegisteredEvent
+	62,  // 8: berth.v1.EventObject.node:type_name -> berth.v1.Node
+	63,  // 9: berth.v1.EventObject.pod:type_name -> berth.v1.Pod
+	64,  // 10: berth.v1.EventObject.cluster_object:type_name -> berth.v1.ClusterObject
+	63,  // 11: berth.v1.HintPod.pod:type_name -> berth.v1.Pod
+	15,  // 12: berth.v1.QueueingHintsRequest.old_object:type_name -> berth.v1.EventObject
+	15,  // 13: berth.v1.QueueingHintsRequest.new_object:type_name -> berth.v1.EventObject
+	16,  // 14: berth.v1.QueueingHintsRequest.pods:type_name -> berth.v1.HintPod
+	18,  // 15: berth.v1.QueueingHintsResponse.pods:type_name -> berth.v1.PodHint
+	13,  // 16: berth.v1.DescribeProfilesResponse.profiles:type_name -> berth.v1.Profile
+	63,  // 17: berth.v1.PreEnqueueRequest.pod:type_name -> berth.v1.Pod
+	3,   // 18: berth.v1.PreEnqueueResponse.status:type_name -> berth.v1.Status
+	63,  // 19: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
+	24,  // 20: berth.v1.SortKey.parts:type_name -> berth.v1.SortKeyPart
+	23,  // 21: berth.v1.QueueSortRequest.pods:type_name -> berth.v1.QueuedPod
+	61,  // 22: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
+	25,  // 23: berth.v1.QueueSortResponse.keys:type_name -> berth.v1.SortKey
+	61,  // 24: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
+	63,  // 25: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
+	4,   // 26: berth.v1.CycleRequest.cycle:type_name -> berth.v1.CycleState
+	61,  // 27: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
+	63,  // 28: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
+	4,   // 29: berth.v1.NodesRequest.cycle:type_name -> berth.v1.CycleState
+	61,  // 30: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
+	63,  // 31: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
+	4,   // 32: berth.v1.NodeRequest.cycle:type_name -> berth.v1.CycleState
+	3,   // 33: berth.v1.PreFilterResponse.status:type_name -> berth.v1.Status
+	4,   // 34: berth.v1.PreFilterResponse.cycle:type_name -> berth.v1.CycleState
+	3,   // 35: berth.v1.NodeStatus.status:type_name -> berth.v1.Status
+	32,  // 36: berth.v1.FilterResponse.rejected:type_name -> berth.v1.NodeStatus
+	61,  // 37: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
+	63,  // 38: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
+	4,   // 39: berth.v1.PostFilterRequest.cycle:type_name -> berth.v1.CycleState
+	32,  // 40: berth.v1.PostFilterRequest.rejected:type_name -> berth.v1.NodeStatus
+	3,   // 41: berth.v1.PostFilterResponse.status:type_name -> berth.v1.Status
+	4,   // 42: berth.v1.PostFilterResponse.cycle:type_name -> berth.v1.CycleState
+	44,  // 43: berth.v1.PostFilterResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	36,  // 44: berth.v1.PostFilterResponse.victims:type_name -> berth.v1.Victim
+	2,   // 45: berth.v1.PostFilterResponse.nominating_mode:type_name -> berth.v1.NominatingMode
+	3,   // 46: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
+	4,   // 47: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
+	3,   // 48: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
+	38,  // 49: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	61,  // 50: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
+	63,  // 51: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
+	4,   // 52: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
+	38,  // 53: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
+	3,   // 54: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
+	38,  // 55: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	65,  // 56: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
+	3,   // 57: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
+	4,   // 58: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
+	42,  // 59: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
+	56,  // 60: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
+	44,  // 61: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	3,   // 62: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
+	4,   // 63: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
+	57,  // 64: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
+	44,  // 65: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	3,   // 66: berth.v1.BindResponse.status:type_name -> berth.v1.Status
+	61,  // 67: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
+	63,  // 68: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
+	58,  // 69: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
+	32,  // 70: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
+	3,   // 71: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
+	61,  // 72: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
+	63,  // 73: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
+	54,  // 74: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
+	59,  // 75: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
+	54,  // 76: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
+	52,  // 77: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
+	3,   // 78: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
+	4,   // 79: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
+	49,  // 80: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
+	3,   // 81: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
+	45,  // 82: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
+	48,  // 83: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
+	35,  // 84: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
+	60,  // 85: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	44,  // 86: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
+	3,   // 87: berth.v1.ScheduleResponse.pre_bind_pre_flight_error:type_name -> berth.v1.Status
+	5,   // 88: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
+	9,   // 89: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
+	21,  // 90: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
+	26,  // 91: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
+	17,  // 92: berth.v1.SchedulingService.QueueingHints:input_type -> berth.v1.QueueingHintsRequest
+	28,  // 93: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
+	29,  // 94: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
+	34,  // 95: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
+	29,  // 96: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
+	29,  // 97: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
+	40,  // 98: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
+	30,  // 99: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
+	30,  // 100: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
+	30,  // 101: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
+	30,  // 102: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
+	30,  // 103: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
+	30,  // 104: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
+	47,  // 105: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
+	47,  // 106: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
+	50,  // 107: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
+	7,   // 108: berth.v1.SchedulingService.UploadState:input_type -> berth.v1.UploadStateRequest
+	6,   // 109: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
+	20,  // 110: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
+	22,  // 111: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
+	27,  // 112: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
+	19,  // 113: berth.v1.SchedulingService.QueueingHints:output_type -> berth.v1.QueueingHintsResponse
+	31,  // 114: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
+	33,  // 115: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
+	35,  // 116: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
+	37,  // 117: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
+	39,  // 118: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
+	41,  // 119: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
+	43,  // 120: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
+	43,  // 121: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
+	45,  // 122: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
+	43,  // 123: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
+	46,  // 124: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
+	43,  // 125: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
+	54,  // 126: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
+	53,  // 127: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
+	51,  // 128: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
+	8,   // 129: berth.v1.SchedulingService.UploadState:output_type -> berth.v1.UploadStateResponse
+	109, // [109:130] is the sub-list for method output_type
+	88,  // [88:109] is the sub-list for method input_type
+	88,  // [88:88] is the sub-list for extension type_name
+	88,  // [88:88] is the sub-list for extension extendee
+	0,   // [0:88] is the sub-list for field type_name
 }
 
 func init() { file_berth_v1_scheduling_proto_init() }
@@ -4374,12 +4889,17 @@ func file_berth_v1_scheduling_proto_init() {
 		return
 	}
 	file_berth_v1_cluster_proto_init()
-	file_berth_v1_scheduling_proto_msgTypes[15].OneofWrappers = []any{
+	file_berth_v1_scheduling_proto_msgTypes[12].OneofWrappers = []any{
+		(*EventObject_Node)(nil),
+		(*EventObject_Pod)(nil),
+		(*EventObject_ClusterObject)(nil),
+	}
+	file_berth_v1_scheduling_proto_msgTypes[21].OneofWrappers = []any{
 		(*SortKeyPart_Int)(nil),
 		(*SortKeyPart_Float)(nil),
 		(*SortKeyPart_Str)(nil),
 	}
-	file_berth_v1_scheduling_proto_msgTypes[44].OneofWrappers = []any{
+	file_berth_v1_scheduling_proto_msgTypes[50].OneofWrappers = []any{
 		(*ScheduleStreamResponse_Response)(nil),
 		(*ScheduleStreamResponse_Error)(nil),
 	}
@@ -4389,7 +4909,7 @@ func file_berth_v1_scheduling_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_v1_scheduling_proto_rawDesc), len(file_berth_v1_scheduling_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   52,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,7 @@ const (
 	SchedulingService_DescribeProfiles_FullMethodName = "/berth.v1.SchedulingService/DescribeProfiles"
 	SchedulingService_PreEnqueue_FullMethodName       = "/berth.v1.SchedulingService/PreEnqueue"
 	SchedulingService_QueueSort_FullMethodName        = "/berth.v1.SchedulingService/QueueSort"
+	SchedulingService_QueueingHints_FullMethodName    = "/berth.v1.SchedulingService/QueueingHints"
 	SchedulingService_PreFilter_FullMethodName        = "/berth.v1.SchedulingService/PreFilter"
 	SchedulingService_Filter_FullMethodName           = "/berth.v1.SchedulingService/Filter"
 	SchedulingService_PostFilter_FullMethodName       = "/berth.v1.SchedulingService/PostFilter"
@@ -84,6 +85,12 @@ type SchedulingServiceClient interface {
 	// Batch form of QueueSort's Less: one order key per pod; the queue pops the
 	// pod with the smallest key (keys compare part by part).
 	QueueSort(ctx context.Context, in *QueueSortRequest, opts ...grpc.CallOption) (*QueueSortResponse, error)
+	// Queueing hints for one cluster event (upstream's isPodWorthRequeuing):
+	// for each pod the event may move, which of its rejecting plugins answer
+	// Queue. Profile.events says which plugins registered which events and
+	// which have a hint; a caller asks only about pods with a hinted plugin,
+	// all the pods of one event in one call. Reads no cluster state.
+	QueueingHints(ctx context.Context, in *QueueingHintsRequest, opts ...grpc.CallOption) (*QueueingHintsResponse, error)
 	// Scheduling cycle, one extension point per call: PreFilter on every node
 	// of the snapshot (RunPreFilterPlugins). A plugin's Skip lands in
 	// cycle.skip_filter_plugins; a PreFilterResult narrows the nodes.
@@ -194,6 +201,16 @@ func (c *schedulingServiceClient) QueueSort(ctx context.Context, in *QueueSortRe
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(QueueSortResponse)
 	err := c.cc.Invoke(ctx, SchedulingService_QueueSort_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *schedulingServiceClient) QueueingHints(ctx context.Context, in *QueueingHintsRequest, opts ...grpc.CallOption) (*QueueingHintsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueingHintsResponse)
+	err := c.cc.Invoke(ctx, SchedulingService_QueueingHints_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -390,6 +407,12 @@ type SchedulingServiceServer interface {
 	// Batch form of QueueSort's Less: one order key per pod; the queue pops the
 	// pod with the smallest key (keys compare part by part).
 	QueueSort(context.Context, *QueueSortRequest) (*QueueSortResponse, error)
+	// Queueing hints for one cluster event (upstream's isPodWorthRequeuing):
+	// for each pod the event may move, which of its rejecting plugins answer
+	// Queue. Profile.events says which plugins registered which events and
+	// which have a hint; a caller asks only about pods with a hinted plugin,
+	// all the pods of one event in one call. Reads no cluster state.
+	QueueingHints(context.Context, *QueueingHintsRequest) (*QueueingHintsResponse, error)
 	// Scheduling cycle, one extension point per call: PreFilter on every node
 	// of the snapshot (RunPreFilterPlugins). A plugin's Skip lands in
 	// cycle.skip_filter_plugins; a PreFilterResult narrows the nodes.
@@ -477,6 +500,9 @@ func (UnimplementedSchedulingServiceServer) PreEnqueue(context.Context, *PreEnqu
 }
 func (UnimplementedSchedulingServiceServer) QueueSort(context.Context, *QueueSortRequest) (*QueueSortResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method QueueSort not implemented")
+}
+func (UnimplementedSchedulingServiceServer) QueueingHints(context.Context, *QueueingHintsRequest) (*QueueingHintsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueueingHints not implemented")
 }
 func (UnimplementedSchedulingServiceServer) PreFilter(context.Context, *CycleRequest) (*PreFilterResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PreFilter not implemented")
@@ -615,6 +641,24 @@ func _SchedulingService_QueueSort_Handler(srv interface{}, ctx context.Context, 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SchedulingServiceServer).QueueSort(ctx, req.(*QueueSortRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SchedulingService_QueueingHints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueingHintsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulingServiceServer).QueueingHints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulingService_QueueingHints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulingServiceServer).QueueingHints(ctx, req.(*QueueingHintsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -907,6 +951,10 @@ var SchedulingService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "QueueSort",
 			Handler:    _SchedulingService_QueueSort_Handler,
+		},
+		{
+			MethodName: "QueueingHints",
+			Handler:    _SchedulingService_QueueingHints_Handler,
 		},
 		{
 			MethodName: "PreFilter",
