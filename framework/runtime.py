@@ -425,7 +425,7 @@ class Framework:
         result: PreFilterResult | None = None
         with_nodes: set[str] = set()
         rejection: Status | None = None
-        claims_reason = unsupported_claims_reason(pod.proto.resource_claim_names)
+        claims_reason = unsupported_claims_reason([c.name for c in pod.proto.resource_claims])
         if claims_reason is not None:
             # DynamicResources is not ported: its PreFilter's answer for a claim
             # it cannot satisfy, whatever the profile (framework/claims.py).

@@ -190,8 +190,12 @@ def _batch_slice(b: _Batch, request: pb.ScheduleBatchRequest, slice_seconds: flo
             assumed = delta.upsert_pods.add()
             assumed.CopyFrom(pod.proto)
             assumed.node_name = result.node
-            # What Reserve annotated travels with the assumed pod.
-            assumed.annotations.update(b.out.results[-1].assume_annotations)
+            # What Reserve annotated travels with the assumed pod, marked as
+            # the caller's assumed copy (cluster.proto Pod.assumed).
+            reserved = b.out.results[-1].assume_annotations
+            if reserved:
+                assumed.annotations.update(reserved)
+                assumed.assumed = True
             snap.apply(delta)
         elif _renominates(result, pod, snap):
             # handleSchedulingFailure: the nominator takes the

@@ -209,6 +209,9 @@ class SchedulerCache:
         assumed.node_name = node
         if annotations:
             assumed.annotations.update(annotations)
+            # cluster.proto Pod.assumed: plugins trust Reserve's annotations
+            # on this copy only.
+            assumed.assumed = True
         # schedule_one.go assume: DeleteNominatedPodIfExists.
         self.nominated.pop(pod.uid, None)
         self.assumed[pod.uid] = Assumed(assumed, node)

@@ -24,5 +24,5 @@ def refusal(pod: cpb.Pod, nodes: int) -> str | None:
     """The FailedScheduling message for a pod with resource claims (upstream's
     FitError form for a PreFilter rejection: "0/N nodes are available:
     <reason>."), None for a pod without any."""
-    reason = claims.unsupported_claims_reason(pod.resource_claim_names)
+    reason = claims.unsupported_claims_reason([c.name for c in pod.resource_claims])
     return None if reason is None else f"0/{nodes} nodes are available: {reason}."

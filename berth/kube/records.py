@@ -426,12 +426,7 @@ def pod_record(obj: Obj, *, assign_uid: bool = False) -> pb.Pod:
         tsc.match_label_keys.extend(str(x) for x in c.get("matchLabelKeys") or [])
     p.scheduling_gates.extend(str(g.get("name", "")) for g in _list(spec, "schedulingGates"))
     _volumes(_list(spec, "volumes"), p)
-    # Names only: enough for the caller to refuse the pod until DynamicResources
-    # is ported (cluster.proto Pod.resource_claim_names).
-    p.resource_claim_names.extend(
-        str(c.get("name") or "") if isinstance(c, Mapping) else ""
-        for c in _list(spec, "resourceClaims")
-    )
+    _resource_claims(_list(spec, "resourceClaims"), _list(status, "resourceClaimStatuses"), p)
     for ref in _list(meta, "ownerReferences"):
         if ref.get("controller"):
             p.owner_kind = str(ref.get("kind", ""))
@@ -444,6 +439,26 @@ def pod_record(obj: Obj, *, assign_uid: bool = False) -> pb.Pod:
 _INLINE_SOURCES = frozenset(
     {"gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi", "azureDisk", "cinder", "csi"}
 )
+
+
+def _resource_claims(claims: list[Any], statuses: list[Any], p: pb.Pod) -> None:
+    """spec.resourceClaims and status.resourceClaimStatuses (DynamicResources).
+    A null or absent resourceClaimName / resourceClaimTemplateName stays unset,
+    as upstream's nil pointers (resourceclaim.Name tells them apart)."""
+    for c in claims:
+        if not isinstance(c, Mapping):
+            continue
+        rc = p.resource_claims.add(name=str(c.get("name") or ""))
+        if c.get("resourceClaimName") is not None:
+            rc.resource_claim_name = str(c["resourceClaimName"])
+        if c.get("resourceClaimTemplateName") is not None:
+            rc.resource_claim_template_name = str(c["resourceClaimTemplateName"])
+    for st in statuses:
+        if not isinstance(st, Mapping):
+            continue
+        rs = p.resource_claim_statuses.add(name=str(st.get("name") or ""))
+        if st.get("resourceClaimName") is not None:
+            rs.resource_claim_name = str(st["resourceClaimName"])
 
 
 def _volumes(volumes: list[Any], p: pb.Pod) -> None:

@@ -245,7 +245,10 @@ class Cluster:
             placed = delta.upsert_pods.add()
             placed.CopyFrom(pod.proto)
             placed.node_name = node
-            placed.annotations.update(state.assume_annotations)
+            if state.assume_annotations:
+                # As a caller marks its assumed copy (cluster.proto Pod.assumed).
+                placed.annotations.update(state.assume_annotations)
+                placed.assumed = True
             self.snapshot.apply(delta)
         return PodResult(
             key,

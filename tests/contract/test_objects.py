@@ -65,7 +65,8 @@ class GateFilter(FilterPlugin):
 
 
 class CardReserve(ReservePlugin, PreBindPlugin, PostBindPlugin):
-    """Takes card number <pods on the node that already hold a card>; writes it
+    """Takes card number <assumed pods on the node that hold a card> (a card
+    annotation counts on the caller's assumed copies only); writes it
     on the pod at PreBind and records the node on an owner at PostBind; its
     Unreserve rejects the pod named in the pod's label ``reject``. A pod labelled
     ``no-card`` fails Reserve."""
@@ -76,7 +77,7 @@ class CardReserve(ReservePlugin, PreBindPlugin, PostBindPlugin):
         taken = sum(
             1
             for p in self.handle.snapshot.nodes[node_name].pods.values()
-            if CARD in p.proto.annotations
+            if CARD in p.proto.annotations and p.proto.assumed
         )
         state.annotate_assumed_pod(CARD, str(taken))
         if "no-card" in pod.labels:
@@ -290,6 +291,8 @@ async def test_schedule_returns_assume_annotations_and_batch_assumes_them(
         {CARD: "1"},
         {CARD: "2"},
     ]
+    # (The batch's assumed copies are marked as the caller's are,
+    # cluster.proto Pod.assumed: the plugin counts only those.)
     # The replica's snapshot is left as the request found it.
     again = await client.schedule(
         PROFILE, make_pod("after").label("gate", "g").obj(), reserve_and_permit=True

@@ -864,7 +864,9 @@ class Pod(_message.Message):
     HOST_USERS_FIELD_NUMBER: _builtins.int
     START_UNIX_MICROS_FIELD_NUMBER: _builtins.int
     PREEMPTED_BY_SCHEDULER_FIELD_NUMBER: _builtins.int
-    RESOURCE_CLAIM_NAMES_FIELD_NUMBER: _builtins.int
+    RESOURCE_CLAIMS_FIELD_NUMBER: _builtins.int
+    RESOURCE_CLAIM_STATUSES_FIELD_NUMBER: _builtins.int
+    ASSUMED_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
     """metadata.uid; required, and the pod's identity in deltas (delete_pods)."""
     namespace: _builtins.str
@@ -915,6 +917,15 @@ class Pod(_message.Message):
     """status.conditions holds DisruptionTarget=True with reason
     PreemptionByScheduler: a preemption chose the pod as a victim
     (default_preemption.go podTerminatingByPreemption, with terminating).
+    """
+    assumed: _builtins.bool
+    """This record is the caller's assumed copy of the pod carrying Reserve's
+    assume_annotations: the caller placed the pod (after Reserve), the API
+    server does not show it bound yet, and Reserve asked for annotations. A
+    plugin trusts what its assume annotation says (e.g. DynamicResources'
+    devices in flight) on such a pod alone: an annotation a user wrote on a
+    real pod counts for nothing. False for every pod as the API server shows
+    it (berth.kube.records) and for an assumed copy without annotations.
     """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
@@ -997,11 +1008,16 @@ class Pod(_message.Message):
         """
 
     @_builtins.property
-    def resource_claim_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """The names in spec.resourceClaims: the pod's dynamic resource allocation
-        (DRA) claims. Berth does not run the DynamicResources plugin yet, so a
-        caller must not bind a pod that has any: the Berth shim reports it
-        unschedulable with that reason whatever the profile.
+    def resource_claims(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodResourceClaim]:
+        """spec.resourceClaims, in order: the pod's dynamic resource allocation
+        (DRA) claims, which the DynamicResources plugin allocates and reserves
+        for the pod.
+        """
+
+    @_builtins.property
+    def resource_claim_statuses(self) -> _containers.RepeatedCompositeFieldContainer[Global___PodResourceClaimStatus]:
+        """status.resourceClaimStatuses: the claims the resource claim controller
+        generated for the pod's template-based entries, by entry name.
         """
 
     def __init__(
@@ -1041,17 +1057,95 @@ class Pod(_message.Message):
         host_users: _builtins.bool | None = ...,
         start_unix_micros: _builtins.int = ...,
         preempted_by_scheduler: _builtins.bool = ...,
-        resource_claim_names: _abc.Iterable[_builtins.str] | None = ...,
+        resource_claims: _abc.Iterable[Global___PodResourceClaim] | None = ...,
+        resource_claim_statuses: _abc.Iterable[Global___PodResourceClaimStatus] | None = ...,
+        assumed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_host_users", b"_host_users", "affinity", b"affinity", "host_users", b"host_users", "overhead", b"overhead", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_host_users", b"_host_users", "affinity", b"affinity", "annotations", b"annotations", "containers", b"containers", "creation_unix_micros", b"creation_unix_micros", "host_network", b"host_network", "host_users", b"host_users", "init_containers", b"init_containers", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "node_selector", b"node_selector", "nominated_node_name", b"nominated_node_name", "overhead", b"overhead", "owner_kind", b"owner_kind", "owner_name", b"owner_name", "phase", b"phase", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests", "preempted_by_scheduler", b"preempted_by_scheduler", "preemption_policy", b"preemption_policy", "priority", b"priority", "pvc_names", b"pvc_names", "resize_infeasible", b"resize_infeasible", "resource_claim_names", b"resource_claim_names", "scheduler_name", b"scheduler_name", "scheduling_gates", b"scheduling_gates", "start_unix_micros", b"start_unix_micros", "terminating", b"terminating", "tolerations", b"tolerations", "topology_spread_constraints", b"topology_spread_constraints", "uid", b"uid", "volumes", b"volumes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_host_users", b"_host_users", "affinity", b"affinity", "annotations", b"annotations", "assumed", b"assumed", "containers", b"containers", "creation_unix_micros", b"creation_unix_micros", "host_network", b"host_network", "host_users", b"host_users", "init_containers", b"init_containers", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "node_selector", b"node_selector", "nominated_node_name", b"nominated_node_name", "overhead", b"overhead", "owner_kind", b"owner_kind", "owner_name", b"owner_name", "phase", b"phase", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests", "preempted_by_scheduler", b"preempted_by_scheduler", "preemption_policy", b"preemption_policy", "priority", b"priority", "pvc_names", b"pvc_names", "resize_infeasible", b"resize_infeasible", "resource_claim_statuses", b"resource_claim_statuses", "resource_claims", b"resource_claims", "scheduler_name", b"scheduler_name", "scheduling_gates", b"scheduling_gates", "start_unix_micros", b"start_unix_micros", "terminating", b"terminating", "tolerations", b"tolerations", "topology_spread_constraints", b"topology_spread_constraints", "uid", b"uid", "volumes", b"volumes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__host_users: _TypeAlias = _typing.Literal["host_users"]  # noqa: Y015
     _WhichOneofArgType__host_users: _TypeAlias = _typing.Literal["_host_users", b"_host_users"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__host_users) -> _WhichOneofReturnType__host_users | None: ...
 
 Global___Pod: _TypeAlias = Pod  # noqa: Y015
+
+@_typing.final
+class PodResourceClaim(_message.Message):
+    """One entry of a pod's spec.resourceClaims (core/v1 PodResourceClaim).
+    Exactly one of resource_claim_name and resource_claim_template_name is set
+    in a valid pod; a record with neither is answered as upstream answers it
+    (the claim is unsupported).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    RESOURCE_CLAIM_NAME_FIELD_NUMBER: _builtins.int
+    RESOURCE_CLAIM_TEMPLATE_NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """name: how the pod's containers refer to the claim; unique in the pod."""
+    resource_claim_name: _builtins.str
+    """resourceClaimName: an existing ResourceClaim in the pod's namespace."""
+    resource_claim_template_name: _builtins.str
+    """resourceClaimTemplateName: a ResourceClaimTemplate from which the
+    resource claim controller generates a claim for the pod; its name is in
+    Pod.resource_claim_statuses once generated.
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        resource_claim_name: _builtins.str | None = ...,
+        resource_claim_template_name: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_resource_claim_name", b"_resource_claim_name", "_resource_claim_template_name", b"_resource_claim_template_name", "resource_claim_name", b"resource_claim_name", "resource_claim_template_name", b"resource_claim_template_name"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_resource_claim_name", b"_resource_claim_name", "_resource_claim_template_name", b"_resource_claim_template_name", "name", b"name", "resource_claim_name", b"resource_claim_name", "resource_claim_template_name", b"resource_claim_template_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__resource_claim_name: _TypeAlias = _typing.Literal["resource_claim_name"]  # noqa: Y015
+    _WhichOneofArgType__resource_claim_name: _TypeAlias = _typing.Literal["_resource_claim_name", b"_resource_claim_name"]  # noqa: Y015
+    _WhichOneofReturnType__resource_claim_template_name: _TypeAlias = _typing.Literal["resource_claim_template_name"]  # noqa: Y015
+    _WhichOneofArgType__resource_claim_template_name: _TypeAlias = _typing.Literal["_resource_claim_template_name", b"_resource_claim_template_name"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__resource_claim_name) -> _WhichOneofReturnType__resource_claim_name | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__resource_claim_template_name) -> _WhichOneofReturnType__resource_claim_template_name | None: ...
+
+Global___PodResourceClaim: _TypeAlias = PodResourceClaim  # noqa: Y015
+
+@_typing.final
+class PodResourceClaimStatus(_message.Message):
+    """One entry of a pod's status.resourceClaimStatuses (core/v1
+    PodResourceClaimStatus).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    RESOURCE_CLAIM_NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """name: the entry of spec.resourceClaims it belongs to."""
+    resource_claim_name: _builtins.str
+    """resourceClaimName: the claim generated for that entry; unset when the
+    controller decided that none is needed (the entry is then skipped).
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        resource_claim_name: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_resource_claim_name", b"_resource_claim_name", "resource_claim_name", b"resource_claim_name"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_resource_claim_name", b"_resource_claim_name", "name", b"name", "resource_claim_name", b"resource_claim_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__resource_claim_name: _TypeAlias = _typing.Literal["resource_claim_name"]  # noqa: Y015
+    _WhichOneofArgType__resource_claim_name: _TypeAlias = _typing.Literal["_resource_claim_name", b"_resource_claim_name"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__resource_claim_name) -> _WhichOneofReturnType__resource_claim_name | None: ...
+
+Global___PodResourceClaimStatus: _TypeAlias = PodResourceClaimStatus  # noqa: Y015
 
 @_typing.final
 class Volume(_message.Message):

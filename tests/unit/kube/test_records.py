@@ -546,3 +546,45 @@ def test_preemption_facts() -> None:
     obj["status"] = {}
     bare = pod_record(obj)
     assert bare.start_unix_micros == 0 and not bare.preempted_by_scheduler
+
+
+def test_resource_claims_and_their_statuses() -> None:
+    """spec.resourceClaims and status.resourceClaimStatuses, with upstream's nil
+    pointers kept apart from empty strings (resourceclaim.Name): an entry with
+    neither name, and a status whose claim was not generated, stay unset."""
+    obj: dict[str, Any] = {
+        "metadata": {"name": "p", "uid": "u", "namespace": "ns"},
+        "spec": {
+            "containers": [{"name": "c", "image": "i"}],
+            "resourceClaims": [
+                {"name": "gpu", "resourceClaimTemplateName": "gpu-template"},
+                {"name": "shared", "resourceClaimName": "shared-claim"},
+                {"name": "broken"},
+                "not an entry",
+            ],
+        },
+        "status": {
+            "resourceClaimStatuses": [
+                {"name": "gpu", "resourceClaimName": "p-gpu-x7k2"},
+                {"name": "unneeded", "resourceClaimName": None},
+            ]
+        },
+    }
+    p = pod_record(obj)
+    gpu, shared, broken = p.resource_claims
+    assert (gpu.name, gpu.resource_claim_template_name) == ("gpu", "gpu-template")
+    assert not gpu.HasField("resource_claim_name")
+    assert (shared.name, shared.resource_claim_name) == ("shared", "shared-claim")
+    assert not shared.HasField("resource_claim_template_name")
+    assert broken.name == "broken"
+    assert not broken.HasField("resource_claim_name")
+    assert not broken.HasField("resource_claim_template_name")
+    generated, unneeded = p.resource_claim_statuses
+    assert (generated.name, generated.resource_claim_name) == ("gpu", "p-gpu-x7k2")
+    assert unneeded.name == "unneeded" and not unneeded.HasField("resource_claim_name")
+    # What the API server shows is never the caller's assumed copy.
+    assert not p.assumed
+    del obj["spec"]["resourceClaims"]
+    del obj["status"]
+    bare = pod_record(obj)
+    assert not bare.resource_claims and not bare.resource_claim_statuses

@@ -86,6 +86,19 @@ def test_assume_counts_the_pod_on_its_node_at_once(cache: SchedulerCache) -> Non
     assert not delta.delete_pods
 
 
+def test_assumed_copy_with_reserve_annotations_is_marked_assumed(cache: SchedulerCache) -> None:
+    """Reserve's assume annotations go on the assumed copy, which is marked
+    ``assumed`` (cluster.proto Pod.assumed) so plugins trust them there only;
+    a copy without annotations stays unmarked, as the informer's record will
+    be."""
+    marked = cache.assume(pending_pod("p1"), "n1", {"example.dev/reserved": "x"})
+    plain = cache.assume(pending_pod("p2"), "n2")
+    assert marked.assumed and dict(marked.annotations) == {"example.dev/reserved": "x"}
+    assert not plain.assumed
+    delta = committed_delta(cache)
+    assert {p.uid: p.assumed for p in delta.upsert_pods} == {"p1": True, "p2": False}
+
+
 def test_forget_gives_the_node_its_resources_back(cache: SchedulerCache) -> None:
     """ForgetPod: the binding failed; the pod leaves the node in the next delta."""
     cache.assume(pending_pod(), "n1")

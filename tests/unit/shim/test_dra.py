@@ -15,7 +15,6 @@ from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
 from berth.framework.testing import make_node, make_pod
-from berth.kube.records import pod_record
 from berth.kube.rest import KubeApi
 from berth.shim.events import EventRecorder, ObjectRef
 from berth.shim.queue import UNSCHEDULABLE, QueuedPod
@@ -122,7 +121,8 @@ async def popped(s: Scheduler, *pods: cpb.Pod) -> list[QueuedPod]:
 
 def with_claims(name: str, *claims: str) -> cpb.Pod:
     pod: cpb.Pod = make_pod(name).uid(name).obj()
-    pod.resource_claim_names.extend(claims)
+    for claim in claims:
+        pod.resource_claims.add(name=claim, resource_claim_name=f"{name}-{claim}")
     return pod
 
 
@@ -166,19 +166,3 @@ async def test_many_claims_make_a_short_message(
     assert service.asked == []
     (event,) = recorder.events
     assert "and 196 more" in event[2] and len(event[2]) < 1024
-
-
-def test_pod_record_carries_the_resource_claim_names() -> None:
-    obj = {
-        "metadata": {"name": "p", "uid": "u", "namespace": "ns"},
-        "spec": {
-            "containers": [{"name": "c", "image": "i"}],
-            "resourceClaims": [
-                {"name": "gpu", "resourceClaimTemplateName": "gpu-template"},
-                {"name": "shared", "resourceClaimName": "shared-claim"},
-            ],
-        },
-    }
-    assert list(pod_record(obj).resource_claim_names) == ["gpu", "shared"]
-    del obj["spec"]["resourceClaims"]  # type: ignore[attr-defined]
-    assert list(pod_record(obj).resource_claim_names) == []

@@ -1350,13 +1350,23 @@ type Pod struct {
 	// PreemptionByScheduler: a preemption chose the pod as a victim
 	// (default_preemption.go podTerminatingByPreemption, with terminating).
 	PreemptedByScheduler bool `protobuf:"varint,34,opt,name=preempted_by_scheduler,json=preemptedByScheduler,proto3" json:"preempted_by_scheduler,omitempty"`
-	// The names in spec.resourceClaims: the pod's dynamic resource allocation
-	// (DRA) claims. Berth does not run the DynamicResources plugin yet, so a
-	// caller must not bind a pod that has any: the Berth shim reports it
-	// unschedulable with that reason whatever the profile.
-	ResourceClaimNames []string `protobuf:"bytes,35,rep,name=resource_claim_names,json=resourceClaimNames,proto3" json:"resource_claim_names,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// spec.resourceClaims, in order: the pod's dynamic resource allocation
+	// (DRA) claims, which the DynamicResources plugin allocates and reserves
+	// for the pod.
+	ResourceClaims []*PodResourceClaim `protobuf:"bytes,36,rep,name=resource_claims,json=resourceClaims,proto3" json:"resource_claims,omitempty"`
+	// status.resourceClaimStatuses: the claims the resource claim controller
+	// generated for the pod's template-based entries, by entry name.
+	ResourceClaimStatuses []*PodResourceClaimStatus `protobuf:"bytes,37,rep,name=resource_claim_statuses,json=resourceClaimStatuses,proto3" json:"resource_claim_statuses,omitempty"`
+	// This record is the caller's assumed copy of the pod carrying Reserve's
+	// assume_annotations: the caller placed the pod (after Reserve), the API
+	// server does not show it bound yet, and Reserve asked for annotations. A
+	// plugin trusts what its assume annotation says (e.g. DynamicResources'
+	// devices in flight) on such a pod alone: an annotation a user wrote on a
+	// real pod counts for nothing. False for every pod as the API server shows
+	// it (berth.kube.records) and for an assumed copy without annotations.
+	Assumed       bool `protobuf:"varint,38,opt,name=assumed,proto3" json:"assumed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Pod) Reset() {
@@ -1627,11 +1637,151 @@ func (x *Pod) GetPreemptedByScheduler() bool {
 	return false
 }
 
-func (x *Pod) GetResourceClaimNames() []string {
+func (x *Pod) GetResourceClaims() []*PodResourceClaim {
 	if x != nil {
-		return x.ResourceClaimNames
+		return x.ResourceClaims
 	}
 	return nil
+}
+
+func (x *Pod) GetResourceClaimStatuses() []*PodResourceClaimStatus {
+	if x != nil {
+		return x.ResourceClaimStatuses
+	}
+	return nil
+}
+
+func (x *Pod) GetAssumed() bool {
+	if x != nil {
+		return x.Assumed
+	}
+	return false
+}
+
+// One entry of a pod's spec.resourceClaims (core/v1 PodResourceClaim).
+// Exactly one of resource_claim_name and resource_claim_template_name is set
+// in a valid pod; a record with neither is answered as upstream answers it
+// (the claim is unsupported).
+type PodResourceClaim struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name: how the pod's containers refer to the claim; unique in the pod.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// resourceClaimName: an existing ResourceClaim in the pod's namespace.
+	ResourceClaimName *string `protobuf:"bytes,2,opt,name=resource_claim_name,json=resourceClaimName,proto3,oneof" json:"resource_claim_name,omitempty"`
+	// resourceClaimTemplateName: a ResourceClaimTemplate from which the
+	// resource claim controller generates a claim for the pod; its name is in
+	// Pod.resource_claim_statuses once generated.
+	ResourceClaimTemplateName *string `protobuf:"bytes,3,opt,name=resource_claim_template_name,json=resourceClaimTemplateName,proto3,oneof" json:"resource_claim_template_name,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
+}
+
+func (x *PodResourceClaim) Reset() {
+	*x = PodResourceClaim{}
+	mi := &file_berth_v1_cluster_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PodResourceClaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PodResourceClaim) ProtoMessage() {}
+
+func (x *PodResourceClaim) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_v1_cluster_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PodResourceClaim.ProtoReflect.Descriptor instead.
+func (*PodResourceClaim) Descriptor() ([]byte, []int) {
+	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PodResourceClaim) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PodResourceClaim) GetResourceClaimName() string {
+	if x != nil && x.ResourceClaimName != nil {
+		return *x.ResourceClaimName
+	}
+	return ""
+}
+
+func (x *PodResourceClaim) GetResourceClaimTemplateName() string {
+	if x != nil && x.ResourceClaimTemplateName != nil {
+		return *x.ResourceClaimTemplateName
+	}
+	return ""
+}
+
+// One entry of a pod's status.resourceClaimStatuses (core/v1
+// PodResourceClaimStatus).
+type PodResourceClaimStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name: the entry of spec.resourceClaims it belongs to.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// resourceClaimName: the claim generated for that entry; unset when the
+	// controller decided that none is needed (the entry is then skipped).
+	ResourceClaimName *string `protobuf:"bytes,2,opt,name=resource_claim_name,json=resourceClaimName,proto3,oneof" json:"resource_claim_name,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *PodResourceClaimStatus) Reset() {
+	*x = PodResourceClaimStatus{}
+	mi := &file_berth_v1_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PodResourceClaimStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PodResourceClaimStatus) ProtoMessage() {}
+
+func (x *PodResourceClaimStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_v1_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PodResourceClaimStatus.ProtoReflect.Descriptor instead.
+func (*PodResourceClaimStatus) Descriptor() ([]byte, []int) {
+	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PodResourceClaimStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PodResourceClaimStatus) GetResourceClaimName() string {
+	if x != nil && x.ResourceClaimName != nil {
+		return *x.ResourceClaimName
+	}
+	return ""
 }
 
 // One entry of a pod's spec.volumes.
@@ -1657,7 +1807,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_berth_v1_cluster_proto_msgTypes[18]
+	mi := &file_berth_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1819,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_cluster_proto_msgTypes[18]
+	mi := &file_berth_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1832,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Volume) GetName() string {
@@ -1733,7 +1883,7 @@ type ImageState struct {
 
 func (x *ImageState) Reset() {
 	*x = ImageState{}
-	mi := &file_berth_v1_cluster_proto_msgTypes[19]
+	mi := &file_berth_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1895,7 @@ func (x *ImageState) String() string {
 func (*ImageState) ProtoMessage() {}
 
 func (x *ImageState) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_cluster_proto_msgTypes[19]
+	mi := &file_berth_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1908,7 @@ func (x *ImageState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageState.ProtoReflect.Descriptor instead.
 func (*ImageState) Descriptor() ([]byte, []int) {
-	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{19}
+	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ImageState) GetNames() []string {
@@ -1808,7 +1958,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_berth_v1_cluster_proto_msgTypes[20]
+	mi := &file_berth_v1_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +1970,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_cluster_proto_msgTypes[20]
+	mi := &file_berth_v1_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +1983,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{20}
+	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Node) GetName() string {
@@ -1924,7 +2074,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_berth_v1_cluster_proto_msgTypes[21]
+	mi := &file_berth_v1_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2086,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_cluster_proto_msgTypes[21]
+	mi := &file_berth_v1_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2099,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{21}
+	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ObjectRef) GetGroup() string {
@@ -2000,7 +2150,7 @@ type ClusterObject struct {
 
 func (x *ClusterObject) Reset() {
 	*x = ClusterObject{}
-	mi := &file_berth_v1_cluster_proto_msgTypes[22]
+	mi := &file_berth_v1_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2162,7 @@ func (x *ClusterObject) String() string {
 func (*ClusterObject) ProtoMessage() {}
 
 func (x *ClusterObject) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_cluster_proto_msgTypes[22]
+	mi := &file_berth_v1_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2175,7 @@ func (x *ClusterObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterObject.ProtoReflect.Descriptor instead.
 func (*ClusterObject) Descriptor() ([]byte, []int) {
-	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{22}
+	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClusterObject) GetRef() *ObjectRef {
@@ -2088,7 +2238,7 @@ type ClusterDelta struct {
 
 func (x *ClusterDelta) Reset() {
 	*x = ClusterDelta{}
-	mi := &file_berth_v1_cluster_proto_msgTypes[23]
+	mi := &file_berth_v1_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2100,7 +2250,7 @@ func (x *ClusterDelta) String() string {
 func (*ClusterDelta) ProtoMessage() {}
 
 func (x *ClusterDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_cluster_proto_msgTypes[23]
+	mi := &file_berth_v1_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +2263,7 @@ func (x *ClusterDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDelta.ProtoReflect.Descriptor instead.
 func (*ClusterDelta) Descriptor() ([]byte, []int) {
-	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{23}
+	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ClusterDelta) GetUpsertNodes() []*Node {
@@ -2200,7 +2350,7 @@ type ClusterState struct {
 
 func (x *ClusterState) Reset() {
 	*x = ClusterState{}
-	mi := &file_berth_v1_cluster_proto_msgTypes[24]
+	mi := &file_berth_v1_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2362,7 @@ func (x *ClusterState) String() string {
 func (*ClusterState) ProtoMessage() {}
 
 func (x *ClusterState) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_cluster_proto_msgTypes[24]
+	mi := &file_berth_v1_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +2375,7 @@ func (x *ClusterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterState.ProtoReflect.Descriptor instead.
 func (*ClusterState) Descriptor() ([]byte, []int) {
-	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{24}
+	return file_berth_v1_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ClusterState) GetClusterId() string {
@@ -2377,7 +2527,7 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"\vrestartable\x18\x06 \x01(\bR\vrestartable\x12B\n" +
 	"\x12allocated_requests\x18\a \x01(\v2\x13.berth.v1.ResourcesR\x11allocatedRequests\x12@\n" +
 	"\x11actuated_requests\x18\b \x01(\v2\x13.berth.v1.ResourcesR\x10actuatedRequests\x120\n" +
-	"\x14restart_rule_actions\x18\t \x03(\tR\x12restartRuleActions\"\xcc\x0e\n" +
+	"\x14restart_rule_actions\x18\t \x03(\tR\x12restartRuleActions\"\xef\x0f\n" +
 	"\x03Pod\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -2418,8 +2568,10 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"host_users\x18  \x01(\bH\x00R\thostUsers\x88\x01\x01\x12*\n" +
 	"\x11start_unix_micros\x18! \x01(\x03R\x0fstartUnixMicros\x124\n" +
-	"\x16preempted_by_scheduler\x18\" \x01(\bR\x14preemptedByScheduler\x120\n" +
-	"\x14resource_claim_names\x18# \x03(\tR\x12resourceClaimNames\x1a9\n" +
+	"\x16preempted_by_scheduler\x18\" \x01(\bR\x14preemptedByScheduler\x12C\n" +
+	"\x0fresource_claims\x18$ \x03(\v2\x1a.berth.v1.PodResourceClaimR\x0eresourceClaims\x12X\n" +
+	"\x17resource_claim_statuses\x18% \x03(\v2 .berth.v1.PodResourceClaimStatusR\x15resourceClaimStatuses\x12\x18\n" +
+	"\aassumed\x18& \x01(\bR\aassumed\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
@@ -2429,7 +2581,17 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
-	"\v_host_users\"\x97\x01\n" +
+	"\v_host_usersJ\x04\b#\x10$R\x14resource_claim_names\"\xda\x01\n" +
+	"\x10PodResourceClaim\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
+	"\x13resource_claim_name\x18\x02 \x01(\tH\x00R\x11resourceClaimName\x88\x01\x01\x12D\n" +
+	"\x1cresource_claim_template_name\x18\x03 \x01(\tH\x01R\x19resourceClaimTemplateName\x88\x01\x01B\x16\n" +
+	"\x14_resource_claim_nameB\x1f\n" +
+	"\x1d_resource_claim_template_name\"y\n" +
+	"\x16PodResourceClaimStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
+	"\x13resource_claim_name\x18\x02 \x01(\tH\x00R\x11resourceClaimName\x88\x01\x01B\x16\n" +
+	"\x14_resource_claim_name\"\x97\x01\n" +
 	"\x06Volume\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -2505,7 +2667,7 @@ func file_berth_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_berth_v1_cluster_proto_rawDescData
 }
 
-var file_berth_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_berth_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_berth_v1_cluster_proto_goTypes = []any{
 	(*Resources)(nil),                // 0: berth.v1.Resources
 	(*Taint)(nil),                    // 1: berth.v1.Taint
@@ -2525,30 +2687,32 @@ var file_berth_v1_cluster_proto_goTypes = []any{
 	(*ContainerPort)(nil),            // 15: berth.v1.ContainerPort
 	(*Container)(nil),                // 16: berth.v1.Container
 	(*Pod)(nil),                      // 17: berth.v1.Pod
-	(*Volume)(nil),                   // 18: berth.v1.Volume
-	(*ImageState)(nil),               // 19: berth.v1.ImageState
-	(*Node)(nil),                     // 20: berth.v1.Node
-	(*ObjectRef)(nil),                // 21: berth.v1.ObjectRef
-	(*ClusterObject)(nil),            // 22: berth.v1.ClusterObject
-	(*ClusterDelta)(nil),             // 23: berth.v1.ClusterDelta
-	(*ClusterState)(nil),             // 24: berth.v1.ClusterState
-	nil,                              // 25: berth.v1.Resources.ScalarEntry
-	nil,                              // 26: berth.v1.LabelSelector.MatchLabelsEntry
-	nil,                              // 27: berth.v1.Pod.LabelsEntry
-	nil,                              // 28: berth.v1.Pod.AnnotationsEntry
-	nil,                              // 29: berth.v1.Pod.NodeSelectorEntry
-	nil,                              // 30: berth.v1.Node.LabelsEntry
-	nil,                              // 31: berth.v1.Node.AnnotationsEntry
+	(*PodResourceClaim)(nil),         // 18: berth.v1.PodResourceClaim
+	(*PodResourceClaimStatus)(nil),   // 19: berth.v1.PodResourceClaimStatus
+	(*Volume)(nil),                   // 20: berth.v1.Volume
+	(*ImageState)(nil),               // 21: berth.v1.ImageState
+	(*Node)(nil),                     // 22: berth.v1.Node
+	(*ObjectRef)(nil),                // 23: berth.v1.ObjectRef
+	(*ClusterObject)(nil),            // 24: berth.v1.ClusterObject
+	(*ClusterDelta)(nil),             // 25: berth.v1.ClusterDelta
+	(*ClusterState)(nil),             // 26: berth.v1.ClusterState
+	nil,                              // 27: berth.v1.Resources.ScalarEntry
+	nil,                              // 28: berth.v1.LabelSelector.MatchLabelsEntry
+	nil,                              // 29: berth.v1.Pod.LabelsEntry
+	nil,                              // 30: berth.v1.Pod.AnnotationsEntry
+	nil,                              // 31: berth.v1.Pod.NodeSelectorEntry
+	nil,                              // 32: berth.v1.Node.LabelsEntry
+	nil,                              // 33: berth.v1.Node.AnnotationsEntry
 }
 var file_berth_v1_cluster_proto_depIdxs = []int32{
-	25, // 0: berth.v1.Resources.scalar:type_name -> berth.v1.Resources.ScalarEntry
+	27, // 0: berth.v1.Resources.scalar:type_name -> berth.v1.Resources.ScalarEntry
 	3,  // 1: berth.v1.NodeSelectorTerm.match_expressions:type_name -> berth.v1.NodeSelectorRequirement
 	3,  // 2: berth.v1.NodeSelectorTerm.match_fields:type_name -> berth.v1.NodeSelectorRequirement
 	4,  // 3: berth.v1.NodeSelector.terms:type_name -> berth.v1.NodeSelectorTerm
 	4,  // 4: berth.v1.PreferredSchedulingTerm.preference:type_name -> berth.v1.NodeSelectorTerm
 	5,  // 5: berth.v1.NodeAffinity.required:type_name -> berth.v1.NodeSelector
 	6,  // 6: berth.v1.NodeAffinity.preferred:type_name -> berth.v1.PreferredSchedulingTerm
-	26, // 7: berth.v1.LabelSelector.match_labels:type_name -> berth.v1.LabelSelector.MatchLabelsEntry
+	28, // 7: berth.v1.LabelSelector.match_labels:type_name -> berth.v1.LabelSelector.MatchLabelsEntry
 	8,  // 8: berth.v1.LabelSelector.match_expressions:type_name -> berth.v1.LabelSelectorRequirement
 	9,  // 9: berth.v1.PodAffinityTerm.label_selector:type_name -> berth.v1.LabelSelector
 	9,  // 10: berth.v1.PodAffinityTerm.namespace_selector:type_name -> berth.v1.LabelSelector
@@ -2564,12 +2728,12 @@ var file_berth_v1_cluster_proto_depIdxs = []int32{
 	15, // 20: berth.v1.Container.ports:type_name -> berth.v1.ContainerPort
 	0,  // 21: berth.v1.Container.allocated_requests:type_name -> berth.v1.Resources
 	0,  // 22: berth.v1.Container.actuated_requests:type_name -> berth.v1.Resources
-	27, // 23: berth.v1.Pod.labels:type_name -> berth.v1.Pod.LabelsEntry
-	28, // 24: berth.v1.Pod.annotations:type_name -> berth.v1.Pod.AnnotationsEntry
+	29, // 23: berth.v1.Pod.labels:type_name -> berth.v1.Pod.LabelsEntry
+	30, // 24: berth.v1.Pod.annotations:type_name -> berth.v1.Pod.AnnotationsEntry
 	16, // 25: berth.v1.Pod.containers:type_name -> berth.v1.Container
 	16, // 26: berth.v1.Pod.init_containers:type_name -> berth.v1.Container
 	0,  // 27: berth.v1.Pod.overhead:type_name -> berth.v1.Resources
-	29, // 28: berth.v1.Pod.node_selector:type_name -> berth.v1.Pod.NodeSelectorEntry
+	31, // 28: berth.v1.Pod.node_selector:type_name -> berth.v1.Pod.NodeSelectorEntry
 	13, // 29: berth.v1.Pod.affinity:type_name -> berth.v1.Affinity
 	2,  // 30: berth.v1.Pod.tolerations:type_name -> berth.v1.Toleration
 	14, // 31: berth.v1.Pod.topology_spread_constraints:type_name -> berth.v1.TopologySpreadConstraint
@@ -2577,24 +2741,26 @@ var file_berth_v1_cluster_proto_depIdxs = []int32{
 	0,  // 33: berth.v1.Pod.pod_level_limits:type_name -> berth.v1.Resources
 	0,  // 34: berth.v1.Pod.pod_level_allocated_requests:type_name -> berth.v1.Resources
 	0,  // 35: berth.v1.Pod.pod_level_actuated_requests:type_name -> berth.v1.Resources
-	18, // 36: berth.v1.Pod.volumes:type_name -> berth.v1.Volume
-	30, // 37: berth.v1.Node.labels:type_name -> berth.v1.Node.LabelsEntry
-	31, // 38: berth.v1.Node.annotations:type_name -> berth.v1.Node.AnnotationsEntry
-	0,  // 39: berth.v1.Node.capacity:type_name -> berth.v1.Resources
-	0,  // 40: berth.v1.Node.allocatable:type_name -> berth.v1.Resources
-	1,  // 41: berth.v1.Node.taints:type_name -> berth.v1.Taint
-	19, // 42: berth.v1.Node.images:type_name -> berth.v1.ImageState
-	21, // 43: berth.v1.ClusterObject.ref:type_name -> berth.v1.ObjectRef
-	20, // 44: berth.v1.ClusterDelta.upsert_nodes:type_name -> berth.v1.Node
-	17, // 45: berth.v1.ClusterDelta.upsert_pods:type_name -> berth.v1.Pod
-	22, // 46: berth.v1.ClusterDelta.upsert_objects:type_name -> berth.v1.ClusterObject
-	21, // 47: berth.v1.ClusterDelta.delete_objects:type_name -> berth.v1.ObjectRef
-	23, // 48: berth.v1.ClusterState.delta:type_name -> berth.v1.ClusterDelta
-	49, // [49:49] is the sub-list for method output_type
-	49, // [49:49] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	20, // 36: berth.v1.Pod.volumes:type_name -> berth.v1.Volume
+	18, // 37: berth.v1.Pod.resource_claims:type_name -> berth.v1.PodResourceClaim
+	19, // 38: berth.v1.Pod.resource_claim_statuses:type_name -> berth.v1.PodResourceClaimStatus
+	32, // 39: berth.v1.Node.labels:type_name -> berth.v1.Node.LabelsEntry
+	33, // 40: berth.v1.Node.annotations:type_name -> berth.v1.Node.AnnotationsEntry
+	0,  // 41: berth.v1.Node.capacity:type_name -> berth.v1.Resources
+	0,  // 42: berth.v1.Node.allocatable:type_name -> berth.v1.Resources
+	1,  // 43: berth.v1.Node.taints:type_name -> berth.v1.Taint
+	21, // 44: berth.v1.Node.images:type_name -> berth.v1.ImageState
+	23, // 45: berth.v1.ClusterObject.ref:type_name -> berth.v1.ObjectRef
+	22, // 46: berth.v1.ClusterDelta.upsert_nodes:type_name -> berth.v1.Node
+	17, // 47: berth.v1.ClusterDelta.upsert_pods:type_name -> berth.v1.Pod
+	24, // 48: berth.v1.ClusterDelta.upsert_objects:type_name -> berth.v1.ClusterObject
+	23, // 49: berth.v1.ClusterDelta.delete_objects:type_name -> berth.v1.ObjectRef
+	25, // 50: berth.v1.ClusterState.delta:type_name -> berth.v1.ClusterDelta
+	51, // [51:51] is the sub-list for method output_type
+	51, // [51:51] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_berth_v1_cluster_proto_init() }
@@ -2606,13 +2772,15 @@ func file_berth_v1_cluster_proto_init() {
 	file_berth_v1_cluster_proto_msgTypes[2].OneofWrappers = []any{}
 	file_berth_v1_cluster_proto_msgTypes[14].OneofWrappers = []any{}
 	file_berth_v1_cluster_proto_msgTypes[17].OneofWrappers = []any{}
+	file_berth_v1_cluster_proto_msgTypes[18].OneofWrappers = []any{}
+	file_berth_v1_cluster_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_v1_cluster_proto_rawDesc), len(file_berth_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
