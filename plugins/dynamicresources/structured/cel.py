@@ -58,7 +58,6 @@ from google.protobuf.message import Message
 from berth.framework.units import QuantityError, parse_quantity, shorten
 
 __all__ = [
-    "CEL_SELECTOR_EXPRESSION_MAX_COST",
     "CEL_SELECTOR_EXPRESSION_MAX_LENGTH",
     "ITERATION_BUDGET",
     "CelCache",
@@ -70,12 +69,12 @@ __all__ = [
 
 # k8s.io/api/resource/v1 types.go.
 CEL_SELECTOR_EXPRESSION_MAX_LENGTH: Final = 10 * 1024
-CEL_SELECTOR_EXPRESSION_MAX_COST: Final = 1_000_000
 _RESOURCE_SLICE_MAX_ATTRIBUTE_VALUES_PER_DEVICE: Final = 48
 # CEL C++'s comprehension iteration budget for one evaluation (fixed by the
 # cel-expr-python runtime); see the module docstring.
 ITERATION_BUDGET: Final = 10_000
-# Device views (the CEL activation of one device) kept per CelCache.
+# Device views (a device's CEL variables and its selectors' answers) kept per
+# CelCache, about 2.5 KB each for a device of 18 attributes.
 _DEVICE_VIEWS: Final = 16_384
 # Selector answers kept per device view (dropped all at once beyond this).
 _RESULTS_PER_DEVICE: Final = 64
@@ -671,7 +670,7 @@ class CompiledSelector:
         added: list[str] = []
         while True:
             try:
-                result = self._program.eval(view.activation)
+                result = self._program.eval(data=view.data)
             except RuntimeError as err:
                 raise CelEvaluationError(_runtime_message(str(err))) from None
             if result.type().name() != "ERROR":
@@ -740,10 +739,16 @@ def _attribute_value(name: str, attribute: Any) -> Any:
 
 
 class _DeviceView:
-    """The CEL activation of one device, built once and reused by every
-    selector evaluated against it."""
+    """The CEL variables of one device, converted once and shared by every
+    selector evaluated against it, and those selectors' answers.
 
-    __slots__ = ("activation", "attributes", "capacity", "driver", "multi", "results")
+    Each evaluation hands CEL C++ the variables afresh rather than keeping a
+    CEL activation: an activation is ten times the size and belongs to the
+    thread that built it (another thread's evaluation fails with "No
+    PyCelArena found"), and with the answers kept here a device is evaluated
+    about once per selector anyway."""
+
+    __slots__ = ("attributes", "capacity", "data", "driver", "multi", "results")
 
     def __init__(
         self,
@@ -756,9 +761,7 @@ class _DeviceView:
         self.multi = multi
         self.attributes = attributes
         self.capacity = capacity
-        self.activation = _ENV.Activation(
-            data={_DRIVER: driver, _MULTI: multi, _ATTRIBUTES: attributes, _CAPACITY: capacity}
-        )
+        self.data = {_DRIVER: driver, _MULTI: multi, _ATTRIBUTES: attributes, _CAPACITY: capacity}
         # Answers by expression (see CompiledSelector.matches).
         self.results: dict[str, bool | CelEvaluationError] = {}
 
@@ -798,23 +801,25 @@ def _entries(device: Mapping[str, Any], field: str) -> list[tuple[str, Any]]:
     return [(str(name), value) for name, value in entries.items()]
 
 
-class _DeviceViews(threading.local):
-    """Device views by (driver, device mapping identity), LRU-bounded, one
-    set per thread: a CEL C++ activation belongs to the thread that made it
-    (another thread's evaluation fails with "No PyCelArena found"). A view
-    keeps its device alive, so an identity is never reused while cached; a
-    device is read once, so a mapping must not change after it was matched
-    (ResourceSlices in a snapshot never do)."""
+class _DeviceViews:
+    """Device views by (driver, device mapping identity), LRU-bounded and
+    thread-safe. A view keeps its device alive, so an identity is never
+    reused while cached; a device is read once, so a mapping must not change
+    after it was matched (ResourceSlices in a snapshot never do)."""
 
     def __init__(self, max_entries: int) -> None:
         self._max = max_entries
+        self._lock = threading.Lock()
         self._views: OrderedDict[
             tuple[str, int], tuple[Mapping[str, Any], _DeviceView | CelEvaluationError]
         ] = OrderedDict()
 
     def get(self, driver: str, device: Mapping[str, Any]) -> _DeviceView:
         key = (driver, id(device))
-        cached = self._views.get(key)
+        with self._lock:
+            cached = self._views.get(key)
+            if cached is not None:
+                self._views.move_to_end(key)
         if cached is None:
             view: _DeviceView | CelEvaluationError
             try:
@@ -822,11 +827,10 @@ class _DeviceViews(threading.local):
             except CelEvaluationError as err:
                 view = err
             cached = (device, view)
-            self._views[key] = cached
-            if len(self._views) > self._max:
-                self._views.popitem(last=False)
-        else:
-            self._views.move_to_end(key)
+            with self._lock:
+                self._views[key] = cached
+                if len(self._views) > self._max:
+                    self._views.popitem(last=False)
         view = cached[1]
         if isinstance(view, CelEvaluationError):
             raise CelEvaluationError(view.message)
