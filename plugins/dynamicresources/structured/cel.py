@@ -30,13 +30,16 @@ StoredExpressions environment the scheduler compiles with):
 
 Bounds, because a cluster user writes these expressions: an expression longer
 than resource.k8s.io's CELSelectorExpressionMaxLength (10 KiB) is refused
-before parsing; the parser refuses nesting deeper than 32 levels; one
-evaluation may run at most 10,000 comprehension iterations in all (CEL C++'s
-iteration budget), reported with upstream's "actual cost limit exceeded".
-Upstream instead charges every step against CELSelectorExpressionMaxCost
-(1,000,000); the iteration budget is the C++ runtime's way to the same end,
-stricter for loops of more than 10,000 iterations, which no selector over one
-device (at most 32 attributes and 32 capacities) needs.
+before parsing, and the parser refuses nesting deeper than 32 levels. Upstream
+charges every evaluation step against CELSelectorExpressionMaxCost
+(1,000,000); CEL C++ counts no cost, so the worst-case cost is estimated at
+compile time as upstream's estimator does (cel_cost.py, at or below
+upstream's estimate, which the API server already holds to that limit) and a
+selector above the limit is not evaluated; and CEL C++ stops an evaluation
+after 10,000 comprehension iterations in all. Both end in upstream's "actual
+cost limit exceeded". The iteration budget is stricter than upstream for
+loops of 10,000 to some 300,000 iterations (three nested loops over 32
+capacities), which no selector over one device needs.
 """
 
 from __future__ import annotations
@@ -56,8 +59,10 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 
 from berth.framework.units import QuantityError, parse_quantity, shorten
+from berth.plugins.dynamicresources.structured.cel_cost import CostError, estimate_cost
 
 __all__ = [
+    "CEL_SELECTOR_EXPRESSION_MAX_COST",
     "CEL_SELECTOR_EXPRESSION_MAX_LENGTH",
     "ITERATION_BUDGET",
     "CelCache",
@@ -69,6 +74,7 @@ __all__ = [
 
 # k8s.io/api/resource/v1 types.go.
 CEL_SELECTOR_EXPRESSION_MAX_LENGTH: Final = 10 * 1024
+CEL_SELECTOR_EXPRESSION_MAX_COST: Final = 1_000_000
 _RESOURCE_SLICE_MAX_ATTRIBUTE_VALUES_PER_DEVICE: Final = 48
 # CEL C++'s comprehension iteration budget for one evaluation (fixed by the
 # cel-expr-python runtime); see the module docstring.
@@ -624,12 +630,24 @@ class CompiledSelector:
     """One compiled selector expression (upstream's CompilationResult).
     Immutable; ``matches`` may be called from any thread."""
 
-    __slots__ = ("_program", "_views", "expression")
+    __slots__ = ("_over_budget", "_program", "_views", "expression", "max_cost")
 
-    def __init__(self, expression: str, program: cel.Expression, views: _DeviceViews) -> None:
+    def __init__(
+        self, expression: str, program: cel.Expression, views: _DeviceViews, max_cost: int
+    ) -> None:
         self.expression = expression
+        # The worst-case cost in cel-go's units (cel_cost.py; upstream's
+        # CompilationResult.MaxCost).
+        self.max_cost = max_cost
         self._program = program
         self._views = views
+        self._over_budget = ""
+        if max_cost > CEL_SELECTOR_EXPRESSION_MAX_COST:
+            self._over_budget = (
+                "operation cancelled: actual cost limit exceeded (the expression's worst-case "
+                f"cost {max_cost} is above the limit of {CEL_SELECTOR_EXPRESSION_MAX_COST}, "
+                "so it is not evaluated)"
+            )
 
     def __repr__(self) -> str:
         return f"CompiledSelector({shorten(self.expression)})"
@@ -640,6 +658,8 @@ class CompiledSelector:
         (DeviceMatches). Raises CelEvaluationError on a runtime error, when
         the cost limit is exceeded, or when the device has an attribute the
         environment cannot represent."""
+        if self._over_budget:
+            raise CelEvaluationError(self._over_budget)
         view = self._views.get(driver, device)
         # A selector's answer depends on the device alone, so it is kept with
         # the device's view: the same class or request selector over the same
@@ -866,7 +886,11 @@ def _compile(expression: str, views: _DeviceViews) -> CompiledSelector:
         raise CelCompileError(
             f"must evaluate to bool or the unknown type, not {_type_name(output)}"
         )
-    return CompiledSelector(expression, program, views)
+    try:
+        max_cost = estimate_cost(program.serialize())
+    except CostError as err:
+        raise CelCompileError(f"cost estimation failed: {err}") from None
+    return CompiledSelector(expression, program, views, max_cost)
 
 
 class CelCache:
