@@ -16,9 +16,7 @@ from berth.plugins.gpucard.gpu_card import (
     ChosenCard,
     GPUCardFit,
     GPUNeed,
-    best_fit,
     cards_annotation,
-    parse_card_index,
     parse_cards,
     parse_memory,
 )
@@ -35,9 +33,7 @@ __all__ = [
     "GPUCardFit",
     "GPUCardFitArgs",
     "GPUNeed",
-    "best_fit",
     "cards_annotation",
-    "parse_card_index",
     "parse_cards",
     "parse_memory",
 ]

@@ -14,7 +14,12 @@ publish more). Berth defines three annotations, all changeable here:
   the card the pod was given, written by GPUCardFit at Reserve (on the
   caller's assumed copy) and PreBind (on the pod, for the device plugin).
 
-Each must be a valid annotation key (apimachinery IsQualifiedName: an
+``draDrivers`` (default ``gpu.nvidia.com``, ``gpu.example.com``,
+``gpu.amd.com``, ``gpu.intel.com``) names the DRA drivers whose
+ResourceSlices describe GPU cards; ``[]`` turns the DRA source off (and the
+reads of ResourceSlices and ResourceClaims with it).
+
+Each key must be a valid annotation key (apimachinery IsQualifiedName: an
 optional DNS-subdomain prefix and ``/``, then a name of at most 63
 alphanumerics, ``-``, ``_``, ``.``); the two pod keys must differ.
 ``validate()`` raises ValueError as ``<field>: <reason>``.
@@ -27,12 +32,15 @@ from typing import Final
 
 import msgspec
 
+from berth.framework.gpus import DEFAULT_DRA_DRIVERS
+
 __all__ = [
     "DEFAULT_NODE_CARDS_ANNOTATION",
     "DEFAULT_POD_CARD_ANNOTATION",
     "DEFAULT_POD_MEMORY_ANNOTATION",
     "GPUCardFitArgs",
     "annotation_key_errors",
+    "dra_driver_errors",
 ]
 
 DEFAULT_NODE_CARDS_ANNOTATION: Final = "berth.dev/gpu-cards"
@@ -77,15 +85,39 @@ def annotation_key_errors(key: str) -> list[str]:
     return []
 
 
+# More drivers than any cluster runs for GPUs.
+_MAX_DRIVERS = 16
+
+
+def dra_driver_errors(drivers: list[str]) -> list[str]:
+    """Why ``drivers`` is not a list of DRA driver names (a driver's name is a
+    DNS subdomain, resource.k8s.io/v1 ResourceSliceSpec.Driver); empty when it
+    is one."""
+    if len(drivers) > _MAX_DRIVERS:
+        return [f"{len(drivers)} drivers, at most {_MAX_DRIVERS}"]
+    for i, driver in enumerate(drivers):
+        if not driver or len(driver) > 63 or not _DNS1123_SUBDOMAIN_RE.match(driver):
+            return [
+                f"[{i}]: invalid value {driver!r}: a DRA driver name is a lowercase DNS "
+                "subdomain of at most 63 characters (e.g. 'gpu.nvidia.com')"
+            ]
+    return []
+
+
 class GPUCardFitArgs(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     """Args of GPUCardFit (all optional)."""
 
     node_cards_annotation: str = DEFAULT_NODE_CARDS_ANNOTATION
     pod_memory_annotation: str = DEFAULT_POD_MEMORY_ANNOTATION
     pod_card_annotation: str = DEFAULT_POD_CARD_ANNOTATION
+    # The DRA drivers whose ResourceSlices describe GPUs; [] reads none.
+    dra_drivers: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_DRA_DRIVERS))
 
     def validate(self) -> None:
-        errors: list[str] = []
+        errors: list[str] = [
+            f"draDrivers{e}" if e.startswith("[") else f"draDrivers: {e}"
+            for e in dra_driver_errors(self.dra_drivers)
+        ]
         for field, key, default in (
             ("nodeCardsAnnotation", self.node_cards_annotation, DEFAULT_NODE_CARDS_ANNOTATION),
             ("podMemoryAnnotation", self.pod_memory_annotation, DEFAULT_POD_MEMORY_ANNOTATION),

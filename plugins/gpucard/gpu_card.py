@@ -6,14 +6,15 @@ free each. So the plugin checks whether one card can hold the pod's need and
 rejects the node with ``UnschedulableAndUnresolvable`` and
 ``no free GPU card`` (preempting pods does not split a card either).
 
-Data (annotation keys are args; see args.py):
-
-* the node's cards: ``berth.dev/gpu-cards``, a JSON list of each card's
-  memory available to pods, e.g. ``["80Gi", "40Gi"]``;
-* the pod's need: ``berth.dev/gpu-memory``, e.g. ``"40Gi"``;
-* what is taken: every other pod in the snapshot on the node that carries
-  ``berth.dev/gpu-card`` (a card index) takes its own ``berth.dev/gpu-memory``
-  on that card. A card's free memory is its memory minus what is taken.
+Data: the node's cards come from its first source among DRA ResourceSlices,
+NVIDIA GPU Feature Discovery labels, HAMi's annotation and Berth's own
+``berth.dev/gpu-cards`` (framework/gpus.py; the README shows each); the
+pod's need from ``berth.dev/gpu-memory``, e.g. ``"40Gi"``; what is taken
+from the source (DRA: devices allocated in ResourceClaims) and from every
+other pod on the node that carries ``berth.dev/gpu-card`` (a card id), which
+takes its own ``berth.dev/gpu-memory`` on that card (a DRA device without
+multiple allocations: the whole card). Annotation keys are args (args.py).
+Decisions name the source: ``no free GPU card (GFD labels)``.
 
 Extension points:
 
@@ -23,12 +24,12 @@ Extension points:
   ``no free GPU card``.
 * Reserve picks the card (best fit: the card with the least free memory that
   holds the need, lowest index among equals), keeps it in the CycleState and
-  puts ``berth.dev/gpu-card: <index>`` on the caller's assumed copy of the pod
+  puts ``berth.dev/gpu-card: <card id>`` on the caller's assumed copy of the pod
   (``annotate_assumed_pod``): the next cycles, and the next pods of a batch,
   see the pod on that card, so two pods in flight never take the same memory.
 * Unreserve forgets the choice; the caller drops its assumed copy, and with
   it the annotation.
-* PreBind writes ``berth.dev/gpu-card: <index>`` on the pod (a merge patch the
+* PreBind writes ``berth.dev/gpu-card: <card id>`` on the pod (a merge patch the
   caller applies before binding), for the device plugin to read, and so that
   the card stays taken once the pod is bound.
 
@@ -45,18 +46,31 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 import msgspec
 
 from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.gpus import (
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    Card,
+    DraInventory,
+    NodeGPUs,
+    card_use,
+    parse_berth_cards,
+    parse_card_id,
+    parse_memory,
+    read_node_gpus,
+)
 from berth.framework.interfaces import (
     FilterPlugin,
+    NodeVerdicts,
     PreBindPlugin,
     PreFilterPlugin,
     PreFilterResult,
     ReservePlugin,
 )
 from berth.framework.model import NodeInfo, PodInfo
-from berth.framework.objects import pod_write
+from berth.framework.objects import ObjectKind, pod_write
 from berth.framework.snapshot import NodeBatch
 from berth.framework.status import SUCCESS, Status
-from berth.framework.units import QuantityError, parse_quantity, shorten
+from berth.framework.units import shorten
 from berth.plugins.gpucard.args import GPUCardFitArgs
 
 if TYPE_CHECKING:
@@ -70,9 +84,7 @@ __all__ = [
     "ChosenCard",
     "GPUCardFit",
     "GPUNeed",
-    "best_fit",
     "cards_annotation",
-    "parse_card_index",
     "parse_cards",
     "parse_memory",
 ]
@@ -94,76 +106,15 @@ class ChosenCard(msgspec.Struct, frozen=True):
     """The card Reserve gave the pod (read by PreBind)."""
 
     node: str
-    card: int
+    card: str
 
 
 POD_NEED: Final = StateKey(f"{NAME}/need", GPUNeed)
 CHOSEN_CARD: Final = StateKey(f"{NAME}/card", ChosenCard)
 
 
-def parse_memory(value: object) -> int:
-    """A memory amount in bytes (rounded up) from a quantity string or an
-    integer; ValueError saying why not. Bounded cost whatever the value
-    (framework/units.py)."""
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise ValueError(f'{shorten(value)} is not a quantity (e.g. "40Gi", "40G")')
-    if isinstance(value, int) and value.bit_length() > 63:
-        raise ValueError(f"{shorten(value)} is out of range (an int64)")
-    try:
-        amount = parse_quantity(str(value)).value()
-    except QuantityError as exc:
-        raise ValueError(str(exc)) from exc
-    if amount < 0:
-        raise ValueError(f"{shorten(value)} is negative")
-    return amount
-
-
-# A node's card list longer than this is refused: more GPUs than any node
-# holds, and each Filter call walks the list.
-MAX_CARDS: Final = 64
-# The annotation's text beyond this is refused before it is decoded.
-MAX_CARDS_TEXT: Final = 8 * 1024
-
-
-def parse_cards(text: str) -> list[int]:
-    """The node annotation's card list as bytes per card; ValueError saying
-    what is wrong (with the entry's index)."""
-    if len(text) > MAX_CARDS_TEXT:
-        raise ValueError(
-            f"{len(text)} characters, at most {MAX_CARDS_TEXT} are read "
-            '(want a JSON list such as ["80Gi", "40Gi"])'
-        )
-    try:
-        cards = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f'not JSON (want e.g. ["80Gi", "40Gi"]): {shorten(str(exc))}') from exc
-    if not isinstance(cards, list):
-        raise ValueError(f'want a JSON list such as ["80Gi", "40Gi"], got {type(cards).__name__}')
-    if len(cards) > MAX_CARDS:
-        raise ValueError(f"{len(cards)} cards, at most {MAX_CARDS} are read")
-    out: list[int] = []
-    for i, entry in enumerate(cards):
-        try:
-            out.append(parse_memory(entry))
-        except ValueError as exc:
-            raise ValueError(f"card {i}: {exc}") from exc
-    return out
-
-
-def parse_card_index(text: str) -> int | None:
-    """A pod's card annotation as an index, None when it is not one."""
-    # A card index has a few digits; int() of a long one would be refused.
-    return int(text) if len(text) <= 6 and text.isascii() and text.isdigit() else None
-
-
-def best_fit(free: list[int], need: int) -> int | None:
-    """The card with the least free memory that still holds ``need`` (lowest
-    index among equals); None when no card does."""
-    best: int | None = None
-    for i, left in enumerate(free):
-        if left >= need and (best is None or left < free[best]):
-            best = i
-    return best
+# Berth's own annotation's parser, under the name this module has always had.
+parse_cards = parse_berth_cards
 
 
 class GPUCardFit(
@@ -182,6 +133,13 @@ class GPUCardFit(
         cfg.validate()
         super().__init__(cfg, handle)
         self.cfg = cfg
+
+    @classmethod
+    def reads(cls, args: Any) -> tuple[ObjectKind, ...]:
+        """ResourceSlices (the DRA source) and ResourceClaims (what their
+        allocations take), unless ``draDrivers`` is empty."""
+        cfg = args if isinstance(args, GPUCardFitArgs) else GPUCardFitArgs()
+        return (RESOURCE_SLICES, RESOURCE_CLAIMS) if cfg.dra_drivers else ()
 
     # -- reading the annotations ---------------------------------------------------
 
@@ -205,51 +163,50 @@ class GPUCardFit(
         saved = state.get(POD_NEED)
         return saved.memory if saved is not None else self.pod_need(pod)
 
+    def inventory(self) -> DraInventory | None:
+        """The DRA devices of the snapshot, indexed on first use (one per
+        call); None when no DRA driver is configured."""
+        if not self.cfg.dra_drivers:
+            return None
+        return DraInventory(self.handle.snapshot, self.cfg.dra_drivers)
+
     def free_memory(self, node: NodeInfo, exclude_uid: str = "") -> list[int]:
-        """Each card's memory minus what the node's pods (other than
-        ``exclude_uid``) took on it; [] for a node without the annotation.
-        ValueError for an annotation that does not parse."""
-        key = self.cfg.node_cards_annotation
-        text = node.node.annotations.get(key)
-        if text is None:
+        """Each card's free memory after the node's pods (other than
+        ``exclude_uid``) and, for DRA devices, the claims' allocations; []
+        for a node without cards. ValueError when its source does not
+        parse. For tools and tests; the extension points use ``_choose``."""
+        dra = self.inventory()
+        gpus = read_node_gpus(node, dra, self.cfg.node_cards_annotation)
+        if gpus is None:
             return []
-        try:
-            free = parse_cards(text)
-        except ValueError as exc:
-            raise ValueError(f"node annotation {key}: {exc}") from exc
-        card_key, memory_key = self.cfg.pod_card_annotation, self.cfg.pod_memory_annotation
-        for uid, other in node.pods.items():
-            if uid == exclude_uid:
-                continue
-            annotations = other.proto.annotations
-            card_text = annotations.get(card_key)
-            if card_text is None:
-                continue
-            card = parse_card_index(card_text)
-            if card is None or card >= len(free):
-                log.debug(
-                    "%s: pod %s on node %s has %s=%r, not a card of the node (%d cards): "
-                    "not counted",
-                    NAME,
-                    other.key,
-                    node.name,
-                    card_key,
-                    card_text,
-                    len(free),
-                )
-                continue
-            try:
-                free[card] -= parse_memory(annotations.get(memory_key, "0"))
-            except ValueError as exc:
-                log.debug(
-                    "%s: pod %s on node %s: %s %s: not counted",
-                    NAME,
-                    other.key,
-                    node.name,
-                    memory_key,
-                    exc,
-                )
-        return free
+        if gpus.problem:
+            raise ValueError(gpus.problem)
+        key, memory_key = self.cfg.pod_card_annotation, self.cfg.pod_memory_annotation
+        return card_use(gpus, node, key, memory_key, exclude_uid, dra).free
+
+    def _choose(
+        self, pod: PodInfo, need: int, node: NodeInfo, dra: DraInventory | None
+    ) -> tuple[NodeGPUs | None, int | None, int, Status]:
+        """(the node's cards, the best-fit card's position, its free memory,
+        SUCCESS), or a rejection: the node has no card source, its source
+        does not parse, or no card holds the need."""
+        gpus = read_node_gpus(node, dra, self.cfg.node_cards_annotation)
+        if gpus is None:
+            return None, None, 0, Status.unresolvable(REASON_NO_CARD)
+        if gpus.problem:
+            return gpus, None, 0, Status.unresolvable(gpus.problem)
+        use = card_use(
+            gpus,
+            node,
+            self.cfg.pod_card_annotation,
+            self.cfg.pod_memory_annotation,
+            pod.uid,
+            dra,
+        )
+        best = use.best_fit(gpus.cards, need)
+        if best is None:
+            return gpus, None, 0, Status.unresolvable(f"{REASON_NO_CARD} ({gpus.name()})")
+        return gpus, best, use.free[best], SUCCESS
 
     # -- extension points --------------------------------------------------------------
 
@@ -266,49 +223,69 @@ class GPUCardFit(
         return None, SUCCESS
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        return self._filter(state, pod, node, self.inventory())
+
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
+        """The batch form: ResourceSlices and ResourceClaims are indexed once
+        for all the nodes."""
+        dra = self.inventory()
+        return NodeVerdicts.from_statuses([self._filter(state, pod, ni, dra) for ni in nodes])
+
+    def _filter(
+        self, state: CycleState, pod: PodInfo, node: NodeInfo, dra: DraInventory | None
+    ) -> Status:
         try:
             need = self._need(state, pod)
-            if need is None:
-                return SUCCESS
-            free = self.free_memory(node, pod.uid)
         except ValueError as exc:
             return Status.unresolvable(str(exc))
-        if best_fit(free, need) is None:
-            return Status.unresolvable(REASON_NO_CARD)
-        return SUCCESS
+        if need is None:
+            return SUCCESS
+        gpus, best, _, status = self._choose(pod, need, node, dra)
+        if gpus is not None and log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s: pod %s on node %s: cards from %s: %s",
+                NAME,
+                pod.key,
+                node.name,
+                gpus.name(),
+                "fits card " + gpus.cards[best].describe() if best is not None else status.message,
+            )
+        return status
 
     def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         try:
             need = self._need(state, pod)
-            if need is None:
-                return SUCCESS
-            node = self.handle.snapshot.nodes.get(node_name)
-            if node is None:
-                return Status.error(f"node {node_name} is not in the snapshot")
-            free = self.free_memory(node, pod.uid)
         except ValueError as exc:
             return Status.unresolvable(str(exc))
-        card = best_fit(free, need)
-        if card is None:
+        if need is None:
+            return SUCCESS
+        node = self.handle.snapshot.nodes.get(node_name)
+        if node is None:
+            return Status.error(f"node {node_name} is not in the snapshot")
+        gpus, best, free, status = self._choose(pod, need, node, self.inventory())
+        if gpus is None or best is None:
             # Another pod took the memory since Filter (a later snapshot).
-            return Status.unresolvable(REASON_NO_CARD)
-        state.write(CHOSEN_CARD, ChosenCard(node_name, card))
-        state.annotate_assumed_pod(self.cfg.pod_card_annotation, str(card))
+            return status
+        card: Card = gpus.cards[best]
+        state.write(CHOSEN_CARD, ChosenCard(node_name, card.id))
+        state.annotate_assumed_pod(self.cfg.pod_card_annotation, card.id)
         log.info(
-            "%s: pod %s reserved GPU card %d on node %s (needs %d bytes, %d free before)",
+            "%s: pod %s reserved GPU card %s on node %s, cards from %s "
+            "(needs %d bytes, %d free before)",
             NAME,
             pod.key,
-            card,
+            card.describe(),
             node_name,
+            gpus.name(),
             need,
-            free[card],
+            free,
         )
         return SUCCESS
 
     def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
         state.delete(CHOSEN_CARD)
 
-    def _chosen(self, state: CycleState, pod: PodInfo, node_name: str) -> int | None:
+    def _chosen(self, state: CycleState, pod: PodInfo, node_name: str) -> str | None:
         """Reserve's card: from the CycleState, else from the caller's assumed
         copy of the pod in the snapshot (which carries Reserve's annotation)."""
         chosen = state.get(CHOSEN_CARD)
@@ -319,7 +296,7 @@ class GPUCardFit(
         if assumed is None:
             return None
         text = assumed.proto.annotations.get(self.cfg.pod_card_annotation)
-        return None if text is None else parse_card_index(text)
+        return None if text is None else parse_card_id(text)
 
     def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         """Skip for a pod without the GPU memory annotation: its PreBind
@@ -348,7 +325,7 @@ class GPUCardFit(
             pod_write(
                 pod.namespace,
                 pod.name,
-                {"metadata": {"annotations": {self.cfg.pod_card_annotation: str(card)}}},
+                {"metadata": {"annotations": {self.cfg.pod_card_annotation: card}}},
             )
         )
         return SUCCESS

@@ -16,6 +16,7 @@ import yaml
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.config import ConfigError, load_config, parse_config
 from berth.framework.cycle_state import CycleState
+from berth.framework.gpus import RESOURCE_CLAIMS, RESOURCE_SLICES, Card, CardUse
 from berth.framework.handle import Handle
 from berth.framework.model import PodInfo
 from berth.framework.objects import ObjectWrite
@@ -32,7 +33,6 @@ from berth.plugins.gpucard import (
     GPUCardFit,
     GPUCardFitArgs,
     GPUNeed,
-    best_fit,
     parse_cards,
     parse_memory,
 )
@@ -42,6 +42,8 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "deploy" / "examples" / "gpucard
 CARDS = "berth.dev/gpu-cards"
 MEMORY = "berth.dev/gpu-memory"
 CARD = "berth.dev/gpu-card"
+# Filter's reason on a node described by berth.dev/gpu-cards.
+NO_CARD = f"{REASON_NO_CARD} (Berth annotation)"
 GI = 2**30
 G = 10**9
 
@@ -127,7 +129,8 @@ def test_parse_memory_rounds_up_to_bytes() -> None:
     ],
 )
 def test_best_fit(free: list[int], need: int, card: int | None) -> None:
-    assert best_fit(free, need) == card
+    cards = [Card(str(i), max(f, 0)) for i, f in enumerate(free)]
+    assert CardUse(free, [0] * len(free)).best_fit(cards, need) == card
 
 
 # -- Filter ---------------------------------------------------------------------------
@@ -135,20 +138,20 @@ def test_best_fit(free: list[int], need: int, card: int | None) -> None:
 # (id, node cards, pods on the node as (need, card), the pod's need, Filter reason)
 FILTER_CASES: list[tuple[str, list[Any] | None, list[tuple[str | None, str | None]], str, str]] = [
     ("free 40G card", ["40G", "30G"], [], "40G", ""),
-    ("only 30G cards", ["30G", "30G"], [], "40G", REASON_NO_CARD),
-    ("70G free in total is not one card", ["35G", "35G"], [], "40G", REASON_NO_CARD),
+    ("only 30G cards", ["30G", "30G"], [], "40G", NO_CARD),
+    ("70G free in total is not one card", ["35G", "35G"], [], "40G", NO_CARD),
     ("no annotation: no cards", None, [], "1G", REASON_NO_CARD),
-    ("empty list", [], [], "1G", REASON_NO_CARD),
+    ("empty list", [], [], "1G", NO_CARD),
     ("80G card half taken", ["80G", "30G"], [("40G", "0")], "40G", ""),
-    ("80G card half taken, 41G", ["80G", "30G"], [("40G", "0")], "41G", REASON_NO_CARD),
-    ("both cards taken", ["40G", "40G"], [("40G", "0"), ("40G", "1")], "1", REASON_NO_CARD),
+    ("80G card half taken, 41G", ["80G", "30G"], [("40G", "0")], "41G", NO_CARD),
+    ("both cards taken", ["40G", "40G"], [("40G", "0"), ("40G", "1")], "1", NO_CARD),
     ("pods without a card take nothing", ["40G"], [("40G", None), (None, None)], "40G", ""),
     ("a card without memory takes nothing", ["40G"], [(None, "0")], "40G", ""),
     ("a card index beyond the list is ignored", ["40G"], [("40G", "3")], "40G", ""),
     ("a card that is not an index is ignored", ["40G"], [("40G", "first")], "40G", ""),
     ("a bad memory annotation is ignored", ["40G"], [("much", "0")], "40G", ""),
     ("binary and decimal units", ["40Gi"], [("2Gi", "0")], "38Gi", ""),
-    ("a byte too many", ["40Gi"], [("2Gi", "0")], str(38 * GI + 1), REASON_NO_CARD),
+    ("a byte too many", ["40Gi"], [("2Gi", "0")], str(38 * GI + 1), NO_CARD),
 ]
 
 
@@ -245,7 +248,7 @@ def test_reserve_takes_the_tightest_card_and_annotates_the_assumed_pod() -> None
     pod = PodInfo(gpu_pod("p", "40G"))
     assert plugin.reserve(state, pod, "n1").is_success
     # Free: 40G, 48G, 45G: card 0 is the tightest that holds 40G.
-    assert state.read(CHOSEN_CARD) == ChosenCard("n1", 0)
+    assert state.read(CHOSEN_CARD) == ChosenCard("n1", "0")
     assert state.assume_annotations == {CARD: "0"}
 
 
@@ -253,7 +256,7 @@ def test_reserve_fails_when_the_memory_went_since_filter() -> None:
     snap = snapshot_of([gpu_node("n1", ["40G"])], [gpu_pod("fast", "10G", "n1", "0")])
     state = fresh_state()
     st = plugin_on(snap).reserve(state, PodInfo(gpu_pod("p", "40G")), "n1")
-    assert st == Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (REASON_NO_CARD,))
+    assert st == Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (NO_CARD,))
     assert CHOSEN_CARD not in state
     assert state.assume_annotations == {}
 
@@ -357,7 +360,7 @@ def test_two_pods_in_flight_never_take_the_same_card() -> None:
     node, message, annotations = schedule(fw, snap, second)
     assert (node, annotations) == ("", {})
     assert message == (
-        "0/1 nodes are available: 1 no free GPU card. "
+        "0/1 nodes are available: 1 no free GPU card (Berth annotation). "
         "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     )
     # The first pod goes away (unreserved, or deleted): the card is free again.
@@ -376,7 +379,7 @@ def test_two_pods_in_flight_share_a_big_card_by_memory() -> None:
         assume(snap, pod, node, annotations)
     assert got == [{CARD: "0"}, {CARD: "0"}]
     assert schedule(fw, snap, pods[2])[1] == (
-        "0/1 nodes are available: 1 no free GPU card. "
+        "0/1 nodes are available: 1 no free GPU card (Berth annotation). "
         "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     )
 
@@ -616,5 +619,6 @@ def test_example_config_enables_every_point_it_serves() -> None:
         assert "GPUCardFit" in [r.name for r in profile.enabled(point)], point
     assert "GPUCardFit" not in [r.name for r in profile.enabled("score")]
     assert profile.plugin_args["GPUCardFit"] == GPUCardFitArgs()
-    # Nothing to read beyond nodes and pods: annotations travel with them.
-    assert [r for r in example_framework().reads if "GPUCardFit" in r.plugins] == []
+    # The DRA source: ResourceSlices, and ResourceClaims for what is allocated.
+    reads = [r.kind for r in example_framework().reads if "GPUCardFit" in r.plugins]
+    assert reads == [RESOURCE_SLICES, RESOURCE_CLAIMS]
