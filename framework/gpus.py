@@ -42,6 +42,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -54,6 +55,9 @@ from berth.framework.units import QuantityError, parse_quantity, shorten
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "BERTH_CARDS_ANNOTATION",
+    "BERTH_CARD_ANNOTATION",
+    "BERTH_MEMORY_ANNOTATION",
     "DEFAULT_DRA_DRIVERS",
     "GFD_COUNT_LABEL",
     "GFD_MEMORY_LABEL",
@@ -71,6 +75,7 @@ __all__ = [
     "RequestPolicy",
     "Source",
     "card_use",
+    "dra_driver_errors",
     "parse_berth_cards",
     "parse_card_id",
     "parse_gfd_labels",
@@ -88,6 +93,32 @@ RESOURCE_CLAIMS: Final = ObjectKind(RESOURCE_GROUP, "v1", "resourceclaims", "Res
 # NVIDIA's DRA driver (k8s-dra-driver-gpu), the example driver
 # (kubernetes-sigs/dra-example-driver), AMD's and Intel's.
 DEFAULT_DRA_DRIVERS: Final = ("gpu.nvidia.com", "gpu.example.com", "gpu.amd.com", "gpu.intel.com")
+# Berth's own annotations (GPUCardFit's defaults): the node's cards, the
+# memory a pod needs on one card, the card it was given.
+BERTH_CARDS_ANNOTATION: Final = "berth.dev/gpu-cards"
+BERTH_MEMORY_ANNOTATION: Final = "berth.dev/gpu-memory"
+BERTH_CARD_ANNOTATION: Final = "berth.dev/gpu-card"
+# More drivers than any cluster runs for GPUs.
+_MAX_DRIVERS: Final = 16
+_DNS1123_SUBDOMAIN_RE: Final = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+
+
+def dra_driver_errors(drivers: Sequence[str]) -> list[str]:
+    """Why ``drivers`` is not a list of DRA driver names (each a lowercase DNS
+    subdomain of at most 63 characters, resource.k8s.io/v1
+    ResourceSliceSpec.Driver), as ``[i]: ...``; empty when it is one."""
+    if len(drivers) > _MAX_DRIVERS:
+        return [f": {len(drivers)} drivers, at most {_MAX_DRIVERS}"]
+    for i, driver in enumerate(drivers):
+        if not driver or len(driver) > 63 or not _DNS1123_SUBDOMAIN_RE.match(driver):
+            return [
+                f"[{i}]: invalid value {driver!r}: a DRA driver name is a lowercase DNS "
+                "subdomain of at most 63 characters (e.g. 'gpu.nvidia.com')"
+            ]
+    return []
+
 
 GFD_COUNT_LABEL: Final = "nvidia.com/gpu.count"
 GFD_MEMORY_LABEL: Final = "nvidia.com/gpu.memory"
@@ -235,7 +266,7 @@ def parse_card_id(text: str) -> str | None:
 def _small_int(text: str, what: str, limit: int) -> int:
     """A non-negative decimal integer of at most ``limit``; ValueError."""
     if not (0 < len(text) <= 12 and text.isascii() and text.isdigit()):
-        raise ValueError(f"{what} {shorten(text)!r} is not a non-negative integer")
+        raise ValueError(f"{what} {shorten(text)} is not a non-negative integer")
     value = int(text)
     if value > limit:
         raise ValueError(f"{what} {value} is more than {limit}")
@@ -364,11 +395,16 @@ def _hami_text(text: str) -> list[Card]:
         count = _small_int(items[1], f"device {n}: count", 2**31 - 1)
         devmem = _small_int(items[2], f"device {n}: devmem", 2**31 - 1)
         if items[6] not in ("true", "false", "True", "False", "1", "0", "t", "f", "T", "F"):
-            raise ValueError(f"device {n}: health {shorten(items[6])!r} is not a boolean")
+            raise ValueError(f"device {n}: health {shorten(items[6])} is not a boolean")
         if parse_card_id(items[0]) is None:
-            raise ValueError(f"device {n}: id {shorten(items[0])!r} is not a device id")
+            raise ValueError(f"device {n}: id {shorten(items[0])} is not a device id")
         health = items[6] in ("true", "True", "1", "t", "T")
         cards.append(_hami_card(items[0], count, devmem, items[4], health))
+    if not cards:
+        raise ValueError(
+            "no device in it (want a JSON list, or id,count,devmem,devcore,type,numa,health "
+            "per device separated by ':')"
+        )
     return cards
 
 
@@ -383,7 +419,7 @@ def parse_hami_annotation(text: str) -> NodeGPUs:
         )
     try:
         stripped = text.lstrip()
-        cards = _hami_json(text) if stripped.startswith("[") else _hami_text(text)
+        cards = _hami_json(text) if stripped[:1] in ("[", "{") else _hami_text(text)
     except ValueError as exc:
         return NodeGPUs(Source.HAMI, problem=f"annotation {HAMI_ANNOTATION}: {exc}")
     capacity = sum(c.max_pods or 0 for c in cards if c.available)
@@ -675,8 +711,9 @@ def _dra_card(
     elif not _counters_fit(counters, device):
         why = "its shared counters are used by allocated devices"
     for taint in _as_list(device.get("taints"))[:16]:
-        if _as_map(taint).get("effect") in ("NoSchedule", "NoExecute"):
-            why = why or f"tainted {shorten(_as_map(taint).get('key'))}"
+        taint = _as_map(taint)
+        if taint.get("effect") in ("NoSchedule", "NoExecute"):
+            why = why or f"tainted {str(taint.get('key'))[:128]}"
     return Card(
         f"{driver}/{pool}/{name}",
         memory,

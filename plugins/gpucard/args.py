@@ -32,7 +32,7 @@ from typing import Final
 
 import msgspec
 
-from berth.framework.gpus import DEFAULT_DRA_DRIVERS
+from berth.framework.gpus import DEFAULT_DRA_DRIVERS, dra_driver_errors
 
 __all__ = [
     "DEFAULT_NODE_CARDS_ANNOTATION",
@@ -40,7 +40,6 @@ __all__ = [
     "DEFAULT_POD_MEMORY_ANNOTATION",
     "GPUCardFitArgs",
     "annotation_key_errors",
-    "dra_driver_errors",
 ]
 
 DEFAULT_NODE_CARDS_ANNOTATION: Final = "berth.dev/gpu-cards"
@@ -85,25 +84,6 @@ def annotation_key_errors(key: str) -> list[str]:
     return []
 
 
-# More drivers than any cluster runs for GPUs.
-_MAX_DRIVERS = 16
-
-
-def dra_driver_errors(drivers: list[str]) -> list[str]:
-    """Why ``drivers`` is not a list of DRA driver names (a driver's name is a
-    DNS subdomain, resource.k8s.io/v1 ResourceSliceSpec.Driver); empty when it
-    is one."""
-    if len(drivers) > _MAX_DRIVERS:
-        return [f"{len(drivers)} drivers, at most {_MAX_DRIVERS}"]
-    for i, driver in enumerate(drivers):
-        if not driver or len(driver) > 63 or not _DNS1123_SUBDOMAIN_RE.match(driver):
-            return [
-                f"[{i}]: invalid value {driver!r}: a DRA driver name is a lowercase DNS "
-                "subdomain of at most 63 characters (e.g. 'gpu.nvidia.com')"
-            ]
-    return []
-
-
 class GPUCardFitArgs(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     """Args of GPUCardFit (all optional)."""
 
@@ -114,10 +94,7 @@ class GPUCardFitArgs(msgspec.Struct, rename="camel", forbid_unknown_fields=True)
     dra_drivers: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_DRA_DRIVERS))
 
     def validate(self) -> None:
-        errors: list[str] = [
-            f"draDrivers{e}" if e.startswith("[") else f"draDrivers: {e}"
-            for e in dra_driver_errors(self.dra_drivers)
-        ]
+        errors = [f"draDrivers{e}" for e in dra_driver_errors(self.dra_drivers)]
         for field, key, default in (
             ("nodeCardsAnnotation", self.node_cards_annotation, DEFAULT_NODE_CARDS_ANNOTATION),
             ("podMemoryAnnotation", self.pod_memory_annotation, DEFAULT_POD_MEMORY_ANNOTATION),

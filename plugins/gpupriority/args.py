@@ -1,4 +1,7 @@
-"""GPUPriorityPluginArgs: which extended resource GPUPriorityPlugin counts.
+"""GPUPriorityPluginArgs: which extended resource GPUPriorityPlugin counts,
+and which DRA drivers' ResourceSlices describe GPUs (``draDrivers``, default
+``gpu.nvidia.com``, ``gpu.example.com``, ``gpu.amd.com``, ``gpu.intel.com``;
+``[]`` turns the DRA source off).
 
 ``resourceName`` defaults to ``nvidia.com/gpu``. It must be an extended
 resource name as upstream defines one (pkg/apis/core/v1/helper/helpers.go,
@@ -14,6 +17,8 @@ import re
 from typing import Final
 
 import msgspec
+
+from berth.framework.gpus import DEFAULT_DRA_DRIVERS, dra_driver_errors
 
 __all__ = ["DEFAULT_RESOURCE_NAME", "GPUPriorityPluginArgs", "extended_resource_name_errors"]
 
@@ -72,8 +77,13 @@ class GPUPriorityPluginArgs(msgspec.Struct, rename="camel", forbid_unknown_field
     # The extended resource whose free count (allocatable minus the requests
     # of the pods on the node) is scored.
     resource_name: str = DEFAULT_RESOURCE_NAME
+    # The DRA drivers whose ResourceSlices describe GPUs; [] reads none.
+    dra_drivers: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_DRA_DRIVERS))
 
     def validate(self) -> None:
+        driver_errors = dra_driver_errors(self.dra_drivers)
+        if driver_errors:
+            raise ValueError(f"draDrivers{driver_errors[0]}")
         if not self.resource_name:
             raise ValueError(
                 "resourceName: required value: name an extended resource, or leave the field "

@@ -10,22 +10,48 @@ It scores nodes by the GPUs available to the pod:
   weighs in the sum like any other plugin's instead of adding raw counts
   (0..8 on usual hardware).
 
-It reads only the snapshot: the node's allocatable and the summed requests
-of the pods on it (upstream's NodeInfo.Allocatable and NodeInfo.Requested),
-never the API server. ``score_nodes`` reads the
-snapshot's scalar columns for the resource when they exist; otherwise (no
-node has or requests it) it asks each NodeInfo.
+It counts a node's GPUs from the first source the node has
+(framework/gpus.py), and says which in its debug log:
+
+1. DRA ResourceSlices: the GPU devices nothing holds (no ResourceClaim
+   allocates any of it, no pod carries ``berth.dev/gpu-card`` for it);
+2. GPU Feature Discovery labels: ``nvidia.com/gpu.count`` (times
+   ``nvidia.com/gpu.replicas``) less what the node's pods request of
+   ``resourceName``;
+3. HAMi's annotation: the healthy cards' split counts less the requests;
+4. Berth's ``berth.dev/gpu-cards``: the cards no pod was given;
+5. otherwise the node's allocatable ``resourceName`` less the requests
+   (upstream's NodeInfo.Allocatable and NodeInfo.Requested).
+
+A source that does not parse counts no free GPU. It reads only the
+snapshot, never the API server. ``score_nodes`` starts from the snapshot's
+scalar columns for the resource when they exist and replaces the rows of
+nodes that have a card source.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from berth.framework.cycle_state import CycleState
+from berth.framework.gpus import (
+    BERTH_CARD_ANNOTATION,
+    BERTH_CARDS_ANNOTATION,
+    BERTH_MEMORY_ANNOTATION,
+    GFD_COUNT_LABEL,
+    HAMI_ANNOTATION,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    DraInventory,
+    card_use,
+    read_node_gpus,
+)
 from berth.framework.interfaces import MAX_NODE_SCORE, ScoreArray, ScorePlugin
 from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.objects import ObjectKind
 from berth.framework.snapshot import NodeBatch
 from berth.framework.status import SUCCESS, Status
 from berth.plugins.gpupriority.args import GPUPriorityPluginArgs
@@ -33,7 +59,9 @@ from berth.plugins.gpupriority.args import GPUPriorityPluginArgs
 if TYPE_CHECKING:
     from berth.framework.handle import Handle
 
-__all__ = ["NAME", "GPUPriority", "free_on_node", "normalize_free"]
+__all__ = ["ALLOCATABLE", "NAME", "GPUPriority", "free_gpus", "free_on_node", "normalize_free"]
+
+log = logging.getLogger(__name__)
 
 NAME = "GPUPriorityPlugin"
 
@@ -46,6 +74,31 @@ def free_on_node(node: NodeInfo, resource: str) -> int:
     free)."""
     free = node.allocatable.scalar.get(resource, 0) - node.requested.scalar.get(resource, 0)
     return max(free, 0)
+
+
+# The source named when a node has no card source: its allocatable resource.
+ALLOCATABLE = "allocatable"
+
+
+def free_gpus(node: NodeInfo, resource: str, dra: DraInventory | None) -> tuple[int, str]:
+    """The node's free GPUs and the source they were counted from (see the
+    module's docstring)."""
+    gpus = read_node_gpus(node, dra, BERTH_CARDS_ANNOTATION)
+    if gpus is None:
+        return free_on_node(node, resource), ALLOCATABLE
+    if gpus.problem:
+        log.debug("%s: node %s: %s: counted as no free GPU", NAME, node.name, gpus.problem)
+        return 0, gpus.name()
+    if gpus.resource_capacity is not None:
+        requested = node.requested.scalar.get(resource, 0)
+        return max(gpus.resource_capacity - requested, 0), gpus.name()
+    use = card_use(gpus, node, BERTH_CARD_ANNOTATION, BERTH_MEMORY_ANNOTATION, "", dra)
+    free = sum(
+        1
+        for i, card in enumerate(gpus.cards)
+        if card.available and card.used == 0 and use.pods[i] == 0
+    )
+    return free, gpus.name()
 
 
 def normalize_free(scores: ScoreArray) -> None:
@@ -78,21 +131,47 @@ class GPUPriority(ScorePlugin[GPUPriorityPluginArgs]):
         gpu_args.validate()
         super().__init__(gpu_args, handle)
         self.resource_name = gpu_args.resource_name
+        self.dra_drivers = tuple(gpu_args.dra_drivers)
+
+    @classmethod
+    def reads(cls, args: Any) -> tuple[ObjectKind, ...]:
+        """ResourceSlices (the DRA source) and ResourceClaims (what their
+        allocations take), unless ``draDrivers`` is empty."""
+        cfg = args if isinstance(args, GPUPriorityPluginArgs) else GPUPriorityPluginArgs()
+        return (RESOURCE_SLICES, RESOURCE_CLAIMS) if cfg.dra_drivers else ()
+
+    def _inventory(self) -> DraInventory | None:
+        """The DRA devices of the snapshot, indexed on first use (one per
+        call); None without DRA drivers or a snapshot (a plugin built by hand)."""
+        if not self.dra_drivers or self._handle is None:
+            return None
+        return DraInventory(self._handle.snapshot, self.dra_drivers)
+
+    def _free(self, pod: PodInfo, node: NodeInfo, dra: DraInventory | None) -> int:
+        free, source = free_gpus(node, self.resource_name, dra)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s: pod %s: node %s has %d free GPUs (%s)", NAME, pod.key, node.name, free, source
+            )
+        return free
 
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
-        return free_on_node(node, self.resource_name)
+        return self._free(pod, node, self._inventory())
 
     def score_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> ScoreArray:
+        dra = self._inventory()
         cols = nodes.columns.scalar.get(self.resource_name)
         if cols is None:
             return np.fromiter(
-                (free_on_node(ni, self.resource_name) for ni in nodes),
-                dtype=np.int64,
-                count=len(nodes),
+                (self._free(pod, ni, dra) for ni in nodes), dtype=np.int64, count=len(nodes)
             )
         alloc, requested = cols
         free: ScoreArray = alloc[nodes.idx] - requested[nodes.idx]
         np.maximum(free, 0, out=free)
+        # Nodes with a card source: counted from it instead.
+        for k, ni in enumerate(nodes):
+            if _has_source(ni, dra):
+                free[k] = self._free(pod, ni, dra)
         return free
 
     def normalize_score(
@@ -100,3 +179,15 @@ class GPUPriority(ScorePlugin[GPUPriorityPluginArgs]):
     ) -> Status:
         normalize_free(scores)
         return SUCCESS
+
+
+def _has_source(node: NodeInfo, dra: DraInventory | None) -> bool:
+    """Does the node have a card source (cheap: no parsing)?"""
+    if dra is not None and dra.has_node(node.name):
+        return True
+    annotations = node.node.annotations
+    return (
+        GFD_COUNT_LABEL in node.node.labels
+        or HAMI_ANNOTATION in annotations
+        or BERTH_CARDS_ANNOTATION in annotations
+    )

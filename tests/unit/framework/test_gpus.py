@@ -1,0 +1,547 @@
+"""framework/gpus.py: one parser per GPU source (DRA ResourceSlices and
+ResourceClaims, GFD labels, HAMi's annotation, Berth's annotation), the
+order they are read in, and malformed input giving reasons, not exceptions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from berth.framework.gpus import (
+    HAMI_ANNOTATION,
+    MAX_CARDS_TEXT,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    Card,
+    DraInventory,
+    NodeGPUs,
+    RequestPolicy,
+    Source,
+    dra_driver_errors,
+    parse_gfd_labels,
+    parse_hami_annotation,
+    read_node_gpus,
+)
+from berth.framework.testing import make_node, make_object, snapshot_of
+
+GI = 2**30
+MI = 2**20
+DRIVER = "gpu.nvidia.com"
+
+
+def device(
+    name: str,
+    memory: str = "80Gi",
+    *,
+    kind: str | None = "gpu",
+    shared: bool = False,
+    policy: dict[str, Any] | None = None,
+    counters: list[dict[str, Any]] | None = None,
+    taints: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A device as NVIDIA's DRA driver publishes one (k8s-dra-driver-gpu:
+    attributes type, uuid, productName; capacity memory)."""
+    attrs: dict[str, Any] = {
+        "uuid": {"string": f"GPU-{name}"},
+        "productName": {"string": "NVIDIA A100-SXM4-80GB"},
+    }
+    if kind is not None:
+        attrs["type"] = {"string": kind}
+    capacity: dict[str, Any] = {"value": memory}
+    if policy is not None:
+        capacity["requestPolicy"] = policy
+    out: dict[str, Any] = {"name": name, "attributes": attrs, "capacity": {"memory": capacity}}
+    if shared:
+        out["allowMultipleAllocations"] = True
+    if counters is not None:
+        out["consumesCounters"] = counters
+    if taints is not None:
+        out["taints"] = taints
+    return out
+
+
+def resource_slice(
+    name: str,
+    node: str,
+    devices: list[dict[str, Any]],
+    *,
+    driver: str = DRIVER,
+    pool: str | None = None,
+    generation: int = 1,
+    count: int = 1,
+    counters: list[dict[str, Any]] | None = None,
+) -> Any:
+    spec: dict[str, Any] = {
+        "driver": driver,
+        "pool": {"name": pool or node, "generation": generation, "resourceSliceCount": count},
+        "nodeName": node,
+    }
+    if counters is not None:
+        spec["sharedCounters"] = counters
+    else:
+        spec["devices"] = devices
+    return make_object(RESOURCE_SLICES, name, spec=spec)
+
+
+def claim(name: str, node: str, dev: str, *, pod_uid: str = "", consumed: str | None = None) -> Any:
+    result: dict[str, Any] = {"request": "gpu", "driver": DRIVER, "pool": node, "device": dev}
+    if consumed is not None:
+        result["shareID"] = f"share-{name}"
+        result["consumedCapacity"] = {"memory": consumed}
+    status: dict[str, Any] = {"allocation": {"devices": {"results": [result]}}}
+    if pod_uid:
+        status["reservedFor"] = [{"resource": "pods", "name": "p", "uid": pod_uid}]
+    return make_object(RESOURCE_CLAIMS, name, spec={"devices": {"requests": []}}, status=status)
+
+
+def dra_cards(objects: list[Any], node: str = "n1") -> NodeGPUs | None:
+    snap = snapshot_of([make_node(node).obj()], objects=objects)
+    return DraInventory(snap, [DRIVER, "gpu.example.com"]).node_gpus(node)
+
+
+# -- DRA ---------------------------------------------------------------------------------
+
+
+def test_dra_devices_of_the_node_are_cards_with_product_and_uuid() -> None:
+    got = dra_cards([resource_slice("s1", "n1", [device("gpu-0"), device("gpu-1", "40Gi")])])
+    assert got is not None and got.source is Source.DRA and not got.problem
+    assert [(c.id, c.memory, c.exclusive, c.available) for c in got.cards] == [
+        ("gpu.nvidia.com/n1/gpu-0", 80 * GI, True, True),
+        ("gpu.nvidia.com/n1/gpu-1", 40 * GI, True, True),
+    ]
+    assert got.cards[0].product == "NVIDIA A100-SXM4-80GB"
+    assert got.cards[0].uuid == "GPU-gpu-0"
+    assert got.cards[0].describe() == "gpu.nvidia.com/n1/gpu-0 (NVIDIA A100-SXM4-80GB, GPU-gpu-0)"
+
+
+def test_the_example_driver_s_devices_have_a_model_and_no_type() -> None:
+    # kubernetes-sigs/dra-example-driver: attributes index, uuid, model; capacity memory.
+    dev = {
+        "name": "gpu-0",
+        "attributes": {"model": {"string": "LATEST-GPU-MODEL"}, "uuid": {"string": "gpu-1a"}},
+        "capacity": {"memory": {"value": "80Gi"}},
+    }
+    got = dra_cards([resource_slice("s", "n1", [dev], driver="gpu.example.com")])
+    assert got is not None
+    assert [(c.id, c.product, c.uuid) for c in got.cards] == [
+        ("gpu.example.com/n1/gpu-0", "LATEST-GPU-MODEL", "gpu-1a")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("objects", "want"),
+    [
+        pytest.param([], None, id="no slices: no DRA source"),
+        pytest.param(
+            [resource_slice("s", "n2", [device("gpu-0")])], None, id="another node's slice"
+        ),
+        pytest.param(
+            [resource_slice("s", "n1", [device("nic-0")], driver="net.example.com")],
+            None,
+            id="a driver that is not a GPU driver",
+        ),
+        pytest.param(
+            [resource_slice("s", "n1", [device("mig-0", "10Gi", kind="mig")])],
+            [],
+            id="MIG partitions are not whole cards",
+        ),
+        pytest.param(
+            [resource_slice("s", "n1", [{"name": "gpu-0", "attributes": {}}])],
+            [],
+            id="a device without memory capacity",
+        ),
+        pytest.param(
+            [
+                resource_slice("old", "n1", [device("gpu-0")], generation=1),
+                resource_slice("new", "n1", [device("gpu-9")], generation=2),
+            ],
+            ["gpu-9"],
+            id="only the pool's newest generation",
+        ),
+        pytest.param(
+            [resource_slice("s", "n1", [device("gpu-0", "lots")])],
+            [],
+            id="a memory that is not a quantity is no card",
+        ),
+    ],
+)
+def test_dra_which_devices_are_cards(objects: list[Any], want: list[str] | None) -> None:
+    got = dra_cards(objects)
+    if want is None:
+        assert got is None
+    else:
+        assert got is not None and not got.problem
+        assert [c.id.rsplit("/", 1)[1] for c in got.cards] == want
+
+
+def test_an_incomplete_pool_offers_nothing_and_says_so() -> None:
+    # pools_stable.go GatherPools: an incomplete pool is not allocated from.
+    got = dra_cards([resource_slice("s", "n1", [device("gpu-0")], count=2)])
+    assert got is not None and got.cards == ()
+    assert got.problem == (
+        "ResourceSlices: incomplete pool gpu.nvidia.com/n1 (1 of 2 slices): "
+        "the driver is still publishing it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "available", "why"),
+    [
+        pytest.param([], True, "", id="free"),
+        pytest.param(
+            [claim("c", "n1", "gpu-0")], False, "allocated in a ResourceClaim", id="alloc"
+        ),
+        pytest.param([claim("c", "n1", "gpu-1")], True, "", id="another device allocated"),
+    ],
+)
+def test_dra_allocated_devices_are_used(extra: list[Any], available: bool, why: str) -> None:
+    got = dra_cards([resource_slice("s", "n1", [device("gpu-0"), device("gpu-1")]), *extra])
+    assert got is not None
+    assert (got.cards[0].available, got.cards[0].why) == (available, why)
+
+
+def test_dra_consumable_capacity_counts_what_claims_consumed() -> None:
+    objects = [
+        resource_slice("s", "n1", [device("gpu-0", "80Gi", shared=True)]),
+        claim("a", "n1", "gpu-0", consumed="10Gi"),
+        claim("b", "n1", "gpu-0", consumed="20Gi"),
+    ]
+    got = dra_cards(objects)
+    assert got is not None
+    card = got.cards[0]
+    assert (card.available, card.exclusive, card.used) == (True, False, 30 * GI)
+
+
+def test_dra_shared_counters_used_by_an_allocated_partition_make_the_card_not_free() -> None:
+    # Partitionable devices: the whole GPU and its partition draw on one counter set.
+    counters = [{"name": "gpu-0-cs", "counters": {"memory": {"value": "80Gi"}}}]
+    uses = [{"counterSet": "gpu-0-cs", "counters": {"memory": {"value": "80Gi"}}}]
+    part = [{"counterSet": "gpu-0-cs", "counters": {"memory": {"value": "10Gi"}}}]
+    objects = [
+        resource_slice("counters", "n1", [], counters=counters, count=2),
+        resource_slice(
+            "devices",
+            "n1",
+            [
+                device("gpu-0", counters=uses),
+                device("gpu-0-mig", "10Gi", kind="mig", counters=part),
+            ],
+            count=2,
+        ),
+    ]
+    got = dra_cards(objects)
+    assert got is not None and got.cards[0].available
+    got = dra_cards([*objects, claim("c", "n1", "gpu-0-mig")])
+    assert got is not None
+    assert (got.cards[0].available, got.cards[0].why) == (
+        False,
+        "its shared counters are used by allocated devices",
+    )
+
+
+def test_dra_a_no_schedule_taint_makes_the_card_not_free() -> None:
+    taint = [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}]
+    effect_none = [{"key": "note", "effect": "None"}]
+    got = dra_cards(
+        [
+            resource_slice(
+                "s", "n1", [device("gpu-0", taints=taint), device("g1", taints=effect_none)]
+            )
+        ]
+    )
+    assert got is not None
+    assert [(c.available, c.why) for c in got.cards] == [
+        (False, "tainted gpu.nvidia.com/xid"),
+        (True, ""),
+    ]
+
+
+def test_dra_claim_consumers_by_card_id_with_a_slash_in_the_pool() -> None:
+    objects = [
+        resource_slice("s", "n1", [device("gpu-0")], pool="rack/1"),
+        make_object(
+            RESOURCE_CLAIMS,
+            "c",
+            status={
+                "allocation": {
+                    "devices": {
+                        "results": [
+                            {"request": "r", "driver": DRIVER, "pool": "rack/1", "device": "gpu-0"}
+                        ]
+                    }
+                },
+                "reservedFor": [{"resource": "pods", "name": "p", "uid": "uid-1"}],
+            },
+        ),
+    ]
+    snap = snapshot_of([make_node("n1").obj()], objects=objects)
+    inventory = DraInventory(snap, [DRIVER])
+    assert inventory.consumers("gpu.nvidia.com/rack/1/gpu-0") == {"uid-1"}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param({"spec": "not an object"}, id="spec not an object"),
+        pytest.param(
+            {"spec": {"driver": DRIVER, "pool": {"name": 7}}}, id="pool name not a string"
+        ),
+        pytest.param(
+            {"spec": {"driver": DRIVER, "nodeName": "n1", "pool": {"name": "p"}, "devices": 5}},
+            id="devices not a list",
+        ),
+        pytest.param(
+            {
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": "n1",
+                    "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+                    "devices": [7, {"name": 3}, {"name": "x", "capacity": {"memory": "80Gi"}}],
+                }
+            },
+            id="devices not objects",
+        ),
+    ],
+)
+def test_dra_malformed_slices_are_skipped_not_raised(bad: dict[str, Any]) -> None:
+    got = dra_cards([make_object(RESOURCE_SLICES, "bad", **bad)])
+    assert got is None or got.cards == ()
+
+
+@pytest.mark.parametrize(
+    ("policy", "need", "consumed", "violated"),
+    [
+        pytest.param(RequestPolicy(), 10, 10, False, id="no policy: the request"),
+        pytest.param(RequestPolicy(min=4, step=4, max=64), 10, 12, False, id="rounded to step"),
+        pytest.param(RequestPolicy(min=4, step=4, max=64), 2, 4, False, id="below min: min"),
+        pytest.param(RequestPolicy(min=4, step=4, max=8), 10, 12, True, id="above max"),
+        pytest.param(RequestPolicy(min=4), 5, 5, False, id="range without step"),
+        pytest.param(RequestPolicy(valid_values=(8, 16)), 9, 16, False, id="next valid value"),
+        pytest.param(RequestPolicy(valid_values=(8, 16)), 17, 17, True, id="above valid values"),
+    ],
+)
+def test_request_policy(policy: RequestPolicy, need: int, consumed: int, violated: bool) -> None:
+    # consumable_capacity.go calculateConsumedCapacity, roundUpRange, roundUpValidValues.
+    assert policy.consumed(need) == consumed
+    assert policy.violated_by(consumed) is violated
+
+
+# -- GFD -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("labels", "cards", "memory", "capacity", "problem"),
+    [
+        pytest.param(
+            {"nvidia.com/gpu.count": "2", "nvidia.com/gpu.memory": "81920"},
+            2,
+            80 * GI,
+            2,
+            "",
+            id="count and MiB",
+        ),
+        pytest.param(
+            {
+                "nvidia.com/gpu.count": "1",
+                "nvidia.com/gpu.memory": "16384",
+                "nvidia.com/gpu.replicas": "4",
+            },
+            1,
+            16 * GI,
+            4,
+            "",
+            id="time-sliced replicas",
+        ),
+        pytest.param({"nvidia.com/gpu.count": "2"}, 2, 0, 2, "", id="no memory label"),
+        pytest.param(
+            {"nvidia.com/gpu.count": "two"},
+            0,
+            0,
+            None,
+            "label nvidia.com/gpu.count 'two' is not a non-negative integer",
+            id="count not a number",
+        ),
+        pytest.param(
+            {"nvidia.com/gpu.count": "1", "nvidia.com/gpu.memory": "-5"},
+            0,
+            0,
+            None,
+            "label nvidia.com/gpu.memory '-5' is not a non-negative integer",
+            id="negative memory",
+        ),
+        pytest.param(
+            {"nvidia.com/gpu.count": "65"},
+            0,
+            0,
+            None,
+            "label nvidia.com/gpu.count 65 is more than 64",
+            id="too many cards",
+        ),
+        pytest.param(
+            {"nvidia.com/gpu.count": "9" * 5000},
+            0,
+            0,
+            None,
+            "label nvidia.com/gpu.count '" + "9" * 64 + "'... (5000 characters) "
+            "is not a non-negative integer",
+            id="huge number refused before int()",
+        ),
+    ],
+)
+def test_gfd_labels(
+    labels: dict[str, str], cards: int, memory: int, capacity: int | None, problem: str
+) -> None:
+    got = parse_gfd_labels({**labels, "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"})
+    assert got.source is Source.GFD
+    assert got.problem == problem
+    assert len(got.cards) == cards
+    assert all(c.memory == memory and c.product == "NVIDIA-A100-SXM4-80GB" for c in got.cards)
+    assert [c.id for c in got.cards] == [str(i) for i in range(cards)]
+    assert got.resource_capacity == capacity
+
+
+# -- HAMi ----------------------------------------------------------------------------------
+
+HAMI_JSON = json.dumps(
+    [
+        {
+            "id": "GPU-0fc3",
+            "index": 0,
+            "count": 10,
+            "devmem": 32768,
+            "devcore": 100,
+            "type": "NVIDIA-Tesla V100-PCIE-32GB",
+            "numa": 0,
+            "mode": "hami-core",
+            "health": True,
+        },
+        # Go's omitempty: health false is left out.
+        {"id": "GPU-7aa1", "index": 1, "count": 10, "devmem": 32768, "devcore": 100},
+    ]
+)
+# HAMi's older text form (its protocol document's example).
+HAMI_TEXT = (
+    "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:"
+    "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true,1,"
+    "hami-core:"
+)
+
+
+def test_hami_json() -> None:
+    got = parse_hami_annotation(HAMI_JSON)
+    assert not got.problem
+    assert [(c.id, c.memory, c.max_pods, c.available, c.why) for c in got.cards] == [
+        ("GPU-0fc3", 32 * GI, 10, True, ""),
+        ("GPU-7aa1", 32 * GI, 10, False, "HAMi reports it unhealthy"),
+    ]
+    assert got.cards[0].product == "NVIDIA-Tesla V100-PCIE-32GB"
+    # The healthy cards' split counts, in units of nvidia.com/gpu.
+    assert got.resource_capacity == 10
+
+
+def test_hami_text_form() -> None:
+    got = parse_hami_annotation(HAMI_TEXT)
+    assert not got.problem
+    assert [(c.id[:12], c.memory, c.max_pods, c.available) for c in got.cards] == [
+        ("GPU-00552014", 32 * GI, 10, True),
+        ("GPU-0fc3eda5", 32 * GI, 10, True),
+    ]
+    assert got.resource_capacity == 20
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        pytest.param("[{", "not JSON", id="broken JSON"),
+        pytest.param('{"id": "x"}', "want a JSON list of devices, got dict", id="object"),
+        pytest.param("GPU-1;GPU-2", "neither a JSON list nor ':'-separated", id="not either form"),
+        pytest.param("a:b:", "no device in it", id="text without devices"),
+        pytest.param("[7]", "device 0: want a JSON object, got int", id="not an object"),
+        pytest.param(
+            '[{"id": "g", "devmem": "32G"}]', "device 0: devmem '32G' is not an int32", id="str"
+        ),
+        pytest.param(
+            '[{"id": "g", "count": -1}]', "device 0: count -1 is not an int32 >= 0", id="neg"
+        ),
+        pytest.param('[{"id": ""}]', "device 0: id '' is not a device id", id="empty id"),
+        pytest.param(
+            '[{"id": "g", "health": "yes"}]', "device 0: type must be a string", id="health str"
+        ),
+        pytest.param(json.dumps([{"id": "g"}] * 65), "65 devices, at most 64", id="too many"),
+        pytest.param("[" * 3000 + "]" * 3000, "not JSON", id="nested too deep"),
+        pytest.param("a,b,c:", "device 0: 3 fields, want 7", id="text: too few fields"),
+        pytest.param(
+            "g,10,lots,100,T,0,true:", "device 0: devmem 'lots' is not a non-negative", id="text"
+        ),
+        pytest.param("g,10,1,100,T,0,maybe:", "device 0: health 'maybe' is not", id="text health"),
+        pytest.param(
+            "x" * (MAX_CARDS_TEXT + 1), f"{MAX_CARDS_TEXT + 1} characters, at most", id="too long"
+        ),
+    ],
+)
+def test_hami_malformed(text: str, problem: str) -> None:
+    got = parse_hami_annotation(text)
+    assert got.source is Source.HAMI and got.cards == ()
+    assert got.problem.startswith(f"annotation {HAMI_ANNOTATION}: {problem}"), got.problem
+
+
+# -- precedence ----------------------------------------------------------------------------
+
+GFD = {"nvidia.com/gpu.count": "1", "nvidia.com/gpu.memory": "40960"}
+
+
+def node_with(labels: dict[str, str], annotations: dict[str, str]) -> Any:
+    node = make_node("n1").obj()
+    node.labels.update(labels)
+    node.annotations.update(annotations)
+    return node
+
+
+@pytest.mark.parametrize(
+    ("dra", "labels", "annotations", "source"),
+    [
+        pytest.param(True, GFD, {HAMI_ANNOTATION: HAMI_JSON, "berth.dev/gpu-cards": "[]"}, "dra"),
+        pytest.param(False, GFD, {HAMI_ANNOTATION: HAMI_JSON, "berth.dev/gpu-cards": "[]"}, "gfd"),
+        pytest.param(False, {}, {HAMI_ANNOTATION: HAMI_JSON, "berth.dev/gpu-cards": "[]"}, "hami"),
+        pytest.param(False, {}, {"berth.dev/gpu-cards": '["8Gi"]'}, "berth"),
+        pytest.param(False, {"nvidia.com/gpu.product": "A100"}, {}, None),
+        # A broken higher source is reported, not skipped for a lower one.
+        pytest.param(False, {"nvidia.com/gpu.count": "x"}, {"berth.dev/gpu-cards": "[]"}, "gfd"),
+    ],
+)
+def test_precedence(
+    dra: bool, labels: dict[str, str], annotations: dict[str, str], source: str | None
+) -> None:
+    node = node_with(labels, annotations)
+    objects = [resource_slice("s", "n1", [device("gpu-0")])] if dra else []
+    snap = snapshot_of([node], objects=objects)
+    got = read_node_gpus(snap.nodes["n1"], DraInventory(snap, [DRIVER]), "berth.dev/gpu-cards")
+    assert (None if got is None else got.source.name.lower()) == source
+
+
+def test_without_dra_drivers_slices_are_not_read() -> None:
+    snap = snapshot_of([node_with(GFD, {})], objects=[resource_slice("s", "n1", [device("gpu-0")])])
+    got = read_node_gpus(snap.nodes["n1"], None, "berth.dev/gpu-cards")
+    assert got is not None and got.source is Source.GFD
+
+
+def test_card_consumes() -> None:
+    assert Card("a", 80, exclusive=True).consumes(10) == 80
+    assert Card("a", 80).consumes(10) == 10
+    assert Card("a", 80, policy=RequestPolicy(min=8, step=8)).consumes(10) == 16
+
+
+@pytest.mark.parametrize(
+    ("drivers", "error"),
+    [
+        pytest.param(["gpu.nvidia.com"], "", id="ok"),
+        pytest.param([], "", id="none"),
+        pytest.param(["GPU.nvidia.com"], "[0]: invalid value 'GPU.nvidia.com'", id="upper"),
+        pytest.param(["a"] * 17, ": 17 drivers, at most 16", id="too many"),
+    ],
+)
+def test_dra_driver_errors(drivers: list[str], error: str) -> None:
+    errors = dra_driver_errors(drivers)
+    assert (errors[0][: len(error)] if errors else "") == error
