@@ -314,7 +314,7 @@ def test_pre_bind_falls_back_to_the_assumed_pod_in_the_snapshot() -> None:
 def test_pre_bind_without_a_reserved_card_is_an_error() -> None:
     snap = snapshot_of([gpu_node("n1", ["40G"])])
     state = fresh_state()
-    state.write(CHOSEN_CARD, ChosenCard("other-node", 0))
+    state.write(CHOSEN_CARD, ChosenCard("other-node", "0"))
     pod = gpu_pod("p", "40G")
     st = plugin_on(snap).pre_bind(state, PodInfo(pod), "n1")
     assert st.code is Code.ERROR
