@@ -46,7 +46,18 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 import msgspec
 
 from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+)
 from berth.framework.gpus import (
+    GFD_COUNT_LABEL,
+    GFD_MEMORY_LABEL,
+    GFD_REPLICAS_LABEL,
+    HAMI_ANNOTATION,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     Card,
@@ -67,7 +78,7 @@ from berth.framework.interfaces import (
     ReservePlugin,
 )
 from berth.framework.model import NodeInfo, PodInfo
-from berth.framework.objects import ObjectKind, pod_write
+from berth.framework.objects import ClusterObject, ObjectKind, pod_write
 from berth.framework.snapshot import NodeBatch
 from berth.framework.status import SUCCESS, Status
 from berth.framework.units import shorten
@@ -140,6 +151,85 @@ class GPUCardFit(
         allocations take), unless ``draDrivers`` is empty."""
         cfg = args if isinstance(args, GPUCardFitArgs) else GPUCardFitArgs()
         return (RESOURCE_SLICES, RESOURCE_CLAIMS) if cfg.dra_drivers else ()
+
+    # -- queueing hints --------------------------------------------------------------
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """What may free or add a card for a pod this plugin rejected: a node
+        added or its card labels or annotations changed, a pod given a card
+        deleted, a GPU driver's ResourceSlice added or changed, a
+        ResourceClaim's allocation released."""
+        node_actions = (
+            ActionType.ADD | ActionType.UPDATE_NODE_LABEL | ActionType.UPDATE_NODE_ANNOTATION
+        )
+        events = [
+            ClusterEventWithHint(ClusterEvent(EventResource.NODE, node_actions), self._node_hint),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE), self._pod_hint
+            ),
+        ]
+        if self.cfg.dra_drivers:
+            events += [
+                ClusterEventWithHint(
+                    ClusterEvent(EventResource.RESOURCE_SLICE, ActionType.ADD | ActionType.UPDATE),
+                    self._slice_hint,
+                ),
+                ClusterEventWithHint(
+                    ClusterEvent(
+                        EventResource.RESOURCE_CLAIM, ActionType.UPDATE | ActionType.DELETE
+                    ),
+                    self._claim_hint,
+                ),
+            ]
+        return events
+
+    def _card_keys(self, node: NodeInfo) -> tuple[str | None, ...]:
+        """The node's values of every label and annotation a card source reads."""
+        labels, annotations = node.node.labels, node.node.annotations
+        return (
+            labels.get(GFD_COUNT_LABEL),
+            labels.get(GFD_MEMORY_LABEL),
+            labels.get(GFD_REPLICAS_LABEL),
+            annotations.get(HAMI_ANNOTATION),
+            annotations.get(self.cfg.node_cards_annotation),
+        )
+
+    def _node_hint(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """Queue for a new node with card labels or annotations, or a node
+        whose card labels or annotations changed."""
+        if not isinstance(new, NodeInfo):
+            return QueueingHint.QUEUE_SKIP
+        keys = self._card_keys(new)
+        if not isinstance(old, NodeInfo):
+            changed = any(k is not None for k in keys)
+        else:
+            changed = keys != self._card_keys(old)
+        return QueueingHint.QUEUE if changed else QueueingHint.QUEUE_SKIP
+
+    def _pod_hint(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """Queue when the deleted pod had been given a card."""
+        had_card = isinstance(old, PodInfo) and self.cfg.pod_card_annotation in (
+            old.proto.annotations
+        )
+        return QueueingHint.QUEUE if had_card else QueueingHint.QUEUE_SKIP
+
+    def _slice_hint(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """Queue for a slice of a GPU driver."""
+        if not isinstance(new, ClusterObject):
+            return QueueingHint.QUEUE_SKIP
+        try:
+            spec = new.data.get("spec")
+        except ValueError:
+            return QueueingHint.QUEUE_SKIP
+        driver = spec.get("driver") if isinstance(spec, dict) else None
+        return QueueingHint.QUEUE if driver in self.cfg.dra_drivers else QueueingHint.QUEUE_SKIP
+
+    def _claim_hint(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """Queue when a claim's allocation is released (or the claim with it
+        deleted)."""
+        if not _allocated(old):
+            return QueueingHint.QUEUE_SKIP
+        return QueueingHint.QUEUE_SKIP if _allocated(new) else QueueingHint.QUEUE
 
     # -- reading the annotations ---------------------------------------------------
 
@@ -293,7 +383,9 @@ class GPUCardFit(
             return chosen.card
         node = self.handle.snapshot.nodes.get(node_name)
         assumed = None if node is None else node.pods.get(pod.uid)
-        if assumed is None:
+        # Only the caller's assumed copy carries Reserve's annotation
+        # (Pod.assumed); any other record's annotation may be stale.
+        if assumed is None or not assumed.proto.assumed:
             return None
         text = assumed.proto.annotations.get(self.cfg.pod_card_annotation)
         return None if text is None else parse_card_id(text)
@@ -329,6 +421,17 @@ class GPUCardFit(
             )
         )
         return SUCCESS
+
+
+def _allocated(claim: Any) -> bool:
+    """Is ``claim`` a ResourceClaim with an allocation?"""
+    if not isinstance(claim, ClusterObject):
+        return False
+    try:
+        status = claim.data.get("status")
+    except ValueError:
+        return False
+    return isinstance(status, dict) and isinstance(status.get("allocation"), dict)
 
 
 def cards_annotation(cards: list[str] | list[int]) -> str:

@@ -305,10 +305,20 @@ def test_pre_bind_falls_back_to_the_assumed_pod_in_the_snapshot() -> None:
     pod = gpu_pod("p", "40G")
     assumed = gpu_pod("p", "40G", "n1", "1")
     assumed.uid = pod.uid
+    assumed.assumed = True
     snap = snapshot_of([gpu_node("n1", ["30G", "40G"])], [assumed])
     state = fresh_state()
     assert plugin_on(snap).pre_bind(state, PodInfo(pod), "n1").is_success
     assert state.writes == [card_patch(pod, "1")]
+
+
+def test_pre_bind_does_not_trust_a_card_annotation_on_a_record_not_assumed() -> None:
+    pod = gpu_pod("p", "40G")
+    bound = gpu_pod("p", "40G", "n1", "1")
+    bound.uid = pod.uid
+    snap = snapshot_of([gpu_node("n1", ["30G", "40G"])], [bound])
+    st = plugin_on(snap).pre_bind(fresh_state(), PodInfo(pod), "n1")
+    assert st.code is Code.ERROR
 
 
 def test_pre_bind_without_a_reserved_card_is_an_error() -> None:

@@ -12,12 +12,21 @@ from typing import Any
 import pytest
 
 from berth.api.v1 import cluster_pb2 as pb
-from berth.framework.gpus import HAMI_ANNOTATION
+from berth.framework.events import ActionType, QueueingHint
+from berth.framework.gpus import HAMI_ANNOTATION, RESOURCE_CLAIMS
 from berth.framework.handle import Handle
-from berth.framework.model import PodInfo
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.objects import ClusterObject
 from berth.framework.snapshot import Snapshot
 from berth.framework.status import Code, Status
-from berth.framework.testing import batch_of, fresh_state, make_node, make_pod, snapshot_of
+from berth.framework.testing import (
+    batch_of,
+    fresh_state,
+    make_node,
+    make_object,
+    make_pod,
+    snapshot_of,
+)
 from berth.plugins.gpucard import CHOSEN_CARD, REASON_NO_CARD, ChosenCard, GPUCardFit
 from berth.plugins.gpucard.args import GPUCardFitArgs
 from tests.gpu_objects import claim, device, resource_slice
@@ -407,3 +416,76 @@ def test_without_dra_drivers_nothing_is_read_and_slices_are_no_source() -> None:
 def test_bad_dra_drivers_are_refused() -> None:
     with pytest.raises(ValueError, match=r"^draDrivers\[1\]: invalid value 'NVIDIA'"):
         GPUCardFit(GPUCardFitArgs(dra_drivers=["gpu.nvidia.com", "NVIDIA"]))
+
+
+# -- queueing hints -----------------------------------------------------------------------
+
+
+def hints_of(plugin: GPUCardFit) -> dict[str, Any]:
+    return {e.event.resource: e for e in plugin.events_to_register()}
+
+
+def test_events_registered() -> None:
+    events = hints_of(GPUCardFit())
+    assert sorted(events) == [
+        "AssignedPod",
+        "Node",
+        "resource.k8s.io/ResourceClaim",
+        "resource.k8s.io/ResourceSlice",
+    ]
+    assert events["Node"].event.action_type == (
+        ActionType.ADD | ActionType.UPDATE_NODE_LABEL | ActionType.UPDATE_NODE_ANNOTATION
+    )
+    assert sorted(hints_of(GPUCardFit(GPUCardFitArgs(dra_drivers=[])))) == ["AssignedPod", "Node"]
+
+
+def ni(labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> NodeInfo:
+    return NodeInfo(node("n1", labels, annotations))
+
+
+P = PodInfo(pod("rejected", "40Gi"))
+Q, SKIP = QueueingHint.QUEUE, QueueingHint.QUEUE_SKIP
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "want"),
+    [
+        pytest.param(None, ni(GFD_80G), Q, id="node added with GFD labels"),
+        pytest.param(None, ni({}, {HAMI_ANNOTATION: HAMI_2X32}), Q, id="node added with HAMi"),
+        pytest.param(None, ni(), SKIP, id="node added without cards"),
+        pytest.param(ni(), ni({"zone": "a"}), SKIP, id="an unrelated label"),
+        pytest.param(
+            ni({}, {"berth.dev/gpu-cards": '["40Gi"]'}),
+            ni({}, {"berth.dev/gpu-cards": '["80Gi"]'}),
+            Q,
+            id="card annotation changed",
+        ),
+        pytest.param(ni(GFD_80G), ni({**GFD_80G, "nvidia.com/gpu.count": "4"}), Q, id="count"),
+    ],
+)
+def test_node_hint(old: NodeInfo | None, new: NodeInfo, want: QueueingHint) -> None:
+    assert hints_of(GPUCardFit())["Node"].hint(P, old, new) is want
+
+
+def test_pod_hint_queues_for_a_deleted_pod_that_had_a_card() -> None:
+    hint = hints_of(GPUCardFit())["AssignedPod"].hint
+    assert hint(P, PodInfo(pod("o", "1Gi", "n1", "0")), None) is Q
+    assert hint(P, PodInfo(pod("o", None, "n1")), None) is SKIP
+
+
+def test_slice_hint_queues_for_a_gpu_driver_s_slice() -> None:
+    hint = hints_of(GPUCardFit())["resource.k8s.io/ResourceSlice"].hint
+    gpu = ClusterObject.from_proto(resource_slice("s", "n1", [device("gpu-0")]))
+    nic = ClusterObject.from_proto(resource_slice("s", "n1", [], driver="net.example.com"))
+    assert hint(P, None, gpu) is Q
+    assert hint(P, None, nic) is SKIP
+
+
+def test_claim_hint_queues_when_an_allocation_is_released() -> None:
+    hint = hints_of(GPUCardFit())["resource.k8s.io/ResourceClaim"].hint
+    allocated = ClusterObject.from_proto(claim("c", "n1", "gpu-0"))
+    released = ClusterObject.from_proto(make_object(RESOURCE_CLAIMS, "c", status={}))
+    assert hint(P, allocated, released) is Q
+    assert hint(P, allocated, None) is Q
+    assert hint(P, released, allocated) is SKIP
+    assert hint(P, allocated, allocated) is SKIP
