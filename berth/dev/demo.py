@@ -5,9 +5,11 @@ What it does, in order (each step prints a progress line on stderr):
 1. builds the upstream binaries that are missing (``hack/build-k8s.sh``; cached afterwards);
 2. starts etcd and kube-apiserver (`berth.dev.localcluster`), its own control plane on free
    loopback ports with its state in ``<state dir>/cluster``, apart from ``berth cluster up``'s;
-3. creates the namespace ``berth-demo``, four fake nodes of different sizes (one cordoned) and
-   what the custom plugins read: the label ``avoid=true`` on one node, the GPU cards of another
-   (annotation ``berth.dev/gpu-cards``), NodeMetrics saying how busy each node is (served by a
+3. creates the namespace ``berth-demo``, five fake nodes of different sizes (one cordoned) and
+   what the custom plugins read: the label ``avoid=true`` on one node, the GPU cards of two
+   others as clusters describe them (one node's in DRA ResourceSlices of resource.k8s.io/v1,
+   as NVIDIA's DRA driver publishes them; another's in NVIDIA GPU Feature Discovery labels,
+   that node tainted for GPU pods only), NodeMetrics saying how busy each node is (served by a
    CustomResourceDefinition of group metrics.k8s.io standing in for metrics-server, as
    tests/integration/test_seed_data_plugins.py does), the PodGroup CRD and a PodGroup, and the
    RBAC the shim's user needs for them (deploy/components/rbac-*);
@@ -89,6 +91,12 @@ SEED_LABEL = "berth.dev/demo-seed"  # on the custom-scheduler pods: the plugin t
 HOSTNAME = "kubernetes.io/hostname"
 AVOID_LABEL = "avoid"  # AvoidNodePlugin: a node labelled avoid=true is rejected
 GPU_CARDS = "berth.dev/gpu-cards"  # GPUCardFit, node: JSON list of each card's memory
+# GPUCardFit and GPUPriorityPlugin read a node's cards from DRA ResourceSlices first, then GFD
+# labels, then HAMi's annotation, then berth.dev/gpu-cards (plugins/gpucard/README.md).
+SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
+DRA_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver (k8s-dra-driver-gpu)
+GFD_PRODUCT = "nvidia.com/gpu.product"
+GPU_TAINT = "nvidia.com/gpu"  # the taint GPU node pools commonly carry: GPU pods only
 GPU_MEMORY = "berth.dev/gpu-memory"  # GPUCardFit, pod: what it needs on one card
 GPU_CARD = "berth.dev/gpu-card"  # GPUCardFit, pod: the card PreBind wrote
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # Coscheduling: the pod's PodGroup
@@ -99,10 +107,11 @@ SEED_RBAC = "berth-demo:seed-plugins"
 SCHEDULER_USER = "system:kube-scheduler"
 
 # The nodes the custom plugins' stories play on. The custom-scheduler pods share the berth-demo
-# nodes (more nodes would change the berth-demo pods' messages, "0/4 nodes are available");
-# they request little, so the berth-demo pods fit as before.
+# nodes; they request little, so the berth-demo pods fit as before. The GFD node is tainted:
+# only the pod that tolerates it goes there.
 AVOIDED_NODE = "demo-small"
 GPU_NODE = "demo-medium"
+GFD_NODE = "demo-gpu"
 HOT_NODE = "demo-large"
 GANG = "demo-gang"
 GANG_SIZE = 3
@@ -175,7 +184,11 @@ class DemoNode:
     cordoned: bool = False
     avoid: bool = False  # labelled avoid=true (AvoidNodePlugin)
     cpu_used: Fraction | None = None  # CPU usage its NodeMetrics report (LowCpuScheduler)
-    gpu_cards: tuple[str, ...] = ()  # each GPU card's memory (GPUCardFit)
+    # Its GPUs' memory, one entry per device of a ResourceSlice of DRA_DRIVER (GPUCardFit).
+    gpu_devices: tuple[str, ...] = ()
+    # Its NVIDIA GPU Feature Discovery labels (GPUCardFit), and its taint for GPU pods only.
+    gfd_labels: Mapping[str, str] = field(default_factory=dict)
+    gpu_taint: bool = False
 
 
 @dataclass(frozen=True)
@@ -201,10 +214,24 @@ NODES: tuple[DemoNode, ...] = (
         cpu="4",
         memory="8Gi",
         cpu_used=Fraction(20, 100),
-        gpu_cards=("40Gi", "30Gi"),
+        gpu_devices=("40Gi", "30Gi"),
     ),
     DemoNode("demo-large", cpu="8", memory="16Gi", cpu_used=Fraction(90, 100)),
     DemoNode("demo-cordoned", cpu="16", memory="64Gi", cordoned=True, cpu_used=Fraction(5, 100)),
+    # One 24Gi card by GFD's labels (gpu.memory in MiB); tainted, so only pods that tolerate
+    # nvidia.com/gpu come here and every other outcome stays as on the four nodes above.
+    DemoNode(
+        GFD_NODE,
+        cpu="2",
+        memory="4Gi",
+        cpu_used=Fraction(10, 100),
+        gfd_labels={
+            "nvidia.com/gpu.count": "1",
+            "nvidia.com/gpu.memory": "24576",
+            GFD_PRODUCT: "NVIDIA-L4",
+        },
+        gpu_taint=True,
+    ),
 )
 
 # The pods that fit need 7.5 CPUs and 6.5Gi together, so they fit in any order: each outcome is
@@ -241,6 +268,7 @@ class SeedPod:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     prefers: str = ""  # a node it prefers (preferred node affinity, weight 100)
     gpu_memory: str = ""  # berth.dev/gpu-memory
+    gpu_toleration: bool = False  # tolerates the GPU node's taint
     group: str = ""  # PodGroup (label scheduling.x-k8s.io/pod-group)
     # Pods of one contest compete for one thing: exactly one of them meets ``expect``
     # (which one is up to the queue), the others meet ``lose``.
@@ -249,9 +277,11 @@ class SeedPod:
 
 
 # Every custom-scheduler pod meets the same nodes: demo-small is labelled avoid=true, demo-large
-# reports 90% CPU (above LowCpuScheduler's threshold of 80%), demo-cordoned is cordoned; so
-# demo-medium, the GPU node, is the only one left for them, and each outcome below follows.
-_NO_CARD = Expect(None, reason="no free GPU card")
+# reports 90% CPU (above LowCpuScheduler's threshold of 80%), demo-cordoned is cordoned,
+# demo-gpu is tainted for GPU pods; so demo-medium, the node whose GPUs ResourceSlices
+# describe, is the only one left for them, and each outcome below follows.
+_NO_CARD = Expect(None, reason="no free GPU card (ResourceSlices)")
+_DEVICE = f"{DRA_DRIVER}/{GPU_NODE}/gpu-"  # GPUCardFit's card id of a DRA device
 SEED_PODS: tuple[SeedPod, ...] = (
     SeedPod(
         "avoid-me",
@@ -274,12 +304,13 @@ SEED_PODS: tuple[SeedPod, ...] = (
         Expect(None, reason="1 cpu usage too high"),
         node_selector={HOSTNAME: HOT_NODE},
     ),
-    # Two pods of 40Gi on a node with cards of 40Gi and 30Gi: one gets card 0, the other none.
+    # Two pods of 40Gi on a node with DRA devices of 40Gi and 30Gi: one gets gpu-0 (whole: it
+    # does not allow multiple allocations), the other none.
     SeedPod(
         "gpu-40gi-a",
         "GPUCardFit",
         "40Gi of GPU memory on one card",
-        Expect(GPU_NODE, card="0"),
+        Expect(GPU_NODE, card=_DEVICE + "0"),
         gpu_memory="40Gi",
         contest="the 40Gi card",
         lose=_NO_CARD,
@@ -288,18 +319,28 @@ SEED_PODS: tuple[SeedPod, ...] = (
         "gpu-40gi-b",
         "GPUCardFit",
         "40Gi of GPU memory on one card",
-        Expect(GPU_NODE, card="0"),
+        Expect(GPU_NODE, card=_DEVICE + "0"),
         gpu_memory="40Gi",
         contest="the 40Gi card",
         lose=_NO_CARD,
     ),
-    # Best fit: the 30Gi card, whether or not the 40Gi one is taken.
+    # Best fit: the 30Gi device, whether or not the 40Gi one is taken.
     SeedPod(
         "gpu-30gi",
         "GPUCardFit",
         "30Gi of GPU memory on one card",
-        Expect(GPU_NODE, card="1"),
+        Expect(GPU_NODE, card=_DEVICE + "1"),
         gpu_memory="30Gi",
+    ),
+    # Selected by GFD's product label, as users pick a GPU model: card 0 of the GFD labels.
+    SeedPod(
+        "gpu-l4",
+        "GPUCardFit",
+        f"20Gi on one card, nodeSelector {GFD_PRODUCT}=NVIDIA-L4",
+        Expect(GFD_NODE, card="0"),
+        node_selector={GFD_PRODUCT: "NVIDIA-L4"},
+        gpu_memory="20Gi",
+        gpu_toleration=True,
     ),
     *(
         SeedPod(
@@ -317,20 +358,56 @@ SEED_PODS: tuple[SeedPod, ...] = (
 def node_objects() -> list[JSON]:
     nodes = []
     for n in NODES:
-        labels = {DEMO_LABEL: "true"}
+        labels = {DEMO_LABEL: "true", **n.gfd_labels}
         if n.avoid:
             labels[AVOID_LABEL] = "true"
+        taints = [{"key": GPU_TAINT, "value": "present", "effect": "NoSchedule"}]
         obj = objects.node(
             n.name,
             cpu=n.cpu,
             memory=n.memory,
             labels=labels,
             unschedulable=n.cordoned,
+            taints=taints if n.gpu_taint else (),
         )
-        if n.gpu_cards:
-            obj["metadata"]["annotations"] = {GPU_CARDS: json.dumps(list(n.gpu_cards))}
         nodes.append(obj)
     return nodes
+
+
+def resource_slices() -> list[JSON]:
+    """A ResourceSlice per node with ``gpu_devices``, as NVIDIA's DRA driver publishes one:
+    a pool named after the node, a device per GPU with its memory as capacity ``memory`` and
+    attributes ``type``, ``productName``, ``uuid``."""
+    slices = []
+    for n in NODES:
+        if not n.gpu_devices:
+            continue
+        devices = [
+            {
+                "name": f"gpu-{i}",
+                "attributes": {
+                    "type": {"string": "gpu"},
+                    "productName": {"string": f"NVIDIA A100 {memory}"},
+                    "uuid": {"string": f"GPU-{n.name}-{i}"},
+                },
+                "capacity": {"memory": {"value": memory}},
+            }
+            for i, memory in enumerate(n.gpu_devices)
+        ]
+        slices.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{n.name}-{DRA_DRIVER}", "labels": {DEMO_LABEL: "true"}},
+                "spec": {
+                    "driver": DRA_DRIVER,
+                    "nodeName": n.name,
+                    "pool": {"name": n.name, "generation": 1, "resourceSliceCount": 1},
+                    "devices": devices,
+                },
+            }
+        )
+    return slices
 
 
 def pod_objects() -> list[JSON]:
@@ -363,6 +440,10 @@ def seed_pod_objects() -> list[JSON]:
         )
         if p.gpu_memory:
             obj["metadata"]["annotations"] = {GPU_MEMORY: p.gpu_memory}
+        if p.gpu_toleration:
+            obj["spec"]["tolerations"] = [
+                {"key": GPU_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+            ]
         if p.prefers:
             term = {
                 "matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": [p.prefers]}]
@@ -488,8 +569,17 @@ def _podgroup_crds() -> list[JSON]:
 
 
 def create_seed_data(client: KubeApi) -> list[str]:
-    """CRDs, NodeMetrics, the PodGroup and RBAC; returns a line per thing, for the progress."""
+    """ResourceSlices, CRDs, NodeMetrics, the PodGroup and RBAC; returns a line per thing, for
+    the progress."""
     done = []
+    for obj in resource_slices():
+        client.create(SLICES_PATH, obj)
+        devices = obj["spec"]["devices"]
+        done.append(
+            f"ResourceSlice {obj['metadata']['name']} (resource.k8s.io/v1, driver {DRA_DRIVER}): "
+            + ", ".join(f"{d['name']} {d['capacity']['memory']['value']}" for d in devices)
+            + f" on {obj['spec']['nodeName']}"
+        )
     _ensure_crd(client, node_metrics_crd())
     now = dt.datetime.now(dt.UTC)
     reported = [n for n in NODES if n.cpu_used is not None]
@@ -973,7 +1063,7 @@ class NodeRow:
     cordoned: bool
     avoid: bool = False  # labelled avoid=true
     cpu_used: str = "-"  # from its NodeMetrics, as a percentage of allocatable CPU
-    gpu_cards: str = "-"  # its berth.dev/gpu-cards annotation
+    gpus: str = "-"  # its GPU cards and where they are described
 
 
 def _cpu_used(metrics: JSON | None, allocatable: str) -> str:
@@ -987,14 +1077,28 @@ def _cpu_used(metrics: JSON | None, allocatable: str) -> str:
     return _percent(used / total) if total > 0 else "?"
 
 
-def _gpu_cards(annotation: str | None) -> str:
+def _gpus(slices: list[JSON], labels: Mapping[str, str], annotations: Mapping[str, str]) -> str:
+    """A node's GPU cards from the first source GPUCardFit reads (framework/gpus.py)."""
+    devices = [
+        f"{d.get('name')} {((d.get('capacity') or {}).get('memory') or {}).get('value', '?')}"
+        for s in slices
+        for d in (s.get("spec") or {}).get("devices") or []
+    ]
+    if devices:
+        return "ResourceSlices: " + ", ".join(devices)
+    if "nvidia.com/gpu.count" in labels:
+        memory = labels.get("nvidia.com/gpu.memory", "?")
+        product = labels.get(GFD_PRODUCT, "")
+        return f"GFD labels: {labels['nvidia.com/gpu.count']} x {memory}Mi {product}".rstrip()
+    annotation = annotations.get(GPU_CARDS)
     if annotation is None:
         return "-"
     try:
         cards = json.loads(annotation)
     except json.JSONDecodeError:
         return annotation
-    return ", ".join(str(c) for c in cards) if isinstance(cards, list) else annotation
+    text = ", ".join(str(c) for c in cards) if isinstance(cards, list) else annotation
+    return f"{GPU_CARDS}: {text}"
 
 
 def node_rows(client: KubeApi) -> list[NodeRow]:
@@ -1003,6 +1107,10 @@ def node_rows(client: KubeApi) -> list[NodeRow]:
         metrics = {str(m["metadata"]["name"]): m for m in client.get(METRICS_PATH).get("items", [])}
     except ApiError:
         metrics = {}  # no NodeMetrics API (a demo of an older berth)
+    try:
+        slices: list[JSON] = client.get(SLICES_PATH).get("items", [])
+    except ApiError:
+        slices = []  # no resource.k8s.io/v1 (an older API server)
     rows = []
     for n in client.get("/api/v1/nodes").get("items", []):
         name = str(n["metadata"]["name"])
@@ -1017,7 +1125,11 @@ def node_rows(client: KubeApi) -> list[NodeRow]:
                 cordoned=bool(n.get("spec", {}).get("unschedulable")),
                 avoid=labels.get(AVOID_LABEL) == "true",
                 cpu_used=_cpu_used(metrics.get(name), str(alloc.get("cpu", "0"))),
-                gpu_cards=_gpu_cards(annotations.get(GPU_CARDS)),
+                gpus=_gpus(
+                    [s for s in slices if (s.get("spec") or {}).get("nodeName") == name],
+                    labels,
+                    annotations,
+                ),
             )
         )
     order = {n.name: i for i, n in enumerate(NODES)}
@@ -1035,12 +1147,15 @@ def _pending_lines(pending: list[PodOutcome]) -> list[str]:
 def render(nodes: list[NodeRow], outcomes: list[PodOutcome]) -> str:
     lines = ["Nodes (fake: no kubelet; created with their capacity):"]
     rows: list[tuple[str, ...]] = [
-        ("NODE", "CPU", "MEMORY", "CPU USED (NodeMetrics)", f"GPU CARDS ({GPU_CARDS})", "")
+        ("NODE", "CPU", "MEMORY", "CPU USED (NodeMetrics)", "GPU CARDS (where described)", "")
     ]
     for n in nodes:
         notes = ["labelled avoid=true"] if n.avoid else []
         notes += ["cordoned (spec.unschedulable)"] if n.cordoned else []
-        rows.append((n.name, n.cpu, n.memory, n.cpu_used, n.gpu_cards, ", ".join(notes)))
+        notes += [
+            f"tainted {GPU_TAINT}" for node in NODES if node.name == n.name and node.gpu_taint
+        ]
+        rows.append((n.name, n.cpu, n.memory, n.cpu_used, n.gpus, ", ".join(notes)))
     lines += _table(rows)
 
     plain = [o for o in outcomes if o.scheduler != SEED_PROFILE]

@@ -31,6 +31,7 @@ from berth.dev.localcluster.testing import processes_mentioning
 pytestmark = pytest.mark.integration
 
 DEMO_TIMEOUT = 240.0
+DEV = "gpu.nvidia.com/demo-medium/gpu-"  # GPUCardFit's card id of the demo's DRA devices
 
 
 def _alive(pid: int) -> bool:
@@ -78,18 +79,19 @@ def test_demo_once(tmp_path: Path, k8s_bin_dir: Path) -> None:
         if pod.fits_on:
             assert rows[pod.name] == pod.fits_on, done.stdout
     # Upstream's FitError text, from the PodScheduled condition the shim wrote.
-    # Every node is unresolvable for them (cordoned, or less allocatable than
-    # the request): DefaultPreemption's message says preemption cannot help.
+    # Every node is unresolvable for them (cordoned, tainted for GPU pods, or less
+    # allocatable than the request): DefaultPreemption's message says preemption cannot help.
     not_helpful = (
-        " preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."
+        " preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling."
+    )
+    others = (
+        "0/5 nodes are available: 1 node(s) had untolerated taint(s), "
+        "1 node(s) were unschedulable, "
     )
     expected = {
-        "too-much-cpu": "0/4 nodes are available: 1 node(s) were unschedulable, "
-        "3 Insufficient cpu." + not_helpful,
-        "too-much-memory": "0/4 nodes are available: 1 node(s) were unschedulable, "
-        "3 Insufficient memory." + not_helpful,
-        "wants-gpu": "0/4 nodes are available: 1 node(s) were unschedulable, "
-        "3 Insufficient nvidia.com/gpu." + not_helpful,
+        "too-much-cpu": others + "3 Insufficient cpu." + not_helpful,
+        "too-much-memory": others + "3 Insufficient memory." + not_helpful,
+        "wants-gpu": others + "3 Insufficient nvidia.com/gpu." + not_helpful,
     }
     for name, message in expected.items():
         assert re.search(rf"^  {re.escape(name)}\s+{re.escape(message)}$", done.stdout, re.M), (
@@ -137,8 +139,14 @@ def check_seed_outcomes(stdout: str, stderr: str) -> None:
     assert "ClusterRole berth-demo:seed-plugins for system:kube-scheduler" in stderr, stderr
     nodes = {_cells(line)[0]: _cells(line) for line in _section(stdout, "Nodes (")[1:]}
     assert nodes["demo-small"][3:] == ["10%", "-", "labelled avoid=true"], nodes
-    assert nodes["demo-medium"][3:] == ["20%", "40Gi, 30Gi"], nodes
+    assert nodes["demo-medium"][3:] == ["20%", "ResourceSlices: gpu-0 40Gi, gpu-1 30Gi"], nodes
     assert nodes["demo-large"][3:] == ["90%", "-"], nodes
+    assert nodes["demo-gpu"][3:] == [
+        "10%",
+        "GFD labels: 1 x 24576Mi NVIDIA-L4",
+        "tainted nvidia.com/gpu",
+    ], nodes
+    assert "ResourceSlice demo-medium-gpu.nvidia.com (resource.k8s.io/v1" in stderr, stderr
 
     heading = f"Pods in namespace {NAMESPACE} (schedulerName {SEED_PROFILE}:"
     table = _section(stdout, heading)
@@ -166,18 +174,22 @@ def check_seed_outcomes(stdout: str, stderr: str) -> None:
     assert node["pinned-hot"] == "Pending", stdout
     assert "1 cpu usage too high" in why["pinned-hot"], why
 
-    # GPUCardFit: cards of 40Gi and 30Gi, two pods of 40Gi: one gets card 0 (written on the
-    # pod by PreBind), the other waits with "no free GPU card"; a 30Gi pod gets card 1.
+    # GPUCardFit over ResourceSlices: devices of 40Gi and 30Gi, two pods of 40Gi: one gets
+    # gpu-0 (written on the pod by PreBind), the other waits with "no free GPU card
+    # (ResourceSlices)"; a 30Gi pod gets gpu-1. Over GFD labels: the L4 pod gets card 0.
     rivals = ["gpu-40gi-a", "gpu-40gi-b"]
     winners = [n for n in rivals if node[n] != "Pending"]
     assert len(winners) == 1, stdout
     (loser,) = set(rivals) - set(winners)
     assert node[winners[0]] == "demo-medium", stdout
-    assert note[winners[0]].startswith("GPU card 0 (berth.dev/gpu-card"), stdout
+    device = "gpu.nvidia.com/demo-medium/gpu-"
+    assert note[winners[0]].startswith(f"GPU card {device}0 (berth.dev/gpu-card"), stdout
     assert note[loser] == "", stdout
-    assert "no free GPU card" in why[loser], why
+    assert "no free GPU card (ResourceSlices)" in why[loser], why
     assert node["gpu-30gi"] == "demo-medium", stdout
-    assert note["gpu-30gi"].startswith("GPU card 1 "), stdout
+    assert note["gpu-30gi"].startswith(f"GPU card {device}1 "), stdout
+    assert node["gpu-l4"] == "demo-gpu", stdout
+    assert note["gpu-l4"].startswith("GPU card 0 "), stdout
 
     # Coscheduling: PodGroup demo-gang, minMember 3, its 3 pods bound together.
     for name in ("gang-1", "gang-2", "gang-3"):
@@ -214,7 +226,7 @@ def _expected_outcomes() -> dict[str, PodOutcome]:
     got = {}
     for p in PODS:
         node = None if p.fits_on is None else (p.fits_on or "demo-small")
-        message = "" if node else "0/4 nodes are available: 3 Insufficient cpu."
+        message = "" if node else "0/5 nodes are available: 3 Insufficient cpu."
         got[p.name] = PodOutcome(p.name, p.requests, node, message, settled=True)
     for s in SEED_PODS:
         expect = s.lose if s.lose is not None and s.name == "gpu-40gi-b" else s.expect
@@ -222,7 +234,7 @@ def _expected_outcomes() -> dict[str, PodOutcome]:
             s.name,
             "cpu 100m, memory 128Mi",
             expect.node,
-            "" if expect.node else f"0/4 nodes are available: 1 {expect.reason}.",
+            "" if expect.node else f"0/5 nodes are available: 1 {expect.reason}.",
             settled=True,
             scheduler=SEED_PROFILE,
             card=expect.card or "",
@@ -235,14 +247,19 @@ def _expected_outcomes() -> dict[str, PodOutcome]:
     ("name", "change", "problem"),
     [
         ("avoid-me", {"node": "demo-small", "message": ""}, "avoid-me should stay Pending"),
-        ("avoid-me", {"message": "0/4 nodes are available: 4 other."}, "lacks 'node demo-small"),
+        ("avoid-me", {"message": "0/5 nodes are available: 5 other."}, "lacks 'node demo-small"),
         ("likes-large", {"node": "demo-large"}, "likes-large should be bound to demo-medium"),
         ("pinned-hot", {"node": "demo-large", "message": ""}, "pinned-hot should stay Pending"),
-        ("gpu-40gi-b", {"node": "demo-medium", "card": "0", "message": ""}, "2 were bound"),
-        ("gpu-40gi-a", {"node": None, "message": "no free GPU card", "card": ""}, "0 were bound"),
-        ("gpu-40gi-a", {"card": "1"}, "gpu-40gi-a should have GPU card 0"),
-        ("gpu-40gi-b", {"card": "0"}, "gpu-40gi-b is Pending but carries berth.dev/gpu-card"),
-        ("gpu-30gi", {"card": ""}, "gpu-30gi should have GPU card 1 written on it"),
+        ("gpu-40gi-b", {"node": "demo-medium", "card": DEV + "0", "message": ""}, "2 were bound"),
+        (
+            "gpu-40gi-a",
+            {"node": None, "message": "no free GPU card (ResourceSlices)", "card": ""},
+            "0 were bound",
+        ),
+        ("gpu-40gi-a", {"card": DEV + "1"}, f"gpu-40gi-a should have GPU card {DEV}0"),
+        ("gpu-40gi-b", {"card": DEV + "0"}, "gpu-40gi-b is Pending but carries berth.dev/gpu-card"),
+        ("gpu-30gi", {"card": ""}, f"gpu-30gi should have GPU card {DEV}1 written on it"),
+        ("gpu-l4", {"node": "demo-medium"}, "gpu-l4 should be bound to demo-gpu"),
         ("gang-2", {"node": None, "message": "timed out"}, "gang-2 should be bound"),
     ],
 )
