@@ -1,8 +1,9 @@
-"""GPUCardFitArgs: the annotation keys GPUCardFit reads and writes.
+"""GPUCardFitArgs: where GPUCardFit reads a node's cards and the pod's need,
+and where it writes the card a pod got.
 
-Kubernetes has no standard place for per-card state (a device plugin reports
-only counts; NodeFeatureDiscovery-style annotations are one common way to
-publish more). Berth defines three annotations, all changeable here:
+A node's cards come from the first of DRA ResourceSlices, GPU Feature
+Discovery labels, HAMi's annotation and Berth's own annotation
+(framework/gpus.py). The keys Berth defines are changeable here:
 
 * ``nodeCardsAnnotation`` (node, default ``berth.dev/gpu-cards``): a JSON
   list with one entry per card, the memory pods may use on that card
@@ -10,8 +11,9 @@ publish more). Berth defines three annotations, all changeable here:
   card ``i`` is the list's entry ``i``;
 * ``podMemoryAnnotation`` (pod, default ``berth.dev/gpu-memory``): the GPU
   memory the pod needs on one card, a quantity;
-* ``podCardAnnotation`` (pod, default ``berth.dev/gpu-card``): the index of
-  the card the pod was given, written by GPUCardFit at Reserve (on the
+* ``podCardAnnotation`` (pod, default ``berth.dev/gpu-card``): the id of
+  the card the pod was given (an index, a HAMi device id, or
+  ``<driver>/<pool>/<device>``), written by GPUCardFit at Reserve (on the
   caller's assumed copy) and PreBind (on the pod, for the device plugin).
 
 ``draDrivers`` (default ``gpu.nvidia.com``, ``gpu.example.com``,
