@@ -32,7 +32,11 @@ COMMAND_MODULES: tuple[str, ...] = (
 # the image do not: (module, command, one-line help).
 DEV_COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("berth.dev.bench", "bench", "benchmarks, side by side with kube-scheduler"),
-    ("berth.dev.localcluster.cli", "cluster", "a local etcd and kube-apiserver"),
+    (
+        "berth.dev.localcluster.cli",
+        "cluster",
+        "a local etcd, kube-apiserver and kube-controller-manager",
+    ),
     ("berth.dev.demo", "demo", "the live demo on a local cluster"),
 )
 

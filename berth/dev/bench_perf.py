@@ -1504,6 +1504,9 @@ def run_bench(opts: Options, work: Path) -> list[dict[str, Any]]:
             state_dir=work / "cluster",
             bin_dir=default_bin_dir(),
             die_with_parent=True,
+            # No kube-controller-manager: scheduler_perf (test/integration/scheduler_perf) runs
+            # none, so the API server serves the schedulers under test alone.
+            controllers=(),
             # Later flags win: this turns on what berth.dev.localcluster turns off.
             apiserver_args=("--profiling=true",) if opts.apiserver_pprof is not None else (),
         )

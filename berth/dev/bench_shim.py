@@ -204,7 +204,11 @@ def run_shim(args: argparse.Namespace) -> int:
         print(f"[bench shim] starting etcd and kube-apiserver in {root}", flush=True)
         with LocalCluster(
             ClusterConfig(
-                state_dir=root / "cluster", bin_dir=default_bin_dir(), die_with_parent=True
+                state_dir=root / "cluster",
+                bin_dir=default_bin_dir(),
+                die_with_parent=True,
+                # As scheduler_perf: no controllers beside the scheduler under test.
+                controllers=(),
             )
         ) as local:
             kube = local.cluster.client(pool_size=64)

@@ -3,8 +3,9 @@
 What it does, in order (each step prints a progress line on stderr):
 
 1. builds the upstream binaries that are missing (``hack/build-k8s.sh``; cached afterwards);
-2. starts etcd and kube-apiserver (`berth.dev.localcluster`), its own control plane on free
-   loopback ports with its state in ``<state dir>/cluster``, apart from ``berth cluster up``'s;
+2. starts etcd, kube-apiserver and kube-controller-manager (`berth.dev.localcluster`), its own
+   control plane on free loopback ports with its state in ``<state dir>/cluster``, apart from
+   ``berth cluster up``'s;
 3. creates the namespace ``berth-demo``, five fake nodes of different sizes (one cordoned) and
    what the custom plugins read: the label ``avoid=true`` on one node, the GPU cards of two
    others as clusters describe them (one node's in DRA ResourceSlices of resource.k8s.io/v1,
@@ -1359,7 +1360,11 @@ def _run_steps(
     api_port = free_port()
     etcd_port = free_port(avoid=frozenset({api_port}))
     peer_port = free_port(avoid=frozenset({api_port, etcd_port}))
-    progress.step(2, f"starting etcd and kube-apiserver (state in {state.cluster_dir}) ...")
+    progress.step(
+        2,
+        "starting etcd, kube-apiserver and kube-controller-manager "
+        f"(state in {state.cluster_dir}) ...",
+    )
     began = time.monotonic()
     try:
         cluster = start_cluster(

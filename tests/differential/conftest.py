@@ -19,7 +19,7 @@ from berth.dev.localcluster import LocalCluster, start_kube_scheduler
 from berth.dev.localcluster.binaries import default_bin_dir, require_binaries
 from berth.dev.localcluster.cluster import ClusterConfig
 from berth.kube.rest import KubeApi
-from tests.differential.harness import ALWAYS_OUT, BERTH, UPSTREAM, config
+from tests.differential.harness import ALWAYS_OUT, BERTH, CONTROLLERS, UPSTREAM, config
 from tests.integration.shimtools import Shim
 
 
@@ -29,7 +29,10 @@ def diff_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClus
     require_binaries(bin_dir)
     local = LocalCluster(
         ClusterConfig(
-            state_dir=tmp_path_factory.mktemp("diff-cluster"), bin_dir=bin_dir, die_with_parent=True
+            state_dir=tmp_path_factory.mktemp("diff-cluster"),
+            bin_dir=bin_dir,
+            die_with_parent=True,
+            controllers=CONTROLLERS,
         )
     )
     local.start()

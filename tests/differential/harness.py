@@ -31,8 +31,9 @@ otherwise see a tie where upstream has one answer, and hide its own mistake. A s
 state what upstream must do (``expect``), so a scenario cannot silently stop testing what its
 ``about`` says.
 
-The local control plane has no kube-controller-manager and no kubelet, so the harness plays
-the parts of both that the scenarios need: PodDisruptionBudget status is written from the
+The suite's control plane has no kubelet, and its kube-controller-manager runs only the
+controllers in ``CONTROLLERS``, so the harness plays the parts of the others that the
+scenarios need: PodDisruptionBudget status is written from the
 scenario (``disruptionsAllowed``), bound claims are created bound, and while a run goes on a
 small volume controller completes the bindings a scheduler starts (a PersistentVolume given a
 claimRef binds its claim; a claim given ``volume.kubernetes.io/selected-node`` is provisioned
@@ -76,6 +77,14 @@ ALWAYS_OUT = ("DynamicResources",)
 NOT_COMPARED: tuple[str, ...] = ALWAYS_OUT
 
 SCENARIOS = Path(__file__).parent / "scenarios"
+
+# kube-controller-manager's controllers on the suite's control plane: claim templates become
+# generated claims (resourceclaim), which go with their pod (garbage collector). The PV,
+# protection and ephemeral-volume controllers stay off: the harness's VolumeController binds
+# only what a scheduler started, so an unbound Immediate claim stays unbound and a generic
+# ephemeral volume's missing claim stays missing, as the scenarios state; no node lifecycle
+# or disruption controller runs (the harness writes PDB status).
+CONTROLLERS = ("resourceclaim-controller", "garbage-collector-controller")
 
 INTERLEAVED = "interleaved"
 SEQUENCE = "sequence"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from berth.dev.localcluster import cli
+from berth.dev.localcluster import cli, controllers
 from berth.dev.localcluster.testing import processes_mentioning
 
 pytestmark = pytest.mark.integration
@@ -44,6 +44,8 @@ def test_up_status_env_down_cycle(
         status = capsys.readouterr().out
         assert "(ready)" in status
         assert "kube-apiserver: pid" in status
+        assert "kube-controller-manager: pid" in status
+        assert f"controllers: {', '.join(controllers.DEFAULT_CONTROLLERS)}" in status
 
         assert cli.main(["cluster", "env", *common]) == 0
         assert capsys.readouterr().out.strip() == f"KUBECONFIG={kubeconfig}"
@@ -56,6 +58,36 @@ def test_up_status_env_down_cycle(
     finally:
         down = cli.main(["cluster", "down", *common])
     assert down == 0
-    assert "stopped kube-apiserver" in capsys.readouterr().err
+    stopped = capsys.readouterr().err
+    assert "stopped kube-apiserver" in stopped
+    assert "stopped kube-controller-manager" in stopped
     assert processes_mentioning(str(state)) == []
     assert cli.main(["cluster", "status", *common]) == 1
+
+
+def test_up_with_no_controllers_runs_no_kube_controller_manager(
+    tmp_path: Path, k8s_bin_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common = ["--state-dir", str(tmp_path / "state")]
+    try:
+        assert (
+            cli.main(
+                [
+                    "cluster",
+                    "up",
+                    "--no-build",
+                    "--bin-dir",
+                    str(k8s_bin_dir),
+                    "--controllers=",
+                    *common,
+                ]
+            )
+            == 0
+        )
+        assert "controllers: none (no kube-controller-manager)" in capsys.readouterr().err
+        assert cli.main(["cluster", "status", *common]) == 0
+        status = capsys.readouterr().out
+        assert "kube-apiserver: " in status
+        assert "kube-controller-manager: " not in status
+    finally:
+        assert cli.main(["cluster", "down", *common]) == 0

@@ -202,7 +202,7 @@ def kube_system_pod(kube: KubeApi, namespace: str, fake_nodes: NodeFactory) -> I
 @pytest.fixture
 def unrelated_pv(kube: KubeApi, namespace: str) -> Iterator[JSON]:
     name = f"guard-{namespace}"[:63].rstrip("-")
-    created = kube.create(
+    kube.create(
         "/api/v1/persistentvolumes",
         {
             "apiVersion": "v1",
@@ -216,10 +216,18 @@ def unrelated_pv(kube: KubeApi, namespace: str) -> Iterator[JSON]:
             },
         },
     )
+    path = f"/api/v1/persistentvolumes/{segment(name)}"
     try:
-        yield created
+        # The PV controller's first pass makes it Available (a status write): the test
+        # compares against the volume after that, so only someone else's write counts.
+        wait_for(
+            lambda: (kube.get(path).get("status") or {}).get("phase") == "Available",
+            30,
+            f"PersistentVolume {name} Available",
+        )
+        yield kube.get(path)
     finally:
-        kube.delete(f"/api/v1/persistentvolumes/{segment(name)}")
+        kube.delete(path)
 
 
 @pytest.fixture

@@ -10,11 +10,13 @@ default profile (VolumeBinding is one of upstream's default plugins):
   ``pv.kubernetes.io/bound-by-controller``) and the pod is bound to the node the PV
   allows; two pods with a claim each never get the same PV (Reserve's assumption).
 
-There is no kube-controller-manager here, hence no PV controller: the tests set a
-PV's ``status.phase`` themselves, and nothing completes the claims' binding after the
-scheduler's writes (Berth does not wait for it; plugins/volumebinding/README.md).
-PVs, StorageClasses and the protection finalizers the API server adds are cleaned up
-by the tests.
+The local cluster's kube-controller-manager runs the PV controller, which completes the
+claims' binding after the scheduler's writes (Berth does not wait for it;
+plugins/volumebinding/README.md); the tests set a PV's ``status.phase`` themselves as well,
+so a pod never waits for the controller's first pass. What they check holds either way: the
+Immediate claim has no volume it could bind to, and the scheduler's own writes (claimRef,
+bound-by-controller) stay as it made them. PVs, StorageClasses and the protection finalizers
+the API server adds are cleaned up by the tests.
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ def claims_path(namespace: str) -> str:
 
 
 def _drop(kube: KubeApi, path: str) -> None:
-    """Delete an object, clearing the finalizers no controller here would remove
-    (kubernetes.io/pv-protection, kubernetes.io/pvc-protection)."""
+    """Delete an object at once, clearing the finalizers (kubernetes.io/pv-protection,
+    kubernetes.io/pvc-protection) rather than waiting for the protection controllers."""
     try:
         kube.merge_patch(path, {"metadata": {"finalizers": None}})
         kube.delete(path)
@@ -127,7 +129,7 @@ def storage(kube: KubeApi, namespace: str) -> Iterator[dict[str, Made]]:
         kube.create(PVS, body)
         made.append(f"{PVS}/{full}")
         if available:
-            # The PV controller's job: without it a new PV stays Pending.
+            # The PV controller's job, done here so the scheduler sees the phase at once.
             kube.merge_patch(
                 f"{PVS}/{full}/status", {"status": {"phase": "Bound" if claim else "Available"}}
             )

@@ -2,7 +2,7 @@
 
 The pinned versions come from ``hack/k8s-versions.env`` (shared with the build script); the
 binaries from ``${BERTH_CACHE:-~/.cache/berth}/k8s/<version>/bin``. ``BERTH_K8S_BIN_DIR`` points
-at another directory holding the same four binaries.
+at another directory holding the same five binaries.
 """
 
 from __future__ import annotations
@@ -22,7 +22,13 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-k8s.sh"
 VERSIONS_FILE = REPO_ROOT / "hack" / "k8s-versions.env"
 
-BINARY_NAMES: tuple[str, ...] = ("etcd", "kube-apiserver", "kube-scheduler", "kubectl")
+BINARY_NAMES: tuple[str, ...] = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+)
 
 
 @dataclass(frozen=True)
@@ -118,7 +124,7 @@ def build_binaries() -> Path:
 
 
 def ensure_binaries(bin_dir: Path | None = None, *, build: bool = False) -> Path:
-    """Return a directory holding all four binaries; with ``build`` (and no explicit
+    """Return a directory holding all five binaries; with ``build`` (and no explicit
     ``bin_dir``), run hack/build-k8s.sh first."""
     directory = bin_dir or default_bin_dir()
     if build and bin_dir is None:

@@ -1,4 +1,5 @@
-"""``berth cluster up|down|status|env``: a local etcd + kube-apiserver for tests and benchmarks."""
+"""``berth cluster up|down|status|env``: a local etcd, kube-apiserver and kube-controller-manager
+for tests and benchmarks."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from berth.dev.localcluster import binaries
+from berth.dev.localcluster import binaries, controllers
 from berth.dev.localcluster.cluster import (
     DEFAULT_READY_TIMEOUT,
     ClusterConfig,
@@ -47,6 +48,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 etcd_client_port=args.etcd_port,
                 etcd_peer_port=args.etcd_peer_port,
                 ready_timeout=args.timeout,
+                controllers=args.controllers,
             )
         )
     except LocalClusterError as err:
@@ -59,6 +61,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         f"{state.data_dir}; {pids}; logs in {state_dir / 'logs'})",
         file=sys.stderr,
     )
+    print(f"controllers: {_controllers_text(state.controllers)}", file=sys.stderr)
     print("stop it with: berth cluster down", file=sys.stderr)
     print(_kubeconfig_line(state.kubeconfig))
     return 0
@@ -90,7 +93,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"server:     {state.server} ({'ready' if status.ready else 'NOT ready'})")
     print(f"kubernetes: {state.kubernetes_version}, etcd {state.etcd_version}")
     for comp in status.components:
-        print(f"{comp.name + ':':<16}pid {comp.pid} {'running' if comp.running else 'NOT running'}")
+        state_text = "running" if comp.running else "NOT running"
+        print(f"{comp.name}: pid {comp.pid} {state_text}")
+    print(f"controllers: {_controllers_text(state.controllers)}")
     print(f"etcd data:  {state.data_dir}")
     print(f"started:    {state.started_at}")
     print(_kubeconfig_line(state.kubeconfig))
@@ -116,6 +121,15 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def _controllers_text(names: tuple[str, ...]) -> str:
+    return ", ".join(names) if names else "none (no kube-controller-manager)"
+
+
+def _controller_list(text: str) -> tuple[str, ...]:
+    """``a,b,c``; empty for none."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 1 <= value <= 65535:
@@ -126,12 +140,13 @@ def _port(text: str) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "cluster",
-        help="local etcd + kube-apiserver for integration tests and benchmarks",
+        help="local etcd + kube-apiserver + kube-controller-manager for tests and benchmarks",
         description=(
             "A local control plane built from upstream Go modules (hack/build-k8s.sh): etcd "
             "with its data on tmpfs, kube-apiserver on 127.0.0.1 with client-certificate "
-            "authentication and RBAC. State, certificates, kubeconfig and logs live in the "
-            "state dir (default $BERTH_CLUSTER_DIR or ${BERTH_CACHE:-~/.cache/berth}/cluster)."
+            "authentication and RBAC, kube-controller-manager with the controllers tests need "
+            "(no kubelet). State, certificates, kubeconfigs and logs live in the state dir "
+            "(default $BERTH_CLUSTER_DIR or ${BERTH_CACHE:-~/.cache/berth}/cluster)."
         ),
     )
 
@@ -153,14 +168,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         )
         return p
 
-    up = add("up", "start etcd and kube-apiserver, wait for /readyz, print KUBECONFIG=<path>")
+    up = add(
+        "up",
+        "start etcd, kube-apiserver and kube-controller-manager, wait until they are ready, "
+        "print KUBECONFIG=<path>",
+    )
     up.add_argument(
         "--bin-dir",
         type=Path,
         default=Path(os.environ["BERTH_K8S_BIN_DIR"])
         if os.environ.get("BERTH_K8S_BIN_DIR")
         else None,
-        help="directory with etcd, kube-apiserver, kube-scheduler, kubectl "
+        help="directory with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, "
+        "kubectl "
         "(default: the hack/build-k8s.sh cache for the pinned version)",
     )
     up.add_argument(
@@ -188,6 +208,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=float,
         default=DEFAULT_READY_TIMEOUT,
         help="seconds to wait for each component to be ready (default: %(default)s)",
+    )
+    up.add_argument(
+        "--controllers",
+        type=_controller_list,
+        default=controllers.DEFAULT_CONTROLLERS,
+        metavar="NAME,...",
+        help="kube-controller-manager's controllers, named as its --help lists them; '' runs "
+        f"no kube-controller-manager (default: {','.join(controllers.DEFAULT_CONTROLLERS)})",
     )
     up.set_defaults(func=cmd_up)
     add("down", "stop the processes 'up' started and delete etcd's data").set_defaults(

@@ -1,11 +1,15 @@
-"""A local control plane: etcd (data on tmpfs) and kube-apiserver on loopback.
+"""A local control plane: etcd (data on tmpfs), kube-apiserver and kube-controller-manager on
+loopback.
 
 Authentication is client certificates (an admin kubeconfig is written to the state dir),
-authorization is Node,RBAC, service-account tokens are signed by a generated key. There is no
-kube-controller-manager and no kubelet, so two admission plugins that only make sense with them
-are off, as in upstream's own scheduler integration tests (test/integration/framework):
-ServiceAccount (would reject pods until a controller creates the "default" ServiceAccount) and
-TaintNodesByCondition (would taint every new node not-ready, forever).
+authorization is Node,RBAC, service-account tokens are signed by a generated key.
+kube-controller-manager runs the controllers tests need (`controllers.DEFAULT_CONTROLLERS`:
+claim templates, PV binding, ReplicaSets, garbage collection, ...; ``ClusterConfig.controllers``
+picks others, or none). There is no kubelet, so two admission plugins that only make sense with
+one are off, as in upstream's own scheduler integration tests (test/integration/framework):
+ServiceAccount (would give every pod a projected token volume for a kubelet to mount, and refuse
+pods until a controller made the "default" ServiceAccount) and TaintNodesByCondition (would
+taint every new node not-ready, forever).
 
 Everything about a running cluster is recorded in ``<state dir>/state.json``: the processes
 (pid, binary, start time), ports, paths. `stop_cluster` stops only the processes recorded
@@ -30,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from berth.dev.localcluster import binaries, pki
+from berth.dev.localcluster import binaries, controllers, pki
 from berth.dev.localcluster.errors import (
     LocalClusterError,
     NotReadyError,
@@ -38,7 +42,7 @@ from berth.dev.localcluster.errors import (
     ProcessExitedError,
     StateError,
 )
-from berth.dev.localcluster.ports import LOOPBACK, PortRequest, choose_ports
+from berth.dev.localcluster.ports import LOOPBACK, PortRequest, choose_ports, free_port
 from berth.dev.localcluster.process import (
     ProcessRecord,
     cmdline,
@@ -152,6 +156,11 @@ class ClusterConfig:
     # An audit policy (YAML); kube-apiserver then writes its audit events as JSON lines to
     # <state dir>/logs/audit.log (``audit_log_path``). "" (the default): no audit log.
     audit_policy: str = ""
+    # kube-controller-manager's --controllers (names as its --help lists them); () runs no
+    # kube-controller-manager. A test that plays a controller's part itself (sets PV phases,
+    # finalizes namespaces) leaves that controller out here.
+    controllers: tuple[str, ...] = controllers.DEFAULT_CONTROLLERS
+    controller_manager_args: tuple[str, ...] = ()
 
 
 def audit_log_path(state_dir: Path) -> Path:
@@ -184,6 +193,8 @@ class ClusterState:
     etcd_version: str
     started_at: str
     processes: tuple[ProcessRecord, ...]
+    controllers: tuple[str, ...] = ()  # what kube-controller-manager runs; () none
+    controller_manager_port: int | None = None
 
     @property
     def cluster(self) -> Cluster:
@@ -204,6 +215,8 @@ class ClusterState:
             "etcd_version": self.etcd_version,
             "started_at": self.started_at,
             "processes": [p.to_json() for p in self.processes],
+            "controllers": list(self.controllers),
+            "controller_manager_port": self.controller_manager_port,
         }
 
     @classmethod
@@ -223,6 +236,12 @@ class ClusterState:
                 etcd_version=str(data["etcd_version"]),
                 started_at=str(data["started_at"]),
                 processes=tuple(ProcessRecord.from_json(p) for p in data["processes"]),
+                controllers=tuple(str(c) for c in data.get("controllers") or ()),
+                controller_manager_port=(
+                    int(data["controller_manager_port"])
+                    if data.get("controller_manager_port") is not None
+                    else None
+                ),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise StateError(f"malformed cluster state: {err}") from err
@@ -342,6 +361,31 @@ class _Starter:
             "If the machine is just slow, raise the timeout (--timeout / ready_timeout)"
         )
 
+    def wait_controllers(
+        self, record: ProcessRecord, port: int, names: tuple[str, ...], timeout: float
+    ) -> None:
+        """Wait until kube-controller-manager's /healthz passes with every controller built;
+        a controller it did not start (a misspelt name, one its feature gate turns off) is
+        an error naming it."""
+        url = controllers.healthz_url(port)
+        report: list[str] = []
+
+        def check() -> bool:
+            text = controllers.healthz(url)
+            if text is None or not controllers.started(text):
+                return False
+            report.append(text)
+            return True
+
+        self.wait_ready(controllers.BINARY, check, url, record, timeout)
+        missing = controllers.not_started(report[-1], names)
+        if missing:
+            raise NotReadyError(
+                f"kube-controller-manager did not start {', '.join(missing)} (stopped now); "
+                f"controller names are those `{controllers.BINARY} --help` lists under "
+                f"--controllers. Last lines of {record.log_path}:\n{log_tail(record.log_path)}"
+            )
+
     def undo(self) -> None:
         for proc, record in reversed(self.spawned):
             log.info("%s", stop(record))
@@ -352,7 +396,9 @@ class _Starter:
 
 
 def start_cluster(config: ClusterConfig) -> ClusterState:
-    """Start etcd and kube-apiserver and wait for /readyz; on failure leave nothing running.
+    """Start etcd, kube-apiserver (waiting for /readyz) and, unless ``config.controllers`` is
+    empty, kube-controller-manager (waiting for /healthz with every controller built); on
+    failure leave nothing running.
 
     Raises BinaryMissingError, PortInUseError, ProcessExitedError, NotReadyError, StateError.
     """
@@ -398,6 +444,13 @@ def start_cluster(config: ClusterConfig) -> ClusterState:
         ca=certs.ca.cert,
         client=certs.scheduler,
         user=pki.SCHEDULER_USER,
+    )
+    controller_manager_kubeconfig = pki.write_kubeconfig(
+        state_dir / "kube-controller-manager.kubeconfig",
+        server=server,
+        ca=certs.ca.cert,
+        client=certs.controller_manager,
+        user=pki.CONTROLLER_MANAGER_USER,
     )
 
     audit_args: list[str] = []
@@ -480,6 +533,23 @@ def start_cluster(config: ClusterConfig) -> ClusterState:
                 apiserver,
                 config.apiserver_ready_timeout or config.ready_timeout,
             )
+        kcm_port: int | None = None
+        if config.controllers:
+            kcm_port = free_port(avoid=frozenset((api_port, etcd_client, etcd_peer)))
+            kcm = starter.spawn(
+                controllers.BINARY,
+                controllers.argv(
+                    bin_dir,
+                    kubeconfig=controller_manager_kubeconfig,
+                    port=kcm_port,
+                    service_account_key=certs.service_account_key,
+                    root_ca=certs.ca.cert,
+                    controllers=config.controllers,
+                    extra_args=config.controller_manager_args,
+                ),
+                logs / "kube-controller-manager.log",
+            )
+            starter.wait_controllers(kcm, kcm_port, config.controllers, config.ready_timeout)
         state = ClusterState(
             state_dir=state_dir,
             kubeconfig=kubeconfig,
@@ -494,6 +564,8 @@ def start_cluster(config: ClusterConfig) -> ClusterState:
             etcd_version=versions.etcd,
             started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             processes=tuple(record for _, record in starter.spawned),
+            controllers=config.controllers,
+            controller_manager_port=kcm_port,
         )
         _write_state(state)
         return state

@@ -3,13 +3,15 @@
 Builders return plain dicts (the JSON the API server takes), so tests and benchmarks can
 tweak any field. Bulk helpers send requests from a thread pool over pooled connections.
 
-There is no kubelet and no kube-controller-manager in the local cluster, so:
+There is no kubelet in the local cluster, and its kube-controller-manager runs no node
+controller, so:
 
 - nodes are created with their status (capacity, allocatable, Ready condition) in the create
   request: the API server keeps a Node's status on create, and nothing ever changes it;
 - bound pods are deleted with ``gracePeriodSeconds=0``, which removes them at once instead of
   waiting for a kubelet to confirm;
-- namespaces are finalized by `delete_namespace` itself (no namespace controller runs).
+- namespaces are finalized by `delete_namespace` itself, at once: a cluster may run without
+  the namespace controller (``ClusterConfig.controllers``), and where it runs it takes seconds.
 """
 
 from __future__ import annotations
@@ -299,8 +301,9 @@ def create_namespace(client: KubeApi, name: str, labels: Mapping[str, str] | Non
 def delete_namespace(client: KubeApi, name: str) -> None:
     """Delete a namespace's pods, then the namespace, finalizing it ourselves.
 
-    With no namespace controller the API server would leave it Terminating forever; pods are
-    the only objects our tests leave in it (events expire on their own).
+    Without the namespace controller the API server would leave it Terminating forever, and
+    with it a test would wait seconds for discovery and deletion; pods are what tests leave in
+    it (events expire on their own).
     """
     ns = segment(name)
     try:

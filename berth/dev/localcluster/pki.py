@@ -1,8 +1,8 @@
 """Certificates and kubeconfigs for the local control plane.
 
 One CA signs the API server's serving certificate and the client certificates: an admin
-(group ``system:masters``) and ``system:kube-scheduler`` (bound by the API server's bootstrap
-RBAC policy to the scheduler's ClusterRole). A separate key signs service-account tokens.
+(group ``system:masters``), ``system:kube-scheduler`` and ``system:kube-controller-manager``
+(bound by the API server's bootstrap RBAC policy to their components' ClusterRoles). A separate key signs service-account tokens.
 The certificates come from Berth's own CA helpers (berth.tls.pki); this module writes them
 where etcd, kube-apiserver and the kubeconfigs read them.
 """
@@ -27,6 +27,7 @@ VALIDITY = dt.timedelta(days=365)
 ADMIN_USER = "berth-admin"
 ADMIN_GROUP = "system:masters"
 SCHEDULER_USER = "system:kube-scheduler"
+CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Pki:
     apiserver: KeyPair
     admin: KeyPair
     scheduler: KeyPair
+    controller_manager: KeyPair
     service_account_key: Path  # private: signs tokens
     service_account_pub: Path  # public: verifies them
 
@@ -98,6 +100,11 @@ def generate_pki(directory: Path, *, service_ip: str = "10.0.0.1") -> Pki:
         directory, "admin", authority.issue(ADMIN_USER, days=days, organization=ADMIN_GROUP)
     )
     scheduler = write_pair(directory, "kube-scheduler", authority.issue(SCHEDULER_USER, days=days))
+    controller_manager = write_pair(
+        directory,
+        "kube-controller-manager",
+        authority.issue(CONTROLLER_MANAGER_USER, days=days),
+    )
 
     sa_key = ec.generate_private_key(ec.SECP256R1())
     sa_private = directory / "service-account.key"
@@ -121,6 +128,7 @@ def generate_pki(directory: Path, *, service_ip: str = "10.0.0.1") -> Pki:
         apiserver=apiserver,
         admin=admin,
         scheduler=scheduler,
+        controller_manager=controller_manager,
         service_account_key=sa_private,
         service_account_pub=sa_public,
     )

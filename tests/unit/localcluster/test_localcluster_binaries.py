@@ -49,7 +49,7 @@ def test_missing_binaries_are_all_named_with_the_build_command(tmp_path: Path) -
     with pytest.raises(BinaryMissingError) as info:
         binaries.require_binaries(tmp_path)
     message = str(info.value)
-    assert "kube-apiserver, kube-scheduler, kubectl" in message
+    assert "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl" in message
     assert "etcd," not in message
     assert "hack/build-k8s.sh" in message
 

@@ -48,6 +48,7 @@ def fake_binaries(bin_dir: Path, k8s: str, etcd: str) -> None:
     outputs = {
         "kube-apiserver": f"Kubernetes {k8s}",
         "kube-scheduler": f"Kubernetes {k8s}",
+        "kube-controller-manager": f"Kubernetes {k8s}",
         "kubectl": f"Client Version: {k8s}",
         "etcd": f"etcd Version: {etcd.removeprefix('v')}",
     }
@@ -68,7 +69,7 @@ def test_cached_binaries_with_the_pinned_versions_are_reused_without_go(
     result = run({"BERTH_CACHE": str(tmp_path / "cache"), "PATH": no_go_path})
 
     assert result.returncode == 0, result.stderr
-    assert "all four binaries cached" in result.stdout
+    assert "all five binaries cached" in result.stdout
     assert result.stdout.strip().splitlines()[-1] == str(bin_dir)
 
 
@@ -79,7 +80,7 @@ def test_cached_binary_with_another_version_is_rebuilt(tmp_path: Path, no_go_pat
     result = run({"BERTH_CACHE": str(tmp_path / "cache"), "PATH": no_go_path})
 
     assert result.returncode == 1
-    assert "[build-k8s 1/6] FAILED: checking prerequisites" in result.stderr
+    assert "[build-k8s 1/7] FAILED: checking prerequisites" in result.stderr
     assert "reason: 'go' is not on PATH" in result.stderr
     assert "install Go >= 1.26" in result.stderr
 
@@ -88,7 +89,7 @@ def test_out_of_disk_is_reported_before_building(tmp_path: Path) -> None:
     result = run({"BERTH_CACHE": str(tmp_path / "cache"), "BERTH_BUILD_MIN_FREE_GB": "100000000"})
 
     assert result.returncode == 1
-    assert "[build-k8s 1/6] FAILED" in result.stderr
+    assert "[build-k8s 1/7] FAILED" in result.stderr
     assert "reason: out of disk" in result.stderr
     assert "BERTH_CACHE / GOMODCACHE / GOCACHE" in result.stderr
 
@@ -104,7 +105,7 @@ def test_unreachable_module_proxy_is_named(tmp_path: Path) -> None:
     )
 
     assert result.returncode == 1
-    assert "[build-k8s 2/6] FAILED: resolving k8s.io/kubernetes" in result.stderr
+    assert "[build-k8s 2/7] FAILED: resolving k8s.io/kubernetes" in result.stderr
     assert "reason: Go module proxy unreachable (GOPROXY=http://127.0.0.1:9)" in result.stderr
     assert "connection refused" in result.stderr
 
