@@ -104,7 +104,7 @@ def test_demo_once(tmp_path: Path, k8s_bin_dir: Path) -> None:
     started = re.search(r"^Processes: (.*)$", done.stderr, re.MULTILINE)
     assert started is not None, done.stderr
     pids = [int(p) for p in re.findall(r"pid (\d+)", started.group(1))]
-    assert len(pids) == 4, done.stderr
+    assert len(pids) == 5, done.stderr  # etcd, kube-apiserver, kube-controller-manager, serve, shim
     assert [pid for pid in pids if _alive(pid)] == []
     assert processes_mentioning(str(state)) == []
     assert not (state / "demo.json").exists()
