@@ -881,13 +881,20 @@ def _compile(expression: str, views: _DeviceViews) -> CompiledSelector:
             lambda m: f"undefined field '{m[1]}' (a device has the fields {_FIELDS})", message
         )
         raise CelCompileError("compilation failed: " + message) from None
-    output = program.return_type()
-    if output.name() not in _ACCEPTED_TYPES:
+    try:
+        output = program.return_type()
+        output_name = output.name()
+        serialized = program.serialize()
+    except RuntimeError as err:
+        # CEL C++ checks some types only when asked for them (a map whose
+        # keys are lists, say).
+        raise CelCompileError("compilation failed: " + _strip_status(str(err))) from None
+    if output_name not in _ACCEPTED_TYPES:
         raise CelCompileError(
             f"must evaluate to bool or the unknown type, not {_type_name(output)}"
         )
     try:
-        max_cost = estimate_cost(program.serialize())
+        max_cost = estimate_cost(serialized)
     except CostError as err:
         raise CelCompileError(f"cost estimation failed: {err}") from None
     return CompiledSelector(expression, program, views, max_cost)

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 from google.protobuf import any_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from berth.plugins.dynamicresources import structured
 from berth.plugins.dynamicresources.structured import (
@@ -541,6 +543,7 @@ ERRORS: dict[str, tuple[str, type[CelError], str]] = {
         CelEvaluationError,
         "no such overload",
     ),
+    "list-keyed-map-result": ("{[1]: true}", CelCompileError, "Unsupported map key type"),
     "illegal-regex": ('"a".find("(") == ""', CelEvaluationError, "Illegal regex"),
     "division-by-zero": (
         'device.attributes["gpu.example.com"].index / 0 == 1',
@@ -825,3 +828,106 @@ def test_device_view_is_per_driver() -> None:
     assert selector.matches("a.example.com", device) is True
     with pytest.raises(CelEvaluationError, match="no such key: model"):
         selector.matches("b.example.com", device)
+
+
+# --- property: any selector ends in an answer or a CelError, quickly ---------
+
+_D = '"gpu.example.com"'
+_ATOMS = [
+    f"device.attributes[{_D}].model",
+    f"device.attributes[{_D}].index",
+    f"device.attributes[{_D}].driverVersion",
+    f"device.capacity[{_D}].memory",
+    'device.attributes["nvidia.com"].mig',
+    'device.capacity["other.example.com"].x',
+    "device.attributes",
+    "device.capacity",
+    "device.driver",
+    "device.allowMultipleAllocations",
+    "x",
+    "1",
+    "-9223372036854775808",
+    "18446744073709551615u",
+    "2.5",
+    '"A100"',
+    '"[0-9]+"',
+    "true",
+    "null",
+    "[1, 2, 3]",
+    '{"k": 1}',
+    'b"x"',
+    'quantity("1Gi")',
+    'quantity("9999999999999999999999E")',
+    'semver("1.0.0-rc.1")',
+    'duration("1s")',
+]
+_UNARY = [
+    "!{a}",
+    "-{a}",
+    "{a}.size()",
+    "{a}.asInteger()",
+    "{a}.asApproximateFloat()",
+    "sign({a})",
+    "{a}.lowerAscii()",
+    "{a}.split(',')",
+    "{a}.major()",
+    "int({a})",
+    "string({a})",
+    "quantity({a})",
+    "semver({a}, true)",
+    "has({a}.model)",
+    "{a}.?model.orValue(1)",
+    "dyn({a})",
+]
+_BINARY = [
+    "({a} && {b})",
+    "({a} || {b})",
+    "({a} == {b})",
+    "({a} < {b})",
+    "({a} + {b})",
+    "({a} / {b})",
+    "({a} in {b})",
+    "{a}[{b}]",
+    "{a}.isGreaterThan({b})",
+    "{a}.compareTo({b})",
+    "{a}.add({b})",
+    "{a}.matches({b})",
+    "{a}.find({b})",
+    "{a}.findAll({b}, 2)",
+    "{a}.includes({b})",
+    "{a}.replace({b}, {a})",
+    "{a}.all(x, {b})",
+    "{a}.exists_one(x, {b})",
+    "{a}.map(x, {b})",
+    "{a}.filter(x, {b})",
+    "cel.bind(x, {a}, {b})",
+    "({a} ? {b} : {a})",
+    "[{a}, {b}]",
+    "{{{a}: {b}}}",
+]
+
+
+def _selectors() -> st.SearchStrategy[str]:
+    return st.recursive(
+        st.sampled_from(_ATOMS),
+        lambda inner: st.one_of(
+            st.builds(lambda f, a: f.format(a=a), st.sampled_from(_UNARY), inner),
+            st.builds(lambda f, a, b: f.format(a=a, b=b), st.sampled_from(_BINARY), inner, inner),
+        ),
+        max_leaves=12,
+    )
+
+
+_PROPERTY_CACHE = CelCache(max_entries=64)
+
+
+@settings(max_examples=200, deadline=2000, derandomize=True, database=None)
+@given(expression=_selectors())
+def test_any_selector_ends_in_an_answer_or_a_cel_error(expression: str) -> None:
+    try:
+        selector = _PROPERTY_CACHE.compile(expression)
+        answer = selector.matches(GPU, A100)
+    except CelError as err:
+        assert err.message
+        return
+    assert isinstance(answer, bool)
