@@ -152,7 +152,17 @@ def _quantity(nanos: int) -> Message:
 
 
 def _nanos(q: Any) -> int:
-    return int(q.nanos)
+    if not isinstance(q, _QuantityMessage):
+        raise _no_such_overload("kubernetes.Quantity", q)
+    return int(getattr(q, "nanos"))  # noqa: B009 (a message class built at run time)
+
+
+def _no_such_overload(expected: str, value: Any) -> ValueError:
+    # CEL C++ picks an implementation by kind, and both Kubernetes types are
+    # messages: a dyn value of the other type reaches it (cel-go: "no such
+    # overload").
+    got = value.DESCRIPTOR.full_name if isinstance(value, Message) else type(value).__name__
+    return ValueError(f"no such overload: {expected} expected, got {got}")
 
 
 def _string_to_quantity(text: str) -> Message:
@@ -307,7 +317,9 @@ def _is_semver(text: str, normalize: bool = False) -> bool:
 
 
 def _semver_parts(v: Any) -> tuple[int, int, int, tuple[str, ...]]:
-    return _parse_semver(str(v.version))
+    if not isinstance(v, _SemverMessage):
+        raise _no_such_overload("kubernetes.Semver", v)
+    return _parse_semver(str(getattr(v, "version")))  # noqa: B009 (as in _nanos)
 
 
 def _semver_compare(a: Any, b: Any) -> int:

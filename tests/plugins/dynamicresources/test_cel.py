@@ -544,6 +544,16 @@ ERRORS: dict[str, tuple[str, type[CelError], str]] = {
         "no such overload",
     ),
     "list-keyed-map-result": ("{[1]: true}", CelCompileError, "Unsupported map key type"),
+    "semver-method-on-dyn-quantity": (
+        'dyn(quantity("1")).major() == 1',
+        CelEvaluationError,
+        "no such overload: kubernetes.Semver expected, got kubernetes.Quantity",
+    ),
+    "quantity-method-on-dyn-semver": (
+        'dyn(semver("1.0.0")).asInteger() == 1',
+        CelEvaluationError,
+        "no such overload: kubernetes.Quantity expected, got kubernetes.Semver",
+    ),
     "illegal-regex": ('"a".find("(") == ""', CelEvaluationError, "Illegal regex"),
     "division-by-zero": (
         'device.attributes["gpu.example.com"].index / 0 == 1',
