@@ -614,6 +614,10 @@ class DraInventory:
     def has_node(self, node: str) -> bool:
         return node in self._index()
 
+    def node_names(self) -> list[str]:
+        """The nodes a GPU driver's slice names."""
+        return list(self._index())
+
     def consumers(self, card_id: str) -> set[str]:
         """The pod uids of the claims allocating a device, by card id."""
         driver, _, rest = card_id.partition("/")

@@ -32,9 +32,11 @@ nodes that have a card source.
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from berth.framework.cycle_state import CycleState
 from berth.framework.gpus import (
@@ -52,7 +54,7 @@ from berth.framework.gpus import (
 from berth.framework.interfaces import MAX_NODE_SCORE, ScoreArray, ScorePlugin
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ObjectKind
-from berth.framework.snapshot import NodeBatch
+from berth.framework.snapshot import NodeBatch, NodesMark, Snapshot
 from berth.framework.status import SUCCESS, Status
 from berth.plugins.gpupriority.args import GPUPriorityPluginArgs
 
@@ -169,9 +171,15 @@ class GPUPriority(ScorePlugin[GPUPriorityPluginArgs]):
         free: ScoreArray = alloc[nodes.idx] - requested[nodes.idx]
         np.maximum(free, 0, out=free)
         # Nodes with a card source: counted from it instead.
-        for k, ni in enumerate(nodes):
-            if _has_source(ni, dra):
-                free[k] = self._free(pod, ni, dra)
+        has_source = source_index(nodes.snapshot).with_source.copy()
+        if dra is not None:
+            for name in dra.node_names():
+                ni = nodes.snapshot.nodes.get(name)
+                if ni is not None and ni.index < len(has_source):
+                    has_source[ni.index] = True
+        slot = nodes.snapshot.slot
+        for k in np.flatnonzero(has_source[nodes.idx]).tolist():
+            free[k] = self._free(pod, slot(int(nodes.idx[k])), dra)
         return free
 
     def normalize_score(
@@ -181,13 +189,41 @@ class GPUPriority(ScorePlugin[GPUPriorityPluginArgs]):
         return SUCCESS
 
 
-def _has_source(node: NodeInfo, dra: DraInventory | None) -> bool:
-    """Does the node have a card source (cheap: no parsing)?"""
-    if dra is not None and dra.has_node(node.name):
-        return True
-    annotations = node.node.annotations
-    return (
-        GFD_COUNT_LABEL in node.node.labels
-        or HAMI_ANNOTATION in annotations
-        or BERTH_CARDS_ANNOTATION in annotations
-    )
+class SourceIndex:
+    """For one snapshot: which slots hold a node whose labels or annotations
+    describe its cards (GFD, HAMi, Berth's annotation), so the batch form
+    reads only those. Rebuilt when a node is added, removed or replaced
+    (the snapshot's ``node_generation`` moved); holds no reference to the
+    snapshot."""
+
+    __slots__ = ("_mark", "with_source")
+
+    def __init__(self) -> None:
+        self._mark = NodesMark()
+        self.with_source: npt.NDArray[np.bool_] = np.zeros(0, dtype=np.bool_)
+
+    def sync(self, snapshot: Snapshot) -> None:
+        if not self._mark.moved(snapshot):
+            return
+        mask = np.zeros(snapshot.columns.capacity, dtype=np.bool_)
+        for ni in snapshot.nodes.values():
+            annotations = ni.node.annotations
+            if (
+                GFD_COUNT_LABEL in ni.node.labels
+                or HAMI_ANNOTATION in annotations
+                or BERTH_CARDS_ANNOTATION in annotations
+            ):
+                mask[ni.index] = True
+        self.with_source = mask
+
+
+_INDEXES: weakref.WeakKeyDictionary[Snapshot, SourceIndex] = weakref.WeakKeyDictionary()
+
+
+def source_index(snapshot: Snapshot) -> SourceIndex:
+    """The snapshot's SourceIndex, up to date; dropped with the snapshot."""
+    index = _INDEXES.get(snapshot)
+    if index is None:
+        index = _INDEXES[snapshot] = SourceIndex()
+    index.sync(snapshot)
+    return index

@@ -235,3 +235,22 @@ def test_reads_resource_slices_and_claims_unless_no_drivers() -> None:
 def test_bad_dra_drivers_are_refused() -> None:
     with pytest.raises(ValueError, match=r"^draDrivers\[0\]: invalid value ''"):
         GPUPriority(GPUPriorityPluginArgs(dra_drivers=[""]))
+
+
+def test_the_batch_form_follows_nodes_that_gain_or_lose_a_source() -> None:
+    snap = snapshot_of([node("n1", gpus=4), node("n2", gpus=1)])
+    handle = Handle("test")
+    handle.bind_snapshot(snap)
+    plugin = GPUPriority(None, handle)
+    p = PodInfo(make_pod("p").obj())
+    assert plugin.score_nodes(fresh_state(), p, batch_of(snap)).tolist() == [4, 1]
+    # n1 gets GFD labels saying 8 cards: counted from them now.
+    delta = pb.ClusterDelta()
+    delta.upsert_nodes.append(node("n1", {"nvidia.com/gpu.count": "8"}, gpus=4))
+    snap.apply(delta)
+    assert plugin.score_nodes(fresh_state(), p, batch_of(snap)).tolist() == [8, 1]
+    # And loses them again.
+    delta = pb.ClusterDelta()
+    delta.upsert_nodes.append(node("n1", gpus=4))
+    snap.apply(delta)
+    assert plugin.score_nodes(fresh_state(), p, batch_of(snap)).tolist() == [4, 1]
