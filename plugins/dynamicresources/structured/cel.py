@@ -24,9 +24,10 @@ StoredExpressions environment the scheduler compiles with):
   ``isLessThan``, ``add``, ``sub``, ``isInteger``, ``asInteger``,
   ``asApproximateFloat``) and semver library (semverlib.go: ``semver``,
   ``isSemver`` with the optional normalize flag, ``major``, ``minor``,
-  ``patch``, ``compareTo``, ``isGreaterThan``, ``isLessThan``); DRA's
-  ``includes`` (compile.go includesFunc); CEL's standard library, the
-  strings extension at version 2, ``cel.bind`` and optional values.
+  ``patch``, ``compareTo``, ``isGreaterThan``, ``isLessThan``), regex library
+  (regex.go: ``find``, ``findAll``); DRA's ``includes`` (compile.go
+  includesFunc); CEL's standard library, the strings extension at version 2,
+  the sets extension, ``cel.bind`` and optional values.
 
 Bounds, because a cluster user writes these expressions: an expression longer
 than resource.k8s.io's CELSelectorExpressionMaxLength (10 KiB) is refused
@@ -428,6 +429,15 @@ def _find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
     return found
 
 
+def _sets_contains(items: list[Any], sub: list[Any]) -> bool:
+    # cel-go ext/sets.go setsContains: every element of sub is in items.
+    return all(any(_cel_equal(x, y) for x in items) for y in sub)
+
+
+def _sets_intersects(a: list[Any], b: list[Any]) -> bool:
+    return any(any(_cel_equal(x, y) for y in b) for x in a)
+
+
 def _includes_overloads() -> list[cel.Overload]:
     """Upstream declares ``includes(dyn, dyn)``. CEL C++ implementations
     match arguments by kind and never match dyn, so there is one overload
@@ -461,13 +471,14 @@ def _includes_overloads() -> list[cel.Overload]:
 
 def _functions() -> list[cel.FunctionDecl]:
     # Short names: a signature reads best with one short name per type.
-    Q, S, B, I64, D, STR = (
+    Q, S, B, I64, D, STR, LST = (
         _QUANTITY,
         _SEMVER,
         cel.Type.BOOL,
         cel.Type.INT,
         cel.Type.DOUBLE,
         cel.Type.STRING,
+        cel.Type.List(cel.Type.DYN),
     )
     decls: dict[str, list[cel.Overload]] = {
         # library/quantity.go quantityLibraryDecls.
@@ -563,6 +574,19 @@ def _functions() -> list[cel.FunctionDecl]:
                 _find_all,
                 member=True,
             ),
+        ],
+        # cel-go ext/sets.go (ext.Sets() of the base environment).
+        "sets.contains": [_overload("list_sets_contains_list", B, [LST, LST], _sets_contains)],
+        "sets.equivalent": [
+            _overload(
+                "list_sets_equivalent_list",
+                B,
+                [LST, LST],
+                lambda a, b: _sets_contains(a, b) and _sets_contains(b, a),
+            )
+        ],
+        "sets.intersects": [
+            _overload("list_sets_intersects_list", B, [LST, LST], _sets_intersects)
         ],
         # compile.go: declared in the StoredExpressions environment.
         "includes": _includes_overloads(),

@@ -435,6 +435,11 @@ class _Coster:
             return base + source.n * _STRING_TRAVERSAL, _Size(source.n * 2 + 2)
         if function == "dyn" and sizes:
             return base + 1.0, sizes[0]
+        if function in ("sets.contains", "sets.intersects", "sets.equivalent") and len(sizes) == 2:
+            # ext/sets.go estimateSetsCost: one comparison per pair, twice
+            # for equivalent.
+            pairs = sizes[0].n * sizes[1].n
+            return base + 1.0 + pairs * (2 if function == "sets.equivalent" else 1), _SCALAR
         if function in ("size", "int", "uint", "double", "bool") or function.startswith("is"):
             return base + 1.0, _SCALAR
         return base + 1.0, _result_size(sizes, target)

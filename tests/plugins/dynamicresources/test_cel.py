@@ -478,6 +478,15 @@ ENVIRONMENT: dict[str, tuple[str, bool]] = {
     "find": ('device.attributes["gpu.example.com"].model.find("[0-9]+") == "100"', True),
     "find-all": ('"a1b22c333".findAll("[0-9]+", 2) == ["1", "22"]', True),
     "unknown-type-result": ('device.attributes["nvidia.com"].mig', False),
+    "sets-contains": (
+        'sets.contains(["A100", "H100"], [device.attributes["gpu.example.com"].model])',
+        True,
+    ),
+    "sets-contains-bool-is-not-int": ("sets.contains([1], [true])", False),
+    "sets-contains-numbers-across-types": ("sets.contains([1.0], [1])", True),
+    "sets-equivalent": ("sets.equivalent([1, 2], [2, 1, 1])", True),
+    "sets-intersects": ('sets.intersects(["a"], ["b"])', False),
+    "sets-of-quantities": ('sets.contains([quantity("1Gi")], [quantity("1024Mi")])', True),
 }
 
 
@@ -698,6 +707,12 @@ _HUNDRED = "[" + ", ".join(["1"] * 100) + "]"
             id="list-growth-in-nested-map",
         ),
         pytest.param(_NESTED_ALL, 50_000_000, id="upstream-expensive"),
+        pytest.param(
+            f"cel.bind(l, {_HUNDRED}.map(x, {_HUNDRED}).map(y, 1) + {_HUNDRED}, "
+            f"sets.equivalent(l + l + l + l + l, l + l + l + l + l))",
+            1_000_001,
+            id="set-comparison-of-long-lists",
+        ),
         pytest.param(
             'device.capacity["d"].all(a, device.capacity["d"].all(b, device.capacity["d"]'
             '.all(c, device.capacity["d"].all(e, true))))',
