@@ -53,6 +53,7 @@ from berth.plugins.dynamicresources.structured.pools import (
     SliceRecord,
     gather_pools,
     node_matches,
+    slice_record,
 )
 from berth.plugins.dynamicresources.structured.state import (
     AllocatedState,
@@ -297,7 +298,11 @@ def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
 class Allocator:
     """structured.Allocator for one scheduling cycle: ``allocate`` per
     candidate node. Thread-safe: per-call state is the call's own; the shared
-    caches only ever gain entries that every thread would compute alike."""
+    caches only ever gain entries that every thread would compute alike.
+
+    Slices and claims are decoded once per JSON object (slices across
+    Allocators, see pools.slice_record): a caller hands over objects it no
+    longer changes in place, as the snapshot's decoded objects are."""
 
     def __init__(
         self,
@@ -317,7 +322,7 @@ class Allocator:
         self._raw_classes = classes
         self._classes: dict[str, _Class] = {}
         self._cel = cel
-        records = [SliceRecord.decode(s) for s in slices]
+        records = [slice_record(s) for s in slices]
         # NewAllocator: slices of one node, and those every node may see
         # (no node name, or shared counters).
         self._slices_on_node: dict[str, list[SliceRecord]] = {}
@@ -332,7 +337,6 @@ class Allocator:
         self._pools: dict[tuple[str, tuple[tuple[str, str], ...]], list[Pool]] = {}
         self._available_counters: dict[PoolID, dict[str, dict[str, int]]] = {}
         self._compiled: dict[str, CompiledSelector] = {}
-        self._cel_results: dict[tuple[str, DeviceRecord], bool | str] = {}
         self._claims: dict[int, tuple[Mapping[str, Any], _Claim]] = {}
         self.num_allocate_one = 0
         """allocateOne invocations over all calls (upstream's Stats)."""
@@ -412,15 +416,14 @@ class Allocator:
         self, expression: str, compiled: CompiledSelector, device: DeviceRecord, driver: str
     ) -> bool | str:
         """The selector's answer for the device, or the runtime error's
-        message; cached for the Allocator's life."""
-        key = (expression, device)
-        found = self._cel_results.get(key)
+        message; kept on the device record (shared with later cycles)."""
+        found = device.cel_answers.get(expression)
         if found is None:
             try:
                 found = compiled.matches(driver, device.raw)
             except CelEvaluationError as e:
                 found = e.message
-            self._cel_results[key] = found
+            device.cel_answers[expression] = found
         return found
 
     # -- the API -------------------------------------------------------------------

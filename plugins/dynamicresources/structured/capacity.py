@@ -20,8 +20,11 @@ __all__ = [
     "DeviceCapacity",
     "Q",
     "RequestOverCapacityError",
+    "binary_si",
+    "consumed_capacity",
     "consumed_from_request",
     "fits_capacity",
+    "violates_policy",
 ]
 
 _NANO: Final = 10**9
@@ -65,7 +68,7 @@ class RequestOverCapacityError(Exception):
     "some requested capacity has not been defined"): the device is skipped."""
 
 
-def _binary_si(value: int) -> str:
+def binary_si(value: int) -> str:
     """The canonical text of an integer BinarySI quantity (Quantity.String
     of resource.NewQuantity(value, BinarySI)): below 1024 in magnitude it is
     DecimalSI, otherwise the largest power of 1024 that divides it."""
@@ -100,7 +103,7 @@ def _round_up_range(requested: Q, policy: CapacityPolicy) -> Q:
     if added - n * step != 0:
         n += 1
     value = low + step * n
-    return Q(value * _NANO, _binary_si(value))
+    return Q(value * _NANO, binary_si(value))
 
 
 def _round_up_valid_values(requested: Q, values: tuple[Q, ...]) -> Q:
@@ -111,7 +114,7 @@ def _round_up_valid_values(requested: Q, values: tuple[Q, ...]) -> Q:
     return requested
 
 
-def _consumed(requested: Q | None, capacity: DeviceCapacity) -> Q:
+def consumed_capacity(requested: Q | None, capacity: DeviceCapacity) -> Q:
     """calculateConsumedCapacity."""
     policy = capacity.policy
     if requested is None:
@@ -127,7 +130,7 @@ def _consumed(requested: Q | None, capacity: DeviceCapacity) -> Q:
     return requested
 
 
-def _violates(consumed: Q, policy: CapacityPolicy | None) -> bool:
+def violates_policy(consumed: Q, policy: CapacityPolicy | None) -> bool:
     """violatesPolicy. Upstream compares with the default by struct equality
     of the quantity; API validation keeps the default inside the policy, so
     comparing values gives the same answer."""
@@ -165,8 +168,8 @@ def fits_capacity(
                 raise RequestOverCapacityError("some requested capacity has not been defined")
     for name, cap in capacity.items():
         requested = requests.get(name) if requests else None
-        consumed = _consumed(requested, cap)
-        if _violates(consumed, cap.policy):
+        consumed = consumed_capacity(requested, cap)
+        if violates_policy(consumed, cap.policy):
             return False
         total = consumed.nanos
         if current:
@@ -184,6 +187,6 @@ def consumed_from_request(
     """GetConsumedCapacityFromRequest: what one share consumes of each of
     the device's capacities."""
     return {
-        name: _consumed(requests.get(name) if requests else None, cap)
+        name: consumed_capacity(requests.get(name) if requests else None, cap)
         for name, cap in capacity.items()
     }

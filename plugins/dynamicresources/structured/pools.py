@@ -24,6 +24,7 @@ __all__ = [
     "SliceRecord",
     "gather_pools",
     "node_matches",
+    "slice_record",
 ]
 
 PoolID = tuple[str, str]
@@ -105,9 +106,33 @@ def node_matches(
     return False
 
 
+# Quantities repeat across devices ("80Gi" on every GPU of a cluster): each
+# text is parsed once per process, the memo bounded.
+_NANOS: dict[str, int] = {}
+_NANOS_MAX = 4096
+
+
+def _nanos(text: str) -> int:
+    found = _NANOS.get(text)
+    if found is None:
+        found = parse_quantity(text).nanos
+        if len(_NANOS) >= _NANOS_MAX:
+            _NANOS.clear()
+        _NANOS[text] = found
+    return found
+
+
+def _map(value: Any) -> Mapping[str, Any] | None:
+    """``value`` if it is a JSON object (a dict, checked first: the
+    abstract Mapping check costs more)."""
+    if type(value) is dict or isinstance(value, Mapping):
+        return value
+    return None
+
+
 def _q(text: Any) -> Q:
     s = str(text)
-    return Q(parse_quantity(s).nanos, s)
+    return Q(_nanos(s), s)
 
 
 def _opt_q(raw: Mapping[str, Any], key: str) -> Q | None:
@@ -117,34 +142,37 @@ def _opt_q(raw: Mapping[str, Any], key: str) -> Q | None:
 
 def _capacity(raw: Any) -> dict[str, DeviceCapacity]:
     out: dict[str, DeviceCapacity] = {}
-    if not isinstance(raw, Mapping):
+    capacity = _map(raw)
+    if capacity is None:
         return out
-    for name, cap in raw.items():
-        if not isinstance(cap, Mapping):
+    for name, cap in capacity.items():
+        c = _map(cap)
+        if c is None:
             continue
         policy = None
-        p = cap.get("requestPolicy")
-        if isinstance(p, Mapping):
-            vr = p.get("validRange")
+        p = _map(c.get("requestPolicy"))
+        if p is not None:
+            vr = _map(p.get("validRange"))
             vv = p.get("validValues")
             policy = CapacityPolicy(
                 default=_opt_q(p, "default"),
-                has_valid_range=isinstance(vr, Mapping),
-                range_min=_opt_q(vr, "min") if isinstance(vr, Mapping) else None,
-                range_max=_opt_q(vr, "max") if isinstance(vr, Mapping) else None,
-                range_step=_opt_q(vr, "step") if isinstance(vr, Mapping) else None,
+                has_valid_range=vr is not None,
+                range_min=_opt_q(vr, "min") if vr is not None else None,
+                range_max=_opt_q(vr, "max") if vr is not None else None,
+                range_step=_opt_q(vr, "step") if vr is not None else None,
                 valid_values=tuple(_q(v) for v in vv) if isinstance(vv, list) else None,
             )
-        out[str(name)] = DeviceCapacity(_q(cap.get("value", "0")), policy)
+        out[str(name)] = DeviceCapacity(_q(c.get("value", "0")), policy)
     return out
 
 
 def _counters(raw: Any) -> dict[str, int]:
     out: dict[str, int] = {}
-    if isinstance(raw, Mapping):
-        for name, counter in raw.items():
-            value = counter.get("value", "0") if isinstance(counter, Mapping) else "0"
-            out[str(name)] = parse_quantity(str(value)).nanos
+    counters = _map(raw)
+    if counters is not None:
+        for name, counter in counters.items():
+            c = _map(counter)
+            out[str(name)] = _nanos(str(c.get("value", "0") if c is not None else "0"))
     return out
 
 
@@ -152,125 +180,165 @@ def _str_list(raw: Any) -> list[str] | None:
     return [str(v) for v in raw] if isinstance(raw, list) else None
 
 
-@dataclass(eq=False, slots=True)
-class DeviceRecord:
-    """One entry of a slice's ``spec.devices``, decoded once. ``raw`` is the
-    JSON as given (what CEL selectors see); ``broken`` says why a device the
-    API server should not have stored (a quantity that does not parse) can
-    never be allocated."""
+_EMPTY: Mapping[str, Any] = {}
 
-    name: str
-    raw: Mapping[str, Any]
-    attributes: Mapping[str, Any]
-    capacity: dict[str, DeviceCapacity]
-    consumes_counters: list[tuple[str, dict[str, int]]]
-    taints: list[Mapping[str, Any]]
-    binding_conditions: list[str] | None
-    binding_failure_conditions: list[str] | None
-    binds_to_node: bool
-    allow_multiple_allocations: bool | None
-    node_name: str
-    all_nodes: bool
-    node_selector: NodeSelector | None
-    broken: str | None = None
+
+class DeviceRecord:
+    """One entry of a slice's ``spec.devices``, decoded once, when first
+    needed. ``raw`` is the JSON as given (what CEL selectors see);
+    ``broken`` says why a device the API server should not have stored (a
+    quantity that does not parse) can never be allocated."""
+
+    __slots__ = (
+        "all_nodes",
+        "allow_multiple_allocations",
+        "attributes",
+        "binding_conditions",
+        "binding_failure_conditions",
+        "binds_to_node",
+        "broken",
+        "capacity",
+        "cel_answers",
+        "consumes_counters",
+        "name",
+        "node_name",
+        "node_selector",
+        "raw",
+        "taints",
+    )
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        get = raw.get
+        self.raw = raw
+        self.name = str(get("name", ""))
+        self.attributes = _map(get("attributes")) or _EMPTY
+        taints = get("taints")
+        self.taints: list[Mapping[str, Any]] = (
+            [t for t in taints if _map(t) is not None] if isinstance(taints, list) else []
+        )
+        self.binding_conditions = _str_list(get("bindingConditions"))
+        self.binding_failure_conditions = _str_list(get("bindingFailureConditions"))
+        self.binds_to_node = get("bindsToNode") is True
+        amulti = get("allowMultipleAllocations")
+        self.allow_multiple_allocations: bool | None = amulti if isinstance(amulti, bool) else None
+        self.node_name = str(get("nodeName") or "")
+        self.all_nodes = get("allNodes") is True
+        ns = _map(get("nodeSelector"))
+        self.node_selector = NodeSelector.parse(ns) if ns is not None else None
+        self.broken: str | None = None
+        # Selector expression -> its answer for this device (or the runtime
+        # error's message): it depends on neither node nor claim.
+        self.cel_answers: dict[str, bool | str] = {}
+        self.capacity: dict[str, DeviceCapacity] = {}
+        self.consumes_counters: list[tuple[str, dict[str, int]]] = []
+        try:
+            if "capacity" in raw:
+                self.capacity = _capacity(get("capacity"))
+            consumes = get("consumesCounters")
+            if isinstance(consumes, list):
+                for c in consumes:
+                    cm = _map(c)
+                    if cm is not None:
+                        self.consumes_counters.append(
+                            (str(cm.get("counterSet", "")), _counters(cm.get("counters")))
+                        )
+        except QuantityError as e:
+            self.broken = str(e)
 
     @classmethod
     def decode(cls, raw: Mapping[str, Any]) -> DeviceRecord:
-        attributes = raw.get("attributes")
-        taints = raw.get("taints")
-        ns = raw.get("nodeSelector")
-        amulti = raw.get("allowMultipleAllocations")
-        record = cls(
-            name=str(raw.get("name", "")),
-            raw=raw,
-            attributes=attributes if isinstance(attributes, Mapping) else {},
-            capacity={},
-            consumes_counters=[],
-            taints=[t for t in taints if isinstance(t, Mapping)]
-            if isinstance(taints, list)
-            else [],
-            binding_conditions=_str_list(raw.get("bindingConditions")),
-            binding_failure_conditions=_str_list(raw.get("bindingFailureConditions")),
-            binds_to_node=raw.get("bindsToNode") is True,
-            allow_multiple_allocations=amulti if isinstance(amulti, bool) else None,
-            node_name=str(raw.get("nodeName") or ""),
-            all_nodes=raw.get("allNodes") is True,
-            node_selector=NodeSelector.parse(ns) if isinstance(ns, Mapping) else None,
-        )
-        try:
-            record.capacity = _capacity(raw.get("capacity"))
-            consumes = raw.get("consumesCounters")
-            for c in consumes if isinstance(consumes, list) else []:
-                if isinstance(c, Mapping):
-                    record.consumes_counters.append(
-                        (str(c.get("counterSet", "")), _counters(c.get("counters")))
-                    )
-        except QuantityError as e:
-            record.broken = str(e)
-        return record
+        return cls(raw)
 
 
-@dataclass(eq=False, slots=True)
 class SliceRecord:
-    """One ResourceSlice, decoded once."""
+    """One ResourceSlice: what the pools need, read once; its devices are
+    decoded when a node first needs them."""
 
-    name: str
-    driver: str
-    pool: str
-    generation: int
-    slice_count: int
-    node_name: str
-    all_nodes: bool
-    node_selector: NodeSelector | None
-    per_device_node_selection: bool
-    per_device_node_selection_set: bool
-    shared_counters: list[tuple[str, dict[str, int]]]
-    devices: list[DeviceRecord]
-    broken: str | None = None
+    __slots__ = (
+        "_devices",
+        "_raw_devices",
+        "all_nodes",
+        "broken",
+        "driver",
+        "generation",
+        "name",
+        "node_name",
+        "node_selector",
+        "per_device_node_selection",
+        "per_device_node_selection_set",
+        "pool",
+        "pool_id",
+        "shared_counters",
+        "slice_count",
+    )
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        meta = _map(raw.get("metadata")) or _EMPTY
+        spec = _map(raw.get("spec")) or _EMPTY
+        pool = _map(spec.get("pool")) or _EMPTY
+        self.name = str(meta.get("name", ""))
+        self.driver = str(spec.get("driver", ""))
+        self.pool = str(pool.get("name", ""))
+        self.pool_id: PoolID = (self.driver, self.pool)
+        self.generation = _int(pool.get("generation"))
+        self.slice_count = _int(pool.get("resourceSliceCount"))
+        self.node_name = str(spec.get("nodeName") or "")
+        self.all_nodes = spec.get("allNodes") is True
+        ns = _map(spec.get("nodeSelector"))
+        self.node_selector = NodeSelector.parse(ns) if ns is not None else None
+        per_device = spec.get("perDeviceNodeSelection")
+        self.per_device_node_selection = per_device is True
+        self.per_device_node_selection_set = per_device is not None
+        devices = spec.get("devices")
+        self._raw_devices: list[Any] = devices if isinstance(devices, list) else []
+        self._devices: list[DeviceRecord] | None = None
+        self.broken: str | None = None
+        self.shared_counters: list[tuple[str, dict[str, int]]] = []
+        shared = spec.get("sharedCounters")
+        try:
+            if isinstance(shared, list):
+                for s in shared:
+                    sm = _map(s)
+                    if sm is not None:
+                        self.shared_counters.append(
+                            (str(sm.get("name", "")), _counters(sm.get("counters")))
+                        )
+        except QuantityError as e:
+            self.broken = str(e)
+
+    @property
+    def devices(self) -> list[DeviceRecord]:
+        found = self._devices
+        if found is None:
+            found = self._devices = [
+                DeviceRecord(d) for d in self._raw_devices if _map(d) is not None
+            ]
+        return found
 
     @classmethod
     def decode(cls, raw: Mapping[str, Any]) -> SliceRecord:
-        meta = raw.get("metadata")
-        spec = raw.get("spec")
-        meta = meta if isinstance(meta, Mapping) else {}
-        spec = spec if isinstance(spec, Mapping) else {}
-        pool = spec.get("pool")
-        pool = pool if isinstance(pool, Mapping) else {}
-        ns = spec.get("nodeSelector")
-        devices = spec.get("devices")
-        per_device = spec.get("perDeviceNodeSelection")
-        record = cls(
-            name=str(meta.get("name", "")),
-            driver=str(spec.get("driver", "")),
-            pool=str(pool.get("name", "")),
-            generation=_int(pool.get("generation")),
-            slice_count=_int(pool.get("resourceSliceCount")),
-            node_name=str(spec.get("nodeName") or ""),
-            all_nodes=spec.get("allNodes") is True,
-            node_selector=NodeSelector.parse(ns) if isinstance(ns, Mapping) else None,
-            per_device_node_selection=per_device is True,
-            per_device_node_selection_set=per_device is not None,
-            shared_counters=[],
-            devices=[
-                DeviceRecord.decode(d)
-                for d in (devices if isinstance(devices, list) else [])
-                if isinstance(d, Mapping)
-            ],
-        )
-        shared = spec.get("sharedCounters")
-        try:
-            for s in shared if isinstance(shared, list) else []:
-                if isinstance(s, Mapping):
-                    record.shared_counters.append(
-                        (str(s.get("name", "")), _counters(s.get("counters")))
-                    )
-        except QuantityError as e:
-            record.broken = str(e)
-        return record
+        return cls(raw)
 
-    @property
-    def pool_id(self) -> PoolID:
-        return (self.driver, self.pool)
+
+# Decoded slices by the identity of their JSON: the snapshot keeps an
+# unchanged object's decoded JSON from one call to the next, so its decoding
+# and its devices' CEL answers carry over to the next cycle's Allocator. The
+# entry holds the JSON, so its id is not reused while cached.
+_SLICES: dict[int, tuple[Mapping[str, Any], SliceRecord]] = {}
+_SLICES_MAX = 65536
+
+
+def slice_record(raw: Mapping[str, Any]) -> SliceRecord:
+    """The decoded slice, shared by every Allocator given the same JSON
+    object."""
+    found = _SLICES.get(id(raw))
+    if found is not None and found[0] is raw:
+        return found[1]
+    record = SliceRecord(raw)
+    if len(_SLICES) >= _SLICES_MAX:
+        _SLICES.clear()
+    _SLICES[id(raw)] = (raw, record)
+    return record
 
 
 def _int(value: Any) -> int:

@@ -39,6 +39,7 @@ from berth.plugins.dynamicresources.structured.allocator import (
     NodeAllocationError,
 )
 from berth.plugins.dynamicresources.structured.cel import CelCache
+from berth.plugins.dynamicresources.structured.pools import slice_record
 from berth.plugins.dynamicresources.structured.state import AllocatedState
 
 _CASES_FILE = Path(__file__).parent / "testdata" / "allocator_cases.jsonl"
@@ -270,7 +271,14 @@ def test_one_allocator_serves_every_node_of_a_cycle() -> None:
                 f"node-{n}"
             ]
     assert cel.compiled == ['device.driver == "driver-a"']
-    assert len(allocator._cel_results) == 3  # one device of each node was looked at
+    # One device of each node was looked at, once.
+    records = [slice_record(s) for s in slices]
+    assert [len(r.devices[0].cel_answers) for r in records] == [1, 1, 1]
+    assert [len(r.devices[1].cel_answers) for r in records] == [0, 0, 0]
+    # The next cycle's Allocator reuses the decoded slices and CEL answers.
+    again = Allocator(Features(), AllocatedState(), _CLASSES, slices, cel)
+    assert again.allocate("node-1", {}, [claim]) is not None
+    assert slice_record(slices[1]) is records[1]
     assert allocator.allocate("node-9", {}, [claim]) is None
 
 
