@@ -627,6 +627,7 @@ _ENV: Final = cel.NewEnv(
 _STATUS_PREFIX: Final = re.compile(r"^[A-Z_]+: ")
 _STATUS_SUFFIX: Final = re.compile(r" \[[A-Z_]+\]$")
 _KEY_NOT_FOUND: Final = re.compile(r'^Key not found in map : "(.*)"$', re.DOTALL)
+_OTHER_KEY_NOT_FOUND: Final = re.compile(r"^Key not found in map : (.*)$", re.DOTALL)
 _UNDECLARED_FIELD: Final = re.compile(
     r"undeclared reference to 'device\.([^']*)' \(in container ''\)"
 )
@@ -757,7 +758,8 @@ def _runtime_message(message: str) -> str:
             "operation cancelled: actual cost limit exceeded "
             f"(more than {ITERATION_BUDGET} comprehension iterations in one evaluation)"
         )
-    missing = _KEY_NOT_FOUND.match(message)
+    # cel-go's "no such key" (types.NewErrFromString of a missing key).
+    missing = _KEY_NOT_FOUND.match(message) or _OTHER_KEY_NOT_FOUND.match(message)
     if missing is not None:
         return f"no such key: {missing[1]}"
     return message

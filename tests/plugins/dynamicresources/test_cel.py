@@ -563,6 +563,7 @@ ERRORS: dict[str, tuple[str, type[CelError], str]] = {
         CelEvaluationError,
         "no such overload: kubernetes.Quantity expected, got kubernetes.Semver",
     ),
+    "missing-int-key": ("{1: true}[2]", CelEvaluationError, "no such key: 2"),
     "illegal-regex": ('"a".find("(") == ""', CelEvaluationError, "Illegal regex"),
     "division-by-zero": (
         'device.attributes["gpu.example.com"].index / 0 == 1',
