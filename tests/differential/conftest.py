@@ -1,10 +1,11 @@
-"""A control plane of its own for the differential suite: both schedulers see every node,
+"""A control plane of its own for the differential suite: every scheduler sees every node,
 so no other test's nodes may exist while a scenario runs. kube-scheduler (profile
-``diff-upstream``) and ``berth shim`` (profile ``diff-berth``) run for the whole session with
-the same configuration but for the profile name.
+``diff-upstream``), ``berth shim`` hosting the plugin service in-process (``diff-berth``) and
+``berth shim`` calling ``berth serve`` over gRPC (``diff-berth-grpc``) run for the whole
+session with the same configuration but for the profile name.
 
-``BERTH_DIFF_ONLY=upstream`` runs kube-scheduler alone, with every plugin the suite can compare
-enabled (harness.ALWAYS_OUT only left out): a scenario's ``expect`` is checked against upstream
+``BERTH_DIFF_ONLY=upstream`` runs kube-scheduler alone with its real default profile
+(harness.ALWAYS_OUT left out: nothing), so a scenario's ``expect`` is checked against upstream
 before Berth has the plugins it needs. It is a tool for writing scenarios, not a pass."""
 
 from __future__ import annotations
@@ -19,8 +20,15 @@ from berth.dev.localcluster import LocalCluster, start_kube_scheduler
 from berth.dev.localcluster.binaries import default_bin_dir, require_binaries
 from berth.dev.localcluster.cluster import ClusterConfig
 from berth.kube.rest import KubeApi
-from tests.differential.harness import ALWAYS_OUT, BERTH, CONTROLLERS, UPSTREAM, config
-from tests.integration.shimtools import Shim
+from tests.differential.harness import (
+    ALWAYS_OUT,
+    BERTH,
+    BERTH_GRPC,
+    CONTROLLERS,
+    UPSTREAM,
+    config,
+)
+from tests.integration.shimtools import Server, Shim, running
 
 
 @pytest.fixture(scope="session")
@@ -65,17 +73,26 @@ def schedulers(
         ):
             yield False
         return
-    berth_config = work / "berth.yaml"
-    berth_config.write_text(yaml.safe_dump(config(BERTH)))
-    shim = Shim(berth_config, cluster.scheduler_kubeconfig or cluster.kubeconfig, work / "shim.log")
-    with start_kube_scheduler(
-        cluster, work / "kube-scheduler", config=config(UPSTREAM), scheduler_name=UPSTREAM
+    kubeconfig = cluster.scheduler_kubeconfig or cluster.kubeconfig
+    in_process = work / "berth.yaml"
+    in_process.write_text(yaml.safe_dump(config(BERTH)))
+    over_grpc = work / "berth-grpc.yaml"
+    over_grpc.write_text(yaml.safe_dump(config(BERTH_GRPC)))
+    server = Server(over_grpc, work / "serve.log")
+    with (
+        start_kube_scheduler(
+            cluster, work / "kube-scheduler", config=config(UPSTREAM), scheduler_name=UPSTREAM
+        ),
+        running(server.start()),
     ):
-        shim.start()
-        try:
+        shims = [
+            Shim(in_process, kubeconfig, work / "shim.log"),
+            Shim(over_grpc, kubeconfig, work / "shim-grpc.log", server=server.address),
+        ]
+        with running(*shims):
+            for shim in shims:
+                shim.start()
             yield True
-        finally:
-            shim.stop()
 
 
 @pytest.fixture(scope="session")

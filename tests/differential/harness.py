@@ -1,27 +1,31 @@
-"""Runs one scenario under upstream kube-scheduler and under Berth on the same API server and
-compares the outcomes (tests/differential/README.md has the scenario format).
+"""Runs one scenario under upstream kube-scheduler and under each Berth (in-process and over
+gRPC, ``BERTH_PROFILES``) on the same API server and compares the outcomes
+(tests/differential/README.md has the scenario format).
 
 A scenario (``scenarios/*.yaml``) names nodes, pods already bound, incoming pods and, for
-preemption and volumes, priorities, PodDisruptionBudgets, StorageClasses, PersistentVolumes,
-PersistentVolumeClaims and CSINode limits. It runs in one of two modes:
+preemption, volumes and devices, priorities, PodDisruptionBudgets, StorageClasses,
+PersistentVolumes, PersistentVolumeClaims, CSINode limits, DeviceClasses, ResourceSlices,
+ResourceClaims and ResourceClaimTemplates. It runs in one of two modes:
 
 ``interleaved`` (scenarios that change nothing but the incoming pod's own placement): each
 incoming pod, in order, is created for kube-scheduler (profile ``diff-upstream``), its outcome
 recorded (bound to a node, or pending with its PodScheduled condition), the pod removed, then
-created again for Berth (profile ``diff-berth``, ``berth shim``) and its outcome recorded. The
+created again for each Berth (profiles ``diff-berth`` and ``diff-berth-grpc``) and its outcome
+recorded. The
 upstream copy is then put back bound where kube-scheduler put it, so both schedulers see the
 same cluster for the next incoming pod.
 
 ``sequence`` (scenarios where a scheduler changes the cluster: preemption deletes victims and
-nominates the preemptor, volume binding writes PersistentVolumes and claims): kube-scheduler
-runs the whole incoming list on a fresh copy of the scenario's pods, volumes and claims; the
-copy is removed and made again from the scenario, and Berth runs the same list on it. So both
+nominates the preemptor, volume binding writes PersistentVolumes and claims, DynamicResources
+allocates devices to ResourceClaims): kube-scheduler runs the whole incoming list on a fresh
+copy of the scenario's pods, volumes and claims; the copy is removed and made again from the
+scenario, and each Berth runs the same list on it in turn. So both
 start from the identical cluster, and a pod left pending with a nomination stays for the later
 pods of its own run, as it would in a real cluster. Each step records where the pod ended up,
 the first and the last PodScheduled=False condition it carried, the nodes it was nominated to,
 the pods it preempted (deleted, terminating or given a DisruptionTarget condition), the
-nominations it cleared on other pods, and what its claims were bound to, all read from watch
-events (a nomination may last milliseconds before the binding clears it).
+nominations it cleared on other pods, what its claims were bound to and which devices its
+ResourceClaims were allocated, all read from watch events (a nomination may last milliseconds before the binding clears it).
 
 Outcomes agree when every recorded field is equal. A scenario whose best node is not unique
 says so (``tie: [nodes]`` on the incoming pod); then any of those nodes is as right as another
@@ -48,7 +52,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,17 +68,22 @@ from berth.kube.rest import JSON, KubeApi, segment
 log = logging.getLogger(__name__)
 
 UPSTREAM = "diff-upstream"
+# Berth runs twice beside kube-scheduler: the shim hosting the plugin service in its own
+# process (BERTH), and the shim calling ``berth serve`` over gRPC (BERTH_GRPC). Each scenario
+# runs under every profile of BERTH_PROFILES and each is compared with upstream.
 BERTH = "diff-berth"
+BERTH_GRPC = "diff-berth-grpc"
+BERTH_PROFILES = (BERTH, BERTH_GRPC)
 
-# Upstream default plugins the differential config leaves out on both sides (disabling is
-# legal in both configs), and why: DynamicResources is not ported (ResourceClaims need DRA
-# drivers and ResourceSlices the scenarios do not model; README.md, "Not compared").
-ALWAYS_OUT = ("DynamicResources",)
+# Upstream default plugins left out even when kube-scheduler runs alone
+# (BERTH_DIFF_ONLY=upstream): none, upstream runs its real default profile.
+ALWAYS_OUT: tuple[str, ...] = ()
 
-# What the suite does not compare: since Berth has DefaultPreemption and the volume plugins
-# (VolumeBinding, VolumeRestrictions, VolumeZone, NodeVolumeLimits), only ALWAYS_OUT. A
-# plugin Berth lacked would go here, on both sides, until it is ported.
-NOT_COMPARED: tuple[str, ...] = ALWAYS_OUT
+# What the suite does not compare, disabled on both sides (legal in both configs), while
+# Berth lacks it: DynamicResources until its port is in (Berth's default profile leaves it
+# out, framework/config.py LEFT_OUT_REASONS). Scenarios that need it (DRA objects or pods
+# with resourceClaims, `Scenario.needs_dynamic_resources`) are skipped then, never passed.
+NOT_COMPARED: tuple[str, ...] = ("DynamicResources",)
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 
@@ -109,16 +118,16 @@ INFORMER_SETTLE = 0.5
 
 
 def config(profile: str, not_compared: Iterable[str] = NOT_COMPARED) -> dict[str, Any]:
-    """The KubeSchedulerConfiguration both sides run, but for the profile name."""
+    """The KubeSchedulerConfiguration both sides run, but for the profile name: the default
+    profile, minus ``not_compared`` (nothing at all when that is empty)."""
+    out = list(not_compared)
+    entry: dict[str, Any] = {"schedulerName": profile}
+    if out:
+        entry["plugins"] = {"multiPoint": {"disabled": [{"name": n} for n in out]}}
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
-        "profiles": [
-            {
-                "schedulerName": profile,
-                "plugins": {"multiPoint": {"disabled": [{"name": n} for n in not_compared]}},
-            }
-        ],
+        "profiles": [entry],
     }
 
 
@@ -143,6 +152,10 @@ TOP_KEYS = frozenset(
         "storageClasses",
         "persistentVolumes",
         "persistentVolumeClaims",
+        "deviceClasses",
+        "resourceSlices",
+        "resourceClaims",
+        "resourceClaimTemplates",
     }
 )
 NODE_KEYS = frozenset(
@@ -182,12 +195,31 @@ POD_KEYS = frozenset(
         "priority",
         "preemptionPolicy",
         "volumes",
+        "resourceClaims",
         "gracePeriod",
         "tie",
         "expect",
     }
 )
-EXPECT_KEYS = frozenset({"node", "pending", "message", "nominated", "victims", "cleared", "claims"})
+EXPECT_KEYS = frozenset(
+    {"node", "pending", "message", "nominated", "victims", "cleared", "claims", "devices"}
+)
+# resource.k8s.io/v1 objects: DeviceClass ``{name, selectors: [CEL], extendedResourceName}``,
+# ResourceSlice ``{name, driver, pool (default: the node), node | allNodes | nodeSelector,
+# devices (as the API spells them), sharedCounters}``, ResourceClaim ``{name, namespace,
+# devices (spec.devices as the API spells it)}``, ResourceClaimTemplate ``{name, devices}``.
+DEVICE_CLASS_KEYS = frozenset({"name", "selectors", "extendedResourceName"})
+SLICE_KEYS = frozenset(
+    {"name", "driver", "pool", "node", "allNodes", "nodeSelector", "devices", "sharedCounters"}
+)
+RESOURCE_CLAIM_KEYS = frozenset({"name", "namespace", "devices"})
+CLAIM_TEMPLATE_KEYS = frozenset({"name", "devices"})
+RESOURCE_API = "/apis/resource.k8s.io/v1"
+# Annotations of claims made for a pod (k8s.io/api resource/v1 types.go and
+# pkg/controller/resourceclaim): the pod claim a template's claim was made for, and the claim
+# the scheduler makes for DRA-backed extended resources.
+ANN_POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
+ANN_EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"
 PDB_KEYS = frozenset({"name", "namespace", "selector", "disruptionsAllowed", "disruptedPods"})
 CLASS_KEYS = frozenset(
     {"name", "provisioner", "volumeBindingMode", "allowedTopologies", "parameters"}
@@ -254,6 +286,10 @@ class Scenario:
     storage_classes: list[dict[str, Any]] = field(default_factory=list)
     volumes: list[dict[str, Any]] = field(default_factory=list)
     claims: list[dict[str, Any]] = field(default_factory=list)
+    device_classes: list[dict[str, Any]] = field(default_factory=list)
+    slices: list[dict[str, Any]] = field(default_factory=list)
+    resource_claims: list[dict[str, Any]] = field(default_factory=list)
+    claim_templates: list[dict[str, Any]] = field(default_factory=list)
     mode: str = INTERLEAVED
 
     @classmethod
@@ -280,6 +316,10 @@ class Scenario:
             storage_classes=_entries(path, doc, "storageClasses", CLASS_KEYS),
             volumes=_entries(path, doc, "persistentVolumes", PV_KEYS),
             claims=_entries(path, doc, "persistentVolumeClaims", PVC_KEYS),
+            device_classes=_entries(path, doc, "deviceClasses", DEVICE_CLASS_KEYS),
+            slices=_entries(path, doc, "resourceSlices", SLICE_KEYS),
+            resource_claims=_entries(path, doc, "resourceClaims", RESOURCE_CLAIM_KEYS),
+            claim_templates=_entries(path, doc, "resourceClaimTemplates", CLAIM_TEMPLATE_KEYS),
         )
         scenario.mode = scenario._resolve_mode(path, doc.get("mode"))
         scenario._check(path)
@@ -294,8 +334,20 @@ class Scenario:
             or self.storage_classes
             or self.volumes
             or self.claims
+            or self.needs_dynamic_resources()
             or any("priority" in p or "preemptionPolicy" in p or "volumes" in p for p in pods)
             or any(n.get("csiDrivers") for n in self.nodes)
+        )
+
+    def needs_dynamic_resources(self) -> bool:
+        """Does the scenario use DRA (device classes, slices, claims, pods with
+        resourceClaims)? Then DynamicResources allocates devices and writes claims."""
+        return bool(
+            self.device_classes
+            or self.slices
+            or self.resource_claims
+            or self.claim_templates
+            or any(p.get("resourceClaims") for p in [*self.existing, *self.incoming])
         )
 
     def _resolve_mode(self, path: Path, mode: Any) -> str:
@@ -324,6 +376,8 @@ class Scenario:
         for key, entries in (
             ("storageClasses", self.storage_classes),
             ("persistentVolumes", self.volumes),
+            ("deviceClasses", self.device_classes),
+            ("resourceSlices", self.slices),
         ):
             for i, entry in enumerate(entries):
                 if not str(entry["name"]).startswith("d-"):
@@ -332,6 +386,30 @@ class Scenario:
                         "(and be unique across scenarios)"
                     )
         node_names = {str(n["name"]) for n in self.nodes}
+        for i, sl in enumerate(self.slices):
+            at = f"{path}: resourceSlices[{i}]"
+            if not isinstance(sl.get("driver"), str):
+                raise ScenarioError(f"{at}.driver: required, a driver name")
+            places = [k for k in ("node", "allNodes", "nodeSelector") if sl.get(k)]
+            if len(places) != 1:
+                raise ScenarioError(
+                    f"{at}: exactly one of node, allNodes, nodeSelector is needed, got {places}"
+                )
+            if sl.get("node") and sl["node"] not in node_names:
+                raise ScenarioError(f"{at}.node: must name one of the nodes, got {sl['node']!r}")
+            if not sl.get("pool") and not sl.get("node"):
+                raise ScenarioError(f"{at}.pool: required when the slice names no node")
+            if not isinstance(sl.get("devices") or [], list):
+                raise ScenarioError(f"{at}.devices: must be a list of devices")
+        for key, entries in (
+            ("resourceClaims", self.resource_claims),
+            ("resourceClaimTemplates", self.claim_templates),
+        ):
+            for i, entry in enumerate(entries):
+                if not isinstance(entry.get("devices"), dict):
+                    raise ScenarioError(
+                        f"{path}: {key}[{i}].devices: required, a claim's spec.devices"
+                    )
         for where, pods in (("existing", self.existing), ("incoming", self.incoming)):
             for i, p in enumerate(pods):
                 at = f"{path}: {where}[{i}]"
@@ -354,8 +432,8 @@ class Scenario:
                         )
                     if self.mode == INTERLEAVED and set(expect) - {"node", "pending", "message"}:
                         raise ScenarioError(
-                            f"{at}.expect: nominated, victims, cleared and claims need the "
-                            "sequence mode"
+                            f"{at}.expect: nominated, victims, cleared, claims and devices "
+                            "need the sequence mode"
                         )
                 if p.get("tie") and self.mode == SEQUENCE and i != len(pods) - 1:
                     raise ScenarioError(
@@ -478,9 +556,15 @@ def pod_object(spec: dict[str, Any], namespace: str, scheduler: str, scenario_ns
         "overhead",
         "topologySpreadConstraints",
         "volumes",
+        "resourceClaims",
     ):
         if key in spec:
             podspec[key] = spec[key]
+    if spec.get("resourceClaims"):
+        # The container uses every claim of the pod, as a workload would.
+        container.setdefault("resources", {})["claims"] = [
+            {"name": c["name"]} for c in spec["resourceClaims"]
+        ]
     if "priority" in spec or "preemptionPolicy" in spec:
         podspec["priorityClassName"] = priority_class_name(
             scenario_ns or namespace, int(spec.get("priority", 0)), spec.get("preemptionPolicy")
@@ -593,6 +677,96 @@ def pvc_object(spec: dict[str, Any], namespace: str) -> JSON:
         "metadata": meta,
         "spec": pvc_spec,
     }
+
+
+def device_class_object(spec: dict[str, Any]) -> JSON:
+    class_spec: JSON = {
+        "selectors": [{"cel": {"expression": str(e)}} for e in spec.get("selectors") or ()]
+    }
+    if spec.get("extendedResourceName"):
+        class_spec["extendedResourceName"] = str(spec["extendedResourceName"])
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": spec["name"]},
+        "spec": class_spec,
+    }
+
+
+def resource_slice_object(spec: dict[str, Any], slice_count: int) -> JSON:
+    """One slice of a pool (default: named after its node) that ``slice_count`` slices of
+    the scenario make up, all of generation 1."""
+    pool = str(spec.get("pool") or spec["node"])
+    slice_spec: JSON = {
+        "driver": spec["driver"],
+        "pool": {"name": pool, "generation": 1, "resourceSliceCount": slice_count},
+        "devices": list(spec.get("devices") or []),
+    }
+    if spec.get("node"):
+        slice_spec["nodeName"] = spec["node"]
+    elif spec.get("allNodes"):
+        slice_spec["allNodes"] = True
+    else:
+        slice_spec["nodeSelector"] = spec["nodeSelector"]
+    if spec.get("sharedCounters"):
+        slice_spec["sharedCounters"] = spec["sharedCounters"]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": spec["name"]},
+        "spec": slice_spec,
+    }
+
+
+def resource_claim_object(spec: dict[str, Any], namespace: str) -> JSON:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": spec["name"], "namespace": namespace},
+        "spec": {"devices": spec["devices"]},
+    }
+
+
+def claim_template_object(spec: dict[str, Any], namespace: str) -> JSON:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": spec["name"], "namespace": namespace},
+        "spec": {"spec": {"devices": spec["devices"]}},
+    }
+
+
+def _claims_path(namespace: str) -> str:
+    return f"{RESOURCE_API}/namespaces/{segment(namespace)}/resourceclaims"
+
+
+def device_claim_key(claim: JSON) -> str:
+    """How outcomes name a ResourceClaim: its name, or for one made for a pod (from a
+    template by the resourceclaim controller, or for extended resources by the scheduler,
+    both with generated names) ``<pod>:<pod claim>`` and ``<pod>:extended-resources``."""
+    meta = claim["metadata"]
+    annotations = meta.get("annotations") or {}
+    owner = next(
+        (o["name"] for o in meta.get("ownerReferences") or () if o.get("kind") == "Pod"), ""
+    )
+    if annotations.get(ANN_EXTENDED_RESOURCE_CLAIM) == "true":
+        return f"{owner}:extended-resources"
+    if ANN_POD_CLAIM_NAME in annotations:
+        return f"{owner}:{annotations[ANN_POD_CLAIM_NAME]}"
+    return str(meta["name"])
+
+
+def device_allocation(claim: JSON) -> str:
+    """A claim's allocation as ``driver/pool/device`` entries (sorted, comma-separated),
+    then ``@`` and the pods it is reserved for; "" when not allocated."""
+    status = claim.get("status") or {}
+    allocation = status.get("allocation")
+    if not allocation:
+        return ""
+    results = (allocation.get("devices") or {}).get("results") or []
+    devices = sorted(f"{r['driver']}/{r['pool']}/{r['device']}" for r in results)
+    reserved = sorted(str(r.get("name", "")) for r in status.get("reservedFor") or ())
+    return ",".join(devices) + "@" + ",".join(reserved)
 
 
 def claim_ref(pvc: JSON) -> JSON:
@@ -722,7 +896,21 @@ class World:
             kube.create("/apis/scheduling.k8s.io/v1/priorityclasses", pc)
         for sc in s.storage_classes:
             kube.create("/apis/storage.k8s.io/v1/storageclasses", storage_class_object(sc))
+        for dc in s.device_classes:
+            kube.create(f"{RESOURCE_API}/deviceclasses", device_class_object(dc))
+        pools: dict[tuple[str, str], int] = {}
+        for sl in s.slices:
+            key = (str(sl["driver"]), str(sl.get("pool") or sl["node"]))
+            pools[key] = pools.get(key, 0) + 1
         objects.create_nodes(kube, [node_object(n) for n in s.nodes])
+        for sl in s.slices:
+            count = pools[(str(sl["driver"]), str(sl.get("pool") or sl["node"]))]
+            kube.create(f"{RESOURCE_API}/resourceslices", resource_slice_object(sl, count))
+        for tpl in s.claim_templates:
+            kube.create(
+                f"{RESOURCE_API}/namespaces/{segment(self.namespace)}/resourceclaimtemplates",
+                claim_template_object(tpl, self.namespace),
+            )
         for n in s.nodes:
             csinode = csinode_object(n)
             if csinode is not None:
@@ -769,6 +957,9 @@ class World:
                 kube.merge_patch(f"{path}/status", {"status": {"phase": "Lost"}})
             if spec.get("deleting"):
                 kube.delete(path)
+        for spec in s.resource_claims:
+            ns = self.pod_namespace(spec)
+            kube.create(_claims_path(ns), resource_claim_object(spec, ns))
         if s.existing:
             objects.create_pods(kube, [self.pod(p, "nobody") for p in s.existing])
 
@@ -793,6 +984,11 @@ class World:
             if v["metadata"]["name"] in {str(x["name"]) for x in self.scenario.volumes}
             or str(v["metadata"]["name"]).startswith(self.provisioned_name(""))
         ]
+        # ResourceClaims too, generated ones included: a scheduler's allocation (and its
+        # delete-protection finalizer) must not reach the next run.
+        for ns in self.namespaces:
+            for c in kube.get(_claims_path(ns))["items"]:
+                claim_paths.append(f"{_claims_path(ns)}/{segment(c['metadata']['name'])}")
         for path in [*claim_paths, *volume_paths]:
             _ignore_missing(lambda path=path: kube.delete(path))
             _ignore_missing(
@@ -837,6 +1033,18 @@ class World:
                 f"storageclass {sc['name']}",
                 lambda path=path: _ignore_missing(lambda: kube.delete(path)),
             )
+        for sl in s.slices:
+            path = f"{RESOURCE_API}/resourceslices/{sl['name']}"
+            attempt(
+                f"resourceslice {sl['name']}",
+                lambda path=path: _ignore_missing(lambda: kube.delete(path)),
+            )
+        for dc in s.device_classes:
+            path = f"{RESOURCE_API}/deviceclasses/{dc['name']}"
+            attempt(
+                f"deviceclass {dc['name']}",
+                lambda path=path: _ignore_missing(lambda: kube.delete(path)),
+            )
         node_names = [str(n["name"]) for n in s.nodes]
         for name in node_names:
             path = f"/apis/storage.k8s.io/v1/csinodes/{name}"
@@ -866,6 +1074,21 @@ class World:
                         str(ann.get(ANN_SELECTED_NODE, "")),
                     )
                 )
+        return tuple(sorted(out))
+
+    def devices_state(self, kube: KubeApi) -> tuple[tuple[str, str], ...]:
+        """Every ResourceClaim of the scenario's namespaces with its allocation
+        (`device_claim_key`, `device_allocation`)."""
+        out: list[tuple[str, str]] = []
+        for ns in self.namespaces:
+            pods = {p["metadata"]["uid"] for p in kube.get(_pods_path(ns))["items"]}
+            for c in kube.get(_claims_path(ns))["items"]:
+                owners = [
+                    o for o in c["metadata"].get("ownerReferences") or () if o.get("kind") == "Pod"
+                ]
+                if owners and owners[0].get("uid") not in pods:
+                    continue  # its pod is gone; the garbage collector deletes it in its time
+                out.append((self.key(ns, device_claim_key(c)), device_allocation(c)))
         return tuple(sorted(out))
 
 
@@ -1009,6 +1232,7 @@ class StepOutcome:
     victims: tuple[str, ...] = ()  # pods deleted, terminating or marked DisruptionTarget
     cleared: tuple[str, ...] = ()  # other pods whose nomination went away while pending
     claims: tuple[tuple[str, str, str], ...] = ()  # (claim, volumeName, selected-node), all
+    devices: tuple[tuple[str, str], ...] = ()  # (ResourceClaim, allocation), all
 
     def __str__(self) -> str:
         parts = [f"bound to {self.node}" if self.node else "pending"]
@@ -1025,6 +1249,10 @@ class StepOutcome:
         if self.claims:
             parts.append(
                 "claims " + ", ".join(f"{c}->{v or '-'}@{n or '-'}" for c, v, n in self.claims)
+            )
+        if self.devices:
+            parts.append(
+                "device claims " + ", ".join(f"{c}->{a or 'unallocated'}" for c, a in self.devices)
             )
         return "; ".join(parts)
 
@@ -1316,6 +1544,7 @@ class Comparison:
     declared_tie: set[str] = field(default_factory=set)
     # What upstream did that the scenario's ``expect`` says it should not have.
     unexpected: list[str] = field(default_factory=list)
+    profile: str = BERTH  # which Berth (BERTH_PROFILES)
 
     @property
     def agrees(self) -> bool:
@@ -1328,7 +1557,7 @@ class Comparison:
                 b.cleared,
             ):
                 return False
-            if not self.declared_tie and u.claims != b.claims:
+            if not self.declared_tie and (u.claims, u.devices) != (b.claims, b.devices):
                 return False
         if u.node and b.node:
             if not self.declared_tie:
@@ -1348,7 +1577,7 @@ class Comparison:
         tie = f" (Berth's best: {sorted(self.tied)})" if len(self.tied) > 1 else ""
         if self.declared_tie:
             tie += f" (declared tie: {sorted(self.declared_tie)})"
-        return f"{self.pod}: kube-scheduler {self.upstream}; berth {self.berth}{tie}"
+        return f"{self.pod}: kube-scheduler {self.upstream}; {self.profile} {self.berth}{tie}"
 
 
 def unexpected(spec: Mapping[str, Any], outcome: Outcome | StepOutcome) -> list[str]:
@@ -1381,6 +1610,15 @@ def unexpected(spec: Mapping[str, Any], outcome: Outcome | StepOutcome) -> list[
                 f"{name}: expected cleared nominations {sorted(expect['cleared'])}, "
                 f"kube-scheduler: {outcome}"
             )
+        if "devices" in expect:
+            got_devices = dict(outcome.devices)
+            for claim, allocation in expect["devices"].items():
+                got = got_devices.get(claim, "").partition("@")[0]
+                if got != allocation:
+                    out.append(
+                        f"{name}: expected claim {claim} allocated {allocation!r}, "
+                        f"kube-scheduler: {got!r}"
+                    )
         if "claims" in expect:
             got_claims = {c: v for c, v, _ in outcome.claims}
             for claim, volume in expect["claims"].items():
@@ -1396,11 +1634,16 @@ def unexpected(spec: Mapping[str, Any], outcome: Outcome | StepOutcome) -> list[
 
 
 def run(
-    kube: KubeApi, scenario: Scenario, namespace: str, *, berth: bool = True
+    kube: KubeApi,
+    scenario: Scenario,
+    namespace: str,
+    *,
+    berth: Sequence[str] = BERTH_PROFILES,
 ) -> list[Comparison]:
-    """Creates the scenario's objects, compares each incoming pod, removes the objects.
-    With ``berth`` False only kube-scheduler runs (the scenario's ``expect`` is still checked;
-    the Berth side repeats upstream's outcome)."""
+    """Creates the scenario's objects, compares each incoming pod under kube-scheduler with
+    each Berth profile of ``berth``, removes the objects. With ``berth`` empty only
+    kube-scheduler runs (the scenario's ``expect`` is still checked; one Comparison per pod
+    repeats upstream's outcome as Berth's)."""
     world = World(scenario, namespace)
     try:
         world.setup(kube)
@@ -1411,7 +1654,7 @@ def run(
         world.teardown(kube)
 
 
-def _run_interleaved(kube: KubeApi, world: World, berth: bool) -> list[Comparison]:
+def _run_interleaved(kube: KubeApi, world: World, berth: Sequence[str]) -> list[Comparison]:
     namespace = world.namespace
     world.populate(kube)
     out: list[Comparison] = []
@@ -1421,23 +1664,25 @@ def _run_interleaved(kube: KubeApi, world: World, berth: bool) -> list[Compariso
         kube.create(_pods_path(namespace), world.pod(spec, UPSTREAM))
         upstream = wait_outcome(kube, namespace, name)
         delete_pod(kube, namespace, name)
-        berth_outcome = upstream
-        if berth:
-            kube.create(_pods_path(namespace), world.pod(spec, BERTH))
-            berth_outcome = wait_outcome(kube, namespace, name)
+        theirs: dict[str, Outcome] = {}
+        for profile in berth:
+            kube.create(_pods_path(namespace), world.pod(spec, profile))
+            theirs[profile] = wait_outcome(kube, namespace, name)
             delete_pod(kube, namespace, name)
-        out.append(
-            Comparison(
-                name,
-                upstream,
-                berth_outcome,
-                tied if berth else ({upstream.node} if upstream.node else set()),
-                set(spec.get("tie") or ()) if berth else set(),
-                unexpected(spec, upstream),
+        for profile in berth or (BERTH,):
+            out.append(
+                Comparison(
+                    name,
+                    upstream,
+                    theirs.get(profile, upstream),
+                    tied if berth else ({upstream.node} if upstream.node else set()),
+                    set(spec.get("tie") or ()) if berth else set(),
+                    unexpected(spec, upstream),
+                    profile,
+                )
             )
-        )
         if upstream.node:
-            # The next pod sees this one where kube-scheduler put it, on both sides.
+            # The next pod sees this one where kube-scheduler put it, on every side.
             kube.create(_pods_path(namespace), world.pod({**spec, "node": upstream.node}, "nobody"))
     return out
 
@@ -1462,7 +1707,13 @@ def _run_once(
             kube.create(_pods_path(world.namespace), world.pod(spec, scheduler))
             step = observe_step(watch, name, start, before)
             controller.settled()
-            step = StepOutcome(**{**step.__dict__, "claims": world.claims_state(kube)})
+            step = StepOutcome(
+                **{
+                    **step.__dict__,
+                    "claims": world.claims_state(kube),
+                    "devices": world.devices_state(kube),
+                }
+            )
             outcomes.append(step)
             log.info("%s %s %s: %s", world.namespace, scheduler, name, step)
             pod = watch.current(name) or {}
@@ -1477,23 +1728,26 @@ def _run_once(
     return outcomes
 
 
-def _run_sequence(kube: KubeApi, world: World, berth: bool) -> list[Comparison]:
+def _run_sequence(kube: KubeApi, world: World, berth: Sequence[str]) -> list[Comparison]:
     ties: dict[str, set[str]] = {}
     upstream = _run_once(kube, world, UPSTREAM, ties if berth else None)
-    theirs = _run_once(kube, world, BERTH, None) if berth else upstream
+    runs = {profile: _run_once(kube, world, profile, None) for profile in berth}
     out: list[Comparison] = []
-    for spec, u, b in zip(world.scenario.incoming, upstream, theirs, strict=True):
-        tied = ties.get(spec["name"], set()) if berth else ({u.node} if u.node else set())
-        out.append(
-            Comparison(
-                spec["name"],
-                u,
-                b,
-                tied,
-                set(spec.get("tie") or ()) if berth else set(),
-                unexpected(spec, u),
+    for profile in berth or (BERTH,):
+        theirs = runs.get(profile, upstream)
+        for spec, u, b in zip(world.scenario.incoming, upstream, theirs, strict=True):
+            tied = ties.get(spec["name"], set()) if berth else ({u.node} if u.node else set())
+            out.append(
+                Comparison(
+                    spec["name"],
+                    u,
+                    b,
+                    tied,
+                    set(spec.get("tie") or ()) if berth else set(),
+                    unexpected(spec, u),
+                    profile,
+                )
             )
-        )
     return out
 
 
