@@ -240,6 +240,11 @@ class NodeGPUs:
         """The source as messages name it, e.g. ``GFD labels``."""
         return self.source.value
 
+    def explain(self) -> str:
+        """The source and what about it matters, for a rejection, e.g.
+        ``GFD labels; no nvidia.com/gpu.memory label: memory unknown``."""
+        return f"{self.source.value}; {self.detail}" if self.detail else self.source.value
+
 
 def parse_memory(value: object) -> int:
     """A memory amount in bytes (rounded up) from a quantity string or an

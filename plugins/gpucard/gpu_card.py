@@ -295,7 +295,7 @@ class GPUCardFit(
         )
         best = use.best_fit(gpus.cards, need)
         if best is None:
-            return gpus, None, 0, Status.unresolvable(f"{REASON_NO_CARD} ({gpus.name()})")
+            return gpus, None, 0, Status.unresolvable(f"{REASON_NO_CARD} ({gpus.explain()})")
         return gpus, best, use.free[best], SUCCESS
 
     # -- extension points --------------------------------------------------------------

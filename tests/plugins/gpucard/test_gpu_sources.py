@@ -192,7 +192,7 @@ CASES: list[tuple[str, dict[str, str], dict[str, str], list[Any], list[pb.Pod], 
         [],
         [],
         "1Gi",
-        "GFD labels",
+        "GFD labels; no nvidia.com/gpu.memory label: memory unknown",
     ),
     ("HAMi: a 32Gi card", {}, {HAMI_ANNOTATION: HAMI_2X32}, [], [], "32Gi", ""),
     (

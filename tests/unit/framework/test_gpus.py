@@ -8,6 +8,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from berth.framework.gpus import (
     HAMI_ANNOTATION,
@@ -479,3 +481,83 @@ def test_card_consumes() -> None:
 def test_dra_driver_errors(drivers: list[str], error: str) -> None:
     errors = dra_driver_errors(drivers)
     assert (errors[0][: len(error)] if errors else "") == error
+
+
+# -- hostile input: nothing raises ----------------------------------------------------------
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["id", "count", "devmem", "devcore", "type", "health", "x"]),
+            children,
+            max_size=5,
+        )
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(
+    text=st.one_of(
+        st.text(max_size=200),
+        _JSONISH.map(json.dumps),
+        st.lists(st.text(alphabet="GPU-01,:tru", max_size=30), max_size=5).map(":".join),
+    )
+)
+def test_hami_parser_never_raises(text: str) -> None:
+    got = parse_hami_annotation(text)
+    assert got.source is Source.HAMI
+    # Either cards or a reason, never both.
+    assert not (got.problem and got.cards)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(
+    labels=st.dictionaries(
+        st.sampled_from(
+            ["nvidia.com/gpu.count", "nvidia.com/gpu.memory", "nvidia.com/gpu.replicas"]
+        ),
+        st.text(max_size=30),
+    )
+)
+def test_gfd_parser_never_raises(labels: dict[str, str]) -> None:
+    assert parse_gfd_labels({"nvidia.com/gpu.count": "1", **labels}).source is Source.GFD
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@given(
+    spec=st.dictionaries(
+        st.sampled_from(["driver", "nodeName", "pool", "devices", "sharedCounters"]),
+        _JSONISH,
+        max_size=5,
+    ),
+    devices=st.lists(
+        st.dictionaries(
+            st.sampled_from(["name", "attributes", "capacity", "consumesCounters", "taints", "x"]),
+            _JSONISH,
+        ),
+        max_size=4,
+    ),
+    status=_JSONISH,
+)
+def test_dra_inventory_never_raises(
+    spec: dict[str, Any], devices: list[dict[str, Any]], status: Any
+) -> None:
+    slice_spec = {
+        "driver": DRIVER,
+        "nodeName": "n1",
+        "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+        "devices": devices,
+        **spec,
+    }
+    objects = [
+        make_object(RESOURCE_SLICES, "s", spec=slice_spec),
+        make_object(RESOURCE_CLAIMS, "c", status=status),
+    ]
+    snap = snapshot_of([make_node("n1").obj()], objects=objects)
+    inventory = DraInventory(snap, [DRIVER])
+    got = inventory.node_gpus("n1")
+    assert got is None or got.source is Source.DRA
