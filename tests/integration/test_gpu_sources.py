@@ -12,6 +12,10 @@ A pod needing 60Gi on one card fits only the free DRA device and gets it (PreBin
 card (the DRA device went whole to the first pod) and gets card ``0``; another 60Gi pod
 fits nowhere and waits with both sources named in its FailedScheduling message. The
 claim's allocation released, it binds to the DRA node.
+
+GPUPriorityPlugin on the same two kinds of node: a pod lands on the node with more free GPUs
+by its source (4 free DRA devices over 2 GFD cards), and once claims hold 3 of the devices,
+on the GFD node.
 """
 
 from __future__ import annotations
@@ -72,17 +76,17 @@ def gpu_pod(namespace: str, name: str, profile: str, need: str) -> JSON:
     return pod
 
 
-def allocated_claim(kube: KubeApi, namespace: str, pool: str, dev: str) -> str:
+def allocated_claim(kube: KubeApi, namespace: str, pool: str, dev: str, name: str = "held") -> str:
     """A ResourceClaim allocated to ``dev`` of ``pool`` (status written as the scheduler
     writes it, through the status subresource); returns its path."""
     claim: dict[str, Any] = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"name": "held", "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
     }
     kube.create(claims_path(namespace), claim)
-    path = f"{claims_path(namespace)}/held"
+    path = f"{claims_path(namespace)}/{name}"
     result = {"request": "gpu", "driver": "gpu.nvidia.com", "pool": pool, "device": dev}
     kube.merge_patch(
         f"{path}/status", {"status": {"allocation": {"devices": {"results": [result]}}}}
@@ -152,3 +156,38 @@ def test_pods_land_where_resource_slices_and_gfd_labels_say(
     assert "Traceback" not in server.text() + shim.text()
     # The shim names where the cards came from when it reserves one.
     assert "cards from ResourceSlices" in server.text() + shim.text()
+
+
+def test_gpu_priority_counts_free_gpus_from_slices_and_gfd_labels(
+    cluster: Cluster,
+    kube: KubeApi,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    slices: list[str],
+    tmp_path: Path,
+) -> None:
+    profile = profile_for(namespace)
+    size: dict[str, Any] = {"cpu": "32", "memory": "128Gi", "labels": {"group": "gpu"}}
+    dra_node = node_names(fake_nodes(1, prefix="dra", **size))[0]
+    gfd_node = node_names(fake_nodes(1, prefix="gfd", **size))[0]
+    gfd = {"nvidia.com/gpu.count": "2", "nvidia.com/gpu.memory": "40960"}
+    kube.merge_patch(f"/api/v1/nodes/{gfd_node}", {"metadata": {"labels": gfd}})
+    name = f"{dra_node}-gpu.nvidia.com"
+    kube.create(SLICES, slice_json(name, dra_node, [device(f"gpu-{i}") for i in range(4)]))
+    slices.append(name)
+
+    config = example_config_as("gpupriority", "custom-scheduler", profile, tmp_path / "config.yaml")
+    shim = Shim(config, cluster.kubeconfig, tmp_path / "shim.log")
+    with running(shim.start()):
+        objects.create_pods(kube, [gpu_pod(namespace, "first", profile, "1Gi")])
+        assert wait_node_of(kube, namespace, "first", shim) == dra_node
+    assert "Traceback" not in shim.text()
+    # Claims hold three of the four devices: 1 free there, 2 on the GFD node. A shim started
+    # now lists the claims before it schedules (no race with their watch events).
+    for i in range(3):
+        allocated_claim(kube, namespace, dra_node, f"gpu-{i}", name=f"held-{i}")
+    shim = Shim(config, cluster.kubeconfig, tmp_path / "shim-2.log")
+    with running(shim.start()):
+        objects.create_pods(kube, [gpu_pod(namespace, "second", profile, "1Gi")])
+        assert wait_node_of(kube, namespace, "second", shim) == gfd_node
+    assert "Traceback" not in shim.text()
