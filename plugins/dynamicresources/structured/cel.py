@@ -80,10 +80,12 @@ _RESOURCE_SLICE_MAX_ATTRIBUTE_VALUES_PER_DEVICE: Final = 48
 # CEL C++'s comprehension iteration budget for one evaluation (fixed by the
 # cel-expr-python runtime); see the module docstring.
 ITERATION_BUDGET: Final = 10_000
-# Device views (a device's CEL variables and its selectors' answers) kept per
-# CelCache, about 2.5 KB each for a device of 18 attributes.
-_DEVICE_VIEWS: Final = 16_384
-# Selector answers kept per device view (dropped all at once beyond this).
+# Devices whose selector answers a CelCache keeps (about 300 bytes each), and
+# of those the most recent whose CEL views it keeps (about 2.5 KB each for a
+# device of 18 attributes): 5000 nodes of 8 GPUs fit.
+_DEVICES: Final = 65_536
+_DEVICE_VIEWS: Final = 4_096
+# Selector answers kept per device (dropped all at once beyond this).
 _RESULTS_PER_DEVICE: Final = 64
 # A failed lookup of a domain nobody has is retried with that domain as an
 # empty map at most this many times per evaluation (see _evaluate).
@@ -697,16 +699,19 @@ class CompiledSelector:
         environment cannot represent."""
         if self._over_budget:
             raise CelEvaluationError(self._over_budget)
-        view = self._views.get(driver, device)
+        entry = self._views.device(driver, device)
         # A selector's answer depends on the device alone, so it is kept with
-        # the device's view: the same class or request selector over the same
+        # the device: the same class or request selector over the same
         # device, for the next pod or node, costs one dictionary look-up.
-        known = view.results.get(self.expression)
+        known = entry.answers.get(self.expression)
         if known is None:
-            known = self._answer(view)
-            if len(view.results) >= _RESULTS_PER_DEVICE:
-                view.results.clear()
-            view.results[self.expression] = known
+            try:
+                known = self._answer(self._views.view(driver, entry))
+            except CelEvaluationError as err:
+                known = err
+            if len(entry.answers) >= _RESULTS_PER_DEVICE:
+                entry.answers.clear()
+            entry.answers[self.expression] = known
         if isinstance(known, CelEvaluationError):
             raise CelEvaluationError(known.message)
         return known
@@ -806,7 +811,7 @@ class _DeviceView:
     PyCelArena found"), and with the answers kept here a device is evaluated
     about once per selector anyway."""
 
-    __slots__ = ("attributes", "capacity", "data", "driver", "multi", "results")
+    __slots__ = ("attributes", "capacity", "data", "driver", "multi")
 
     def __init__(
         self,
@@ -820,8 +825,6 @@ class _DeviceView:
         self.attributes = attributes
         self.capacity = capacity
         self.data = {_DRIVER: driver, _MULTI: multi, _ATTRIBUTES: attributes, _CAPACITY: capacity}
-        # Answers by expression (see CompiledSelector.matches).
-        self.results: dict[str, bool | CelEvaluationError] = {}
 
     @classmethod
     def build(cls, driver: str, device: Mapping[str, Any]) -> _DeviceView:
@@ -859,37 +862,62 @@ def _entries(device: Mapping[str, Any], field: str) -> list[tuple[str, Any]]:
     return [(str(name), value) for name, value in entries.items()]
 
 
+class _Device:
+    """What is kept of one device: selectors' answers by expression, and
+    while it is recent its CEL view. Holding the device keeps its identity
+    from being reused while cached."""
+
+    __slots__ = ("answers", "device", "view")
+
+    def __init__(self, device: Mapping[str, Any]) -> None:
+        self.device = device
+        self.answers: dict[str, bool | CelEvaluationError] = {}
+        self.view: _DeviceView | CelEvaluationError | None = None
+
+
 class _DeviceViews:
-    """Device views by (driver, device mapping identity), LRU-bounded and
-    thread-safe. A view keeps its device alive, so an identity is never
-    reused while cached; a device is read once, so a mapping must not change
-    after it was matched (ResourceSlices in a snapshot never do)."""
+    """Devices by (driver, device mapping identity), LRU-bounded and
+    thread-safe: answers for up to ``max_devices`` (a few hundred bytes
+    each), views for the ``max_views`` most recently built (a few KB each).
+    A device is read once, so a mapping must not change after it was
+    matched (ResourceSlices in a snapshot never do)."""
 
-    def __init__(self, max_entries: int) -> None:
-        self._max = max_entries
+    def __init__(self, max_devices: int, max_views: int) -> None:
+        self._max_devices = max_devices
+        self._max_views = max_views
         self._lock = threading.Lock()
-        self._views: OrderedDict[
-            tuple[str, int], tuple[Mapping[str, Any], _DeviceView | CelEvaluationError]
-        ] = OrderedDict()
+        self._devices: OrderedDict[tuple[str, int], _Device] = OrderedDict()
+        self._with_views: OrderedDict[tuple[str, int], _Device] = OrderedDict()
 
-    def get(self, driver: str, device: Mapping[str, Any]) -> _DeviceView:
+    def device(self, driver: str, device: Mapping[str, Any]) -> _Device:
         key = (driver, id(device))
         with self._lock:
-            cached = self._views.get(key)
-            if cached is not None:
-                self._views.move_to_end(key)
-        if cached is None:
-            view: _DeviceView | CelEvaluationError
+            found = self._devices.get(key)
+            if found is not None:
+                self._devices.move_to_end(key)
+                return found
+            found = self._devices[key] = _Device(device)
+            if len(self._devices) > self._max_devices:
+                dropped_key, dropped = self._devices.popitem(last=False)
+                dropped.view = None
+                self._with_views.pop(dropped_key, None)
+            return found
+
+    def view(self, driver: str, entry: _Device) -> _DeviceView:
+        view = entry.view
+        if view is None:
             try:
-                view = _DeviceView.build(driver, device)
+                view = _DeviceView.build(driver, entry.device)
             except CelEvaluationError as err:
                 view = err
-            cached = (device, view)
+            key = (driver, id(entry.device))
             with self._lock:
-                self._views[key] = cached
-                if len(self._views) > self._max:
-                    self._views.popitem(last=False)
-        view = cached[1]
+                entry.view = view
+                self._with_views[key] = entry
+                self._with_views.move_to_end(key)
+                while len(self._with_views) > self._max_views:
+                    _, old = self._with_views.popitem(last=False)
+                    old.view = None
         if isinstance(view, CelEvaluationError):
             raise CelEvaluationError(view.message)
         return view
@@ -951,7 +979,7 @@ class CelCache:
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, CompiledSelector] = OrderedDict()
         self._compiling: dict[str, threading.Lock] = {}
-        self._views = _DeviceViews(_DEVICE_VIEWS)
+        self._views = _DeviceViews(_DEVICES, _DEVICE_VIEWS)
 
     def __len__(self) -> int:
         with self._lock:

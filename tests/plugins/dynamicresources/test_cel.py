@@ -28,6 +28,7 @@ from berth.plugins.dynamicresources.structured import (
 from berth.plugins.dynamicresources.structured.cel import (
     CEL_SELECTOR_EXPRESSION_MAX_LENGTH,
     ITERATION_BUDGET,
+    _DeviceViews,
 )
 from berth.plugins.dynamicresources.structured.cel_cost import CostError, estimate_cost
 
@@ -957,3 +958,24 @@ def test_any_selector_ends_in_an_answer_or_a_cel_error(expression: str) -> None:
         assert err.message
         return
     assert isinstance(answer, bool)
+
+
+def test_answers_outlive_views_and_views_are_rebuilt() -> None:
+    # Answers for up to 4 devices, views for the 2 most recent.
+    cache = CelCache()
+    views = _DeviceViews(max_devices=4, max_views=2)
+    cache._views = views  # small bounds, to watch eviction
+    big = cache.compile('device.capacity["gpu.example.com"].memory.isGreaterThan(quantity("4Gi"))')
+    devices = [{"name": f"d{i}", "capacity": {"memory": {"value": f"{i}Gi"}}} for i in range(4)]
+    assert [big.matches(GPU, d) for d in devices] == [False, False, False, False]
+    first = views.device(GPU, devices[0])
+    assert first.view is None  # built, then dropped for the two most recent
+    assert first.answers == {big.expression: False}
+    # A second selector over the first device rebuilds its view.
+    small = cache.compile('device.capacity["gpu.example.com"].memory.isLessThan(quantity("1Gi"))')
+    assert small.matches(GPU, devices[0]) is True
+    assert views.device(GPU, devices[0]).view is not None
+    # A fifth device drops the least recently used one's answers.
+    fifth = {"name": "d5", "capacity": {"memory": {"value": "5Gi"}}}
+    assert big.matches(GPU, fifth) is True
+    assert views.device(GPU, devices[1]).answers == {}
