@@ -64,6 +64,7 @@ __all__ = [
     "GFD_PRODUCT_LABEL",
     "GFD_REPLICAS_LABEL",
     "HAMI_ANNOTATION",
+    "HAMI_POD_ANNOTATION",
     "MAX_CARDS",
     "MAX_CARDS_TEXT",
     "RESOURCE_CLAIMS",
@@ -80,6 +81,7 @@ __all__ = [
     "parse_card_id",
     "parse_gfd_labels",
     "parse_hami_annotation",
+    "parse_hami_pod_devices",
     "parse_memory",
     "read_node_gpus",
 ]
@@ -126,6 +128,10 @@ GFD_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 GFD_REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
 
 HAMI_ANNOTATION: Final = "hami.io/node-nvidia-register"
+# On a pod HAMi's scheduler placed: the devices each container got
+# (pkg/device/devices.go EncodeContainerDevices: ``uuid,type,usedmem,usedcores``
+# per device, each followed by ':', containers separated by ';').
+HAMI_POD_ANNOTATION: Final = "hami.io/vgpu-devices-allocated"
 
 # More cards than any node holds; every Filter call walks a node's cards.
 MAX_CARDS: Final = 64
@@ -411,6 +417,29 @@ def _hami_text(text: str) -> list[Card]:
             "per device separated by ':')"
         )
     return cards
+
+
+def parse_hami_pod_devices(text: str) -> list[tuple[str, int]]:
+    """``hami.io/vgpu-devices-allocated``: (device id, memory in bytes) per
+    device given to the pod; entries that do not parse are skipped (HAMi's
+    DecodeContainerDevices fails the same pod), at most MAX_CARDS of them
+    from at most MAX_CARDS_TEXT characters."""
+    out: list[tuple[str, int]] = []
+    if len(text) > MAX_CARDS_TEXT:
+        return out
+    for container in text.split(";"):
+        for entry in container.split(":"):
+            items = entry.split(",")
+            if len(items) < 4 or parse_card_id(items[0]) is None:
+                continue
+            try:
+                used = _small_int(items[2], "usedmem", 2**31 - 1)
+            except ValueError:
+                continue
+            out.append((items[0], used * _MIB))
+            if len(out) == MAX_CARDS:
+                return out
+    return out
 
 
 def parse_hami_annotation(text: str) -> NodeGPUs:
@@ -812,6 +841,8 @@ def card_use(
     ``card_key`` annotation names a card takes its ``memory_key`` bytes
     there (the whole card when it is exclusive). A pod a ResourceClaim
     allocating that device is reserved for is counted once, by the claim.
+    On a node HAMi describes, a pod with HAMi's
+    ``hami.io/vgpu-devices-allocated`` takes what that annotation records.
     Annotations that name no card, or a memory that is not a quantity, are
     not counted (logged at debug level)."""
     cards = gpus.cards
@@ -824,6 +855,14 @@ def card_use(
         if uid == exclude_uid:
             continue
         annotations = other.proto.annotations
+        if gpus.source is Source.HAMI and HAMI_POD_ANNOTATION in annotations:
+            # A pod HAMi's scheduler placed: what it recorded it gave the pod.
+            for device_id, used in parse_hami_pod_devices(annotations[HAMI_POD_ANNOTATION]):
+                at = position.get(device_id)
+                if at is not None:
+                    free[at] -= used
+                    pods[at] += 1
+            continue
         text = annotations.get(card_key)
         if text is None:
             continue

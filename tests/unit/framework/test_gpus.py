@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from berth.framework.gpus import (
     HAMI_ANNOTATION,
+    HAMI_POD_ANNOTATION,
     MAX_CARDS_TEXT,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
@@ -21,12 +22,14 @@ from berth.framework.gpus import (
     NodeGPUs,
     RequestPolicy,
     Source,
+    card_use,
     dra_driver_errors,
     parse_gfd_labels,
     parse_hami_annotation,
+    parse_hami_pod_devices,
     read_node_gpus,
 )
-from berth.framework.testing import make_node, make_object, snapshot_of
+from berth.framework.testing import make_node, make_object, make_pod, snapshot_of
 from tests.gpu_objects import DRIVER, claim, device, resource_slice
 
 GI = 2**30
@@ -561,3 +564,39 @@ def test_dra_inventory_never_raises(
     inventory = DraInventory(snap, [DRIVER])
     got = inventory.node_gpus("n1")
     assert got is None or got.source is Source.DRA
+
+
+# -- HAMi's pod annotation ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        pytest.param("GPU-a,NVIDIA,3000,0:;", [("GPU-a", 3000 * 2**20)], id="one container"),
+        pytest.param(
+            "GPU-a,NVIDIA,1000,10:GPU-b,NVIDIA,2000,20:;GPU-a,NVIDIA,500,5:;",
+            [("GPU-a", 1000 * 2**20), ("GPU-b", 2000 * 2**20), ("GPU-a", 500 * 2**20)],
+            id="two devices, two containers",
+        ),
+        pytest.param(";", [], id="nothing allocated"),
+        pytest.param("GPU-a,NVIDIA,lots,0:;GPU-b,NVIDIA:;", [], id="malformed entries skipped"),
+        pytest.param("GPU-a,NVIDIA,1,0:" * 2000, [], id="too long"),
+    ],
+)
+def test_hami_pod_devices(text: str, want: list[tuple[str, int]]) -> None:
+    assert parse_hami_pod_devices(text) == want
+
+
+def test_pods_hami_placed_take_what_hami_recorded() -> None:
+    node = node_with({}, {HAMI_ANNOTATION: HAMI_JSON})
+    placed = make_pod("hami").node("n1").obj()
+    placed.annotations[HAMI_POD_ANNOTATION] = "GPU-0fc3,NVIDIA,8192,30:;"
+    # A Berth card annotation on a pod HAMi placed is not counted a second time.
+    placed.annotations["berth.dev/gpu-card"] = "GPU-0fc3"
+    placed.annotations["berth.dev/gpu-memory"] = "1Gi"
+    snap = snapshot_of([node], [placed])
+    gpus = read_node_gpus(snap.nodes["n1"], None, "berth.dev/gpu-cards")
+    assert gpus is not None
+    use = card_use(gpus, snap.nodes["n1"], "berth.dev/gpu-card", "berth.dev/gpu-memory")
+    assert use.free == [24 * GI, 32 * GI]
+    assert use.pods == [1, 0]
