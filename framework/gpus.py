@@ -26,7 +26,8 @@ sources the node has (``read_node_gpus``), and name it in their decisions:
    DeviceInfo: ``id``, ``index``, ``count``, ``devmem`` MiB, ``devcore``,
    ``type``, ``health``, ...), or the older text form
    ``id,count,devmem,devcore,type,numa,health[,index,mode]`` per card, cards
-   separated by ``:`` (DecodeNodeDevices).
+   separated by ``:`` (DecodeNodeDevices). A pod HAMi's scheduler placed takes
+   what its ``hami.io/vgpu-devices-allocated`` records.
 4. **Berth's own annotation** ``berth.dev/gpu-cards``: a JSON list of each
    card's memory.
 

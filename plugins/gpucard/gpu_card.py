@@ -23,7 +23,7 @@ Extension points:
 * Filter: some card has at least the need free, or UnschedulableAndUnresolvable
   ``no free GPU card``.
 * Reserve picks the card (best fit: the card with the least free memory that
-  holds the need, lowest index among equals), keeps it in the CycleState and
+  holds the need, the first in the source's order among equals), keeps it in the CycleState and
   puts ``berth.dev/gpu-card: <card id>`` on the caller's assumed copy of the pod
   (``annotate_assumed_pod``): the next cycles, and the next pods of a batch,
   see the pod on that card, so two pods in flight never take the same memory.
