@@ -7,7 +7,12 @@
 # line. It runs upstream's own test against upstream's allocator in a
 # temporary copy of the module from the Go module cache; each case is written
 # only after upstream's assertions for it passed (hack/dra-allocator-cases/
-# dump.go). Needs Go and the module's dependencies (the Go module proxy).
+# dump.go). And testdata/allocator_random_answers.jsonl: the answers of
+# upstream's incubating allocator (hack/dra-allocator-cases/answer.go) to
+# generated problems (tests/plugins/dynamicresources/allocator_problems.py,
+# seed 1, the first 1000; those whose search takes at most 2000 steps), which
+# the test generates again. Needs Go and the module's
+# dependencies (the Go module proxy).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=hack/k8s-versions.env
@@ -46,4 +51,19 @@ with open(sys.argv[2], "w") as f:
     for c in cases:
         f.write(json.dumps(c, sort_keys=True) + "\n")
 print(f"gen-dra-allocator-cases: {len(cases)} cases -> {sys.argv[2]}")
+PY
+mkdir -p "$work/dra/structured/internal/berthanswer"
+cp "$root/hack/dra-allocator-cases/answer.go" "$work/dra/structured/internal/berthanswer/main.go"
+(cd "$work/dra" && go build -o "$work/answer" ./structured/internal/berthanswer/)
+random_out="$root/tests/plugins/dynamicresources/testdata/allocator_random_answers.jsonl"
+python3 "$root/tests/plugins/dynamicresources/allocator_problems.py" 1 1000 | "$work/answer" >"$work/random.jsonl"
+python3 - "$work/random.jsonl" "$random_out" <<'PY'
+import json, sys
+cases = [json.loads(line) for line in open(sys.argv[1])]
+kept = [c for c in cases if c.get("numAllocateOne", 0) <= 2000]
+with open(sys.argv[2], "w") as f:
+    for c in kept:
+        answer = {k: c[k] for k in ("name", "results", "error", "numAllocateOne") if c.get(k) is not None}
+        f.write(json.dumps(answer, sort_keys=True, separators=(",", ":")) + "\n")
+print(f"gen-dra-allocator-cases: {len(kept)} of {len(cases)} random problems -> {sys.argv[2]}")
 PY

@@ -41,6 +41,7 @@ from berth.plugins.dynamicresources.structured.allocator import (
 from berth.plugins.dynamicresources.structured.cel import CelCache
 from berth.plugins.dynamicresources.structured.pools import slice_record
 from berth.plugins.dynamicresources.structured.state import AllocatedState
+from tests.plugins.dynamicresources import allocator_problems
 
 _CASES_FILE = Path(__file__).parent / "testdata" / "allocator_cases.jsonl"
 _CASES: list[dict[str, Any]] = [
@@ -119,31 +120,68 @@ def _upstream_json(results: list[dict[str, Any]] | None) -> list[dict[str, Any]]
     return results
 
 
-@pytest.mark.parametrize("case", _CASES, ids=[c["name"] for c in _CASES])
-def test_allocator_upstream_case(case: dict[str, Any]) -> None:
+def _check(case: dict[str, Any], answer: dict[str, Any], substring_only: bool = False) -> None:
+    """Runs the port on ``case``'s inputs and compares with upstream's
+    ``answer`` (results, error, numAllocateOne)."""
     features = Features(**{py: bool(case["features"].get(go)) for go, py in _FEATURES.items()})
     classes = {c["metadata"]["name"]: c for c in case.get("classes") or []}
     allocator = Allocator(features, _state(case), classes, case.get("slices") or [], CelCache())
-    name = case["name"]
-    if case.get("error"):
+    if answer.get("error"):
         with pytest.raises(AllocationError) as raised:
             allocator.allocate(case["nodeName"], case["nodeLabels"] or {}, case["claims"] or [])
         message = raised.value.message
-        if name in _SUBSTRING_ONLY:
-            assert case["errorSubstring"] in message
+        if substring_only:
+            assert answer["errorSubstring"] in message
         else:
-            assert message == case["error"]
-        if "invalid resource pools were encountered" in case["error"]:
+            assert message == answer["error"]
+        if "invalid resource pools were encountered" in answer["error"]:
             assert isinstance(raised.value, NodeAllocationError)
         return
     got = allocator.allocate(case["nodeName"], case["nodeLabels"] or {}, case["claims"] or [])
-    assert _normalize(got) == _normalize(_upstream_json(case["results"]))
-    assert allocator.num_allocate_one == case.get("numAllocateOne", 0) or (
-        # Cases that never reach the search (no claims) count nothing.
-        not case.get("numAllocateOne")
-    )
+    assert _normalize(got) == _normalize(_upstream_json(answer.get("results")))
+    # The same search: as many allocateOne steps as upstream's.
+    assert allocator.num_allocate_one == answer.get("numAllocateOne", 0)
     if case.get("expectNumAllocateOne"):
         assert allocator.num_allocate_one == case["expectNumAllocateOne"]
+
+
+@pytest.mark.parametrize("case", _CASES, ids=[c["name"] for c in _CASES])
+def test_allocator_upstream_case(case: dict[str, Any]) -> None:
+    _check(case, case, substring_only=case["name"] in _SUBSTRING_ONLY)
+
+
+_RANDOM_ANSWERS: list[dict[str, Any]] = [
+    json.loads(line)
+    for line in (Path(__file__).parent / "testdata" / "allocator_random_answers.jsonl")
+    .read_text()
+    .splitlines()
+    if line.strip()
+]
+
+
+def test_allocator_answers_as_upstream_on_generated_problems() -> None:
+    """allocator_problems.py's problems (seed 1) against the answers of
+    upstream's incubating allocator to the same problems: every result,
+    error text and search step count the same."""
+    problems = {p["name"]: p for p in allocator_problems.problems(1, 1000)}
+    assert len(_RANDOM_ANSWERS) > 900
+    outcomes = {"results": 0, "none": 0, "error": 0}
+    for answer in _RANDOM_ANSWERS:
+        problem = problems[answer["name"]]
+        try:
+            _check(problem, answer)
+        except AssertionError as e:
+            raise AssertionError(f"{answer['name']}: {e}") from e
+        kind = (
+            "error"
+            if answer.get("error")
+            else "none"
+            if answer.get("results") is None
+            else "results"
+        )
+        outcomes[kind] += 1
+    # The problems exercise all three outcomes.
+    assert min(outcomes.values()) > 50, outcomes
 
 
 def test_cases_cover_upstream() -> None:
@@ -317,3 +355,90 @@ def test_hostile_quantities_cost_nothing_and_say_what_is_wrong() -> None:
         allocator.allocate(
             "node-0", {}, [_claim("c", capacity={"requests": {"memory": "x" * 10**6}})]
         )
+
+
+def test_counters_are_kept_per_driver_and_pool() -> None:
+    """Berth's one deliberate difference: upstream keys a pool's available and
+    consumed counters by the pool's name alone (checkAvailableCounters), so a
+    pool of another driver with the same name (drivers often name pools after
+    the node) is checked against the first pool's counters. Here driver-b's
+    two devices fit in its own 8Gi counter; upstream would add their use to
+    driver-a's and check it against driver-a's 4Gi."""
+
+    def partitioned(driver: str, total: str) -> list[dict[str, Any]]:
+        pool = {"name": "node-0", "generation": 1, "resourceSliceCount": 2}
+        consumes = [{"counterSet": "cs", "counters": {"mem": {"value": "4Gi"}}}]
+        return [
+            {
+                "metadata": {"name": f"{driver}-counters"},
+                "spec": {
+                    "driver": driver,
+                    "pool": pool,
+                    "sharedCounters": [{"name": "cs", "counters": {"mem": {"value": total}}}],
+                },
+            },
+            {
+                "metadata": {"name": f"{driver}-devices"},
+                "spec": {
+                    "driver": driver,
+                    "pool": pool,
+                    "nodeName": "node-0",
+                    "devices": [{"name": f"d-{i}", "consumesCounters": consumes} for i in range(2)],
+                },
+            },
+        ]
+
+    classes = {
+        name: {
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        }
+        for name, driver in (("class-a", "driver-a"), ("class-b", "driver-b"))
+    }
+    claim = {
+        "metadata": {"name": "c", "namespace": "ns"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "a",
+                        "exactly": {
+                            "deviceClassName": "class-a",
+                            "allocationMode": "ExactCount",
+                            "count": 1,
+                        },
+                    },
+                    {
+                        "name": "b",
+                        "exactly": {
+                            "deviceClassName": "class-b",
+                            "allocationMode": "ExactCount",
+                            "count": 2,
+                        },
+                    },
+                ]
+            }
+        },
+    }
+    slices = partitioned("driver-a", "4Gi") + partitioned("driver-b", "8Gi")
+    allocator = Allocator(Features(), AllocatedState(), classes, slices, CelCache())
+    got = allocator.allocate("node-0", {}, [claim])
+    assert got is not None
+    assert [(r["driver"], r["device"]) for r in got[0]["devices"]["results"]] == [
+        ("driver-a", "d-0"),
+        ("driver-b", "d-0"),
+        ("driver-b", "d-1"),
+    ]
+
+
+def test_many_claims_of_32_devices_do_not_hit_the_recursion_limit() -> None:
+    """The search recurses once per device: 34 claims of 32 devices each
+    (1088 levels) pass Python's default limit of 1000."""
+    devices = [{"name": f"d-{i}"} for i in range(1100)]
+    allocator = Allocator(
+        Features(), AllocatedState(), _CLASSES, [_slice("s", "node-0", *devices)], CelCache()
+    )
+    claims = [_claim(f"c{k}", count=32) for k in range(34)]
+    got = allocator.allocate("node-0", {}, claims)
+    assert got is not None
+    assert sum(len(r["devices"]["results"]) for r in got) == 34 * 32
