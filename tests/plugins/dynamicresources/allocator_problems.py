@@ -288,19 +288,26 @@ def claim(rng: random.Random, index: int) -> dict[str, Any]:
                 r["adminAccess"] = True
             requests.append({"name": name, "exactly": r})
     devices: dict[str, Any] = {"requests": requests}
+    # Names a constraint or config may list: requests and parent/sub.
+    names = [r["name"] for r in requests] + [
+        f"{r['name']}/{sub['name']}" for r in requests for sub in r.get("firstAvailable", [])
+    ]
     if rng.random() < 0.35:
-        kind = rng.choice(["matchAttribute", "distinctAttribute"])
-        attr = rng.choice(["driver-a/numa", "driver-a/model", "driver-b/numa", "driver-a/version"])
-        c: dict[str, Any] = {kind: attr}
-        if rng.random() < 0.5:
-            c["requests"] = rng.sample(
-                [r["name"] for r in requests], k=rng.randint(1, len(requests))
+        constraints = []
+        for _ in range(rng.choice([1, 1, 2])):
+            kind = rng.choice(["matchAttribute", "distinctAttribute"])
+            attr = rng.choice(
+                ["driver-a/numa", "driver-a/model", "driver-b/numa", "driver-a/version"]
             )
-        devices["constraints"] = [c]
+            c: dict[str, Any] = {kind: attr}
+            if rng.random() < 0.5:
+                c["requests"] = rng.sample(names, k=rng.randint(1, len(names)))
+            constraints.append(c)
+        devices["constraints"] = constraints
     if rng.random() < 0.2:
         cfg: dict[str, Any] = {"opaque": {"driver": "driver-a", "parameters": {"from": "claim"}}}
         if rng.random() < 0.5:
-            cfg["requests"] = [requests[0]["name"]]
+            cfg["requests"] = rng.sample(names, k=1)
         devices["config"] = [cfg]
     return {"metadata": {"name": f"claim-{index}", "namespace": "ns"}, "spec": {"devices": devices}}
 
@@ -332,7 +339,7 @@ def problem(rng: random.Random, name: str) -> dict[str, Any]:
         "classes": CLASSES,
         "slices": slices,
         "nodeName": rng.choice(NODES),
-        "nodeLabels": {"region": rng.choice(["r1", "r2"])},
+        "nodeLabels": {"region": rng.choice(["r1", "r2"])} if rng.random() < 0.9 else {},
         "claims": [claim(rng, i) for i in range(rng.choice([1, 1, 2, 2, 3]))],
     }
 
