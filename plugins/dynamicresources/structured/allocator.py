@@ -336,6 +336,10 @@ class Allocator:
             self._slices_by_pool.setdefault(s.pool_id, []).append(s)
         self._pools: dict[tuple[str, tuple[tuple[str, str], ...]], list[Pool]] = {}
         self._available_counters: dict[PoolID, dict[str, dict[str, int]]] = {}
+        # Devices with a share (IsDeviceAllocated's second test), as a set.
+        self._shared_devices: set[DeviceID] = {
+            (s[0], s[1], s[2]) for s in allocated.allocated_shared_device_ids
+        }
         self._compiled: dict[str, CompiledSelector] = {}
         self._claims: dict[int, tuple[Mapping[str, Any], _Claim]] = {}
         self.num_allocate_one = 0
@@ -394,7 +398,14 @@ class Allocator:
                 for d in s.devices:
                     if not d.consumes_counters:
                         continue
-                    if not self.allocated.is_device_allocated((driver, pool_name, d.name)):
+                    device_id = (driver, pool_name, d.name)
+                    if not (
+                        device_id in self.allocated.allocated_devices
+                        or device_id in self._shared_devices
+                        or device_id in self.allocated.aggregated_capacity
+                    ):
+                        # internal.IsDeviceAllocated: not allocated, consumes
+                        # nothing.
                         continue
                     for set_name, counters in d.consumes_counters:
                         counter_set = available.get(set_name)

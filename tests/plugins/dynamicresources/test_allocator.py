@@ -442,3 +442,39 @@ def test_many_claims_of_32_devices_do_not_hit_the_recursion_limit() -> None:
     got = allocator.allocate("node-0", {}, claims)
     assert got is not None
     assert sum(len(r["devices"]["results"]) for r in got) == 34 * 32
+
+
+def test_a_shared_device_consumes_its_counters() -> None:
+    """internal.IsDeviceAllocated: a device with a share counts as
+    allocated when a pool's available counters are computed, even with no
+    consumed capacity recorded (a state not built by the scheduler)."""
+    pool = {"name": "p", "generation": 1, "resourceSliceCount": 2}
+    consumes = [{"counterSet": "cs", "counters": {"mem": {"value": "4Gi"}}}]
+    slices = [
+        {
+            "metadata": {"name": "counters"},
+            "spec": {
+                "driver": "driver-a",
+                "pool": pool,
+                "sharedCounters": [{"name": "cs", "counters": {"mem": {"value": "4Gi"}}}],
+            },
+        },
+        {
+            "metadata": {"name": "devices"},
+            "spec": {
+                "driver": "driver-a",
+                "pool": pool,
+                "nodeName": "node-0",
+                "devices": [
+                    {"name": "d-0", "allowMultipleAllocations": True, "consumesCounters": consumes},
+                    {"name": "d-1", "consumesCounters": consumes},
+                ],
+            },
+        },
+    ]
+    free = Allocator(Features(), AllocatedState(), _CLASSES, slices, CelCache())
+    got = free.allocate("node-0", {}, [_claim("c")])
+    assert got is not None and got[0]["devices"]["results"][0]["device"] == "d-0"
+    shared = AllocatedState(allocated_shared_device_ids={("driver-a", "p", "d-0", "share-1")})
+    taken = Allocator(Features(), shared, _CLASSES, slices, CelCache())
+    assert taken.allocate("node-0", {}, [_claim("c")]) is None
