@@ -45,7 +45,7 @@ def test_up_status_env_down_cycle(
         assert "(ready)" in status
         assert "kube-apiserver: pid" in status
         assert "kube-controller-manager: pid" in status
-        assert f"controllers: {', '.join(controllers.DEFAULT_CONTROLLERS)}" in status
+        assert f"controllers: {', '.join(controllers.DEFAULT_CONTROLLERS)} (healthy)" in status
 
         assert cli.main(["cluster", "env", *common]) == 0
         assert capsys.readouterr().out.strip() == f"KUBECONFIG={kubeconfig}"

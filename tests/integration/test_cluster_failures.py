@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,9 +19,11 @@ import pytest
 from berth.dev.localcluster import (
     BinaryMissingError,
     ClusterConfig,
+    ClusterStatus,
     NotReadyError,
     PortInUseError,
     ProcessExitedError,
+    cluster_status,
     controllers,
     start_cluster,
     stop_cluster,
@@ -212,6 +216,28 @@ def test_no_controllers_runs_no_kube_controller_manager(config: ClusterConfig) -
     try:
         assert [p.name for p in state.processes] == ["etcd", "kube-apiserver"]
         assert state.controller_manager_port is None
+    finally:
+        stop_cluster(config.state_dir)
+    assert_nothing_left(config)
+
+
+def test_a_dead_kube_controller_manager_makes_the_cluster_unhealthy(config: ClusterConfig) -> None:
+    state = start_cluster(config)
+    try:
+        first = cluster_status(config.state_dir)
+        assert first is not None and first.healthy and first.controllers_healthy
+        kcm = next(p for p in state.processes if p.name == "kube-controller-manager")
+        os.kill(kcm.pid, signal.SIGKILL)
+        status: ClusterStatus | None = first
+        for _ in range(100):
+            status = cluster_status(config.state_dir)
+            assert status is not None
+            if status.controllers_healthy is False:
+                break
+            time.sleep(0.1)
+        assert status is not None and status.controllers_healthy is False
+        assert not status.healthy
+        assert [c.running for c in status.components] == [True, True, False]
     finally:
         stop_cluster(config.state_dir)
     assert_nothing_left(config)

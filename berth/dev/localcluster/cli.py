@@ -95,7 +95,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for comp in status.components:
         state_text = "running" if comp.running else "NOT running"
         print(f"{comp.name}: pid {comp.pid} {state_text}")
-    print(f"controllers: {_controllers_text(state.controllers)}")
+    health = {None: "", True: " (healthy)", False: " (NOT healthy)"}[status.controllers_healthy]
+    print(f"controllers: {_controllers_text(state.controllers)}{health}")
     print(f"etcd data:  {state.data_dir}")
     print(f"started:    {state.started_at}")
     print(_kubeconfig_line(state.kubeconfig))
@@ -221,9 +222,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add("down", "stop the processes 'up' started and delete etcd's data").set_defaults(
         func=cmd_down
     )
-    add("status", "show processes and /readyz; exit 0 only if healthy").set_defaults(
-        func=cmd_status
-    )
+    add(
+        "status",
+        "show processes, the API server's /readyz and kube-controller-manager's /healthz; "
+        "exit 0 only if healthy",
+    ).set_defaults(func=cmd_status)
     add("env", "print KUBECONFIG=<path> for the running cluster").set_defaults(func=cmd_env)
 
 

@@ -602,14 +602,21 @@ class ClusterStatus:
     state: ClusterState
     components: tuple[ComponentStatus, ...]
     ready: bool  # /readyz answered 200
+    # kube-controller-manager's /healthz answered 200; None when it does not run.
+    controllers_healthy: bool | None = None
 
     @property
     def healthy(self) -> bool:
-        return self.ready and all(c.running for c in self.components)
+        return (
+            self.ready
+            and all(c.running for c in self.components)
+            and self.controllers_healthy is not False
+        )
 
 
 def cluster_status(state_dir: Path) -> ClusterStatus | None:
-    """None if no cluster is recorded; otherwise each process's liveness and /readyz."""
+    """None if no cluster is recorded; otherwise each process's liveness, the API server's
+    /readyz and kube-controller-manager's /healthz."""
     state = read_state(state_dir)
     if state is None:
         return None
@@ -617,7 +624,16 @@ def cluster_status(state_dir: Path) -> ClusterStatus | None:
     ready = False
     with contextlib.suppress(ConfigurationError), kube_client(state.kubeconfig, pool_size=1) as api:
         ready = _api_ready(api)
-    return ClusterStatus(state=state, components=components, ready=ready)
+    controllers_healthy = None
+    if state.controller_manager_port is not None:
+        url = controllers.healthz_url(state.controller_manager_port)
+        controllers_healthy = controllers.healthz(url) is not None
+    return ClusterStatus(
+        state=state,
+        components=components,
+        ready=ready,
+        controllers_healthy=controllers_healthy,
+    )
 
 
 class LocalCluster:
