@@ -588,7 +588,10 @@ class _Run:
         try:
             done = self._allocate_one(0, 0, 0, 0, False, _NO_START)
         except _MaxSizeExceeded:
-            done = False
+            # Upstream's Allocate returns errAllocationResultMaxSizeExceeded
+            # when it reaches the top (the per-claim minimum checked above
+            # should keep it from getting there).
+            raise AllocationError("allocation max size exceeded") from None
         if not done:
             if any(p.invalid for p in self.pools):
                 raise NodeAllocationError("invalid resource pools were encountered")

@@ -478,3 +478,60 @@ def test_a_shared_device_consumes_its_counters() -> None:
     shared = AllocatedState(allocated_shared_device_ids={("driver-a", "p", "d-0", "share-1")})
     taken = Allocator(Features(), shared, _CLASSES, slices, CelCache())
     assert taken.allocate("node-0", {}, [_claim("c")]) is None
+
+
+def test_node_selectors_that_do_not_parse_are_errors() -> None:
+    """GatherPools: a slice's node selector that does not parse stops the
+    allocation (API validation keeps such slices out)."""
+    bad = _slice("s", "", {"name": "d-0"})
+    del bad["spec"]["nodeName"]
+    bad["spec"]["nodeSelector"] = {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "Near"}]}]
+    }
+    allocator = Allocator(Features(), AllocatedState(), _CLASSES, [bad], CelCache())
+    with pytest.raises(AllocationError) as raised:
+        allocator.allocate("node-0", {}, [_claim("c")])
+    assert raised.value.message.startswith(
+        "gather pool information: failed to perform node selection for slice s: "
+        "failed to parse node selector: "
+    )
+    assert 'Unsupported value: "Near"' in raised.value.message
+
+
+def test_result_node_selector_from_slices_and_its_limits() -> None:
+    """createNodeSelector: the one term of each device's slice selector,
+    requirements merged without repeats; a selector of several terms cannot
+    be merged and is an error."""
+
+    def selected(name: str, *terms: dict[str, Any]) -> dict[str, Any]:
+        s = _slice(name, "", {"name": "d-0"}, pool=name)
+        del s["spec"]["nodeName"]
+        s["spec"]["nodeSelector"] = {"nodeSelectorTerms": list(terms)}
+        return s
+
+    zone = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}
+    zone_again = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b", "a"]}]}
+    rack = {"matchExpressions": [{"key": "rack", "operator": "Exists"}]}
+    labels = {"zone": "a", "rack": "1"}
+    allocator = Allocator(
+        Features(),
+        AllocatedState(),
+        _CLASSES,
+        [selected("p1", zone), selected("p2", zone_again), selected("p3", rack)],
+        CelCache(),
+    )
+    got = allocator.allocate("node-0", labels, [_claim("c", count=3)])
+    assert got is not None
+    assert got[0]["nodeSelector"] == {
+        "nodeSelectorTerms": [
+            {"matchExpressions": zone["matchExpressions"] + rack["matchExpressions"]}
+        ]
+    }
+    two_terms = Allocator(
+        Features(), AllocatedState(), _CLASSES, [selected("p1", zone, rack)], CelCache()
+    )
+    with pytest.raises(AllocationError) as raised:
+        two_terms.allocate("node-0", labels, [_claim("c")])
+    assert raised.value.message == (
+        "create NodeSelector for claim c: unsupported ResourceSlice.NodeSelector with 2 terms"
+    )
