@@ -320,24 +320,31 @@ class SliceRecord:
         return cls(raw)
 
 
-# Decoded slices by the identity of their JSON: the snapshot keeps an
-# unchanged object's decoded JSON from one call to the next, so its decoding
-# and its devices' CEL answers carry over to the next cycle's Allocator. The
-# entry holds the JSON, so its id is not reused while cached.
-_SLICES: dict[int, tuple[Mapping[str, Any], SliceRecord]] = {}
+# Decoded slices by the identity of their JSON and its resourceVersion: the
+# snapshot keeps an unchanged object's decoded JSON from one call to the
+# next, so its decoding and its devices' CEL answers carry over to the next
+# cycle's Allocator; a changed object has a new resourceVersion. Objects
+# without one (built by hand, in tests) are decoded anew by each Allocator,
+# so changing them in place between cycles is safe. The entry holds the JSON,
+# so its id is not reused while cached.
+_SLICES: dict[int, tuple[Mapping[str, Any], str, SliceRecord]] = {}
 _SLICES_MAX = 65536
 
 
 def slice_record(raw: Mapping[str, Any]) -> SliceRecord:
     """The decoded slice, shared by every Allocator given the same JSON
-    object."""
+    object at the same resourceVersion."""
+    meta = _map(raw.get("metadata"))
+    version = meta.get("resourceVersion") if meta is not None else None
+    if not isinstance(version, str) or not version:
+        return SliceRecord(raw)
     found = _SLICES.get(id(raw))
-    if found is not None and found[0] is raw:
-        return found[1]
+    if found is not None and found[0] is raw and found[1] == version:
+        return found[2]
     record = SliceRecord(raw)
     if len(_SLICES) >= _SLICES_MAX:
         _SLICES.clear()
-    _SLICES[id(raw)] = (raw, record)
+    _SLICES[id(raw)] = (raw, version, record)
     return record
 
 

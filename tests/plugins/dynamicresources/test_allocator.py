@@ -310,14 +310,34 @@ def test_one_allocator_serves_every_node_of_a_cycle() -> None:
             ]
     assert cel.compiled == ['device.driver == "driver-a"']
     # One device of each node was looked at, once.
-    records = [slice_record(s) for s in slices]
+    records = [allocator._slices_on_node[f"node-{n}"][0] for n in range(3)]
     assert [len(r.devices[0].cel_answers) for r in records] == [1, 1, 1]
     assert [len(r.devices[1].cel_answers) for r in records] == [0, 0, 0]
-    # The next cycle's Allocator reuses the decoded slices and CEL answers.
-    again = Allocator(Features(), AllocatedState(), _CLASSES, slices, cel)
-    assert again.allocate("node-1", {}, [claim]) is not None
-    assert slice_record(slices[1]) is records[1]
     assert allocator.allocate("node-9", {}, [claim]) is None
+
+
+def test_slices_from_the_api_server_are_decoded_once_across_cycles() -> None:
+    """An object with a resourceVersion is decoded once and its CEL answers
+    kept for the next cycle's Allocator; a new resourceVersion (an update)
+    or an object without one (built by hand) is decoded again."""
+    cel = _CountingCel()
+    raw = _slice("s", "node-0", {"name": "gpu-0"})
+    raw["metadata"]["resourceVersion"] = "7"
+    first = Allocator(Features(), AllocatedState(), _CLASSES, [raw], cel)
+    assert first.allocate("node-0", {}, [_claim("c")]) is not None
+    record = slice_record(raw)
+    assert record is slice_record(raw)
+    assert record.devices[0].cel_answers == {'device.driver == "driver-a"': True}
+    second = Allocator(Features(), AllocatedState(), _CLASSES, [raw], cel)
+    assert second._slices_on_node["node-0"][0] is record
+    raw["metadata"]["resourceVersion"] = "8"
+    raw["spec"]["devices"][0]["name"] = "gpu-1"
+    got = Allocator(Features(), AllocatedState(), _CLASSES, [raw], cel).allocate(
+        "node-0", {}, [_claim("c")]
+    )
+    assert got is not None and got[0]["devices"]["results"][0]["device"] == "gpu-1"
+    by_hand = _slice("s", "node-0", {"name": "gpu-0"})
+    assert slice_record(by_hand) is not slice_record(by_hand)
 
 
 def test_errors_name_the_claim_with_its_namespace() -> None:
