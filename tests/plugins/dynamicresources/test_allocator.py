@@ -350,12 +350,21 @@ def test_errors_name_the_claim_with_its_namespace() -> None:
     )
 
 
-def test_deadline_stops_the_search() -> None:
-    """Upstream's context cancellation (DRASchedulerFilterTimeout)."""
-    slices = [_slice("s", "node-0", *({"name": f"d-{i}"} for i in range(8)))]
+@pytest.mark.parametrize("name", ["off", "deadline"])
+def test_interrupt(name: str) -> None:
+    """allocator_testing.go TestAllocator "interrupt": six devices wanted
+    from five, a search that tries every combination; with a deadline that
+    has passed (upstream's timeout, deadline and cancel of the context, the
+    scheduler's DRASchedulerFilterTimeout) it stops with an error, without
+    one it finds no allocation."""
+    slices = [_slice("slice-1", "node-1", *({"name": f"device-{i}"} for i in range(1, 6)))]
     allocator = Allocator(Features(), AllocatedState(), _CLASSES, slices, CelCache())
+    claims = [_claim("claim-0", count=6)]
+    if name == "off":
+        assert allocator.allocate("node-1", {}, claims) is None
+        return
     with pytest.raises(AllocationTimeoutError, match="filter operation aborted"):
-        allocator.allocate("node-0", {}, [_claim("c", count=9)], deadline=0.0)
+        allocator.allocate("node-1", {}, claims, deadline=0.0)
 
 
 def test_hostile_quantities_cost_nothing_and_say_what_is_wrong() -> None:
