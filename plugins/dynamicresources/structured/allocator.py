@@ -24,7 +24,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from berth.framework.units import QuantityError, parse_quantity
@@ -392,13 +392,12 @@ class Allocator:
         if found is not None:
             return found
         available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
-        driver, pool_name = pool.pool_id
         for slices in (pool.device_slices, pool.device_slices_not_targeting_node):
             for s in slices:
                 for d in s.devices:
                     if not d.consumes_counters:
                         continue
-                    device_id = (driver, pool_name, d.name)
+                    device_id = d.id
                     if not (
                         device_id in self.allocated.allocated_devices
                         or device_id in self._shared_devices
@@ -468,6 +467,7 @@ class _RequestData:
     num_devices: int = 0
     selected_sub_request_index: int = 0
     all_devices: list[_Candidate] | None = None
+    selectable: dict[DeviceRecord, bool] = field(default_factory=dict)
 
     def request_name(self) -> str:
         if self.parent is not None:
@@ -521,7 +521,6 @@ class _Run:
         self.allocating_devices: dict[DeviceID, set[int]] = {}
         self.allocating_capacity: dict[DeviceID, dict[str, int]] = {}
         self.results: list[list[_DeviceResult]] = [[] for _ in claims]
-        self.selectable: dict[tuple[int, int, int, DeviceRecord], bool] = {}
 
     # -- Allocate ----------------------------------------------------------------------
 
@@ -651,8 +650,8 @@ class _Run:
                     )
                 for s in pool.device_slices:
                     for d in s.devices:
-                        device_id = (s.driver, s.pool, d.name)
-                        if not self._is_selectable(ci, ri, si, data, s, d, device_id):
+                        device_id = d.id
+                        if not self._is_selectable(ci, data, s, d):
                             continue
                         if self.features.consumable_capacity:
                             try:
@@ -740,24 +739,30 @@ class _Run:
         p0, s0, d0 = start
         pools = self.pools
         admin = request.admin_access
+        allocated = self.allocated.allocated_devices
+        allocating = self.allocating_devices
+        selectable = data.selectable
         for pi in range(p0, len(pools)):
             pool = pools[pi]
             if pool.incomplete or pool.invalid:
                 continue
-            driver, pool_name = pool.pool_id
             slices = pool.device_slices
             for sli in range(s0 if pi == p0 else 0, len(slices)):
                 s = slices[sli]
                 devices = s.devices
                 for dvi in range(d0 if pi == p0 and sli == s0 else 0, len(devices)):
                     d = devices[dvi]
-                    device_id = (driver, pool_name, d.name)
+                    device_id = d.id
+                    # deviceInUse, inline: this loop is the hot path.
                     if admin:
-                        if ci in self.allocating_devices.get(device_id, ()):
+                        if ci in allocating.get(device_id, ()):
                             continue
-                    elif self._in_use(device_id):
+                    elif device_id in allocated or allocating.get(device_id):
                         continue
-                    if not self._is_selectable(ci, ri, si, data, s, d, device_id):
+                    found = selectable.get(d)
+                    if found is None:
+                        found = self._is_selectable(ci, data, s, d)
+                    if not found:
                         continue
                     if self.features.consumable_capacity:
                         try:
@@ -795,33 +800,25 @@ class _Run:
             self.allocating_capacity.get(device_id),
         )
 
-    def _is_selectable(
-        self,
-        ci: int,
-        ri: int,
-        si: int,
-        data: _RequestData,
-        s: SliceRecord,
-        d: DeviceRecord,
-        device_id: DeviceID,
-    ) -> bool:
+    def _is_selectable(self, ci: int, data: _RequestData, s: SliceRecord, d: DeviceRecord) -> bool:
         """isSelectable: class and request selectors, and per-device node
-        selection."""
+        selection; the answer is kept per (sub)request (upstream's
+        deviceMatchesRequest)."""
+        found = data.selectable.get(d)
+        if found is not None:
+            return found
         if d.broken is not None:
             return False
         if not self.features.device_binding_and_status and d.binding_conditions:
             return False
-        key = (ci, ri, si, d)
-        found = self.selectable.get(key)
-        if found is not None:
-            return found
         claim = self.claims[ci]
+        driver = d.id[0]
         match = True
         if data.cls is not None:
-            match = self._selectors_match(claim, d, device_id[0], data.cls, data.cls.selectors)
+            match = self._selectors_match(claim, d, driver, data.cls, data.cls.selectors)
         if match:
             # _validate made sure that every selector is a CEL one.
-            match = self._selectors_match(claim, d, device_id[0], None, data.request.expressions)
+            match = self._selectors_match(claim, d, driver, None, data.request.expressions)
         if match and s.per_device_node_selection:
             try:
                 match = node_matches(
@@ -829,7 +826,7 @@ class _Run:
                 )
             except NodeSelectorError as e:
                 raise AllocationError(str(e)) from None
-        self.selectable[key] = match
+        data.selectable[d] = match
         return match
 
     def _selectors_match(

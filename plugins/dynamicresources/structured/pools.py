@@ -200,6 +200,7 @@ class DeviceRecord:
         "capacity",
         "cel_answers",
         "consumes_counters",
+        "id",
         "name",
         "node_name",
         "node_selector",
@@ -207,10 +208,12 @@ class DeviceRecord:
         "taints",
     )
 
-    def __init__(self, raw: Mapping[str, Any]) -> None:
+    def __init__(self, raw: Mapping[str, Any], driver: str = "", pool: str = "") -> None:
         get = raw.get
         self.raw = raw
         self.name = str(get("name", ""))
+        # DeviceID: (driver, pool, device) of the slice it came in.
+        self.id: tuple[str, str, str] = (driver, pool, self.name)
         self.attributes = _map(get("attributes")) or _EMPTY
         taints = get("taints")
         self.taints: list[Mapping[str, Any]] = (
@@ -311,7 +314,9 @@ class SliceRecord:
         found = self._devices
         if found is None:
             found = self._devices = [
-                DeviceRecord(d) for d in self._raw_devices if _map(d) is not None
+                DeviceRecord(d, self.driver, self.pool)
+                for d in self._raw_devices
+                if _map(d) is not None
             ]
         return found
 
