@@ -93,6 +93,26 @@ def ephemeral_claim_name(pod: pb.Pod, volume: pb.Volume) -> str:
     return volume.claim_name or f"{pod.name}-{volume.name}"
 
 
+def claim_names(pod: pb.Pod, *, ephemeral: bool) -> set[str]:
+    """The names of the claims the pod's volumes use: its
+    ``persistentVolumeClaim`` volumes, and with ``ephemeral`` its generic
+    ephemeral volumes' claims too (the volume loops of upstream's queueing
+    hints)."""
+    return {
+        ephemeral_claim_name(pod, v) if v.ephemeral else v.claim_name
+        for v in volumes_of(pod)
+        if is_claim(v) or (ephemeral and v.ephemeral)
+    }
+
+
+def claim_of_pod(pod: pb.Pod, claim: Any, *, ephemeral: bool) -> bool:
+    """Is ``claim`` (a PersistentVolumeClaim ClusterObject) one of the pod's
+    (same namespace, a name ``claim_names`` lists)?"""
+    if claim is None or claim.namespace != pod.namespace:
+        return False
+    return bool(claim.name in claim_names(pod, ephemeral=ephemeral))
+
+
 def is_claim(volume: pb.Volume) -> bool:
     """Is this a ``persistentVolumeClaim`` volume (not a generic ephemeral
     one)?"""

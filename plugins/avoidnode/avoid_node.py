@@ -12,6 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from berth.framework.cycle_state import CycleState
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+)
 from berth.framework.interfaces import FilterPlugin
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.status import SUCCESS, Status
@@ -40,6 +47,23 @@ class AvoidNode(FilterPlugin[AvoidNodePluginArgs]):
         self, args: AvoidNodePluginArgs | None = None, handle: Handle | None = None
     ) -> None:
         super().__init__(AvoidNodePluginArgs() if args is None else args, handle)
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """A node added, or its labels changed, with a hint: only a node not
+        labelled avoid=true can take a pod this plugin turned away."""
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL),
+                self.is_schedulable_after_node_change,
+            )
+        ]
+
+    def is_schedulable_after_node_change(
+        self, pod: PodInfo, old: NodeInfo | None, new: NodeInfo
+    ) -> QueueingHint:
+        if new.node.labels.get(AVOID_LABEL) == AVOID_VALUE:
+            return QueueingHint.QUEUE_SKIP
+        return QueueingHint.QUEUE
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
         # A proto map's get does not insert the key.

@@ -36,6 +36,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from berth.framework.cycle_state import CycleState
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    kind_event_resource,
+)
 from berth.framework.interfaces import (
     PermitPlugin,
     PostFilterPlugin,
@@ -126,6 +133,16 @@ class Coscheduling(
     def reads(cls, args: Any) -> tuple[ObjectKind, ...]:
         """PodGroups, and every pod that carries the group label."""
         return (PODGROUP, GROUPED_PODS)
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """scheduler-plugins coscheduling.go, EventsToRegister: a pod added
+        (a member bound), a PodGroup added or changed; no hints."""
+        return [
+            ClusterEventWithHint(ClusterEvent(EventResource.POD, ActionType.ADD)),
+            ClusterEventWithHint(
+                ClusterEvent(kind_event_resource(PODGROUP), ActionType.ADD | ActionType.UPDATE)
+            ),
+        ]
 
     # -- QueueSort -------------------------------------------------------------
 

@@ -12,7 +12,8 @@ Here a per-snapshot index (index.py) groups the pods on the nodes by
 namespace and labels and by the terms they carry, with their count per node,
 so a cycle decides each group once and adds the counts of the matching ones:
 a pod without terms in a cluster where no pod has terms does no per-node
-work. Not done here: EnqueueExtensions (the caller's queue) and SignPod.
+work. EventsToRegister and its queueing hints are upstream's (queueing
+hints on). Not done here: SignPod.
 
 Namespace labels (for ``namespaceSelector``) come from the core v1
 Namespace objects the plugin declares in ``reads``; a namespace the snapshot
@@ -29,6 +30,13 @@ import msgspec
 import numpy as np
 
 from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+)
 from berth.framework.interfaces import (
     MAX_NODE_SCORE,
     FilterPlugin,
@@ -196,6 +204,91 @@ class InterPodAffinity(
         self.ignore_preferred_terms_of_existing_pods = (
             ipa_args.ignore_preferred_terms_of_existing_pods
         )
+
+    # -- EnqueueExtensions ----------------------------------------------------
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """plugin.go, EventsToRegister (queueing hints on): a pod added,
+        relabelled or deleted; a node added or relabelled."""
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(
+                    EventResource.POD,
+                    ActionType.ADD | ActionType.UPDATE_POD_LABEL | ActionType.DELETE,
+                ),
+                self.is_schedulable_after_pod_change,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL),
+                self.is_schedulable_after_node_change,
+            ),
+        ]
+
+    def is_schedulable_after_pod_change(
+        self, pod: PodInfo, old: PodInfo | None, new: PodInfo | None
+    ) -> QueueingHint:
+        """plugin.go, isSchedulableAfterPodChange: the rejected pod's own
+        labels changed; or a pod on a node (or nominated) was added matching
+        all its affinity terms, relabelled into its affinity or out of its
+        anti-affinity, or deleted matching its anti-affinity (or the deleted
+        pod's anti-affinity matched it). Terms match without namespace
+        labels, as upstream's podMatchesAllAffinityTerms."""
+        if old is not None and new is not None and new.uid == pod.uid:
+            return QueueingHint.QUEUE
+        for other in (new, old):
+            if (
+                other is not None
+                and not other.proto.node_name
+                and not (other.proto.nominated_node_name)
+            ):
+                return QueueingHint.QUEUE_SKIP
+        terms = parsed_terms(pod)
+        affinity, anti = terms.required_affinity, terms.required_anti_affinity
+        if old is not None and new is not None:
+            if not pod_matches_all(affinity, old.proto) and pod_matches_all(affinity, new.proto):
+                return QueueingHint.QUEUE
+            if pod_matches_all(anti, old.proto) and not pod_matches_all(anti, new.proto):
+                return QueueingHint.QUEUE
+            return QueueingHint.QUEUE_SKIP
+        if new is not None:
+            return (
+                QueueingHint.QUEUE
+                if pod_matches_all(affinity, new.proto)
+                else (QueueingHint.QUEUE_SKIP)
+            )
+        assert old is not None
+        if pod_matches_all(anti, old.proto):
+            return QueueingHint.QUEUE
+        if pod_matches_all(parsed_terms(old).required_anti_affinity, pod.proto):
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
+
+    def is_schedulable_after_node_change(
+        self, pod: PodInfo, old: NodeInfo | None, new: NodeInfo
+    ) -> QueueingHint:
+        """plugin.go, isSchedulableAfterNodeChange: a node that gains an
+        affinity term's topology key or moves to another domain of it; any
+        node added, or one that loses an anti-affinity term's topology key or
+        moves to another domain of it, when the pod has anti-affinity."""
+        terms = parsed_terms(pod)
+        labels = new.node.labels
+        for term in terms.required_affinity:
+            key = term.topology_key
+            if old is None:
+                if key in labels:
+                    return QueueingHint.QUEUE
+                continue
+            before = old.node.labels
+            if key in labels and (key not in before or before[key] != labels[key]):
+                return QueueingHint.QUEUE
+        for term in terms.required_anti_affinity:
+            if old is None:
+                return QueueingHint.QUEUE
+            key = term.topology_key
+            before = old.node.labels
+            if key in before and (key not in labels or before[key] != labels[key]):
+                return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
 
     @classmethod
     def reads(cls, args: Any) -> tuple[ObjectKind, ...]:

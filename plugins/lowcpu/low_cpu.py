@@ -37,6 +37,13 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from berth.framework.cycle_state import CycleState
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    kind_event_resource,
+)
 from berth.framework.interfaces import MAX_NODE_SCORE, FilterPlugin, ScorePlugin
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ClusterObject, ObjectKind
@@ -198,6 +205,15 @@ class LowCpu(FilterPlugin[LowCpuSchedulerArgs], ScorePlugin[LowCpuSchedulerArgs]
     def reads(cls, args: Any) -> tuple[ObjectKind, ...]:
         cfg = args if isinstance(args, LowCpuSchedulerArgs) else LowCpuSchedulerArgs()
         return (node_metrics_kind(cfg.metrics_poll_seconds),)
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """A node added, or its NodeMetrics added or changed (a poll that
+        shows lower usage)."""
+        metrics = kind_event_resource(node_metrics_kind(self.cfg.metrics_poll_seconds))
+        return [
+            ClusterEventWithHint(ClusterEvent(EventResource.NODE, ActionType.ADD)),
+            ClusterEventWithHint(ClusterEvent(metrics, ActionType.ADD | ActionType.UPDATE)),
+        ]
 
     def usage(self, node: NodeInfo) -> NodeUsage:
         """The node's usage from the request's snapshot."""

@@ -3,9 +3,9 @@ affinity select, and prefer nodes their preferred terms select.
 
 Port of pkg/scheduler/framework/plugins/nodeaffinity/node_affinity.go at
 v1.36 (PreFilter, Filter, PreScore, Score, NormalizeScore); selector
-semantics in selector.py (component-helpers nodeaffinity). Upstream's
-EnqueueExtensions (requeue hints) belong to the caller's queue; SignPod
-(pod signatures for batched scheduling) has no Berth extension point.
+semantics in framework/nodeaffinity.py (component-helpers nodeaffinity),
+with its EventsToRegister and queueing hint; SignPod (pod signatures for
+batched scheduling) has no Berth extension point.
 
 Labels are not snapshot columns, so the batch forms loop over the candidate
 nodes, reading each node's label map in place (no copy). They decide the
@@ -23,6 +23,13 @@ import numpy as np
 
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+)
 from berth.framework.interfaces import (
     MAX_NODE_SCORE,
     FilterPlugin,
@@ -216,6 +223,38 @@ class NodeAffinity(
             preferred = added.preferred_during_scheduling_ignored_during_execution
             if preferred:
                 self.added_preferred, _ = compile_preferred_terms(preferred)
+
+    # -- EnqueueExtensions ----------------------------------------------------
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """node_affinity.go, EventsToRegister with queueing hints on: a node
+        added or relabelled."""
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL),
+                self.is_schedulable_after_node_change,
+            )
+        ]
+
+    def is_schedulable_after_node_change(
+        self, pod: PodInfo, old: NodeInfo | None, new: NodeInfo
+    ) -> QueueingHint:
+        """isSchedulableAfterNodeChange: Queue when the new node matches the
+        args' and the pod's required affinity and, for an update, the old
+        one did not match the pod's."""
+        record = new.node
+        if self.added_required is not None and not selector_matches(
+            self.added_required, record.labels, record.name
+        ):
+            return QueueingHint.QUEUE_SKIP
+        required = required_node_affinity(pod.proto)
+        if not required.matches(record.labels, record.name):
+            return QueueingHint.QUEUE_SKIP
+        if old is None:
+            return QueueingHint.QUEUE
+        if required.matches(old.node.labels, old.node.name):
+            return QueueingHint.QUEUE_SKIP
+        return QueueingHint.QUEUE
 
     # -- PreFilter ------------------------------------------------------------
 

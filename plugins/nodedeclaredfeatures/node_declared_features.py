@@ -22,9 +22,8 @@ a MaxVersion, so the scheduler's version never drops a need.
 
 A node's declared features are ``status.declaredFeatures``; names the
 registry does not know are ignored (framework's FeatureMapper.TryMap). A pod
-needing nothing skips the plugin. Upstream's EnqueueExtensions (requeue on
-node declared-feature changes) belong to the caller's queue; SignPod has no
-Berth extension point.
+needing nothing skips the plugin. EventsToRegister and its queueing hints are
+upstream's; SignPod has no Berth extension point.
 """
 
 from __future__ import annotations
@@ -37,6 +36,13 @@ import numpy as np
 
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+)
 from berth.framework.interfaces import (
     FilterPlugin,
     NodeVerdicts,
@@ -114,6 +120,43 @@ def _declares(node: pb.Node, required: tuple[str, ...]) -> bool:
 
 class NodeDeclaredFeatures(PreFilterPlugin, FilterPlugin):
     name: ClassVar[str] = NAME
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """nodedeclaredfeatures.go, EventsToRegister (the feature on, as in
+        v1.36): a node added or its declared features changed; the pod's
+        own update."""
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(
+                    EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_DECLARED_FEATURE
+                ),
+                self.is_schedulable_after_node_change,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.POD, ActionType.UPDATE),
+                self.is_schedulable_after_pod_update,
+            ),
+        ]
+
+    def is_schedulable_after_node_change(
+        self, pod: PodInfo, old: NodeInfo | None, new: NodeInfo
+    ) -> QueueingHint:
+        """isSchedulableAfterNodeChange: a node added, or its declared
+        features changed."""
+        if old is not None and list(old.node.declared_features) == list(new.node.declared_features):
+            return QueueingHint.QUEUE_SKIP
+        return QueueingHint.QUEUE
+
+    def is_schedulable_after_pod_update(
+        self, pod: PodInfo, old: PodInfo, new: PodInfo
+    ) -> QueueingHint:
+        """isSchedulableAfterPodUpdate: the rejected pod itself, when what it
+        needs changed."""
+        if new.uid != pod.uid:
+            return QueueingHint.QUEUE_SKIP
+        if required_features(old.proto) == required_features(new.proto):
+            return QueueingHint.QUEUE_SKIP
+        return QueueingHint.QUEUE
 
     def pre_filter(
         self, state: CycleState, pod: PodInfo, nodes: NodeBatch

@@ -1,8 +1,7 @@
 """NodeName: a pod that names a node (spec.nodeName) fits only that node.
 
 Port of pkg/scheduler/framework/plugins/nodename/node_name.go (Filter, Fits).
-Upstream's EnqueueExtensions (requeue hints) belong to the caller's queue and
-are not served here.
+Its EventsToRegister is upstream's (queueing hints on): a node added.
 """
 
 from __future__ import annotations
@@ -10,6 +9,12 @@ from __future__ import annotations
 from typing import ClassVar
 
 from berth.framework.cycle_state import CycleState
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+)
 from berth.framework.interfaces import FilterPlugin, NodeVerdicts
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.snapshot import NodeBatch
@@ -31,6 +36,12 @@ def fits(pod: PodInfo, node: NodeInfo) -> bool:
 
 class NodeName(FilterPlugin):
     name: ClassVar[str] = "NodeName"
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """node_name.go, EventsToRegister (queueing hints on): a node added,
+        without a hint (the caller also registers UpdateNodeTaint for it, as
+        upstream's buildQueueingHintMap does)."""
+        return [ClusterEventWithHint(ClusterEvent(EventResource.NODE, ActionType.ADD))]
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
         return SUCCESS if fits(pod, node) else _REJECTED

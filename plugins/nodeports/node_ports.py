@@ -12,7 +12,7 @@ framework/types.go HostPortInfo.CheckConflict):
 * A wanted port conflicts with a used one of the same protocol and port
   number when either host IP is 0.0.0.0 or both IPs are equal.
 
-Upstream's EnqueueExtensions (requeue hints) belong to the caller's queue;
+EventsToRegister and its queueing hint are upstream's (queueing hints on);
 SignPod has no Berth extension point.
 
 Used ports come from ``NodeInfo.used_ports``, which the snapshot keeps
@@ -32,6 +32,13 @@ import numpy as np
 
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+)
 from berth.framework.interfaces import (
     FilterPlugin,
     NodeVerdicts,
@@ -260,6 +267,34 @@ class NodePorts(PreFilterPlugin, FilterPlugin):
     """The NodePorts plugin (upstream's nodeports.NodePorts)."""
 
     name: ClassVar[str] = NAME
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """node_ports.go, EventsToRegister (queueing hints on): a pod deleted
+        (with a hint), a node added (without)."""
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.POD, ActionType.DELETE),
+                self.is_schedulable_after_pod_deleted,
+            ),
+            ClusterEventWithHint(ClusterEvent(EventResource.NODE, ActionType.ADD)),
+        ]
+
+    def is_schedulable_after_pod_deleted(
+        self, pod: PodInfo, old: PodInfo, new: None
+    ) -> QueueingHint:
+        """isSchedulableAfterPodDeleted: Queue only when the deleted pod was
+        on a node (or nominated to one) and held a host port that conflicts
+        with one the pod wants."""
+        deleted = old.proto
+        if not deleted.node_name and not deleted.nominated_node_name:
+            return QueueingHint.QUEUE_SKIP
+        freed = host_ports(deleted)
+        if not freed:
+            return QueueingHint.QUEUE_SKIP
+        wanted = WantedPorts(host_ports(pod.proto))
+        if wanted.conflicts((hp.ip, hp.protocol, hp.port) for hp in freed):
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
 
     def pre_filter(
         self, state: CycleState, pod: PodInfo, nodes: NodeBatch

@@ -27,6 +27,12 @@ work on one NodeInfo with plain integers, exactly like upstream's Filter and
 Score; they also serve nodes that are not in the snapshot's columns (e.g. a
 what-if NodeInfo with pods removed) and are the reference the batch forms are
 tested against.
+
+EventsToRegister and its queueing hints are upstream's with v1.36's gates
+(queueing hints and in-place vertical scaling on): a pod deleted or scaled
+down, a node added or its allocatable changed. The DRA-backed extended
+resource event (DeviceClass) is not registered: Berth does not serve
+DRAExtendedResource yet.
 """
 
 from __future__ import annotations
@@ -39,6 +45,13 @@ import numpy as np
 import numpy.typing as npt
 
 from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+)
 from berth.framework.interfaces import (
     FilterPlugin,
     NodeVerdicts,
@@ -48,7 +61,7 @@ from berth.framework.interfaces import (
     ScoreArray,
     ScorePlugin,
 )
-from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.model import CALCULATE_RESOURCE_OPTIONS, NodeInfo, PodInfo, pod_request_list
 from berth.framework.snapshot import IntArray, NodeBatch
 from berth.framework.status import SUCCESS, Code, Status
 from berth.plugins.noderesources.args import (
@@ -69,6 +82,7 @@ from berth.plugins.noderesources.resource_names import (
     MEMORY,
     PODS,
     is_extended_resource_name,
+    is_scalar_resource_name,
 )
 
 if TYPE_CHECKING:
@@ -220,6 +234,47 @@ def fits(pod: PodInfo, node: NodeInfo) -> list[InsufficientResource]:
     return fits_request(compute_pod_resource_request(pod), node)
 
 
+def _scaled_down_for(target: PodInfo, old: PodInfo, new: PodInfo) -> bool:
+    """fit.go, isSchedulableAfterPodScaleDown: the target itself scaled down,
+    or a bound pod lowered a resource the target requests (requests with the
+    in-place resize status counted)."""
+    if new.uid == target.uid:
+        return True
+    if not new.proto.node_name:
+        return False
+    before = pod_request_list(old.proto, CALCULATE_RESOURCE_OPTIONS)
+    after = pod_request_list(new.proto, CALCULATE_RESOURCE_OPTIONS)
+    for name, value in pod_request_list(target.proto, CALCULATE_RESOURCE_OPTIONS).items():
+        if value == 0:
+            continue
+        if name not in (CPU, MEMORY, EPHEMERAL_STORAGE) and not is_scalar_resource_name(name):
+            continue
+        if before.get(name, 0) > after.get(name, 0):
+            return True
+    return False
+
+
+def _requested_allocatable_grew(pod: PodInfo, old: NodeInfo, new: NodeInfo) -> bool:
+    """fit.go, haveAnyRequestedResourcesIncreased: more pods allowed, or
+    more of a resource the pod requests."""
+    request = compute_pod_resource_request(pod)
+    was, now = old.allocatable, new.allocatable
+    if now.allowed_pod_number > was.allowed_pod_number:
+        return True
+    if request.is_zero:
+        return False
+    if (
+        (request.milli_cpu > 0 and now.milli_cpu > was.milli_cpu)
+        or (request.memory > 0 and now.memory > was.memory)
+        or (request.ephemeral_storage > 0 and now.ephemeral_storage > was.ephemeral_storage)
+    ):
+        return True
+    return any(
+        quantity != 0 and now.scalar.get(name, 0) > was.scalar.get(name, 0)
+        for name, quantity in request.scalar.items()
+    )
+
+
 def _status_of(insufficient: list[InsufficientResource]) -> Status:
     """fit.go, Filter: all reasons kept; unresolvable if any one is."""
     if not insufficient:
@@ -276,6 +331,53 @@ class Fit(
         self.ignored_resources = frozenset(fit_args.ignored_resources)
         self.ignored_resource_groups = frozenset(fit_args.ignored_resource_groups)
         self.scorer = _scorer_for(fit_args.strategy)
+
+    # -- EnqueueExtensions ----------------------------------------------------
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """fit.go, EventsToRegister (queueing hints and in-place vertical
+        scaling on)."""
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(
+                    EventResource.POD, ActionType.DELETE | ActionType.UPDATE_POD_SCALE_DOWN
+                ),
+                self.is_schedulable_after_pod_event,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(
+                    EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_ALLOCATABLE
+                ),
+                self.is_schedulable_after_node_change,
+            ),
+        ]
+
+    def is_schedulable_after_pod_event(
+        self, pod: PodInfo, old: PodInfo | None, new: PodInfo | None
+    ) -> QueueingHint:
+        """isSchedulableAfterPodEvent: a deleted pod that was on a node (or
+        nominated to one); the rejected pod itself scaled down; a bound pod
+        scaled down in a resource the rejected pod requests."""
+        if new is None:
+            assert old is not None
+            if not old.proto.node_name and not old.proto.nominated_node_name:
+                return QueueingHint.QUEUE_SKIP
+            return QueueingHint.QUEUE
+        if old is not None and _scaled_down_for(pod, old, new):
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
+
+    def is_schedulable_after_node_change(
+        self, pod: PodInfo, old: NodeInfo | None, new: NodeInfo
+    ) -> QueueingHint:
+        """isSchedulableAfterNodeChange: the pod fits the node's allocatable
+        (the node alone, as upstream's isFit), and, for an update, some
+        allocatable the pod requests grew."""
+        if fits(pod, new):  # something does not fit even the empty node
+            return QueueingHint.QUEUE_SKIP
+        if old is None or _requested_allocatable_grew(pod, old, new):
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
 
     # -- PreFilter ------------------------------------------------------------
 

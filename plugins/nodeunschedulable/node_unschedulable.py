@@ -2,8 +2,8 @@
 
 Port of pkg/scheduler/framework/plugins/nodeunschedulable/node_unschedulable.go
 (Filter). A pod that tolerates the ``node.kubernetes.io/unschedulable:NoSchedule``
-taint also tolerates ``spec.unschedulable`` (DaemonSet pods do). Upstream's
-EnqueueExtensions (requeue hints) belong to the caller's queue.
+taint also tolerates ``spec.unschedulable`` (DaemonSet pods do). Its
+EventsToRegister and queueing hints are upstream's (queueing hints on).
 """
 
 from __future__ import annotations
@@ -14,6 +14,13 @@ import numpy as np
 
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.cycle_state import CycleState
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+)
 from berth.framework.interfaces import FilterPlugin, NodeVerdicts
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.snapshot import NodeBatch
@@ -40,6 +47,41 @@ def tolerates_unschedulable(pod: PodInfo) -> bool:
 
 class NodeUnschedulable(FilterPlugin):
     name: ClassVar[str] = "NodeUnschedulable"
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """node_unschedulable.go, EventsToRegister (queueing hints on): a
+        node added or made schedulable (UpdateNodeTaint covers
+        spec.unschedulable turned off); a toleration added to the pod."""
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_TAINT),
+                self.is_schedulable_after_node_change,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.POD, ActionType.UPDATE_POD_TOLERATION),
+                self.is_schedulable_after_pod_toleration_change,
+            ),
+        ]
+
+    def is_schedulable_after_node_change(
+        self, pod: PodInfo, old: NodeInfo | None, new: NodeInfo
+    ) -> QueueingHint:
+        """isSchedulableAfterNodeChange: a schedulable node added, or a node
+        that was unschedulable and is not any more."""
+        if new.node.unschedulable:
+            return QueueingHint.QUEUE_SKIP
+        if old is None or old.node.unschedulable:
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
+
+    def is_schedulable_after_pod_toleration_change(
+        self, pod: PodInfo, old: PodInfo | None, new: PodInfo
+    ) -> QueueingHint:
+        """isSchedulableAfterPodTolerationChange: the rejected pod itself now
+        tolerates ``node.kubernetes.io/unschedulable:NoSchedule``."""
+        if new.uid == pod.uid and tolerates_unschedulable(new):
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
         if node.node.unschedulable and not tolerates_unschedulable(pod):

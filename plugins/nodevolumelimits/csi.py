@@ -25,8 +25,11 @@ Port of pkg/scheduler/framework/plugins/nodevolumelimits/csi.go at v1.36
   inline volume that does not translate, is an Error, as upstream.
 
 Not ported: the VolumeLimitScaling check of CSIDriver
-``preventPodSchedulingIfMissing`` (alpha in v1.36, off by default), the
-EnqueueExtensions (the caller's queue) and SignPod.
+``preventPodSchedulingIfMissing`` (alpha in v1.36, off by default) and
+SignPod. EventsToRegister is upstream's, with the hints for a CSINode update
+and an added claim; a pod's deletion and a VolumeAttachment's move the pods
+it rejected without a hint (upstream's read listers, which a hint here has
+not).
 """
 
 from __future__ import annotations
@@ -47,6 +50,13 @@ from berth.framework.csi_translation import (
     pv_volume_handle,
 )
 from berth.framework.cycle_state import CycleState
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+)
 from berth.framework.handle import Handle
 from berth.framework.interfaces import (
     FilterPlugin,
@@ -65,6 +75,7 @@ from berth.framework.storage import (
     STORAGE_CLASSES,
     STORAGE_GROUP,
     VOLUME_ATTACHMENTS,
+    claim_of_pod,
     claim_storage_class,
     csi_node,
     ephemeral_claim_name,
@@ -158,6 +169,42 @@ class CSILimits(PreFilterPlugin, FilterPlugin):
         # randomVolumeIDPrefix: keeps the handles made up for unbound claims
         # apart from real ones.
         self.random_volume_id_prefix = secrets.token_hex(16)
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """csi.go, EventsToRegister."""
+        return [
+            ClusterEventWithHint(ClusterEvent(EventResource.CSI_NODE, ActionType.ADD)),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.CSI_NODE, ActionType.UPDATE),
+                self.is_schedulable_after_csi_node_updated,
+            ),
+            ClusterEventWithHint(ClusterEvent(EventResource.POD, ActionType.DELETE)),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.PERSISTENT_VOLUME_CLAIM, ActionType.ADD),
+                self.is_schedulable_after_claim_added,
+            ),
+            ClusterEventWithHint(ClusterEvent(EventResource.VOLUME_ATTACHMENT, ActionType.DELETE)),
+        ]
+
+    def is_schedulable_after_csi_node_updated(
+        self, pod: PodInfo, old: ClusterObject, new: ClusterObject
+    ) -> QueueingHint:
+        """isSchedulableAfterCSINodeUpdated: some driver's allocatable count
+        grew."""
+        before = _driver_limits(old)
+        for name, limit in _driver_limits(new).items():
+            if limit > before.get(name, 0):
+                return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
+
+    def is_schedulable_after_claim_added(
+        self, pod: PodInfo, old: None, new: ClusterObject
+    ) -> QueueingHint:
+        """isSchedulableAfterPVCAdded: one of the pod's claims, generic
+        ephemeral volumes' included."""
+        if claim_of_pod(pod.proto, new, ephemeral=True):
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
 
     @classmethod
     def reads(cls, args: Any) -> tuple[ObjectKind, ...]:
@@ -403,3 +450,19 @@ class CSILimits(PreFilterPlugin, FilterPlugin):
                 return "", ""
             return plugin.driver_name, handle
         return provisioner, handle
+
+
+def _driver_limits(csi_node: ClusterObject) -> dict[str, int]:
+    """A CSINode's spec.drivers[].allocatable.count by driver name (0 when
+    unset), as isSchedulableAfterCSINodeUpdated reads them; malformed
+    entries count 0."""
+    out: dict[str, int] = {}
+    spec = csi_node.data.get("spec")
+    drivers = spec.get("drivers") if isinstance(spec, dict) else None
+    for d in drivers if isinstance(drivers, list) else ():
+        if not isinstance(d, dict):
+            continue
+        alloc = d.get("allocatable")
+        count = alloc.get("count") if isinstance(alloc, dict) else None
+        out[str(d.get("name", ""))] = count if isinstance(count, int) else 0
+    return out

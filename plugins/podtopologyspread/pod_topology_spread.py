@@ -16,7 +16,11 @@ tables the pod does not change) instead of changing the state in place.
 
 Differences from upstream, for lack of a framework facility:
 
-* EnqueueExtensions (queueing hints) and SignPod belong to the caller's queue.
+* SignPod has no Berth extension point.
+* EventsToRegister is upstream's (queueing hints on); its hints see no
+  cluster state, so for a pod without constraints of its own (default
+  constraints, whose selector DefaultSelector builds from the Services and
+  owners the snapshot holds) they answer Queue.
 
 Matching pods per node come from count tables and topology values from
 topology columns, both per snapshot and kept current in O(change) (counts.py,
@@ -40,6 +44,13 @@ import numpy as np
 
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+)
 from berth.framework.interfaces import (
     MAX_NODE_SCORE,
     FilterPlugin,
@@ -64,6 +75,7 @@ from berth.plugins.podtopologyspread.args import (
     PodTopologySpreadArgs,
 )
 from berth.plugins.podtopologyspread.common import (
+    HONOR,
     LABEL_HOSTNAME,
     LABEL_TOPOLOGY_ZONE,
     REPLICASETS,
@@ -75,6 +87,7 @@ from berth.plugins.podtopologyspread.common import (
     default_selector,
     filter_constraints,
     node_labels_match_spread_constraints,
+    pod_labels_match_spread_constraints,
 )
 from berth.plugins.podtopologyspread.counts import (
     TopologyColumn,
@@ -271,6 +284,96 @@ class PodTopologySpread(
         if a.defaulting_type == SYSTEM_DEFAULTING or a.default_constraints:
             return (SERVICES, REPLICATIONCONTROLLERS, REPLICASETS, STATEFULSETS)
         return ()
+
+    # -- EnqueueExtensions --------------------------------------------------------
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """plugin.go, EventsToRegister (queueing hints on)."""
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(
+                    EventResource.POD,
+                    ActionType.ADD
+                    | ActionType.UPDATE_POD_LABEL
+                    | ActionType.UPDATE_POD_TOLERATION
+                    | ActionType.DELETE,
+                ),
+                self.is_schedulable_after_pod_change,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(
+                    EventResource.NODE,
+                    ActionType.ADD
+                    | ActionType.DELETE
+                    | ActionType.UPDATE_NODE_LABEL
+                    | ActionType.UPDATE_NODE_TAINT,
+                ),
+                self.is_schedulable_after_node_change,
+            ),
+        ]
+
+    def _hint_constraints(self, pod: pb.Pod) -> list[Constraint] | None:
+        """The pod's DoNotSchedule constraints for a hint; None when they
+        are the default ones (their selector needs the cluster state)."""
+        if not pod.topology_spread_constraints:
+            return None
+        return filter_constraints(pod.topology_spread_constraints, pod.labels, DO_NOT_SCHEDULE)
+
+    def is_schedulable_after_pod_change(
+        self, pod: PodInfo, old: PodInfo | None, new: PodInfo | None
+    ) -> QueueingHint:
+        """plugin.go, isSchedulableAfterPodChange: a pod in the same
+        namespace, on a node or nominated, added or deleted with labels a
+        constraint selects, or relabelled into or out of a selector; the
+        rejected pod's own new toleration when a constraint honours taints."""
+        target = pod.proto
+        for other in (new, old):
+            if other is not None and not _involved_in_spreading(other.proto, target):
+                return QueueingHint.QUEUE_SKIP
+        constraints = self._hint_constraints(target)
+        if constraints is None:
+            return QueueingHint.QUEUE
+        if old is not None and new is not None:
+            if (
+                new.uid == pod.uid
+                and list(new.proto.tolerations) != list(old.proto.tolerations)
+                and any(c.node_taints_policy == HONOR for c in constraints)
+            ):
+                return QueueingHint.QUEUE
+            if dict(new.proto.labels) == dict(old.proto.labels):
+                return QueueingHint.QUEUE_SKIP
+            for c in constraints:
+                if c.selector.matches(old.proto.labels) != c.selector.matches(new.proto.labels):
+                    return QueueingHint.QUEUE
+            return QueueingHint.QUEUE_SKIP
+        changed = new if new is not None else old
+        assert changed is not None
+        if pod_labels_match_spread_constraints(constraints, changed.proto.labels):
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
+
+    def is_schedulable_after_node_change(
+        self, pod: PodInfo, old: NodeInfo | None, new: NodeInfo | None
+    ) -> QueueingHint:
+        """plugin.go, isSchedulableAfterNodeChange: a node added or deleted
+        that has every topology key; an update that makes it have them or
+        not, or (having them) changes a topology value or its taints."""
+        constraints = self._hint_constraints(pod.proto)
+        if constraints is None:
+            return QueueingHint.QUEUE
+        was = old is not None and node_labels_match_spread_constraints(old.node.labels, constraints)
+        now = new is not None and node_labels_match_spread_constraints(new.node.labels, constraints)
+        if old is not None and new is not None:
+            if was != now:
+                return QueueingHint.QUEUE
+            before, after = old.node.labels, new.node.labels
+            if now and (
+                any(before.get(c.topology_key) != after.get(c.topology_key) for c in constraints)
+                or list(old.node.taints) != list(new.node.taints)
+            ):
+                return QueueingHint.QUEUE
+            return QueueingHint.QUEUE_SKIP
+        return QueueingHint.QUEUE if (now if new is not None else was) else QueueingHint.QUEUE_SKIP
 
     # -- constraints ------------------------------------------------------------
 
@@ -696,3 +799,13 @@ def _ignored_mask(s: PreScoreState, nodes: NodeBatch) -> BoolArray:
         return np.zeros(len(nodes), dtype=np.bool_)
     ignored = s.ignored_nodes
     return np.fromiter((name in ignored for name in nodes.names), dtype=np.bool_, count=len(nodes))
+
+
+def _involved_in_spreading(incoming: pb.Pod, with_spreading: pb.Pod) -> bool:
+    """plugin.go, involvedInTopologySpreading: the pod itself, or a pod on a
+    node (or nominated to one) in its namespace."""
+    if incoming.uid == with_spreading.uid:
+        return True
+    if not incoming.node_name and not incoming.nominated_node_name:
+        return False
+    return incoming.namespace == with_spreading.namespace

@@ -3,8 +3,8 @@
 Port of pkg/scheduler/framework/plugins/schedulinggates/scheduling_gates.go at
 v1.36 (PreEnqueue). A pod with ``spec.schedulingGates`` does not enter the
 active queue; whoever added a gate removes it when the pod may be scheduled.
-Upstream's EnqueueExtensions (requeue the pod once its gates are gone) belong
-to the caller's queue and are not served here.
+Its EventsToRegister is upstream's (queueing hints on): the pod's own last
+gate removed.
 """
 
 from __future__ import annotations
@@ -12,6 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+)
 from berth.framework.interfaces import PreEnqueuePlugin
 from berth.framework.model import PodInfo
 from berth.framework.status import SUCCESS, Status
@@ -30,6 +37,22 @@ def waiting_for_gates_message(gates: Iterable[str]) -> str:
 
 class SchedulingGates(PreEnqueuePlugin):
     name: ClassVar[str] = NAME
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """scheduling_gates.go, EventsToRegister (queueing hints on)."""
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.POD, ActionType.UPDATE_POD_SCHEDULING_GATES_ELIMINATED),
+                self.is_schedulable_after_gates_eliminated,
+            )
+        ]
+
+    def is_schedulable_after_gates_eliminated(
+        self, pod: PodInfo, old: PodInfo | None, new: PodInfo
+    ) -> QueueingHint:
+        """isSchedulableAfterUpdatePodSchedulingGatesEliminated: only the
+        gated pod's own update."""
+        return QueueingHint.QUEUE if new.uid == pod.uid else QueueingHint.QUEUE_SKIP
 
     def pre_enqueue(self, pod: PodInfo) -> Status:
         """Success for a pod without gates; UnschedulableAndUnresolvable

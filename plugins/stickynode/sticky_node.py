@@ -37,6 +37,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import msgspec
 
 from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    kind_event_resource,
+)
 from berth.framework.interfaces import (
     FilterPlugin,
     PostBindPlugin,
@@ -174,6 +181,18 @@ class StickyNode(
             args.owner_chain if isinstance(args, StickyNodeArgs) else StickyNodeArgs().owner_chain
         )
         return tuple(ObjectKind(k.group, k.version, k.resource, k.kind) for k in chain)
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """A pod kept off every node but its sticky one is helped by that
+        node coming (back), or by an owner of the chain changing (the
+        recorded node, or the chain itself)."""
+        return [
+            ClusterEventWithHint(ClusterEvent(EventResource.NODE, ActionType.ADD)),
+            *(
+                ClusterEventWithHint(ClusterEvent(kind_event_resource(kind), ActionType.ALL))
+                for kind in type(self).reads(self.args)
+            ),
+        ]
 
     @classmethod
     def writes(cls, args: Any) -> tuple[ObjectKind, ...]:

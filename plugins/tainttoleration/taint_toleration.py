@@ -7,9 +7,9 @@ upstream's Toleration.ToleratesTaint, shared in framework/tolerations.py;
 the alpha Lt/Gt operators (feature gate TaintTolerationComparisonOperators,
 off by default in v1.36) match nothing, as upstream with the gate off.
 
-Not served: EnqueueExtensions (requeue hints belong to the caller's queue) and
-SignPod (upstream's pod signatures for batched scheduling; Berth has no such
-extension point).
+EventsToRegister and its queueing hints are upstream's (queueing hints on).
+Not served: SignPod (upstream's pod signatures for batched scheduling; Berth
+has no such extension point).
 """
 
 from __future__ import annotations
@@ -24,6 +24,13 @@ import numpy as np
 import numpy.typing as npt
 
 from berth.framework.cycle_state import CycleState, StateError, StateKey
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+)
 from berth.framework.interfaces import (
     MAX_NODE_SCORE,
     FilterPlugin,
@@ -223,6 +230,44 @@ def _read_pre_score_state(state: CycleState) -> PreScoreState:
 
 class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin):
     name: ClassVar[str] = NAME
+
+    # -- EnqueueExtensions ----------------------------------------------------
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """taint_toleration.go, EventsToRegister (queueing hints on): a node
+        added or its taints changed; a toleration added to the pod."""
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_TAINT),
+                self.is_schedulable_after_node_change,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.POD, ActionType.UPDATE_POD_TOLERATION),
+                self.is_schedulable_after_pod_toleration_change,
+            ),
+        ]
+
+    def is_schedulable_after_node_change(
+        self, pod: PodInfo, old: NodeInfo | None, new: NodeInfo
+    ) -> QueueingHint:
+        """isSchedulableAfterNodeChange: Queue when the node had (or, added,
+        is taken to have had) a taint the pod does not tolerate and has
+        none now."""
+        tolerations = pod.proto.tolerations
+        was_untolerated = old is None or (
+            find_untolerated_taint(old.node.taints, tolerations) is not None
+        )
+        is_untolerated = find_untolerated_taint(new.node.taints, tolerations) is not None
+        if was_untolerated and not is_untolerated:
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
+
+    def is_schedulable_after_pod_toleration_change(
+        self, pod: PodInfo, old: PodInfo | None, new: PodInfo
+    ) -> QueueingHint:
+        """isSchedulableAfterPodTolerationChange: only a toleration added to
+        the rejected pod itself may help it."""
+        return QueueingHint.QUEUE if new.uid == pod.uid else QueueingHint.QUEUE_SKIP
 
     # -- Filter ---------------------------------------------------------------
 

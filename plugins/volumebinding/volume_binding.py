@@ -72,6 +72,13 @@ import msgspec
 import numpy as np
 
 from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+)
 from berth.framework.interfaces import (
     MAX_NODE_SCORE,
     FilterPlugin,
@@ -85,7 +92,7 @@ from berth.framework.interfaces import (
     ScorePlugin,
 )
 from berth.framework.model import PodInfo
-from berth.framework.objects import ObjectKind
+from berth.framework.objects import ClusterObject, ObjectKind
 from berth.framework.shape_score import broken_linear
 from berth.framework.snapshot import NodeBatch
 from berth.framework.status import SUCCESS, Status
@@ -94,6 +101,7 @@ from berth.framework.storage import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
+    claim_of_pod,
 )
 from berth.plugins.volumebinding.args import (
     DEFAULT_SHAPE,
@@ -224,6 +232,56 @@ class VolumeBinding(
             CSI_DRIVERS,
             CSI_STORAGE_CAPACITIES,
         )
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """volume_binding.go, EventsToRegister (queueing hints on), with the
+        hints for StorageClasses and claims; CSINode, CSIDriver and
+        CSIStorageCapacity changes move the pods it rejected without a hint
+        (upstream's read the pod's claims and volumes from listers, which a
+        hint here has not)."""
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.STORAGE_CLASS, ActionType.ADD | ActionType.UPDATE),
+                self.is_schedulable_after_storage_class_change,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(
+                    EventResource.PERSISTENT_VOLUME_CLAIM, ActionType.ADD | ActionType.UPDATE
+                ),
+                self.is_schedulable_after_claim_change,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.PERSISTENT_VOLUME, ActionType.ADD | ActionType.UPDATE)
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL)
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.CSI_NODE, ActionType.ADD | ActionType.UPDATE)
+            ),
+            ClusterEventWithHint(ClusterEvent(EventResource.CSI_DRIVER, ActionType.UPDATE)),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.CSI_STORAGE_CAPACITY, ActionType.ADD | ActionType.UPDATE)
+            ),
+        ]
+
+    def is_schedulable_after_storage_class_change(
+        self, pod: PodInfo, old: ClusterObject | None, new: ClusterObject
+    ) -> QueueingHint:
+        """isSchedulableAfterStorageClassChange: any class added; an update
+        of its allowedTopologies."""
+        if old is None or old.data.get("allowedTopologies") != new.data.get("allowedTopologies"):
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
+
+    def is_schedulable_after_claim_change(
+        self, pod: PodInfo, old: ClusterObject | None, new: ClusterObject
+    ) -> QueueingHint:
+        """isSchedulableAfterPersistentVolumeClaimChange: one of the pod's
+        claims, generic ephemeral volumes' included."""
+        if claim_of_pod(pod.proto, new, ephemeral=True):
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
 
     @classmethod
     def writes(cls, args: Any) -> tuple[ObjectKind, ...]:

@@ -15,8 +15,10 @@ volume_restrictions.go at v1.36 (PreFilter, AddPod, RemovePod, Filter):
   every node (preempting the user can help: Unschedulable). AddPod/RemovePod
   adjust the count for nominated pods and preemption's dry runs.
 
-Upstream's EnqueueExtensions (queueing hints) belong to the caller's queue;
-SignPod has no Berth extension point.
+EventsToRegister is upstream's (queueing hints on), with the hint for an
+added claim; a pod's deletion moves the pods it rejected without a hint (the
+upstream hint reads the deleted pod's claims from a lister, which a hint here
+has not). SignPod has no Berth extension point.
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ import msgspec
 
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+)
 from berth.framework.interfaces import (
     FilterPlugin,
     NodeVerdicts,
@@ -36,13 +45,14 @@ from berth.framework.interfaces import (
     PreFilterResult,
 )
 from berth.framework.model import NodeInfo, PodInfo
-from berth.framework.objects import ObjectKind
+from berth.framework.objects import ClusterObject, ObjectKind
 from berth.framework.snapshot import NodeBatch, Snapshot
 from berth.framework.status import SUCCESS, Status
 from berth.framework.storage import (
     PERSISTENT_VOLUME_CLAIMS,
     READ_WRITE_ONCE_POD,
     access_modes,
+    claim_of_pod,
     inline_source,
     is_claim,
     mapping,
@@ -246,6 +256,26 @@ class VolumeRestrictions(PreFilterPlugin, FilterPlugin):
     volumerestrictions.VolumeRestrictions)."""
 
     name: ClassVar[str] = NAME
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """volume_restrictions.go, EventsToRegister (queueing hints on)."""
+        return [
+            ClusterEventWithHint(ClusterEvent(EventResource.POD, ActionType.DELETE)),
+            ClusterEventWithHint(ClusterEvent(EventResource.NODE, ActionType.ADD)),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.PERSISTENT_VOLUME_CLAIM, ActionType.ADD),
+                self.is_schedulable_after_claim_added,
+            ),
+        ]
+
+    def is_schedulable_after_claim_added(
+        self, pod: PodInfo, old: None, new: ClusterObject
+    ) -> QueueingHint:
+        """isSchedulableAfterPersistentVolumeClaimAdded: a claim one of the
+        pod's persistentVolumeClaim volumes names."""
+        if claim_of_pod(pod.proto, new, ephemeral=False):
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
 
     @classmethod
     def reads(cls, args: Any) -> tuple[ObjectKind, ...]:

@@ -17,8 +17,10 @@ Port of pkg/scheduler/framework/plugins/volumezone/volume_zone.go at v1.36
   ``node(s) had no available volume zone`` (UnschedulableAndUnresolvable).
 
 Generic ephemeral volumes and inline volumes are not looked at, as upstream.
-Upstream's EnqueueExtensions belong to the caller's queue; SignPod has no
-Berth extension point.
+EventsToRegister is upstream's (queueing hints on), with the hints for a
+StorageClass and a claim; a PersistentVolume added or changed moves the pods
+it rejected without a hint (upstream's reads the pod's claims from a lister,
+which a hint here has not). SignPod has no Berth extension point.
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ from typing import Any, ClassVar, Final
 import msgspec
 
 from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+)
 from berth.framework.interfaces import (
     FilterPlugin,
     NodeVerdicts,
@@ -50,6 +59,7 @@ from berth.framework.storage import (
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
     STORAGE_GROUP,
+    claim_of_pod,
     claim_storage_class,
     is_claim,
     mapping,
@@ -149,6 +159,44 @@ class VolumeZone(PreFilterPlugin, FilterPlugin):
     """The VolumeZone plugin (upstream's volumezone.VolumeZone)."""
 
     name: ClassVar[str] = NAME
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """volume_zone.go, EventsToRegister (queueing hints on)."""
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.STORAGE_CLASS, ActionType.ADD),
+                self.is_schedulable_after_storage_class_added,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL)
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(
+                    EventResource.PERSISTENT_VOLUME_CLAIM, ActionType.ADD | ActionType.UPDATE
+                ),
+                self.is_schedulable_after_claim_change,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.PERSISTENT_VOLUME, ActionType.ADD | ActionType.UPDATE)
+            ),
+        ]
+
+    def is_schedulable_after_storage_class_added(
+        self, pod: PodInfo, old: None, new: ClusterObject
+    ) -> QueueingHint:
+        """isSchedulableAfterStorageClassAdded: a WaitForFirstConsumer class."""
+        if new.data.get("volumeBindingMode") == "WaitForFirstConsumer":
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
+
+    def is_schedulable_after_claim_change(
+        self, pod: PodInfo, old: ClusterObject | None, new: ClusterObject
+    ) -> QueueingHint:
+        """isSchedulableAfterPersistentVolumeClaimChange: one of the pod's
+        claims (isPVCRequestedFromPod)."""
+        if claim_of_pod(pod.proto, new, ephemeral=False):
+            return QueueingHint.QUEUE
+        return QueueingHint.QUEUE_SKIP
 
     @classmethod
     def reads(cls, args: Any) -> tuple[ObjectKind, ...]:
