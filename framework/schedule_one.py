@@ -238,6 +238,8 @@ def _schedule_pod(
             next_start_index=start_index,
             pre_filter_status=st,
             unschedulable_plugins=restricting | ({st.plugin} if st.plugin else set()),
+            # AddPluginStatus: a Pending PreFilter goes to PendingPlugins too.
+            pending_plugins={st.plugin} if st.plugin and st.code is Code.PENDING else set(),
         )
         _post_filter(fw, state, pod, result, {n: st for n in all_nodes.names})
         result.message = fit_error_message(num_all, {}, st.message, _post_filter_msg(result))

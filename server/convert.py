@@ -54,6 +54,7 @@ def schedule_response(
         for name, st in result.rejected.items():
             d.rejected.add(node=name, status=status_to_pb(st))
         d.unschedulable_plugins.extend(sorted(result.unschedulable_plugins))
+        d.pending_plugins.extend(sorted(result.pending_plugins))
         if result.pre_filter_status is not None:
             d.pre_filter_status.CopyFrom(status_to_pb(result.pre_filter_status))
         d.message = result.message

@@ -49,9 +49,16 @@ from berth.kube.rest import KubeApi, pod_path
 from berth.shim import guard, metrics
 from berth.shim.background import ApiWorkers
 from berth.shim.cache import SchedulerCache
+from berth.shim.fiterror import rejection
 from berth.shim.metrics import Counters
 from berth.shim.objects import WriteFailed, perform_writes
-from berth.shim.podstatus import REASON_SCHEDULER_ERROR, PodStatusWriter, Recorder, pod_ref
+from berth.shim.podstatus import (
+    REASON_SCHEDULER_ERROR,
+    REASON_UNSCHEDULABLE,
+    PodStatusWriter,
+    Recorder,
+    pod_ref,
+)
 from berth.shim.queue import QueuedPod, SchedulingQueue, activate_pods
 from berth.shim.service import PluginService, ServiceUnavailable
 
@@ -78,6 +85,10 @@ class WaitingPod:
     )
     # Rejected as a preemption's victim (WaitingPod.Preempt).
     preempted: bool = False
+    # Rejected by a plugin or its timeout (WaitingPod.Reject): the plugin,
+    # and its message.
+    rejected_by: str | None = None
+    rejection: str = ""
 
     def allow(self, plugin: str) -> None:
         self.pending.pop(plugin, None)
@@ -86,6 +97,8 @@ class WaitingPod:
 
     def reject(self, plugin: str, message: str) -> None:
         if not self.done.done():
+            self.rejected_by = plugin
+            self.rejection = message
             self.done.set_result(f"{message} (plugin {plugin})" if plugin else message)
 
 
@@ -134,6 +147,7 @@ class HandleFailure(Protocol):
         error: bool,
         start: float,
         plugins: frozenset[str] = ...,
+        pending: frozenset[str] = ...,
         nominated: str | None = ...,
     ) -> None: ...
 
@@ -322,7 +336,7 @@ class BindingCycle:
         nominations: dict[str, str],
         counters: Counters,
         handle_failure: HandleFailure,
-        on_forgotten: Callable[[str], None],
+        on_forgotten: Callable[[cpb.Pod], None],
         traced: bool,
     ) -> None:
         """``nominations``: the pods whose status.nominatedNodeName a binding
@@ -380,23 +394,42 @@ class BindingCycle:
         message, requeue = failure
         span.set_status(trace.StatusCode.ERROR, message)
         span.end()
+        assumed = self._cache.assumed.get(qp.uid)
         forgotten = self._cache.forget(qp.uid)
+        w = req.waiting
         if requeue and qp.uid in self._queue:
             self._counters.bind_failures += 1
-            self._handle_failure(qp, message, REASON_SCHEDULER_ERROR, error=True, start=req.start)
+            if w is not None and w.rejected_by is not None and not w.preempted:
+                # bindingCycle: a pod rejected while waiting at Permit is a
+                # FitError over its node with the rejecting plugin recorded:
+                # Unschedulable, retried by the events that plugin registered.
+                fit, plugins, pending = rejection(
+                    node,
+                    pb.Status(
+                        code=pb.CODE_UNSCHEDULABLE, reasons=[w.rejection], plugin=w.rejected_by
+                    ),
+                )
+                self._handle_failure(
+                    qp,
+                    fit,
+                    REASON_UNSCHEDULABLE,
+                    error=False,
+                    start=req.start,
+                    plugins=plugins,
+                    pending=pending,
+                )
+            else:
+                self._handle_failure(
+                    qp, message, REASON_SCHEDULER_ERROR, error=True, start=req.start
+                )
         else:
             # The pod is gone, or bound by someone else: nothing to retry.
             self._queue.done_bound(qp)
-        if forgotten and req.waiting is not None and req.waiting.preempted:
+        if forgotten and assumed is not None:
             # handleBindingCycleError: forgetting an assumed pod frees what it
-            # held on its node, like an assigned pod's deletion: a victim
-            # preempted while waiting at Permit makes room for its preemptor.
-            # Upstream moves pods after every forgotten binding cycle; the shim
-            # only after a preempted one: it requeues every Permit rejection as
-            # an error, and moving pods after the rejections of a gang
-            # (Coscheduling) would bring its unschedulable member straight back
-            # (SchedulerPopFromBackoffQ) to reject the gang again.
-            self._on_forgotten(qp.uid)
+            # held on its node, like an assigned pod's deletion (the pod
+            # itself aside), after the pod's own failure was handled.
+            self._on_forgotten(assumed.pod)
 
     async def _binding_cycle(self, req: BindingRequest) -> Failure | None:
         """Returns None when bound, else (message, requeue)."""
@@ -607,7 +640,11 @@ async def _wait_permit(w: WaitingPod) -> str | None:
         return await asyncio.wait_for(asyncio.shield(w.done), timeout)
     except TimeoutError:
         plugin = min(w.pending, key=lambda p: w.pending[p]) if w.pending else ""
-        return f"rejected due to timeout after waiting {timeout:g}s at plugin {plugin}"
+        message = f"rejected due to timeout after waiting {timeout:g}s at plugin {plugin}"
+        # waiting_pods_map.go: the timer rejects the pod in the plugin's name.
+        w.rejected_by = plugin
+        w.rejection = message
+        return message
 
 
 @contextlib.contextmanager

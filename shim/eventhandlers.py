@@ -13,37 +13,38 @@ an event that may help pods no node fitted moves them.
   nominations (the nominator); deleted pods leave both
   (deletePodFromCache, deletePodFromSchedulingQueue), rejecting the pod if
   it waits at Permit.
-- Objects a plugin reads changed (shim/objects.py): the pods its plugins
-  rejected are moved.
+- Objects a plugin reads changed (shim/objects.py): each change is a
+  cluster event on the kind's EventResource.
 
-Which unschedulable pods an event moves is decided from the plugins that
-rejected them, with a table of the in-tree plugins' events (their
-EventsToRegister); a plugin not in the table is moved by every event.
+Which unschedulable pods an event moves is the queue's to decide
+(shim/queue.py ``move``): the plugins that rejected each pod, the events
+they registered and their hints (DescribeProfiles, QueueingHints). Each
+event carries its old and new record, as upstream's handlers pass the
+objects to MoveAllToActiveOrBackoffQueue.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Set
+from collections.abc import Callable, Sequence, Set
 
 from berth.api.v1 import cluster_pb2 as cpb
+from berth.framework.events import (
+    EVENT_ASSIGNED_POD_ADD,
+    EVENT_ASSIGNED_POD_DELETE,
+    EVENT_NODE_ADD,
+    EVENT_NODE_DELETE,
+    ActionType,
+    ClusterEvent,
+    event_resource,
+    node_scheduling_properties_change,
+    pod_scheduling_properties_change,
+)
 from berth.shim.binding import WaitingPods
 from berth.shim.cache import SchedulerCache
 from berth.shim.informer import ADDED, DELETED, Event
-from berth.shim.objects import Source
+from berth.shim.objects import ObjectChange, Source
 from berth.shim.podstatus import PodStatusWriter
 from berth.shim.queue import QueuedPod, SchedulingQueue
-
-# Plugins whose rejection an event may undo (their EventsToRegister in
-# pkg/scheduler/framework/plugins/*). A plugin not listed here (out-of-tree, or
-# not ported yet) is moved by every event, as upstream treats a plugin that does
-# not implement EnqueueExtensions.
-NODE_EVENTS_ONLY = {
-    "NodeName",
-    "NodeUnschedulable",
-    "TaintToleration",
-    "NodeAffinity",
-}
-POD_DELETE_HELPS = {"NodeResourcesFit", "NodePorts", "NodeResourcesBalancedAllocation"}
 
 
 class EventHandlers:
@@ -74,14 +75,19 @@ class EventHandlers:
         cache, queue = self._cache, self._queue
         for ev in events:
             if ev.type == DELETED:
+                # deleteNodeFromCache: the event first, then the cache.
+                gone = cache.nodes.get(ev.key, ev.record)
+                queue.move(EVENT_NODE_DELETE, gone, None)
                 cache.delete_node(ev.key)
                 continue
             old = cache.nodes.get(ev.key)
             cache.upsert_node(ev.record)
             if ev.type == ADDED or old is None:
-                queue.move_all("NodeAdd")
-            elif node_changed_for_scheduling(old, ev.record):
-                queue.move_all("NodeUpdate")
+                queue.move(EVENT_NODE_ADD, None, ev.record)
+                continue
+            # updateNodeInCache: one event per part of the node that changed.
+            for evt in node_scheduling_properties_change(ev.record, old):
+                queue.move(evt, old, ev.record)
 
     def on_pod_events(self, events: list[Event[cpb.Pod]]) -> None:
         cache, queue = self._cache, self._queue
@@ -90,6 +96,7 @@ class EventHandlers:
             uid = ev.key
             if ev.type == DELETED:
                 was_placed = cache.holds(uid)
+                placed = cache.state.pods.get(uid)
                 was_nominated = bool(cache.nominated_to(uid)) or (
                     bool(pod.nominated_node_name) and pod.scheduler_name in self._profiles
                 )
@@ -101,21 +108,31 @@ class EventHandlers:
                 if w is not None:
                     w.reject("", "pod deleted while waiting at Permit")
                 if was_placed:
-                    queue.move_all("AssignedPodDelete", pod_delete_helps)
+                    queue.move(EVENT_ASSIGNED_POD_DELETE, placed or pod, None)
                 elif was_nominated and not pod.node_name:
                     # deletePodFromSchedulingQueue: pods of lower or equal
                     # priority counted the nominated pod as if it were assigned.
-                    queue.move_all("AssignedPodDelete", le_priority(pod.priority))
+                    queue.move(
+                        EVENT_ASSIGNED_POD_DELETE, pod, None, pre_check=le_priority(pod.priority)
+                    )
                 continue
             if pod.node_name:
                 # Bound (by us or anyone): it occupies its node; stop queueing it.
                 qp = queue.get(uid)
                 if qp is not None and qp.where != "in_flight":
                     queue.delete(uid)
-                existed = cache.holds(uid)
+                before = cache.state.pods.get(uid) if cache.holds(uid) else None
+                confirmed = cache.is_assumed(uid)
                 cache.add_or_update_pod(pod)
-                if not existed:
-                    queue.move_all("AssignedPodAdd", pod_add_helps)
+                if before is None or confirmed:
+                    # addAssignedPodToCache, for a pod the informer reports
+                    # bound for the first time (its binding confirmed too).
+                    queue.move(EVENT_ASSIGNED_POD_ADD, None, pod)
+                else:
+                    # updateAssignedPodInCache: one event per part of the pod
+                    # that changed.
+                    for evt in pod_scheduling_properties_change(pod, before):
+                        queue.move(evt, before, pod)
                 continue
             if pod.scheduler_name not in self._profiles:
                 continue
@@ -160,72 +177,47 @@ class EventHandlers:
                 # unschedulable member straight back to reject it again.
                 return
         if old is not None and old_node and old_node != pod.nominated_node_name:
-            self._queue.move_all("AssignedPodDelete", le_priority(old.priority))
+            self._queue.move(
+                EVENT_ASSIGNED_POD_DELETE, old, None, pre_check=le_priority(old.priority)
+            )
 
-    def on_object_change(self, source: Source) -> None:
-        """Objects a plugin reads changed: pods its plugins rejected may fit
-        now (a plugin's EventsToRegister on that kind)."""
-        readers = source.plugins
+    def on_object_change(self, source: Source, changes: Sequence[ObjectChange]) -> None:
+        """Objects a plugin reads changed: each change is an event on the
+        kind's EventResource (upstream's buildEvtResHandler), with the old
+        and new object."""
+        resource = event_resource(source.group, source.version, source.resource)
+        for kind, old, new in changes:
+            if kind == DELETED:
+                action = ActionType.DELETE
+            elif old is None:
+                action = ActionType.ADD
+            else:
+                action = ActionType.UPDATE
+            self._queue.move(ClusterEvent(resource, action), old, new)
 
-        def helps(qp: QueuedPod) -> bool:
-            return not qp.unschedulable_plugins or bool(qp.unschedulable_plugins & readers)
-
-        self._queue.move_all(f"{source.kind or source.name}Change", helps)
-
-    def assumed_pod_forgotten(self, uid: str) -> None:
+    def assumed_pod_forgotten(self, pod: cpb.Pod) -> None:
         """handleBindingCycleError: an assumed pod forgotten frees what it held
-        on its node, like an assigned pod's deletion: the pods that may help
-        move, the forgotten pod aside."""
+        on its node, like an assigned pod's deletion; the forgotten pod itself
+        is left alone (its own failure decides where it goes)."""
 
-        def helps(qp: QueuedPod) -> bool:
-            return qp.uid != uid and pod_delete_helps(qp)
+        def others(qp: QueuedPod) -> bool:
+            return qp.uid != pod.uid
 
-        self._queue.move_all("AssignedPodDelete", helps)
-
-
-def pod_delete_helps(qp: QueuedPod) -> bool:
-    """An assigned pod's deletion may help a pod that no plugin is recorded
-    as rejecting, or that a plugin other than those only node events help
-    rejected."""
-    return not qp.unschedulable_plugins or not qp.unschedulable_plugins <= NODE_EVENTS_ONLY
+        self._queue.move(EVENT_ASSIGNED_POD_DELETE, pod, None, pre_check=others)
 
 
 def le_priority(priority: int) -> Callable[[QueuedPod], bool]:
     """getLEPriorityPreCheck: pods of lower or equal priority, for the event
-    of a nominated pod leaving a node (checked against their rejectors as an
-    assigned pod's deletion is)."""
+    of a nominated pod leaving a node."""
 
     def helps(qp: QueuedPod) -> bool:
-        return qp.pod.priority <= priority and pod_delete_helps(qp)
+        return qp.pod.priority <= priority
 
     return helps
 
 
-def pod_add_helps(qp: QueuedPod) -> bool:
-    """An assigned pod's arrival may help a pod that a plugin other than
-    those only node events or pod deletions help rejected (inter-pod
-    affinity, topology spread, a plugin not in the table)."""
-    return not qp.unschedulable_plugins <= (NODE_EVENTS_ONLY | POD_DELETE_HELPS)
-
-
-def node_changed_for_scheduling(old: cpb.Node, new: cpb.Node) -> bool:
-    """Node updates that can change a placement (upstream's nodeSchedulingPropertiesChange):
-    allocatable, labels, taints, unschedulable, annotations."""
-    return (
-        old.allocatable != new.allocatable
-        or old.labels != new.labels
-        or list(old.taints) != list(new.taints)
-        or old.unschedulable != new.unschedulable
-        or old.annotations != new.annotations
-    )
-
-
 __all__ = [
-    "NODE_EVENTS_ONLY",
-    "POD_DELETE_HELPS",
     "EventHandlers",
+    "ObjectChange",
     "le_priority",
-    "node_changed_for_scheduling",
-    "pod_add_helps",
-    "pod_delete_helps",
 ]

@@ -9,7 +9,7 @@ In-process mode puts the plugin framework's metrics
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -155,8 +155,17 @@ def pending_moved(old: str, new: str) -> None:
         _child(PENDING_PODS, b).inc()
 
 
+# The queue label of scheduler_queue_incoming_pods_total as upstream spells it
+# (scheduling_queue.go: activeQ "Active", backoffQ "Backoff", unschedulableQ
+# "Unschedulable"), by the shim's queue names.
+QUEUE_LABELS: Final = {"active": "Active", "backoff": "Backoff", "unschedulable": "Unschedulable"}
+
+
 def incoming(event: str, queue: str) -> None:
-    _child(QUEUE_INCOMING, queue, event).inc()
+    """A pod entered ``queue`` ("active", "backoff", "unschedulable") because
+    of ``event`` (a ClusterEvent label, or ScheduleAttemptFailure,
+    BackoffComplete, ForceActivate, UnschedulableTimeout, PopFromBackoffQ)."""
+    _child(QUEUE_INCOMING, QUEUE_LABELS.get(queue, queue), event).inc()
 
 
 def attempt(result: str, profile: str, seconds: float) -> None:

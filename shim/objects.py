@@ -262,16 +262,22 @@ class Poller:
         self._synced.set()
 
 
+# One change of an object: (informer event type, old object or None, new
+# object or None).
+ObjectChange = tuple[str, cpb.ClusterObject | None, cpb.ClusterObject | None]
+
+
 class ObjectSources:
     """The watchers and pollers of every kind the profiles read, feeding the
-    cluster state. ``on_change(source)`` is called after a batch of changes
-    of a kind (the scheduler retries pods its readers rejected)."""
+    cluster state. ``on_change(source, changes)`` is called after a batch of
+    changes of a kind, each (informer event type, old object, new object),
+    so the scheduler can move the pods those changes may help."""
 
     def __init__(
         self,
         api: KubeApi,
         state: ClusterStateLog,
-        on_change: Callable[[Source], None] | None = None,
+        on_change: Callable[[Source, Sequence[ObjectChange]], None] | None = None,
     ) -> None:
         self.api = api
         self.state = state
@@ -337,13 +343,18 @@ class ObjectSources:
     def _apply(self, src: Source, events: Sequence[Event[cpb.ClusterObject]]) -> None:
         if self.sources.get(src.key) != src:
             return  # a stopped source's last events
+        changes: list[ObjectChange] = []
         for ev in events:
+            ref = ev.record.ref
+            old = self.state.objects.get((ref.group, ref.resource, ref.namespace, ref.name))
             if ev.type == DELETED:
                 self.state.delete_object(ev.record.ref)
+                changes.append((ev.type, old or ev.record, None))
             else:
                 self.state.upsert_object(ev.record)
-        if self.on_change is not None and events:
-            self.on_change(src)
+                changes.append((ev.type, old, ev.record))
+        if self.on_change is not None and changes:
+            self.on_change(src, changes)
 
     async def wait_synced(self) -> list[str]:
         """Waits for the first list of every kind; returns the kinds that
@@ -439,6 +450,7 @@ def perform_writes(
 
 __all__ = [
     "SYNC_TIMEOUT_SECONDS",
+    "ObjectChange",
     "ObjectSources",
     "Poller",
     "Source",

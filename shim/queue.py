@@ -10,17 +10,33 @@
   number of unschedulable attempts, or the consecutive errors after an
   error. With SchedulerPopFromBackoffQ (on by default since 1.33), an empty
   activeQ pops a pod that failed as unschedulable from the backoffQ early.
-- **unschedulable**: pods no node fits. A cluster event that may help them
-  (node added or changed, an assigned pod deleted, ...) moves them to the
-  backoffQ or, when their backoff is over, to the activeQ
-  (movePodsToActiveOrBackoffQueue); any left for 5 minutes are moved anyway
+- **unschedulable**: pods no node fits, with the plugins that rejected them
+  (UnschedulablePlugins, PendingPlugins). A cluster event (``move``: a
+  ``ClusterEvent`` and its old and new object) moves only the pods whose
+  rejecting plugins registered it (``HintMap``, from DescribeProfiles) and
+  whose hints answer Queue, to the backoffQ or, when their backoff is over,
+  to the activeQ; to the activeQ at once when a plugin whose Pending status
+  held the pod answers Queue (movePodsToActiveOrBackoffQueue,
+  isPodWorthRequeuing). The hints of all the pods one event may move are
+  asked in one QueueingHints call, by ``run_hints``; none is asked when no
+  pod has a hinted plugin for it. Any pod left for 5 minutes is moved anyway
   (flushUnschedulablePodsLeftover, checked every 30 s).
 - **gated**: pods a PreEnqueue plugin turned away (e.g. scheduling gates);
-  they are checked again when the pod is updated.
+  they are checked again when the pod is updated, or when an event the
+  gating plugin registered helps them.
 - **in flight**: popped and not yet done. An event that arrives while a pod
-  is in flight sends it to the backoffQ instead of the unschedulable pool if
-  its cycle fails (upstream's moveRequestCycle / in-flight events), so an
-  event is never missed between a pod's cycle and its requeue.
+  is in flight is remembered; if the pod's cycle fails, the events its
+  rejecting plugins registered send it to the backoffQ (or the activeQ)
+  instead of the unschedulable pool (upstream's in-flight events,
+  determineSchedulingHintForInFlightPod), so an event is never missed
+  between a pod's cycle and its requeue. Their hints are not asked for an
+  in-flight pod: a hinted registration counts as Queue there.
+
+``scheduler_queue_incoming_pods_total{event,queue}`` counts every pod that
+enters a queue by the event that moved it (upstream's labels: the event's
+ClusterEvent label such as ``NodeAdd`` or ``AssignedPodDelete``, or
+``ScheduleAttemptFailure``, ``BackoffComplete``, ``ForceActivate``,
+``UnschedulableTimeout``).
 
 Plugins may ask for pods to be activated (``activate``, upstream's Activate
 of PodsToActivate, e.g. the rest of a gang): from the backoffQ, the
@@ -41,10 +57,24 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
+from berth.framework.events import (
+    BACKOFF_COMPLETE,
+    EVENT_FORCE_ACTIVATE,
+    EVENT_UNSCHEDULABLE_TIMEOUT,
+    EVENT_UNSCHEDULED_POD_ADD,
+    FORCE_ACTIVATE,
+    POP_FROM_BACKOFF_Q,
+    SCHEDULE_ATTEMPT_FAILURE,
+    UNSCHEDULABLE_TIMEOUT,
+    ClusterEvent,
+    pod_scheduling_properties_change,
+)
 from berth.shim import metrics
+from berth.shim.hints import AskHints, HintMap, Strategy, Verdict
 from berth.shim.service import SortKey
 
 log = logging.getLogger(__name__)
@@ -76,7 +106,10 @@ class QueuedPod:
     attempts: int = 0
     unschedulable_count: int = 0
     consecutive_errors: int = 0
+    # The plugins that rejected the pod in its last cycle (upstream's
+    # UnschedulablePlugins; the Pending ones also in pending_plugins).
     unschedulable_plugins: frozenset[str] = frozenset()
+    pending_plugins: frozenset[str] = frozenset()
     key: SortKey = ()
     where: str = ""
     # moveRequestCycle seen when the pod was popped.
@@ -87,6 +120,9 @@ class QueuedPod:
     error_backoff: bool = False
     backoff_expiry: float = 0.0
     enqueued_at: float = field(default=0.0)
+    # Counts the pod's entries into the unschedulable pool: a hint answer
+    # asked during an earlier stay there is stale.
+    parked: int = 0
 
     @property
     def uid(self) -> str:
@@ -95,6 +131,22 @@ class QueuedPod:
 
 SortKeys = Callable[[str, Sequence[pb.QueuedPod]], Awaitable[list[SortKey]]]
 PreEnqueue = Callable[[str, cpb.Pod], Awaitable[pb.Status]]
+
+
+@dataclass(eq=False)
+class _HintJob:
+    """The pods one event may move once their hints answer, with what the
+    local half of isPodWorthRequeuing found for each."""
+
+    event: ClusterEvent
+    old: Any
+    new: Any
+    pods: list[tuple[QueuedPod, Verdict, int]]
+
+
+# An event remembered for pods in flight: (move cycle, event, the one pod a
+# ForceActivate is for or "").
+_Move = tuple[int, ClusterEvent, str]
 
 
 class SchedulingQueue:
@@ -108,7 +160,13 @@ class SchedulingQueue:
         max_in_unschedulable: float = DEFAULT_MAX_IN_UNSCHEDULABLE,
         clock: Callable[[], float] = time.time,
         pop_from_backoff: bool = True,
+        hints: HintMap | None = None,
+        ask_hints: AskHints | None = None,
     ) -> None:
+        """``hints``: the profiles' registered events (``set_hints`` replaces
+        it once the plugin service described its profiles); without it every
+        event moves every unschedulable pod. ``ask_hints``: the QueueingHints
+        call; without it a hinted registration counts as Queue."""
         self._sort_keys = sort_keys
         self._pre_enqueue = pre_enqueue
         self.initial_backoff = initial_backoff
@@ -123,11 +181,21 @@ class SchedulingQueue:
         self._incoming: list[QueuedPod] = []
         self._unschedulable: dict[str, QueuedPod] = {}
         self._move_cycle = 0
-        # Recent moves and whom they help, for pods in flight meanwhile.
-        self._moves: deque[tuple[int, Callable[[QueuedPod], bool] | None]] = deque(maxlen=4096)
+        # Recent events, for pods in flight meanwhile.
+        self._moves: deque[_Move] = deque(maxlen=4096)
+        self.hints = hints or HintMap()
+        self._ask_hints = ask_hints
+        self._hint_jobs: deque[_HintJob] = deque()
+        self._hints_ready = asyncio.Event()
         self._wakeup = asyncio.Event()
         self._incoming_ready = asyncio.Event()
         self._closed = False
+
+    def set_hints(self, hints: HintMap, ask_hints: AskHints | None = None) -> None:
+        """The profiles' registered events, from DescribeProfiles."""
+        self.hints = hints
+        if ask_hints is not None:
+            self._ask_hints = ask_hints
 
     # -- introspection ----------------------------------------------------------
 
@@ -149,6 +217,7 @@ class SchedulingQueue:
             self._unschedulable.pop(qp.uid, None)
         if where == UNSCHEDULABLE:
             self._unschedulable[qp.uid] = qp
+            qp.parked += 1
         qp.where = where
 
     # -- arrivals ------------------------------------------------------------------
@@ -164,7 +233,7 @@ class SchedulingQueue:
         self._set_where(qp, "")
         self._incoming.append(qp)
         self._incoming_ready.set()
-        metrics.incoming("PodAdd", ACTIVE)
+        metrics.incoming(EVENT_UNSCHEDULED_POD_ADD.label, ACTIVE)
 
     def update(self, pod: cpb.Pod) -> None:
         """The pending pod changed (informer Update)."""
@@ -179,17 +248,21 @@ class SchedulingQueue:
         if qp.where == IN_FLIGHT:
             qp.updated = pod
             return
-        qp.pod = pod
+        old, qp.pod = qp.pod, pod
+        events = pod_scheduling_properties_change(pod, old)
         if qp.where == GATED:
             # An update may lift a gate: PreEnqueue again.
             self._incoming.append(qp)
             self._set_where(qp, "")
             self._incoming_ready.set()
-            metrics.incoming("PodUpdate", ACTIVE)
+            metrics.incoming(events[0].label, ACTIVE)
         elif qp.where == UNSCHEDULABLE:
-            # An update may fix what made the pod unschedulable (Update: to the
-            # backoffQ while isPodBackingoff, else to the activeQ).
-            self._to_backoff(qp, "PodUpdate")
+            # Update: each UpdatePod* event the change amounts to, judged by
+            # the pod's rejecting plugins' registrations and hints, with the
+            # old and new pod as the event's objects.
+            for ev in events:
+                if self._judge_and_move([qp], ev, old, pod):
+                    break
 
     def delete(self, uid: str) -> QueuedPod | None:
         """The pod is gone or was bound by someone: forget it."""
@@ -332,6 +405,7 @@ class SchedulingQueue:
                 self._backoff = [e for e in self._backoff if e[2] is not qp]
                 heapq.heapify(self._backoff)
                 self._push_active(qp)
+                metrics.incoming(POP_FROM_BACKOFF_Q, ACTIVE)
                 return
             if i > 64:
                 return
@@ -356,34 +430,63 @@ class SchedulingQueue:
             return True
         return False
 
-    def done_unschedulable(self, qp: QueuedPod, plugins: frozenset[str]) -> None:
-        """The cycle found no node (AddUnschedulableIfNotPresent)."""
+    def done_unschedulable(
+        self, qp: QueuedPod, plugins: frozenset[str], pending: frozenset[str] = frozenset()
+    ) -> None:
+        """The cycle found no node, or a Reserve or Permit plugin rejected
+        the pod (AddUnschedulableIfNotPresent): ``plugins`` rejected it
+        (UnschedulablePlugins), ``pending`` of them with Pending
+        (PendingPlugins). The events that arrived while it was in flight
+        decide where it goes (determineSchedulingHintForInFlightPod): the
+        unschedulable pool, the backoffQ, or the activeQ."""
         if qp.uid not in self._pods:
             return
         qp.unschedulable_count += 1
         qp.consecutive_errors = 0
         qp.error_backoff = False
-        qp.unschedulable_plugins = plugins
+        qp.unschedulable_plugins = plugins | pending
+        qp.pending_plugins = pending
         qp.timestamp = self.clock()
-        if self._take_update(qp) or self._moved_since(qp):
-            # Something changed while the pod was in its cycle: try again
-            # after the backoff rather than wait for another event.
-            self._to_backoff(qp, "ScheduleAttemptFailure")
-        else:
+        strategy = Strategy.AFTER_BACKOFF if self._take_update(qp) else self._moved_since(qp)
+        if strategy == Strategy.SKIP:
             self._set_where(qp, UNSCHEDULABLE)
-            metrics.incoming("ScheduleAttemptFailure", UNSCHEDULABLE)
+            metrics.incoming(SCHEDULE_ATTEMPT_FAILURE, UNSCHEDULABLE)
+        else:
+            self._requeue(qp, strategy, SCHEDULE_ATTEMPT_FAILURE)
 
-    def _moved_since(self, qp: QueuedPod) -> bool:
-        """Did an event that may help this pod arrive while it was in flight
-        (upstream's in-flight events, checked against the pod's rejectors)?"""
+    def _moved_since(self, qp: QueuedPod) -> Strategy:
+        """Where the events that arrived while this pod was in flight send it
+        (determineSchedulingHintForInFlightPod): a pod no plugin rejected is
+        retried after its backoff; otherwise each remembered event is judged
+        by the pod's rejecting plugins' registrations, a hinted one counting
+        as Queue (its hint is not asked for a pod in flight)."""
+        if not qp.unschedulable_plugins and not qp.pending_plugins:
+            return Strategy.AFTER_BACKOFF
         if qp.popped_at_move >= self._move_cycle:
-            return False
+            return Strategy.SKIP
         if not self._moves or self._moves[0][0] > qp.popped_at_move + 1:
-            return True  # older than the record reaches: assume it may help
-        return any(
-            cycle > qp.popped_at_move and (helps is None or helps(qp))
-            for cycle, helps in self._moves
-        )
+            return Strategy.AFTER_BACKOFF  # older than the record reaches
+        best = Strategy.SKIP
+        for cycle, event, target in self._moves:
+            if cycle <= qp.popped_at_move:
+                continue
+            verdict = self.hints.judge(
+                qp.profile,
+                qp.unschedulable_plugins,
+                qp.pending_plugins,
+                event,
+                target_uid=target,
+                pod_uid=qp.uid,
+            )
+            strategy = (
+                verdict.strategy
+                if verdict.decided
+                else HintMap.assume_queue(verdict, qp.pending_plugins)
+            )
+            best = max(best, strategy)
+            if best == Strategy.IMMEDIATELY:
+                break
+        return best
 
     def done_error(self, qp: QueuedPod) -> None:
         """The cycle or the binding failed with an error: the error backoffQ."""
@@ -391,9 +494,11 @@ class SchedulingQueue:
             return
         qp.consecutive_errors += 1
         qp.error_backoff = True
+        qp.unschedulable_plugins = frozenset()
+        qp.pending_plugins = frozenset()
         qp.timestamp = self.clock()
         self._take_update(qp)
-        self._to_backoff(qp, "ScheduleAttemptFailure")
+        self._to_backoff(qp, SCHEDULE_ATTEMPT_FAILURE)
 
     def done_retry(self, qp: QueuedPod) -> None:
         """The attempt did not happen (the call was refused before any cycle ran): back
@@ -421,6 +526,16 @@ class SchedulingQueue:
         metrics.incoming(event, BACKOFF)
         self._wakeup.set()
 
+    def _requeue(self, qp: QueuedPod, strategy: Strategy, event: str) -> None:
+        """requeuePodWithQueueingStrategy for a pod leaving the unschedulable
+        pool or its cycle: after its backoff, or to the activeQ now. A gated
+        pod goes through admission (PreEnqueue) again."""
+        if qp.where == GATED or strategy == Strategy.IMMEDIATELY:
+            self._push_active(qp)
+            metrics.incoming(event, ACTIVE)
+        elif strategy == Strategy.AFTER_BACKOFF:
+            self._to_backoff(qp, event)
+
     def _push_active(self, qp: QueuedPod) -> None:
         """Towards the activeQ: through admission, which runs PreEnqueue again
         and takes a new sort key for the new timestamp (moveToActiveQ)."""
@@ -437,25 +552,125 @@ class SchedulingQueue:
         while self._backoff and self._backoff[0][0] <= now:
             _, _, qp = heapq.heappop(self._backoff)
             self._push_active(qp)
-            metrics.incoming("BackoffComplete", ACTIVE)
+            metrics.incoming(BACKOFF_COMPLETE, ACTIVE)
             moved += 1
         return moved
 
-    def move_all(self, event: str, helps: Callable[[QueuedPod], bool] | None = None) -> int:
-        """A cluster event that may make unschedulable pods schedulable
-        (MoveAllToActiveOrBackoffQueue): each pod the event may help (``helps``,
-        from the plugins that rejected it) goes to the backoffQ, or to the
-        activeQ if its backoff is already over. Pods in flight take note."""
+    def move(
+        self,
+        event: ClusterEvent,
+        old: Any = None,
+        new: Any = None,
+        *,
+        pre_check: Callable[[QueuedPod], bool] | None = None,
+    ) -> int:
+        """A cluster event (MoveAllToActiveOrBackoffQueue): the unschedulable
+        pods it may help leave the pool, and gated pods whose gating plugin
+        registered it go through PreEnqueue again. ``old`` and ``new`` are
+        the event's records (cpb.Node, cpb.Pod or cpb.ClusterObject; None
+        for an add's old and a delete's new);
+        ``pre_check`` narrows the pods (PreEnqueueCheck). Pods whose hints
+        must be asked wait in the pool for ``run_hints``; pods in flight take
+        note of the event. Returns how many pods moved now."""
+        if not self.hints.interested(event):
+            return 0
+        pods = [qp for qp in self._unschedulable.values() if pre_check is None or pre_check(qp)]
+        gated = [
+            qp
+            for qp in self._pods.values()
+            if qp.where == GATED
+            and qp.gated_by
+            and (pre_check is None or pre_check(qp))
+            and self.hints.gating_matches(qp.profile, qp.gated_by, event)
+        ]
+        moved = self._judge_and_move(pods + gated, event, old, new)
         self._move_cycle += 1
-        self._moves.append((self._move_cycle, helps))
-        moved = 0
-        for qp in list(self._unschedulable.values()):
-            if helps is None or helps(qp):
-                self._to_backoff(qp, event)
-                moved += 1
+        self._moves.append((self._move_cycle, event, ""))
         if moved:
-            log.debug("%s moved %d unschedulable pods", event, moved)
+            log.debug("%s moved %d unschedulable pods", event.label, moved)
         return moved
+
+    def _judge_and_move(
+        self, pods: Sequence[QueuedPod], event: ClusterEvent, old: Any, new: Any
+    ) -> int:
+        """isPodWorthRequeuing for each pod: the decided ones move now, the
+        others wait for one QueueingHints call for them all."""
+        moved = 0
+        asking: list[tuple[QueuedPod, Verdict, int]] = []
+        for qp in pods:
+            rejectors = frozenset((qp.gated_by,)) if qp.where == GATED else qp.unschedulable_plugins
+            verdict = self.hints.judge(qp.profile, rejectors, qp.pending_plugins, event)
+            if not verdict.decided:
+                if self._ask_hints is not None:
+                    asking.append((qp, verdict, qp.parked))
+                    continue
+                strategy = HintMap.assume_queue(verdict, qp.pending_plugins)
+            else:
+                strategy = verdict.strategy
+            if strategy != Strategy.SKIP:
+                self._requeue(qp, strategy, event.label)
+                moved += 1
+        if asking:
+            self._hint_jobs.append(_HintJob(event, old, new, asking))
+            self._hints_ready.set()
+        return moved
+
+    async def process_hints(self) -> int:
+        """Asks the hints of the events waiting for them, one QueueingHints
+        call per event for all its pods, and moves the pods whose hints
+        answer Queue. A pod that left the pool meanwhile is left alone. When
+        the plugin service cannot answer, every asked plugin counts as
+        answering Queue (upstream takes a hint's error as Queue), so no pod
+        is stranded. Returns how many pods moved."""
+        moved = 0
+        while self._hint_jobs:
+            job = self._hint_jobs.popleft()
+            live = [(qp, v, n) for qp, v, n in job.pods if self._parked_since(qp, n)]
+            if not live:
+                continue
+            ask = self._ask_hints
+            assert ask is not None
+            try:
+                answers = await ask(
+                    job.event, job.old, job.new, [(qp.profile, qp.pod, v.ask) for qp, v, _ in live]
+                )
+            except Exception as exc:
+                log.warning(
+                    "queueing hints for event %s could not be asked (%s): %d pod(s) retried "
+                    "as if their hints answered Queue",
+                    job.event.label,
+                    exc,
+                    len(live),
+                )
+                answers = [v.ask for _, v, _ in live]
+            for (qp, verdict, n), queueing in zip(live, answers, strict=True):
+                if not self._parked_since(qp, n):
+                    continue
+                strategy = HintMap.settle(verdict, queueing, qp.pending_plugins)
+                if strategy != Strategy.SKIP:
+                    self._requeue(qp, strategy, job.event.label)
+                    moved += 1
+        return moved
+
+    def _parked_since(self, qp: QueuedPod, parked: int) -> bool:
+        """Is the pod still where it was when its hints were asked for?"""
+        return (
+            self._pods.get(qp.uid) is qp
+            and qp.where in (UNSCHEDULABLE, GATED)
+            and qp.parked == parked
+        )
+
+    async def run_hints(self) -> None:
+        """Asks the queueing hints of each event as it comes (``move``)."""
+        while not self._closed:
+            await self._hints_ready.wait()
+            self._hints_ready.clear()
+            await self.process_hints()
+
+    @property
+    def hints_waiting(self) -> int:
+        """Events whose hints are still to be asked."""
+        return len(self._hint_jobs)
 
     def activate(self, uids: Sequence[str]) -> int:
         """PriorityQueue.Activate (scheduling_queue.go): the pods a plugin asked
@@ -475,8 +690,9 @@ class SchedulingQueue:
             if qp.where in (BACKOFF, UNSCHEDULABLE, GATED):
                 moved.append(qp)
             elif qp.where == IN_FLIGHT:
+                # EventForceActivate for this pod only.
                 self._move_cycle += 1
-                self._moves.append((self._move_cycle, _only(qp.uid)))
+                self._moves.append((self._move_cycle, EVENT_FORCE_ACTIVATE, qp.uid))
         if not moved:
             return 0
         if any(qp.where == BACKOFF for qp in moved):
@@ -486,7 +702,7 @@ class SchedulingQueue:
             heapq.heapify(self._backoff)
         for qp in moved:
             self._push_active(qp)
-            metrics.incoming("ForceActivate", ACTIVE)
+            metrics.incoming(FORCE_ACTIVATE, ACTIVE)
         log.debug("activated %d pod(s)", len(moved))
         return len(moved)
 
@@ -514,8 +730,13 @@ class SchedulingQueue:
         moved = 0
         for qp in list(self._unschedulable.values()):
             if now - qp.timestamp > self.max_in_unschedulable:
-                self._to_backoff(qp, "UnschedulableTimeout")
+                self._to_backoff(qp, UNSCHEDULABLE_TIMEOUT)
                 moved += 1
+        if moved:
+            # movePodsToActiveOrBackoffQueue with EventUnschedulableTimeout:
+            # pods in flight take note of the wildcard event too.
+            self._move_cycle += 1
+            self._moves.append((self._move_cycle, EVENT_UNSCHEDULABLE_TIMEOUT, ""))
         return moved
 
     async def run_flushers(self) -> None:
@@ -546,15 +767,6 @@ def activate_pods(queue: SchedulingQueue, pod: cpb.Pod, point: str, uids: Iterab
         len(wanted),
         moved,
     )
-
-
-def _only(uid: str) -> Callable[[QueuedPod], bool]:
-    """A move that helps one pod only (an activation of a pod in flight)."""
-
-    def helps(qp: QueuedPod) -> bool:
-        return qp.uid == uid
-
-    return helps
 
 
 def spec_changed(old: cpb.Pod, new: cpb.Pod) -> bool:

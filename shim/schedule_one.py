@@ -37,6 +37,7 @@ from berth.shim import dra, metrics
 from berth.shim.background import Tasks
 from berth.shim.binding import BindingRequest, WaitingPod, WaitingPods
 from berth.shim.cache import AssumeRefused, SchedulerCache
+from berth.shim.fiterror import is_rejected, rejection
 from berth.shim.metrics import Counters
 from berth.shim.podstatus import (
     REASON_SCHEDULER_ERROR,
@@ -87,9 +88,13 @@ class FailureHandler:
         error: bool,
         start: float,
         plugins: frozenset[str] = frozenset(),
+        pending: frozenset[str] = frozenset(),
         nominated: str | None = "",
     ) -> None:
-        """``nominated``: the pod's nominated node from now on ("" clears it,
+        """``plugins``: the plugins that rejected the pod (UnschedulablePlugins),
+        ``pending`` those of them that answered Pending (PendingPlugins); they
+        decide which cluster events retry it (shim/queue.py).
+        ``nominated``: the pod's nominated node from now on ("" clears it,
         upstream's clearNominatedNode), or None to leave it as it is
         (NominatingMode Noop).
 
@@ -125,7 +130,7 @@ class FailureHandler:
             self._queue.done_error(qp)
         else:
             self._counters.unschedulable += 1
-            self._queue.done_unschedulable(qp, plugins)
+            self._queue.done_unschedulable(qp, plugins, pending)
         log.info(
             "pod %s/%s %s: %s",
             pod.namespace,
@@ -335,8 +340,7 @@ class SchedulingCycle:
             if rs.code != CODE_SUCCESS:
                 # Unreserve ran on the server; it may have signalled waiting pods.
                 self._waiting.signal(resp.unreserve_signals)
-                msg = "; ".join(rs.reasons) or "Reserve failed"
-                self._failed(qp, msg, _reason(rs), error=rs.code == CODE_ERROR, start=start)
+                self._reserve_or_permit_failed(qp, resp.node, rs, "Reserve failed", start)
                 span.end()
                 return
             permit = resp.permit
@@ -344,13 +348,8 @@ class SchedulingCycle:
                 # Permit's own signals, then those of the Unreserve that followed.
                 self._waiting.signal(permit.signals)
                 self._waiting.signal(resp.unreserve_signals)
-                msg = "; ".join(permit.status.reasons) or "rejected at Permit"
-                self._failed(
-                    qp,
-                    msg,
-                    _reason(permit.status),
-                    error=permit.status.code == CODE_ERROR,
-                    start=start,
+                self._reserve_or_permit_failed(
+                    qp, resp.node, permit.status, "rejected at Permit", start
                 )
                 span.end()
                 return
@@ -397,6 +396,7 @@ class SchedulingCycle:
         msg = resp.diagnosis.message or "; ".join(st.reasons) or "scheduling failed"
         nominated = self._nomination_after_failure(pod, resp)
         plugins = frozenset(resp.diagnosis.unschedulable_plugins)
+        pending_plugins = frozenset(resp.diagnosis.pending_plugins)
         if resp.HasField("post_filter") and self._runs_preemption(profile, pf):
             metrics.PREEMPTION_ATTEMPTS.inc()
         # A pod bound while its cycle ran needs no room: nothing is preempted for it
@@ -418,10 +418,34 @@ class SchedulingCycle:
             error=error,
             start=start,
             plugins=plugins,
+            pending=pending_plugins,
             nominated=nominated,
         )
         span.set_attribute("berth.result", "error" if error else "unschedulable")
         span.end()
+
+    def _reserve_or_permit_failed(
+        self, qp: QueuedPod, node: str, st: pb.Status, fallback: str, start: float
+    ) -> None:
+        """schedulingCycle when Reserve or Permit turns the pod away: a
+        rejection (Unschedulable, UnschedulableAndUnresolvable, Pending) is a
+        FitError over the one node with the rejecting plugin recorded, so the
+        pod is Unschedulable and the events that plugin registered retry it;
+        any other code is an error, retried after a backoff."""
+        if st.code == CODE_ERROR or not is_rejected(st):
+            msg = "; ".join(st.reasons) or fallback
+            self._failed(qp, msg, REASON_SCHEDULER_ERROR, error=True, start=start)
+            return
+        message, plugins, pending = rejection(node, st)
+        self._failed(
+            qp,
+            message,
+            REASON_UNSCHEDULABLE,
+            error=False,
+            start=start,
+            plugins=plugins,
+            pending=pending,
+        )
 
     def _assume_refused(self, qp: QueuedPod, exc: AssumeRefused, start: float) -> None:
         """schedulingCycle's assume failed (cache.go AssumePod refuses a pod
@@ -494,10 +518,6 @@ class SchedulingCycle:
             if other.node_name == current and other.terminating and other.priority < pod.priority:
                 return None
         return ""
-
-
-def _reason(st: pb.Status) -> str:
-    return REASON_SCHEDULER_ERROR if st.code == CODE_ERROR else REASON_UNSCHEDULABLE
 
 
 __all__ = ["FailureHandler", "SchedulingCycle"]

@@ -43,6 +43,7 @@ from berth.shim.binding import Binder, BindingCycle, WaitingPods
 from berth.shim.cache import DEFAULT_ASSUMED_TTL, Assumed, SchedulerCache
 from berth.shim.eventhandlers import EventHandlers
 from berth.shim.events import DEFAULT_WRITERS, EventRecorder, ThreadedSink
+from berth.shim.hints import HintMap
 from berth.shim.informer import Informer, node_key, pod_key
 from berth.shim.metrics import Counters
 from berth.shim.objects import ObjectSources
@@ -227,6 +228,7 @@ class Scheduler:
             inf.start()
         await self._describe_profiles()
         self._update_reads()
+        self._update_hints()
         # WaitForCacheSync: nodes first, so pods land on known nodes.
         await nodes.wait_synced()
         await pods.wait_synced()
@@ -240,6 +242,7 @@ class Scheduler:
         )
         self.ready = True
         self.tasks.spawn(self.queue.run_flushers())
+        self.tasks.spawn(self.queue.run_hints())
         self.tasks.spawn(self._admit_loop())
         self.tasks.spawn(self._expire_loop())
         self.tasks.spawn(self._refresh_profiles_loop())
@@ -279,6 +282,17 @@ class Scheduler:
         ]
         self.objects.update(reads)
 
+    def _update_hints(self) -> None:
+        """The queue's hint map: the events this shim's profiles' rejecting
+        plugins registered (DescribeProfiles), their hints asked through
+        QueueingHints."""
+        events = {
+            name: info.events
+            for name, info in self.service.profiles.items()
+            if name in self.profiles
+        }
+        self.queue.set_hints(HintMap.from_profiles(events), self.service.queueing_hints)
+
     async def _refresh_profiles_loop(self) -> None:
         """A plugin service restarted with another configuration may read
         other kinds: ask again now and then."""
@@ -290,6 +304,7 @@ class Scheduler:
                 log.debug("DescribeProfiles refresh failed: %s", exc)
                 continue
             self._update_reads()
+            self._update_hints()
 
     async def stop(self) -> None:
         self._stopping.set()

@@ -15,6 +15,7 @@ the stub is the same on both paths (the seam httpx calls a transport).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -35,6 +36,7 @@ from berth.client import (
     SchedulingClient,
     SnapshotPassed,
 )
+from berth.framework.events import ClusterEvent
 from berth.framework.interfaces import PreEnqueuePlugin, QueuedPodInfo, QueueSortPlugin
 from berth.framework.model import PodInfo
 from berth.framework.status import SUCCESS, Status
@@ -175,6 +177,8 @@ class ProfileInfo:
     points: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Objects beyond nodes and pods its plugins read (Profile.reads).
     reads: tuple[pb.ObjectKind, ...] = ()
+    # The events its rejecting plugins registered (Profile.events).
+    events: tuple[pb.RegisteredEvent, ...] = ()
 
     def has(self, point: str) -> bool:
         return bool(self.points.get(point))
@@ -314,7 +318,9 @@ class PluginService:
         out = {}
         for prof in resp.profiles:
             points = {ep.name: tuple(p.name for p in ep.plugins) for ep in prof.extension_points}
-            out[prof.scheduler_name] = ProfileInfo(prof.scheduler_name, points, tuple(prof.reads))
+            out[prof.scheduler_name] = ProfileInfo(
+                prof.scheduler_name, points, tuple(prof.reads), tuple(prof.events)
+            )
         pre_enqueue: dict[str, tuple[PreEnqueuePlugin, ...]] = {}
         queue_sort: dict[str, QueueSortPlugin] = {}
         for name, info in out.items():
@@ -336,6 +342,39 @@ class PluginService:
                 ),
             )
         self.profiles, self._pre_enqueue, self._queue_sort = out, pre_enqueue, queue_sort
+        return out
+
+    async def queueing_hints(
+        self,
+        event: ClusterEvent,
+        old: Any,
+        new: Any,
+        pods: Sequence[tuple[str, Any, Sequence[str]]],
+    ) -> list[tuple[str, ...]]:
+        """QueueingHints: for each (profile, pod, plugins), the plugins whose
+        hints answer Queue to ``event`` (old and new: cpb.Node, cpb.Pod or
+        cpb.ClusterObject records, or None). One call for all the pods, in
+        parts of MAX_HINT_PODS when there are more."""
+        out: list[tuple[str, ...]] = []
+        base = pb.QueueingHintsRequest(resource=event.resource, action_type=int(event.action_type))
+        if old is not None:
+            base.old_object.CopyFrom(event_object(old))
+        if new is not None:
+            base.new_object.CopyFrom(event_object(new))
+        for i in range(0, len(pods), MAX_HINT_PODS):
+            req = pb.QueueingHintsRequest()
+            req.CopyFrom(base)
+            for profile, pod, plugins in pods[i : i + MAX_HINT_PODS]:
+                req.pods.add(profile=profile, pod=pod, plugins=plugins)
+            resp: pb.QueueingHintsResponse = await self._guard(
+                "QueueingHints", functools.partial(self.client.unary, "QueueingHints", req)
+            )
+            if len(resp.pods) != len(req.pods):
+                raise ServiceUnavailable(
+                    f"QueueingHints: plugin service {self.address} answered "
+                    f"{len(resp.pods)} pods for {len(req.pods)}"
+                )
+            out.extend(tuple(p.queueing_plugins) for p in resp.pods)
         return out
 
     async def sync(self) -> pb.SyncResponse:
@@ -438,11 +477,28 @@ class PluginService:
             await self.client.close()
 
 
+# Most pods per QueueingHints call (the server's MAX_HINT_PODS).
+MAX_HINT_PODS = 16384
+
+
+def event_object(record: Any) -> pb.EventObject:
+    """A cluster event's record as QueueingHints carries it."""
+    if isinstance(record, cpb.Node):
+        return pb.EventObject(node=record)
+    if isinstance(record, cpb.Pod):
+        return pb.EventObject(pod=record)
+    if isinstance(record, cpb.ClusterObject):
+        return pb.EventObject(cluster_object=record)
+    raise TypeError(f"no EventObject for {type(record).__name__}")
+
+
 __all__ = [
+    "MAX_HINT_PODS",
     "BatchTooLarge",
     "InProcessStub",
     "PluginService",
     "ProfileInfo",
     "ServiceUnavailable",
     "SortKey",
+    "event_object",
 ]

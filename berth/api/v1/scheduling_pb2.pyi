@@ -2165,6 +2165,7 @@ class Diagnosis(_message.Message):
     UNSCHEDULABLE_PLUGINS_FIELD_NUMBER: _builtins.int
     PRE_FILTER_STATUS_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
+    PENDING_PLUGINS_FIELD_NUMBER: _builtins.int
     message: _builtins.str
     """Upstream's FitError text, e.g. "0/5 nodes are available: 1 node(s) were
     unschedulable, 4 Insufficient cpu."
@@ -2181,6 +2182,13 @@ class Diagnosis(_message.Message):
     def pre_filter_status(self) -> Global___Status:
         """A PreFilter rejection that applied to every node."""
 
+    @_builtins.property
+    def pending_plugins(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Of unschedulable_plugins, those that returned Pending (upstream's
+        Diagnosis.PendingPlugins): a caller retries the pod at once, skipping its
+        backoff, when one of them answers Queue to a cluster event.
+        """
+
     def __init__(
         self,
         *,
@@ -2188,10 +2196,11 @@ class Diagnosis(_message.Message):
         unschedulable_plugins: _abc.Iterable[_builtins.str] | None = ...,
         pre_filter_status: Global___Status | None = ...,
         message: _builtins.str = ...,
+        pending_plugins: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pre_filter_status", b"pre_filter_status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "pre_filter_status", b"pre_filter_status", "rejected", b"rejected", "unschedulable_plugins", b"unschedulable_plugins"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "pending_plugins", b"pending_plugins", "pre_filter_status", b"pre_filter_status", "rejected", b"rejected", "unschedulable_plugins", b"unschedulable_plugins"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -177,7 +177,9 @@ async def test_sources_feed_the_state_and_drop_what_nobody_reads() -> None:
     api = FakeApi([[metrics("n1", "1")]])
     state = ClusterStateLog()
     changed: list[str] = []
-    sources = ObjectSources(cast(KubeApi, api), state, lambda src: changed.append(src.name))
+    sources = ObjectSources(
+        cast(KubeApi, api), state, lambda src, _changes: changed.append(src.name)
+    )
     sources.update([METRICS])
     try:
         assert await sources.wait_synced() == []

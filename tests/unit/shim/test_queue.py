@@ -19,7 +19,15 @@ from prometheus_client import REGISTRY
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
+from berth.framework.events import (
+    EVENT_ASSIGNED_POD_DELETE,
+    EVENT_NODE_ADD,
+    ActionType,
+    ClusterEvent,
+    EventResource,
+)
 from berth.framework.testing import make_pod
+from berth.shim.hints import HintMap, Registered
 from berth.shim.queue import (
     ACTIVE,
     BACKOFF,
@@ -211,7 +219,7 @@ async def unschedulable_times(h: Harness, uid: str, n: int) -> QueuedPod:
     qp = await fail_unschedulable(h, uid)
     for _ in range(n - 1):
         h.clock.advance(60.0)
-        assert h.q.move_all("NodeAdd") == 1
+        assert h.q.move(EVENT_NODE_ADD) == 1
         await admit(h)
         qp = await fail_unschedulable(h, uid)
     assert h.where(uid) == UNSCHEDULABLE
@@ -306,7 +314,7 @@ async def test_unschedulable_attempts_back_off_1_2_4_8_10_10_seconds(h: Harness)
         qp = await fail_unschedulable(h, "p")
         assert (qp.unschedulable_count, h.where("p")) == (count, UNSCHEDULABLE)
         h.clock.advance(0.5)
-        h.q.move_all("NodeAdd")
+        h.q.move(EVENT_NODE_ADD)
         assert h.where("p") == BACKOFF
         assert qp.backoff_expiry == failed_at + want
         h.clock.advance(want - 0.5 - 0.001)
@@ -337,7 +345,7 @@ async def test_errors_back_off_by_the_consecutive_error_count(h: Harness) -> Non
         else:
             h.q.done_unschedulable(qp, FIT)
             assert (h.where("p"), qp.consecutive_errors) == (UNSCHEDULABLE, 0)
-            h.q.move_all("NodeAdd")
+            h.q.move(EVENT_NODE_ADD)
         assert h.where("p") == BACKOFF
         assert qp.backoff_expiry - failed_at == want, (outcome, qp)
         h.clock.advance(want)
@@ -353,7 +361,7 @@ async def test_errors_back_off_by_the_consecutive_error_count(h: Harness) -> Non
 async def unschedulable_in_backoff(h: Harness, uid: str) -> QueuedPod:
     """The pod failed as unschedulable while an event arrived: it waits in the backoffQ."""
     qp = await pop_one(h, uid)
-    h.q.move_all("NodeAdd")
+    h.q.move(EVENT_NODE_ADD)
     h.q.done_unschedulable(qp, FIT)
     assert h.where(uid) == BACKOFF
     return qp
@@ -446,7 +454,7 @@ async def test_move_all_sends_pods_to_backoff_or_to_active_when_backoff_is_over(
     await unschedulable_times(h, "p", failures)
     h.clock.advance(after)
 
-    assert h.q.move_all("NodeAdd") == 1
+    assert h.q.move(EVENT_NODE_ADD) == 1
 
     if place == ACTIVE:
         assert h.where("p") == INCOMING
@@ -455,45 +463,63 @@ async def test_move_all_sends_pods_to_backoff_or_to_active_when_backoff_is_over(
     h.check()
 
 
-async def test_move_all_moves_only_the_pods_the_event_may_help(h: Harness) -> None:
-    """isPodWorthRequeuing: the event's hint for the plugins that rejected the pod;
-    pods it cannot help stay unschedulable."""
+# A hint map like the default profile's for two plugins: NodeResourcesFit
+# registers Pod/Delete, NodeAffinity Node/Add|UpdateNodeLabel (no hints here).
+FIT_AND_AFFINITY = HintMap(
+    {
+        PROFILE: [
+            Registered(
+                "NodeResourcesFit", ClusterEvent(EventResource.POD, ActionType.DELETE), False
+            ),
+            Registered(
+                "NodeAffinity",
+                ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL),
+                False,
+            ),
+        ]
+    }
+)
+
+
+async def test_move_moves_only_the_pods_the_event_may_help(h: Harness) -> None:
+    """isPodWorthRequeuing: only the pods whose rejecting plugins registered
+    the event; pods it cannot help stay unschedulable."""
+    h.q.set_hints(FIT_AND_AFFINITY)
     h.add("too-big", priority=2)
     h.add("wrong-node", priority=1)
     await admit(h)
     await fail_unschedulable(h, "too-big", frozenset({"NodeResourcesFit"}))
     await fail_unschedulable(h, "wrong-node", frozenset({"NodeAffinity"}))
 
-    def frees_resources(qp: QueuedPod) -> bool:
-        return "NodeResourcesFit" in qp.unschedulable_plugins
-
-    assert h.q.move_all("AssignedPodDelete", frees_resources) == 1
+    assert h.q.move(EVENT_ASSIGNED_POD_DELETE) == 1
     assert (h.where("too-big"), h.where("wrong-node")) == (BACKOFF, UNSCHEDULABLE)
-    assert h.q.move_all("NodeAdd") == 1
+    assert h.q.move(EVENT_NODE_ADD) == 1
     assert h.where("wrong-node") == BACKOFF
     h.check()
 
 
 @pytest.mark.parametrize(
-    ("helps", "place"),
+    ("hints", "event", "place"),
     [
-        (None, BACKOFF),  # an event for everyone
-        (lambda qp: "NodeResourcesFit" in qp.unschedulable_plugins, BACKOFF),
-        (lambda qp: "NodeAffinity" in qp.unschedulable_plugins, UNSCHEDULABLE),
+        (None, EVENT_NODE_ADD, BACKOFF),  # no hint map: every event helps
+        (FIT_AND_AFFINITY, EVENT_ASSIGNED_POD_DELETE, BACKOFF),
+        (FIT_AND_AFFINITY, EVENT_NODE_ADD, UNSCHEDULABLE),
     ],
     ids=["any-event", "helps", "does-not-help"],
 )
 async def test_event_during_the_cycle_sends_the_pod_to_backoff(
-    h: Harness, helps: Callable[[QueuedPod], bool] | None, place: str
+    h: Harness, hints: HintMap | None, event: ClusterEvent, place: str
 ) -> None:
-    """AddUnschedulableIfNotPresent: a move request received while the pod was in
-    flight (moveRequestCycle >= podSchedulingCycle, or an in-flight event its
-    rejectors care about) sends it to the backoffQ rather than the unschedulable
-    pool; an event that cannot help it does not."""
+    """AddUnschedulableIfNotPresent (determineSchedulingHintForInFlightPod): an
+    event received while the pod was in flight that its rejectors registered
+    sends it to the backoffQ rather than the unschedulable pool; an event
+    that cannot help it does not."""
+    if hints is not None:
+        h.q.set_hints(hints)
     h.add("p")
     await admit(h)
     qp = await pop_one(h, "p")
-    assert h.q.move_all("NodeUpdate", helps) == 0  # nothing unschedulable to move now
+    assert h.q.move(event) == 0  # nothing unschedulable to move now
     h.q.done_unschedulable(qp, FIT)
     assert h.where("p") == place
     if place == BACKOFF:
@@ -504,7 +530,7 @@ async def test_event_during_the_cycle_sends_the_pod_to_backoff(
 async def test_event_before_the_pod_was_popped_does_not_count(h: Harness) -> None:
     h.add("p")
     await admit(h)
-    h.q.move_all("NodeAdd")
+    h.q.move(EVENT_NODE_ADD)
     await fail_unschedulable(h, "p")
     assert h.where("p") == UNSCHEDULABLE
     h.check()
@@ -732,7 +758,7 @@ async def test_delete_removes_the_pod_from_any_place(h: Harness, place: str) -> 
     h.q.done_unschedulable(qp, FIT)
     h.q.done_error(qp)
     h.clock.advance(3600.0)
-    assert h.q.move_all("NodeAdd") == 0
+    assert h.q.move(EVENT_NODE_ADD) == 0
     assert h.q.flush_backoff_completed() == 0
     assert h.q.flush_unschedulable_leftover() == 0
     assert await admit(h) == 0
@@ -835,7 +861,7 @@ async def test_pending_pods_gauge_moves_with_the_pods(h: Harness) -> None:
     h.q.done_error(b)
     moved(active=1, backoff=1, unschedulable=1, gated=1)
     h.clock.advance(0.5)
-    h.q.move_all("NodeAdd")
+    h.q.move(EVENT_NODE_ADD)
     moved(active=1, backoff=2, gated=1)
     h.clock.advance(0.5)
     h.q.flush_backoff_completed()

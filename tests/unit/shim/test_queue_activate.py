@@ -44,7 +44,8 @@ async def backed_off(h: Harness, uid: str, *, error: bool = False) -> None:
     if error:
         h.q.done_error(qp)
     else:
-        h.q.move_all("NodeUpdate", lambda other: other.uid == uid)
+        # An event for this pod only while it was in flight.
+        assert h.q.activate([uid]) == 0
         h.q.done_unschedulable(qp, FIT)
     assert h.where(uid) == BACKOFF
 

@@ -23,10 +23,12 @@ from opentelemetry import trace
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
+from berth.framework.events import ActionType, ClusterEvent, EventResource
 from berth.framework.testing import make_node, make_pod
 from berth.kube.rest import KubeApi
 from berth.shim.events import EventRecorder, ObjectRef
-from berth.shim.queue import ACTIVE, BACKOFF, QueuedPod
+from berth.shim.hints import HintMap, Registered
+from berth.shim.queue import ACTIVE, BACKOFF, UNSCHEDULABLE, QueuedPod
 from berth.shim.scheduler import Scheduler
 from berth.shim.service import PluginService, SortKey
 
@@ -170,6 +172,13 @@ async def test_post_filter_signals_reject_waiting_pods_which_are_unreserved(
     sched: tuple[Scheduler, FakeService, FakeRecorder],
 ) -> None:
     s, service, recorder = sched
+    # The gang plugin registers what Coscheduling does (a pod added), so the
+    # forgotten members' room moves none of them.
+    s.queue.set_hints(
+        HintMap(
+            {PROFILE: [Registered("Gang", ClusterEvent(EventResource.POD, ActionType.ADD), False)]}
+        )
+    )
     a, b, last = await queued(s, "a", "b", "last")
     handle(s, a, waits())
     handle(s, b, waits())
@@ -190,9 +199,12 @@ async def test_post_filter_signals_reject_waiting_pods_which_are_unreserved(
         ("Unreserve", "b"),
     ]
     assert not s.cache.is_assumed("a") and not s.cache.is_assumed("b")
-    assert (where(s, "a"), where(s, "b")) == (BACKOFF, BACKOFF)
+    # bindingCycle: rejected at Permit is a FitError over the node, the plugin
+    # recorded: Unschedulable, retried by the events Gang registered.
+    assert (where(s, "a"), where(s, "b")) == (UNSCHEDULABLE, UNSCHEDULABLE)
+    assert s.queue.get("a").unschedulable_plugins == frozenset({"Gang"})  # type: ignore[union-attr]
     notes = {name: note for name, reason, note in recorder.events if reason == "FailedScheduling"}
-    assert notes["a"] == notes["b"] == "gang broken (plugin Gang)"
+    assert notes["a"] == notes["b"] == "0/1 nodes are available: 1 gang broken."
     assert s.counters.bound == 0
 
 

@@ -3685,9 +3685,13 @@ type Diagnosis struct {
 	PreFilterStatus *Status `protobuf:"bytes,3,opt,name=pre_filter_status,json=preFilterStatus,proto3" json:"pre_filter_status,omitempty"`
 	// Upstream's FitError text, e.g. "0/5 nodes are available: 1 node(s) were
 	// unschedulable, 4 Insufficient cpu."
-	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// Of unschedulable_plugins, those that returned Pending (upstream's
+	// Diagnosis.PendingPlugins): a caller retries the pod at once, skipping its
+	// backoff, when one of them answers Queue to a cluster event.
+	PendingPlugins []string `protobuf:"bytes,5,rep,name=pending_plugins,json=pendingPlugins,proto3" json:"pending_plugins,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Diagnosis) Reset() {
@@ -3746,6 +3750,13 @@ func (x *Diagnosis) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *Diagnosis) GetPendingPlugins() []string {
+	if x != nil {
+		return x.PendingPlugins
+	}
+	return nil
 }
 
 // Several queued pods, one scheduling cycle each, in order.
@@ -4552,12 +4563,13 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\aplugins\x18\x03 \x03(\v2 .berth.v1.NodeScore.PluginsEntryR\aplugins\x1a:\n" +
 	"\fPluginsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xca\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xf3\x01\n" +
 	"\tDiagnosis\x120\n" +
 	"\brejected\x18\x01 \x03(\v2\x14.berth.v1.NodeStatusR\brejected\x123\n" +
 	"\x15unschedulable_plugins\x18\x02 \x03(\tR\x14unschedulablePlugins\x12<\n" +
 	"\x11pre_filter_status\x18\x03 \x01(\v2\x10.berth.v1.StatusR\x0fpreFilterStatus\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xe4\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12'\n" +
+	"\x0fpending_plugins\x18\x05 \x03(\tR\x0ependingPlugins\"\xe4\x01\n" +
 	"\x14ScheduleBatchRequest\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12,\n" +
 	"\x05state\x18\x02 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\x12!\n" +
