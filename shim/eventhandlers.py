@@ -35,6 +35,7 @@ from berth.framework.events import (
     EVENT_NODE_DELETE,
     ActionType,
     ClusterEvent,
+    EventResource,
     event_resource,
     node_scheduling_properties_change,
     pod_scheduling_properties_change,
@@ -186,6 +187,10 @@ class EventHandlers:
         kind's EventResource (upstream's buildEvtResHandler), with the old
         and new object."""
         resource = event_resource(source.group, source.version, source.resource)
+        if resource in (EventResource.POD, EventResource.NODE):
+            # Pods and nodes a plugin reads as objects (a label-selected set
+            # of pods, say) are the pod and node informers' events already.
+            return
         for kind, old, new in changes:
             if kind == DELETED:
                 action = ActionType.DELETE

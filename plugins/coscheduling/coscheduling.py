@@ -136,11 +136,20 @@ class Coscheduling(
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         """scheduler-plugins coscheduling.go, EventsToRegister: a pod added
-        (a member bound), a PodGroup added or changed; no hints."""
+        (a member bound), a PodGroup added or changed; and, beyond upstream,
+        a node added or its allocatable grown: a member rejected at Permit
+        (the group fell short) is Unschedulable by Coscheduling alone, and
+        only room lets the group through, which upstream leaves to the
+        5-minute flush when no other pod is bound meanwhile. No hints."""
         return [
             ClusterEventWithHint(ClusterEvent(EventResource.POD, ActionType.ADD)),
             ClusterEventWithHint(
                 ClusterEvent(kind_event_resource(PODGROUP), ActionType.ADD | ActionType.UPDATE)
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(
+                    EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_ALLOCATABLE
+                )
             ),
         ]
 

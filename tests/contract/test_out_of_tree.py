@@ -19,11 +19,19 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from berth.cli.place import load_inputs
-from berth.client import SchedulingClient, open_channel
+from berth.client import ClusterStateLog, SchedulingClient, open_channel
+from berth.framework.events import node_scheduling_properties_change
+from berth.framework.testing import make_node, make_pod
+from berth.shim.hints import HintMap
+from berth.shim.queue import BACKOFF, UNSCHEDULABLE, SchedulingQueue
+from berth.shim.service import PluginService
+from tests.unit.shim.fakes import FakeClock
+from tests.unit.shim.test_queue import T0, FakePlugins
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "out-of-tree-plugin"
@@ -205,3 +213,56 @@ def test_the_examples_own_tests_pass_with_the_project_venv() -> None:
     out = run("-m", "pytest", "-p", "no:cacheprovider", "-q", str(EXAMPLE))
     assert out.returncode == 0, out.stdout + out.stderr
     assert re.search(r"\d+ passed", out.stdout)
+
+
+async def test_its_declared_event_moves_the_pods_it_rejected(served_example: Served) -> None:
+    """The shim's queue with the hint map DescribeProfiles gives for the
+    example's profile, its hints asked of the out-of-tree plugin over gRPC
+    (QueueingHints): a pod PreferLabel rejected moves when a node is relabelled
+    to the wanted value, not when it is relabelled to another one, nor on an
+    event PreferLabel did not register."""
+    service = PluginService.over_grpc(
+        f"127.0.0.1:{served_example.port}", ClusterStateLog(), timeout=10.0
+    )
+    try:
+        profiles = await service.describe()
+        events = [
+            (e.resource, e.action_type, e.has_hint)
+            for e in profiles["berth-example"].events
+            if e.plugin == "PreferLabel"
+        ]
+        # Node Add|UpdateNodeLabel with its hint, and the UpdateNodeTaint the
+        # framework adds for a plugin that registers Node/Add.
+        assert events == [("Node", 1 | 8, True), ("Node", 16, False)]
+        asked: list[int] = []
+
+        async def ask(*args: Any) -> list[tuple[str, ...]]:
+            asked.append(len(args[3]))
+            return await service.queueing_hints(*args)
+
+        plugins = FakePlugins()
+        q = SchedulingQueue(plugins.sort_keys, plugins.pre_enqueue, clock=FakeClock(T0))
+        q.set_hints(HintMap.from_profiles({"berth-example": profiles["berth-example"].events}), ask)
+        pod = make_pod("p").uid("p").obj()
+        q.add(pod, "berth-example")
+        await q.admit_incoming()
+        (qp,) = await q.pop_batch(1)
+        q.done_unschedulable(qp, frozenset({"PreferLabel"}))
+
+        old = make_node("n").label("example.com/pool", "gpu").obj()
+        to_batch = make_node("n").label("example.com/pool", "batch").obj()
+        to_general = make_node("n").label("example.com/pool", "general").obj()
+        alloc = make_node("n").label("example.com/pool", "gpu").allocatable(cpu="8").obj()
+        for new in (to_batch, alloc):
+            for event in node_scheduling_properties_change(new, old):
+                q.move(event, old, new)
+        assert await q.process_hints() == 0
+        assert q.get("p").where == UNSCHEDULABLE  # type: ignore[union-attr]
+        for event in node_scheduling_properties_change(to_general, old):
+            q.move(event, old, to_general)
+        assert await q.process_hints() == 1
+        assert q.get("p").where == BACKOFF  # type: ignore[union-attr]
+        # The relabels were asked about; the allocatable change was not.
+        assert asked == [1, 1]
+    finally:
+        await service.close()

@@ -160,3 +160,24 @@ def test_invalid_args_are_refused_with_their_field() -> None:
         schedule(doc, CLUSTER, [make_pod()], plugins=[PreferLabel])
     assert err.value.field == "profiles[0].pluginConfig[0].args.labelKey"
     assert "Invalid value: 'bad key'" in err.value.reason
+
+
+# -- events and hint ---------------------------------------------------------------
+
+
+def test_it_registers_node_adds_and_label_changes_with_a_hint() -> None:
+    from berth.framework import ActionType, ClusterEvent, EventResource, QueueingHint
+
+    pl = plugin()
+    (reg,) = pl.events_to_register()
+    assert reg.event == ClusterEvent(
+        EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL
+    )
+    assert reg.hint is not None
+    pod = make_pod("p").info()
+    gpu = NodeInfo(make_node("n").label(KEY, "gpu").obj())
+    general = NodeInfo(make_node("n").label(KEY, "general").obj())
+    plain = NodeInfo(make_node("n").obj())
+    assert reg.hint(pod, gpu, general) == QueueingHint.QUEUE
+    assert reg.hint(pod, gpu, plain) == QueueingHint.QUEUE
+    assert reg.hint(pod, None, gpu) == QueueingHint.QUEUE_SKIP

@@ -269,3 +269,48 @@ async def test_binding_cycle_activations_wait_until_the_pod_is_bound(
     assert where(s, "from-postbind") == ""
     # A binding cycle that failed activates nothing.
     assert where(s, "from-failed-prebind") == BACKOFF
+
+
+@pytest.mark.parametrize(
+    ("point", "code", "pending", "place"),
+    [
+        ("permit", pb.CODE_UNSCHEDULABLE, False, UNSCHEDULABLE),
+        ("permit", pb.CODE_PENDING, True, UNSCHEDULABLE),
+        ("reserve", pb.CODE_UNSCHEDULABLE_AND_UNRESOLVABLE, False, UNSCHEDULABLE),
+        ("permit", pb.CODE_ERROR, False, BACKOFF),
+    ],
+)
+async def test_a_reserve_or_permit_rejection_is_unschedulable_with_its_plugin(
+    sched: tuple[Scheduler, FakeService, FakeRecorder],
+    point: str,
+    code: int,
+    pending: bool,
+    place: str,
+) -> None:
+    """schedulingCycle: a Reserve or Permit rejection is a FitError over the
+    chosen node with the rejecting plugin recorded (Diagnosis.AddPluginStatus),
+    so handleSchedulingFailure makes the pod Unschedulable, retried by the
+    events that plugin registered; an Error is retried after a backoff."""
+    s, _service, recorder = sched
+    s.queue.set_hints(
+        HintMap(
+            {PROFILE: [Registered("Gang", ClusterEvent(EventResource.POD, ActionType.ADD), False)]}
+        )
+    )
+    (qp,) = await queued(s, "p")
+    st = pb.Status(code=code, reasons=["not now"], plugin="Gang")  # type: ignore[arg-type]
+    resp = pb.ScheduleResponse(status=pb.Status(), node="n1", reserve_status=pb.Status())
+    if point == "reserve":
+        resp.reserve_status.CopyFrom(st)
+    else:
+        resp.permit.status.CopyFrom(st)
+    handle(s, qp, resp)
+    assert where(s, "p") == place
+    (note,) = [n for name, reason, n in recorder.events if reason == "FailedScheduling"]
+    if place == UNSCHEDULABLE:
+        assert qp.unschedulable_plugins == frozenset({"Gang"})
+        assert qp.pending_plugins == (frozenset({"Gang"}) if pending else frozenset())
+        assert note == "0/1 nodes are available: 1 not now."
+    else:
+        assert qp.consecutive_errors == 1
+        assert note == "not now"

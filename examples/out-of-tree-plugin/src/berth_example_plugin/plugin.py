@@ -8,6 +8,9 @@ With args ``labelKey: example.com/pool`` and ``labelValue: general``:
 - Score: 100 for a node labelled ``example.com/pool=general``, 0 for any
   other; give the plugin a weight above the default plugins' (5 in
   scheduler-config.yaml) for the preference to win over free capacity.
+- Events (upstream's EnqueueExtensions): only a node added or relabelled can
+  undo its rejection, and only if the node does not carry another value; the
+  scheduler retries a pod it rejected on those events alone.
 
 Berth finds the class through the entry point in pyproject.toml
 (``PreferLabel = "berth_example_plugin.plugin:PreferLabel"``): the entry
@@ -16,16 +19,21 @@ point's name is the class's ``name``.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from berth.framework import (
     MAX_NODE_SCORE,
     MIN_NODE_SCORE,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
     CycleState,
+    EventResource,
     FilterPlugin,
     Handle,
     NodeInfo,
     PodInfo,
+    QueueingHint,
     ScorePlugin,
     Status,
 )
@@ -57,10 +65,30 @@ class PreferLabel(FilterPlugin[PreferLabelArgs], ScorePlugin[PreferLabelArgs]):
         )
 
     def filter(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
-        have = node.node.labels.get(self.key)
-        if have is not None and have != self.value:
+        if self._reserved_for_others(node):
             return self._rejected
         return Status.success()
+
+    def _reserved_for_others(self, node: NodeInfo) -> bool:
+        have = node.node.labels.get(self.key)
+        return have is not None and have != self.value
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """A pod this plugin rejected may fit a node added or relabelled; the
+        hint keeps a node still reserved for others from retrying it."""
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL),
+                self.is_schedulable_after_node_change,
+            )
+        ]
+
+    def is_schedulable_after_node_change(
+        self, pod: PodInfo, old: NodeInfo | None, new: Any
+    ) -> QueueingHint:
+        if self._reserved_for_others(new):
+            return QueueingHint.QUEUE_SKIP
+        return QueueingHint.QUEUE
 
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
         if node.node.labels.get(self.key) == self.value:
