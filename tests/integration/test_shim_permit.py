@@ -1,11 +1,13 @@
 """Permit and PostFilter on a real API server: pods held at Permit (Wait) are bound only once allowed,
 and a wait that times out rejects the pod the way upstream words it
-(framework.go WaitOnPermit: "rejected due to timeout after waiting 1s at plugin ...").
+(framework.go WaitOnPermit: "rejected due to timeout after waiting 1s at plugin ...", as
+the FitError over the node that bindingCycle makes of it).
 
 The shim runs in this test's event loop with the plugins in-process, so the test can
 register a Permit plugin of its own: a small gang rule (a pod labelled ``gang=<name>``,
-``gang-size=<n>`` waits until n pods of its gang are placed, then the last one allows
-the others through ``CycleState.permit_signals``)."""
+``gang-size=<n>`` waits until n pods of its gang are placed, activating the gang's pods
+not placed yet, then the last one allows the others through
+``CycleState.permit_signals``)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from berth.framework.config import parse_config
 from berth.framework.cycle_state import CycleState
 from berth.framework.interfaces import PermitPlugin, PostFilterPlugin, PostFilterResult
 from berth.framework.model import PodInfo
+from berth.framework.objects import ObjectKind
 from berth.framework.status import SUCCESS, Code, Status
 from berth.kube.rest import JSON, KubeApi
 from berth.plugins.registry import REGISTRY
@@ -36,8 +39,16 @@ from tests.integration.shimtools import pods_of, profile_for
 pytestmark = pytest.mark.integration
 
 
+# The gang's pods, read as objects, for the siblings a waiting member activates.
+GANG_PODS = ObjectKind("", "v1", "pods", "Pod", label_selector="gang")
+
+
 class GangPermit(PermitPlugin):
     name = "TestGang"
+
+    @classmethod
+    def reads(cls, args: object) -> tuple[ObjectKind, ...]:
+        return (GANG_PODS,)
 
     def permit(self, state: CycleState, pod: PodInfo, node_name: str) -> tuple[Status, float]:
         labels = pod.proto.labels
@@ -53,6 +64,17 @@ class GangPermit(PermitPlugin):
             if p.proto.labels.get("gang") == gang and p.proto.node_name and p.uid != pod.uid
         ]
         if len(members) + 1 < size:
+            # As Coscheduling's ActivateSiblings: the gang's pods not placed yet
+            # leave the queue's waiting places (a member rejected at Permit is
+            # Unschedulable by this plugin, and no other event retries it).
+            state.activate_pods(
+                str(o.data.get("metadata", {}).get("uid", ""))
+                for o in self.handle.snapshot.objects("", "pods").values()
+                if o.namespace == pod.namespace
+                and o.data.get("metadata", {}).get("labels", {}).get("gang") == gang
+                and not o.data.get("spec", {}).get("nodeName")
+                and o.data.get("metadata", {}).get("uid") != pod.uid
+            )
             return Status(Code.WAIT, (f"gang {gang}: {len(members) + 1}/{size} placed",)), timeout
         for m in members:
             state.permit_signals.append((m.uid, self.name, True, ""))
@@ -156,7 +178,8 @@ async def test_permit_timeout_rejects_and_requeues_the_pod(
     fake_nodes(1, cpu="8")
     profile = profile_for(namespace)
     objects.create_pods(kube, [_gang_pod(namespace, profile, "lonely", "b", 2, timeout=1)])
-    want = "rejected due to timeout after waiting 1s at plugin TestGang"
+    # bindingCycle: the timeout is a FitError over the node, TestGang recorded.
+    want = "0/1 nodes are available: 1 rejected due to timeout after waiting 1s at plugin TestGang."
 
     def rejected() -> bool:
         events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")["items"]
