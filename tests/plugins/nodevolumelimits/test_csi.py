@@ -8,8 +8,8 @@ VolumeAttachment details, the batch form and whole cycles.
 
 Not-found messages are those of the client-go listers kube-scheduler runs
 with (``persistentvolumeclaim "x" not found``); upstream's test fakes spell
-the resource in the plural. The queueing-hint tests (TestCSILimits*QHint)
-have no counterpart: the caller's queue owns requeueing."""
+the resource in the plural. Its events and hints are tested in
+tests/plugins/test_events_to_register.py."""
 
 from __future__ import annotations
 

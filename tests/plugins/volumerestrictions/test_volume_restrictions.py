@@ -4,9 +4,7 @@ TestISCSIDiskConflicts, TestAccessModeConflicts), plus read-only mounts, the
 PreFilterExtensions (AddPod/RemovePod), the batch form against the per-node
 form, bad input, and whole cycles through the Framework.
 
-Upstream's queueing-hint tests (Test_isSchedulableAfterPodDeleted,
-Test_isSchedulableAfterPersistentVolumeClaimChange) have no counterpart: the
-caller's queue owns requeueing."""
+Its events and hints are tested in tests/plugins/test_events_to_register.py."""
 
 from __future__ import annotations
 

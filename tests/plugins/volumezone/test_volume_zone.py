@@ -3,8 +3,8 @@ TestMultiZone, TestWithBinding), plus label parsing (LabelZonesToSet), Filter
 without PreFilter (upstream's fallback), the batch form, CycleState over the
 wire and whole cycles.
 
-Upstream's queueing-hint tests (TestIsSchedulableAfter*) have no counterpart:
-the caller's queue owns requeueing. Not-found messages are those of the
+Its events and hints are tested in tests/plugins/test_events_to_register.py.
+Not-found messages are those of the
 real client-go listers kube-scheduler uses (``storageclass.storage.k8s.io``),
 where upstream's test fakes say ``storageclasses.storage.k8s.io``."""
 
