@@ -69,6 +69,11 @@ class HintMap:
         self._by_plugin: dict[str, dict[str, tuple[ClusterEvent, ...]]] = {
             name: _events_by_plugin(regs) for name, regs in self._profiles.items()
         }
+        # Per (profile, event): the plugins whose registrations match it,
+        # without and with a hint, in registration order (events recur: one
+        # lookup per event instead of a walk of the registrations per pod).
+        self._matching: dict[tuple[str, ClusterEvent], tuple[frozenset[str], tuple[str, ...]]] = {}
+        self._interested: dict[ClusterEvent, bool] = {}
 
     @classmethod
     def from_profiles(cls, events: Mapping[str, Iterable[pb.RegisteredEvent]]) -> HintMap:
@@ -99,7 +104,29 @@ class HintMap:
         registration matching it."""
         if event.is_wildcard or not self._profiles:
             return True
-        return any(r.event.matches(event) for regs in self._profiles.values() for r in regs)
+        known = self._interested.get(event)
+        if known is None:
+            known = self._interested[event] = any(
+                r.event.matches(event) for regs in self._profiles.values() for r in regs
+            )
+        return known
+
+    def _matches(self, profile: str, event: ClusterEvent) -> tuple[frozenset[str], tuple[str, ...]]:
+        key = (profile, event)
+        found = self._matching.get(key)
+        if found is None:
+            plain: set[str] = set()
+            hinted: list[str] = []
+            for r in self._profiles.get(profile, ()):
+                if not r.event.matches(event):
+                    continue
+                if r.has_hint:
+                    if r.plugin not in hinted:
+                        hinted.append(r.plugin)
+                else:
+                    plain.add(r.plugin)
+            found = self._matching[key] = (frozenset(plain), tuple(hinted))
+        return found
 
     def gating_matches(self, profile: str, plugin: str, event: ClusterEvent) -> bool:
         """Whether ``event`` may interest the PreEnqueue plugin that gated a
@@ -131,23 +158,18 @@ class HintMap:
             if target_uid and target_uid != pod_uid:
                 return _SKIP
             return _AFTER_BACKOFF
-        regs = self._profiles.get(profile)
-        if regs is None:
+        if profile not in self._profiles:
             return _AFTER_BACKOFF
+        plain, hinted = self._matches(profile, event)
         strategy = Strategy.SKIP
-        ask: list[str] = []
-        for r in regs:
-            if r.plugin not in rejectors or not r.event.matches(event):
-                continue
-            if r.has_hint:
-                if r.plugin not in ask:
-                    ask.append(r.plugin)
-                continue
-            if r.plugin in pending:
+        queued = rejectors & plain
+        if queued:
+            if queued & pending:
                 return _IMMEDIATELY
             strategy = Strategy.AFTER_BACKOFF
+        ask = [p for p in hinted if p in rejectors]
         if not ask:
-            return Verdict(strategy)
+            return _AFTER_BACKOFF if strategy else _SKIP
         # Asking can only raise the strategy: to AFTER_BACKOFF, or to
         # IMMEDIATELY through a Pending plugin.
         if strategy == Strategy.AFTER_BACKOFF and not (set(ask) & pending):

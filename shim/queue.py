@@ -180,6 +180,7 @@ class SchedulingQueue:
         self._backoff: list[tuple[float, int, QueuedPod]] = []
         self._incoming: list[QueuedPod] = []
         self._unschedulable: dict[str, QueuedPod] = {}
+        self._gated: dict[str, QueuedPod] = {}
         self._move_cycle = 0
         # Recent events, for pods in flight meanwhile.
         self._moves: deque[_Move] = deque(maxlen=4096)
@@ -217,6 +218,11 @@ class SchedulingQueue:
             self._unschedulable.pop(qp.uid, None)
         if where == UNSCHEDULABLE:
             self._unschedulable[qp.uid] = qp
+            qp.parked += 1
+        if qp.where == GATED:
+            self._gated.pop(qp.uid, None)
+        if where == GATED:
+            self._gated[qp.uid] = qp
             qp.parked += 1
         qp.where = where
 
@@ -577,9 +583,8 @@ class SchedulingQueue:
         pods = [qp for qp in self._unschedulable.values() if pre_check is None or pre_check(qp)]
         gated = [
             qp
-            for qp in self._pods.values()
-            if qp.where == GATED
-            and qp.gated_by
+            for qp in self._gated.values()
+            if qp.gated_by
             and (pre_check is None or pre_check(qp))
             and self.hints.gating_matches(qp.profile, qp.gated_by, event)
         ]
@@ -597,9 +602,16 @@ class SchedulingQueue:
         others wait for one QueueingHints call for them all."""
         moved = 0
         asking: list[tuple[QueuedPod, Verdict, int]] = []
+        # Pods rejected alike are judged alike: one verdict per kind of pod.
+        verdicts: dict[tuple[str, frozenset[str], frozenset[str]], Verdict] = {}
         for qp in pods:
             rejectors = frozenset((qp.gated_by,)) if qp.where == GATED else qp.unschedulable_plugins
-            verdict = self.hints.judge(qp.profile, rejectors, qp.pending_plugins, event)
+            key = (qp.profile, rejectors, qp.pending_plugins)
+            verdict = verdicts.get(key)
+            if verdict is None:
+                verdict = verdicts[key] = self.hints.judge(
+                    qp.profile, rejectors, qp.pending_plugins, event
+                )
             if not verdict.decided:
                 if self._ask_hints is not None:
                     asking.append((qp, verdict, qp.parked))

@@ -30,7 +30,7 @@ from berth.plugins.registry import REGISTRY as IN_TREE
 from berth.server.app import build_frameworks
 from berth.server.service import SchedulingService
 from berth.shim.hints import HintMap, Registered, Strategy
-from berth.shim.queue import ACTIVE, BACKOFF, UNSCHEDULABLE, SchedulingQueue
+from berth.shim.queue import ACTIVE, BACKOFF, GATED, UNSCHEDULABLE, SchedulingQueue
 from berth.shim.service import InProcessStub, PluginService
 from tests.unit.shim.fakes import FakeClock
 from tests.unit.shim.test_queue import (
@@ -371,4 +371,36 @@ async def test_an_unschedulable_pods_own_update_is_judged_by_its_plugins() -> No
     assert await h.q.process_hints() == 1
     assert h.where("p") == BACKOFF
     assert asker.calls == [1]
+    h.check()
+
+
+async def test_a_gated_pod_is_retried_only_by_its_gating_plugins_events() -> None:
+    """movePodsToActiveOrBackoffQueue: a pod a PreEnqueue plugin turned away
+    moves only on an event that plugin registered (GatingPluginEvents), back
+    through PreEnqueue; other events leave it gated."""
+    h = scripted_queue(Scripted({}))
+    h.q.set_hints(
+        HintMap(
+            {
+                PROFILE: [
+                    Registered(
+                        "SchedulingGates", ClusterEvent(EventResource.NODE, ActionType.ADD), False
+                    )
+                ]
+            }
+        )
+    )
+    pod = make_pod("g").uid("g").obj()
+    pod.scheduling_gates.append("example.com/wait")
+    h.q.add(pod, PROFILE)
+    await admit(h)
+    assert h.where("g") == GATED
+    calls = len(h.plugins.pre_enqueue_calls)
+    assert h.q.move(ClusterEvent(EventResource.NODE, ActionType.UPDATE_NODE_LABEL)) == 0
+    assert h.where("g") == GATED
+    assert h.q.move(ClusterEvent(EventResource.NODE, ActionType.ADD)) == 1
+    assert h.where("g") == INCOMING
+    await admit(h)
+    assert h.where("g") == GATED  # still gated: PreEnqueue ran again
+    assert len(h.plugins.pre_enqueue_calls) == calls + 1
     h.check()
