@@ -58,9 +58,11 @@ DEFAULT_CONTROLLERS: tuple[str, ...] = (
 #   bound pods tests put on NoExecute-tainted nodes or devices on purpose; pod-garbage-
 #   collector-controller: it deletes pods of nodes a test removed; ttl-controller: it
 #   annotates every node, and each update is a node event for the schedulers under test.
-# - serviceaccount-controller and serviceaccount-token-controller: the ServiceAccount
-#   admission plugin is off (cluster.DISABLED_ADMISSION), so pods need no service account,
-#   and the controllers' own credentials come from the TokenRequest API, which needs neither.
+# - serviceaccount-controller: the ServiceAccount admission plugin is off
+#   (cluster.DISABLED_ADMISSION), so pods need no "default" service account, and the
+#   controllers' own credentials come from the TokenRequest API. serviceaccount-token-
+#   controller (legacy token Secrets) is not asked for either, but kube-controller-manager
+#   starts it whenever it has the signing key (controllermanager.go, Run), as in a cluster.
 # - everything that needs a cloud, a kubelet, a network or a certificate signer (node-ipam,
 #   route, service-lb, endpoints, attach-detach, csr-*, ...), and the workload controllers
 #   no test uses (job, cronjob, statefulset, daemonset, disruption, hpa, ...).
