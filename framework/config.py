@@ -121,13 +121,7 @@ UPSTREAM_DEFAULT_PLUGINS: tuple[tuple[str, int | None], ...] = (
 
 # Why an upstream default is not in Berth, logged when a profile's default set
 # leaves it out (docs/upstream-plugins.md has the longer story).
-LEFT_OUT_REASONS: dict[str, str] = {
-    "DynamicResources": (
-        "Dynamic Resource Allocation is not ported: ResourceClaims are never "
-        "allocated; the Berth shim reports pods with spec.resourceClaims "
-        "Unschedulable instead of binding them, and other callers must not send them"
-    ),
-}
+LEFT_OUT_REASONS: dict[str, str] = {}
 
 # pkg/scheduler/framework/plugins/names/names.go: every in-tree plugin.
 UPSTREAM_PLUGIN_NAMES: frozenset[str] = frozenset(

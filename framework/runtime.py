@@ -26,8 +26,6 @@ from typing import Any, TypeVar
 import numpy as np
 
 from berth.framework import observe
-from berth.framework.claims import PLUGIN as CLAIMS_PLUGIN
-from berth.framework.claims import unsupported_claims_reason
 from berth.framework.cycle_state import CycleState, StateDecodeError
 from berth.framework.events import (
     ClusterEvent,
@@ -425,11 +423,6 @@ class Framework:
         result: PreFilterResult | None = None
         with_nodes: set[str] = set()
         rejection: Status | None = None
-        claims_reason = unsupported_claims_reason([c.name for c in pod.proto.resource_claims])
-        if claims_reason is not None:
-            # DynamicResources is not ported: its PreFilter's answer for a claim
-            # it cannot satisfy, whatever the profile (framework/claims.py).
-            return None, Status.unresolvable(claims_reason).with_plugin(CLAIMS_PLUGIN), set()
         for pl in self.pre_filter:
             with self._plugin("PreFilter", pl) as box:
                 r, st = pl.pre_filter(state, pod, nodes)

@@ -10,6 +10,7 @@ from berth.plugins.avoidnode import AvoidNode
 from berth.plugins.coscheduling import Coscheduling
 from berth.plugins.defaultbinder import DefaultBinder
 from berth.plugins.defaultpreemption import DefaultPreemption
+from berth.plugins.dynamicresources import DynamicResources
 from berth.plugins.gpucard import GPUCardFit
 from berth.plugins.gpupriority import GPUPriority
 from berth.plugins.imagelocality import ImageLocality
@@ -54,6 +55,7 @@ REGISTRY: Registry = Registry(
         "InterPodAffinity": InterPodAffinity,
         "DefaultBinder": DefaultBinder,
         "DefaultPreemption": DefaultPreemption,
+        "DynamicResources": DynamicResources,
         "NodeDeclaredFeatures": NodeDeclaredFeatures,
         # Berth's own plugins, not upstream's (never in the default profile).
         "AvoidNodePlugin": AvoidNode,

@@ -45,7 +45,7 @@ from berth.api.v1 import scheduling_pb2 as pb
 from berth.kube.asynchttp import AsyncApi
 from berth.kube.errors import ApiError
 from berth.kube.records import pod_record
-from berth.kube.rest import KubeApi, pod_path
+from berth.kube.rest import JSON, KubeApi, pod_path
 from berth.shim import guard, metrics
 from berth.shim.background import ApiWorkers
 from berth.shim.cache import SchedulerCache
@@ -338,6 +338,7 @@ class BindingCycle:
         handle_failure: HandleFailure,
         on_forgotten: Callable[[cpb.Pod], None],
         traced: bool,
+        on_written: Callable[[Sequence[tuple[pb.ObjectWrite, JSON]]], None] | None = None,
     ) -> None:
         """``nominations``: the pods whose status.nominatedNodeName a binding
         cycle set, to that node, until it changes again (the event handlers
@@ -346,6 +347,7 @@ class BindingCycle:
         help other pods."""
         self._api = api
         self._workers = workers
+        self._on_written = on_written
         self._service = service
         self._cache = cache
         self._queue = queue
@@ -495,9 +497,12 @@ class BindingCycle:
                     # a failed write fails PreBind.
                     try:
                         with self._span("PreBind writes"):
-                            await self._workers.call(
+                            answers = await self._workers.call(
                                 perform_writes, self._api, list(st.writes), pod
                             )
+                        if self._on_written is not None:
+                            # The written objects count at once (ObjectSources.written).
+                            self._on_written(answers)
                     except WriteFailed as exc:
                         await unreserve()
                         # Worded as RunPreBindPlugins words a plugin's error.

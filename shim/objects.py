@@ -14,7 +14,15 @@ Objects go into the state as JSON with ``metadata.managedFields`` dropped.
 A kind's ``label_selector`` is passed to the API server.
 
 ``perform_writes`` applies the ObjectWrites a PreBind or PostBind returned, in
-order, as JSON merge patches with the shim's credentials.
+order, as JSON merge patches with the shim's credentials. A patch that carries
+``metadata.resourceVersion`` (a precondition: the object as the plugin saw
+it) and follows an earlier write of the same list to the same object is sent
+with the version that earlier write's answer gave, since the shim's own write
+is what changed the object since (e.g. DynamicResources' finalizer, then the
+claim's status). ``ObjectSources.written`` puts what the API server answered
+into the cluster state at once, as upstream's assume cache does
+(assumecache.go Assume): the next cycle sees the written object even before
+its watch event arrives, and a watch event older than it is ignored.
 """
 
 from __future__ import annotations
@@ -285,6 +293,10 @@ class ObjectSources:
         self.sources: dict[tuple[str, str], Source] = {}
         self._runners: dict[tuple[str, str], Informer[cpb.ClusterObject] | Poller] = {}
         self.sync_timeout = SYNC_TIMEOUT_SECONDS
+        # Objects the shim wrote, by (group, resource, namespace, name): the
+        # resourceVersion the API server answered, until a watch event at
+        # that version or later arrives.
+        self._written: dict[tuple[str, str, str, str], int] = {}
 
     def update(self, reads: Iterable[pb.ObjectKind]) -> None:
         """Starts what a new read needs, stops (and forgets the objects of)
@@ -346,13 +358,24 @@ class ObjectSources:
         changes: list[ObjectChange] = []
         for ev in events:
             ref = ev.record.ref
-            old = self.state.objects.get((ref.group, ref.resource, ref.namespace, ref.name))
+            key = (ref.group, ref.resource, ref.namespace, ref.name)
+            old = self.state.objects.get(key)
             if ev.type == DELETED:
+                self._written.pop(key, None)
                 self.state.delete_object(ev.record.ref)
                 changes.append((ev.type, old or ev.record, None))
-            else:
-                self.state.upsert_object(ev.record)
-                changes.append((ev.type, old, ev.record))
+                continue
+            written = self._written.get(key)
+            if written is not None:
+                version = _resource_version(ev.record.json)
+                if version is not None and version < written:
+                    # Older than what the shim wrote (assumecache.go: an
+                    # informer update older than the assumed object is
+                    # ignored).
+                    continue
+                del self._written[key]
+            self.state.upsert_object(ev.record)
+            changes.append((ev.type, old, ev.record))
         if self.on_change is not None and changes:
             self.on_change(src, changes)
 
@@ -376,6 +399,37 @@ class ObjectSources:
                 timeout,
             )
         return late
+
+    def written(self, answers: Sequence[tuple[pb.ObjectWrite, JSON]]) -> None:
+        """What the API server answered to the shim's writes (perform_writes),
+        into the cluster state at once for the kinds the shim keeps (its
+        Assume). Must run on the event loop."""
+        for write, obj in answers:
+            src = self.sources.get((write.ref.group, write.ref.resource))
+            if src is None or not isinstance(obj, dict):
+                continue
+            try:
+                record = object_record(src, obj)
+            except (ObjectError, TypeError, ValueError) as exc:
+                log.warning("%s: the answer to a write is not an object: %s", src.name, exc)
+                continue
+            version = _resource_version(record.json)
+            if version is None:
+                continue
+            ref = record.ref
+            key = (ref.group, ref.resource, ref.namespace, ref.name)
+            held = self.state.objects.get((ref.group, ref.resource, ref.namespace, ref.name))
+            if held is not None:
+                current = _resource_version(held.json)
+                if current is not None and current > version:
+                    continue
+            self._written[key] = version
+            self.state.upsert_object(record)
+            if self.on_change is not None:
+                # The change is an event now (e.g. a claim's allocation moves
+                # the pods that wait for it); its watch event, when it
+                # arrives, finds the state already as it says.
+                self.on_change(src, [("MODIFIED", held, record)])
 
     def stop(self) -> None:
         for runner in self._runners.values():
@@ -421,13 +475,21 @@ def targets_pod(w: pb.ObjectWrite, pod: cpb.Pod) -> bool:
 
 def perform_writes(
     api: KubeApi, writes: Sequence[pb.ObjectWrite], pod: cpb.Pod | None = None
-) -> None:
+) -> list[tuple[pb.ObjectWrite, JSON]]:
     """Applies ``writes`` in order as JSON merge patches; the first failure
-    stops and raises WriteFailed (the writes before it stay applied). A write
-    to ``pod`` (the pod being scheduled, by namespace and name) carries its
-    uid as a precondition, as the shim's own pod patches do: a pod replaced by
-    another of the same name meanwhile is answered 422 on metadata.uid instead
-    of getting what was meant for the first."""
+    stops and raises WriteFailed (the writes before it stay applied). Returns
+    each write with the object the API server answered. A write to ``pod``
+    (the pod being scheduled, by namespace and name) carries its uid as a
+    precondition, as the shim's own pod patches do: a pod replaced by another
+    of the same name meanwhile is answered 422 on metadata.uid instead of
+    getting what was meant for the first. A write whose resourceVersion
+    precondition is the one an earlier write of the list to the same object
+    carried is sent with the version that write's answer gave (the module's
+    docstring says why)."""
+    answers: list[tuple[pb.ObjectWrite, JSON]] = []
+    # (group, resource, namespace, name) -> (version a write carried, version
+    # its answer gave).
+    moved: dict[tuple[str, str, str, str], tuple[str, str]] = {}
     for i, w in enumerate(writes):
         if not w.ref.resource or not w.ref.name or not w.version:
             raise WriteFailed(i, w, "ref.resource, ref.name and version must be set")
@@ -441,11 +503,37 @@ def perform_writes(
             meta = patch.setdefault("metadata", {})
             if isinstance(meta, dict):
                 meta["uid"] = pod.uid
+        key = (w.ref.group, w.ref.resource, w.ref.namespace, w.ref.name)
+        meta = patch.get("metadata")
+        sent = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        if isinstance(meta, dict) and isinstance(sent, str) and key in moved:
+            carried, answered = moved[key]
+            if sent == carried:
+                meta["resourceVersion"] = answered
         try:
-            api.merge_patch(write_path(w), patch)
+            answer = api.merge_patch(write_path(w), patch)
         except ApiError as exc:
             raise WriteFailed(i, w, str(exc)) from exc
         log.info("%s: merge patch by plugin %s applied", describe_write(w), w.plugin or "?")
+        answers.append((w, answer))
+        got = (
+            answer.get("metadata", {}).get("resourceVersion") if isinstance(answer, dict) else None
+        )
+        if isinstance(sent, str) and isinstance(got, str):
+            moved[key] = (sent, got)
+    return answers
+
+
+def _resource_version(raw: bytes) -> int | None:
+    """metadata.resourceVersion of an object's JSON as a number; None when it
+    has none, or one that is not a decimal (compared only as the API server
+    hands them out, etcd revisions)."""
+    try:
+        meta = orjson.loads(raw).get("metadata") or {}
+        version = meta.get("resourceVersion")
+        return int(version) if isinstance(version, str) and version.isdigit() else None
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
 
 
 __all__ = [

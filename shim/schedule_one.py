@@ -6,7 +6,6 @@ schedulingCycle, handleSchedulingFailure).
   its trace context), several queued pods of one profile through
   ScheduleBatch (each still its own cycle, earlier placements assumed). The
   plugin service runs PreFilter .. Score, host selection, Reserve and Permit.
-  Pods with resource claims are refused before it is asked (shim/dra.py).
 - A placed pod is assumed in the cache at once (so the next cycle sees it),
   Reserve's assume_annotations on the assumed copy; Permit's and
   PostFilter's signals allow or reject pods waiting at Permit; the pods
@@ -33,7 +32,7 @@ from opentelemetry import trace
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
-from berth.shim import dra, metrics
+from berth.shim import metrics
 from berth.shim.background import Tasks
 from berth.shim.binding import BindingRequest, WaitingPod, WaitingPods
 from berth.shim.cache import AssumeRefused, SchedulerCache
@@ -204,9 +203,6 @@ class SchedulingCycle:
         return True
 
     async def schedule(self, batch: list[QueuedPod]) -> None:
-        batch = self._refuse_resource_claims(batch)
-        if not batch:
-            return
         profile = batch[0].profile
         start = time.perf_counter()
         pops = time.time()
@@ -263,25 +259,6 @@ class SchedulingCycle:
                 if span.is_recording():
                     span.end()
             raise
-
-    def _refuse_resource_claims(self, batch: list[QueuedPod]) -> list[QueuedPod]:
-        """The batch less the pods with resource claims, each of which is
-        reported unschedulable here, whatever the profile (shim/dra.py)."""
-        kept: list[QueuedPod] = []
-        for qp in batch:
-            message = dra.refusal(qp.pod, len(self._cache.nodes))
-            if message is None:
-                kept.append(qp)
-                continue
-            self._failed(
-                qp,
-                message,
-                REASON_UNSCHEDULABLE,
-                error=False,
-                start=time.perf_counter(),
-                plugins=frozenset({dra.PLUGIN}),
-            )
-        return kept
 
     def _as_nominated(self, pod: cpb.Pod) -> cpb.Pod:
         """The pod as a cycle sees it: with the node this scheduler nominated

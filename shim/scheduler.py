@@ -181,6 +181,7 @@ class Scheduler:
             handle_failure=handle_failure,
             on_forgotten=self.event_handlers.assumed_pod_forgotten,
             traced=traced,
+            on_written=self.objects.written,
         )
         self.scheduling_cycle = SchedulingCycle(
             service=service,

@@ -41,6 +41,7 @@ from berth.framework.interfaces import PreEnqueuePlugin, QueuedPodInfo, QueueSor
 from berth.framework.model import PodInfo
 from berth.framework.status import SUCCESS, Status
 from berth.framework.writes import PluginWrites
+from berth.plugins.dynamicresources import DynamicResources
 from berth.plugins.queuesort import PrioritySort
 from berth.plugins.schedulinggates import SchedulingGates
 
@@ -68,6 +69,9 @@ class PreemptionGate(PreEnqueuePlugin):
 LOCAL_PRE_ENQUEUE: dict[str, type[PreEnqueuePlugin]] = {
     "SchedulingGates": SchedulingGates,
     "DefaultPreemption": PreemptionGate,
+    # Its PreEnqueue reads the pod's own claim entries only (a PreEnqueue
+    # call carries no cluster state): plugins/dynamicresources.
+    "DynamicResources": DynamicResources,
 }
 LOCAL_QUEUE_SORT: dict[str, type[QueueSortPlugin]] = {"PrioritySort": PrioritySort}
 # A Bind plugin that only answers "the caller binds" (plugins/defaultbinder:

@@ -469,6 +469,21 @@ SHIM_MAY = [
     Access("watch", "volumeattachments", "storage.k8s.io"),
     Access("patch", "persistentvolumes", name="pv"),
     Access("patch", "persistentvolumeclaims", namespace="default", name="pvc"),
+    # DynamicResources: its reads, and the merge patches its PreBind asks for
+    # (the claim's allocation and reservedFor, and the allocation's finalizer).
+    Access("list", "resourceclaims", "resource.k8s.io"),
+    Access("watch", "resourceclaims", "resource.k8s.io"),
+    Access("list", "deviceclasses", "resource.k8s.io"),
+    Access("watch", "resourceslices", "resource.k8s.io"),
+    Access("patch", "resourceclaims", "resource.k8s.io", namespace="default", name="c"),
+    Access(
+        "patch",
+        "resourceclaims",
+        "resource.k8s.io",
+        namespace="default",
+        name="c",
+        subresource="status",
+    ),
     # The secure port's delegated authentication and authorization (system:auth-delegator).
     Access("create", "tokenreviews", "authentication.k8s.io"),
     Access("create", "subjectaccessreviews", "authorization.k8s.io"),
@@ -537,8 +552,22 @@ SHIM_MAY_NOT = [
     Access("patch", "volumeattachments", "storage.k8s.io", name="va"),
     Access("get", "csinodes", "storage.k8s.io", name="n"),
     Access("get", "persistentvolumes", name="pv"),
-    # Reads Berth's base does not make (upstream's kube-scheduler role has them).
-    Access("list", "resourceclaims", "resource.k8s.io"),
+    # DRA objects: claims read and patched, never updated, created or
+    # deleted; classes and slices only read.
+    Access("update", "resourceclaims", "resource.k8s.io", namespace="default", name="c"),
+    Access("create", "resourceclaims", "resource.k8s.io", namespace="default"),
+    Access("delete", "resourceclaims", "resource.k8s.io", namespace="default", name="c"),
+    Access(
+        "update",
+        "resourceclaims",
+        "resource.k8s.io",
+        namespace="default",
+        name="c",
+        subresource="status",
+    ),
+    Access("patch", "deviceclasses", "resource.k8s.io", name="d"),
+    Access("patch", "resourceslices", "resource.k8s.io", name="s"),
+    Access("list", "resourceclaimtemplates", "resource.k8s.io"),
     # PDBs are read, never written (preemption only checks them).
     Access("get", "poddisruptionbudgets", "policy", namespace="default", name="b"),
     Access("patch", "poddisruptionbudgets", "policy", namespace="default", name="b"),

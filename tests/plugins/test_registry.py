@@ -40,6 +40,7 @@ def test_registry_holds_upstream_names() -> None:
         "VolumeZone",
         "VolumeBinding",
         "NodeDeclaredFeatures",
+        "DynamicResources",
         # The seed documents' plugins (not upstream's).
         "AvoidNodePlugin",
         "GPUPriorityPlugin",

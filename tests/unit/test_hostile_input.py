@@ -591,12 +591,13 @@ def test_pods_whose_requests_sum_past_int64_leave_their_node_full(
     assert "1 Insufficient cpu" in resp.diagnosis.message
 
 
-def test_a_pod_with_resource_claims_is_unschedulable_on_any_profile(
+def test_a_pod_whose_resource_claim_is_missing_is_unschedulable_with_upstreams_reason(
     service: SchedulingService, loop: asyncio.AbstractEventLoop
 ) -> None:
-    """Callers other than the shim (berth place, other clients) get the same
-    answer from the plugin server: DynamicResources is not ported, so its
-    PreFilter's rejection stands in (framework/claims.py)."""
+    """A pod naming a ResourceClaim that does not exist: DynamicResources'
+    PreFilter rejects it with upstream's reason (foreachPodResourceClaim, the
+    assume cache's NotFoundError), and its PostFilter adds upstream's "no new
+    claims to deallocate" before preemption's part of the FitError."""
     state = ClusterStateLog()
     state.upsert_node(
         node_record(
@@ -621,9 +622,10 @@ def test_a_pod_with_resource_claims_is_unschedulable_on_any_profile(
     resp = loop.run_until_complete(client.schedule(PROFILE, pod, reserve_and_permit=True))
     assert not resp.node
     assert resp.status.code == pb.CODE_UNSCHEDULABLE  # a FitError, as upstream's
-    assert resp.diagnosis.message.startswith(
-        "0/1 nodes are available: pod has resource claims (spec.resourceClaims: 'gpu'), "
-        "which need the DynamicResources plugin"
+    assert resp.diagnosis.message == (
+        '0/1 nodes are available: could not find ResourceClaim "ns/gpu-claim". '
+        "no new claims to deallocate, preemption: 0/1 nodes are available: "
+        "1 Preemption is not helpful for scheduling."
     )
     assert "DynamicResources" in resp.diagnosis.unschedulable_plugins
 

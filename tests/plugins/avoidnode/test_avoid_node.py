@@ -168,7 +168,7 @@ def test_cycle_every_node_avoided_gives_a_fit_error_naming_each_node() -> None:
         "0/2 nodes are available: 1 node node01 is labeled avoid=true, "
         "1 node node02 is labeled avoid=true. "
         # Unschedulable, so the default profile's DefaultPreemption tries.
-        "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
+        "no new claims to deallocate, preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
     )
 
 

@@ -797,7 +797,7 @@ def test_cycles_a_gang_of_four_on_room_for_three_waits_then_binds_when_room_appe
         "0/3 nodes are available: 3 Insufficient cpu. "
         # DefaultPreemption (first at postFilter) and Coscheduling: their
         # reasons combined (RunPostFilterPlugins).
-        "preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod., "
+        "no new claims to deallocate, preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod., "
         "PodGroup default/pg gets rejected due to Pod g-3 is unschedulable even after PostFilter"
     )
     # PostFilter rejects the waiting members, attributed to the plugin.

@@ -371,7 +371,8 @@ def test_two_pods_in_flight_never_take_the_same_card() -> None:
     assert (node, annotations) == ("", {})
     assert message == (
         "0/1 nodes are available: 1 no free GPU card (Berth annotation). "
-        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+        "no new claims to deallocate, preemption: 0/1 nodes are available: "
+        "1 Preemption is not helpful for scheduling."
     )
     # The first pod goes away (unreserved, or deleted): the card is free again.
     snap.apply(pb.ClusterDelta(delete_pods=[first.uid]))
@@ -390,7 +391,8 @@ def test_two_pods_in_flight_share_a_big_card_by_memory() -> None:
     assert got == [{CARD: "0"}, {CARD: "0"}]
     assert schedule(fw, snap, pods[2])[1] == (
         "0/1 nodes are available: 1 no free GPU card (Berth annotation). "
-        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+        "no new claims to deallocate, preemption: 0/1 nodes are available: "
+        "1 Preemption is not helpful for scheduling."
     )
 
 
@@ -448,9 +450,11 @@ def test_cycle_says_pre_bind_skip_for_pods_without_a_need() -> None:
         )
         assert result.node == "n1"
         assert result.pre_bind_skip is skip, pod.name
-        # The default plugins' VolumeBinding skips both (no volumes).
+        # The default plugins' VolumeBinding and DynamicResources skip both (no
+        # volumes, no resource claims).
         skipped = CycleState.decode(state.encode()).skip_pre_bind_plugins
-        assert skipped == ({"GPUCardFit", "VolumeBinding"} if skip else {"VolumeBinding"})
+        defaults = {"VolumeBinding", "DynamicResources"}
+        assert skipped == ({"GPUCardFit", *defaults} if skip else defaults)
 
 
 def test_pods_without_a_need_schedule_anywhere() -> None:

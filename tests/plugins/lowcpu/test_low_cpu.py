@@ -617,6 +617,6 @@ def test_cycle_all_nodes_hot_is_a_fit_error_naming_the_seed_reason() -> None:
     assert result.status.code is Code.UNSCHEDULABLE
     assert result.message == (
         "0/3 nodes are available: 3 cpu usage too high. "
-        "preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
+        "no new claims to deallocate, preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
     )
     assert result.rejected["a"] == Status(Code.UNSCHEDULABLE, (REASON_CPU,), "LowCpuScheduler")

@@ -52,7 +52,7 @@ def test_no_node_fits_reads_like_upstream() -> None:
         "0/3 nodes are available: 1 node(s) didn't match pod topology spread constraints "
         "(missing required label), 2 node(s) didn't match pod topology spread constraints. "
         # DefaultPreemption: the node missing the label is not tried.
-        "preemption: 0/3 nodes are available: 1 Preemption is not helpful for scheduling, "
+        "no new claims to deallocate, preemption: 0/3 nodes are available: 1 Preemption is not helpful for scheduling, "
         "2 No preemption victims found for incoming pod."
     )
 

@@ -609,7 +609,7 @@ def test_cycle_recorded_node_full_the_pod_waits_with_the_reason() -> None:
     assert result.status.code is Code.UNSCHEDULABLE
     assert result.message == (
         "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) "
-        "[StickyVM]. preemption: 0/3 nodes are available: 1 No preemption victims found for "
+        "[StickyVM]. no new claims to deallocate, preemption: 0/3 nodes are available: 1 No preemption victims found for "
         "incoming pod, 2 Preemption is not helpful for scheduling."
     )
     assert "StickyVM" in result.unschedulable_plugins
@@ -622,7 +622,7 @@ def test_cycle_recorded_node_gone_the_pod_waits_naming_node_and_owner() -> None:
     assert result.status.code is Code.UNSCHEDULABLE
     assert result.message == (
         "0/1 nodes are available: sticky node n9 of VirtualMachine default/vm1 does not exist. "
-        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+        "no new claims to deallocate, preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     )
 
 

@@ -69,16 +69,23 @@ def test_one_warning_lists_the_upstream_defaults_not_available(
     assert "TaintToleration" not in message
 
 
-def test_the_in_tree_default_set_says_why_dynamic_resources_is_left_out(
+def test_the_in_tree_default_set_is_upstreams_whole_default_set(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The one upstream default Berth does not port names its reason."""
+    """default_plugins.go, getDefaultPlugins (v1.36): every upstream default is
+    in the in-tree registry, so nothing is left out and nothing is logged;
+    DynamicResources serves each point it implements at upstream's place
+    (PostFilter before DefaultPreemption) and scores with weight 2."""
     with caplog.at_level(logging.WARNING, logger="berth.framework.config"):
-        default_config(IN_TREE)
-    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert "DynamicResources (Dynamic Resource Allocation is not ported" in warning
-    assert "spec.resourceClaims" in warning
-    assert "NodeDeclaredFeatures" not in warning
+        cfg = default_config(IN_TREE)
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == []
+    (profile,) = cfg.profiles
+    assert names(profile, "preEnqueue") == ["SchedulingGates", "DynamicResources"]
+    assert names(profile, "postFilter") == ["DynamicResources", "DefaultPreemption"]
+    for point in ("preFilter", "filter", "reserve", "preBind"):
+        assert "DynamicResources" in names(profile, point), point
+    assert names(profile, "reserve") == ["VolumeBinding", "DynamicResources"]
+    assert weights(profile)["DynamicResources"] == 2
 
 
 def test_no_warning_when_multi_point_defaults_are_all_disabled(

@@ -73,7 +73,7 @@ def test_schedule_pod_level_4_cpu_pod_is_not_placed_on_a_2_cpu_node() -> None:
     # Beyond allocatable: unresolvable, so preemption would not help.
     assert alone.message == (
         "0/1 nodes are available: 1 Insufficient cpu. "
-        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+        "no new claims to deallocate, preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     )
     assert alone.rejected["small"].plugin == "NodeResourcesFit"
 
@@ -179,7 +179,7 @@ def test_schedule_resized_pod_fills_its_node() -> None:
     assert full.status.code == Code.UNSCHEDULABLE
     assert full.message == (
         "0/1 nodes are available: 1 Insufficient cpu. "
-        "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+        "no new claims to deallocate, preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
     )
 
     # The spec was raised to 3, the kubelet found it infeasible: 1 allocated and applied.

@@ -13,6 +13,7 @@ from berth.framework.interfaces import Plugin
 from berth.framework.runtime import Framework, ProfileError
 from berth.framework.storage import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
 from berth.framework.writes import config_writes, declared_kind, profile_writes
+from berth.plugins.dynamicresources import RESOURCE_CLAIMS
 from berth.plugins.registry import REGISTRY, load_registry
 from berth.plugins.stickynode import StickyNode
 from berth.plugins.stickynode.args import OwnerKind, StickyNodeArgs
@@ -67,11 +68,14 @@ def test_plugins_that_write_declare_it() -> None:
     assert (last.group, last.version, last.resource) == ("apps", "v1", "deployments")
 
 
-def test_the_default_profile_declares_only_volume_binding_writes() -> None:
+def test_the_default_profile_declares_volume_binding_and_dynamic_resources_writes() -> None:
     registry = load_registry()
     writes = config_writes(default_config(registry), registry)
     assert writes == {
-        "default-scheduler": {"VolumeBinding": (PERSISTENT_VOLUMES, PERSISTENT_VOLUME_CLAIMS)}
+        "default-scheduler": {
+            "VolumeBinding": (PERSISTENT_VOLUMES, PERSISTENT_VOLUME_CLAIMS),
+            "DynamicResources": (RESOURCE_CLAIMS,),
+        }
     }
     framework = Framework(default_config(registry).profiles[0], registry)
     assert framework.writes == writes["default-scheduler"]

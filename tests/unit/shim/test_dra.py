@@ -1,7 +1,7 @@
-"""A pod with spec.resourceClaims is never bound while DynamicResources is not
-ported (shim/dra.py): the shim reports it Unschedulable, as upstream's
-dynamicresources.go PreFilter reports a claim it cannot satisfy, whatever the
-profile's plugins answer, and sends the rest of its batch on."""
+"""A pod with spec.resourceClaims is scheduled like any other pod: the shim
+sends it to the plugin service, whose DynamicResources plugin allocates its
+claims (plugins/dynamicresources), and binds it where the profile places it.
+The shim keeps no DRA rule of its own."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from berth.client import ClusterStateLog
 from berth.framework.testing import make_node, make_pod
 from berth.kube.rest import KubeApi
 from berth.shim.events import EventRecorder, ObjectRef
-from berth.shim.queue import UNSCHEDULABLE, QueuedPod
+from berth.shim.queue import QueuedPod
 from berth.shim.scheduler import Scheduler
 from berth.shim.service import PluginService, SortKey
 
@@ -46,6 +46,7 @@ class PlaceEverywhere:
             node="n1",
             reserve_status=pb.Status(),
             permit=pb.PermitResponse(status=pb.Status()),
+            pre_bind_skip=True,
         )
 
     async def schedule(self, profile: str, pod: cpb.Pod, start: int) -> pb.ScheduleResponse:
@@ -126,43 +127,15 @@ def with_claims(name: str, *claims: str) -> cpb.Pod:
     return pod
 
 
-async def test_pod_with_resource_claims_is_unschedulable_and_never_sent_or_bound(
+async def test_pod_with_resource_claims_goes_to_the_plugin_service_and_is_bound(
     sched: tuple[Scheduler, PlaceEverywhere, Api, Recorder],
 ) -> None:
     s, service, api, recorder = sched
     plain: cpb.Pod = make_pod("plain").uid("plain").obj()
     batch = await popped(s, with_claims("dra", "gpu", "nic"), plain)
     await s.scheduling_cycle.schedule(batch)
-    # The plugin service, which would have placed it, never saw the DRA pod.
-    assert service.asked == ["plain"]
-    assert s.queue.get("dra") is not None and s.queue.get("dra").where == UNSCHEDULABLE  # type: ignore[union-attr]
-    assert not s.cache.holds("dra") and not s.cache.is_assumed("dra")
-    (event,) = [e for e in recorder.events if e[0] == "dra"]
-    assert event[1] == "FailedScheduling"
-    assert event[2] == (
-        "0/1 nodes are available: pod has resource claims (spec.resourceClaims: 'gpu', "
-        "'nic'), which need the DynamicResources plugin to be allocated; this Berth version "
-        "does not run it, so the pod is not scheduled (schedule it with 'default-scheduler', "
-        "or remove the claims)."
-    )
-    # The condition patch and plain's binding cycle run as tasks.
+    assert sorted(service.asked) == ["dra", "plain"]
+    assert s.cache.is_assumed("dra")
     await asyncio.wait_for(asyncio.gather(*s.tasks), 5.0)
-    condition = api.conditions["/api/v1/namespaces/default/pods/dra/status"]
-    assert (condition["type"], condition["status"], condition["reason"]) == (
-        "PodScheduled",
-        "False",
-        "Unschedulable",
-    )
-    assert not any("/pods/dra/" in path for _, path in api.requests)
-
-
-async def test_many_claims_make_a_short_message(
-    sched: tuple[Scheduler, PlaceEverywhere, Api, Recorder],
-) -> None:
-    s, service, _, recorder = sched
-    await s.scheduling_cycle.schedule(
-        await popped(s, with_claims("dra", *(f"c{i}" * 50 for i in range(200))))
-    )
-    assert service.asked == []
-    (event,) = recorder.events
-    assert "and 196 more" in event[2] and len(event[2]) < 1024
+    assert ("POST", "/api/v1/namespaces/default/pods/dra/binding") in api.requests
+    assert not [e for e in recorder.events if e[1] == "FailedScheduling"]

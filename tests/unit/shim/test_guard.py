@@ -30,6 +30,7 @@ from berth.client import ClusterStateLog
 from berth.framework.config import default_config
 from berth.framework.objects import ObjectKind
 from berth.framework.storage import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from berth.plugins.dynamicresources import RESOURCE_CLAIMS
 from berth.plugins.registry import load_registry
 from berth.shim import guard
 from berth.shim.app import ShimSettings, build_service
@@ -441,7 +442,10 @@ async def test_a_remote_plugin_server_gets_its_declarations_from_the_shims_confi
     service = build_service(settings, ClusterStateLog())
     try:
         assert service.declared_writes == {
-            "default-scheduler": {"VolumeBinding": (PERSISTENT_VOLUMES, PERSISTENT_VOLUME_CLAIMS)}
+            "default-scheduler": {
+                "VolumeBinding": (PERSISTENT_VOLUMES, PERSISTENT_VOLUME_CLAIMS),
+                "DynamicResources": (RESOURCE_CLAIMS,),
+            }
         }
     finally:
         await service.close()

@@ -17,6 +17,7 @@ from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
 from berth.kube.errors import ApiError
 from berth.kube.rest import JSON, KubeApi, ListResult
+from berth.shim.informer import Event
 from berth.shim.objects import (
     ObjectSources,
     Poller,
@@ -269,3 +270,106 @@ def test_assumed_pod_carries_reserve_annotations_into_the_state() -> None:
     assert sent.node_name == "n1"
     assert dict(sent.annotations) == {"keep": "1", "gpu/card": "0"}
     assert dict(pod.annotations) == {"keep": "1"}  # the queued pod is left alone
+
+
+# -- DRA claims: versions carried across one list, written objects kept -------------------------
+
+CLAIMS = pb.ObjectKind(
+    group="resource.k8s.io",
+    version="v1",
+    resource="resourceclaims",
+    kind="ResourceClaim",
+    namespaced=True,
+    plugins=["DynamicResources"],
+)
+
+
+def claim_write(patch: JSON, sub: str = "") -> pb.ObjectWrite:
+    return pb.ObjectWrite(
+        ref=cpb.ObjectRef(
+            group="resource.k8s.io", resource="resourceclaims", namespace="ns", name="c"
+        ),
+        version="v1",
+        subresource=sub,
+        merge_patch=orjson.dumps(patch),
+        plugin="DynamicResources",
+    )
+
+
+class VersionedApi(FakeApi):
+    """Answers each patch with the object at the next resourceVersion, and
+    refuses (409) a patch whose precondition is not the current version."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__()
+        self.version = version
+
+    def merge_patch(self, path: str, patch: JSON) -> JSON:
+        want = patch.get("metadata", {}).get("resourceVersion")
+        if want is not None and want != str(self.version):
+            raise ApiError("PATCH", path, 409, b"the object has been modified")
+        self.patches.append((path, patch))
+        self.version += 1
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "c", "namespace": "ns", "resourceVersion": str(self.version)},
+            "status": patch.get("status", {}),
+        }
+
+
+def test_a_later_write_to_the_same_object_carries_the_version_the_earlier_one_made() -> None:
+    """DynamicResources' finalizer, then the claim's status, both as of the
+    claim the plugin saw (version 10): the second is sent at 11, the version
+    the shim's own first write made, so it still fails on anyone else's."""
+    api = VersionedApi(10)
+    answers = perform_writes(
+        cast(KubeApi, api),
+        [
+            claim_write({"metadata": {"resourceVersion": "10", "finalizers": ["f"]}}),
+            claim_write({"metadata": {"resourceVersion": "10"}, "status": {"x": 1}}, "status"),
+        ],
+    )
+    assert [p["metadata"]["resourceVersion"] for _, p in api.patches] == ["10", "11"]
+    assert [a["metadata"]["resourceVersion"] for _, a in answers] == ["11", "12"]
+    # Someone else's change in between: the precondition still fails.
+    api = VersionedApi(10)
+    with pytest.raises(WriteFailed, match="409"):
+        perform_writes(
+            cast(KubeApi, api),
+            [claim_write({"metadata": {"resourceVersion": "9"}, "status": {"x": 1}}, "status")],
+        )
+
+
+async def test_written_objects_count_at_once_and_older_watch_events_are_ignored() -> None:
+    """assumecache.go Assume: what the shim wrote is in the state before its
+    watch event arrives; an event older than it does not undo it."""
+    state = ClusterStateLog()
+    sources = ObjectSources(cast(KubeApi, FakeApi([[]])), state)
+    src = merge_sources([CLAIMS])[("resource.k8s.io", "resourceclaims")]
+    sources.sources[src.key] = src  # kept, without starting a watch
+
+    def obj(version: str, allocated: bool) -> JSON:
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "c", "namespace": "ns", "resourceVersion": version},
+            "status": {"allocation": {}} if allocated else {},
+        }
+
+    key = ("resource.k8s.io", "resourceclaims", "ns", "c")
+    sources._apply(src, [Event("ADDED", "ns/c", object_record(src, obj("10", False)), "")])
+    sources.written([(claim_write({}, "status"), obj("12", True))])
+    assert orjson.loads(state.objects[key].json)["metadata"]["resourceVersion"] == "12"
+    # The watch catches up: an event at 11 (before the write) is ignored ...
+    sources._apply(src, [Event("MODIFIED", "ns/c", object_record(src, obj("11", False)), "")])
+    assert orjson.loads(state.objects[key].json)["metadata"]["resourceVersion"] == "12"
+    # ... the write's own event and later ones are taken.
+    sources._apply(src, [Event("MODIFIED", "ns/c", object_record(src, obj("13", False)), "")])
+    assert orjson.loads(state.objects[key].json)["status"] == {}
+    # A kind the shim does not keep is not written into the state.
+    other = pb.ObjectWrite(
+        ref=cpb.ObjectRef(resource="pods", namespace="ns", name="p"), version="v1"
+    )
+    sources.written([(other, {"metadata": {"name": "p", "resourceVersion": "5"}})])
+    assert ("", "pods", "ns", "p") not in state.objects

@@ -84,12 +84,14 @@ async def test_default_profile_answers_pre_enqueue_and_queue_sort_in_the_shim() 
     svc, stub = service_for()
     profiles = await svc.describe()
     info = profiles["default-scheduler"]
-    assert info.points["preEnqueue"] == ("SchedulingGates",)
-    # The default profile has upstream's PreBind plugin VolumeBinding; its Bind plugin
-    # is DefaultBinder alone, so the shim POSTs the binding itself, and asks PreBind
-    # only when the scheduling cycle's PreBindPreFlight says VolumeBinding has work
-    # (ScheduleResponse.pre_bind_skip false; tests/unit/shim/test_pre_bind_skip.py).
-    assert info.points["preBind"] == ("VolumeBinding",)
+    # SchedulingGates and DynamicResources, whose PreEnqueue reads the pod alone.
+    assert info.points["preEnqueue"] == ("SchedulingGates", "DynamicResources")
+    # The default profile has upstream's PreBind plugins VolumeBinding and
+    # DynamicResources; its Bind plugin is DefaultBinder alone, so the shim POSTs the
+    # binding itself, and asks PreBind only when the scheduling cycle's
+    # PreBindPreFlight says one of them has work (ScheduleResponse.pre_bind_skip
+    # false; tests/unit/shim/test_pre_bind_skip.py).
+    assert info.points["preBind"] == ("VolumeBinding", "DynamicResources")
     assert info.points["bind"] == ("DefaultBinder",)
     assert info.shim_binds
     pods = [pod("a"), pod("b", "example.com/quota", "z"), pod("c", "one")]
@@ -135,7 +137,7 @@ async def test_any_other_plugin_at_a_point_is_asked() -> None:
         }
     )
     info = (await svc.describe())["custom"]
-    assert info.points["preEnqueue"] == ("SchedulingGates", "NoWhitespace")
+    assert info.points["preEnqueue"] == ("SchedulingGates", "DynamicResources", "NoWhitespace")
     # DefaultBinder is still the only Bind plugin: PostBind runs after the shim's POST.
     assert info.shim_binds
     st = await svc.pre_enqueue("custom", pod("a"))

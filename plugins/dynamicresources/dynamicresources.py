@@ -1,0 +1,844 @@
+"""DynamicResources: a pod's ResourceClaims are allocated devices on its node.
+
+Port of pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go
+(kube-scheduler v1.36.3, its default feature gates) over the objects the
+caller ships (``reads``: ResourceClaims, DeviceClasses, ResourceSlices), with
+the structured allocator of ``structured/`` (k8s.io/dynamic-resource-
+allocation/structured). Each extension point cites the upstream function it
+ports; README.md says what differs and why.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
+
+import msgspec
+import numpy as np
+
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.events import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+)
+from berth.framework.interfaces import (
+    MAX_NODE_SCORE,
+    FilterPlugin,
+    NodeVerdicts,
+    PostFilterPlugin,
+    PostFilterResult,
+    PreBindPlugin,
+    PreEnqueuePlugin,
+    PreFilterPlugin,
+    PreFilterResult,
+    ReservePlugin,
+    ScoreArray,
+    ScorePlugin,
+)
+from berth.framework.model import NodeInfo, PodInfo
+from berth.framework.nodeaffinity import SelectorTerm, aggregate_message, compile_node_selector
+from berth.framework.normalize import default_normalize_score
+from berth.framework.objects import ClusterObject, ObjectKind, ObjectWrite
+from berth.framework.snapshot import NodeBatch, Snapshot
+from berth.framework.status import SUCCESS, Status
+from berth.plugins.dynamicresources.args import DynamicResourcesArgs
+from berth.plugins.dynamicresources.claims import (
+    DEVICE_CLASSES,
+    FINALIZER,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    Claim,
+    ClaimProblem,
+    as_list,
+    as_map,
+    claim_names,
+    pod_claims,
+    pod_consumer,
+)
+from berth.plugins.dynamicresources.inflight import (
+    IN_FLIGHT_ANNOTATION,
+    InFlight,
+    InFlightClaim,
+    encode,
+    in_flight,
+)
+
+if TYPE_CHECKING:
+    from berth.framework.handle import Handle
+
+__all__ = [
+    "NAME",
+    "STATE",
+    "AllocatorFactory",
+    "AllocatorLike",
+    "DraState",
+    "DynamicResources",
+]
+
+log = logging.getLogger(__name__)
+
+NAME: Final = "DynamicResources"
+
+# Upstream's reasons, by where they arise.
+REASON_NOT_AVAILABLE: Final = "resourceclaim not available on the node"  # Filter
+REASON_CANNOT_ALLOCATE: Final = "cannot allocate all claims"  # Filter
+POST_FILTER_NO_CLAIMS: Final = "no new claims to deallocate"
+POST_FILTER_STILL: Final = "still not schedulable"
+POST_FILTER_DEALLOCATED: Final = "deallocation of ResourceClaim completed"
+# resource/v1 types.go, FirstAvailableDeviceRequestMaxSize: the most
+# subrequests a request may list (computeScore's base).
+FIRST_AVAILABLE_MAX: Final = 8
+
+
+class AllocatorLike(Protocol):
+    """The structured allocator's contract (structured/allocator.py)."""
+
+    def allocate(
+        self,
+        node_name: str,
+        node_labels: Mapping[str, str],
+        claims: Sequence[Mapping[str, Any]],
+    ) -> list[dict[str, Any]] | None: ...
+
+
+# (allocated claims' JSON, in-flight ones as {"status": {"allocation": ...}};
+# DeviceClasses by name; ResourceSlices) -> an allocator for one pod's cycle
+# (structured.NewAllocator).
+AllocatorFactory = Callable[
+    [Sequence[Mapping[str, Any]], Mapping[str, Mapping[str, Any]], Sequence[Mapping[str, Any]]],
+    AllocatorLike,
+]
+
+
+class AllocationFailed(Exception):
+    """The allocator's AllocationError: ``on_node`` when upstream would answer
+    it as a failure on that node only (ErrFailedAllocationOnNode:
+    Unschedulable), ``timed_out`` when the filter timeout passed (an Error
+    that names the node), else an Error."""
+
+    def __init__(self, message: str, *, on_node: bool = False, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.on_node = on_node
+        self.timed_out = timed_out
+
+
+def _structured_factory(filter_timeout: float) -> AllocatorFactory:
+    """The product's allocator (structured/), built over the snapshot's
+    objects with v1.36's default features and one shared CEL cache (upstream
+    keeps one per plugin, cel.NewCache); each node's allocation may take up to
+    ``filter_timeout`` seconds (DRASchedulerFilterTimeout; 0: no limit)."""
+    from berth.plugins.dynamicresources import structured
+
+    cel = structured.CelCache()
+    features = structured.Features()
+
+    def build(
+        allocated: Sequence[Mapping[str, Any]],
+        classes: Mapping[str, Mapping[str, Any]],
+        slices: Sequence[Mapping[str, Any]],
+    ) -> AllocatorLike:
+        state = structured.AllocatedState.from_claims(allocated)
+        inner = structured.Allocator(features, state, classes, slices, cel)
+
+        class _Timed:
+            def allocate(
+                self,
+                node_name: str,
+                node_labels: Mapping[str, str],
+                claims: Sequence[Mapping[str, Any]],
+            ) -> list[dict[str, Any]] | None:
+                deadline = time.monotonic() + filter_timeout if filter_timeout > 0 else None
+                try:
+                    return inner.allocate(node_name, node_labels, claims, deadline=deadline)
+                except structured.AllocationTimeoutError as exc:
+                    raise AllocationFailed(str(exc), timed_out=True) from exc
+                except structured.NodeAllocationError as exc:
+                    raise AllocationFailed(str(exc), on_node=True) from exc
+                except structured.AllocationError as exc:
+                    raise AllocationFailed(str(exc)) from exc
+
+        return _Timed()
+
+    return build
+
+
+class DraState(msgspec.Struct, frozen=True, omit_defaults=True):
+    """PreFilter's outcome (upstream's stateData), kept small enough to travel
+    with the cycle: the pod's claims by name, which need an allocation, the
+    claims Filter found unavailable (PostFilter), prioritized-list scores per
+    node (Score), and Reserve's allocations (PreBind)."""
+
+    # Claim names in the pod's namespace, in spec order; empty: nothing to do.
+    claims: list[str] = []
+    uids: list[str] = []
+    # Indices of the claims without an allocation (claimStore.toAllocate).
+    to_allocate: list[int] = []
+    # Indices of allocated claims some node could not offer (unavailableClaims).
+    unavailable: list[int] = []
+    # computeScore per node, only when a claim has a prioritized list.
+    scores: dict[str, int] = {}
+    scoring: bool = False
+    # Reserve's node and the allocation of each claim it allocated, by index.
+    reserved_node: str = ""
+    reserved: dict[int, dict[str, Any]] = {}
+
+
+STATE: Final = StateKey(f"{NAME}/state", DraState)
+
+
+def _now_rfc3339() -> str:
+    """metav1.Time's wire form for time.Now() (second precision, UTC)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_rfc3339(value: Any) -> float | None:
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class DynamicResources(
+    PreEnqueuePlugin[DynamicResourcesArgs],
+    PreFilterPlugin[DynamicResourcesArgs],
+    FilterPlugin[DynamicResourcesArgs],
+    PostFilterPlugin[DynamicResourcesArgs],
+    ScorePlugin[DynamicResourcesArgs],
+    ReservePlugin[DynamicResourcesArgs],
+    PreBindPlugin[DynamicResourcesArgs],
+):
+    name: ClassVar[str] = NAME
+    Args: ClassVar[type[Any] | None] = DynamicResourcesArgs
+
+    def __init__(
+        self,
+        args: DynamicResourcesArgs | None = None,
+        handle: Handle | None = None,
+        *,
+        allocator_factory: AllocatorFactory | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``allocator_factory`` replaces the structured allocator (tests);
+        ``clock`` is the time binding conditions' timeout is measured by."""
+        cfg = DynamicResourcesArgs() if args is None else args
+        cfg.validate()
+        super().__init__(cfg, handle)
+        self.cfg = cfg
+        self.binding_timeout = cfg.binding_timeout_seconds
+        self._factory = allocator_factory
+        self._clock = clock
+
+    @classmethod
+    def reads(cls, args: Any) -> tuple[ObjectKind, ...]:
+        return (RESOURCE_CLAIMS, DEVICE_CLASSES, RESOURCE_SLICES)
+
+    @classmethod
+    def writes(cls, args: Any) -> tuple[ObjectKind, ...]:
+        """PreBind records the allocation and the reservation on each claim
+        (bindClaim): its status, and the finalizer on the claim itself."""
+        return (RESOURCE_CLAIMS,)
+
+    # -- events (EventsToRegister) ---------------------------------------------
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """EventsToRegister with queueing hints on (GA): node additions and
+        label/allocatable updates, claims added or updated (with the claim
+        hint), the pod's generated claims (with the pod hint), classes and
+        slices added or updated."""
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(
+                    EventResource.NODE,
+                    ActionType.ADD
+                    | ActionType.UPDATE_NODE_LABEL
+                    | ActionType.UPDATE_NODE_ALLOCATABLE,
+                )
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.RESOURCE_CLAIM, ActionType.ADD | ActionType.UPDATE),
+                is_schedulable_after_claim_change,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.POD, ActionType.UPDATE_POD_GENERATED_RESOURCE_CLAIM),
+                is_schedulable_after_pod_change,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.DEVICE_CLASS, ActionType.ADD | ActionType.UPDATE)
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.RESOURCE_SLICE, ActionType.ADD | ActionType.UPDATE)
+            ),
+        ]
+
+    # -- PreEnqueue ---------------------------------------------------------------
+
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        """PreEnqueue (foreachPodResourceClaim), on what the pod alone says: a
+        PreEnqueue call carries no cluster state, so a missing, deleted or
+        foreign claim is found by PreFilter, with the same message."""
+        try:
+            claim_names(pod.proto)
+        except ClaimProblem as exc:
+            return Status.unresolvable(str(exc))
+        return SUCCESS
+
+    # -- PreFilter ----------------------------------------------------------------
+
+    def pre_filter(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch
+    ) -> tuple[PreFilterResult | None, Status]:
+        state.write(STATE, DraState())
+        if not pod.proto.resource_claims:
+            return None, Status.skip()
+        snapshot = self.handle.snapshot
+        try:
+            claims = pod_claims(snapshot, pod.proto)
+        except ClaimProblem as exc:
+            return None, Status.unresolvable(str(exc))
+        if not claims:
+            return None, Status.skip()
+        flight: InFlight | None = None
+        to_allocate: list[int] = []
+        scoring = False
+        for index, (_, claim) in enumerate(claims):
+            allocation = claim.allocation
+            if allocation is not None:
+                # CanBeReserved has no limit in v1.36 (resourceclaim.go).
+                _, errors = _allocation_node_selector(allocation)
+                if errors:
+                    return None, Status.error(aggregate_message(errors))
+                continue
+            to_allocate.append(index)
+            if flight is None:
+                flight = in_flight(snapshot)
+            holder = flight.holder(claim.namespace, claim.name)
+            if holder is not None and holder != pod.uid:
+                return None, Status.unresolvable(
+                    f"resource claim {claim.key} is in the process of being allocated"
+                )
+            problem = self._check_requests(claim)
+            if problem is not None:
+                return None, problem
+            scoring = scoring or any("firstAvailable" in r for r in claim.requests)
+        state.write(
+            STATE,
+            DraState(
+                claims=[c.name for _, c in claims],
+                uids=[c.uid for _, c in claims],
+                to_allocate=to_allocate,
+                scoring=scoring,
+            ),
+        )
+        return None, SUCCESS
+
+    def _check_requests(self, claim: Claim) -> Status | None:
+        """PreFilter's check of every request's device class
+        (validateDeviceClass), prioritized lists included."""
+        for request in claim.requests:
+            name = str(request.get("name") or "")
+            exactly = request.get("exactly")
+            subs = as_list(request, "firstAvailable")
+            if isinstance(exactly, dict):
+                st = self._check_class(str(exactly.get("deviceClassName") or ""), name)
+                if st is not None:
+                    return st
+            elif subs:
+                for sub in subs:
+                    sub_map = sub if isinstance(sub, dict) else {}
+                    qualified = f"{name}/{sub_map.get('name') or ''}"
+                    st = self._check_class(str(sub_map.get("deviceClassName") or ""), qualified)
+                    if st is not None:
+                        return st
+            else:
+                return Status.unresolvable(
+                    f"resource claim {claim.key}, request {name}: unknown request type"
+                )
+        return None
+
+    def _check_class(self, class_name: str, request: str) -> Status | None:
+        if not class_name:
+            return Status.error(f"request {request}: unsupported request type")
+        kind = DEVICE_CLASSES
+        if self.handle.snapshot.object(kind.group, kind.resource, "", class_name) is None:
+            return Status.unresolvable(
+                f"request {request}: device class {class_name} does not exist"
+            )
+        return None
+
+    # -- the allocator --------------------------------------------------------------
+
+    def _allocator(self, snapshot: Snapshot, pod: PodInfo) -> AllocatorLike:
+        """NewAllocator over the snapshot: every allocated claim, and the
+        allocations other pods have in flight, count as allocated."""
+        if self._factory is None:
+            self._factory = _structured_factory(self.cfg.filter_timeout_seconds)
+        kind = RESOURCE_CLAIMS
+        allocated: list[Mapping[str, Any]] = [
+            obj.data
+            for obj in snapshot.objects(kind.group, kind.resource).values()
+            if isinstance(as_map(obj.data, "status").get("allocation"), dict)
+        ]
+        for alloc in in_flight(snapshot).allocations(exclude_pod=pod.uid):
+            allocated.append({"status": {"allocation": alloc}})
+        classes = {
+            name: obj.data
+            for (_, name), obj in snapshot.objects(
+                DEVICE_CLASSES.group, DEVICE_CLASSES.resource
+            ).items()
+        }
+        slices = [
+            obj.data
+            for obj in snapshot.objects(RESOURCE_SLICES.group, RESOURCE_SLICES.resource).values()
+        ]
+        return self._factory(allocated, classes, slices)
+
+    def _claims(self, saved: DraState, pod: PodInfo) -> list[Claim]:
+        """PreFilter's claims, read again from this call's snapshot. A claim
+        gone or replaced since is answered as PreFilter would answer it."""
+        kind = RESOURCE_CLAIMS
+        out: list[Claim] = []
+        for name, uid in zip(saved.claims, saved.uids, strict=True):
+            obj = self.handle.snapshot.object(kind.group, kind.resource, pod.namespace, name)
+            if obj is None or str(obj.metadata.get("uid") or "") != uid:
+                raise ClaimProblem(f'could not find ResourceClaim "{pod.namespace}/{name}"')
+            out.append(Claim(obj))
+        return out
+
+    # -- Filter ------------------------------------------------------------------------
+
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
+        n = len(nodes)
+        saved = state.get(STATE)
+        if saved is None:
+            return NodeVerdicts.uniform(
+                n, Status.error(f"cycle state has no {STATE.name!r}: PreFilter did not run")
+            )
+        if not saved.claims:
+            return NodeVerdicts.all_pass(n)
+        try:
+            claims = self._claims(saved, pod)
+        except ClaimProblem as exc:
+            return NodeVerdicts.uniform(n, Status.unresolvable(str(exc)))
+        selectors: dict[int, tuple[SelectorTerm, ...]] = {}
+        for index, claim in enumerate(claims):
+            allocation = claim.allocation
+            if allocation is not None and "nodeSelector" in allocation:
+                terms, errors = _allocation_node_selector(allocation)
+                if errors:
+                    return NodeVerdicts.uniform(n, Status.error(aggregate_message(errors)))
+                if terms is not None:
+                    selectors[index] = terms
+        # claimStore.toAllocate, on this call's snapshot (a claim allocated
+        # since PreFilter counts as allocated, its node selector checked).
+        indices = [i for i, c in enumerate(claims) if c.allocation is None]
+        to_allocate = [claims[i].data for i in indices]
+        allocator = self._allocator(self.handle.snapshot, pod) if to_allocate else None
+        statuses: list[Status] = []
+        unavailable: set[int] = set(saved.unavailable)
+        scores: dict[str, int] = dict(saved.scores)
+        for ni in nodes:
+            st, missing, results = self._filter_node(claims, selectors, allocator, to_allocate, ni)
+            statuses.append(st)
+            unavailable.update(missing)
+            if st.is_success and saved.scoring:
+                scores[ni.name] = compute_score(claims, indices, results)
+        if unavailable != set(saved.unavailable) or scores != saved.scores:
+            state.write(
+                STATE,
+                msgspec.structs.replace(saved, unavailable=sorted(unavailable), scores=scores),
+            )
+        return NodeVerdicts.from_statuses(statuses)
+
+    def _filter_node(
+        self,
+        claims: list[Claim],
+        selectors: Mapping[int, tuple[SelectorTerm, ...]],
+        allocator: AllocatorLike | None,
+        to_allocate: list[Mapping[str, Any]],
+        ni: NodeInfo,
+    ) -> tuple[Status, list[int], list[dict[str, Any]]]:
+        """Filter for one node: (verdict, unavailable claims, allocations)."""
+        labels = ni.node.labels
+        unavailable: list[int] = []
+        for index, claim in enumerate(claims):
+            terms = selectors.get(index)
+            if terms is not None and not any(t.matches(labels, ni.name) for t in terms):
+                unavailable.append(index)
+                continue
+            if claim.allocation is None:
+                continue
+            # DRADeviceBindingConditions and DRAResourceClaimDeviceStatus are on.
+            try:
+                ready = claim_ready_for_binding(claim)
+            except BindingFailed:
+                unavailable.append(index)
+                continue
+            if not ready and self._claim_timed_out(claim):
+                unavailable.append(index)
+        results: list[dict[str, Any]] = []
+        if allocator is not None:
+            try:
+                got = allocator.allocate(ni.name, labels, to_allocate)
+            except AllocationFailed as exc:
+                if exc.timed_out:
+                    # Potentially transient: an Error, so the pod backs off
+                    # rather than wait for an event.
+                    return (
+                        Status.error(f"node {ni.name}: timed out trying to allocate devices"),
+                        [],
+                        [],
+                    )
+                if exc.on_node:
+                    return Status.unresolvable(str(exc)), [], []
+                return Status.error(str(exc)), [], []
+            if got is None or len(got) != len(to_allocate):
+                return Status.unresolvable(REASON_CANNOT_ALLOCATE), [], []
+            results = got
+        if unavailable:
+            return Status.unresolvable(REASON_NOT_AVAILABLE), unavailable, []
+        return SUCCESS, [], results
+
+    def _claim_timed_out(self, claim: Claim) -> bool:
+        """isClaimTimeout: allocated longer than bindingTimeout ago with a
+        device that has binding conditions."""
+        allocation = claim.allocation
+        if allocation is None:
+            return False
+        stamp = _parse_rfc3339(allocation.get("allocationTimestamp"))
+        if stamp is None:
+            return False
+        results = as_list(as_map(allocation, "devices"), "results")
+        with_conditions = any(
+            isinstance(r, dict) and r.get("bindingConditions") is not None for r in results
+        )
+        return with_conditions and stamp + self.binding_timeout < self._clock()
+
+    # -- PostFilter ------------------------------------------------------------------
+
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, rejected: Mapping[str, Status]
+    ) -> tuple[PostFilterResult | None, Status]:
+        """PostFilter: a claim that Filter found unavailable on some node and
+        that is reserved for nobody (or only this pod) would be deallocated so
+        the next attempt can allocate it anew. Berth's PostFilter cannot write
+        (README.md), so it names the claim instead of deallocating it."""
+        saved = state.get(STATE)
+        if saved is None or not saved.claims:
+            return None, Status.unschedulable(POST_FILTER_NO_CLAIMS)
+        try:
+            claims = self._claims(saved, pod)
+        except ClaimProblem:
+            return None, Status.unschedulable(POST_FILTER_STILL)
+        for index in saved.unavailable:
+            claim = claims[index]
+            reserved = claim.reserved_for
+            if not reserved or (
+                len(reserved) == 1 and str(reserved[0].get("uid") or "") == pod.uid
+            ):
+                log.info(
+                    "%s: pod %s: claim %s is allocated where the pod cannot run and reserved "
+                    "for no other pod; upstream would deallocate it here (Berth does not: "
+                    "delete the claim or its allocation to let it be allocated anew)",
+                    NAME,
+                    pod.key,
+                    claim.key,
+                )
+                break
+        return None, Status.unschedulable(POST_FILTER_STILL)
+
+    # -- Score -------------------------------------------------------------------------
+
+    def score_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> ScoreArray:
+        """Score (DRAPrioritizedList, beta and on): computeScore of the
+        allocation Filter found on the node."""
+        saved = state.get(STATE)
+        out = np.zeros(len(nodes), dtype=np.int64)
+        if saved is None or not saved.scoring:
+            return out
+        for k, name in enumerate(nodes.names):
+            out[k] = saved.scores.get(name, 0)
+        return out
+
+    def normalize_score(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch, scores: ScoreArray
+    ) -> Status:
+        """NormalizeScore: helper.DefaultNormalizeScore(MaxNodeScore, false)."""
+        default_normalize_score(MAX_NODE_SCORE, False, scores)
+        return SUCCESS
+
+    # -- Reserve / Unreserve -------------------------------------------------------------
+
+    def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        """Reserve: the allocation Filter found for the chosen node (here found
+        again, on this call's snapshot) is kept in flight, on the assumed pod
+        (inflight.py), so no later pod gets those devices before PreBind has
+        written them."""
+        saved = state.get(STATE)
+        if saved is None or not saved.claims:
+            return SUCCESS
+        try:
+            claims = self._claims(saved, pod)
+        except ClaimProblem as exc:
+            return Status.error(str(exc))
+        indices = [i for i, c in enumerate(claims) if c.allocation is None]
+        if not indices:
+            # Allocated, but perhaps not reserved yet: PreBind reserves them.
+            return SUCCESS
+        ni = self.handle.snapshot.nodes.get(node_name)
+        if ni is None:
+            return Status.error(f"node {node_name!r} is not in the snapshot")
+        to_allocate = [claims[i].data for i in indices]
+        allocator = self._allocator(self.handle.snapshot, pod)
+        try:
+            results = allocator.allocate(node_name, ni.node.labels, to_allocate)
+        except AllocationFailed as exc:
+            return Status.error(str(exc))
+        if results is None or len(results) != len(to_allocate):
+            # We checked before that the node is suitable (upstream's error).
+            return Status.error("claim allocation not found for node")
+        reserved = dict(zip(indices, results, strict=True))
+        state.write(
+            STATE, msgspec.structs.replace(saved, reserved_node=node_name, reserved=reserved)
+        )
+        state.annotate_assumed_pod(
+            IN_FLIGHT_ANNOTATION,
+            encode(
+                InFlightClaim(claims[i].name, claims[i].uid, alloc) for i, alloc in reserved.items()
+            ),
+        )
+        return SUCCESS
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        """Unreserve: the allocation in flight goes with the caller's assumed
+        pod; the state forgets it."""
+        saved = state.get(STATE)
+        if saved is not None and saved.reserved:
+            state.write(STATE, msgspec.structs.replace(saved, reserved_node="", reserved={}))
+
+    # -- PreBind ---------------------------------------------------------------------------
+
+    def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        """PreBindPreFlight: Skip for a pod without claims."""
+        saved = state.get(STATE)
+        if saved is None or not saved.claims:
+            return Status.skip()
+        return SUCCESS
+
+    def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        """PreBind (bindClaim for each claim not reserved for the pod yet): the
+        claim's allocation from Reserve, if any, and the pod in reservedFor,
+        as merge patches the caller applies before binding."""
+        saved = state.get(STATE)
+        if saved is None or not saved.claims:
+            return SUCCESS
+        if saved.reserved and saved.reserved_node != node_name:
+            return Status.error("claim allocation not found for node")
+        try:
+            claims = self._claims(saved, pod)
+        except ClaimProblem as exc:
+            return Status.error(str(exc))
+        writes: list[ObjectWrite] = []
+        for index, claim in enumerate(claims):
+            if claim.is_reserved_for(pod.uid):
+                continue
+            try:
+                writes += bind_claim(claim, pod.proto, saved.reserved.get(index))
+            except ClaimProblem as exc:
+                return Status.error(str(exc))
+        for w in writes:
+            state.add_write(w)
+        return SUCCESS
+
+
+class BindingFailed(Exception):
+    """A device's binding failure condition is true (ErrDeviceBindingFailed)."""
+
+
+def claim_ready_for_binding(claim: Claim) -> bool:
+    """isClaimReadyForBinding: every device with binding conditions has them
+    all true in the claim's status.devices; BindingFailed when a failure
+    condition is true."""
+    allocation = claim.allocation
+    if allocation is None:
+        return False
+    statuses = [d for d in as_list(claim.status, "devices") if isinstance(d, dict)]
+    for result in as_list(as_map(allocation, "devices"), "results"):
+        if not isinstance(result, dict) or not as_list(result, "bindingConditions"):
+            continue
+        device = next(
+            (
+                d
+                for d in statuses
+                if (d.get("driver"), d.get("pool"), d.get("device"))
+                == (result.get("driver"), result.get("pool"), result.get("device"))
+            ),
+            None,
+        )
+        if device is None:
+            return False
+        true = {
+            str(c.get("type"))
+            for c in as_list(device, "conditions")
+            if isinstance(c, dict) and c.get("status") == "True"
+        }
+        for failure in as_list(result, "bindingFailureConditions"):
+            if str(failure) in true:
+                raise BindingFailed(f"claim={claim.name}, condition={failure}")
+        if any(str(c) not in true for c in as_list(result, "bindingConditions")):
+            return False
+    return True
+
+
+def bind_claim(
+    claim: Claim, pod: cpb.Pod, allocation: Mapping[str, Any] | None
+) -> list[ObjectWrite]:
+    """bindClaim's API updates as merge patches: the finalizer first when the
+    claim gets its allocation now (a normal update upstream), then the status
+    with the allocation (its allocationTimestamp set, as with binding
+    conditions on) and the pod appended to reservedFor. Each patch carries the
+    claim's resourceVersion as the plugin saw it, so the API server refuses it
+    (409) when the claim changed meanwhile; the caller carries that version
+    forward across its own writes to the same claim (protos/README.md,
+    "Writes")."""
+    if claim.deleting:
+        raise ClaimProblem(f"claim {claim.key} got deleted in the meantime")
+    rv = claim.resource_version
+    writes: list[ObjectWrite] = []
+    status: dict[str, Any] = {}
+    if allocation is not None:
+        if claim.allocation is not None:
+            raise ClaimProblem(f"claim {claim.key} got allocated elsewhere in the meantime")
+        finalizers = claim.finalizers
+        if FINALIZER not in finalizers:
+            writes.append(
+                ObjectWrite(
+                    RESOURCE_CLAIMS.group,
+                    RESOURCE_CLAIMS.version,
+                    RESOURCE_CLAIMS.resource,
+                    claim.namespace,
+                    claim.name,
+                    {"metadata": {"resourceVersion": rv, "finalizers": [*finalizers, FINALIZER]}},
+                )
+            )
+        status["allocation"] = {**allocation, "allocationTimestamp": _now_rfc3339()}
+    elif claim.allocation is None:
+        raise ClaimProblem(f"claim {claim.key} got deallocated elsewhere in the meantime")
+    elif not claim.allocation.get("allocationTimestamp"):
+        status["allocation"] = {"allocationTimestamp": _now_rfc3339()}
+    status["reservedFor"] = [*claim.reserved_for, pod_consumer(pod)]
+    writes.append(
+        ObjectWrite(
+            RESOURCE_CLAIMS.group,
+            RESOURCE_CLAIMS.version,
+            RESOURCE_CLAIMS.resource,
+            claim.namespace,
+            claim.name,
+            {"metadata": {"resourceVersion": rv}, "status": status},
+            subresource="status",
+        )
+    )
+    return writes
+
+
+def compute_score(
+    claims: Sequence[Claim], to_allocate: Sequence[int], results: Sequence[Mapping[str, Any]]
+) -> int:
+    """computeScore: for each subrequest of a prioritized list that the
+    allocation picked, FirstAvailableDeviceRequestMaxSize minus its place."""
+    score = 0
+    fresh = dict(zip(to_allocate, results, strict=False))
+    for index, claim in enumerate(claims):
+        allocation = claim.allocation if claim.allocation is not None else fresh.get(index)
+        if allocation is None:
+            continue
+        picked = {
+            str(r.get("request"))
+            for r in as_list(as_map(allocation, "devices"), "results")
+            if isinstance(r, dict) and str(r.get("request") or "").count("/") == 1
+        }
+        for req in claim.requests:
+            if req.get("exactly") is not None:
+                continue
+            for i, sub in enumerate(as_list(req, "firstAvailable")):
+                if isinstance(sub, dict) and f"{req.get('name')}/{sub.get('name')}" in picked:
+                    score += FIRST_AVAILABLE_MAX - i
+    return score
+
+
+def _allocation_node_selector(
+    allocation: Mapping[str, Any],
+) -> tuple[tuple[SelectorTerm, ...] | None, list[Any]]:
+    """status.allocation.nodeSelector parsed (nodeaffinity.NewNodeSelector);
+    (None, []) when it has none."""
+    selector = allocation.get("nodeSelector")
+    if not isinstance(selector, dict):
+        return None, []
+    terms = cpb.NodeSelector()
+    for t in as_list(selector, "nodeSelectorTerms"):
+        term = terms.terms.add()
+        if not isinstance(t, dict):
+            continue
+        for src, dst in (
+            (as_list(t, "matchExpressions"), term.match_expressions),
+            (as_list(t, "matchFields"), term.match_fields),
+        ):
+            for r in src:
+                if isinstance(r, dict):
+                    dst.add(
+                        key=str(r.get("key") or ""),
+                        operator=str(r.get("operator") or ""),
+                        values=[str(v) for v in as_list(r, "values")],
+                    )
+    parsed, errors = compile_node_selector(terms.terms, "nodeSelector")
+    return parsed, list(errors)
+
+
+# -- queueing hints ------------------------------------------------------------------------
+
+
+def is_schedulable_after_claim_change(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """isSchedulableAfterClaimChange, on the pod and the two claims alone (a
+    hint sees no cluster state): the pod's own claims are found by name."""
+    if not isinstance(new, ClusterObject):
+        return QueueingHint.QUEUE
+    try:
+        names = {name for _, name, _ in claim_names(pod.proto) if name is not None}
+    except ClaimProblem:
+        return QueueingHint.QUEUE_SKIP
+    old_status = as_map(old.data, "status") if isinstance(old, ClusterObject) else None
+    new_status = as_map(new.data, "status")
+    if (
+        old_status is not None
+        and isinstance(old_status.get("allocation"), dict)
+        and not isinstance(new_status.get("allocation"), dict)
+    ):
+        # Deallocated: its devices may now be free for this pod.
+        return QueueingHint.QUEUE
+    if new.namespace != pod.namespace or new.name not in names:
+        return QueueingHint.QUEUE_SKIP
+    if old_status is None:
+        return QueueingHint.QUEUE
+    if old_status == new_status:
+        return QueueingHint.QUEUE_SKIP
+    return QueueingHint.QUEUE
+
+
+def is_schedulable_after_pod_change(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """isSchedulableAfterPodChange: the pod itself now names every claim it
+    needs (its generated claims are in its status)."""
+    if not isinstance(new, PodInfo) or new.uid != pod.uid:
+        return QueueingHint.QUEUE_SKIP
+    try:
+        claim_names(new.proto)
+    except ClaimProblem:
+        return QueueingHint.QUEUE_SKIP
+    return QueueingHint.QUEUE
