@@ -119,8 +119,9 @@ async def test_post_filter_rpc_returns_the_signals_of_its_plugins(
         ),
     )
     assert resp.status.code == pb.CODE_UNSCHEDULABLE
-    # The default DefaultPreemption runs first: the reasons of both.
+    # The default DynamicResources and DefaultPreemption run first: the reasons of all.
     assert list(resp.status.reasons) == [
+        "no new claims to deallocate",
         "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.",
         "p takes its gang down",
     ]

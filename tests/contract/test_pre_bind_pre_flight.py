@@ -95,10 +95,11 @@ async def test_a_pod_without_volumes_needs_no_pre_bind(
             pb.CODE_SUCCESS,
         )
     assert web.pre_bind_skip
-    assert skipped(web) == {"VolumeBinding"}
+    assert skipped(web) == {"VolumeBinding", "DynamicResources"}
     # The claim is to be provisioned on the node: VolumeBinding's PreBind has work.
     assert not db.pre_bind_skip
-    assert skipped(db) == set()
+    # It has no resource claims: DynamicResources' PreBind has none.
+    assert skipped(db) == {"DynamicResources"}
 
 
 async def test_without_reserve_and_permit_no_pre_flight_runs(

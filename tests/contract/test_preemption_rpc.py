@@ -64,8 +64,8 @@ async def test_an_unhelpful_preemption_says_so_in_the_fit_error(
     async with grpc.aio.insecure_channel(f"127.0.0.1:{default_server.port}") as ch:
         resp = await SchedulingClient(ch, cluster()).schedule(PROFILE, pod("p", 0, "500m"))
     assert resp.diagnosis.message == (
-        "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: "
-        "2 No preemption victims found for incoming pod."
+        "0/2 nodes are available: 2 Insufficient cpu. no new claims to deallocate, "
+        "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
     )
     assert resp.status.reasons == [resp.diagnosis.message]
     pf = resp.post_filter
@@ -160,8 +160,9 @@ async def test_batch_counts_a_nomination_for_the_pods_after_it(
         assert r2.post_filter.nominated_node_name == ""
         assert r2.post_filter.status.code == pb.CODE_UNSCHEDULABLE
         assert r2.diagnosis.message == (
-            "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are "
-            "available: 1 Insufficient cpu, 1 No preemption victims found for incoming pod."
+            "0/2 nodes are available: 2 Insufficient cpu. no new claims to deallocate, "
+            "preemption: 0/2 nodes are available: 1 Insufficient cpu, 1 No preemption victims "
+            "found for incoming pod."
         )
         alone = await SchedulingClient(ch, cluster()).schedule(PROFILE, p2)
         assert alone.post_filter.nominated_node_name == "a"

@@ -82,7 +82,8 @@ def test_demo_once(tmp_path: Path, k8s_bin_dir: Path) -> None:
     # Every node is unresolvable for them (cordoned, tainted for GPU pods, or less
     # allocatable than the request): DefaultPreemption's message says preemption cannot help.
     not_helpful = (
-        " preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling."
+        " no new claims to deallocate, preemption: 0/5 nodes are available: "
+        "5 Preemption is not helpful for scheduling."
     )
     others = (
         "0/5 nodes are available: 1 node(s) had untolerated taint(s), "

@@ -1,0 +1,196 @@
+"""DynamicResources through ``berth shim`` on a real kube-apiserver: a DeviceClass
+(a CEL selector), a ResourceSlice publishing one device on one of two nodes, and
+ResourceClaims by name.
+
+* the pod whose claim the device satisfies is bound to the node that has it, and the
+  claim's ``status.allocation`` (that device, the node selector) and ``reservedFor``
+  (the pod) are written, with the allocation finalizer;
+* a second pod whose claim asks for the same (now taken) device stays pending with
+  upstream's FailedScheduling text, and is never bound;
+* run with the plugins inside the shim and behind ``berth serve`` (gRPC).
+
+Pods select this test's nodes (``berth.dev/test=<namespace>``): nodes, classes and
+slices are cluster-wide, so they carry the namespace in their names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from berth.dev.localcluster import Cluster, objects
+from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.kube.errors import ApiError
+from berth.kube.rest import JSON, KubeApi
+from tests.integration.shimtools import (
+    Server,
+    Shim,
+    failed_scheduling_notes,
+    pod_path,
+    profile_for,
+    running,
+    wait_for,
+    wait_unschedulable,
+    write_config,
+)
+
+pytestmark = pytest.mark.integration
+
+RESOURCE = "/apis/resource.k8s.io/v1"
+DRIVER = "gpu.berth.dev"
+FINALIZER = "resource.kubernetes.io/delete-protection"
+
+
+def claims_path(namespace: str, name: str = "") -> str:
+    base = f"{RESOURCE}/namespaces/{namespace}/resourceclaims"
+    return f"{base}/{name}" if name else base
+
+
+def claim(name: str, device_class: str) -> JSON:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {"deviceClassName": device_class, "count": 1},
+                    }
+                ]
+            }
+        },
+    }
+
+
+def pod_with_claim(namespace: str, name: str, profile: str, claim_name: str) -> JSON:
+    pod = objects.pod(
+        name,
+        namespace=namespace,
+        scheduler_name=profile,
+        node_selector={TEST_LABEL: namespace},
+    )
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name}]
+    return pod
+
+
+@pytest.fixture
+def gpu_on_one_node(kube: KubeApi, namespace: str, fake_nodes: NodeFactory) -> Iterator[str]:
+    """Two nodes; a DeviceClass selecting this test's driver by CEL; one ResourceSlice
+    with one device on the second node. Yields the DeviceClass name; the class and
+    the slice are deleted afterwards."""
+    nodes = fake_nodes(2, cpu="8", memory="16Gi")
+    node = nodes[1]["metadata"]["name"]
+    device_class = f"gpu-{namespace}"
+    slice_name = f"{node}-gpu"
+    kube.create(
+        f"{RESOURCE}/deviceclasses",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": device_class},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+        },
+    )
+    kube.create(
+        f"{RESOURCE}/resourceslices",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": slice_name},
+            "spec": {
+                "driver": DRIVER,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {
+                        "name": "gpu-0",
+                        "attributes": {"model": {"string": "test"}},
+                        "capacity": {"memory": {"value": "16Gi"}},
+                    }
+                ],
+            },
+        },
+    )
+    try:
+        yield device_class
+    finally:
+        for path in (
+            f"{RESOURCE}/resourceslices/{slice_name}",
+            f"{RESOURCE}/deviceclasses/{device_class}",
+        ):
+            with contextlib.suppress(ApiError):
+                kube.delete(path)
+
+
+def bound_node(kube: KubeApi, namespace: str, name: str) -> str:
+    return str(kube.get(pod_path(namespace, name))["spec"].get("nodeName") or "")
+
+
+@pytest.mark.parametrize("mode", ["in-process", "grpc"])
+@pytest.mark.timeout(240)
+def test_claim_is_allocated_on_the_one_node_with_the_device_and_a_second_claim_waits(
+    cluster: Cluster,
+    kube: KubeApi,
+    namespace: str,
+    gpu_on_one_node: str,
+    tmp_path: Path,
+    mode: str,
+) -> None:
+    device_class = gpu_on_one_node
+    profile = profile_for(namespace)
+    config = write_config(tmp_path / "scheduler-config.yaml", profile)
+    want_node = f"{namespace}-node-1"
+    for name in ("gpu-claim", "gpu-claim-2"):
+        kube.create(claims_path(namespace), claim(name, device_class))
+    server = Server(config, tmp_path / "server.log").start() if mode == "grpc" else None
+    with running(*([server] if server is not None else [])):
+        shim = Shim(
+            config,
+            cluster.kubeconfig,
+            tmp_path / "shim.log",
+            server=server.address if server is not None else None,
+        )
+        with running(shim.start()):
+            objects.create_pods(kube, [pod_with_claim(namespace, "dra", profile, "gpu-claim")])
+            wait_for(lambda: bool(bound_node(kube, namespace, "dra")), 90, "dra bound", shim.log)
+            assert bound_node(kube, namespace, "dra") == want_node
+            pod_uid = kube.get(pod_path(namespace, "dra"))["metadata"]["uid"]
+            got = kube.get(claims_path(namespace, "gpu-claim"))
+            allocation = got["status"]["allocation"]
+            (result,) = allocation["devices"]["results"]
+            assert (result["driver"], result["pool"], result["device"], result["request"]) == (
+                DRIVER,
+                want_node,
+                "gpu-0",
+                "gpu",
+            )
+            terms = allocation["nodeSelector"]["nodeSelectorTerms"]
+            assert terms == [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [want_node]}]}
+            ]
+            assert allocation.get("allocationTimestamp")
+            assert got["status"]["reservedFor"] == [
+                {"resource": "pods", "name": "dra", "uid": pod_uid}
+            ]
+            assert FINALIZER in got["metadata"]["finalizers"]
+
+            # The one device is taken: the second claim fits nowhere.
+            objects.create_pods(kube, [pod_with_claim(namespace, "dra-2", profile, "gpu-claim-2")])
+            cond = wait_unschedulable(kube, namespace, "dra-2", shim)
+            message = cond["message"]
+            # FitError: both of this test's nodes are rejected by the allocator
+            # (other tests' nodes, if any, by NodeAffinity), then
+            # DynamicResources' PostFilter and DefaultPreemption's.
+            assert "2 cannot allocate all claims" in message, message
+            assert ". still not schedulable, preemption: " in message, message
+            notes = failed_scheduling_notes(kube, namespace, "dra-2")
+            assert notes and "2 cannot allocate all claims" in notes[0], notes
+            assert not bound_node(kube, namespace, "dra-2")
+            assert "allocation" not in kube.get(claims_path(namespace, "gpu-claim-2")).get(
+                "status", {}
+            )
