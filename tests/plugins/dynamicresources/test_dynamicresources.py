@@ -45,6 +45,7 @@ from berth.plugins.dynamicresources.dynamicresources import (
     is_schedulable_after_pod_change,
 )
 from berth.plugins.dynamicresources.inflight import InFlightClaim, encode, in_flight
+from berth.testing import schedule
 from tests.plugins.dynamicresources.fake_allocator import BROKEN_CLASS, fake_factory
 
 # The fixtures of dynamicresources_test.go.
@@ -816,3 +817,50 @@ def test_args_defaults_and_validation() -> None:
         DynamicResourcesArgs(binding_timeout="500ms").validate()
     with pytest.raises(ValueError, match="bindingTimeout: Invalid value"):
         DynamicResourcesArgs(binding_timeout="soon").validate()
+
+
+# -- the default profile, pod after pod (berth.testing.schedule) ------------------------------
+
+
+@pytest.fixture
+def fake_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry builds DynamicResources with the structured allocator; here
+    the test double stands in for it."""
+    from berth.plugins.dynamicresources import dynamicresources as module
+
+    monkeypatch.setattr(module, "_structured_factory", lambda _timeout: fake_factory)
+
+
+def test_default_profile_gives_each_device_once_then_reports_upstreams_fit_error(
+    fake_allocator: None,
+) -> None:
+    """Three pods, each with its own claim, on two nodes with one device each, through
+    the default profile's whole chain: Reserve's in-flight annotation on each placed
+    pod (marked assumed, as a caller marks it) keeps the next pod off its device; the
+    third pod gets kube-scheduler's FitError text."""
+    _, first, second = two_pods()
+    third = pod_with_claim_name("claim-c")
+    third.uid, third.name = "uid-c", "pod-c"
+    objs = [
+        _with_owner(claim(name), pod)
+        for name, pod in (("claim-a", first), ("claim-b", second), ("claim-c", third))
+    ]
+    results = schedule(
+        None,
+        nodes(NODE, NODE2),
+        [first, second, third],
+        objects=[*objs, device_class(), node_slice(NODE), node_slice(NODE2)],
+    )
+    assert sorted(r.node or "" for r in results[:2]) == [NODE, NODE2]
+    assert results[2].node is None
+    assert results[2].message == (
+        "0/2 nodes are available: 2 cannot allocate all claims. still not schedulable, "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+    )
+
+
+def _with_owner(c: pb.ClusterObject, pod: pb.Pod) -> pb.ClusterObject:
+    data = json.loads(c.json)
+    data["metadata"]["ownerReferences"][0].update(name=pod.name, uid=pod.uid)
+    c.json = json.dumps(data).encode()
+    return c
