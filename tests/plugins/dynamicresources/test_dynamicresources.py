@@ -46,7 +46,6 @@ from berth.plugins.dynamicresources.dynamicresources import (
 )
 from berth.plugins.dynamicresources.inflight import InFlightClaim, encode, in_flight
 from berth.testing import schedule
-from tests.plugins.dynamicresources.fake_allocator import BROKEN_CLASS, fake_factory
 
 # The fixtures of dynamicresources_test.go.
 NODE = "worker"
@@ -78,11 +77,24 @@ def pod_with_claim_template(in_status: bool = True) -> pb.Pod:
     return pod
 
 
-def request(name: str = "req-1", cls: str = CLASS, count: int = 1) -> dict[str, Any]:
-    return {
-        "name": name,
-        "exactly": {"deviceClassName": cls, "allocationMode": "ExactCount", "count": count},
+def request(
+    name: str = "req-1",
+    cls: str = CLASS,
+    count: int = 1,
+    selectors: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    exactly: dict[str, Any] = {
+        "deviceClassName": cls,
+        "allocationMode": "ExactCount",
+        "count": count,
     }
+    if selectors:
+        exactly["selectors"] = list(selectors)
+    return {"name": name, "exactly": exactly}
+
+
+# dynamicresources_test.go brokenSelector: an attribute only some devices have.
+BROKEN_SELECTOR = {"cel": {"expression": f'device.attributes["{DRIVER}"].healthy'}}
 
 
 def prioritized(name: str, *subs: tuple[str, str, int]) -> dict[str, Any]:
@@ -167,8 +179,12 @@ def in_use() -> pb.ClusterObject:
     return allocated(reserved_for=[POD_REF])
 
 
-def device_class(name: str = CLASS) -> pb.ClusterObject:
-    return make_object(DEVICE_CLASSES, name, spec={})
+def device_class(
+    name: str = CLASS, selectors: Sequence[Mapping[str, Any]] = ()
+) -> pb.ClusterObject:
+    return make_object(
+        DEVICE_CLASSES, name, spec={"selectors": list(selectors)} if selectors else {}
+    )
 
 
 def node_slice(node: str = NODE, *devices: str) -> pb.ClusterObject:
@@ -197,7 +213,8 @@ def nodes(*names: str) -> list[pb.Node]:
 def plugin_for(
     snap: Snapshot, args: DynamicResourcesArgs | None = None, **kw: Any
 ) -> DynamicResources:
-    return DynamicResources(args, handle_for(snap), allocator_factory=fake_factory, **kw)
+    """The plugin over ``snap``, with the structured allocator (structured/)."""
+    return DynamicResources(args, handle_for(snap), **kw)
 
 
 # -- TestPlugin ------------------------------------------------------------------------------
@@ -391,12 +408,29 @@ CASES: dict[str, Case] = {
     ),
     "claim-parameters-CEL-runtime-error": Case(
         pod=pod_with_claim_name(),
-        claims=[claim(requests=[request(cls=BROKEN_CLASS)])],
-        classes=[device_class(BROKEN_CLASS)],
+        claims=[claim(requests=[request(selectors=[BROKEN_SELECTOR])])],
+        classes=[device_class()],
         slices=[node_slice()],
         want=Want(
             filter={
-                NODE: Status.error("claim default/my-pod-my-resource: selector evaluation failed")
+                NODE: Status.error(
+                    "claim default/my-pod-my-resource: selector #0: CEL runtime error: "
+                    "no such key: healthy"
+                )
+            },
+            post_filter=Status.unschedulable("still not schedulable"),
+        ),
+    ),
+    "class-parameters-CEL-runtime-error": Case(
+        pod=pod_with_claim_name(),
+        claims=[pending()],
+        classes=[device_class(selectors=[BROKEN_SELECTOR])],
+        slices=[node_slice()],
+        want=Want(
+            filter={
+                NODE: Status.error(
+                    "class my-resource-class: selector #0: CEL runtime error: no such key: healthy"
+                )
             },
             post_filter=Status.unschedulable("still not schedulable"),
         ),
@@ -822,18 +856,7 @@ def test_args_defaults_and_validation() -> None:
 # -- the default profile, pod after pod (berth.testing.schedule) ------------------------------
 
 
-@pytest.fixture
-def fake_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The registry builds DynamicResources with the structured allocator; here
-    the test double stands in for it."""
-    from berth.plugins.dynamicresources import dynamicresources as module
-
-    monkeypatch.setattr(module, "_structured_factory", lambda _timeout: fake_factory)
-
-
-def test_default_profile_gives_each_device_once_then_reports_upstreams_fit_error(
-    fake_allocator: None,
-) -> None:
+def test_default_profile_gives_each_device_once_then_reports_upstreams_fit_error() -> None:
     """Three pods, each with its own claim, on two nodes with one device each, through
     the default profile's whole chain: Reserve's in-flight annotation on each placed
     pod (marked assumed, as a caller marks it) keeps the next pod off its device; the
