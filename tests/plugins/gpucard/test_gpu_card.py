@@ -635,4 +635,5 @@ def test_example_config_enables_every_point_it_serves() -> None:
     assert profile.plugin_args["GPUCardFit"] == GPUCardFitArgs()
     # The DRA source: ResourceSlices, and ResourceClaims for what is allocated.
     reads = [r.kind for r in example_framework().reads if "GPUCardFit" in r.plugins]
-    assert reads == [RESOURCE_SLICES, RESOURCE_CLAIMS]
+    # In the profile's order: DynamicResources (default profile) reads claims first.
+    assert sorted(reads, key=lambda k: k.resource) == [RESOURCE_CLAIMS, RESOURCE_SLICES]
