@@ -80,10 +80,10 @@ BERTH_PROFILES = (BERTH, BERTH_GRPC)
 ALWAYS_OUT: tuple[str, ...] = ()
 
 # What the suite does not compare, disabled on both sides (legal in both configs), while
-# Berth lacks it: DynamicResources until its port is in (Berth's default profile leaves it
-# out, framework/config.py LEFT_OUT_REASONS). Scenarios that need it (DRA objects or pods
-# with resourceClaims, `Scenario.needs_dynamic_resources`) are skipped then, never passed.
-NOT_COMPARED: tuple[str, ...] = ("DynamicResources",)
+# Berth lacks it: nothing; DynamicResources is compared like every default plugin. A plugin
+# named here has the scenarios that need it (for DynamicResources: DRA objects or pods with
+# resourceClaims, `Scenario.needs_dynamic_resources`) skipped, never passed.
+NOT_COMPARED: tuple[str, ...] = ()
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 
