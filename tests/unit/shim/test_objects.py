@@ -345,7 +345,16 @@ async def test_written_objects_count_at_once_and_older_watch_events_are_ignored(
     """assumecache.go Assume: what the shim wrote is in the state before its
     watch event arrives; an event older than it does not undo it."""
     state = ClusterStateLog()
-    sources = ObjectSources(cast(KubeApi, FakeApi([[]])), state)
+    seen: list[tuple[str, str | None, str | None]] = []
+
+    def version(o: cpb.ClusterObject | None) -> str | None:
+        return None if o is None else orjson.loads(o.json)["metadata"]["resourceVersion"]
+
+    sources = ObjectSources(
+        cast(KubeApi, FakeApi([[]])),
+        state,
+        lambda _src, changes: seen.extend((t, version(o), version(n)) for t, o, n in changes),
+    )
     src = merge_sources([CLAIMS])[("resource.k8s.io", "resourceclaims")]
     sources.sources[src.key] = src  # kept, without starting a watch
 
@@ -361,6 +370,8 @@ async def test_written_objects_count_at_once_and_older_watch_events_are_ignored(
     sources._apply(src, [Event("ADDED", "ns/c", object_record(src, obj("10", False)), "")])
     sources.written([(claim_write({}, "status"), obj("12", True))])
     assert orjson.loads(state.objects[key].json)["metadata"]["resourceVersion"] == "12"
+    # The write is a cluster event at once (pods waiting for the claim move).
+    assert seen == [("ADDED", None, "10"), ("MODIFIED", "10", "12")]
     # The watch catches up: an event at 11 (before the write) is ignored ...
     sources._apply(src, [Event("MODIFIED", "ns/c", object_record(src, obj("11", False)), "")])
     assert orjson.loads(state.objects[key].json)["metadata"]["resourceVersion"] == "12"
