@@ -29,8 +29,8 @@
   rejecting plugins registered send it to the backoffQ (or the activeQ)
   instead of the unschedulable pool (upstream's in-flight events,
   determineSchedulingHintForInFlightPod), so an event is never missed
-  between a pod's cycle and its requeue. Their hints are not asked for an
-  in-flight pod: a hinted registration counts as Queue there.
+  between a pod's cycle and its requeue; the hints of those events are
+  asked once the pod is back in the pool.
 
 ``scheduler_queue_incoming_pods_total{event,queue}`` counts every pod that
 enters a queue by the event that moved it (upstream's labels: the event's
@@ -145,8 +145,8 @@ class _HintJob:
 
 
 # An event remembered for pods in flight: (move cycle, event, the one pod a
-# ForceActivate is for or "").
-_Move = tuple[int, ClusterEvent, str]
+# ForceActivate is for or "", the event's old and new records).
+_Move = tuple[int, ClusterEvent, str, Any, Any]
 
 
 class SchedulingQueue:
@@ -453,27 +453,40 @@ class SchedulingQueue:
         qp.unschedulable_plugins = plugins | pending
         qp.pending_plugins = pending
         qp.timestamp = self.clock()
-        strategy = Strategy.AFTER_BACKOFF if self._take_update(qp) else self._moved_since(qp)
-        if strategy == Strategy.SKIP:
-            self._set_where(qp, UNSCHEDULABLE)
-            metrics.incoming(SCHEDULE_ATTEMPT_FAILURE, UNSCHEDULABLE)
+        asks: list[tuple[_Move, Verdict]] = []
+        if self._take_update(qp):
+            strategy = Strategy.AFTER_BACKOFF
         else:
+            strategy, asks = self._moved_since(qp)
+        if strategy != Strategy.SKIP:
             self._requeue(qp, strategy, SCHEDULE_ATTEMPT_FAILURE)
+            return
+        self._set_where(qp, UNSCHEDULABLE)
+        metrics.incoming(SCHEDULE_ATTEMPT_FAILURE, UNSCHEDULABLE)
+        # The in-flight events only hinted plugins registered: their hints
+        # decide, as for a pod that was in the pool when they came.
+        for (_, event, _, old, new), verdict in asks:
+            self._hint_jobs.append(_HintJob(event, old, new, [(qp, verdict, qp.parked)]))
+        if asks:
+            self._hints_ready.set()
 
-    def _moved_since(self, qp: QueuedPod) -> Strategy:
+    def _moved_since(self, qp: QueuedPod) -> tuple[Strategy, list[tuple[_Move, Verdict]]]:
         """Where the events that arrived while this pod was in flight send it
         (determineSchedulingHintForInFlightPod): a pod no plugin rejected is
         retried after its backoff; otherwise each remembered event is judged
-        by the pod's rejecting plugins' registrations, a hinted one counting
-        as Queue (its hint is not asked for a pod in flight)."""
+        by the pod's rejecting plugins' registrations. Returns the strategy
+        the registrations without hints decide, and the events whose hints
+        are still to be asked (none when they could not change it)."""
         if not qp.unschedulable_plugins and not qp.pending_plugins:
-            return Strategy.AFTER_BACKOFF
+            return Strategy.AFTER_BACKOFF, []
         if qp.popped_at_move >= self._move_cycle:
-            return Strategy.SKIP
+            return Strategy.SKIP, []
         if not self._moves or self._moves[0][0] > qp.popped_at_move + 1:
-            return Strategy.AFTER_BACKOFF  # older than the record reaches
+            return Strategy.AFTER_BACKOFF, []  # older than the record reaches
         best = Strategy.SKIP
-        for cycle, event, target in self._moves:
+        asks: list[tuple[_Move, Verdict]] = []
+        for move in self._moves:
+            cycle, event, target, _, _ = move
             if cycle <= qp.popped_at_move:
                 continue
             verdict = self.hints.judge(
@@ -484,15 +497,16 @@ class SchedulingQueue:
                 target_uid=target,
                 pod_uid=qp.uid,
             )
-            strategy = (
-                verdict.strategy
-                if verdict.decided
-                else HintMap.assume_queue(verdict, qp.pending_plugins)
-            )
-            best = max(best, strategy)
+            if verdict.decided:
+                best = max(best, verdict.strategy)
+            elif self._ask_hints is None:
+                best = max(best, HintMap.assume_queue(verdict, qp.pending_plugins))
+            else:
+                best = max(best, verdict.strategy)
+                asks.append((move, verdict))
             if best == Strategy.IMMEDIATELY:
                 break
-        return best
+        return best, (asks if best == Strategy.SKIP else [])
 
     def done_error(self, qp: QueuedPod) -> None:
         """The cycle or the binding failed with an error: the error backoffQ."""
@@ -590,7 +604,7 @@ class SchedulingQueue:
         ]
         moved = self._judge_and_move(pods + gated, event, old, new)
         self._move_cycle += 1
-        self._moves.append((self._move_cycle, event, ""))
+        self._moves.append((self._move_cycle, event, "", old, new))
         if moved:
             log.debug("%s moved %d unschedulable pods", event.label, moved)
         return moved
@@ -704,7 +718,7 @@ class SchedulingQueue:
             elif qp.where == IN_FLIGHT:
                 # EventForceActivate for this pod only.
                 self._move_cycle += 1
-                self._moves.append((self._move_cycle, EVENT_FORCE_ACTIVATE, qp.uid))
+                self._moves.append((self._move_cycle, EVENT_FORCE_ACTIVATE, qp.uid, None, None))
         if not moved:
             return 0
         if any(qp.where == BACKOFF for qp in moved):
@@ -748,7 +762,7 @@ class SchedulingQueue:
             # movePodsToActiveOrBackoffQueue with EventUnschedulableTimeout:
             # pods in flight take note of the wildcard event too.
             self._move_cycle += 1
-            self._moves.append((self._move_cycle, EVENT_UNSCHEDULABLE_TIMEOUT, ""))
+            self._moves.append((self._move_cycle, EVENT_UNSCHEDULABLE_TIMEOUT, "", None, None))
         return moved
 
     async def run_flushers(self) -> None:

@@ -404,3 +404,26 @@ async def test_a_gated_pod_is_retried_only_by_its_gating_plugins_events() -> Non
     assert h.where("g") == GATED  # still gated: PreEnqueue ran again
     assert len(h.plugins.pre_enqueue_calls) == calls + 1
     h.check()
+
+
+@pytest.mark.parametrize(("answer", "place"), [(("Fit",), BACKOFF), ((), UNSCHEDULABLE)])
+async def test_an_event_while_the_pod_was_in_flight_is_judged_by_its_hints(
+    answer: tuple[str, ...], place: str
+) -> None:
+    """determineSchedulingHintForInFlightPod: an event that arrived during the
+    pod's cycle, registered with a hint by the plugin that rejected it, is
+    asked about once the pod is back; Queue sends it to the backoffQ,
+    QueueSkip leaves it in the pool."""
+    asker = Scripted({"p": answer})
+    h = scripted_queue(asker)
+    h.q.add(make_pod("p").uid("p").obj(), PROFILE)
+    await admit(h)
+    (qp,) = await pop(h, 1)
+    h.q.move(EVENT_ASSIGNED_POD_DELETE, make_pod("gone").node("n1").obj(), None)
+    assert asker.calls == 0
+    h.q.done_unschedulable(qp, frozenset({"Fit"}))
+    assert h.where("p") == UNSCHEDULABLE
+    await h.q.process_hints()
+    assert asker.calls == 1
+    assert h.where("p") == place
+    h.check()
