@@ -163,7 +163,8 @@ class CycleState:
     def add_write(self, write: ObjectWrite) -> None:
         """Asks the caller to apply ``write`` (a JSON merge patch) with its own
         credentials: honoured from PreBind (before binding; a failed write
-        fails the binding cycle) and PostBind (after binding). Writes are
+        fails the binding cycle), PostBind (after binding) and PostFilter
+        (after the failed cycle; a failure is only reported). Writes are
         performed in the order they were added."""
         if not isinstance(write, ObjectWrite):
             raise TypeError(f"add_write takes an ObjectWrite, got {type(write).__name__}")

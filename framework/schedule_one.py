@@ -37,6 +37,7 @@ import numpy as np
 from berth.framework.cycle_state import CycleState
 from berth.framework.interfaces import ScoreArray
 from berth.framework.model import PodInfo
+from berth.framework.objects import ObjectWrite
 from berth.framework.runtime import CycleError, Framework, ScoreOutcome, Signal
 from berth.framework.snapshot import NodeBatch, Snapshot
 from berth.framework.status import SUCCESS, Code, Status
@@ -145,6 +146,9 @@ class ScheduleResult:
     # pod was reserved); the Unreserve after a failed Reserve or a Permit
     # rejection (with what the failing Reserve asked before it failed).
     post_filter_signals: list[Signal] = field(default_factory=list)
+    # (plugin, write) the PostFilter plugins asked for, in order (e.g.
+    # DynamicResources deallocating a claim).
+    post_filter_writes: list[tuple[str, ObjectWrite]] = field(default_factory=list)
     permit_signals: list[Signal] = field(default_factory=list)
     unreserve_signals: list[Signal] = field(default_factory=list)
     # With reserve_and_permit, when Permit answered Success or Wait: the pods
@@ -404,8 +408,11 @@ def _post_filter(
         result.nominating_mode = NominatingMode.OVERRIDE
         return
     mark = len(state.permit_signals)
+    writes = len(state.plugin_writes)
     pf, st = fw.run_post_filter(state, pod, rejected)
     result.post_filter_signals = state.permit_signals[mark:]
+    result.post_filter_writes = state.plugin_writes[writes:]
+    state.drop_writes_after(writes)
     result.post_filter_status = st
     if pf is not None:
         result.nominating_mode = NominatingMode.OVERRIDE

@@ -67,6 +67,8 @@ def schedule_response(
             else pb.NOMINATING_MODE_NOOP
         )
         add_signals(out.post_filter.signals, result.post_filter_signals)
+        for plugin, write in result.post_filter_writes:
+            out.post_filter.writes.append(write.to_proto(plugin))
         add_preemption(
             out.post_filter,
             result.post_filter_plugin,

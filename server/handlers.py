@@ -279,6 +279,8 @@ def post_filter(call: Call, request: pb.PostFilterRequest) -> pb.PostFilterRespo
         if st.is_success:
             add_preemption(out, res.plugin, res.victims, res.clear_nomination_pod_uids)
     add_signals(out.signals, state.permit_signals)
+    for plugin, write in state.take_writes():
+        out.writes.append(write.to_proto(plugin))
     return out
 
 

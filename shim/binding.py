@@ -622,6 +622,38 @@ class BindingCycle:
                 pod_ref(pod), "Warning", "FailedPostBindWrite", "PostBind", str(exc)
             )
 
+    async def post_filter_writes(
+        self, profile: str, pod: cpb.Pod, writes: list[pb.ObjectWrite]
+    ) -> None:
+        """A failed cycle's PostFilter writes (PostFilterResponse.writes, e.g.
+        DynamicResources deallocating a claim), checked as PreBind's are
+        (shim/guard.py) and applied in order; the pod is unschedulable either
+        way, so a refusal or a failure is only logged and reported as an event
+        on the pod. What the API server answered goes into the state at once
+        (ObjectSources.written), so the pods waiting for the claim move."""
+        if not writes:
+            return
+        refused = self._refused_writes(profile, pod, "PostFilter", writes)
+        if refused:
+            self._recorders[profile].record(
+                pod_ref(pod),
+                "Warning",
+                "FailedPostFilterWrite",
+                "PostFilter",
+                f"PostFilter writes refused by the scheduler: {refused}",
+            )
+            return
+        try:
+            answers = await self._workers.call(perform_writes, self._api, writes, pod)
+        except WriteFailed as exc:
+            log.warning("pod %s/%s: PostFilter %s", pod.namespace, pod.name, exc)
+            self._recorders[profile].record(
+                pod_ref(pod), "Warning", "FailedPostFilterWrite", "PostFilter", str(exc)
+            )
+            return
+        if self._on_written is not None:
+            self._on_written(answers)
+
     def _refused_writes(
         self, profile: str, pod: cpb.Pod, point: str, writes: Sequence[pb.ObjectWrite]
     ) -> str:

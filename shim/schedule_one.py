@@ -160,6 +160,10 @@ class SchedulingCycle:
         bind: Callable[[BindingRequest], Coroutine[Any, Any, None]],
         preempt: Callable[[QueuedPod, pb.PostFilterResponse], bool],
         handle_failure: FailureHandler,
+        post_filter_writes: Callable[
+            [str, cpb.Pod, list[pb.ObjectWrite]], Coroutine[Any, Any, None]
+        ]
+        | None = None,
         tasks: Tasks,
         counters: Counters,
         batch_size: int,
@@ -168,10 +172,13 @@ class SchedulingCycle:
         """``bind``: the binding cycle of a placed pod (shim/binding.py
         BindingCycle.run), run as a task of its own. ``preempt``: starts the
         preemption a PostFilter asked for (shim/preemption.py
-        PreemptionExecutor.start); False when it is refused. ``batch_size``:
+        PreemptionExecutor.start); False when it is refused.
+        ``post_filter_writes``: performs a failed cycle's PostFilter writes
+        (BindingCycle.post_filter_writes), run as a task. ``batch_size``:
         most pods one ScheduleBatch call takes (1: always ScheduleStream);
         halved when the plugin service finds a batch too large."""
         self._service = service
+        self._post_filter_writes = post_filter_writes
         self._cache = cache
         self._queue = queue
         self._waiting = waiting
@@ -369,6 +376,10 @@ class SchedulingCycle:
         # rejected pods waiting at Permit (e.g. the rest of a gang).
         pf = resp.post_filter
         self._waiting.signal(pf.signals)
+        if pf.writes and self._post_filter_writes is not None:
+            # E.g. DynamicResources deallocating a claim that keeps the pod off
+            # every node; the claim's update then moves the pod (its hint).
+            self._tasks.spawn(self._post_filter_writes(profile, pod, list(pf.writes)))
         error = st.code == CODE_ERROR
         msg = resp.diagnosis.message or "; ".join(st.reasons) or "scheduling failed"
         nominated = self._nomination_after_failure(pod, resp)

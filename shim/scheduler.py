@@ -191,6 +191,7 @@ class Scheduler:
             bind=self.binding.run,
             preempt=self.preemption.start,
             handle_failure=handle_failure,
+            post_filter_writes=self.binding.post_filter_writes,
             tasks=self.tasks,
             counters=self.counters,
             batch_size=self.options.batch_size,

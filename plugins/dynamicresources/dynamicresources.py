@@ -528,9 +528,11 @@ class DynamicResources(
         self, state: CycleState, pod: PodInfo, rejected: Mapping[str, Status]
     ) -> tuple[PostFilterResult | None, Status]:
         """PostFilter: a claim that Filter found unavailable on some node and
-        that is reserved for nobody (or only this pod) would be deallocated so
-        the next attempt can allocate it anew. Berth's PostFilter cannot write
-        (README.md), so it names the claim instead of deallocating it."""
+        that is reserved for nobody (or only this pod) is deallocated, so the
+        next attempt can allocate it anew: a merge patch on its status, which
+        the caller performs (PostFilterResponse.writes). It carries the
+        claim's resourceVersion, so a claim that changed meanwhile is left
+        alone (upstream's UpdateStatus fails the same way)."""
         saved = state.get(STATE)
         if saved is None or not saved.claims:
             return None, Status.unschedulable(POST_FILTER_NO_CLAIMS)
@@ -544,15 +546,22 @@ class DynamicResources(
             if not reserved or (
                 len(reserved) == 1 and str(reserved[0].get("uid") or "") == pod.uid
             ):
-                log.info(
-                    "%s: pod %s: claim %s is allocated where the pod cannot run and reserved "
-                    "for no other pod; upstream would deallocate it here (Berth does not: "
-                    "delete the claim or its allocation to let it be allocated anew)",
-                    NAME,
-                    pod.key,
-                    claim.key,
+                log.info("%s: pod %s: deallocating claim %s", NAME, pod.key, claim.key)
+                state.add_write(
+                    ObjectWrite(
+                        RESOURCE_CLAIMS.group,
+                        RESOURCE_CLAIMS.version,
+                        RESOURCE_CLAIMS.resource,
+                        claim.namespace,
+                        claim.name,
+                        {
+                            "metadata": {"resourceVersion": claim.resource_version},
+                            "status": {"reservedFor": None, "allocation": None, "devices": None},
+                        },
+                        subresource="status",
+                    )
                 )
-                break
+                return None, Status.unschedulable(POST_FILTER_DEALLOCATED)
         return None, Status.unschedulable(POST_FILTER_STILL)
 
     # -- Score -------------------------------------------------------------------------

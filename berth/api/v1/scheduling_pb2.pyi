@@ -1436,6 +1436,7 @@ class PostFilterResponse(_message.Message):
     CLEAR_NOMINATION_POD_UIDS_FIELD_NUMBER: _builtins.int
     PLUGIN_FIELD_NUMBER: _builtins.int
     NOMINATING_MODE_FIELD_NUMBER: _builtins.int
+    WRITES_FIELD_NUMBER: _builtins.int
     nominated_node_name: _builtins.str
     """The node nominated for the pod; empty when none."""
     generation: _builtins.int
@@ -1485,6 +1486,15 @@ class PostFilterResponse(_message.Message):
         clearNominatedNodeName).
         """
 
+    @_builtins.property
+    def writes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObjectWrite]:
+        """Writes the PostFilter plugins ask for, in order, JSON merge patches as
+        StatusResponse.writes (e.g. DynamicResources deallocating a claim that
+        keeps the pod off every node: dynamicresources.go PostFilter). The
+        caller performs them under the same rules as PreBind's, after the cycle
+        failed; a failure is only reported (the pod is unschedulable either way).
+        """
+
     def __init__(
         self,
         *,
@@ -1497,10 +1507,11 @@ class PostFilterResponse(_message.Message):
         clear_nomination_pod_uids: _abc.Iterable[_builtins.str] | None = ...,
         plugin: _builtins.str = ...,
         nominating_mode: Global___NominatingMode.ValueType = ...,
+        writes: _abc.Iterable[Global___ObjectWrite] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["clear_nomination_pod_uids", b"clear_nomination_pod_uids", "cycle", b"cycle", "generation", b"generation", "nominated_node_name", b"nominated_node_name", "nominating_mode", b"nominating_mode", "plugin", b"plugin", "signals", b"signals", "status", b"status", "victims", b"victims"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clear_nomination_pod_uids", b"clear_nomination_pod_uids", "cycle", b"cycle", "generation", b"generation", "nominated_node_name", b"nominated_node_name", "nominating_mode", b"nominating_mode", "plugin", b"plugin", "signals", b"signals", "status", b"status", "victims", b"victims", "writes", b"writes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

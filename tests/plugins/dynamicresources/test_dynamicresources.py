@@ -229,6 +229,8 @@ class Want:
     # node -> status; nodes left out passed.
     filter: dict[str, Status] = field(default_factory=dict)
     post_filter: Status | None = None
+    # The merge patches PostFilter returns (resourceclaims/status of the claim).
+    post_filter_writes: list[dict[str, Any]] = field(default_factory=list)
     reserve: Status = SUCCESS
     # (claim name, allocation) entries of the in-flight annotation Reserve wrote.
     in_flight: list[str] = field(default_factory=list)
@@ -264,6 +266,12 @@ def status_only(patch: Mapping[str, Any], allocation: bool = False) -> bool:
 def adds_finalizer(patch: Mapping[str, Any]) -> bool:
     return patch == {"metadata": {"resourceVersion": "10", "finalizers": [FINALIZER]}}
 
+
+# PostFilter's deallocation of the claim (dynamicresources.go PostFilter).
+DEALLOCATE = {
+    "metadata": {"resourceVersion": "10"},
+    "status": {"reservedFor": None, "allocation": None, "devices": None},
+}
 
 CASES: dict[str, Case] = {
     "empty": Case(
@@ -396,8 +404,22 @@ CASES: dict[str, Case] = {
         claims=[claim(finalizer=True, allocation=allocation_result(node=NODE2))],
         want=Want(
             filter={NODE: unresolvable("resourceclaim not available on the node")},
-            # Upstream deallocates the claim here ("deallocation of ResourceClaim
-            # completed"); Berth's PostFilter cannot write (README).
+            # The claim is reserved for nobody: PostFilter deallocates it.
+            post_filter=Status.unschedulable("deallocation of ResourceClaim completed"),
+            post_filter_writes=[DEALLOCATE],
+        ),
+    ),
+    "wrong-topology-reserved-for-another-pod": Case(
+        pod=pod_with_claim_name(),
+        claims=[
+            claim(
+                finalizer=True,
+                allocation=allocation_result(node=NODE2),
+                reserved_for=[{"resource": "pods", "name": "other", "uid": "other"}],
+            )
+        ],
+        want=Want(
+            filter={NODE: unresolvable("resourceclaim not available on the node")},
             post_filter=Status.unschedulable("still not schedulable"),
         ),
     ),
@@ -474,7 +496,8 @@ CASES: dict[str, Case] = {
         ],
         want=Want(
             filter={NODE: unresolvable("resourceclaim not available on the node")},
-            post_filter=Status.unschedulable("still not schedulable"),
+            post_filter=Status.unschedulable("deallocation of ResourceClaim completed"),
+            post_filter_writes=[DEALLOCATE],
         ),
     ),
     "bound-claim-with-timed-out-binding": Case(
@@ -498,7 +521,8 @@ CASES: dict[str, Case] = {
         ],
         want=Want(
             filter={NODE: unresolvable("resourceclaim not available on the node")},
-            post_filter=Status.unschedulable("still not schedulable"),
+            post_filter=Status.unschedulable("deallocation of ResourceClaim completed"),
+            post_filter_writes=[DEALLOCATE],
         ),
     ),
 }
@@ -529,6 +553,15 @@ def run_case(case: Case) -> None:
         rejected = {n: want.filter[n] for n in batch.names}
         _, post = pl.post_filter(state, pod, rejected)
         assert post == want.post_filter
+        writes = state.writes
+        assert [w.merge_patch for w in writes] == want.post_filter_writes
+        for w in writes:
+            assert (w.resource, w.namespace, w.name, w.subresource) == (
+                "resourceclaims",
+                NS,
+                CLAIM,
+                "status",
+            )
         return
     if want.post_filter is not None:
         _, post = pl.post_filter(state, pod, {})

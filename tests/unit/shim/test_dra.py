@@ -16,6 +16,7 @@ from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
 from berth.framework.testing import make_node, make_pod
 from berth.kube.rest import KubeApi
+from berth.plugins.dynamicresources import RESOURCE_CLAIMS
 from berth.shim.events import EventRecorder, ObjectRef
 from berth.shim.queue import QueuedPod
 from berth.shim.scheduler import Scheduler
@@ -25,13 +26,15 @@ PROFILE = "any"
 
 
 class PlaceEverywhere:
-    """A plugin service whose profile places every pod it is asked about on n1."""
+    """A plugin service whose profile places every pod it is asked about on n1,
+    but a pod named "stuck": no node, and its PostFilter deallocates its claim."""
 
     def __init__(self) -> None:
         self.state = ClusterStateLog()
         self.profiles: dict[str, Any] = {}
         self.address = "fake"
         self.asked: list[str] = []
+        self.declared_writes = {PROFILE: {"DynamicResources": (RESOURCE_CLAIMS,)}}
 
     async def sort_keys(self, profile: str, pods: Sequence[pb.QueuedPod]) -> list[SortKey]:
         return [(-qp.pod.priority, qp.enqueued_unix_micros) for qp in pods]
@@ -41,6 +44,25 @@ class PlaceEverywhere:
 
     def _placed(self, pod: cpb.Pod) -> pb.ScheduleResponse:
         self.asked.append(pod.name)
+        if pod.name == "stuck":
+            resp = pb.ScheduleResponse(
+                status=pb.Status(code=pb.CODE_UNSCHEDULABLE, reasons=["no"]),
+                diagnosis=pb.Diagnosis(message="0/1 nodes are available: no."),
+            )
+            resp.post_filter.status.code = pb.CODE_UNSCHEDULABLE
+            resp.post_filter.writes.add(
+                ref=cpb.ObjectRef(
+                    group="resource.k8s.io",
+                    resource="resourceclaims",
+                    namespace=pod.namespace,
+                    name="stuck-gpu",
+                ),
+                version="v1",
+                subresource="status",
+                merge_patch=b'{"metadata":{"resourceVersion":"7"},"status":{"allocation":null}}',
+                plugin="DynamicResources",
+            )
+            return resp
         return pb.ScheduleResponse(
             status=pb.Status(),
             node="n1",
@@ -69,9 +91,15 @@ class Api:
     def __init__(self) -> None:
         self.requests: list[tuple[str, str]] = []
         self.conditions: dict[str, Any] = {}
+        self.patches: list[tuple[str, Any]] = []
+
+    def merge_patch(self, path: str, patch: Any) -> Any:
+        self.patches.append((path, patch))
+        return {"metadata": {"name": path.rsplit("/", 2)[-2], "resourceVersion": "8"}}
 
     def strategic_patch(self, path: str, patch: Any) -> None:
-        self.conditions[path] = patch["status"]["conditions"][0]
+        if "conditions" in patch.get("status", {}):
+            self.conditions[path] = patch["status"]["conditions"][0]
 
     def wait_for_token(self) -> None:
         return None
@@ -139,3 +167,22 @@ async def test_pod_with_resource_claims_goes_to_the_plugin_service_and_is_bound(
     await asyncio.wait_for(asyncio.gather(*s.tasks), 5.0)
     assert ("POST", "/api/v1/namespaces/default/pods/dra/binding") in api.requests
     assert not [e for e in recorder.events if e[1] == "FailedScheduling"]
+
+
+async def test_a_failed_cycles_post_filter_writes_are_performed(
+    sched: tuple[Scheduler, PlaceEverywhere, Api, Recorder],
+) -> None:
+    """PostFilterResponse.writes (DynamicResources deallocating a claim that keeps
+    the pod off every node): checked as PreBind's and applied after the failed
+    cycle; the pod is unschedulable either way."""
+    s, _, api, recorder = sched
+    await s.scheduling_cycle.schedule(await popped(s, with_claims("stuck", "gpu")))
+    await asyncio.wait_for(asyncio.gather(*s.tasks), 5.0)
+    assert api.patches == [
+        (
+            "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/stuck-gpu/status",
+            {"metadata": {"resourceVersion": "7"}, "status": {"allocation": None}},
+        )
+    ]
+    assert [e[1] for e in recorder.events if e[0] == "stuck"] == ["FailedScheduling"]
+    assert not s.cache.is_assumed("stuck")

@@ -2515,8 +2515,14 @@ type PostFilterResponse struct {
 	// What the caller does with the pod's status.nominatedNodeName (upstream's
 	// NominatingInfo.NominatingMode; schedule_one.go handleSchedulingFailure).
 	NominatingMode NominatingMode `protobuf:"varint,9,opt,name=nominating_mode,json=nominatingMode,proto3,enum=berth.v1.NominatingMode" json:"nominating_mode,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Writes the PostFilter plugins ask for, in order, JSON merge patches as
+	// StatusResponse.writes (e.g. DynamicResources deallocating a claim that
+	// keeps the pod off every node: dynamicresources.go PostFilter). The
+	// caller performs them under the same rules as PreBind's, after the cycle
+	// failed; a failure is only reported (the pod is unschedulable either way).
+	Writes        []*ObjectWrite `protobuf:"bytes,10,rep,name=writes,proto3" json:"writes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PostFilterResponse) Reset() {
@@ -2610,6 +2616,13 @@ func (x *PostFilterResponse) GetNominatingMode() NominatingMode {
 		return x.NominatingMode
 	}
 	return NominatingMode_NOMINATING_MODE_UNSPECIFIED
+}
+
+func (x *PostFilterResponse) GetWrites() []*ObjectWrite {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
 }
 
 // A pod a preemption evicts.
@@ -4454,7 +4467,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\x12\x1f\n" +
 	"\x03pod\x18\x03 \x01(\v2\r.berth.v1.PodR\x03pod\x12*\n" +
 	"\x05cycle\x18\x04 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x120\n" +
-	"\brejected\x18\x05 \x03(\v2\x14.berth.v1.NodeStatusR\brejected\"\xb2\x03\n" +
+	"\brejected\x18\x05 \x03(\v2\x14.berth.v1.NodeStatusR\brejected\"\xe1\x03\n" +
 	"\x12PostFilterResponse\x12(\n" +
 	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12.\n" +
 	"\x13nominated_node_name\x18\x02 \x01(\tR\x11nominatedNodeName\x12*\n" +
@@ -4466,7 +4479,9 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\avictims\x18\x06 \x03(\v2\x10.berth.v1.VictimR\avictims\x129\n" +
 	"\x19clear_nomination_pod_uids\x18\a \x03(\tR\x16clearNominationPodUids\x12\x16\n" +
 	"\x06plugin\x18\b \x01(\tR\x06plugin\x12A\n" +
-	"\x0fnominating_mode\x18\t \x01(\x0e2\x18.berth.v1.NominatingModeR\x0enominatingMode\"L\n" +
+	"\x0fnominating_mode\x18\t \x01(\x0e2\x18.berth.v1.NominatingModeR\x0enominatingMode\x12-\n" +
+	"\x06writes\x18\n" +
+	" \x03(\v2\x15.berth.v1.ObjectWriteR\x06writes\"L\n" +
 	"\x06Victim\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -4804,95 +4819,96 @@ var file_berth_v1_scheduling_proto_depIdxs = []int32{
 	44,  // 43: berth.v1.PostFilterResponse.signals:type_name -> berth.v1.WaitingPodSignal
 	36,  // 44: berth.v1.PostFilterResponse.victims:type_name -> berth.v1.Victim
 	2,   // 45: berth.v1.PostFilterResponse.nominating_mode:type_name -> berth.v1.NominatingMode
-	3,   // 46: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
-	4,   // 47: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
-	3,   // 48: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
-	38,  // 49: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	61,  // 50: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
-	63,  // 51: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
-	4,   // 52: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
-	38,  // 53: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
-	3,   // 54: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
-	38,  // 55: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	65,  // 56: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
-	3,   // 57: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
-	4,   // 58: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
-	42,  // 59: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
-	56,  // 60: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
-	44,  // 61: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	3,   // 62: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
-	4,   // 63: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
-	57,  // 64: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
-	44,  // 65: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	3,   // 66: berth.v1.BindResponse.status:type_name -> berth.v1.Status
-	61,  // 67: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
-	63,  // 68: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
-	58,  // 69: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
-	32,  // 70: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
-	3,   // 71: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
-	61,  // 72: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
-	63,  // 73: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
-	54,  // 74: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
-	59,  // 75: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
-	54,  // 76: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
-	52,  // 77: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
-	3,   // 78: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
-	4,   // 79: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
-	49,  // 80: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
-	3,   // 81: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
-	45,  // 82: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
-	48,  // 83: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
-	35,  // 84: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
-	60,  // 85: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	44,  // 86: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
-	3,   // 87: berth.v1.ScheduleResponse.pre_bind_pre_flight_error:type_name -> berth.v1.Status
-	5,   // 88: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
-	9,   // 89: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
-	21,  // 90: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
-	26,  // 91: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
-	17,  // 92: berth.v1.SchedulingService.QueueingHints:input_type -> berth.v1.QueueingHintsRequest
-	28,  // 93: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
-	29,  // 94: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
-	34,  // 95: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
-	29,  // 96: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
-	29,  // 97: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
-	40,  // 98: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
-	30,  // 99: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
-	30,  // 100: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
-	30,  // 101: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
-	30,  // 102: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
-	30,  // 103: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
-	30,  // 104: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
-	47,  // 105: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
-	47,  // 106: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
-	50,  // 107: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
-	7,   // 108: berth.v1.SchedulingService.UploadState:input_type -> berth.v1.UploadStateRequest
-	6,   // 109: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
-	20,  // 110: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
-	22,  // 111: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
-	27,  // 112: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
-	19,  // 113: berth.v1.SchedulingService.QueueingHints:output_type -> berth.v1.QueueingHintsResponse
-	31,  // 114: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
-	33,  // 115: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
-	35,  // 116: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
-	37,  // 117: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
-	39,  // 118: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
-	41,  // 119: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
-	43,  // 120: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
-	43,  // 121: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
-	45,  // 122: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
-	43,  // 123: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
-	46,  // 124: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
-	43,  // 125: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
-	54,  // 126: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
-	53,  // 127: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
-	51,  // 128: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
-	8,   // 129: berth.v1.SchedulingService.UploadState:output_type -> berth.v1.UploadStateResponse
-	109, // [109:130] is the sub-list for method output_type
-	88,  // [88:109] is the sub-list for method input_type
-	88,  // [88:88] is the sub-list for extension type_name
-	88,  // [88:88] is the sub-list for extension extendee
-	0,   // [0:88] is the sub-list for field type_name
+	42,  // 46: berth.v1.PostFilterResponse.writes:type_name -> berth.v1.ObjectWrite
+	3,   // 47: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
+	4,   // 48: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
+	3,   // 49: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
+	38,  // 50: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	61,  // 51: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
+	63,  // 52: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
+	4,   // 53: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
+	38,  // 54: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
+	3,   // 55: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
+	38,  // 56: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	65,  // 57: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
+	3,   // 58: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
+	4,   // 59: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
+	42,  // 60: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
+	56,  // 61: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
+	44,  // 62: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	3,   // 63: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
+	4,   // 64: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
+	57,  // 65: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
+	44,  // 66: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	3,   // 67: berth.v1.BindResponse.status:type_name -> berth.v1.Status
+	61,  // 68: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
+	63,  // 69: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
+	58,  // 70: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
+	32,  // 71: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
+	3,   // 72: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
+	61,  // 73: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
+	63,  // 74: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
+	54,  // 75: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
+	59,  // 76: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
+	54,  // 77: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
+	52,  // 78: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
+	3,   // 79: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
+	4,   // 80: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
+	49,  // 81: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
+	3,   // 82: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
+	45,  // 83: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
+	48,  // 84: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
+	35,  // 85: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
+	60,  // 86: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	44,  // 87: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
+	3,   // 88: berth.v1.ScheduleResponse.pre_bind_pre_flight_error:type_name -> berth.v1.Status
+	5,   // 89: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
+	9,   // 90: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
+	21,  // 91: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
+	26,  // 92: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
+	17,  // 93: berth.v1.SchedulingService.QueueingHints:input_type -> berth.v1.QueueingHintsRequest
+	28,  // 94: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
+	29,  // 95: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
+	34,  // 96: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
+	29,  // 97: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
+	29,  // 98: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
+	40,  // 99: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
+	30,  // 100: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
+	30,  // 101: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
+	30,  // 102: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
+	30,  // 103: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
+	30,  // 104: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
+	30,  // 105: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
+	47,  // 106: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
+	47,  // 107: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
+	50,  // 108: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
+	7,   // 109: berth.v1.SchedulingService.UploadState:input_type -> berth.v1.UploadStateRequest
+	6,   // 110: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
+	20,  // 111: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
+	22,  // 112: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
+	27,  // 113: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
+	19,  // 114: berth.v1.SchedulingService.QueueingHints:output_type -> berth.v1.QueueingHintsResponse
+	31,  // 115: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
+	33,  // 116: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
+	35,  // 117: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
+	37,  // 118: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
+	39,  // 119: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
+	41,  // 120: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
+	43,  // 121: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
+	43,  // 122: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
+	45,  // 123: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
+	43,  // 124: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
+	46,  // 125: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
+	43,  // 126: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
+	54,  // 127: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
+	53,  // 128: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
+	51,  // 129: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
+	8,   // 130: berth.v1.SchedulingService.UploadState:output_type -> berth.v1.UploadStateResponse
+	110, // [110:131] is the sub-list for method output_type
+	89,  // [89:110] is the sub-list for method input_type
+	89,  // [89:89] is the sub-list for extension type_name
+	89,  // [89:89] is the sub-list for extension extendee
+	0,   // [0:89] is the sub-list for field type_name
 }
 
 func init() { file_berth_v1_scheduling_proto_init() }
