@@ -12,15 +12,18 @@ import pytest
 
 from berth.kube.rest import KubeApi
 from tests.differential.harness import (
+    ALWAYS_OUT,
     BERTH_PROFILES,
     KNOWN_DIFFERENT,
     NOT_COMPARED,
     SEQUENCE,
+    UPSTREAM,
     Comparison,
     Outcome,
     Scenario,
     StepOutcome,
     all_scenarios,
+    config,
     device_allocation,
     device_claim_key,
     run,
@@ -229,3 +232,10 @@ def test_dra_scenarios_need_dynamic_resources_and_the_sequence_mode() -> None:
         assert scenario.mode == SEQUENCE, scenario.name
     others = [Scenario.load(p) for p in all_scenarios() if not p.stem.startswith("dra-")]
     assert not any(s.needs_dynamic_resources() for s in others)
+
+
+def test_every_side_runs_the_real_default_profile() -> None:
+    """Nothing disabled on either side: the config names the profile and nothing else."""
+    assert NOT_COMPARED == () and ALWAYS_OUT == ()
+    for profile in (UPSTREAM, *BERTH_PROFILES):
+        assert config(profile)["profiles"] == [{"schedulerName": profile}]
