@@ -682,9 +682,10 @@ class Framework:
                     ep.append(st)
                     return r, st
                 if not st.is_rejected:
-                    st = Status.error(
-                        plugin_error_message("PostFilter", pl.name, st.message), pl.name
-                    )
+                    # fwk.AsStatus(s.AsError()).WithPlugin: the plugin's own
+                    # message, with no "running PostFilter plugin" prefix (it
+                    # ends up in the FitError as Diagnosis.PostFilterMsg).
+                    st = Status.error(st.message or "error", pl.name)
                     ep.append(st)
                     return None, st
                 if r is not None:

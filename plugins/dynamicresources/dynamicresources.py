@@ -92,6 +92,8 @@ REASON_CANNOT_ALLOCATE: Final = "cannot allocate all claims"  # Filter
 POST_FILTER_NO_CLAIMS: Final = "no new claims to deallocate"
 POST_FILTER_STILL: Final = "still not schedulable"
 POST_FILTER_DEALLOCATED: Final = "deallocation of ResourceClaim completed"
+# kube-scheduler framework's ErrNotFound (cycle_state.go): a state key never written.
+STATE_NOT_FOUND: Final = "not found"
 # resource/v1 types.go, FirstAvailableDeviceRequestMaxSize: the most
 # subrequests a request may list (computeScore's base).
 FIRST_AVAILABLE_MAX: Final = 8
@@ -534,7 +536,13 @@ class DynamicResources(
         claim's resourceVersion, so a claim that changed meanwhile is left
         alone (upstream's UpdateStatus fails the same way)."""
         saved = state.get(STATE)
-        if saved is None or not saved.claims:
+        if saved is None:
+            # PreFilter did not run: another PreFilter plugin rejected the pod
+            # first. Upstream's getStateData then fails with the cycle state's
+            # ErrNotFound, so kube-scheduler's FitError ends in "not found"
+            # (and DefaultPreemption does not run).
+            return None, Status.error(STATE_NOT_FOUND)
+        if not saved.claims:
             return None, Status.unschedulable(POST_FILTER_NO_CLAIMS)
         try:
             claims = self._claims(saved, pod)

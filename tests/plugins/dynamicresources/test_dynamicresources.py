@@ -920,3 +920,18 @@ def _with_owner(c: pb.ClusterObject, pod: pb.Pod) -> pb.ClusterObject:
     data["metadata"]["ownerReferences"][0].update(name=pod.name, uid=pod.uid)
     c.json = json.dumps(data).encode()
     return c
+
+
+def test_a_pod_another_pre_filter_rejects_ends_its_fit_error_in_not_found() -> None:
+    """PreFilter stops at VolumeBinding's rejection, so DynamicResources' PreFilter
+    never wrote its state; its PostFilter's getStateData then fails with the cycle
+    state's ErrNotFound, an Error that ends RunPostFilterPlugins (DefaultPreemption
+    does not run): kube-scheduler's FitError reads "... not found" (issue 24)."""
+    pod = pb.Pod(uid="u", name="p", namespace=NS, scheduler_name="default-scheduler")
+    pod.volumes.add(name="data", claim_name="nowhere")
+    pod.pvc_names.append("nowhere")
+    (result,) = schedule(None, nodes(NODE), [pod])
+    assert result.node is None
+    assert result.message == (
+        '0/1 nodes are available: persistentvolumeclaim "nowhere" not found. not found'
+    )
