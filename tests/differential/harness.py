@@ -96,13 +96,6 @@ KNOWN_DIFFERENT: dict[str, str] = {
         "ported: Berth's NodeResourcesFit finds no node with example.com/gpu "
         "(plugins/dynamicresources/README.md, Deviations)"
     ),
-    **dict.fromkeys(
-        ("volume-claim-missing", "volume-claim-unusable", "volume-unbound-immediate-claim"),
-        "a pod VolumeBinding rejects at PreFilter: upstream's DynamicResources PostFilter finds "
-        "no state of its PreFilter (which never ran) and its error ends the text with "
-        "'not found' (dynamicresources.go PostFilter, getStateData); Berth's answers 'no new "
-        "claims to deallocate' and DefaultPreemption adds its part",
-    ),
 }
 
 # kube-controller-manager's controllers on the suite's control plane: claim templates become
