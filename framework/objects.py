@@ -169,7 +169,9 @@ class ObjectWrite:
     """A JSON merge patch (RFC 7386) a plugin asks the caller to apply, in
     PreBind (before binding; a failed write fails the binding cycle) or in
     PostBind (after; a failure is only logged). ``subresource`` is "" or e.g.
-    "status". The runtime fills in the plugin's name."""
+    "status". The runtime fills in the plugin's name. With ``create`` the
+    caller creates the object instead: ``merge_patch`` is the whole object,
+    made under ``name`` in ``namespace`` (proto ObjectWrite.create)."""
 
     group: str
     version: str
@@ -178,6 +180,7 @@ class ObjectWrite:
     name: str
     merge_patch: Mapping[str, Any]
     subresource: str = ""
+    create: bool = False
 
     def to_proto(self, plugin: str) -> spb.ObjectWrite:
         """The proto ObjectWrite (scheduling.proto), attributed to ``plugin``."""
@@ -189,6 +192,7 @@ class ObjectWrite:
             subresource=self.subresource,
             merge_patch=json.dumps(self.merge_patch, separators=(",", ":")).encode(),
             plugin=plugin,
+            create=self.create,
         )
 
 

@@ -198,7 +198,10 @@ def check_writes(
                 "status",
             )
             continue
-        if targets_pod(w, pod):
+        if w.create and w.subresource:
+            refuse(SUBRESOURCE, "a create names no subresource")
+            continue
+        if targets_pod(w, pod) and not w.create:
             continue
         kinds = declared.get(w.plugin, ())
         kind = declared_kind(kinds, w.ref.group, w.version, w.ref.resource)

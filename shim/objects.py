@@ -14,7 +14,8 @@ Objects go into the state as JSON with ``metadata.managedFields`` dropped.
 A kind's ``label_selector`` is passed to the API server.
 
 ``perform_writes`` applies the ObjectWrites a PreBind or PostBind returned, in
-order, as JSON merge patches with the shim's credentials. A patch that carries
+order, as JSON merge patches with the shim's credentials (a write with
+``create`` POSTs its object instead). A patch that carries
 ``metadata.resourceVersion`` (a precondition: the object as the plugin saw
 it) and follows an earlier write of the same list to the same object is sent
 with the version that earlier write's answer gave, since the shim's own write
@@ -499,6 +500,9 @@ def perform_writes(
             raise WriteFailed(i, w, f"merge_patch is not JSON: {exc}") from exc
         if not isinstance(patch, dict):
             raise WriteFailed(i, w, "merge_patch must be a JSON object")
+        if w.create:
+            answers.append((w, _create(api, i, w, patch)))
+            continue
         if pod is not None and targets_pod(w, pod):
             meta = patch.setdefault("metadata", {})
             if isinstance(meta, dict):
@@ -522,6 +526,30 @@ def perform_writes(
         if isinstance(sent, str) and isinstance(got, str):
             moved[key] = (sent, got)
     return answers
+
+
+def _create(api: KubeApi, index: int, w: pb.ObjectWrite, body: JSON) -> JSON:
+    """A write with ``create``: the object ``body`` POSTed to its kind's
+    collection under the ref's namespace and name (protos/README.md,
+    "Writes")."""
+    if w.subresource:
+        raise WriteFailed(index, w, "a create names no subresource")
+    meta = body.setdefault("metadata", {})
+    if not isinstance(meta, dict):
+        raise WriteFailed(index, w, "metadata must be a JSON object")
+    meta["name"] = w.ref.name
+    meta.pop("generateName", None)
+    if w.ref.namespace:
+        meta["namespace"] = w.ref.namespace
+    ref = w.ref
+    try:
+        answer = api.create(
+            collection_path(ref.group, w.version, ref.resource, ref.namespace), body
+        )
+    except ApiError as exc:
+        raise WriteFailed(index, w, str(exc)) from exc
+    log.info("%s: created for plugin %s", describe_write(w), w.plugin or "?")
+    return answer
 
 
 def _resource_version(raw: bytes) -> int | None:

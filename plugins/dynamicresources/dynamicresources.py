@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
@@ -21,6 +22,7 @@ import numpy as np
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.deviceclasses import DeviceClassResolver
 from berth.framework.events import (
     ActionType,
     ClusterEvent,
@@ -62,6 +64,15 @@ from berth.plugins.dynamicresources.claims import (
     pod_claims,
     pod_consumer,
 )
+from berth.plugins.dynamicresources.extended import (
+    SPECIAL_CLAIM_NAME,
+    claim_object,
+    create_requests_and_mappings,
+    extended_requests,
+    find_extended_resource_claim,
+    generate_claim_name,
+    node_extended_resources,
+)
 from berth.plugins.dynamicresources.inflight import (
     IN_FLIGHT_ANNOTATION,
     InFlight,
@@ -89,6 +100,10 @@ NAME: Final = "DynamicResources"
 # Upstream's reasons, by where they arise.
 REASON_NOT_AVAILABLE: Final = "resourceclaim not available on the node"  # Filter
 REASON_CANNOT_ALLOCATE: Final = "cannot allocate all claims"  # Filter
+# filterExtendedResources: the pod's extended-resource claim is from an
+# earlier cycle; the node offers an extended resource neither way.
+REASON_EXTENDED_STALE: Final = "cannot schedule extended resource claim"
+REASON_EXTENDED_MISSING: Final = "cannot fit resource"
 POST_FILTER_NO_CLAIMS: Final = "no new claims to deallocate"
 POST_FILTER_STILL: Final = "still not schedulable"
 POST_FILTER_DEALLOCATED: Final = "deallocation of ResourceClaim completed"
@@ -190,6 +205,23 @@ class DraState(msgspec.Struct, frozen=True, omit_defaults=True):
     # Reserve's node and the allocation of each claim it allocated, by index.
     reserved_node: str = ""
     reserved: dict[int, dict[str, Any]] = {}
+    # Extended resources backed by DRA (extended.py): the pod's scalar
+    # requests (podScalarResources) when a class backs one of them; the claim
+    # an earlier cycle made for them, if any; the in-memory claim's uid.
+    extended: dict[str, int] = {}
+    extended_found: str = ""
+    extended_uid: str = ""
+    # Reserve's claim for them on reserved_node: its name, requests, the
+    # container mappings and its allocation.
+    extended_name: str = ""
+    extended_requests: list[dict[str, Any]] = []
+    extended_mappings: list[dict[str, str]] = []
+    extended_allocation: dict[str, Any] = {}
+
+    @property
+    def empty(self) -> bool:
+        """claimStore.empty: no claim of the pod's and no extended one."""
+        return not self.claims and not self.extended
 
 
 STATE: Final = StateKey(f"{NAME}/state", DraState)
@@ -299,14 +331,27 @@ class DynamicResources(
         self, state: CycleState, pod: PodInfo, nodes: NodeBatch
     ) -> tuple[PreFilterResult | None, Status]:
         state.write(STATE, DraState())
-        if not pod.proto.resource_claims:
-            return None, Status.skip()
         snapshot = self.handle.snapshot
-        try:
-            claims = pod_claims(snapshot, pod.proto)
-        except ClaimProblem as exc:
-            return None, Status.unresolvable(str(exc))
-        if not claims:
+        claims: list[tuple[str, Claim]] = []
+        if pod.proto.resource_claims:
+            try:
+                claims = pod_claims(snapshot, pod.proto)
+            except ClaimProblem as exc:
+                return None, Status.unresolvable(str(exc))
+        # preFilterExtendedResources: the pod's extended resources a class
+        # backs, and the claim an earlier cycle made for them.
+        extended = extended_requests(
+            pod.spec_requests.scalar,
+            DeviceClassResolver.of(snapshot.objects(DEVICE_CLASSES.group, DEVICE_CLASSES.resource)),
+        )
+        found = ""
+        if extended is not None:
+            kind = RESOURCE_CLAIMS
+            made = find_extended_resource_claim(
+                pod.proto, snapshot.objects(kind.group, kind.resource)
+            )
+            found = "" if made is None else made.name
+        if not claims and extended is None:
             return None, Status.skip()
         flight: InFlight | None = None
         to_allocate: list[int] = []
@@ -338,6 +383,11 @@ class DynamicResources(
                 uids=[c.uid for _, c in claims],
                 to_allocate=to_allocate,
                 scoring=scoring,
+                extended=extended or {},
+                extended_found=found,
+                # The in-memory claim's temporary uid, for the allocation in
+                # flight (upstream's uuid.NewUUID()).
+                extended_uid=str(uuid.uuid4()) if extended is not None else "",
             ),
         )
         return None, SUCCESS
@@ -424,8 +474,12 @@ class DynamicResources(
             return NodeVerdicts.uniform(
                 n, Status.error(f"cycle state has no {STATE.name!r}: PreFilter did not run")
             )
-        if not saved.claims:
+        if saved.empty:
             return NodeVerdicts.all_pass(n)
+        if saved.extended_found:
+            # filterExtendedResources: the claim is from an earlier cycle;
+            # PostFilter is where upstream deletes it to start anew.
+            return NodeVerdicts.uniform(n, Status.unresolvable(REASON_EXTENDED_STALE))
         try:
             claims = self._claims(saved, pod)
         except ClaimProblem as exc:
@@ -443,12 +497,30 @@ class DynamicResources(
         # since PreFilter counts as allocated, its node selector checked).
         indices = [i for i, c in enumerate(claims) if c.allocation is None]
         to_allocate = [claims[i].data for i in indices]
-        allocator = self._allocator(self.handle.snapshot, pod) if to_allocate else None
+        allocator = (
+            self._allocator(self.handle.snapshot, pod) if to_allocate or saved.extended else None
+        )
+        resolver = self._resolver() if saved.extended else None
         statuses: list[Status] = []
         unavailable: set[int] = set(saved.unavailable)
         scores: dict[str, int] = dict(saved.scores)
         for ni in nodes:
-            st, missing, results = self._filter_node(claims, selectors, allocator, to_allocate, ni)
+            node_to_allocate = to_allocate
+            if resolver is not None:
+                ext_status, ext_claim = self._node_extended_claim(saved, pod, ni, resolver)
+                if ext_status is not None:
+                    statuses.append(ext_status)
+                    continue
+                if ext_claim is None and not claims:
+                    # Device plugins provide all of it here; NodeResourcesFit
+                    # checks it.
+                    statuses.append(SUCCESS)
+                    continue
+                if ext_claim is not None:
+                    node_to_allocate = [*to_allocate, ext_claim]
+            st, missing, results = self._filter_node(
+                claims, selectors, allocator if node_to_allocate else None, node_to_allocate, ni
+            )
             statuses.append(st)
             unavailable.update(missing)
             if st.is_success and saved.scoring:
@@ -509,6 +581,38 @@ class DynamicResources(
             return Status.unresolvable(REASON_NOT_AVAILABLE), unavailable, []
         return SUCCESS, [], results
 
+    def _resolver(self) -> DeviceClassResolver:
+        kind = DEVICE_CLASSES
+        return DeviceClassResolver.of(self.handle.snapshot.objects(kind.group, kind.resource))
+
+    def _node_extended_claim(
+        self, saved: DraState, pod: PodInfo, ni: NodeInfo, resolver: DeviceClassResolver
+    ) -> tuple[Status | None, dict[str, Any] | None]:
+        """filterExtendedResources for one node: (a rejection, or None; the
+        in-memory claim with the node's requests, or None when the node's
+        device plugins provide everything)."""
+        claim, _ = self._node_extended(saved, pod, ni, resolver)
+        if isinstance(claim, Status):
+            return claim, None
+        return None, claim
+
+    def _node_extended(
+        self, saved: DraState, pod: PodInfo, ni: NodeInfo, resolver: DeviceClassResolver
+    ) -> tuple[Status | dict[str, Any] | None, list[dict[str, str]]]:
+        """The node's claim for the pod's extended resources and its
+        container mappings (createRequestsAndMappings), a Status when the node
+        can offer some resource neither way, None when DRA has nothing to do
+        there."""
+        needed, missing = node_extended_resources(saved.extended, ni.allocatable.scalar, resolver)
+        if missing:
+            return Status.unresolvable(REASON_EXTENDED_MISSING), []
+        if not needed:
+            return None, []
+        requests, mappings = create_requests_and_mappings(pod.proto, needed, resolver)
+        claim = claim_object(pod.proto, SPECIAL_CLAIM_NAME, requests)
+        claim["metadata"]["uid"] = saved.extended_uid
+        return claim, mappings
+
     def _claim_timed_out(self, claim: Claim) -> bool:
         """isClaimTimeout: allocated longer than bindingTimeout ago with a
         device that has binding conditions."""
@@ -542,8 +646,19 @@ class DynamicResources(
             # ErrNotFound, so kube-scheduler's FitError ends in "not found"
             # (and DefaultPreemption does not run).
             return None, Status.error(STATE_NOT_FOUND)
-        if not saved.claims:
+        if saved.empty:
             return None, Status.unschedulable(POST_FILTER_NO_CLAIMS)
+        if saved.extended_found:
+            log.info(
+                "%s: pod %s: the claim %s/%s made for its extended resources in an earlier "
+                "cycle is in the way; upstream would delete it here (Berth does not: delete "
+                "the claim to let the pod be scheduled anew)",
+                NAME,
+                pod.key,
+                pod.namespace,
+                saved.extended_found,
+            )
+            return None, Status.unschedulable(POST_FILTER_STILL)
         try:
             claims = self._claims(saved, pod)
         except ClaimProblem:
@@ -600,20 +715,29 @@ class DynamicResources(
         (inflight.py), so no later pod gets those devices before PreBind has
         written them."""
         saved = state.get(STATE)
-        if saved is None or not saved.claims:
+        if saved is None or saved.empty:
             return SUCCESS
         try:
             claims = self._claims(saved, pod)
         except ClaimProblem as exc:
             return Status.error(str(exc))
         indices = [i for i, c in enumerate(claims) if c.allocation is None]
-        if not indices:
+        ni = self.handle.snapshot.nodes.get(node_name)
+        ext_claim: dict[str, Any] | None = None
+        mappings: list[dict[str, str]] = []
+        if saved.extended and ni is not None:
+            got, mappings = self._node_extended(saved, pod, ni, self._resolver())
+            if isinstance(got, Status):
+                return Status.error(f"node {node_name}: {got.message}")
+            ext_claim = got
+        if not indices and ext_claim is None:
             # Allocated, but perhaps not reserved yet: PreBind reserves them.
             return SUCCESS
-        ni = self.handle.snapshot.nodes.get(node_name)
         if ni is None:
             return Status.error(f"node {node_name!r} is not in the snapshot")
         to_allocate = [claims[i].data for i in indices]
+        if ext_claim is not None:
+            to_allocate.append(ext_claim)
         allocator = self._allocator(self.handle.snapshot, pod)
         try:
             results = allocator.allocate(node_name, ni.node.labels, to_allocate)
@@ -622,31 +746,55 @@ class DynamicResources(
         if results is None or len(results) != len(to_allocate):
             # We checked before that the node is suitable (upstream's error).
             return Status.error("claim allocation not found for node")
+        in_flight_claims: list[InFlightClaim] = []
+        extended: dict[str, Any] = {}
+        if ext_claim is not None:
+            # The claim gets its name now, so the allocation in flight and
+            # PreBind's writes name the same claim.
+            alloc = results.pop()
+            name = generate_claim_name(pod.name)
+            extended = {
+                "extended_name": name,
+                "extended_requests": ext_claim["spec"]["devices"]["requests"],
+                "extended_mappings": mappings,
+                "extended_allocation": alloc,
+            }
+            in_flight_claims.append(InFlightClaim(name, saved.extended_uid, alloc))
         reserved = dict(zip(indices, results, strict=True))
         state.write(
-            STATE, msgspec.structs.replace(saved, reserved_node=node_name, reserved=reserved)
+            STATE,
+            msgspec.structs.replace(saved, reserved_node=node_name, reserved=reserved, **extended),
         )
-        state.annotate_assumed_pod(
-            IN_FLIGHT_ANNOTATION,
-            encode(
-                InFlightClaim(claims[i].name, claims[i].uid, alloc) for i, alloc in reserved.items()
-            ),
-        )
+        in_flight_claims[:0] = [
+            InFlightClaim(claims[i].name, claims[i].uid, alloc) for i, alloc in reserved.items()
+        ]
+        state.annotate_assumed_pod(IN_FLIGHT_ANNOTATION, encode(in_flight_claims))
         return SUCCESS
 
     def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
         """Unreserve: the allocation in flight goes with the caller's assumed
         pod; the state forgets it."""
         saved = state.get(STATE)
-        if saved is not None and saved.reserved:
-            state.write(STATE, msgspec.structs.replace(saved, reserved_node="", reserved={}))
+        if saved is not None and (saved.reserved or saved.extended_name):
+            state.write(
+                STATE,
+                msgspec.structs.replace(
+                    saved,
+                    reserved_node="",
+                    reserved={},
+                    extended_name="",
+                    extended_requests=[],
+                    extended_mappings=[],
+                    extended_allocation={},
+                ),
+            )
 
     # -- PreBind ---------------------------------------------------------------------------
 
     def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         """PreBindPreFlight: Skip for a pod without claims."""
         saved = state.get(STATE)
-        if saved is None or not saved.claims:
+        if saved is None or saved.empty:
             return Status.skip()
         return SUCCESS
 
@@ -655,9 +803,9 @@ class DynamicResources(
         claim's allocation from Reserve, if any, and the pod in reservedFor,
         as merge patches the caller applies before binding."""
         saved = state.get(STATE)
-        if saved is None or not saved.claims:
+        if saved is None or saved.empty:
             return SUCCESS
-        if saved.reserved and saved.reserved_node != node_name:
+        if (saved.reserved or saved.extended_name) and saved.reserved_node != node_name:
             return Status.error("claim allocation not found for node")
         try:
             claims = self._claims(saved, pod)
@@ -671,6 +819,8 @@ class DynamicResources(
                 writes += bind_claim(claim, pod.proto, saved.reserved.get(index))
             except ClaimProblem as exc:
                 return Status.error(str(exc))
+        if saved.extended_name:
+            writes += extended_claim_writes(saved, pod.proto)
         for w in writes:
             state.add_write(w)
         return SUCCESS
@@ -764,6 +914,60 @@ def bind_claim(
         )
     )
     return writes
+
+
+def extended_claim_writes(saved: DraState, pod: cpb.Pod) -> list[ObjectWrite]:
+    """bindClaim for the claim of the pod's extended resources, as writes:
+    create it (createExtendedResourceClaimInAPI; with the finalizer bindClaim
+    adds right after), its status with Reserve's allocation and the pod in
+    reservedFor, then the pod's status.extendedResourceClaimStatus
+    (patchPodExtendedResourceClaimStatus)."""
+    kind = RESOURCE_CLAIMS
+    name = saved.extended_name
+    return [
+        ObjectWrite(
+            kind.group,
+            kind.version,
+            kind.resource,
+            pod.namespace,
+            name,
+            claim_object(pod, name, saved.extended_requests, finalizers=[FINALIZER]),
+            create=True,
+        ),
+        ObjectWrite(
+            kind.group,
+            kind.version,
+            kind.resource,
+            pod.namespace,
+            name,
+            {
+                "status": {
+                    "allocation": {
+                        **saved.extended_allocation,
+                        "allocationTimestamp": _now_rfc3339(),
+                    },
+                    "reservedFor": [pod_consumer(pod)],
+                }
+            },
+            subresource="status",
+        ),
+        ObjectWrite(
+            "",
+            "v1",
+            "pods",
+            pod.namespace,
+            pod.name,
+            {
+                "status": {
+                    "extendedResourceClaimStatus": {
+                        "requestMappings": saved.extended_mappings,
+                        "resourceClaimName": name,
+                    }
+                }
+            },
+            subresource="status",
+        ),
+    ]
 
 
 def compute_score(

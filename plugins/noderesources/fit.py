@@ -45,6 +45,11 @@ import numpy as np
 import numpy.typing as npt
 
 from berth.framework.cycle_state import CycleState, StateKey
+from berth.framework.deviceclasses import (
+    DEVICE_CLASS_PREFIX,
+    DEVICE_CLASSES,
+    DeviceClassResolver,
+)
 from berth.framework.events import (
     ActionType,
     ClusterEvent,
@@ -62,6 +67,7 @@ from berth.framework.interfaces import (
     ScorePlugin,
 )
 from berth.framework.model import CALCULATE_RESOURCE_OPTIONS, NodeInfo, PodInfo, pod_request_list
+from berth.framework.objects import ClusterObject, ObjectKind
 from berth.framework.snapshot import IntArray, NodeBatch
 from berth.framework.status import SUCCESS, Code, Status
 from berth.plugins.noderesources.args import (
@@ -124,6 +130,10 @@ class PreFilterState(msgspec.Struct, frozen=True):
     memory: int = 0
     ephemeral_storage: int = 0
     scalar: dict[str, int] = msgspec.field(default_factory=dict)
+    # The scalar requests a DeviceClass backs (DRAExtendedResource): on a
+    # node without them in its allocatable DynamicResources provides them
+    # (shouldDelegateResourceToDRA), so Filter does not check them there.
+    dra_backed: frozenset[str] = frozenset()
 
     @property
     def is_zero(self) -> bool:
@@ -220,6 +230,8 @@ def fits_request(
     for name, want in _checked_scalars(request, ignored, ignored_groups):
         have = used.scalar.get(name, 0)
         capacity = alloc.scalar.get(name, 0)
+        if name in request.dra_backed and capacity <= 0:
+            continue
         if want > capacity - have:
             out.append(
                 InsufficientResource(
@@ -273,6 +285,30 @@ def _requested_allocatable_grew(pod: PodInfo, old: NodeInfo, new: NodeInfo) -> b
         quantity != 0 and now.scalar.get(name, 0) > was.scalar.get(name, 0)
         for name, quantity in request.scalar.items()
     )
+
+
+def _extended_resource_name(obj: ClusterObject) -> str:
+    spec = obj.data.get("spec")
+    name = spec.get("extendedResourceName") if isinstance(spec, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+def is_schedulable_after_device_class_event(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """isSchedulableAfterDeviceClassEvent: an added class whose implicit
+    extended resource the pod requests, or a class whose (changed)
+    extendedResourceName the pod requests."""
+    if not isinstance(new, ClusterObject):
+        return QueueingHint.QUEUE
+    requests = pod.spec_requests.scalar
+    if isinstance(old, ClusterObject):
+        if _extended_resource_name(old) == _extended_resource_name(new):
+            return QueueingHint.QUEUE_SKIP
+    elif DEVICE_CLASS_PREFIX + new.name in requests:
+        return QueueingHint.QUEUE
+    name = _extended_resource_name(new)
+    if name and name in requests:
+        return QueueingHint.QUEUE
+    return QueueingHint.QUEUE_SKIP
 
 
 def _status_of(insufficient: list[InsufficientResource]) -> Status:
@@ -350,6 +386,12 @@ class Fit(
                 ),
                 self.is_schedulable_after_node_change,
             ),
+            # DRAExtendedResource (beta, on): a class backing an extended
+            # resource the pod asks for may be created or changed.
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.DEVICE_CLASS, ActionType.ADD | ActionType.UPDATE),
+                is_schedulable_after_device_class_event,
+            ),
         ]
 
     def is_schedulable_after_pod_event(
@@ -381,10 +423,30 @@ class Fit(
 
     # -- PreFilter ------------------------------------------------------------
 
+    @classmethod
+    def reads(cls, args: Any) -> tuple[ObjectKind, ...]:
+        """DeviceClasses: which extended resources DRA backs."""
+        return (DEVICE_CLASSES,)
+
+    def _dra_backed(self, scalar: dict[str, int]) -> frozenset[str]:
+        """The requested resources some DeviceClass backs."""
+        if not scalar or self._handle is None:
+            # Built without a framework (tests of Filter alone): no classes.
+            return frozenset()
+        kind = DEVICE_CLASSES
+        resolver = DeviceClassResolver.of(self.handle.snapshot.objects(kind.group, kind.resource))
+        if not resolver:
+            return frozenset()
+        return frozenset(n for n, q in scalar.items() if q != 0 and resolver.get(n) is not None)
+
     def pre_filter(
         self, state: CycleState, pod: PodInfo, nodes: NodeBatch
     ) -> tuple[PreFilterResult | None, Status]:
-        state.write(PRE_FILTER_STATE_KEY, compute_pod_resource_request(pod))
+        request = compute_pod_resource_request(pod)
+        backed = self._dra_backed(request.scalar)
+        if backed:
+            request = msgspec.structs.replace(request, dra_backed=backed)
+        state.write(PRE_FILTER_STATE_KEY, request)
         return None, SUCCESS
 
     def _missing_pre_filter(self) -> Status:
@@ -428,6 +490,13 @@ class Fit(
             ):
                 scalar = cols.scalar.get(name)
                 alloc_col, used_col = scalar if scalar is not None else (None, None)
+                if name in request.dra_backed:
+                    if alloc_col is None or used_col is None:
+                        continue  # no node has it: DynamicResources' part
+                    # Nodes without it in allocatable: DynamicResources'.
+                    with_it = alloc_col > 0
+                    alloc_col = np.where(with_it, alloc_col, np.iinfo(np.int64).max)
+                    used_col = np.where(with_it, used_col, 0)
                 checks.append((insufficient_reason(name), alloc_col, used_col, want))
         if len(checks) > _MAX_BATCH_CHECKS:
             return NodeVerdicts.from_statuses([self.filter(state, pod, ni) for ni in nodes])

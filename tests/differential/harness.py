@@ -90,13 +90,7 @@ SCENARIOS = Path(__file__).parent / "scenarios"
 # Scenarios where Berth is known to decide otherwise than kube-scheduler, and why: run,
 # and expected to disagree (a strict xfail, so one that starts to agree fails until it is
 # taken off this list); never counted as passed.
-KNOWN_DIFFERENT: dict[str, str] = {
-    "dra-extended-resource": (
-        "DRA-backed extended resources (DRAExtendedResource, beta and on in v1.36) are not "
-        "ported: Berth's NodeResourcesFit finds no node with example.com/gpu "
-        "(plugins/dynamicresources/README.md, Deviations)"
-    ),
-}
+KNOWN_DIFFERENT: dict[str, str] = {}
 
 # kube-controller-manager's controllers on the suite's control plane: claim templates become
 # generated claims (resourceclaim), which go with their pod (garbage collector). The PV,

@@ -1762,6 +1762,7 @@ class ObjectWrite(_message.Message):
     SUBRESOURCE_FIELD_NUMBER: _builtins.int
     MERGE_PATCH_FIELD_NUMBER: _builtins.int
     PLUGIN_FIELD_NUMBER: _builtins.int
+    CREATE_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     """The API version of the resource, e.g. "v1"."""
     subresource: _builtins.str
@@ -1770,6 +1771,15 @@ class ObjectWrite(_message.Message):
     """A JSON merge patch (RFC 7386, application/merge-patch+json)."""
     plugin: _builtins.str
     """The plugin that asked for it."""
+    create: _builtins.bool
+    """Create the object instead of patching it: merge_patch is then the whole
+    object, POSTed to the collection of ref's kind in ref.namespace under the
+    name ref.name (the caller sets metadata.namespace and metadata.name from
+    ref; a name the plugin chose, so later writes of the same list can name
+    the object). subresource must be empty. The caller creates only kinds the
+    plugin declares it writes, in the namespace of the pod being scheduled,
+    never a pod. An object of that name already there fails the write (409).
+    """
     @_builtins.property
     def ref(self) -> _cluster_pb2.ObjectRef:
         """The object; for the pod being scheduled, group "" and resource "pods"."""
@@ -1782,10 +1792,11 @@ class ObjectWrite(_message.Message):
         subresource: _builtins.str = ...,
         merge_patch: _builtins.bytes = ...,
         plugin: _builtins.str = ...,
+        create: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ref", b"ref"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["merge_patch", b"merge_patch", "plugin", b"plugin", "ref", b"ref", "subresource", b"subresource", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create", b"create", "merge_patch", b"merge_patch", "plugin", b"plugin", "ref", b"ref", "subresource", b"subresource", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
