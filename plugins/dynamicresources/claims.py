@@ -20,7 +20,10 @@ from berth.framework.snapshot import Snapshot
 
 __all__ = [
     "DEVICE_CLASSES",
+    "EXTENDED_CLAIM_ANNOTATION",
     "FINALIZER",
+    "GENERATED_BASE",
+    "GENERATED_RANDOM",
     "GROUP",
     "RESOURCE_CLAIMS",
     "RESOURCE_SLICES",
@@ -37,6 +40,13 @@ __all__ = [
 GROUP: Final = "resource.k8s.io"
 VERSION: Final = "v1"
 RESOURCE_CLAIMS: Final = ObjectKind(GROUP, VERSION, "resourceclaims", "ResourceClaim")
+# resource/v1 types.go, ExtendedResourceClaimAnnotation: marks the claim the
+# scheduler made for a pod's DRA-backed extended resources (extended.py).
+EXTENDED_CLAIM_ANNOTATION: Final = "resource.kubernetes.io/extended-resource-claim"
+# apiserver names.SimpleNameGenerator: a generateName base is cut to 58
+# characters and gets 5 random characters.
+GENERATED_BASE: Final = 58
+GENERATED_RANDOM: Final = 5
 DEVICE_CLASSES: Final = ObjectKind(GROUP, VERSION, "deviceclasses", "DeviceClass", namespaced=False)
 RESOURCE_SLICES: Final = ObjectKind(
     GROUP, VERSION, "resourceslices", "ResourceSlice", namespaced=False

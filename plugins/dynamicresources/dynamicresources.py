@@ -651,8 +651,8 @@ class DynamicResources(
         if saved.extended_found:
             log.info(
                 "%s: pod %s: the claim %s/%s made for its extended resources in an earlier "
-                "cycle is in the way; upstream would delete it here (Berth does not: delete "
-                "the claim to let the pod be scheduled anew)",
+                "cycle is in the way; upstream would delete it here (Berth's writes do not "
+                "delete: delete the claim to let the pod be scheduled anew)",
                 NAME,
                 pod.key,
                 pod.namespace,
@@ -759,7 +759,7 @@ class DynamicResources(
                 "extended_mappings": mappings,
                 "extended_allocation": alloc,
             }
-            in_flight_claims.append(InFlightClaim(name, saved.extended_uid, alloc))
+            in_flight_claims.append(InFlightClaim(name, saved.extended_uid, alloc, extended=True))
         reserved = dict(zip(indices, results, strict=True))
         state.write(
             STATE,

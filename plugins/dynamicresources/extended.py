@@ -25,7 +25,13 @@ from typing import Any, Final
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.framework.deviceclasses import DEVICE_CLASS_PREFIX, DeviceClassResolver
 from berth.framework.objects import ClusterObject
-from berth.plugins.dynamicresources.claims import as_list, as_map
+from berth.plugins.dynamicresources.claims import (
+    EXTENDED_CLAIM_ANNOTATION,
+    GENERATED_BASE,
+    GENERATED_RANDOM,
+    as_list,
+    as_map,
+)
 from berth.plugins.noderesources.resource_names import is_extended_resource_name
 
 __all__ = [
@@ -41,17 +47,11 @@ __all__ = [
     "node_extended_resources",
 ]
 
-# resource/v1 types.go, ExtendedResourceClaimAnnotation: marks the claim the
-# scheduler made for a pod's extended resources.
-EXTENDED_CLAIM_ANNOTATION: Final = "resource.kubernetes.io/extended-resource-claim"
 # specialClaimInMemName: the in-memory claim's name until PreBind names it;
 # not a valid object name, so no real claim has it.
 SPECIAL_CLAIM_NAME: Final = "<extended-resources>"
 
-# apiserver names.SimpleNameGenerator: a generateName base is cut to 58
-# characters and gets 5 random characters of utilrand's alphabet.
-_MAX_NAME = 63
-_RANDOM_LENGTH = 5
+# utilrand's alphabet, of which generated names take their random characters.
 _ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
@@ -226,8 +226,8 @@ def generate_claim_name(pod_name: str) -> str:
     """The name the API server would give for generateName
     ``<pod>-extended-resources-`` (SimpleNameGenerator.GenerateName)."""
     base = f"{pod_name}-extended-resources-"
-    base = base[: _MAX_NAME - _RANDOM_LENGTH]
-    return base + "".join(secrets.choice(_ALPHABET) for _ in range(_RANDOM_LENGTH))
+    base = base[:GENERATED_BASE]
+    return base + "".join(secrets.choice(_ALPHABET) for _ in range(GENERATED_RANDOM))
 
 
 def claim_object(

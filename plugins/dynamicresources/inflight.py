@@ -15,7 +15,10 @@ An entry counts only when the framework can vouch for it:
 * the pod is the caller's assumed copy (``Pod.assumed``, cluster.proto): an
   annotation a user wrote on a pod the API server shows counts for nothing;
 * it names one of that pod's own claims (by its claims' names, in its
-  namespace, and the claim's uid as the snapshot has it);
+  namespace, and the claim's uid as the snapshot has it), or it is the claim
+  for the pod's DRA-backed extended resources (``extended``, extended.py):
+  named as Reserve names it for that pod, and either not created yet or
+  created for that pod (its annotation and controller);
 * that claim is still unallocated in the snapshot: once the allocation is
   written, the claim itself is the truth (upstream's assume cache takes over
   from the in-flight map the same way);
@@ -34,12 +37,22 @@ from typing import Any, Final
 
 import msgspec
 
+from berth.api.v1 import cluster_pb2 as cpb
 from berth.framework.model import PodInfo
+from berth.framework.objects import ClusterObject
 from berth.framework.snapshot import Snapshot
 from berth.plugins.dynamicresources.claims import (
+    EXTENDED_CLAIM_ANNOTATION,
     RESOURCE_CLAIMS,
+    Claim,
     ClaimProblem,
     claim_names,
+)
+from berth.plugins.dynamicresources.claims import (
+    GENERATED_BASE as _GENERATED_BASE,
+)
+from berth.plugins.dynamicresources.claims import (
+    GENERATED_RANDOM as _GENERATED_RANDOM,
 )
 
 __all__ = [
@@ -60,13 +73,16 @@ IN_FLIGHT_ANNOTATION: Final = "dynamicresources.berth.dev/in-flight"
 MAX_VALUE_CHARS: Final = 256 * 1024
 
 
-class InFlightClaim(msgspec.Struct, frozen=True, rename="camel"):
+class InFlightClaim(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
     """One claim Reserve allocated: its name (in the pod's namespace), uid and
-    AllocationResult (resource.k8s.io/v1 JSON)."""
+    AllocationResult (resource.k8s.io/v1 JSON); ``extended``: the claim for
+    the pod's extended resources, which PreBind creates (its uid is Reserve's
+    temporary one)."""
 
     name: str
     uid: str
     allocation: dict[str, Any]
+    extended: bool = False
 
 
 class _Value(msgspec.Struct, frozen=True):
@@ -135,13 +151,16 @@ def in_flight(snapshot: Snapshot) -> InFlight:
         for entry in entries:
             key = f"{pod.namespace}/{entry.name}"
             obj = claims.get((pod.namespace, entry.name))
-            if (
-                entry.name not in own
-                or key in out
-                or obj is None
-                or str(obj.metadata.get("uid") or "") != entry.uid
-                or _allocated(obj.data)
-            ):
+            if entry.extended:
+                counts = _extended_counts(pod, entry.name, obj)
+            else:
+                counts = (
+                    entry.name in own
+                    and obj is not None
+                    and str(obj.metadata.get("uid") or "") == entry.uid
+                    and not _allocated(obj.data)
+                )
+            if key in out or not counts:
                 ignored += 1
                 continue
             out[key] = (pod.uid, entry.allocation)
@@ -155,6 +174,20 @@ def in_flight(snapshot: Snapshot) -> InFlight:
                 IN_FLIGHT_ANNOTATION,
             )
     return InFlight(out)
+
+
+def _extended_counts(pod: cpb.Pod, name: str, obj: ClusterObject | None) -> bool:
+    """Does an ``extended`` entry count: a name Reserve gives the pod's claim
+    (extended.generate_claim_name), for a claim not created yet, or created
+    for this pod and not allocated yet."""
+    prefix = f"{pod.name}-extended-resources-"[:_GENERATED_BASE]
+    if not name.startswith(prefix) or len(name) != len(prefix) + _GENERATED_RANDOM:
+        return False
+    if obj is None:
+        return True
+    if obj.annotations.get(EXTENDED_CLAIM_ANNOTATION) != "true" or _allocated(obj.data):
+        return False
+    return Claim(obj).is_controlled_by(pod.uid)
 
 
 def _allocated(data: Mapping[str, Any]) -> bool:

@@ -59,6 +59,8 @@ UPSTREAM: dict[str, list[tuple[str, ActionType, bool]]] = {
     "NodeResourcesFit": [
         (R.POD, A.DELETE | A.UPDATE_POD_SCALE_DOWN, True),
         (R.NODE, A.ADD | A.UPDATE_NODE_ALLOCATABLE, True),
+        # DRAExtendedResource (beta, on).
+        (R.DEVICE_CLASS, A.ADD | A.UPDATE, True),
     ],
     "NodeName": [(R.NODE, A.ADD, False)],
     "NodeUnschedulable": [

@@ -30,6 +30,8 @@ def test_events_to_register() -> None:
     assert events == [
         ClusterEvent(EventResource.POD, ActionType.DELETE | ActionType.UPDATE_POD_SCALE_DOWN),
         ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_ALLOCATABLE),
+        # DRAExtendedResource is on (beta): test_fit_dra.py has its hint's cases.
+        ClusterEvent(EventResource.DEVICE_CLASS, ActionType.ADD | ActionType.UPDATE),
     ]
 
 

@@ -466,3 +466,55 @@ def test_check_writes_names_what_a_plugin_declares() -> None:
     ok: Sequence[pb.ObjectWrite] = [POD_IN_HAND, write("persistentvolumes", "x")]
     assert guard.check_writes(pod, ok, declared) == []
     assert orjson.loads(POD_IN_HAND.merge_patch) == {"metadata": {"annotations": {"a": "b"}}}
+
+
+def _create(
+    resource: str, name: str, namespace: str, *, group: str = "", subresource: str = ""
+) -> pb.ObjectWrite:
+    w = write(
+        resource,
+        name,
+        namespace=namespace,
+        group=group,
+        subresource=subresource,
+        patch=b'{"metadata":{}}',
+    )
+    w.create = True
+    return w
+
+
+@pytest.mark.parametrize(
+    ("w", "reason"),
+    [
+        pytest.param(
+            _create("resourceclaims", "c", "default", group="resource.k8s.io"),
+            None,
+            id="declared-kind-in-the-pods-namespace",
+        ),
+        pytest.param(
+            _create("resourceclaims", "c", "kube-system", group="resource.k8s.io"),
+            guard.OTHER_NAMESPACE,
+            id="elsewhere",
+        ),
+        pytest.param(
+            _create(
+                "resourceclaims", "c", "default", group="resource.k8s.io", subresource="status"
+            ),
+            guard.SUBRESOURCE,
+            id="a-subresource",
+        ),
+        # Writes to the pod being scheduled are patches only: a create of the pod's own
+        # name is no patch of it.
+        pytest.param(_create("pods", "p", "default"), guard.UNDECLARED, id="the-pod-itself"),
+        pytest.param(_create("secrets", "s", "default"), guard.UNDECLARED, id="undeclared-kind"),
+    ],
+)
+def test_check_writes_creates_only_declared_kinds_in_the_pods_namespace(
+    w: pb.ObjectWrite, reason: str | None
+) -> None:
+    """ObjectWrite.create (protos/README.md, "Writes"): DynamicResources' claim
+    for a pod's extended resources."""
+    pod = pending("p")
+    declared: dict[str, tuple[ObjectKind, ...]] = {WRITER: (RESOURCE_CLAIMS,)}
+    got = guard.check_writes(pod, [w], declared)
+    assert [r.reason for r in got] == ([] if reason is None else [reason])

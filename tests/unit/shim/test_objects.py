@@ -72,6 +72,12 @@ class FakeApi:
         self.patches.append((path, patch))
         return {}
 
+    def create(self, path: str, body: JSON) -> JSON:
+        if path == self.fail_patch_on:
+            raise ApiError("POST", path, 409, b"already exists")
+        self.patches.append((f"POST {path}", body))
+        return body
+
 
 # -- sources -----------------------------------------------------------------------------------
 
@@ -384,3 +390,35 @@ async def test_written_objects_count_at_once_and_older_watch_events_are_ignored(
     )
     sources.written([(other, {"metadata": {"name": "p", "resourceVersion": "5"}})])
     assert ("", "pods", "ns", "p") not in state.objects
+
+
+def test_a_create_posts_the_object_under_the_refs_name_then_later_writes_follow() -> None:
+    """ObjectWrite.create: the object POSTed to its collection with the ref's
+    namespace and name (generateName dropped), in order with the patches."""
+    api = FakeApi()
+    create = pb.ObjectWrite(
+        ref=cpb.ObjectRef(
+            group="resource.k8s.io", resource="resourceclaims", namespace="ns", name="c"
+        ),
+        version="v1",
+        merge_patch=b'{"metadata":{"generateName":"p-","name":"x"},"spec":{}}',
+        plugin="DynamicResources",
+        create=True,
+    )
+    status = pb.ObjectWrite(
+        ref=create.ref, version="v1", subresource="status", merge_patch=b'{"status":{}}'
+    )
+    answers = perform_writes(cast(KubeApi, api), [create, status])
+    assert api.patches == [
+        (
+            "POST /apis/resource.k8s.io/v1/namespaces/ns/resourceclaims",
+            {"metadata": {"name": "c", "namespace": "ns"}, "spec": {}},
+        ),
+        ("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c/status", {"status": {}}),
+    ]
+    assert answers[0][1]["metadata"]["name"] == "c"
+    api = FakeApi()
+    api.fail_patch_on = "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims"
+    with pytest.raises(WriteFailed, match="409") as info:
+        perform_writes(cast(KubeApi, api), [create, status])
+    assert info.value.index == 0 and api.patches == []

@@ -3069,7 +3069,15 @@ type ObjectWrite struct {
 	// A JSON merge patch (RFC 7386, application/merge-patch+json).
 	MergePatch []byte `protobuf:"bytes,4,opt,name=merge_patch,json=mergePatch,proto3" json:"merge_patch,omitempty"`
 	// The plugin that asked for it.
-	Plugin        string `protobuf:"bytes,5,opt,name=plugin,proto3" json:"plugin,omitempty"`
+	Plugin string `protobuf:"bytes,5,opt,name=plugin,proto3" json:"plugin,omitempty"`
+	// Create the object instead of patching it: merge_patch is then the whole
+	// object, POSTed to the collection of ref's kind in ref.namespace under the
+	// name ref.name (the caller sets metadata.namespace and metadata.name from
+	// ref; a name the plugin chose, so later writes of the same list can name
+	// the object). subresource must be empty. The caller creates only kinds the
+	// plugin declares it writes, in the namespace of the pod being scheduled,
+	// never a pod. An object of that name already there fails the write (409).
+	Create        bool `protobuf:"varint,6,opt,name=create,proto3" json:"create,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3137,6 +3145,13 @@ func (x *ObjectWrite) GetPlugin() string {
 		return x.Plugin
 	}
 	return ""
+}
+
+func (x *ObjectWrite) GetCreate() bool {
+	if x != nil {
+		return x.Create
+	}
+	return false
 }
 
 // The result of Reserve, Unreserve, PreBind and PostBind.
@@ -4516,14 +4531,15 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x06totals\x18\x03 \x03(\x03R\x06totals\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x04 \x01(\x03R\n" +
-	"generation\"\xa9\x01\n" +
+	"generation\"\xc1\x01\n" +
 	"\vObjectWrite\x12%\n" +
 	"\x03ref\x18\x01 \x01(\v2\x13.berth.v1.ObjectRefR\x03ref\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12 \n" +
 	"\vsubresource\x18\x03 \x01(\tR\vsubresource\x12\x1f\n" +
 	"\vmerge_patch\x18\x04 \x01(\fR\n" +
 	"mergePatch\x12\x16\n" +
-	"\x06plugin\x18\x05 \x01(\tR\x06plugin\"\xbd\x03\n" +
+	"\x06plugin\x18\x05 \x01(\tR\x06plugin\x12\x16\n" +
+	"\x06create\x18\x06 \x01(\bR\x06create\"\xbd\x03\n" +
 	"\x0eStatusResponse\x12(\n" +
 	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12*\n" +
 	"\x05cycle\x18\x02 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x12-\n" +
