@@ -171,7 +171,9 @@ class ObjectWrite:
     PostBind (after; a failure is only logged). ``subresource`` is "" or e.g.
     "status". The runtime fills in the plugin's name. With ``create`` the
     caller creates the object instead: ``merge_patch`` is the whole object,
-    made under ``name`` in ``namespace`` (proto ObjectWrite.create)."""
+    made under ``name`` in ``namespace`` (proto ObjectWrite.create). With
+    ``delete`` the caller deletes it, ``merge_patch``'s metadata.uid (if any)
+    the precondition (proto ObjectWrite.delete)."""
 
     group: str
     version: str
@@ -181,6 +183,7 @@ class ObjectWrite:
     merge_patch: Mapping[str, Any]
     subresource: str = ""
     create: bool = False
+    delete: bool = False
 
     def to_proto(self, plugin: str) -> spb.ObjectWrite:
         """The proto ObjectWrite (scheduling.proto), attributed to ``plugin``."""
@@ -193,6 +196,7 @@ class ObjectWrite:
             merge_patch=json.dumps(self.merge_patch, separators=(",", ":")).encode(),
             plugin=plugin,
             create=self.create,
+            delete=self.delete,
         )
 
 

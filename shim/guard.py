@@ -198,10 +198,13 @@ def check_writes(
                 "status",
             )
             continue
-        if w.create and w.subresource:
-            refuse(SUBRESOURCE, "a create names no subresource")
+        if w.create and w.delete:
+            refuse(MALFORMED, "a write either creates or deletes")
             continue
-        if targets_pod(w, pod) and not w.create:
+        if (w.create or w.delete) and w.subresource:
+            refuse(SUBRESOURCE, "a create or delete names no subresource")
+            continue
+        if targets_pod(w, pod) and not (w.create or w.delete):
             continue
         kinds = declared.get(w.plugin, ())
         kind = declared_kind(kinds, w.ref.group, w.version, w.ref.resource)

@@ -15,7 +15,7 @@ A kind's ``label_selector`` is passed to the API server.
 
 ``perform_writes`` applies the ObjectWrites a PreBind or PostBind returned, in
 order, as JSON merge patches with the shim's credentials (a write with
-``create`` POSTs its object instead). A patch that carries
+``create`` POSTs its object instead, one with ``delete`` deletes it). A patch that carries
 ``metadata.resourceVersion`` (a precondition: the object as the plugin saw
 it) and follows an earlier write of the same list to the same object is sent
 with the version that earlier write's answer gave, since the shim's own write
@@ -409,6 +409,9 @@ class ObjectSources:
             src = self.sources.get((write.ref.group, write.ref.resource))
             if src is None or not isinstance(obj, dict):
                 continue
+            if write.delete:
+                # Its watch event removes it (a finalizer may keep it a while).
+                continue
             try:
                 record = object_record(src, obj)
             except (ObjectError, TypeError, ValueError) as exc:
@@ -503,6 +506,9 @@ def perform_writes(
         if w.create:
             answers.append((w, _create(api, i, w, patch)))
             continue
+        if w.delete:
+            answers.append((w, _delete(api, i, w, patch)))
+            continue
         if pod is not None and targets_pod(w, pod):
             meta = patch.setdefault("metadata", {})
             if isinstance(meta, dict):
@@ -549,6 +555,25 @@ def _create(api: KubeApi, index: int, w: pb.ObjectWrite, body: JSON) -> JSON:
     except ApiError as exc:
         raise WriteFailed(index, w, str(exc)) from exc
     log.info("%s: created for plugin %s", describe_write(w), w.plugin or "?")
+    return answer
+
+
+def _delete(api: KubeApi, index: int, w: pb.ObjectWrite, body: JSON) -> JSON:
+    """A write with ``delete``: the object ``ref`` names deleted, with the
+    body's metadata.uid, if any, as the precondition."""
+    if w.subresource or w.create:
+        raise WriteFailed(index, w, "a delete names no subresource and does not create")
+    meta = body.get("metadata")
+    uid = meta.get("uid") if isinstance(meta, dict) else None
+    ref = w.ref
+    try:
+        answer = api.delete(
+            object_path(ref.group, w.version, ref.resource, ref.namespace, ref.name),
+            uid=uid if isinstance(uid, str) else "",
+        )
+    except ApiError as exc:
+        raise WriteFailed(index, w, str(exc)) from exc
+    log.info("%s: deleted for plugin %s", describe_write(w), w.plugin or "?")
     return answer
 
 

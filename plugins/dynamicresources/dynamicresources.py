@@ -107,6 +107,7 @@ REASON_EXTENDED_MISSING: Final = "cannot fit resource"
 POST_FILTER_NO_CLAIMS: Final = "no new claims to deallocate"
 POST_FILTER_STILL: Final = "still not schedulable"
 POST_FILTER_DEALLOCATED: Final = "deallocation of ResourceClaim completed"
+POST_FILTER_DELETED: Final = "deletion of ResourceClaim completed"
 # kube-scheduler framework's ErrNotFound (cycle_state.go): a state key never written.
 STATE_NOT_FOUND: Final = "not found"
 # resource/v1 types.go, FirstAvailableDeviceRequestMaxSize: the most
@@ -649,16 +650,7 @@ class DynamicResources(
         if saved.empty:
             return None, Status.unschedulable(POST_FILTER_NO_CLAIMS)
         if saved.extended_found:
-            log.info(
-                "%s: pod %s: the claim %s/%s made for its extended resources in an earlier "
-                "cycle is in the way; upstream would delete it here (Berth's writes do not "
-                "delete: delete the claim to let the pod be scheduled anew)",
-                NAME,
-                pod.key,
-                pod.namespace,
-                saved.extended_found,
-            )
-            return None, Status.unschedulable(POST_FILTER_STILL)
+            return None, self._delete_extended_claim(state, pod, saved.extended_found)
         try:
             claims = self._claims(saved, pod)
         except ClaimProblem:
@@ -686,6 +678,46 @@ class DynamicResources(
                 )
                 return None, Status.unschedulable(POST_FILTER_DEALLOCATED)
         return None, Status.unschedulable(POST_FILTER_STILL)
+
+    def _delete_extended_claim(self, state: CycleState, pod: PodInfo, name: str) -> Status:
+        """PostFilter's end for a claim an earlier cycle made for the pod's
+        extended resources (deleteClaim): its finalizer removed (a merge patch
+        carrying the claim's resourceVersion), then the claim deleted (its uid
+        the precondition), so the next attempt makes a new one."""
+        kind = RESOURCE_CLAIMS
+        obj = self.handle.snapshot.object(kind.group, kind.resource, pod.namespace, name)
+        if obj is None:
+            return Status.unschedulable(POST_FILTER_STILL)
+        claim = Claim(obj)
+        log.info("%s: pod %s: deleting claim %s made in an earlier cycle", NAME, pod.key, claim.key)
+        if FINALIZER in claim.finalizers:
+            state.add_write(
+                ObjectWrite(
+                    kind.group,
+                    kind.version,
+                    kind.resource,
+                    claim.namespace,
+                    claim.name,
+                    {
+                        "metadata": {
+                            "resourceVersion": claim.resource_version,
+                            "finalizers": [f for f in claim.finalizers if f != FINALIZER],
+                        }
+                    },
+                )
+            )
+        state.add_write(
+            ObjectWrite(
+                kind.group,
+                kind.version,
+                kind.resource,
+                claim.namespace,
+                claim.name,
+                {"metadata": {"uid": claim.uid}},
+                delete=True,
+            )
+        )
+        return Status.unschedulable(POST_FILTER_DELETED)
 
     # -- Score -------------------------------------------------------------------------
 

@@ -484,6 +484,10 @@ SHIM_MAY = [
         name="c",
         subresource="status",
     ),
+    # The claim for a pod's DRA-backed extended resources: created at PreBind, and one an
+    # earlier cycle made deleted at PostFilter (ObjectWrite create and delete).
+    Access("create", "resourceclaims", "resource.k8s.io", namespace="default"),
+    Access("delete", "resourceclaims", "resource.k8s.io", namespace="default", name="c"),
     # The secure port's delegated authentication and authorization (system:auth-delegator).
     Access("create", "tokenreviews", "authentication.k8s.io"),
     Access("create", "subjectaccessreviews", "authorization.k8s.io"),
@@ -552,11 +556,9 @@ SHIM_MAY_NOT = [
     Access("patch", "volumeattachments", "storage.k8s.io", name="va"),
     Access("get", "csinodes", "storage.k8s.io", name="n"),
     Access("get", "persistentvolumes", name="pv"),
-    # DRA objects: claims read and patched, never updated, created or
-    # deleted; classes and slices only read.
+    # DRA objects: claims read, patched, created and deleted (above), never
+    # updated; classes and slices only read.
     Access("update", "resourceclaims", "resource.k8s.io", namespace="default", name="c"),
-    Access("create", "resourceclaims", "resource.k8s.io", namespace="default"),
-    Access("delete", "resourceclaims", "resource.k8s.io", namespace="default", name="c"),
     Access(
         "update",
         "resourceclaims",

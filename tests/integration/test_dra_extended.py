@@ -30,6 +30,7 @@ from tests.integration.shimtools import (
     profile_for,
     running,
     wait_for,
+    wait_unschedulable,
     write_config,
 )
 from tests.integration.test_dra import DRIVER, FINALIZER, RESOURCE, bound_node, claims_path
@@ -157,3 +158,77 @@ def test_the_scheduler_makes_the_claim_for_an_extended_resource_a_class_backs(
             assert claim["status"]["reservedFor"] == [
                 {"resource": "pods", "name": "ext", "uid": uid}
             ]
+
+
+def _gone(kube: KubeApi, path: str) -> bool:
+    try:
+        kube.get(path)
+    except ApiError as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False
+
+
+@pytest.mark.timeout(240)
+def test_a_claim_an_earlier_cycle_made_is_deleted_by_post_filter(
+    cluster: Cluster,
+    kube: KubeApi,
+    namespace: str,
+    gpus_on_one_node: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    """extended-resource-name-with-resources-has-claim on the real API server: the
+    pod's claim from an earlier cycle (with the finalizer) makes Filter reject every
+    node; PostFilter removes the finalizer and deletes the claim (ObjectWrite
+    ``delete``, its uid the precondition)."""
+    device_class, resource = gpus_on_one_node
+    profile = profile_for(namespace)
+    config = write_config(tmp_path / "scheduler-config.yaml", profile)
+    pod = objects.pod(
+        "stale",
+        namespace=namespace,
+        scheduler_name=profile,
+        node_selector={TEST_LABEL: namespace},
+        extended={resource: "1"},
+    )
+    objects.create_pods(kube, [pod])
+    uid = kube.get(pod_path(namespace, "stale"))["metadata"]["uid"]
+    name = "stale-extended-resources-bcdfg"
+    kube.create(
+        claims_path(namespace),
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {
+                "name": name,
+                "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": "stale",
+                        "uid": uid,
+                        "controller": True,
+                    }
+                ],
+                "finalizers": [FINALIZER],
+            },
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "container-0-request-2",
+                            "exactly": {"deviceClassName": device_class, "count": 1},
+                        }
+                    ]
+                }
+            },
+        },
+    )
+    shim = Shim(config, cluster.kubeconfig, tmp_path / "shim.log")
+    with running(shim.start()):
+        path = claims_path(namespace, name)
+        wait_for(lambda: _gone(kube, path), 90, "the earlier claim deleted", shim.log)
+        cond = wait_unschedulable(kube, namespace, "stale", shim)
+        assert "2 cannot schedule extended resource claim" in cond["message"], cond

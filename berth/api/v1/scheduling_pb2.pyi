@@ -1763,6 +1763,7 @@ class ObjectWrite(_message.Message):
     MERGE_PATCH_FIELD_NUMBER: _builtins.int
     PLUGIN_FIELD_NUMBER: _builtins.int
     CREATE_FIELD_NUMBER: _builtins.int
+    DELETE_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     """The API version of the resource, e.g. "v1"."""
     subresource: _builtins.str
@@ -1780,6 +1781,13 @@ class ObjectWrite(_message.Message):
     plugin declares it writes, in the namespace of the pod being scheduled,
     never a pod. An object of that name already there fails the write (409).
     """
+    delete: _builtins.bool
+    """Delete the object instead of patching it: merge_patch is then {} or an
+    object whose metadata.uid, when set, is the delete's precondition (another
+    object of that name is left alone: 409). subresource must be empty. The
+    caller deletes only kinds the plugin declares it writes, in the namespace
+    of the pod being scheduled, never a pod. At most one of create and delete.
+    """
     @_builtins.property
     def ref(self) -> _cluster_pb2.ObjectRef:
         """The object; for the pod being scheduled, group "" and resource "pods"."""
@@ -1793,10 +1801,11 @@ class ObjectWrite(_message.Message):
         merge_patch: _builtins.bytes = ...,
         plugin: _builtins.str = ...,
         create: _builtins.bool = ...,
+        delete: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ref", b"ref"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create", b"create", "merge_patch", b"merge_patch", "plugin", b"plugin", "ref", b"ref", "subresource", b"subresource", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create", b"create", "delete", b"delete", "merge_patch", b"merge_patch", "plugin", b"plugin", "ref", b"ref", "subresource", b"subresource", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

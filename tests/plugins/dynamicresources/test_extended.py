@@ -333,9 +333,12 @@ def ext_pod(*containers: Mapping[str, int]) -> pb.Pod:
 
 
 def made_claim(
-    requests: Sequence[Mapping[str, Any]], name: str = "my-pod-extended-resources-0"
+    requests: Sequence[Mapping[str, Any]],
+    name: str = "my-pod-extended-resources-0",
+    allocated: bool = False,
 ) -> pb.ClusterObject:
-    """extendedResourceClaim: made in an earlier cycle (my-pod-extended-resources-0)."""
+    """extendedResourceClaim: made in an earlier cycle (my-pod-extended-resources-0);
+    ``allocated``: on another node, with the finalizer (extendedResourceClaimNode2)."""
     obj = make_object(
         RESOURCE_CLAIMS,
         name,
@@ -347,6 +350,24 @@ def made_claim(
     data["metadata"]["ownerReferences"] = [
         {"apiVersion": "v1", "kind": "Pod", "name": POD, "uid": POD_UID, "controller": True}
     ]
+    data["metadata"]["uid"] = "uid-made"
+    data["metadata"]["resourceVersion"] = "7"
+    if allocated:
+        data["metadata"]["finalizers"] = ["other", FINALIZER]
+        data["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "container-0-request-0",
+                            "driver": DRIVER,
+                            "pool": "worker-2",
+                            "device": "instance-1",
+                        }
+                    ]
+                }
+            }
+        }
     obj.json = json.dumps(data).encode()
     return obj
 
@@ -373,6 +394,8 @@ class Case:
     requests: list[tuple[str, str, int]] | None = None
     devices: list[str] = field(default_factory=list)
     mappings: list[tuple[str, str, str]] = field(default_factory=list)
+    # PostFilter's writes: (subresource, delete, patch).
+    post_filter_writes: list[tuple[str, bool, dict[str, Any]]] = field(default_factory=list)
 
 
 CLASS_EXT = device_class(CLASS, EXT)
@@ -454,15 +477,26 @@ PLUGIN_CASES: dict[str, Case] = {
             ("con1", EXT, "container-1-request-0"),
         ],
     ),
-    # Upstream's PostFilter deletes the claim ("deletion of ResourceClaim
-    # completed"); Berth's PostFilter cannot write, so it says what to delete
-    # (README.md, Deviations).
     "extended-resource-name-with-resources-has-claim": Case(
         pod=ext_pod({EXT: 1}),
         classes=[CLASS_EXT],
         objects=[node_slice(), made_claim([req("container-0-request-0")])],
         filter=Status.unresolvable("cannot schedule extended resource claim"),
-        post_filter=Status.unschedulable("still not schedulable"),
+        post_filter=Status.unschedulable("deletion of ResourceClaim completed"),
+        post_filter_writes=[("", True, {"metadata": {"uid": "uid-made"}})],
+    ),
+    # extendedResourceClaimNode2: allocated (on another node), with the
+    # finalizer, which deleteClaim removes first.
+    "extended-resource-name-with-resources-delete-claim": Case(
+        pod=ext_pod({EXT: 1}),
+        classes=[CLASS_EXT],
+        objects=[node_slice(), made_claim([req("container-0-request-0")], allocated=True)],
+        filter=Status.unresolvable("cannot schedule extended resource claim"),
+        post_filter=Status.unschedulable("deletion of ResourceClaim completed"),
+        post_filter_writes=[
+            ("", False, {"metadata": {"resourceVersion": "7", "finalizers": ["other"]}}),
+            ("", True, {"metadata": {"uid": "uid-made"}}),
+        ],
     ),
 }
 
@@ -487,6 +521,14 @@ def test_plugin_extended_resources(name: str) -> None:
     if case.post_filter is not None:
         _, post = pl.post_filter(state, pod, {NODE: got})
         assert post == case.post_filter
+        assert [(w.subresource, w.delete, dict(w.merge_patch)) for w in state.writes] == (
+            case.post_filter_writes
+        )
+        assert all(
+            (w.resource, w.namespace, w.name)
+            == ("resourceclaims", NS, "my-pod-extended-resources-0")
+            for w in state.writes
+        )
     if not got.is_success:
         return
     assert pl.reserve(state, pod, NODE) == SUCCESS

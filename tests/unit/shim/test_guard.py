@@ -469,8 +469,15 @@ def test_check_writes_names_what_a_plugin_declares() -> None:
 
 
 def _create(
-    resource: str, name: str, namespace: str, *, group: str = "", subresource: str = ""
+    resource: str,
+    name: str,
+    namespace: str,
+    *,
+    group: str = "",
+    subresource: str = "",
+    delete: bool = False,
 ) -> pb.ObjectWrite:
+    """A write with create (or with delete, ``delete``)."""
     w = write(
         resource,
         name,
@@ -479,7 +486,16 @@ def _create(
         subresource=subresource,
         patch=b'{"metadata":{}}',
     )
-    w.create = True
+    if delete:
+        w.delete = True
+    else:
+        w.create = True
+    return w
+
+
+def _both(resource: str, name: str, namespace: str, *, group: str = "") -> pb.ObjectWrite:
+    w = _create(resource, name, namespace, group=group)
+    w.delete = True
     return w
 
 
@@ -507,13 +523,31 @@ def _create(
         # name is no patch of it.
         pytest.param(_create("pods", "p", "default"), guard.UNDECLARED, id="the-pod-itself"),
         pytest.param(_create("secrets", "s", "default"), guard.UNDECLARED, id="undeclared-kind"),
+        pytest.param(
+            _create("resourceclaims", "c", "default", group="resource.k8s.io", delete=True),
+            None,
+            id="delete-declared-kind-in-the-pods-namespace",
+        ),
+        pytest.param(
+            _create("resourceclaims", "c", "other", group="resource.k8s.io", delete=True),
+            guard.OTHER_NAMESPACE,
+            id="delete-elsewhere",
+        ),
+        pytest.param(
+            _create("pods", "p", "default", delete=True), guard.UNDECLARED, id="delete-the-pod"
+        ),
+        pytest.param(
+            _both("resourceclaims", "c", "default", group="resource.k8s.io"),
+            guard.MALFORMED,
+            id="create-and-delete",
+        ),
     ],
 )
-def test_check_writes_creates_only_declared_kinds_in_the_pods_namespace(
+def test_check_writes_creates_and_deletes_only_declared_kinds_in_the_pods_namespace(
     w: pb.ObjectWrite, reason: str | None
 ) -> None:
-    """ObjectWrite.create (protos/README.md, "Writes"): DynamicResources' claim
-    for a pod's extended resources."""
+    """ObjectWrite.create and .delete (protos/README.md, "Writes"):
+    DynamicResources' claim for a pod's extended resources."""
     pod = pending("p")
     declared: dict[str, tuple[ObjectKind, ...]] = {WRITER: (RESOURCE_CLAIMS,)}
     got = guard.check_writes(pod, [w], declared)

@@ -72,6 +72,10 @@ class FakeApi:
         self.patches.append((path, patch))
         return {}
 
+    def delete(self, path: str, *, uid: str = "", **params: Any) -> JSON:
+        self.patches.append((f"DELETE {path}", {"uid": uid}))
+        return {"metadata": {"name": path.rsplit("/", 1)[-1]}}
+
     def create(self, path: str, body: JSON) -> JSON:
         if path == self.fail_patch_on:
             raise ApiError("POST", path, 409, b"already exists")
@@ -422,3 +426,26 @@ def test_a_create_posts_the_object_under_the_refs_name_then_later_writes_follow(
     with pytest.raises(WriteFailed, match="409") as info:
         perform_writes(cast(KubeApi, api), [create, status])
     assert info.value.index == 0 and api.patches == []
+
+
+def test_a_delete_deletes_the_object_with_its_uid_as_the_precondition() -> None:
+    """ObjectWrite.delete: DELETE on the ref, metadata.uid the precondition; a
+    patch before it (the finalizer's removal) goes first."""
+    api = FakeApi()
+    ref = cpb.ObjectRef(
+        group="resource.k8s.io", resource="resourceclaims", namespace="ns", name="c"
+    )
+    unfinalize = pb.ObjectWrite(
+        ref=ref, version="v1", merge_patch=b'{"metadata":{"finalizers":[]}}'
+    )
+    delete = pb.ObjectWrite(
+        ref=ref, version="v1", merge_patch=b'{"metadata":{"uid":"u1"}}', delete=True
+    )
+    perform_writes(cast(KubeApi, api), [unfinalize, delete])
+    assert api.patches == [
+        (
+            "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c",
+            {"metadata": {"finalizers": []}},
+        ),
+        ("DELETE /apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c", {"uid": "u1"}),
+    ]

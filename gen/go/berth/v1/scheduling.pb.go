@@ -3077,7 +3077,13 @@ type ObjectWrite struct {
 	// the object). subresource must be empty. The caller creates only kinds the
 	// plugin declares it writes, in the namespace of the pod being scheduled,
 	// never a pod. An object of that name already there fails the write (409).
-	Create        bool `protobuf:"varint,6,opt,name=create,proto3" json:"create,omitempty"`
+	Create bool `protobuf:"varint,6,opt,name=create,proto3" json:"create,omitempty"`
+	// Delete the object instead of patching it: merge_patch is then {} or an
+	// object whose metadata.uid, when set, is the delete's precondition (another
+	// object of that name is left alone: 409). subresource must be empty. The
+	// caller deletes only kinds the plugin declares it writes, in the namespace
+	// of the pod being scheduled, never a pod. At most one of create and delete.
+	Delete        bool `protobuf:"varint,7,opt,name=delete,proto3" json:"delete,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3150,6 +3156,13 @@ func (x *ObjectWrite) GetPlugin() string {
 func (x *ObjectWrite) GetCreate() bool {
 	if x != nil {
 		return x.Create
+	}
+	return false
+}
+
+func (x *ObjectWrite) GetDelete() bool {
+	if x != nil {
+		return x.Delete
 	}
 	return false
 }
@@ -4531,7 +4544,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x06totals\x18\x03 \x03(\x03R\x06totals\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x04 \x01(\x03R\n" +
-	"generation\"\xc1\x01\n" +
+	"generation\"\xd9\x01\n" +
 	"\vObjectWrite\x12%\n" +
 	"\x03ref\x18\x01 \x01(\v2\x13.berth.v1.ObjectRefR\x03ref\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12 \n" +
@@ -4539,7 +4552,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\vmerge_patch\x18\x04 \x01(\fR\n" +
 	"mergePatch\x12\x16\n" +
 	"\x06plugin\x18\x05 \x01(\tR\x06plugin\x12\x16\n" +
-	"\x06create\x18\x06 \x01(\bR\x06create\"\xbd\x03\n" +
+	"\x06create\x18\x06 \x01(\bR\x06create\x12\x16\n" +
+	"\x06delete\x18\a \x01(\bR\x06delete\"\xbd\x03\n" +
 	"\x0eStatusResponse\x12(\n" +
 	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12*\n" +
 	"\x05cycle\x18\x02 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x12-\n" +
