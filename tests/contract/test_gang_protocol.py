@@ -109,12 +109,18 @@ async def test_post_filter_rpc_returns_the_signals_of_its_plugins(
 ) -> None:
     client = SchedulingClient(None, one_node(), stub=stub)
     pod = pod_with(fit="no")
+    # PostFilter follows the cycle's PreFilter and reads its state, as upstream's
+    # does (DynamicResources' PostFilter answers Error "not found" without it).
+    pre: pb.PreFilterResponse = await client.call(
+        stub.PreFilter, lambda st: pb.CycleRequest(profile=PROFILE, state=st, pod=pod)
+    )
     resp: pb.PostFilterResponse = await client.call(
         stub.PostFilter,
         lambda st: pb.PostFilterRequest(
             profile=PROFILE,
             state=st,
             pod=pod,
+            cycle=pre.cycle,
             rejected=[pb.NodeStatus(node="n1", status=pb.Status(code=pb.CODE_UNSCHEDULABLE))],
         ),
     )
