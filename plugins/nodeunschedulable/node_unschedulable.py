@@ -52,15 +52,13 @@ class NodeUnschedulable(FilterPlugin):
         """node_unschedulable.go, EventsToRegister (queueing hints on): a
         node added or made schedulable (UpdateNodeTaint covers
         spec.unschedulable turned off); a toleration added to the pod."""
+        node_added_or_uncordoned = ClusterEvent(
+            EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_TAINT
+        )
+        toleration_added = ClusterEvent(EventResource.POD, ActionType.UPDATE_POD_TOLERATION)
         return [
-            ClusterEventWithHint(
-                ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_TAINT),
-                self.is_schedulable_after_node_change,
-            ),
-            ClusterEventWithHint(
-                ClusterEvent(EventResource.POD, ActionType.UPDATE_POD_TOLERATION),
-                self.is_schedulable_after_pod_toleration_change,
-            ),
+            ClusterEventWithHint(node_added_or_uncordoned, self.is_schedulable_after_node_change),
+            ClusterEventWithHint(toleration_added, self.is_schedulable_after_pod_toleration_change),
         ]
 
     def is_schedulable_after_node_change(
