@@ -17,17 +17,14 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from berth.framework.objects import ClusterObject, ObjectKind
+from berth.framework.objects import ClusterObject
+from berth.framework.resourceapi import DEVICE_CLASSES
 
 __all__ = [
     "DEVICE_CLASSES",
     "DEVICE_CLASS_PREFIX",
     "DeviceClassResolver",
 ]
-
-DEVICE_CLASSES: Final = ObjectKind(
-    "resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False
-)
 
 # resource/v1 types.go, ResourceDeviceClassPrefix: every class backs the
 # extended resource of this prefix and its own name.

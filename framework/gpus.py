@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from berth.framework.model import NodeInfo
-from berth.framework.objects import ObjectKind
+from berth.framework.resourceapi import RESOURCE_CLAIMS, RESOURCE_SLICES
 from berth.framework.snapshot import Snapshot
 from berth.framework.units import QuantityError, parse_quantity, shorten
 
@@ -87,11 +87,6 @@ __all__ = [
     "read_node_gpus",
 ]
 
-RESOURCE_GROUP: Final = "resource.k8s.io"
-RESOURCE_SLICES: Final = ObjectKind(
-    RESOURCE_GROUP, "v1", "resourceslices", "ResourceSlice", namespaced=False
-)
-RESOURCE_CLAIMS: Final = ObjectKind(RESOURCE_GROUP, "v1", "resourceclaims", "ResourceClaim")
 
 # NVIDIA's DRA driver (k8s-dra-driver-gpu), the example driver
 # (kubernetes-sigs/dra-example-driver), AMD's and Intel's.

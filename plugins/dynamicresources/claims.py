@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from berth.api.v1 import cluster_pb2 as cpb
-from berth.framework.objects import ClusterObject, ObjectKind
+from berth.framework.objects import ClusterObject
+from berth.framework.resourceapi import (
+    DEVICE_CLASSES,
+    GROUP,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    VERSION,
+)
 from berth.framework.snapshot import Snapshot
 
 __all__ = [
@@ -37,9 +44,6 @@ __all__ = [
     "quote",
 ]
 
-GROUP: Final = "resource.k8s.io"
-VERSION: Final = "v1"
-RESOURCE_CLAIMS: Final = ObjectKind(GROUP, VERSION, "resourceclaims", "ResourceClaim")
 # resource/v1 types.go, ExtendedResourceClaimAnnotation: marks the claim the
 # scheduler made for a pod's DRA-backed extended resources (extended.py).
 EXTENDED_CLAIM_ANNOTATION: Final = "resource.kubernetes.io/extended-resource-claim"
@@ -47,10 +51,6 @@ EXTENDED_CLAIM_ANNOTATION: Final = "resource.kubernetes.io/extended-resource-cla
 # characters and gets 5 random characters.
 GENERATED_BASE: Final = 58
 GENERATED_RANDOM: Final = 5
-DEVICE_CLASSES: Final = ObjectKind(GROUP, VERSION, "deviceclasses", "DeviceClass", namespaced=False)
-RESOURCE_SLICES: Final = ObjectKind(
-    GROUP, VERSION, "resourceslices", "ResourceSlice", namespaced=False
-)
 # resource/v1 types.go, Finalizer: set on a claim the scheduler allocates, so
 # the resource claim controller deallocates it before it goes.
 FINALIZER: Final = "resource.kubernetes.io/delete-protection"
