@@ -119,10 +119,6 @@ UPSTREAM_DEFAULT_PLUGINS: tuple[tuple[str, int | None], ...] = (
     ("NodeDeclaredFeatures", None),
 )
 
-# Why an upstream default is not in Berth, logged when a profile's default set
-# leaves it out (docs/upstream-plugins.md has the longer story).
-LEFT_OUT_REASONS: dict[str, str] = {}
-
 # pkg/scheduler/framework/plugins/names/names.go: every in-tree plugin.
 UPSTREAM_PLUGIN_NAMES: frozenset[str] = frozenset(
     {
@@ -553,10 +549,7 @@ class _Parser:
                 "%s: upstream default plugins not available in Berth yet, left out of the "
                 "default set: %s",
                 self.source,
-                "; ".join(
-                    f"{n} ({LEFT_OUT_REASONS[n]})" if n in LEFT_OUT_REASONS else n
-                    for n in self._missing_defaults
-                ),
+                ", ".join(self._missing_defaults),
             )
         return result
 
