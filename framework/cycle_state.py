@@ -163,8 +163,9 @@ class CycleState:
     def add_write(self, write: ObjectWrite) -> None:
         """Asks the caller to apply ``write`` (a JSON merge patch) with its own
         credentials: honoured from PreBind (before binding; a failed write
-        fails the binding cycle), PostBind (after binding) and PostFilter
-        (after the failed cycle; a failure is only reported). Writes are
+        fails the binding cycle), PostBind (after binding), PostFilter
+        (after the failed cycle; a failure is only reported) and the binding
+        cycle's Unreserve (best effort, undoing PreBind's). Writes are
         performed in the order they were added."""
         if not isinstance(write, ObjectWrite):
             raise TypeError(f"add_write takes an ObjectWrite, got {type(write).__name__}")

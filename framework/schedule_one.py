@@ -452,7 +452,12 @@ def _reserve_and_permit(
         state.assume_annotations.clear()
     result.reserve_status = st
     if not st.is_success:
+        before = len(state.plugin_writes)
         fw.run_unreserve(state, pod, result.node)
+        # Unreserve's writes undo PreBind's, which this attempt never ran:
+        # the composite call does not return them (the binding cycle's
+        # Unreserve call does, server/handlers.py unreserve).
+        state.drop_writes_after(before)
         result.unreserve_signals = state.permit_signals[mark:]
         result.nominating_mode = NominatingMode.OVERRIDE
         state.take_activations()
@@ -466,7 +471,9 @@ def _reserve_and_permit(
     result.permit_signals = state.permit_signals[mark:]
     if not st.is_success and not st.is_wait:
         after_permit = len(state.permit_signals)
+        before = len(state.plugin_writes)
         fw.run_unreserve(state, pod, result.node)
+        state.drop_writes_after(before)
         result.unreserve_signals = state.permit_signals[after_permit:]
         result.nominating_mode = NominatingMode.OVERRIDE
         state.take_activations()

@@ -381,6 +381,9 @@ def unreserve(call: Call, request: pb.NodeRequest) -> pb.StatusResponse:
     state.take_activations()
     out = pb.StatusResponse(status=pb.Status(), cycle=cycle_to_pb(state), generation=c.generation)
     add_signals(out.signals, state.permit_signals)
+    # Writes undoing PreBind's (e.g. DynamicResources removing the pod from a
+    # claim's reservedFor), performed by the caller best effort.
+    add_writes(out, state)
     return out
 
 

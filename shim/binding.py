@@ -17,7 +17,8 @@ as a task of its own, never blocking the next scheduling cycle:
 6. PostBind and its writes (a failure there leaves the pod bound), the pods
    PreBind and PostBind asked to activate, the Scheduled event.
 
-Any failure before the pod is bound: Unreserve, the assumed pod forgotten,
+Any failure before the pod is bound: Unreserve (and its writes, best
+effort, undoing PreBind's), the assumed pod forgotten,
 the pod requeued with backoff through the scheduling failure handler
 (handleBindingCycleError).
 
@@ -449,6 +450,7 @@ class BindingCycle:
                         "Unreserve", profile, pod, node, cycle
                     )
                     self._waiting.signal(resp.signals)
+                    await self._unreserve_writes(profile, pod, list(resp.writes))
 
         pre_flight_error = req.pre_flight_error
         if pre_flight_error is not None:
@@ -621,6 +623,47 @@ class BindingCycle:
             self._recorders[profile].record(
                 pod_ref(pod), "Warning", "FailedPostBindWrite", "PostBind", str(exc)
             )
+
+    async def _unreserve_writes(
+        self, profile: str, pod: cpb.Pod, writes: list[pb.ObjectWrite]
+    ) -> None:
+        """Unreserve's writes (StatusResponse.writes, e.g. DynamicResources
+        removing the pod from a claim's reservedFor), checked as PreBind's are
+        (shim/guard.py). Best effort, as upstream's Unreserve only logs its
+        API errors: a refusal is logged and reported as an event on the pod,
+        a failed write is logged and the writes after it are still tried.
+        What the API server answered goes into the state at once."""
+        if not writes:
+            return
+        refused = self._refused_writes(profile, pod, "Unreserve", writes)
+        if refused:
+            self._recorders[profile].record(
+                pod_ref(pod),
+                "Warning",
+                "FailedUnreserveWrite",
+                "Unreserve",
+                f"Unreserve writes refused by the scheduler: {refused}",
+            )
+            return
+        rest = writes
+        while rest:
+            try:
+                answers = await self._workers.call(perform_writes, self._api, rest, pod)
+            except WriteFailed as exc:
+                log.warning(
+                    "pod %s/%s: Unreserve %s (left as it is; the next attempt sees it)",
+                    pod.namespace,
+                    pod.name,
+                    exc,
+                )
+                self._recorders[profile].record(
+                    pod_ref(pod), "Warning", "FailedUnreserveWrite", "Unreserve", str(exc)
+                )
+                rest = rest[exc.index + 1 :]
+                continue
+            if self._on_written is not None:
+                self._on_written(answers)
+            rest = []
 
     async def post_filter_writes(
         self, profile: str, pod: cpb.Pod, writes: list[pb.ObjectWrite]

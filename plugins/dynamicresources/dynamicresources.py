@@ -689,7 +689,12 @@ class DynamicResources(
         if obj is None:
             return Status.unschedulable(POST_FILTER_STILL)
         claim = Claim(obj)
-        log.info("%s: pod %s: deleting claim %s made in an earlier cycle", NAME, pod.key, claim.key)
+        log.info(
+            "%s: pod %s: deleting claim %s made for its extended resources",
+            NAME,
+            pod.key,
+            claim.key,
+        )
         if FINALIZER in claim.finalizers:
             state.add_write(
                 ObjectWrite(
@@ -804,9 +809,16 @@ class DynamicResources(
         return SUCCESS
 
     def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
-        """Unreserve: the allocation in flight goes with the caller's assumed
-        pod; the state forgets it."""
+        """Unreserve (dynamicresources.go Unreserve): the allocation in flight
+        goes with the caller's assumed pod; the state forgets it. A claim this
+        call's snapshot shows allocated and reserved for the pod (PreBind's
+        writes went through before the binding failed) gets the pod removed
+        from its reservedFor, and the claim PreBind made for the pod's
+        extended resources is deleted (unreserveExtendedResourceClaim): writes
+        the caller performs best effort, as upstream only logs their errors."""
         saved = state.get(STATE)
+        if saved is not None and not saved.empty:
+            self._unreserve_writes(state, saved, pod)
         if saved is not None and (saved.reserved or saved.extended_name):
             state.write(
                 STATE,
@@ -820,6 +832,47 @@ class DynamicResources(
                     extended_allocation={},
                 ),
             )
+
+    def _unreserve_writes(self, state: CycleState, saved: DraState, pod: PodInfo) -> None:
+        kind = RESOURCE_CLAIMS
+        snapshot = self.handle.snapshot
+        for name, uid in zip(saved.claims, saved.uids, strict=True):
+            obj = snapshot.object(kind.group, kind.resource, pod.namespace, name)
+            if obj is None or str(obj.metadata.get("uid") or "") != uid:
+                continue
+            claim = Claim(obj)
+            if claim.allocation is None or not claim.is_reserved_for(pod.uid):
+                continue
+            # Upstream sends a strategic merge patch deleting the pod's entry
+            # with the claim's uid as precondition; a merge patch replaces the
+            # whole list, so it carries the resourceVersion too (a claim
+            # changed meanwhile answers 409 and keeps the entry, which the
+            # resource claim controller drops once the pod is gone).
+            log.info("%s: pod %s: unreserving claim %s", NAME, pod.key, claim.key)
+            state.add_write(
+                ObjectWrite(
+                    kind.group,
+                    kind.version,
+                    kind.resource,
+                    claim.namespace,
+                    claim.name,
+                    {
+                        "metadata": {"uid": claim.uid, "resourceVersion": claim.resource_version},
+                        "status": {
+                            "reservedFor": [
+                                r for r in claim.reserved_for if str(r.get("uid") or "") != pod.uid
+                            ]
+                        },
+                    },
+                    subresource="status",
+                )
+            )
+        if saved.extended_name:
+            # Only a claim PreBind created is in the API; one Reserve only
+            # named stays in memory (isSpecialClaimName), nothing to delete.
+            obj = snapshot.object(kind.group, kind.resource, pod.namespace, saved.extended_name)
+            if obj is not None and Claim(obj).is_reserved_for(pod.uid):
+                self._delete_extended_claim(state, pod, saved.extended_name)
 
     # -- PreBind ---------------------------------------------------------------------------
 

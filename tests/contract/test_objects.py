@@ -87,6 +87,10 @@ class CardReserve(ReservePlugin, PreBindPlugin, PostBindPlugin):
     def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
         if "reject" in pod.labels:
             state.signal_waiting_pod(pod.labels["reject"], False, "gang member failed")
+        # Undoes PreBind's write (a merge patch's null removes the key).
+        state.add_write(
+            pod_write(pod.namespace, pod.name, {"metadata": {"annotations": {CARD: None}}})
+        )
 
     def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         card = pod.proto.annotations.get(CARD, "?")
@@ -270,6 +274,9 @@ async def test_reserve_annotations_writes_and_signals_come_back(
     assert [(s.pod_uid, s.plugin, s.allow, s.message) for s in unreserve.signals] == [
         ("waiting-uid", CardReserve.name, False, "gang member failed")
     ]
+    (undo,) = unreserve.writes
+    assert (undo.ref.resource, undo.ref.name, undo.plugin) == ("pods", "p", CardReserve.name)
+    assert json.loads(undo.merge_patch) == {"metadata": {"annotations": {CARD: None}}}
 
 
 async def test_schedule_returns_assume_annotations_and_batch_assumes_them(

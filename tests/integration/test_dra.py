@@ -7,7 +7,9 @@ ResourceClaims by name.
   (the pod) are written, with the allocation finalizer;
 * a second pod whose claim asks for the same (now taken) device stays pending with
   upstream's FailedScheduling text, and is never bound;
-* run with the plugins inside the shim and behind ``berth serve`` (gRPC).
+* run with the plugins inside the shim and behind ``berth serve`` (gRPC);
+* a binding that fails after PreBind's writes (refused by a fault-injecting proxy)
+  leaves the claim allocated but without the pod in ``reservedFor`` (Unreserve).
 
 Pods select this test's nodes (``berth.dev/test=<namespace>``): nodes, classes and
 slices are cluster-wide, so they carry the namespace in their names.
@@ -25,6 +27,7 @@ from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
 from berth.kube.errors import ApiError
 from berth.kube.rest import JSON, KubeApi
+from tests.integration.faultproxy import BINDING, Fault, fault_proxy
 from tests.integration.shimtools import (
     Server,
     Shim,
@@ -194,3 +197,41 @@ def test_claim_is_allocated_on_the_one_node_with_the_device_and_a_second_claim_w
             assert "allocation" not in kube.get(claims_path(namespace, "gpu-claim-2")).get(
                 "status", {}
             )
+
+
+@pytest.mark.timeout(180)
+def test_a_binding_that_fails_after_pre_bind_unreserves_the_claim(
+    cluster: Cluster,
+    kube: KubeApi,
+    namespace: str,
+    gpu_on_one_node: str,
+    tmp_path: Path,
+) -> None:
+    """dynamicresources.go Unreserve: every binding of the pod is refused (403) after
+    PreBind reserved the claim for it; Unreserve takes the pod out of the claim's
+    reservedFor (the shim performs the write), so while the pod waits for its retry the
+    claim is allocated and reserved for nobody. Once bindings go through, the pod is
+    bound and the claim reserved for it again."""
+    profile = profile_for(namespace)
+    config = write_config(tmp_path / "scheduler-config.yaml", profile)
+    kube.create(claims_path(namespace), claim("gpu-claim", gpu_on_one_node))
+    with fault_proxy(cluster, tmp_path / "proxy") as proxy:
+        refused = proxy.add(Fault("POST", BINDING, "answer", 403, times=2))
+        shim = Shim(config, proxy.kubeconfig, tmp_path / "shim.log")
+        with running(shim.start()):
+            objects.create_pods(kube, [pod_with_claim(namespace, "dra", profile, "gpu-claim")])
+            pod_uid = kube.get(pod_path(namespace, "dra"))["metadata"]["uid"]
+
+            def status() -> JSON:
+                return dict(kube.get(claims_path(namespace, "gpu-claim")).get("status") or {})
+
+            wait_for(lambda: len(refused.hits) >= 1, 60, "a binding refused", shim.log)
+            wait_for(
+                lambda: "allocation" in status() and not status().get("reservedFor"),
+                30,
+                "the claim unreserved after the failed binding",
+                shim.log,
+            )
+            assert not bound_node(kube, namespace, "dra")
+            wait_for(lambda: bool(bound_node(kube, namespace, "dra")), 90, "dra bound", shim.log)
+            assert status()["reservedFor"] == [{"resource": "pods", "name": "dra", "uid": pod_uid}]

@@ -1858,9 +1858,13 @@ class StatusResponse(_message.Message):
 
     @_builtins.property
     def writes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObjectWrite]:
-        """PreBind and PostBind: writes the caller performs, in order. After
-        PreBind, before binding; a failed write fails the binding cycle as a
-        PreBind error would (the caller unreserves).
+        """PreBind, PostBind and Unreserve: writes the caller performs, in order.
+        After PreBind, before binding; a failed write fails the binding cycle as
+        a PreBind error would (the caller unreserves). After Unreserve, best
+        effort: a failed write is only reported and the writes after it are still
+        tried (e.g. DynamicResources removing the pod from a claim's reservedFor
+        after the binding failed). The Unreserve a Schedule call runs after a
+        failed Reserve or Permit returns no writes (PreBind has not run).
         """
 
     @_builtins.property

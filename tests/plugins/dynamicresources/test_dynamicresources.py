@@ -935,3 +935,51 @@ def test_a_pod_another_pre_filter_rejects_ends_its_fit_error_in_not_found() -> N
     assert result.message == (
         '0/1 nodes are available: persistentvolumeclaim "nowhere" not found. not found'
     )
+
+
+# -- Unreserve ---------------------------------------------------------------------------------
+
+
+OTHER_REF = {"resource": "pods", "name": "other", "uid": "5678"}
+
+
+def test_unreserve_removes_the_pod_from_reserved_for() -> None:
+    """Unreserve (dynamicresources.go): a binding that failed after PreBind's
+    writes leaves the claim allocated and reserved for the pod; Unreserve
+    takes the pod out of reservedFor (other consumers stay), with the claim's
+    uid and resourceVersion as preconditions."""
+    snap = snapshot_of(
+        nodes(),
+        [],
+        [allocated(reserved_for=[OTHER_REF, POD_REF], rv="12"), device_class(), node_slice()],
+    )
+    pl = plugin_for(snap)
+    pod = PodInfo(pod_with_claim_name(CLAIM))
+    state = fresh_state()
+    _, st = pl.pre_filter(state, pod, batch_of(snap))
+    assert st == SUCCESS
+    assert pl.filter_nodes(state, pod, batch_of(snap)).status_of(0) == SUCCESS
+    assert pl.reserve(state, pod, NODE) == SUCCESS
+    pl.unreserve(state, pod, NODE)
+    writes = state.writes
+    assert [(w.group, w.resource, w.namespace, w.name, w.subresource) for w in writes] == [
+        ("resource.k8s.io", "resourceclaims", NS, CLAIM, "status")
+    ]
+    assert not writes[0].create and not writes[0].delete
+    assert writes[0].merge_patch == {
+        "metadata": {"uid": f"uid-{CLAIM}", "resourceVersion": "12"},
+        "status": {"reservedFor": [OTHER_REF]},
+    }
+
+
+def test_unreserve_before_prebind_writes_nothing() -> None:
+    """A claim not reserved for the pod (PreBind never wrote) gets no write."""
+    snap = snapshot_of(nodes(), [], [allocated(), device_class(), node_slice()])
+    pl = plugin_for(snap)
+    pod = PodInfo(pod_with_claim_name(CLAIM))
+    state = fresh_state()
+    pl.pre_filter(state, pod, batch_of(snap))
+    assert pl.filter_nodes(state, pod, batch_of(snap)).status_of(0) == SUCCESS
+    assert pl.reserve(state, pod, NODE) == SUCCESS
+    pl.unreserve(state, pod, NODE)
+    assert state.writes == []

@@ -673,3 +673,45 @@ def test_a_requests_index_counts_the_containers_cpu_and_memory() -> None:
     assert mappings == [
         {"containerName": "c", "resourceName": EXT, "requestName": "container-0-request-1"}
     ]
+
+
+def test_unreserve_deletes_the_claim_prebind_made() -> None:
+    """unreserveExtendedResourceClaim (extendeddynamicresources.go): a binding
+    that failed after PreBind created the claim for the pod's extended
+    resources deletes it: its finalizer removed (with the claim's
+    resourceVersion), then a delete with its uid as precondition."""
+    snap = snapshot_of([worker()], [], [CLASS_EXT, node_slice()])
+    pl = DynamicResources(None, handle_for(snap))
+    pod = PodInfo(ext_pod({EXT: 1}))
+    state = fresh_state()
+    pl.pre_filter(state, pod, batch_of(snap))
+    assert pl.filter_nodes(state, pod, batch_of(snap)).status_of(0) == SUCCESS
+    assert pl.reserve(state, pod, NODE) == SUCCESS
+    assert pl.pre_bind(state, pod, NODE) == SUCCESS
+    name = state.take_writes()[0][1].name
+    # The API server's claim after PreBind's writes, as the Unreserve call's
+    # snapshot carries it.
+    made = make_object(
+        RESOURCE_CLAIMS,
+        name,
+        NS,
+        spec={"devices": {"requests": []}},
+        status={"reservedFor": [{"resource": "pods", "name": POD, "uid": POD_UID}]},
+    )
+    data = json.loads(made.json)
+    data["metadata"].update({"uid": "made", "resourceVersion": "7", "finalizers": [FINALIZER]})
+    made.json = json.dumps(data).encode()
+    after = snapshot_of([worker()], [], [CLASS_EXT, node_slice(), made])
+    DynamicResources(None, handle_for(after)).unreserve(state, pod, NODE)
+    assert [
+        (w.resource, w.name, w.subresource, w.delete, dict(w.merge_patch)) for w in state.writes
+    ] == [
+        (
+            "resourceclaims",
+            name,
+            "",
+            False,
+            {"metadata": {"resourceVersion": "7", "finalizers": []}},
+        ),
+        ("resourceclaims", name, "", True, {"metadata": {"uid": "made"}}),
+    ]

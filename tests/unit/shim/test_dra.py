@@ -15,6 +15,7 @@ from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
 from berth.framework.testing import make_node, make_pod
+from berth.kube.errors import ApiError
 from berth.kube.rest import KubeApi
 from berth.plugins.dynamicresources import RESOURCE_CLAIMS
 from berth.shim.events import EventRecorder, ObjectRef
@@ -34,6 +35,8 @@ class PlaceEverywhere:
         self.profiles: dict[str, Any] = {}
         self.address = "fake"
         self.asked: list[str] = []
+        self.calls: list[tuple[str, str]] = []
+        self.unreserve_writes: list[pb.ObjectWrite] = []
         self.declared_writes = {PROFILE: {"DynamicResources": (RESOURCE_CLAIMS,)}}
 
     async def sort_keys(self, profile: str, pods: Sequence[pb.QueuedPod]) -> list[SortKey]:
@@ -68,7 +71,7 @@ class PlaceEverywhere:
             node="n1",
             reserve_status=pb.Status(),
             permit=pb.PermitResponse(status=pb.Status()),
-            pre_bind_skip=True,
+            pre_bind_skip=not pod.name.startswith("unbindable"),
         )
 
     async def schedule(self, profile: str, pod: cpb.Pod, start: int) -> pb.ScheduleResponse:
@@ -82,9 +85,35 @@ class PlaceEverywhere:
     async def node_call(
         self, method: str, profile: str, pod: cpb.Pod, node: str, cycle: pb.CycleState
     ) -> Any:
+        self.calls.append((method, pod.name))
         if method == "Bind":
+            if pod.name.startswith("unbindable"):
+                return pb.BindResponse(status=pb.Status(code=pb.CODE_ERROR, reasons=["refused"]))
             return pb.BindResponse(bound_by="DefaultBinder", caller_binds=True, node=node)
+        if method == "PreBind" and pod.name.startswith("unbindable"):
+            return pb.StatusResponse(writes=[claim_write(pod, "reserve", "gpu")])
+        if method == "Unreserve" and pod.name.startswith("unbindable"):
+            return pb.StatusResponse(writes=list(self.unreserve_writes))
         return pb.StatusResponse()
+
+
+def claim_write(
+    pod: cpb.Pod,
+    tag: str,
+    claim: str,
+    resource: str = "resourceclaims",
+    group: str = "resource.k8s.io",
+) -> pb.ObjectWrite:
+    """A status merge patch on a claim of ``pod``'s, ``tag`` telling writes apart."""
+    return pb.ObjectWrite(
+        ref=cpb.ObjectRef(
+            group=group, resource=resource, namespace=pod.namespace, name=f"{pod.name}-{claim}"
+        ),
+        version="v1",
+        subresource="status",
+        merge_patch=b'{"status":{"tag":"' + tag.encode() + b'"}}',
+        plugin="DynamicResources",
+    )
 
 
 class Api:
@@ -95,6 +124,8 @@ class Api:
 
     def merge_patch(self, path: str, patch: Any) -> Any:
         self.patches.append((path, patch))
+        if "broken" in path:
+            raise ApiError("PATCH", path, 409, b'{"reason":"Conflict"}')
         return {"metadata": {"name": path.rsplit("/", 2)[-2], "resourceVersion": "8"}}
 
     def strategic_patch(self, path: str, patch: Any) -> None:
@@ -186,3 +217,52 @@ async def test_a_failed_cycles_post_filter_writes_are_performed(
     ]
     assert [e[1] for e in recorder.events if e[0] == "stuck"] == ["FailedScheduling"]
     assert not s.cache.is_assumed("stuck")
+
+
+CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
+
+
+async def bind_and_fail(
+    sched: tuple[Scheduler, PlaceEverywhere, Api, Recorder], writes: Sequence[pb.ObjectWrite]
+) -> None:
+    s, service, _, _ = sched
+    service.unreserve_writes = list(writes)
+    await s.scheduling_cycle.schedule(await popped(s, with_claims("unbindable", "gpu")))
+    await asyncio.wait_for(asyncio.gather(*s.tasks), 5.0)
+    assert [m for m, p in service.calls if p == "unbindable"] == ["PreBind", "Bind", "Unreserve"]
+    assert not s.cache.is_assumed("unbindable")
+
+
+async def test_unreserve_writes_are_performed_after_a_failed_binding(
+    sched: tuple[Scheduler, PlaceEverywhere, Api, Recorder],
+) -> None:
+    """StatusResponse.writes of the binding cycle's Unreserve (DynamicResources
+    taking the pod out of reservedFor, dynamicresources.go Unreserve): applied
+    after PreBind's, best effort: a failed write is reported on the pod and the
+    writes after it are still tried."""
+    _, _, api, recorder = sched
+    pod = with_claims("unbindable", "gpu")
+    await bind_and_fail(sched, [claim_write(pod, "a", "broken"), claim_write(pod, "b", "gpu")])
+    assert api.patches == [
+        (f"{CLAIMS}/unbindable-gpu/status", {"status": {"tag": "reserve"}}),
+        (f"{CLAIMS}/unbindable-broken/status", {"status": {"tag": "a"}}),
+        (f"{CLAIMS}/unbindable-gpu/status", {"status": {"tag": "b"}}),
+    ]
+    failed = [e for e in recorder.events if e[1] == "FailedUnreserveWrite"]
+    assert len(failed) == 1 and "unbindable-broken" in failed[0][2]
+
+
+async def test_unreserve_writes_are_guarded(
+    sched: tuple[Scheduler, PlaceEverywhere, Api, Recorder],
+) -> None:
+    """Unreserve's writes are checked as PreBind's (shim/guard.py): a kind the
+    plugin does not declare refuses the whole list, nothing is written."""
+    _, _, api, recorder = sched
+    pod = with_claims("unbindable", "gpu")
+    await bind_and_fail(
+        sched,
+        [claim_write(pod, "a", "gpu"), claim_write(pod, "b", "pv", "persistentvolumes", "")],
+    )
+    assert api.patches == [(f"{CLAIMS}/unbindable-gpu/status", {"status": {"tag": "reserve"}})]
+    refused = [e for e in recorder.events if e[1] == "FailedUnreserveWrite"]
+    assert len(refused) == 1 and "refused by the scheduler" in refused[0][2]
