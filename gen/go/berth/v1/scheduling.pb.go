@@ -3175,9 +3175,13 @@ type StatusResponse struct {
 	Status *Status `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
 	// The cycle's state after the call.
 	Cycle *CycleState `protobuf:"bytes,2,opt,name=cycle,proto3" json:"cycle,omitempty"`
-	// PreBind and PostBind: writes the caller performs, in order. After
-	// PreBind, before binding; a failed write fails the binding cycle as a
-	// PreBind error would (the caller unreserves).
+	// PreBind, PostBind and Unreserve: writes the caller performs, in order.
+	// After PreBind, before binding; a failed write fails the binding cycle as
+	// a PreBind error would (the caller unreserves). After Unreserve, best
+	// effort: a failed write is only reported and the writes after it are still
+	// tried (e.g. DynamicResources removing the pod from a claim's reservedFor
+	// after the binding failed). The Unreserve a Schedule call runs after a
+	// failed Reserve or Permit returns no writes (PreBind has not run).
 	Writes []*ObjectWrite `protobuf:"bytes,3,rep,name=writes,proto3" json:"writes,omitempty"`
 	// Reserve: annotations the caller puts on its copy of the assumed pod, so
 	// the cluster state it sends carries them and later cycles account for
