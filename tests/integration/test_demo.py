@@ -215,7 +215,7 @@ def test_demo_config_loads_with_both_profiles() -> None:
     assert "LowCpuScheduler" in [r.name for r in seed["score"]]
     assert [r.name for r in seed["permit"]] == ["Coscheduling"]
     # VolumeBinding comes with upstream's default plugins (multiPoint), before the seed's.
-    assert [r.name for r in seed["preBind"]] == ["VolumeBinding", "GPUCardFit"]
+    assert [r.name for r in seed["preBind"]] == ["VolumeBinding", "DynamicResources", "GPUCardFit"]
     assert profiles[SEED_PROFILE].plugin_args["LowCpuScheduler"].metrics_poll_seconds == 1
     # berth-demo is upstream's defaults, nothing of the seeds.
     plain = {r.name for refs in profiles[PROFILE].plugins.values() for r in refs}
