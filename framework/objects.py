@@ -185,6 +185,32 @@ class ObjectWrite:
     create: bool = False
     delete: bool = False
 
+    @classmethod
+    def of_kind(
+        cls,
+        kind: ObjectKind,
+        namespace: str,
+        name: str,
+        merge_patch: Mapping[str, Any],
+        *,
+        subresource: str = "",
+        create: bool = False,
+        delete: bool = False,
+    ) -> ObjectWrite:
+        """A write to an object of a kind the plugin declares (its group,
+        version and resource)."""
+        return cls(
+            kind.group,
+            kind.version,
+            kind.resource,
+            namespace,
+            name,
+            merge_patch,
+            subresource=subresource,
+            create=create,
+            delete=delete,
+        )
+
     def to_proto(self, plugin: str) -> spb.ObjectWrite:
         """The proto ObjectWrite (scheduling.proto), attributed to ``plugin``."""
         return spb.ObjectWrite(

@@ -663,10 +663,8 @@ class DynamicResources(
             ):
                 log.info("%s: pod %s: deallocating claim %s", NAME, pod.key, claim.key)
                 state.add_write(
-                    ObjectWrite(
-                        RESOURCE_CLAIMS.group,
-                        RESOURCE_CLAIMS.version,
-                        RESOURCE_CLAIMS.resource,
+                    ObjectWrite.of_kind(
+                        RESOURCE_CLAIMS,
                         claim.namespace,
                         claim.name,
                         {
@@ -697,10 +695,8 @@ class DynamicResources(
         )
         if FINALIZER in claim.finalizers:
             state.add_write(
-                ObjectWrite(
-                    kind.group,
-                    kind.version,
-                    kind.resource,
+                ObjectWrite.of_kind(
+                    kind,
                     claim.namespace,
                     claim.name,
                     {
@@ -712,10 +708,8 @@ class DynamicResources(
                 )
             )
         state.add_write(
-            ObjectWrite(
-                kind.group,
-                kind.version,
-                kind.resource,
+            ObjectWrite.of_kind(
+                kind,
                 claim.namespace,
                 claim.name,
                 {"metadata": {"uid": claim.uid}},
@@ -850,10 +844,8 @@ class DynamicResources(
             # resource claim controller drops once the pod is gone).
             log.info("%s: pod %s: unreserving claim %s", NAME, pod.key, claim.key)
             state.add_write(
-                ObjectWrite(
-                    kind.group,
-                    kind.version,
-                    kind.resource,
+                ObjectWrite.of_kind(
+                    kind,
                     claim.namespace,
                     claim.name,
                     {
@@ -972,10 +964,8 @@ def bind_claim(
         finalizers = claim.finalizers
         if FINALIZER not in finalizers:
             writes.append(
-                ObjectWrite(
-                    RESOURCE_CLAIMS.group,
-                    RESOURCE_CLAIMS.version,
-                    RESOURCE_CLAIMS.resource,
+                ObjectWrite.of_kind(
+                    RESOURCE_CLAIMS,
                     claim.namespace,
                     claim.name,
                     {"metadata": {"resourceVersion": rv, "finalizers": [*finalizers, FINALIZER]}},
@@ -988,10 +978,8 @@ def bind_claim(
         status["allocation"] = {"allocationTimestamp": _now_rfc3339()}
     status["reservedFor"] = [*claim.reserved_for, pod_consumer(pod)]
     writes.append(
-        ObjectWrite(
-            RESOURCE_CLAIMS.group,
-            RESOURCE_CLAIMS.version,
-            RESOURCE_CLAIMS.resource,
+        ObjectWrite.of_kind(
+            RESOURCE_CLAIMS,
             claim.namespace,
             claim.name,
             {"metadata": {"resourceVersion": rv}, "status": status},
@@ -1010,19 +998,15 @@ def extended_claim_writes(saved: DraState, pod: cpb.Pod) -> list[ObjectWrite]:
     kind = RESOURCE_CLAIMS
     name = saved.extended_name
     return [
-        ObjectWrite(
-            kind.group,
-            kind.version,
-            kind.resource,
+        ObjectWrite.of_kind(
+            kind,
             pod.namespace,
             name,
             claim_object(pod, name, saved.extended_requests, finalizers=[FINALIZER]),
             create=True,
         ),
-        ObjectWrite(
-            kind.group,
-            kind.version,
-            kind.resource,
+        ObjectWrite.of_kind(
+            kind,
             pod.namespace,
             name,
             {
