@@ -20,7 +20,7 @@ from berth.shim.healthchecks import ApiServerProbe, HealthChecks
 from berth.shim.leader import LeaderElector
 from berth.shim.scheduler import Scheduler, ShimOptions
 from berth.shim.service import PluginService
-from berth.shim.serving import SecureServingOptions
+from berth.shim.serving import DebugRoutes, SecureServingOptions
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +132,10 @@ async def run(settings: ShimSettings) -> int:
             return True, f"ok: standing by (lease held by {elector.observed_holder() or 'nobody'})"
         return False, "informers not synced yet"
 
+    loop = asyncio.get_running_loop()
+    # The secure port's authenticated routes (/configz, /debug/...): each
+    # component adds its own here, before the port opens.
+    routes = DebugRoutes(loop)
     health = None
     probe = None
     if settings.metrics_listen:
@@ -141,7 +145,7 @@ async def run(settings: ShimSettings) -> int:
         checks = HealthChecks(
             readiness, watchdog=elector.check if elector is not None else None, api_server=probe
         )
-        health = HealthServer(settings.metrics_listen, checks, secure)
+        health = HealthServer(settings.metrics_listen, checks, secure, routes)
         health.start()
         log.info(
             "health and metrics on %s://%s (port %d)%s",
@@ -154,7 +158,6 @@ async def run(settings: ShimSettings) -> int:
             + (" (self-signed certificate)" if secure.certificate.self_signed else ""),
         )
 
-    loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

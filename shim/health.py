@@ -7,6 +7,8 @@ HTTP to anyone (``--insecure-metrics``).
   answers (the leader-election watchdog, the API server's reachability, the
   scheduler's readiness).
 - ``/metrics``: the Prometheus registry (kube-scheduler's metric names).
+- every route of a ``shim.serving.DebugRoutes`` registry (``/configz``,
+  ``/debug/...``), authenticated and authorized like ``/metrics``.
 
 A request must arrive whole within ``REQUEST_HEAD_TIMEOUT`` seconds of its
 connection's start (after the TLS handshake, which has its own deadline), as
@@ -22,12 +24,14 @@ import logging
 import socket
 import threading
 import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from berth.shim.healthchecks import HealthChecks
+from berth.shim.serving import DebugRequest, DebugRoutes
 
 if TYPE_CHECKING:
     from berth.shim.serving import SecureServing
@@ -36,6 +40,9 @@ log = logging.getLogger(__name__)
 
 # secure_serving.go's ReadHeaderTimeout; also the bound on writing the answer.
 REQUEST_HEAD_TIMEOUT = 32.0
+# Query parameters a debug route's request may carry (the request line itself
+# is bounded by http.server at 64 KiB).
+MAX_QUERY_FIELDS = 64
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -61,7 +68,11 @@ class _DeadlineReader(io.RawIOBase):
 
 class HealthServer:
     def __init__(
-        self, address: str, checks: HealthChecks, secure: SecureServing | None = None
+        self,
+        address: str,
+        checks: HealthChecks,
+        secure: SecureServing | None = None,
+        routes: DebugRoutes | None = None,
     ) -> None:
         host, _, port = address.rpartition(":")
         if not port.isdigit():
@@ -69,6 +80,8 @@ class HealthServer:
                 f"--metrics-listen {address!r}: expected HOST:PORT, e.g. 0.0.0.0:10259"
             )
         answers = {"/healthz": checks.healthz, "/livez": checks.livez, "/readyz": checks.readyz}
+        debug = routes if routes is not None else DebugRoutes()
+        self.routes = debug
 
         class Handler(BaseHTTPRequestHandler):
             def setup(self) -> None:
@@ -80,7 +93,7 @@ class HealthServer:
                 self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline))
 
             def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
+                path, _, query = self.path.partition("?")
                 refusal = secure.refuse(self, path) if secure is not None else None
                 if refusal is not None:
                     self._send(refusal.code, refusal.body, refusal.content_type)
@@ -92,9 +105,23 @@ class HealthServer:
                 elif path == "/metrics":
                     self._send(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
                 else:
-                    self._send(
-                        404, b"not found: try /healthz, /livez, /readyz or /metrics", "text/plain"
+                    self._debug(path, query)
+
+            def _debug(self, path: str, query: str) -> None:
+                try:
+                    parsed = urllib.parse.parse_qs(
+                        query, keep_blank_values=True, max_num_fields=MAX_QUERY_FIELDS
                     )
+                except ValueError:
+                    self._send(400, b"too many query parameters", "text/plain")
+                    return
+                request = DebugRequest(path, {k: tuple(v) for k, v in parsed.items()})
+                answer = debug.serve(request)
+                if answer is None:
+                    known = ["/healthz", "/livez", "/readyz", "/metrics", *debug.paths()]
+                    self._send(404, f"not found: try {', '.join(known)}".encode(), "text/plain")
+                else:
+                    self._send(answer.code, answer.body, answer.content_type)
 
             def _send(self, code: int, body: bytes, ctype: str) -> None:
                 # The whole answer within the bound (sendall's timeout is its total).

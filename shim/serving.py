@@ -14,16 +14,27 @@ authenticated by its certificate). TLS 1.2 at least.
 Each connection's handshake runs on that connection's own thread with a
 deadline, so a client that connects and sends nothing holds one thread for at
 most ``HANDSHAKE_TIMEOUT`` and never the accepting thread.
+
+Beside the health and metrics endpoints the port serves the routes of a
+``DebugRoutes`` registry (``/configz``, ``/debug/...``): GET only, each request
+authenticated and authorized like ``/metrics`` (a SubjectAccessReview of get on
+the path), as kube-scheduler's handler chain guards its /configz and
+/debug/pprof (cmd/kube-scheduler/app/server.go ``buildHandlerChain``). A
+component adds its route with ``DebugRoutes.register``; see its docstring.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import inspect
 import logging
 import os
 import socket
 import ssl
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -40,6 +51,160 @@ from berth.shim.delegation import (
 log = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT = 10.0
+
+# The longest a route run on the event loop may take before it is answered 503.
+DEBUG_ROUTE_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class DebugRequest:
+    """What a debug route is handed: the path and its decoded query
+    (``?pod=ns/name&pod=...`` gives ``{"pod": ("ns/name", ...)}``). The caller
+    is already authenticated and authorized for the path."""
+
+    path: str
+    query: Mapping[str, tuple[str, ...]]
+
+    def arg(self, name: str, default: str | None = None) -> str | None:
+        """The last value of query parameter ``name``, else ``default``."""
+        values = self.query.get(name)
+        return values[-1] if values else default
+
+
+@dataclass(frozen=True, slots=True)
+class DebugAnswer:
+    """A debug route's answer."""
+
+    code: int
+    body: bytes
+    content_type: str = "text/plain; charset=utf-8"
+
+    @classmethod
+    def text(cls, text: str, code: int = 200) -> DebugAnswer:
+        return cls(code, text.encode())
+
+    @classmethod
+    def json(cls, body: bytes, code: int = 200) -> DebugAnswer:
+        return cls(code, body, "application/json")
+
+
+DebugHandler = Callable[[DebugRequest], "DebugAnswer | Awaitable[DebugAnswer]"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    handler: DebugHandler
+    on_loop: bool
+    timeout: float
+
+
+class DebugRoutes:
+    """The secure port's authenticated routes beyond health and metrics.
+
+    ``register(path, handler)`` adds one; the port then answers ``GET path`` to
+    callers the API server authorizes for it (``get`` on the non-resource path,
+    as for /metrics; with ``--insecure-metrics``, to anyone), and 404 to every
+    path not registered. For example, with ``routes`` the shim's registry
+    (shim/app.py makes it before the scheduler starts)::
+
+        def explain(req: DebugRequest) -> DebugAnswer:
+            pod = req.arg("pod")
+            ...
+            return DebugAnswer.json(orjson.dumps(result))
+
+        routes.register("/debug/explain", explain)
+
+    A handler runs, by default, on the shim's event loop (the scheduler's
+    cache, queue and snapshot are safe to read there and nowhere else), so it
+    must not block; it may be a coroutine function (``async def``), awaited on
+    the loop. It has ``timeout`` seconds (``DEBUG_ROUTE_TIMEOUT``) before the
+    caller gets 503 and the handler is cancelled. ``on_loop=False`` runs a
+    plain function on the request's own thread instead, for a handler that
+    blocks by design (a CPU profile over N seconds) and touches no loop state;
+    it bounds itself. A handler that raises is answered 500 and logged.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop
+        self._routes: dict[str, _Route] = {}
+        self._lock = threading.Lock()
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The event loop on which ``on_loop`` handlers run."""
+        self._loop = loop
+
+    def register(
+        self,
+        path: str,
+        handler: DebugHandler,
+        *,
+        on_loop: bool = True,
+        timeout: float = DEBUG_ROUTE_TIMEOUT,
+    ) -> None:
+        """Serve ``GET path`` with ``handler``; ValueError for a path that
+        does not start with ``/``, one already registered, or one of the
+        health and metrics endpoints."""
+        if not path.startswith("/") or "?" in path:
+            raise ValueError(f"debug route {path!r}: a path starting with /, without a query")
+        if path in RESERVED_PATHS:
+            raise ValueError(f"debug route {path!r}: the port serves that path itself")
+        with self._lock:
+            if path in self._routes:
+                raise ValueError(f"debug route {path!r} is registered twice")
+            self._routes[path] = _Route(handler, on_loop, timeout)
+
+    def paths(self) -> list[str]:
+        with self._lock:
+            return sorted(self._routes)
+
+    def __contains__(self, path: object) -> bool:
+        with self._lock:
+            return path in self._routes
+
+    def serve(self, request: DebugRequest) -> DebugAnswer | None:
+        """The route's answer; None when no route has the path. Called on the
+        request's thread."""
+        with self._lock:
+            route = self._routes.get(request.path)
+        if route is None:
+            return None
+        try:
+            if not route.on_loop:
+                answer = route.handler(request)
+                if inspect.isawaitable(answer):
+                    raise TypeError("an on_loop=False debug handler must not be async")
+                return answer
+            return self._on_loop(route, request)
+        except concurrent.futures.TimeoutError:
+            log.warning("debug route %s took more than %gs", request.path, route.timeout)
+            return DebugAnswer.text(
+                f"{request.path} did not answer within {route.timeout:g}s\n", 503
+            )
+        except Exception:
+            log.exception("debug route %s failed", request.path)
+            return DebugAnswer.text(f"{request.path} failed; the shim's log has why\n", 500)
+
+    def _on_loop(self, route: _Route, request: DebugRequest) -> DebugAnswer:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return DebugAnswer.text("the scheduler is not running\n", 503)
+
+        async def call() -> DebugAnswer:
+            answer = route.handler(request)
+            if inspect.isawaitable(answer):
+                return await answer
+            return answer
+
+        future = asyncio.run_coroutine_threadsafe(call(), loop)
+        try:
+            return future.result(route.timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+
+
+# Served by shim.health.HealthServer itself; no debug route may take them.
+RESERVED_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/metrics"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,4 +339,15 @@ class SecureServingOptions:
         return SecureServing(self.certificate, auth)
 
 
-__all__ = ["HANDSHAKE_TIMEOUT", "SecureServing", "SecureServingOptions", "ServingCertificate"]
+__all__ = [
+    "DEBUG_ROUTE_TIMEOUT",
+    "HANDSHAKE_TIMEOUT",
+    "RESERVED_PATHS",
+    "DebugAnswer",
+    "DebugHandler",
+    "DebugRequest",
+    "DebugRoutes",
+    "SecureServing",
+    "SecureServingOptions",
+    "ServingCertificate",
+]

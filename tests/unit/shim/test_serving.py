@@ -7,9 +7,11 @@ server's."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +24,14 @@ from berth.shim import health as health_module
 from berth.shim.delegation import DelegatedAuth
 from berth.shim.health import HealthServer
 from berth.shim.healthchecks import HealthChecks
-from berth.shim.serving import SecureServing, SecureServingOptions, ServingCertificate
+from berth.shim.serving import (
+    DebugAnswer,
+    DebugRequest,
+    DebugRoutes,
+    SecureServing,
+    SecureServingOptions,
+    ServingCertificate,
+)
 from tests.contract.tlscerts import CA
 from tests.unit.shim.test_delegation import FakeReviews
 
@@ -221,3 +230,130 @@ def test_secure_serving_flags() -> None:
             options(*flags)
     with pytest.raises(SystemExit):
         parser.parse_args(["shim", "--authentication-token-webhook-cache-ttl", "soon"])
+
+
+# The debug route registry (shim/serving.py DebugRoutes): routes behind the same
+# authentication and authorization as /metrics, as kube-scheduler's handler chain guards
+# /configz and /debug/pprof (cmd/kube-scheduler/app/server.go buildHandlerChain).
+
+
+@pytest.fixture
+def loop_thread() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield loop
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+
+
+def _serve_routes(routes: DebugRoutes) -> Iterator[tuple[HealthServer, FakeReviews]]:
+    api = _reviews()
+    api.grants.add(("scraper", "get", "/debug/echo"))
+    secure = SecureServing(ServingCertificate(), DelegatedAuth(api))
+    checks = HealthChecks(lambda: (True, "ok: scheduling"))
+    health = HealthServer("127.0.0.1:0", checks, secure, routes)
+    health.start()
+    try:
+        yield health, api
+    finally:
+        health.stop()
+
+
+def test_a_debug_route_is_refused_without_credentials_and_answered_with_them(
+    loop_thread: asyncio.AbstractEventLoop,
+) -> None:
+    routes = DebugRoutes(loop_thread)
+    ran_on: list[asyncio.AbstractEventLoop] = []
+
+    def echo(req: DebugRequest) -> DebugAnswer:
+        ran_on.append(asyncio.get_running_loop())
+        return DebugAnswer.text(f"pod={req.arg('pod')}")
+
+    routes.register("/debug/echo", echo)
+    for health, _ in _serve_routes(routes):
+        assert _get(health.port, "/debug/echo?pod=a/b")[0] == 403  # anonymous
+        assert _get(health.port, "/debug/echo?pod=a/b", "wrong")[0] == 401
+        assert _get(health.port, "/debug/echo?pod=a/b", "good") == (200, b"pod=a/b")
+        assert ran_on == [loop_thread]
+        # Authorized for /metrics and /debug/echo only: another path is the API server's 403.
+        routes.register("/debug/other", echo)
+        assert _get(health.port, "/debug/other", "good")[0] == 403
+        # Unknown paths: authorized first (403), so nothing is told about the routes.
+        assert _get(health.port, "/nothing", "good")[0] == 403
+
+
+def test_debug_routes_may_be_async_and_are_cut_off_at_their_timeout(
+    loop_thread: asyncio.AbstractEventLoop,
+) -> None:
+    routes = DebugRoutes(loop_thread)
+    cancelled = threading.Event()
+
+    async def slow(_req: DebugRequest) -> DebugAnswer:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return DebugAnswer.text("late")
+
+    async def quick(_req: DebugRequest) -> DebugAnswer:
+        await asyncio.sleep(0)
+        return DebugAnswer.json(b"{}")
+
+    def broken(_req: DebugRequest) -> DebugAnswer:
+        raise RuntimeError("bug")
+
+    routes.register("/debug/slow", slow, timeout=0.2)
+    routes.register("/debug/quick", quick)
+    routes.register("/debug/broken", broken)
+    assert routes.serve(DebugRequest("/debug/quick", {})) == DebugAnswer(
+        200, b"{}", "application/json"
+    )
+    answer = routes.serve(DebugRequest("/debug/slow", {}))
+    assert answer is not None and answer.code == 503
+    assert cancelled.wait(5)
+    answer = routes.serve(DebugRequest("/debug/broken", {}))
+    assert answer is not None and answer.code == 500
+    assert routes.serve(DebugRequest("/debug/none", {})) is None
+
+
+def test_off_loop_routes_run_on_the_request_thread() -> None:
+    routes = DebugRoutes()  # no loop at all
+    routes.register("/debug/here", lambda _r: DebugAnswer.text("here"), on_loop=False)
+    routes.register("/debug/loop", lambda _r: DebugAnswer.text("loop"))
+    assert routes.serve(DebugRequest("/debug/here", {})) == DebugAnswer.text("here")
+    answer = routes.serve(DebugRequest("/debug/loop", {}))
+    assert answer is not None and answer.code == 503
+
+
+@pytest.mark.parametrize(
+    "path", ["/metrics", "/healthz", "debug/x", "/debug/x?y=1", "/debug/twice"], ids=str
+)
+def test_registering_a_bad_or_taken_path_is_refused(path: str) -> None:
+    routes = DebugRoutes()
+    routes.register("/debug/twice", lambda _r: DebugAnswer.text(""))
+    with pytest.raises(ValueError, match="debug route"):
+        routes.register(path, lambda _r: DebugAnswer.text(""))
+
+
+def test_insecure_port_serves_routes_and_lists_them_on_404() -> None:
+    routes = DebugRoutes()
+    routes.register("/debug/here", lambda _r: DebugAnswer.text("here"), on_loop=False)
+    health = HealthServer("127.0.0.1:0", HealthChecks(lambda: (True, "ok")), None, routes)
+    health.start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", health.port, timeout=10)
+        conn.request("GET", "/debug/here")
+        assert conn.getresponse().read() == b"here"
+        conn.request("GET", "/nope")
+        resp = conn.getresponse()
+        assert resp.status == 404 and b"/debug/here" in resp.read()
+        conn.request("GET", "/debug/here?" + "&".join(f"a{i}=1" for i in range(100)))
+        assert conn.getresponse().status == 400
+        conn.close()
+    finally:
+        health.stop()
