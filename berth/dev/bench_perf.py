@@ -12,8 +12,17 @@ in turn, alone on the cluster:
 - ``berth-inprocess``: ``berth shim`` with the plugins in its own process.
 - ``bind-only``: no scheduling at all: a process that binds each pod, round robin over the
   nodes, through the shim's own HTTP client (``berth.kube.rest.KubeApi``: the same urllib3 pool,
-  token bucket and binding request as the shim's binding cycle). Its rate is the API
-  server's ceiling for this workload on this machine.
+  token bucket and binding request as the shim's binding cycle), and writes the pod's
+  Scheduled event through the shim's own event recorder, as every scheduler must
+  (schedule_one.go bindingCycle). Its rate is the API server's ceiling for this workload on
+  this machine: the API work of scheduling with none of the scheduling.
+
+Two modes. By default (scheduler_perf's) the measured pods are created while the scheduler
+runs. With ``--drain`` the scheduler that bound the initial pods is stopped, the measured
+pods are created with no scheduler running, and a fresh scheduler process drains the
+backlog: the window runs from starting that process to the last binding (start-up
+included: a restarted or failed-over scheduler facing a backlog), and holds only the
+scheduler, its bindings and its events, so no run is limited by how fast pods are created.
 
 Each run gets fresh namespaces and a fresh scheduler process, creates the initial pods (not
 measured) and waits until all are bound, then creates the measured pods while the
@@ -99,8 +108,8 @@ CREATE_PROCESSES = 1
 SAMPLE_INTERVAL = 1.0  # util.go, throughputSampleInterval
 # How long a scheduler's own count of bindings may trail what the API server shows.
 REPORT_GRACE = 15.0
-# The schedulers that write a Scheduled event per binding (bind-only writes none).
-EVENT_WRITERS = frozenset({"kube-scheduler", "berth", "berth-inprocess"})
+# The schedulers that write a Scheduled event per binding (all of them, bind-only included).
+EVENT_WRITERS = frozenset({"kube-scheduler", "berth", "berth-inprocess", "bind-only"})
 # A run whose last binding came this soon after the last creation had no backlog left.
 CREATION_TAIL = 0.25
 # ... and was creation-limited if, at the median 1 s sample, fewer than this share of the
@@ -1098,6 +1107,9 @@ class Options:
     # measured window into this directory (kube-apiserver then runs with --profiling).
     apiserver_pprof: Path | None = None
     apiserver_pprof_seconds: int = 10
+    # Drain mode: the measured pods are created with no scheduler running; a fresh
+    # scheduler process drains them (module docstring).
+    drain: bool = False
 
 
 def _progress(workload: str, message: str) -> None:
@@ -1139,6 +1151,21 @@ def _wait_bound(
                 raise BenchError(f"{what}: {n}/{want} bound, none for {stall:g}s")
             wait = (next_tick - now) if on_tick is not None else 1.0
             watch.changed.wait(timeout=max(0.001, min(wait, 1.0)))
+
+
+def _wait_seen(watch: PodWatch, want: int, timeout: float) -> None:
+    """Wait until the watch has seen ``want`` measured pods created."""
+    deadline = time.monotonic() + timeout
+    with watch.changed:
+        while watch.seen_measured < want:
+            if watch.error:
+                raise BenchError(watch.error)
+            if time.monotonic() > deadline:
+                raise BenchError(
+                    f"the watch saw {watch.seen_measured} of {want} measured pods created "
+                    f"within {timeout:g}s"
+                )
+            watch.changed.wait(timeout=0.5)
 
 
 def _delete_pods(
@@ -1210,29 +1237,35 @@ def run_one(
         "qps": opts.qps,
         "burst": opts.burst,
     }
+    record["mode"] = "drain" if opts.drain else "concurrent"
     if scheduler.startswith("berth"):
         record["batch_size"] = opts.batch_size
         record["berth_config"] = str(opts.berth_config) if opts.berth_config else None
     say("starting")
     t_start = time.monotonic()
     sdir = work / scheduler
-    if scheduler == "kube-scheduler":
-        running = start_kube_scheduler_run(cluster, sdir, profile, opts.qps, opts.burst)
-    elif scheduler in ("berth", "berth-inprocess"):
-        running = start_berth_run(
-            cluster,
-            sdir,
-            profile,
-            opts.qps,
-            opts.burst,
-            opts.batch_size,
-            grpc=scheduler == "berth",
-            config_base=opts.berth_config,
-        )
-    elif scheduler == "bind-only":
-        running = start_bind_only_run(cluster, sdir, profile, opts.qps, opts.burst)
-    else:
+
+    def start(where: Path) -> Running:
+        if scheduler == "kube-scheduler":
+            return start_kube_scheduler_run(cluster, where, profile, opts.qps, opts.burst)
+        if scheduler in ("berth", "berth-inprocess"):
+            return start_berth_run(
+                cluster,
+                where,
+                profile,
+                opts.qps,
+                opts.burst,
+                opts.batch_size,
+                grpc=scheduler == "berth",
+                config_base=opts.berth_config,
+            )
+        if scheduler == "bind-only":
+            return start_bind_only_run(cluster, where, profile, opts.qps, opts.burst)
         raise BenchError(f"unknown scheduler {scheduler!r}")
+
+    running = start(sdir)
+    # The counts of the process that bound the initial pods, in drain mode.
+    init_reported: tuple[int | None, int] = (0, 0)
     watch = PodWatch(client, run, measured_ns)
     creator: PodCreator | None = None
     stopped = False
@@ -1255,13 +1288,35 @@ def run_one(
                 stall=opts.stall_timeout,
                 what="initial pods",
             )
-        say(f"initial pods bound; creating {opts.pods} measured pods while it schedules")
-        before = parse_metrics(running.metrics()) if running.metrics else {}
         measured = pods(w.measured_kind, measured_ns, opts.pods)
         created: list[BaseException] = []
         created_at: list[float] = []
         creator_cpu: float | None = None
-        if opts.create_processes > 0:
+        if opts.drain:
+            init_reported = running.reported()
+            running.stop()
+            stopped = True
+            say(
+                f"initial pods bound; stopped; creating {opts.pods} measured pods with no scheduler"
+            )
+            t_create = time.monotonic()
+            objects.create_pods(client, measured, concurrency=opts.create_connections)
+            _wait_seen(watch, opts.pods, opts.stall_timeout)
+            say(
+                f"{opts.pods} measured pods pending (created in {time.monotonic() - t_create:.1f}s);"
+                f" starting a fresh {scheduler} to drain them"
+            )
+            began = time.monotonic()
+            running = start(sdir / "drain")
+            stopped = False
+            say(f"ready in {time.monotonic() - began:.1f}s; draining")
+            # A fresh process: everything it has done is the measured window's.
+            before = {}
+            created_at.append(began)
+        else:
+            say(f"initial pods bound; creating {opts.pods} measured pods while it schedules")
+            before = parse_metrics(running.metrics()) if running.metrics else {}
+        if opts.create_processes > 0 and not opts.drain:
             creator = PodCreator(
                 cluster.kubeconfig,
                 measured,
@@ -1274,6 +1329,9 @@ def run_one(
             creator.start()
         pids = {**running.processes, **server_pids, "harness": os.getpid()}
         cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
+        if opts.drain:
+            # The drain window starts with the scheduler's process: its start-up counts.
+            cpu0.update({k: 0.0 for k in running.processes})
 
         def create() -> None:
             """With ``--create-processes 0``: the measured pods created from threads of the harness."""
@@ -1286,7 +1344,8 @@ def run_one(
         # Created, seen by the watch and not yet bound, at each sample: a scheduler that
         # keeps up with creation has next to none.
         backlog: list[tuple[float, int]] = []
-        began = time.monotonic()
+        if not opts.drain:
+            began = time.monotonic()
         collector = ThroughputCollector(began)
         last_said = [began]
 
@@ -1306,7 +1365,7 @@ def run_one(
         thread: threading.Thread | None = None
         if creator is not None:
             creator.go()
-        else:
+        elif not opts.drain:
             thread = threading.Thread(target=create, name="bench-create", daemon=True)
             thread.start()
         profiler = (
@@ -1344,6 +1403,9 @@ def run_one(
         deadline = time.monotonic() + REPORT_GRACE
         while True:
             scheduled_reported, conflicts = running.reported()
+            if scheduled_reported is not None and init_reported[0] is not None:
+                scheduled_reported += init_reported[0]
+            conflicts += init_reported[1]
             if scheduled_reported is None or scheduled_reported >= total:
                 break
             if time.monotonic() > deadline:
@@ -1362,8 +1424,16 @@ def run_one(
         running.stop()
         stopped = True
         watch.stop()
-        made = f"{created_at[0] - began:.1f}s" if created_at else "?"
-        say(f"all {opts.pods} measured pods bound in {elapsed:.1f}s (created in {made}); checking")
+        if opts.drain:
+            say(
+                f"all {opts.pods} measured pods drained in {elapsed:.1f}s, start-up included "
+                f"({opts.pods / elapsed:.0f} pods/s); checking"
+            )
+        else:
+            made = f"{created_at[0] - began:.1f}s" if created_at else "?"
+            say(
+                f"all {opts.pods} measured pods bound in {elapsed:.1f}s (created in {made}); checking"
+            )
 
         listed = client.get("/api/v1/pods", labelSelector=f"{RUN_LABEL}={run}")["items"]
         expected = [f"{init_ns}/pod-{i:05d}" for i in range(opts.init_pods)] + [
@@ -1386,8 +1456,10 @@ def run_one(
         )
 
         summary = collector.result.summary()
+        # Creation to binding; in drain mode, the window's start to binding (the pods
+        # were created before any scheduler ran).
         e2e = sorted(
-            (bound_at[k] - first_seen[k]) * 1000
+            (bound_at[k] - (max(first_seen[k], began) if opts.drain else first_seen[k])) * 1000
             for k in expected[opts.init_pods :]
             if k in bound_at and k in first_seen
         )
@@ -1612,6 +1684,13 @@ def round_order(schedulers: Sequence[str], rnd: int) -> tuple[str, ...]:
     return tuple(schedulers) if rnd % 2 else tuple(reversed(schedulers))
 
 
+def rate_of(r: Mapping[str, Any]) -> float | None:
+    """The rate a run is compared by: upstream's throughputCollector average while pods are
+    created, the measured pods over the whole window (start-up included) in drain mode."""
+    v = r.get("pods_per_second_overall" if r.get("mode") == "drain" else "pods_per_second_avg")
+    return float(v) if v else None
+
+
 def _add_ratios(records: list[dict[str, Any]]) -> None:
     """Ratios to kube-scheduler and shares of bind-only's ceiling, each against the run of
     the same round."""
@@ -1619,14 +1698,13 @@ def _add_ratios(records: list[dict[str, Any]]) -> None:
     def avg_of(name: str, rnd: Any) -> float | None:
         for r in records:
             if r["scheduler"] == name and r.get("round") == rnd and r.get("status") == "ok":
-                v = r.get("pods_per_second_avg")
-                return float(v) if v else None
+                return rate_of(r)
         return None
 
     for r in records:
         rnd = r.get("round")
         kube, ceiling = avg_of("kube-scheduler", rnd), avg_of("bind-only", rnd)
-        avg = r.get("pods_per_second_avg")
+        avg = rate_of(r)
         if r["scheduler"] != "kube-scheduler":
             r["ratio_to_kube_scheduler"] = avg / kube if avg and kube else None
         r["share_of_bind_only"] = avg / ceiling if avg and ceiling else None
@@ -1663,10 +1741,12 @@ def summarize_rounds(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "pods": first["pods"],
             "qps": first.get("qps"),
             "burst": first.get("burst"),
+            "mode": first.get("mode", "concurrent"),
             "pods_per_second_avg": median_of("pods_per_second_avg"),
+            "pods_per_second_overall": median_of("pods_per_second_overall"),
             "pods_per_second_p50": median_of("pods_per_second_p50"),
             "pods_per_second_p99": median_of("pods_per_second_p99"),
-            "pods_per_second_avg_by_round": [r.get("pods_per_second_avg") for r in runs],
+            "pods_per_second_avg_by_round": [rate_of(r) for r in runs],
             "cpu_seconds_per_1000_pods": {
                 k: statistics.median(float(c[k]) for c in cpu if k in c) for k in cpu[0]
             }
@@ -1688,7 +1768,7 @@ def format_rounds(summaries: Sequence[dict[str, Any]]) -> str:
     if not summaries:
         return ""
     lines = [
-        "| scheduler | pods/s avg by round | median | x kube-scheduler by round | median | "
+        "| scheduler | pods/s by round | median | x kube-scheduler by round | median | "
         "CPU s / 1000 pods (median) | peak RSS MiB (max) |",
         "|---|---|---:|---|---:|---|---|",
     ]
@@ -1696,7 +1776,7 @@ def format_rounds(summaries: Sequence[dict[str, Any]]) -> str:
         by_round = ", ".join(_num(v) for v in s["pods_per_second_avg_by_round"])
         ratios = s.get("ratio_to_kube_scheduler_by_round")
         lines.append(
-            f"| {s['scheduler']} | {by_round} | {_num(s['pods_per_second_avg'])} | "
+            f"| {s['scheduler']} | {by_round} | {_num(rate_of(s))} | "
             f"{'-' if ratios is None else ', '.join(_num(v, '.2f') for v in ratios)} | "
             f"{_num(s.get('ratio_to_kube_scheduler'), '.2f')} | "
             f"{_per_process(s.get('cpu_seconds_per_1000_pods'), '.1f')} | "
@@ -1730,9 +1810,12 @@ def _per_process(values: Mapping[str, float] | None, fmt: str) -> str:
 
 
 def format_table(records: Sequence[dict[str, Any]], rounds: int = 1) -> str:
+    drain = any(r.get("mode") == "drain" for r in records)
     head = (
-        "| workload | scheduler | pods/s avg | p50 | p90 | p99 | attempt ms p50 / p99 | "
-        "e2e ms p50 / p99 | x kube-scheduler | of bind-only | CPU s / 1000 pods | peak RSS MiB |"
+        f"| workload | scheduler | {'pods/s drained, start-up incl.' if drain else 'pods/s avg'} "
+        "| p50 | p90 | p99 | attempt ms p50 / p99 | "
+        f"{'start' if drain else 'e2e'} ms p50 / p99 | x kube-scheduler | of bind-only | "
+        "CPU s / 1000 pods | peak RSS MiB |"
     )
     lines = [head, "|" + "---|" * 12]
     for r in records:
@@ -1742,7 +1825,7 @@ def format_table(records: Sequence[dict[str, Any]], rounds: int = 1) -> str:
             )
             continue
         lines.append(
-            f"| {r['workload']} | {run_label(r, rounds)} | {_num(r['pods_per_second_avg'])} | "
+            f"| {r['workload']} | {run_label(r, rounds)} | {_num(rate_of(r))} | "
             f"{_num(r['pods_per_second_p50'])} | {_num(r['pods_per_second_p90'])} | "
             f"{_num(r['pods_per_second_p99'])} | "
             f"{_num(r.get('attempt_latency_ms_p50'), '.1f')} / {_num(r.get('attempt_latency_ms_p99'), '.1f')} | "
@@ -1837,7 +1920,7 @@ def write_plot(records: Sequence[dict[str, Any]], path: Path, title: str, rounds
             ys,
             marker="o",
             markersize=3,
-            label=f"{run_label(r, rounds)} (avg {r['pods_per_second_avg']:.0f})",
+            label=f"{run_label(r, rounds)} ({_num(rate_of(r))} pods/s)",
         )
         drawn += 1
     ax.set_xlabel("seconds since the measured pods began to be created")
@@ -1961,6 +2044,13 @@ def register(bsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             help="pause between schedulers (default %(default)s s)",
         )
         p.add_argument(
+            "--drain",
+            action="store_true",
+            help="create the measured pods with no scheduler running, then time a fresh "
+            "scheduler process draining them, start-up included (default: create them while "
+            "the scheduler runs, as scheduler_perf does)",
+        )
+        p.add_argument(
             "--no-restart-apiserver",
             dest="restart_apiserver",
             action="store_false",
@@ -2060,6 +2150,7 @@ def options_from(args: argparse.Namespace) -> Options:
         restart_apiserver=args.restart_apiserver,
         apiserver_pprof=Path(args.apiserver_pprof) if args.apiserver_pprof else None,
         apiserver_pprof_seconds=args.apiserver_pprof_seconds,
+        drain=args.drain,
     )
 
 
@@ -2125,7 +2216,7 @@ def run_perf(args: argparse.Namespace) -> int:
             "partly the rate at which this machine created the pods; bind-only's ceiling "
             "includes creation anyway, but a scheduler marked so may be faster than it shows)"
         )
-    creation = format_creation(records, rounds)
+    creation = "" if opts.drain else format_creation(records, rounds)
     if creation:
         print(f"\nCreating the measured pods ({_creation_text(opts)}):")
         print(creation)
@@ -2409,13 +2500,22 @@ class PodCreator:
 # --- bind-only: the API server's ceiling ---------------------------------------------------------
 
 
+async def _start_recorder(recorder: Any) -> None:
+    """EventRecorder.start must run on the loop that writes."""
+    recorder.start()
+
+
 def bind_only_main(argv: Sequence[str]) -> int:
     """Bind every pending pod that names ``--scheduler-name``, round robin over the nodes
-    sorted by name, through the shim's KubeApi and its binding request; no scheduling."""
+    sorted by name, through the shim's KubeApi and its binding request, and write each
+    bound pod's Scheduled event through the shim's event recorder; no scheduling."""
+    import asyncio
     import signal
 
+    from berth.kube.asynchttp import AsyncApi
     from berth.kube.errors import ApiError
     from berth.kube.rest import KubeApi, pod_path
+    from berth.shim.events import DEFAULT_WRITERS, EventRecorder, ObjectRef, ThreadedSink
 
     p = argparse.ArgumentParser(prog="python -m berth.dev.bench_perf bind-only")
     p.add_argument("--kubeconfig", required=True)
@@ -2429,6 +2529,13 @@ def bind_only_main(argv: Sequence[str]) -> int:
         print("bind-only: no nodes", flush=True)
         return 2
     selector = f"spec.schedulerName={args.scheduler_name},spec.nodeName="
+    # The shim's event path (shim/scheduler.py): an EventRecorder writing from an event
+    # loop through the asyncio client, the reporting controller the scheduler's name.
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="bind-only-events", daemon=True).start()
+    sink = AsyncApi.from_kubeapi(api, connections=DEFAULT_WRITERS) or ThreadedSink(api)
+    recorder = EventRecorder(sink, args.scheduler_name)
+    asyncio.run_coroutine_threadsafe(_start_recorder(recorder), loop).result(10)
     lock = threading.Lock()
     counts = {"bound": 0, "conflicts": 0, "errors": 0}
     seen: set[str] = set()
@@ -2446,6 +2553,13 @@ def bind_only_main(argv: Sequence[str]) -> int:
             api.wait_for_token()
             api.request("POST", pod_path(ns, name, "binding"), body=body, limit=False)
             outcome = "bound"
+            recorder.record(
+                ObjectRef(kind="Pod", namespace=ns, name=name, uid=uid),
+                "Normal",
+                "Scheduled",
+                "Binding",
+                f"Successfully assigned {ns}/{name} to {node}",
+            )
         except ApiError as exc:
             outcome = "conflicts" if exc.conflict else "errors"
             print(f"bind-only: binding {ns}/{name} to {node}: {exc}", flush=True)
@@ -2499,8 +2613,10 @@ def bind_only_main(argv: Sequence[str]) -> int:
     except (Stop, KeyboardInterrupt):
         pass
     finally:
-        # Bindings under way finish (and are counted) before the counters are printed.
+        # Bindings under way finish (and are counted) before the counters are printed;
+        # their events are written, as the shim's are when it stops.
         pool.shutdown(wait=True, cancel_futures=True)
+        asyncio.run_coroutine_threadsafe(recorder.stop(), loop).result(30)
         with lock:
             print(
                 f"bind-only: bound {counts['bound']}, conflicts {counts['conflicts']}, "
