@@ -1,28 +1,33 @@
 #!/usr/bin/env bash
-# Build the upstream control-plane binaries Berth's integration tests and benchmarks run against:
-# kube-apiserver, kube-scheduler, kube-controller-manager and kubectl from k8s.io/kubernetes, and
-# etcd from
-# go.etcd.io/etcd/server/v3 (a wrapper around etcdmain). kube-controller-manager runs the
-# controllers a cluster has (ResourceClaim templates, PV binding, ReplicaSets) in the local
-# control plane. Everything comes from the Go module
+# Build the upstream binaries Berth's integration tests and benchmarks run against:
+# kube-apiserver, kube-scheduler, kube-controller-manager and kubectl from k8s.io/kubernetes,
+# etcd from go.etcd.io/etcd/server/v3 (a wrapper around etcdmain), and helm from
+# helm.sh/helm/<major> (cmd/helm; it renders and lints deploy/chart/berth in the tests).
+# kube-controller-manager runs the controllers a cluster has (ResourceClaim templates, PV
+# binding, ReplicaSets) in the local control plane. Everything comes from the Go module
 # proxy; nothing is downloaded as a release binary and nothing is written into the repository.
 #
 #   hack/build-k8s.sh                 build what is missing, print the bin dir on the last line
 #   hack/build-k8s.sh --print-bin-dir print where the binaries go and exit (builds nothing)
 #   hack/build-k8s.sh --force         rebuild even if cached binaries look right
 #
-# Versions are pinned in hack/k8s-versions.env (override with K8S_VERSION / ETCD_VERSION).
-# Output: ${BERTH_CACHE:-$HOME/.cache/berth}/k8s/<K8S_VERSION>/bin/{kube-apiserver,kube-scheduler,
-# kube-controller-manager,kubectl,etcd}. A cached binary is reused when it reports the pinned version. The generated Go
-# workspace lives next to it (…/k8s/<K8S_VERSION>/src, …/etcd-src).
+# Versions are pinned in hack/k8s-versions.env (override with K8S_VERSION / ETCD_VERSION /
+# HELM_VERSION). Output: ${BERTH_CACHE:-$HOME/.cache/berth}/k8s/<K8S_VERSION>/bin/{kube-apiserver,
+# kube-scheduler,kube-controller-manager,kubectl,etcd,helm}. A cached binary is reused when it
+# reports the pinned version. The generated Go workspaces live next to it
+# (…/k8s/<K8S_VERSION>/src, …/etcd-src, …/helm-src).
 set -euo pipefail
 
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=k8s-versions.env
 PINNED_K8S="$(sed -n 's/^K8S_VERSION=//p' "$HACK_DIR/k8s-versions.env")"
 PINNED_ETCD="$(sed -n 's/^ETCD_VERSION=//p' "$HACK_DIR/k8s-versions.env")"
+PINNED_HELM="$(sed -n 's/^HELM_VERSION=//p' "$HACK_DIR/k8s-versions.env")"
 K8S_VERSION="${K8S_VERSION:-$PINNED_K8S}"
 ETCD_VERSION="${ETCD_VERSION:-$PINNED_ETCD}"
+HELM_VERSION="${HELM_VERSION:-$PINNED_HELM}"
+# helm's module path carries its major version (helm.sh/helm/v3, helm.sh/helm/v4).
+HELM_MODULE="helm.sh/helm/${HELM_VERSION%%.*}"
 CACHE_ROOT="${BERTH_CACHE:-$HOME/.cache/berth}"
 MIN_FREE_GB="${BERTH_BUILD_MIN_FREE_GB:-6}"
 HEARTBEAT_SECONDS="${BERTH_BUILD_HEARTBEAT:-30}"
@@ -34,7 +39,7 @@ for arg in "$@"; do
     --force) FORCE=1 ;;
     --print-bin-dir) PRINT_ONLY=1 ;;
     -h | --help)
-      sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+      sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
@@ -52,7 +57,7 @@ if [[ $PRINT_ONLY == 1 ]]; then
   exit 0
 fi
 
-TOTAL_STEPS=7
+TOTAL_STEPS=8
 STEP=0
 STEP_NAME=""
 CHILD_PID=""
@@ -138,17 +143,19 @@ has_version() {
 }
 
 # ---------------------------------------------------------------------------------------------
-step "checking prerequisites (go, disk space) for Kubernetes $K8S_VERSION, etcd $ETCD_VERSION"
-want_apiserver=1 want_scheduler=1 want_kcm=1 want_kubectl=1 want_etcd=1
+step "checking prerequisites (go, disk space) for Kubernetes $K8S_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION"
+[[ -n $HELM_VERSION ]] || fail "hack/k8s-versions.env pins no HELM_VERSION"
+want_apiserver=1 want_scheduler=1 want_kcm=1 want_kubectl=1 want_etcd=1 want_helm=1
 if [[ $FORCE == 0 ]]; then
   has_version "$BIN_DIR/kube-apiserver" "Kubernetes $K8S_VERSION" --version && want_apiserver=0
   has_version "$BIN_DIR/kube-scheduler" "Kubernetes $K8S_VERSION" --version && want_scheduler=0
   has_version "$BIN_DIR/kube-controller-manager" "Kubernetes $K8S_VERSION" --version && want_kcm=0
   has_version "$BIN_DIR/kubectl" "Client Version: $K8S_VERSION" version --client && want_kubectl=0
   has_version "$BIN_DIR/etcd" "etcd Version: ${ETCD_VERSION#v}" --version && want_etcd=0
+  has_version "$BIN_DIR/helm" "$HELM_VERSION" version --short && want_helm=0
 fi
-if ((want_apiserver + want_scheduler + want_kcm + want_kubectl + want_etcd == 0)); then
-  say "all five binaries cached in $BIN_DIR, nothing to build"
+if ((want_apiserver + want_scheduler + want_kcm + want_kubectl + want_etcd + want_helm == 0)); then
+  say "all six binaries cached in $BIN_DIR, nothing to build"
   echo "$BIN_DIR"
   exit 0
 fi
@@ -185,10 +192,11 @@ done
 say "go $GO_HAVE ($(command -v go)), GOPROXY=$(go env GOPROXY), cache $VERSION_DIR"
 
 # ---------------------------------------------------------------------------------------------
-step "resolving k8s.io/kubernetes@$K8S_VERSION and go.etcd.io/etcd/server/v3@$ETCD_VERSION from the module proxy"
+step "resolving k8s.io/kubernetes@$K8S_VERSION, go.etcd.io/etcd/server/v3@$ETCD_VERSION and $HELM_MODULE@$HELM_VERSION from the module proxy"
 SRC_DIR="$VERSION_DIR/src"
 ETCD_SRC_DIR="$VERSION_DIR/etcd-src"
-mkdir -p "$SRC_DIR" "$ETCD_SRC_DIR"
+HELM_SRC_DIR="$VERSION_DIR/helm-src"
+mkdir -p "$SRC_DIR" "$ETCD_SRC_DIR" "$HELM_SRC_DIR"
 meta_log="$LOG_DIR/resolve.log"
 (cd "$SRC_DIR" && GOFLAGS='' go list -m -json "k8s.io/kubernetes@$K8S_VERSION") >"$meta_log" 2>&1 ||
   diagnose "$meta_log"
@@ -232,6 +240,10 @@ func main() { etcdmain.Main(os.Args) }
 EOF
 printf '// Generated by hack/build-k8s.sh.\nmodule berth.local/etcd-build\n\ngo %s\n\nrequire go.etcd.io/etcd/server/v3 %s\n' \
   "${GO_REQUIRED:-1.26.0}" "$ETCD_VERSION" >"$ETCD_SRC_DIR/go.mod"
+# helm as a dependency of a module of our own; `go get` raises the go line to what helm's go.mod
+# declares (its own k8s.io/* requirements, independent of K8S_VERSION's, apply as they are).
+printf '// Generated by hack/build-k8s.sh.\nmodule berth.local/helm-build\n\ngo %s\n\nrequire %s %s\n' \
+  "${GO_REQUIRED:-1.26.0}" "$HELM_MODULE" "$HELM_VERSION" >"$HELM_SRC_DIR/go.mod"
 
 if ((want_apiserver + want_scheduler + want_kcm + want_kubectl > 0)); then
   say "  downloading modules for kube-apiserver, kube-scheduler, kube-controller-manager, kubectl (go get)"
@@ -244,6 +256,10 @@ fi
 if ((want_etcd > 0)); then
   say "  downloading modules for etcd (go get)"
   run_logged "$ETCD_SRC_DIR" "$LOG_DIR/go-get-etcd.log" go get "go.etcd.io/etcd/server/v3/etcdmain@$ETCD_VERSION"
+fi
+if ((want_helm > 0)); then
+  say "  downloading modules for helm (go get)"
+  run_logged "$HELM_SRC_DIR" "$LOG_DIR/go-get-helm.log" go get "$HELM_MODULE/cmd/helm@$HELM_VERSION"
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -287,7 +303,12 @@ build_one $want_kubectl kubectl "$SRC_DIR" k8s.io/kubernetes/cmd/kubectl \
   "$K8S_LDFLAGS" "Client Version: $K8S_VERSION" version --client
 build_one $want_etcd etcd "$ETCD_SRC_DIR" berth.local/etcd-build \
   "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module" "etcd Version: ${ETCD_VERSION#v}" --version
+# helm's Makefile sets its version the same way (LDFLAGS: internal/version.version); without it
+# the binary reports only its minor line ("v4.3").
+build_one $want_helm helm "$HELM_SRC_DIR" "$HELM_MODULE/cmd/helm" \
+  "-s -w -X $HELM_MODULE/internal/version.version=$HELM_VERSION -X $HELM_MODULE/internal/version.gitTreeState=clean" \
+  "$HELM_VERSION" version --short
 
 STEP=$TOTAL_STEPS
-say "all binaries ready in $BIN_DIR ($((SECONDS - START_ALL))s)"
+say "all six binaries ready in $BIN_DIR ($((SECONDS - START_ALL))s)"
 echo "$BIN_DIR"

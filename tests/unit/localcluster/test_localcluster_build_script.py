@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,6 +13,9 @@ import pytest
 from berth.dev.localcluster import binaries
 
 VERSIONS = binaries.parse_versions(binaries.VERSIONS_FILE.read_text())
+HELM_PIN = re.search(r"^HELM_VERSION=(\S+)$", binaries.VERSIONS_FILE.read_text(), re.MULTILINE)
+assert HELM_PIN, f"{binaries.VERSIONS_FILE} pins no HELM_VERSION"
+HELM_VERSION = HELM_PIN[1]
 TOOLS = (
     "bash", "cat", "cut", "yes", "sh", "date", "df", "dirname", "du", "flock", "grep", "head", "mkdir",
     "mv", "sed", "sleep", "sort", "tail", "wc", "awk",
@@ -51,6 +55,7 @@ def fake_binaries(bin_dir: Path, k8s: str, etcd: str) -> None:
         "kube-controller-manager": f"Kubernetes {k8s}",
         "kubectl": f"Client Version: {k8s}",
         "etcd": f"etcd Version: {etcd.removeprefix('v')}",
+        "helm": HELM_VERSION,  # helm version --short
     }
     for name, text in outputs.items():
         exe = bin_dir / name
@@ -69,7 +74,7 @@ def test_cached_binaries_with_the_pinned_versions_are_reused_without_go(
     result = run({"BERTH_CACHE": str(tmp_path / "cache"), "PATH": no_go_path})
 
     assert result.returncode == 0, result.stderr
-    assert "all five binaries cached" in result.stdout
+    assert "all six binaries cached" in result.stdout
     assert result.stdout.strip().splitlines()[-1] == str(bin_dir)
 
 
@@ -80,7 +85,7 @@ def test_cached_binary_with_another_version_is_rebuilt(tmp_path: Path, no_go_pat
     result = run({"BERTH_CACHE": str(tmp_path / "cache"), "PATH": no_go_path})
 
     assert result.returncode == 1
-    assert "[build-k8s 1/7] FAILED: checking prerequisites" in result.stderr
+    assert "[build-k8s 1/8] FAILED: checking prerequisites" in result.stderr
     assert "reason: 'go' is not on PATH" in result.stderr
     assert "install Go >= 1.26" in result.stderr
 
@@ -89,7 +94,7 @@ def test_out_of_disk_is_reported_before_building(tmp_path: Path) -> None:
     result = run({"BERTH_CACHE": str(tmp_path / "cache"), "BERTH_BUILD_MIN_FREE_GB": "100000000"})
 
     assert result.returncode == 1
-    assert "[build-k8s 1/7] FAILED" in result.stderr
+    assert "[build-k8s 1/8] FAILED" in result.stderr
     assert "reason: out of disk" in result.stderr
     assert "BERTH_CACHE / GOMODCACHE / GOCACHE" in result.stderr
 
@@ -105,7 +110,7 @@ def test_unreachable_module_proxy_is_named(tmp_path: Path) -> None:
     )
 
     assert result.returncode == 1
-    assert "[build-k8s 2/7] FAILED: resolving k8s.io/kubernetes" in result.stderr
+    assert "[build-k8s 2/8] FAILED: resolving k8s.io/kubernetes" in result.stderr
     assert "reason: Go module proxy unreachable (GOPROXY=http://127.0.0.1:9)" in result.stderr
     assert "connection refused" in result.stderr
 
