@@ -1,8 +1,9 @@
-"""Helpers for the tests of deploy/: the pinned kubectl, kustomize rendering, and the
-``berth-system`` namespace in the test cluster.
+"""Helpers for the tests of deploy/: the pinned kubectl and helm, kustomize and chart
+rendering, and the ``berth-system`` namespace in the test cluster.
 
-kubectl is the one hack/build-k8s.sh builds (its embedded kustomize renders the
-kustomizations); a missing binary fails with the build command, as conftest.py's fixtures do.
+kubectl and helm are the ones hack/build-k8s.sh builds (kubectl's embedded kustomize renders
+the kustomizations, helm the chart); a missing binary fails with the build command, as
+conftest.py's fixtures do.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ BASE = DEPLOY / "base"
 OVERLAYS = DEPLOY / "overlays"
 COMPONENTS = DEPLOY / "components"
 EXAMPLES = DEPLOY / "examples"
+CHART = DEPLOY / "chart" / "berth"
 NAMESPACE = "berth-system"
 SHIM_SA = "berth-scheduler"
 SERVER_SA = "berth-plugin-server"
@@ -37,6 +39,80 @@ def kubectl_binary() -> Path:
     directory = default_bin_dir()
     require_binaries(directory, ("kubectl",))
     return directory / "kubectl"
+
+
+def helm_binary() -> Path:
+    directory = default_bin_dir()
+    require_binaries(directory, ("helm",))
+    return directory / "helm"
+
+
+def _run(
+    argv: list[str], stdin: str | None, check: bool, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run(
+        argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if check and out.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(argv[1:])} exited {out.returncode}\n"
+            f"stdout:\n{out.stdout[-4000:]}\nstderr:\n{out.stderr[-4000:]}"
+        )
+    return out
+
+
+def helm(
+    args: Sequence[str],
+    *,
+    kubeconfig: Path | None = None,
+    check: bool = True,
+    timeout: float = 120.0,
+) -> subprocess.CompletedProcess[str]:
+    """Runs helm; with ``check``, a non-zero exit is an AssertionError carrying its output."""
+    argv = [str(helm_binary()), *args]
+    if kubeconfig is not None:
+        argv += ["--kubeconfig", str(kubeconfig)]
+    return _run(argv, None, check, timeout)
+
+
+def helm_template(
+    values: dict[str, Any] | None = None,
+    *,
+    release: str = "berth",
+    namespace: str = NAMESPACE,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """``helm template`` of deploy/chart/berth with ``values`` on top of values.yaml."""
+    argv = [str(helm_binary()), "template", release, str(CHART), "--namespace", namespace]
+    stdin = None
+    if values:
+        argv += ["--values", "-"]
+        stdin = yaml.safe_dump(values)
+    return _run(argv, stdin, check, 120.0)
+
+
+def render_chart(
+    values: dict[str, Any] | None = None, *, release: str = "berth", namespace: str = NAMESPACE
+) -> list[JSON]:
+    """The chart rendered with ``values``, as objects; a duplicate key anywhere fails."""
+    text = helm_template(values, release=release, namespace=namespace).stdout
+    return [d for d in yaml.load_all(text, Loader=_UniqueKeyLoader) if d]
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses a mapping with a repeated key (PyYAML keeps the last one;
+    the API server's strict decoding refuses it)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def kubectl(
@@ -52,15 +128,7 @@ def kubectl(
     argv = [str(kubectl_binary()), *args]
     if kubeconfig is not None:
         argv += ["--kubeconfig", str(kubeconfig)]
-    out = subprocess.run(
-        argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    if check and out.returncode != 0:
-        raise AssertionError(
-            f"{' '.join(argv[1:])} exited {out.returncode}\n"
-            f"stdout:\n{out.stdout[-4000:]}\nstderr:\n{out.stderr[-4000:]}"
-        )
-    return out
+    return _run(argv, stdin, check, timeout)
 
 
 def kustomization_dirs() -> list[Path]:
@@ -177,6 +245,7 @@ def delete_objects(kube: KubeApi, kubeconfig: Path, docs: Sequence[JSON]) -> Non
 
 __all__ = [
     "BASE",
+    "CHART",
     "COMPONENTS",
     "DEPLOY",
     "EXAMPLES",
@@ -191,11 +260,15 @@ __all__ = [
     "containers",
     "delete_objects",
     "flag_value",
+    "helm",
+    "helm_binary",
+    "helm_template",
     "kubectl",
     "kubectl_binary",
     "kustomization_dirs",
     "one",
     "render",
+    "render_chart",
     "replace_flags",
     "scheduler_config",
 ]
