@@ -35,11 +35,13 @@ Where Berth differs from upstream, on purpose:
   Configs in the wild carry such names (e.g. a disabled "NodeResourceFit",
   a misspelling of NodeResourcesFit).
 - A negative Score weight is refused (upstream accepts it and subtracts).
-- ``extenders`` are refused: Berth runs plugins, not HTTP extenders.
+- ``extenders``: see berth.framework.extenders for what Berth refuses
+  beyond upstream's validateExtenders.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 import os
@@ -51,6 +53,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import msgspec
 import yaml
 
+from berth.framework.extenders import (
+    DEFAULT_EXTENDER_TIMEOUT,
+    ExtenderConfig,
+    ExtenderTLSConfig,
+    ManagedResource,
+    ignored_resources,
+    validate_extenders,
+)
 from berth.framework.interfaces import (
     EXTENSION_POINTS,
     BindPlugin,
@@ -383,6 +393,38 @@ class _ClientConnectionV1(msgspec.Struct, forbid_unknown_fields=True, rename="ca
     burst: Int32 | None = None
 
 
+class _ExtenderTLSConfigV1(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    insecure: bool = False
+    server_name: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    ca_file: str = ""
+    # []byte in Go: base64 in the file.
+    cert_data: bytes | None = None
+    key_data: bytes | None = None
+    ca_data: bytes | None = None
+
+
+class _ExtenderManagedResourceV1(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    name: str
+    ignored_by_scheduler: bool = False
+
+
+class _ExtenderV1(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    url_prefix: str
+    filter_verb: str = ""
+    preempt_verb: str = ""
+    prioritize_verb: str = ""
+    weight: Int64 = 0
+    bind_verb: str = ""
+    enable_https: bool = False
+    tls_config: _ExtenderTLSConfigV1 | None = None
+    http_timeout: str | None = None
+    node_cache_capable: bool = False
+    managed_resources: list[_ExtenderManagedResourceV1] | None = None
+    ignorable: bool = False
+
+
 class _ConfigV1(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     api_version: str | None = None
     kind: str | None = None
@@ -395,7 +437,7 @@ class _ConfigV1(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     pod_initial_backoff_seconds: Int64 | None = None
     pod_max_backoff_seconds: Int64 | None = None
     profiles: list[_ProfileV1] | None = None
-    extenders: list[Any] | None = None
+    extenders: list[_ExtenderV1] | None = None
     delay_cache_until_active: bool | None = None
 
 
@@ -595,17 +637,12 @@ class _Parser:
                 f"got {maximum}",
             )
 
-        if raw.extenders:
-            self.error(
-                "extenders",
-                "not supported: Berth runs scheduling logic as Scheduler Framework plugins "
-                "served over gRPC instead of HTTP extenders; port the extender to a plugin "
-                "and enable it in a profile",
-            )
+        extenders = self._extenders(raw.extenders or [])
 
         profiles = [o.config for o in outcomes]
         if self.errors:
             return None
+        profiles = _ignore_extender_resources(profiles, extenders)
         enable_profiling = True if raw.enable_profiling is None else raw.enable_profiling
         contention = raw.enable_contention_profiling
         return SchedulerConfig(
@@ -620,7 +657,56 @@ class _Parser:
             enable_profiling=enable_profiling,
             enable_contention_profiling=enable_profiling if contention is None else contention,
             delay_cache_until_active=bool(raw.delay_cache_until_active),
+            extenders=tuple(extenders),
         )
+
+    def _extenders(self, raw: Sequence[_ExtenderV1]) -> list[ExtenderConfig]:
+        """KubeSchedulerConfiguration.extenders: httpTimeout 0 or unset is
+        extender.go's DefaultExtenderTimeout; then validateExtenders
+        (berth.framework.extenders)."""
+        out: list[ExtenderConfig] = []
+        for i, e in enumerate(raw):
+            timeout = DEFAULT_EXTENDER_TIMEOUT
+            if e.http_timeout is not None:
+                try:
+                    timeout = parse_go_duration(e.http_timeout) or DEFAULT_EXTENDER_TIMEOUT
+                except ValueError as exc:
+                    self.error(f"extenders[{i}].httpTimeout", str(exc))
+            tls = None
+            if e.tls_config is not None:
+                t = e.tls_config
+                tls = ExtenderTLSConfig(
+                    insecure=t.insecure,
+                    server_name=t.server_name,
+                    cert_file=t.cert_file,
+                    key_file=t.key_file,
+                    ca_file=t.ca_file,
+                    cert_data=t.cert_data or b"",
+                    key_data=t.key_data or b"",
+                    ca_data=t.ca_data or b"",
+                )
+            out.append(
+                ExtenderConfig(
+                    url_prefix=e.url_prefix,
+                    filter_verb=e.filter_verb,
+                    preempt_verb=e.preempt_verb,
+                    prioritize_verb=e.prioritize_verb,
+                    weight=e.weight,
+                    bind_verb=e.bind_verb,
+                    enable_https=e.enable_https,
+                    tls_config=tls,
+                    http_timeout=timeout,
+                    node_cache_capable=e.node_cache_capable,
+                    managed_resources=tuple(
+                        ManagedResource(r.name, r.ignored_by_scheduler)
+                        for r in e.managed_resources or ()
+                    ),
+                    ignorable=e.ignorable,
+                )
+            )
+        for where, reason in validate_extenders(out):
+            self.error(where, reason)
+        return out
 
     def _percentage(self, field: str, value: int) -> None:
         # validation.go, validatePercentageOfNodesToScore.
@@ -1170,4 +1256,27 @@ def _unique(errors: Iterable[ConfigError]) -> list[ConfigError]:
         if (e.field, e.reason) not in seen:
             seen.add((e.field, e.reason))
             out.append(e)
+    return out
+
+
+def _ignore_extender_resources(
+    profiles: list[ProfileConfig | None], extenders: Sequence[ExtenderConfig]
+) -> list[ProfileConfig | None]:
+    """scheduler.go buildExtenders: the managed resources marked
+    ignoredByScheduler replace NodeResourcesFit's ignoredResources in every
+    profile that configures it, so Filter does not check what the extender
+    manages."""
+    names = ignored_resources(extenders)
+    if not names:
+        return profiles
+    out: list[ProfileConfig | None] = []
+    for p in profiles:
+        args = None if p is None else p.plugin_args.get("NodeResourcesFit")
+        if p is None or args is None or not hasattr(args, "ignored_resources"):
+            out.append(p)
+            continue
+        new_args = msgspec.structs.replace(args, ignored_resources=list(names))
+        out.append(
+            dataclasses.replace(p, plugin_args={**p.plugin_args, "NodeResourcesFit": new_args})
+        )
     return out

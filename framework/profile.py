@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from berth.framework.extenders import ExtenderConfig
+
 
 @dataclass(frozen=True, slots=True)
 class PluginRef:
@@ -76,6 +78,8 @@ class SchedulerConfig:
     enable_profiling: bool = True
     enable_contention_profiling: bool = True
     delay_cache_until_active: bool = False
+    # KubeSchedulerConfiguration.extenders, in the file's order.
+    extenders: tuple[ExtenderConfig, ...] = ()
 
     def profile(self, scheduler_name: str) -> ProfileConfig | None:
         for p in self.profiles:
