@@ -417,7 +417,7 @@ class _ExtenderV1(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     prioritize_verb: str = ""
     weight: Int64 = 0
     bind_verb: str = ""
-    enable_https: bool = False
+    enable_https: bool = msgspec.field(default=False, name="enableHTTPS")
     tls_config: _ExtenderTLSConfigV1 | None = None
     http_timeout: str | None = None
     node_cache_capable: bool = False

@@ -134,7 +134,10 @@ def validate_extenders(extenders: Sequence[ExtenderConfig]) -> list[tuple[str, s
             )
         if ext.prioritize_verb and ext.weight <= 0:
             errs.append(
-                (f"{path}.weight", f"invalid value {ext.weight}: must have a positive weight applied to it")
+                (
+                    f"{path}.weight",
+                    f"invalid value {ext.weight}: must have a positive weight applied to it",
+                )
             )
         if ext.bind_verb:
             binders += 1
@@ -146,9 +149,13 @@ def validate_extenders(extenders: Sequence[ExtenderConfig]) -> list[tuple[str, s
             for msg in problems:
                 errs.append((rpath, f"invalid value {res.name!r}: {msg}"))
             if not problems and not _is_extended_resource_name(res.name):
-                errs.append((rpath, f"invalid value {res.name!r}: is an invalid extended resource name"))
+                errs.append(
+                    (rpath, f"invalid value {res.name!r}: is an invalid extended resource name")
+                )
             if res.name in managed:
-                errs.append((rpath, f"invalid value {res.name!r}: duplicate extender managed resource name"))
+                errs.append(
+                    (rpath, f"invalid value {res.name!r}: duplicate extender managed resource name")
+                )
             managed.add(res.name)
         tls = ext.tls_config
         if tls is not None:
@@ -171,7 +178,10 @@ def validate_extenders(extenders: Sequence[ExtenderConfig]) -> list[tuple[str, s
                 )
     if binders > 1:
         errs.append(
-            ("extenders", f"invalid value found {binders} extenders implementing bind: only one extender can implement bind")
+            (
+                "extenders",
+                f"invalid value found {binders} extenders implementing bind: only one extender can implement bind",
+            )
         )
     return errs
 

@@ -21,6 +21,12 @@ Deviations from v1.36.3:
   order parallel Filter found the nodes, so neither is reproducible.
 - With ``explain`` the nominated node is not tried first: an explanation
   evaluates every node.
+
+HTTP extenders run in the caller (the shim), which holds the full objects
+they are sent: ``stop_after_filter`` ends the cycle after Filter with the
+feasible nodes, and ``resume`` continues it at Score with the nodes the
+extenders kept and their scores (schedule_one.go findNodesThatPassExtenders,
+prioritizeNodes).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ __all__ = [
     "MIN_FEASIBLE_NODES_TO_FIND",
     "FilterOutcome",
     "NominatingMode",
+    "Resume",
     "ScheduleResult",
     "find_nodes_that_pass_filters",
     "fit_error_message",
@@ -160,6 +167,22 @@ class ScheduleResult:
     # every PreBind plugin answered Skip (the caller need not call PreBind).
     pre_bind_pre_flight_status: Status | None = None
     pre_bind_skip: bool = False
+    # With stop_after_filter, when the cycle stopped: the nodes that passed
+    # Filter, the status of the nodes PreFilter excluded (absent from
+    # ``rejected``), and the node count of the snapshot.
+    stopped_feasible: tuple[str, ...] | None = None
+    absent_status: Status | None = None
+    num_all_nodes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """The rest of a cycle stopped after Filter: the nodes the caller's
+    extenders kept (at least one) and the scores they add per node."""
+
+    nodes: tuple[str, ...]
+    extra_scores: Mapping[str, int] = field(default_factory=dict)
+    evaluated: int = 0
 
 
 @dataclass(slots=True)
@@ -184,15 +207,29 @@ def schedule_pod(
     reserve_and_permit: bool = False,
     rng: random.Random | None = None,
     explain: bool = False,
+    stop_after_filter: bool = False,
+    resume: Resume | None = None,
 ) -> ScheduleResult:
     """schedule_one.go, schedulePod: filter, score, select a host;
-    optionally Reserve and Permit (schedulingCycle)."""
+    optionally Reserve and Permit (schedulingCycle). ``stop_after_filter``
+    and ``resume``: the two halves of a cycle with the caller's extenders
+    between them (module docstring)."""
     fw.handle.bind_snapshot(snapshot)
     # A new sample for the metrics; the request's deadline stays.
     fw.begin_request(fw.deadline)
     try:
+        if resume is not None:
+            return _resume(fw, snapshot, state, pod, start_index, reserve_and_permit, rng, resume)
         return _schedule_pod(
-            fw, snapshot, state, pod, start_index, reserve_and_permit, rng, explain
+            fw,
+            snapshot,
+            state,
+            pod,
+            start_index,
+            reserve_and_permit,
+            rng,
+            explain,
+            stop_after_filter and not explain,
         )
     except CycleError as exc:
         return ScheduleResult(
@@ -214,6 +251,7 @@ def _schedule_pod(
     reserve_and_permit: bool,
     rng: random.Random | None,
     explain: bool,
+    stop_after_filter: bool = False,
 ) -> ScheduleResult:
     # Failures other than a FitError clear the pod's nominated node
     # (schedulingAlgorithm's clearNominatedNode).
@@ -257,6 +295,16 @@ def _schedule_pod(
     nominated_rejection: Status | None = None
     if nominated and not explain:
         fits, nominated_rejection = _evaluate_nominated_node(fw, snapshot, state, pod, nominated)
+        if fits and stop_after_filter:
+            # evaluateNominatedNode runs the extenders on it too.
+            return ScheduleResult(
+                SUCCESS,
+                evaluated=1,
+                feasible=1,
+                next_start_index=start_index,
+                stopped_feasible=(nominated,),
+                num_all_nodes=num_all,
+            )
         if fits:
             result = ScheduleResult(
                 SUCCESS, node=nominated, evaluated=1, feasible=1, next_start_index=start_index
@@ -269,11 +317,11 @@ def _schedule_pod(
     if pf_result is not None and pf_result.node_names is not None:
         keep = [k for k, name in enumerate(all_nodes.names) if name in pf_result.node_names]
         candidates = all_nodes.take(keep)
-    if fw.score:
+    if fw.score or stop_after_filter:
         num_to_find = num_feasible_nodes_to_find(fw.percentage_of_nodes_to_score, len(candidates))
     else:
         # findNodesThatPassFilters: with neither scoring nor extender
-        # filters (Berth has no extenders) the first feasible node will do.
+        # filters the first feasible node will do.
         num_to_find = 1
     if explain:
         # A what-if explanation evaluates every node.
@@ -336,6 +384,32 @@ def _schedule_pod(
         result.status = Status(result.status.code, (result.message,), result.status.plugin)
         return result
 
+    if stop_after_filter:
+        plugins = set(restricting)
+        pending = set()
+        for rejection in set(rejected.values()):
+            if rejection.plugin and rejection.is_rejected:
+                plugins.add(rejection.plugin)
+                if rejection.code is Code.PENDING:
+                    pending.add(rejection.plugin)
+        absent = None
+        if len(candidates) < num_all:
+            absent = Status.unresolvable(
+                f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(restricting))}]"
+            )
+        return ScheduleResult(
+            SUCCESS,
+            evaluated=processed,
+            feasible=len(feasible),
+            next_start_index=next_start,
+            rejected=rejected,
+            unschedulable_plugins=plugins,
+            pending_plugins=pending,
+            stopped_feasible=tuple(feasible.names),
+            absent_status=absent,
+            num_all_nodes=num_all,
+        )
+
     result = ScheduleResult(
         SUCCESS,
         evaluated=processed,
@@ -362,6 +436,50 @@ def _schedule_pod(
         result.scores = scores
         result.node = select_host(feasible, scores.totals, rng)
 
+    if reserve_and_permit:
+        _reserve_and_permit(fw, state, pod, result)
+    return result
+
+
+def _resume(
+    fw: Framework,
+    snapshot: Snapshot,
+    state: CycleState,
+    pod: PodInfo,
+    start_index: int,
+    reserve_and_permit: bool,
+    rng: random.Random | None,
+    resume: Resume,
+) -> ScheduleResult:
+    """schedulePod after findNodesThatPassExtenders: one node is taken as
+    it is; otherwise prioritizeNodes (PreScore and Score, which upstream
+    runs whenever extenders are configured) with the extenders' scores
+    added to each node's total, then selectHost; then Reserve and Permit."""
+    nodes = snapshot.batch(list(resume.nodes))
+    result = ScheduleResult(
+        SUCCESS,
+        evaluated=resume.evaluated,
+        feasible=len(nodes),
+        next_start_index=start_index,
+    )
+    clear = NominatingMode.OVERRIDE
+    if len(nodes) == 1:
+        result.node = nodes.names[0]
+    else:
+        extra = np.array([resume.extra_scores.get(n, 0) for n in nodes.names], dtype=np.int64)
+        if fw.score:
+            st = fw.run_pre_score(state, pod, nodes)
+            if not st.is_success:
+                result.status = st
+                result.message = st.message
+                result.nominating_mode = clear
+                return result
+            scores = fw.run_score(state, pod, nodes)
+            scores.totals = scores.totals + extra
+            result.scores = scores
+            result.node = select_host(nodes, scores.totals, rng)
+        else:
+            result.node = select_host(nodes, extra, rng)
     if reserve_and_permit:
         _reserve_and_permit(fw, state, pod, result)
     return result

@@ -47,9 +47,17 @@ def schedule_response(
         next_start_index=result.next_start_index,
         generation=generation,
     )
-    if result.node:
+    if result.node or result.stopped_feasible is not None:
         out.cycle.CopyFrom(cycle_to_pb(state))
-    if not result.status.is_success or explain:
+    if result.stopped_feasible is not None:
+        # Stopped after Filter for the caller's extenders: what it needs to
+        # go on, or to compose the FitError if they reject every node.
+        out.feasible.extend(result.stopped_feasible)
+        d = out.diagnosis
+        d.num_all_nodes = result.num_all_nodes
+        if result.absent_status is not None:
+            d.absent_status.CopyFrom(status_to_pb(result.absent_status))
+    if not result.status.is_success or explain or result.stopped_feasible is not None:
         d = out.diagnosis
         for name, st in result.rejected.items():
             d.rejected.add(node=name, status=status_to_pb(st))

@@ -19,10 +19,10 @@ from berth.api.v1 import scheduling_pb2 as pb
 from berth.framework.cycle_state import CycleState
 from berth.framework.model import PodInfo
 from berth.framework.runtime import Framework
-from berth.framework.schedule_one import NominatingMode, ScheduleResult, schedule_pod
+from berth.framework.schedule_one import NominatingMode, Resume, ScheduleResult, schedule_pod
 from berth.framework.snapshot import Snapshot
 from berth.server import errors
-from berth.server.convert import schedule_response
+from berth.server.convert import cycle_from_pb, schedule_response
 from berth.server.handlers import pod_of
 from berth.server.prologue import Call, Worker
 
@@ -35,8 +35,13 @@ def schedule(call: Call, request: pb.ScheduleRequest) -> pb.ScheduleResponse:
     pod = pod_of(request.HasField("pod"), request.pod)
     if request.start_index < 0:
         raise errors.invalid("start_index", f"must be >= 0, got {request.start_index}")
-    state = CycleState()
     rng = random.Random(request.seed) if request.seed else None
+    resume = None
+    if request.HasField("resume"):
+        resume = _resume_of(request.resume, snap, gen)
+        state = cycle_from_pb(request.resume.cycle)
+    else:
+        state = CycleState()
     result = schedule_pod(
         fw,
         snap,
@@ -46,8 +51,41 @@ def schedule(call: Call, request: pb.ScheduleRequest) -> pb.ScheduleResponse:
         reserve_and_permit=request.reserve_and_permit,
         rng=rng,
         explain=request.explain,
+        stop_after_filter=request.stop_after_filter,
+        resume=resume,
     )
     return schedule_response(result, state, gen, request.explain)
+
+
+# Bounds the extenders' scores a caller adds (ScheduleResume.extra_scores), so
+# a total cannot wrap around int64.
+MAX_EXTRA_SCORE = 2**53
+
+
+def _resume_of(msg: pb.ScheduleResume, snap: Snapshot, gen: int) -> Resume:
+    """ScheduleRequest.resume, checked: at least one node, each known once."""
+    if not msg.nodes:
+        raise errors.invalid("resume.nodes", "must name at least one node")
+    seen: set[str] = set()
+    for i, name in enumerate(msg.nodes):
+        where = f"resume.nodes[{i}]"
+        if name in seen:
+            raise errors.invalid(where, f"node {name!r} repeats")
+        seen.add(name)
+        if name not in snap.nodes:
+            raise errors.unknown_node(
+                where,
+                name,
+                gen,
+                f"{where}: node {name!r} is not in the snapshot (generation {gen})",
+            )
+    for name, score in msg.extra_scores.items():
+        if abs(score) > MAX_EXTRA_SCORE:
+            raise errors.invalid(
+                f"resume.extra_scores[{name!r}]",
+                f"{score} is out of range (at most {MAX_EXTRA_SCORE} either way)",
+            )
+    return Resume(tuple(msg.nodes), dict(msg.extra_scores), msg.evaluated_nodes)
 
 
 def check_batch(request: pb.ScheduleBatchRequest, max_pods: int) -> None:

@@ -115,6 +115,7 @@ async def run(settings: ShimSettings) -> int:
         options=settings.options,
         initial_backoff=float(cfg.pod_initial_backoff_seconds),
         max_backoff=float(cfg.pod_max_backoff_seconds),
+        extenders=cfg.extenders,
     )
     le = cfg.leader_election
     leader_elect = le.leader_elect if settings.leader_elect is None else settings.leader_elect

@@ -50,6 +50,7 @@ from berth.kube.rest import JSON, KubeApi, pod_path
 from berth.shim import guard, metrics
 from berth.shim.background import ApiWorkers
 from berth.shim.cache import SchedulerCache
+from berth.shim.extenders import ExtenderError, Extenders
 from berth.shim.fiterror import rejection
 from berth.shim.metrics import Counters
 from berth.shim.objects import WriteFailed, perform_writes
@@ -340,6 +341,7 @@ class BindingCycle:
         on_forgotten: Callable[[cpb.Pod], None],
         traced: bool,
         on_written: Callable[[Sequence[tuple[pb.ObjectWrite, JSON]]], None] | None = None,
+        extenders: Extenders | None = None,
     ) -> None:
         """``nominations``: the pods whose status.nominatedNodeName a binding
         cycle set, to that node, until it changes again (the event handlers
@@ -361,6 +363,7 @@ class BindingCycle:
         self._handle_failure = handle_failure
         self._on_forgotten = on_forgotten
         self._traced = traced
+        self._extenders = extenders
 
     def _span(self, name: str) -> contextlib.AbstractContextManager[None]:
         return _span(name) if self._traced else contextlib.nullcontext()
@@ -509,7 +512,12 @@ class BindingCycle:
                         await unreserve()
                         # Worded as RunPreBindPlugins words a plugin's error.
                         return f'running PreBind plugin "{exc.write.plugin}": {exc}', True
-            if info is not None and info.shim_binds:
+            handled, outcome = await self._extenders_binding(pod, node)
+            if handled:
+                if outcome is not None:
+                    await unreserve()
+                    return outcome
+            elif info is not None and info.shim_binds:
                 # The only Bind plugin is DefaultBinder, whose answer is always
                 # Success with caller_binds: POST the binding without asking
                 # (default_binder.go Bind).
@@ -552,6 +560,32 @@ class BindingCycle:
         activate_pods(self._queue, pod, "the binding cycle", activate)
         self._scheduled_event(profile, pod, node)
         return None
+
+    async def _extenders_binding(self, pod: cpb.Pod, node: str) -> tuple[bool, Failure | None]:
+        """schedule_one.go extendersBinding: the extender with a bind verb
+        that is interested in the pod binds it instead of the profile's Bind
+        plugins. (handled, failure): not handled when there is no such
+        extender, or when it failed and is ignorable (then the plugins bind)."""
+        ext = self._extenders
+        binder = None if ext is None else ext.binder(ext.pod(pod.uid))
+        if binder is None:
+            return False, None
+        try:
+            with self._span("Bind"):
+                await binder.bind(pod.namespace, pod.name, pod.uid, node)
+        except ExtenderError as exc:
+            if binder.ignorable:
+                log.info(
+                    "Skipping extender in bind as it returned error and has ignorable flag set",
+                    extra={
+                        "extender": binder.name,
+                        "err": str(exc),
+                        "pod": f"{pod.namespace}/{pod.name}",
+                    },
+                )
+                return False, None
+            return True, (f"binding rejected: {exc}", True)
+        return True, None
 
     async def _nominate(self, qp: QueuedPod, node: str) -> None:
         """bindingCycle's updatePod with NominatingInfo{node, ModeOverride}:

@@ -19,6 +19,11 @@ schedulingCycle, handleSchedulingFailure).
 - The plugin service unreachable: the pods of the failed call go to the
   error backoff queue; nothing is dropped; the next call reconnects and the
   cluster-state protocol resyncs the replica.
+- A pod HTTP extenders filter or prioritize (shim/extenders.py) has its
+  cycle in two calls: Schedule stopped after Filter, the extenders' filters
+  over the feasible nodes (findNodesThatPassExtenders), then Schedule resumed
+  at Score with the nodes left and the extenders' scores (prioritizeNodes);
+  when they leave no node, PostFilter and the FitError as upstream's.
 """
 
 from __future__ import annotations
@@ -32,10 +37,14 @@ from opentelemetry import trace
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
+from berth.framework.schedule_one import fit_error_message
+from berth.framework.status import Code, Status
+from berth.server.convert import status_from_pb, status_to_pb
 from berth.shim import metrics
 from berth.shim.background import Tasks
 from berth.shim.binding import BindingRequest, WaitingPod, WaitingPods
 from berth.shim.cache import AssumeRefused, SchedulerCache
+from berth.shim.extenders import EXTENDER_PLUGIN, ExtenderError, Extenders, PodJson
 from berth.shim.fiterror import is_rejected, rejection
 from berth.shim.metrics import Counters
 from berth.shim.podstatus import (
@@ -168,6 +177,7 @@ class SchedulingCycle:
         counters: Counters,
         batch_size: int,
         traced: bool,
+        extenders: Extenders | None = None,
     ) -> None:
         """``bind``: the binding cycle of a placed pod (shim/binding.py
         BindingCycle.run), run as a task of its own. ``preempt``: starts the
@@ -189,6 +199,7 @@ class SchedulingCycle:
         self._counters = counters
         self.batch_size = batch_size
         self._traced = traced
+        self._extenders = extenders
         # Per profile: where the next cycle starts looking at nodes
         # (percentageOfNodesToScore's rotation, nextStartNodeIndex).
         self._start_index: dict[str, int] = {}
@@ -210,6 +221,21 @@ class SchedulingCycle:
         return True
 
     async def schedule(self, batch: list[QueuedPod]) -> None:
+        ext = self._extenders
+        if ext is not None:
+            jsons = [ext.pod(qp.uid) for qp in batch]
+            if any(ext.interested(pj) for pj in jsons):
+                # Pods the extenders see run one at a time, in queue order;
+                # the others of the batch around them as their own cycles.
+                for qp, pj in zip(batch, jsons, strict=True):
+                    if pj is not None and ext.interested(pj):
+                        await self._schedule_with_extenders(qp, ext, pj)
+                    else:
+                        await self._schedule([qp])
+                return
+        await self._schedule(batch)
+
+    async def _schedule(self, batch: list[QueuedPod]) -> None:
         profile = batch[0].profile
         start = time.perf_counter()
         pops = time.time()
@@ -242,21 +268,7 @@ class SchedulingCycle:
                     span.end()
                 return
             except ServiceUnavailable as exc:
-                self._counters.service_failures += 1
-                metrics.PLUGIN_SERVICE_ERRORS.labels("Schedule").inc()
-                log.warning("%s; %d pod(s) back to the queue with backoff", exc, len(batch))
-                for qp, span in zip(batch, spans, strict=True):
-                    # No cycle ran: the pod's nomination stands.
-                    self._failed(
-                        qp,
-                        str(exc),
-                        REASON_SCHEDULER_ERROR,
-                        error=True,
-                        start=start,
-                        nominated=None,
-                    )
-                    span.set_status(trace.StatusCode.ERROR, str(exc))
-                    span.end()
+                self._service_failed(batch, spans, exc, start)
                 return
             self._counters.cycles += len(batch)
             for qp, resp, span in zip(batch, results, spans, strict=True):
@@ -266,6 +278,145 @@ class SchedulingCycle:
                 if span.is_recording():
                     span.end()
             raise
+
+    def _service_failed(
+        self, batch: list[QueuedPod], spans: list[trace.Span], exc: Exception, start: float
+    ) -> None:
+        self._counters.service_failures += 1
+        metrics.PLUGIN_SERVICE_ERRORS.labels("Schedule").inc()
+        log.warning("%s; %d pod(s) back to the queue with backoff", exc, len(batch))
+        for qp, span in zip(batch, spans, strict=True):
+            # No cycle ran: the pod's nomination stands.
+            self._failed(
+                qp,
+                str(exc),
+                REASON_SCHEDULER_ERROR,
+                error=True,
+                start=start,
+                nominated=None,
+            )
+            span.set_status(trace.StatusCode.ERROR, str(exc))
+            span.end()
+
+    async def _schedule_with_extenders(self, qp: QueuedPod, ext: Extenders, pj: PodJson) -> None:
+        """One pod's cycle with the extenders between Filter and Score
+        (schedule_one.go schedulePod, findNodesThatFitPod)."""
+        profile = qp.profile
+        start = time.perf_counter()
+        span = self._attempt_span(qp, time.time())
+        metrics.SCHEDULE_BATCH_PODS.observe(1)
+        pod = self._as_nominated(qp.pod)
+        try:
+            try:
+                resp = await self._extended_cycle(qp, profile, pod, ext, pj, start)
+            except ServiceUnavailable as exc:
+                self._service_failed([qp], [span], exc, start)
+                return
+            if resp is None:
+                span.set_attribute("berth.result", "error")
+                span.end()
+                return
+            self._counters.cycles += 1
+            self.handle_result(qp, profile, resp, span, start)
+        except BaseException:
+            if span.is_recording():
+                span.end()
+            raise
+
+    async def _extended_cycle(
+        self,
+        qp: QueuedPod,
+        profile: str,
+        pod: cpb.Pod,
+        ext: Extenders,
+        pj: PodJson,
+        start: float,
+    ) -> pb.ScheduleResponse | None:
+        """The calls of a cycle with extenders; the response handle_result
+        takes, or None when an extender failed the cycle (already handled:
+        an error, as upstream's schedulingCycle treats it)."""
+        start_index = self._start_index.get(profile, 0)
+        first = await self._service.schedule_stopped(profile, pod, start_index)
+        self._start_index[profile] = first.next_start_index
+        if not first.feasible:
+            return first
+        try:
+            outcome = await ext.filter(pj, list(first.feasible))
+            earlier: dict[str, Status] = {}
+            if (
+                not outcome.nodes
+                and pod.nominated_node_name
+                and list(first.feasible) == [pod.nominated_node_name]
+                and first.evaluated_nodes == 1
+            ):
+                # evaluateNominatedNode found the nominated node feasible but
+                # the extenders did not: every node is evaluated
+                # (findNodesThatFitPod), the nominated node's statuses kept.
+                earlier = outcome.statuses
+                plain = cpb.Pod()
+                plain.CopyFrom(pod)
+                plain.nominated_node_name = ""
+                first = await self._service.schedule_stopped(profile, plain, start_index)
+                self._start_index[profile] = first.next_start_index
+                if not first.feasible:
+                    return first
+                outcome = await ext.filter(pj, list(first.feasible))
+                outcome.statuses.update(
+                    {n: st for n, st in earlier.items() if n not in outcome.statuses}
+                )
+            if not outcome.nodes:
+                return await self._extenders_rejected_all(profile, pod, first, outcome.statuses)
+            scores = await ext.prioritize(pj, outcome.nodes) if len(outcome.nodes) > 1 else {}
+        except ExtenderError as exc:
+            # findNodesThatFitPod returns the error: the cycle is an Error
+            # (SchedulerError, clearNominatedNode), retried after a backoff.
+            self._failed(qp, str(exc), REASON_SCHEDULER_ERROR, error=True, start=start)
+            return None
+        resume = pb.ScheduleResume(
+            cycle=first.cycle,
+            nodes=outcome.nodes,
+            extra_scores={n: scores[n] for n in outcome.nodes if n in scores},
+            evaluated_nodes=first.evaluated_nodes,
+        )
+        resp = await self._service.schedule_resumed(profile, pod, first.next_start_index, resume)
+        if outcome.filtered and not resp.node:
+            resp.diagnosis.unschedulable_plugins.append(EXTENDER_PLUGIN)
+        return resp
+
+    async def _extenders_rejected_all(
+        self,
+        profile: str,
+        pod: cpb.Pod,
+        first: pb.ScheduleResponse,
+        statuses: dict[str, Status],
+    ) -> pb.ScheduleResponse:
+        """The extenders left no node: a FitError over the Filter plugins'
+        and the extenders' statuses, "Extender" among the rejecting plugins;
+        PostFilter runs on it (preemption) when the profile has any."""
+        d = first.diagnosis
+        rejected = {ns.node: status_from_pb(ns.status) for ns in d.rejected}
+        rejected.update(statuses)
+        rejected_pb = [pb.NodeStatus(node=n, status=status_to_pb(st)) for n, st in rejected.items()]
+        resp = pb.ScheduleResponse(
+            evaluated_nodes=first.evaluated_nodes,
+            next_start_index=first.next_start_index,
+            generation=first.generation,
+        )
+        post_filter_msg = ""
+        info = self._service.profiles.get(profile)
+        if info is None or info.has("postFilter"):
+            pf = await self._service.post_filter(profile, pod, first.cycle, rejected_pb)
+            resp.post_filter.CopyFrom(pf)
+            post_filter_msg = status_from_pb(pf.status).message
+        absent = status_from_pb(d.absent_status) if d.HasField("absent_status") else None
+        message = fit_error_message(d.num_all_nodes, rejected, "", post_filter_msg, absent)
+        resp.status.CopyFrom(status_to_pb(Status(Code.UNSCHEDULABLE, (message,))))
+        out = resp.diagnosis
+        out.rejected.extend(rejected_pb)
+        out.unschedulable_plugins.extend(sorted({*d.unschedulable_plugins, EXTENDER_PLUGIN}))
+        out.pending_plugins.extend(d.pending_plugins)
+        out.message = message
+        return resp
 
     def _as_nominated(self, pod: cpb.Pod) -> cpb.Pod:
         """The pod as a cycle sees it: with the node this scheduler nominated

@@ -26,25 +26,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry import trace
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
+from berth.framework.events import unroll_wildcard_resource
+from berth.framework.extenders import ExtenderConfig
 from berth.kube.asynchttp import AsyncApi
 from berth.kube.errors import ApiError
 from berth.kube.records import node_record, pod_record
-from berth.kube.rest import KubeApi, pod_path
+from berth.kube.rest import JSON, KubeApi, pod_path
 from berth.shim import metrics
 from berth.shim.background import ApiWorkers, Tasks
 from berth.shim.binding import Binder, BindingCycle, WaitingPods
 from berth.shim.cache import DEFAULT_ASSUMED_TTL, Assumed, SchedulerCache
 from berth.shim.eventhandlers import EventHandlers
 from berth.shim.events import DEFAULT_WRITERS, EventRecorder, ThreadedSink
+from berth.shim.extenders import EXTENDER_PLUGIN, Extenders
 from berth.shim.hints import HintMap
-from berth.shim.informer import Informer, node_key, pod_key
+from berth.shim.informer import DELETED, Event, Informer, node_key, pod_key
 from berth.shim.metrics import Counters
 from berth.shim.objects import ObjectSources
 from berth.shim.podstatus import PodStatusWriter
@@ -54,6 +58,8 @@ from berth.shim.schedule_one import FailureHandler, SchedulingCycle
 from berth.shim.service import PluginService, ServiceUnavailable
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R")
 
 # How often the shim asks the plugin service again what its profiles read.
 PROFILES_REFRESH_SECONDS = 30.0
@@ -92,7 +98,9 @@ class Scheduler:
         options: ShimOptions | None = None,
         initial_backoff: float = 1.0,
         max_backoff: float = 10.0,
+        extenders: Sequence[ExtenderConfig] = (),
     ) -> None:
+        """``extenders``: KubeSchedulerConfiguration.extenders (shim/extenders.py)."""
         self.api = api
         self.service = service
         self.profiles = set(profiles)
@@ -105,6 +113,7 @@ class Scheduler:
             max_backoff=max_backoff,
         )
         self.counters = Counters()
+        self.extenders = Extenders(extenders, profiles) if extenders else None
         self.waiting = WaitingPods()
         self.tasks = Tasks()
         self._workers = ApiWorkers(self.options.bind_workers)
@@ -182,6 +191,7 @@ class Scheduler:
             on_forgotten=self.event_handlers.assumed_pod_forgotten,
             traced=traced,
             on_written=self.objects.written,
+            extenders=self.extenders,
         )
         self.scheduling_cycle = SchedulingCycle(
             service=service,
@@ -196,6 +206,7 @@ class Scheduler:
             counters=self.counters,
             batch_size=self.options.batch_size,
             traced=traced,
+            extenders=self.extenders,
         )
 
     # -- lifecycle ----------------------------------------------------------------
@@ -206,22 +217,34 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         for rec in set(self.recorders.values()):
             rec.start()
+        decode_node: Callable[[JSON], cpb.Node] = node_record
+        decode_pod: Callable[[JSON], cpb.Pod] = pod_record
+        on_node_events: Callable[[list[Event[cpb.Node]]], None] = self.event_handlers.on_node_events
+        on_pod_events: Callable[[list[Event[cpb.Pod]]], None] = self.event_handlers.on_pod_events
+        if self.extenders is not None:
+            # The extenders are sent full objects: keep their JSON as the
+            # informers deliver them.
+            objects = self.extenders.objects
+            decode_node = objects.node_decoder(node_record)
+            decode_pod = objects.pod_decoder(pod_record)
+            on_node_events = _pruning(on_node_events, objects.on_deleted_node)
+            on_pod_events = _pruning(on_pod_events, objects.on_deleted_pod)
         nodes: Informer[cpb.Node] = Informer(
             self.api,
             "/api/v1/nodes",
             name="nodes",
-            decode=node_record,
+            decode=decode_node,
             key_of=node_key,
-            on_events=self.event_handlers.on_node_events,
+            on_events=on_node_events,
             loop=loop,
         )
         pods: Informer[cpb.Pod] = Informer(
             self.api,
             "/api/v1/pods",
             name="pods",
-            decode=pod_record,
+            decode=decode_pod,
             key_of=pod_key,
-            on_events=self.event_handlers.on_pod_events,
+            on_events=on_pod_events,
             loop=loop,
             field_selector=POD_FIELD_SELECTOR,
         )
@@ -293,6 +316,19 @@ class Scheduler:
             for name, info in self.service.profiles.items()
             if name in self.profiles
         }
+        if self.extenders is not None:
+            # framework.go NewFramework: with extenders, "Extender" registers
+            # every event without a hint (defaultEnqueueExtension), so a pod
+            # extenders rejected is retried by any cluster event.
+            extra = [
+                pb.RegisteredEvent(
+                    plugin=EXTENDER_PLUGIN,
+                    resource=e.event.resource,
+                    action_type=int(e.event.action_type),
+                )
+                for e in unroll_wildcard_resource()
+            ]
+            events = {name: (*regs, *extra) for name, regs in events.items()}
         self.queue.set_hints(HintMap.from_profiles(events), self.service.queueing_hints)
 
     async def _refresh_profiles_loop(self) -> None:
@@ -320,6 +356,8 @@ class Scheduler:
         if self._async_api is not None:
             await self._async_api.close()
         await self._events_api.close()
+        if self.extenders is not None:
+            await self.extenders.close()
 
     # -- admission ---------------------------------------------------------------------
 
@@ -394,3 +432,18 @@ def tracing() -> bool:
 
 
 __all__ = ["Counters", "Scheduler", "ShimOptions"]
+
+
+def _pruning(
+    handler: Callable[[list[Event[R]]], None], drop: Callable[[str, str], None]
+) -> Callable[[list[Event[R]]], None]:
+    """The informer's handler, after ``drop(key, resourceVersion)`` for each
+    DELETED event (what ObjectJson kept of the object goes)."""
+
+    def on_events(events: list[Event[R]]) -> None:
+        for ev in events:
+            if ev.type == DELETED:
+                drop(ev.key, ev.resource_version)
+        handler(events)
+
+    return on_events

@@ -463,6 +463,71 @@ class PluginService:
         )
         return resp
 
+    async def schedule_stopped(
+        self, profile: str, pod: cpb.Pod, start_index: int
+    ) -> pb.ScheduleResponse:
+        """The first half of a cycle with extenders: PreFilter and Filter,
+        stopped before Score when nodes pass (ScheduleRequest
+        .stop_after_filter)."""
+        self.state.commit()
+
+        def build(st: cpb.ClusterState) -> pb.ScheduleRequest:
+            return pb.ScheduleRequest(
+                profile=profile,
+                state=st,
+                pod=pod,
+                start_index=start_index,
+                reserve_and_permit=True,
+                stop_after_filter=True,
+            )
+
+        resp: pb.ScheduleResponse = await self._guard(
+            "Schedule", lambda: self.client.call("Schedule", build)
+        )
+        return resp
+
+    async def schedule_resumed(
+        self,
+        profile: str,
+        pod: cpb.Pod,
+        start_index: int,
+        resume: pb.ScheduleResume,
+    ) -> pb.ScheduleResponse:
+        """The second half: Score over the nodes the extenders kept, their
+        scores added, host selection, Reserve and Permit."""
+        self.state.commit()
+
+        def build(st: cpb.ClusterState) -> pb.ScheduleRequest:
+            return pb.ScheduleRequest(
+                profile=profile,
+                state=st,
+                pod=pod,
+                start_index=start_index,
+                reserve_and_permit=True,
+                resume=resume,
+            )
+
+        resp: pb.ScheduleResponse = await self._guard(
+            "Schedule", lambda: self.client.call("Schedule", build)
+        )
+        return resp
+
+    async def post_filter(
+        self, profile: str, pod: cpb.Pod, cycle: pb.CycleState, rejected: Sequence[pb.NodeStatus]
+    ) -> pb.PostFilterResponse:
+        """PostFilter for a cycle whose nodes the extenders all rejected."""
+        self.state.commit()
+
+        def build(st: cpb.ClusterState) -> pb.PostFilterRequest:
+            return pb.PostFilterRequest(
+                profile=profile, state=st, pod=pod, cycle=cycle, rejected=rejected
+            )
+
+        resp: pb.PostFilterResponse = await self._guard(
+            "PostFilter", lambda: self.client.call("PostFilter", build)
+        )
+        return resp
+
     async def node_call(
         self, method: str, profile: str, pod: cpb.Pod, node: str, cycle: pb.CycleState
     ) -> Any:

@@ -46,8 +46,11 @@ class HttpError(Exception):
 class _Connection(asyncio.Protocol):
     """One keep-alive connection: one request in flight at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_body: int | None = None) -> None:
         self.transport: asyncio.Transport | None = None
+        # None: no bound (the API server's answers here are small and trusted).
+        self._max_body = max_body
+        self._body_len = 0
         self._parser = httptools.HttpResponseParser(self)
         self._answer: asyncio.Future[tuple[int, bytes]] | None = None
         self._body: list[bytes] = []
@@ -94,6 +97,10 @@ class _Connection(asyncio.Protocol):
             self._unsolicited = True
 
     def on_body(self, body: bytes) -> None:
+        self._body_len += len(body)
+        if self._max_body is not None and self._body_len > self._max_body:
+            self._fail(HttpError(f"answer larger than {self._max_body} bytes"))
+            raise httptools.HttpParserCallbackError("answer too large")
         self._body.append(body)
 
     def on_message_complete(self) -> None:
@@ -108,6 +115,7 @@ class _Connection(asyncio.Protocol):
         if answer is not None and not answer.done():
             answer.set_result((status, b"".join(self._body)))
         self._body = []
+        self._body_len = 0
 
     # -- use ------------------------------------------------------------------
 
@@ -121,6 +129,7 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         self._answer = asyncio.get_running_loop().create_future()
         self._body = []
+        self._body_len = 0
         self.reusable = False
         self.transport.write(request)
         return self._answer
@@ -154,7 +163,12 @@ class Http1Pool:
         timeout: float = 30.0,
         idle_timeout: float = 90.0,
         headers: Mapping[str, str] | None = None,
+        max_body: int | None = None,
     ) -> None:
+        """``max_body``: the longest answer body taken, in bytes (a longer
+        one fails the request with HttpError and closes its connection);
+        None for no bound."""
+        self._max_body = max_body
         self._host = host
         self._port = port
         self._ssl = ssl_context
@@ -282,8 +296,9 @@ class Http1Pool:
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
+        max_body = self._max_body
         _, conn = await loop.create_connection(
-            _Connection,
+            lambda: _Connection(max_body),
             self._host,
             self._port,
             ssl=self._ssl,

@@ -2086,6 +2086,8 @@ class ScheduleRequest(_message.Message):
     EXPLAIN_FIELD_NUMBER: _builtins.int
     SEED_FIELD_NUMBER: _builtins.int
     TIMEOUT_MILLIS_FIELD_NUMBER: _builtins.int
+    STOP_AFTER_FILTER_FIELD_NUMBER: _builtins.int
+    RESUME_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
     """The profile's schedulerName; required."""
     start_index: _builtins.int
@@ -2110,6 +2112,17 @@ class ScheduleRequest(_message.Message):
     deadline but the stream's. Unary Schedule calls use their gRPC deadline
     and ignore this.
     """
+    stop_after_filter: _builtins.bool
+    """For a caller that runs HTTP extenders (KubeSchedulerConfiguration
+    extenders; upstream's schedule_one.go findNodesThatPassExtenders, which
+    runs between Filter and Score): when nodes pass Filter, stop there and
+    answer Success with no node, the passing nodes in `feasible` and the
+    rejected ones in `diagnosis`; the caller runs its extenders and continues
+    the cycle with `resume`. The search for feasible nodes is sized as for a
+    profile with scoring (numFeasibleNodesToFind), as upstream sizes it when
+    extenders filter. A cycle no node passes ends as without this flag
+    (PostFilter, FitError). Ignored with `resume` and `explain`.
+    """
     @_builtins.property
     def state(self) -> _cluster_pb2.ClusterState:
         """The cluster state the cycle reads; required."""
@@ -2117,6 +2130,14 @@ class ScheduleRequest(_message.Message):
     @_builtins.property
     def pod(self) -> _cluster_pb2.Pod:
         """The pod to place; required (uid and name non-empty)."""
+
+    @_builtins.property
+    def resume(self) -> Global___ScheduleResume:
+        """Continues a cycle that stopped after Filter (stop_after_filter): scores
+        `resume.nodes`, adds `resume.extra_scores`, picks the host and runs
+        Reserve and Permit when asked, as a cycle that never stopped. PreFilter
+        and Filter do not run again; `pod` must be the same pod.
+        """
 
     def __init__(
         self,
@@ -2129,14 +2150,84 @@ class ScheduleRequest(_message.Message):
         explain: _builtins.bool = ...,
         seed: _builtins.int = ...,
         timeout_millis: _builtins.int = ...,
+        stop_after_filter: _builtins.bool = ...,
+        resume: Global___ScheduleResume | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod", "state", b"state"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod", "resume", b"resume", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["explain", b"explain", "pod", b"pod", "profile", b"profile", "reserve_and_permit", b"reserve_and_permit", "seed", b"seed", "start_index", b"start_index", "state", b"state", "timeout_millis", b"timeout_millis"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["explain", b"explain", "pod", b"pod", "profile", b"profile", "reserve_and_permit", b"reserve_and_permit", "resume", b"resume", "seed", b"seed", "start_index", b"start_index", "state", b"state", "stop_after_filter", b"stop_after_filter", "timeout_millis", b"timeout_millis"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ScheduleRequest: _TypeAlias = ScheduleRequest  # noqa: Y015
+
+@_typing.final
+class ScheduleResume(_message.Message):
+    """The rest of a cycle that stopped after Filter (ScheduleRequest.resume)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ExtraScoresEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CYCLE_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    EXTRA_SCORES_FIELD_NUMBER: _builtins.int
+    EVALUATED_NODES_FIELD_NUMBER: _builtins.int
+    evaluated_nodes: _builtins.int
+    """The stopped response's evaluated_nodes, reported again in the answer."""
+    @_builtins.property
+    def cycle(self) -> Global___CycleState:
+        """The cycle's state, as the stopped response's `cycle` returned it."""
+
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The nodes left after the caller's extenders, a subset of the stopped
+        response's `feasible`, in its order; at least one. Every name must be in
+        the snapshot (else NOT_FOUND, reason UNKNOWN_NODE). One node is chosen
+        without scoring (schedulePod: "only one node after predicate").
+        """
+
+    @_builtins.property
+    def extra_scores(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Node name to a score added to the plugins' total for that node: the
+        extenders' scores, already scaled and weighted (upstream's
+        prioritizeNodes: score * weight * (MaxNodeScore / MaxExtenderPriority)).
+        Nodes not named get 0.
+        """
+
+    def __init__(
+        self,
+        *,
+        cycle: Global___CycleState | None = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        extra_scores: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        evaluated_nodes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "evaluated_nodes", b"evaluated_nodes", "extra_scores", b"extra_scores", "nodes", b"nodes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScheduleResume: _TypeAlias = ScheduleResume  # noqa: Y015
 
 @_typing.final
 class NodeScore(_message.Message):
@@ -2201,9 +2292,15 @@ class Diagnosis(_message.Message):
     PRE_FILTER_STATUS_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     PENDING_PLUGINS_FIELD_NUMBER: _builtins.int
+    ABSENT_STATUS_FIELD_NUMBER: _builtins.int
+    NUM_ALL_NODES_FIELD_NUMBER: _builtins.int
     message: _builtins.str
     """Upstream's FitError text, e.g. "0/5 nodes are available: 1 node(s) were
     unschedulable, 4 Insufficient cpu."
+    """
+    num_all_nodes: _builtins.int
+    """The nodes of the snapshot the cycle ran at (the N of "0/N nodes are
+    available"); set on a stopped cycle.
     """
     @_builtins.property
     def rejected(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeStatus]:
@@ -2224,6 +2321,15 @@ class Diagnosis(_message.Message):
         backoff, when one of them answers Queue to a cluster event.
         """
 
+    @_builtins.property
+    def absent_status(self) -> Global___Status:
+        """The status of the nodes `rejected` does not list when PreFilter narrowed
+        the candidates (upstream's NodeToStatus AbsentNodesStatus, "node(s)
+        didn't satisfy plugin(s) [...]"); unset when it did not. Set on a stopped
+        cycle (ScheduleRequest.stop_after_filter) so the caller can compose the
+        FitError should its extenders reject every node.
+        """
+
     def __init__(
         self,
         *,
@@ -2232,10 +2338,12 @@ class Diagnosis(_message.Message):
         pre_filter_status: Global___Status | None = ...,
         message: _builtins.str = ...,
         pending_plugins: _abc.Iterable[_builtins.str] | None = ...,
+        absent_status: Global___Status | None = ...,
+        num_all_nodes: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["pre_filter_status", b"pre_filter_status"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["absent_status", b"absent_status", "pre_filter_status", b"pre_filter_status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "pending_plugins", b"pending_plugins", "pre_filter_status", b"pre_filter_status", "rejected", b"rejected", "unschedulable_plugins", b"unschedulable_plugins"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["absent_status", b"absent_status", "message", b"message", "num_all_nodes", b"num_all_nodes", "pending_plugins", b"pending_plugins", "pre_filter_status", b"pre_filter_status", "rejected", b"rejected", "unschedulable_plugins", b"unschedulable_plugins"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2469,6 +2577,7 @@ class ScheduleResponse(_message.Message):
     UNRESERVE_SIGNALS_FIELD_NUMBER: _builtins.int
     PRE_BIND_SKIP_FIELD_NUMBER: _builtins.int
     PRE_BIND_PRE_FLIGHT_ERROR_FIELD_NUMBER: _builtins.int
+    FEASIBLE_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     """The chosen node; empty when the pod fits none."""
     evaluated_nodes: _builtins.int
@@ -2546,6 +2655,13 @@ class ScheduleResponse(_message.Message):
         a PreBind call answers the same error.
         """
 
+    @_builtins.property
+    def feasible(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """With stop_after_filter, when the cycle stopped after Filter: the nodes
+        that passed, in the order the search found them (status Success, `node`
+        empty, `cycle` set, `diagnosis` the rejected nodes).
+        """
+
     def __init__(
         self,
         *,
@@ -2565,10 +2681,11 @@ class ScheduleResponse(_message.Message):
         unreserve_signals: _abc.Iterable[Global___WaitingPodSignal] | None = ...,
         pre_bind_skip: _builtins.bool = ...,
         pre_bind_pre_flight_error: Global___Status | None = ...,
+        feasible: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "diagnosis", b"diagnosis", "permit", b"permit", "post_filter", b"post_filter", "pre_bind_pre_flight_error", b"pre_bind_pre_flight_error", "reserve_status", b"reserve_status", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assume_annotations", b"assume_annotations", "cycle", b"cycle", "diagnosis", b"diagnosis", "evaluated_nodes", b"evaluated_nodes", "feasible_nodes", b"feasible_nodes", "generation", b"generation", "next_start_index", b"next_start_index", "node", b"node", "permit", b"permit", "post_filter", b"post_filter", "pre_bind_pre_flight_error", b"pre_bind_pre_flight_error", "pre_bind_skip", b"pre_bind_skip", "reserve_status", b"reserve_status", "scores", b"scores", "status", b"status", "unreserve_signals", b"unreserve_signals"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assume_annotations", b"assume_annotations", "cycle", b"cycle", "diagnosis", b"diagnosis", "evaluated_nodes", b"evaluated_nodes", "feasible", b"feasible", "feasible_nodes", b"feasible_nodes", "generation", b"generation", "next_start_index", b"next_start_index", "node", b"node", "permit", b"permit", "post_filter", b"post_filter", "pre_bind_pre_flight_error", b"pre_bind_pre_flight_error", "pre_bind_skip", b"pre_bind_skip", "reserve_status", b"reserve_status", "scores", b"scores", "status", b"status", "unreserve_signals", b"unreserve_signals"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

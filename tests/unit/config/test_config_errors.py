@@ -145,12 +145,6 @@ CASES = [
         "must be greater than or equal to podInitialBackoffSeconds (5)",
     ),
     Case(
-        "extenders",
-        "extenders:\n- urlPrefix: http://127.0.0.1:8888/\n  filterVerb: filter\n",
-        "extenders",
-        "Berth runs scheduling logic as Scheduler Framework plugins",
-    ),
-    Case(
         "leaderElection duration not a Go duration",
         "leaderElection:\n  leaseDuration: 15 seconds\n",
         "leaderElection.leaseDuration",

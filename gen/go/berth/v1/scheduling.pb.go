@@ -3565,6 +3565,21 @@ type ScheduleRequest struct {
 	// deadline but the stream's. Unary Schedule calls use their gRPC deadline
 	// and ignore this.
 	TimeoutMillis int64 `protobuf:"varint,8,opt,name=timeout_millis,json=timeoutMillis,proto3" json:"timeout_millis,omitempty"`
+	// For a caller that runs HTTP extenders (KubeSchedulerConfiguration
+	// extenders; upstream's schedule_one.go findNodesThatPassExtenders, which
+	// runs between Filter and Score): when nodes pass Filter, stop there and
+	// answer Success with no node, the passing nodes in `feasible` and the
+	// rejected ones in `diagnosis`; the caller runs its extenders and continues
+	// the cycle with `resume`. The search for feasible nodes is sized as for a
+	// profile with scoring (numFeasibleNodesToFind), as upstream sizes it when
+	// extenders filter. A cycle no node passes ends as without this flag
+	// (PostFilter, FitError). Ignored with `resume` and `explain`.
+	StopAfterFilter bool `protobuf:"varint,9,opt,name=stop_after_filter,json=stopAfterFilter,proto3" json:"stop_after_filter,omitempty"`
+	// Continues a cycle that stopped after Filter (stop_after_filter): scores
+	// `resume.nodes`, adds `resume.extra_scores`, picks the host and runs
+	// Reserve and Permit when asked, as a cycle that never stopped. PreFilter
+	// and Filter do not run again; `pod` must be the same pod.
+	Resume        *ScheduleResume `protobuf:"bytes,10,opt,name=resume,proto3" json:"resume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3655,6 +3670,99 @@ func (x *ScheduleRequest) GetTimeoutMillis() int64 {
 	return 0
 }
 
+func (x *ScheduleRequest) GetStopAfterFilter() bool {
+	if x != nil {
+		return x.StopAfterFilter
+	}
+	return false
+}
+
+func (x *ScheduleRequest) GetResume() *ScheduleResume {
+	if x != nil {
+		return x.Resume
+	}
+	return nil
+}
+
+// The rest of a cycle that stopped after Filter (ScheduleRequest.resume).
+type ScheduleResume struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cycle's state, as the stopped response's `cycle` returned it.
+	Cycle *CycleState `protobuf:"bytes,1,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	// The nodes left after the caller's extenders, a subset of the stopped
+	// response's `feasible`, in its order; at least one. Every name must be in
+	// the snapshot (else NOT_FOUND, reason UNKNOWN_NODE). One node is chosen
+	// without scoring (schedulePod: "only one node after predicate").
+	Nodes []string `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// Node name to a score added to the plugins' total for that node: the
+	// extenders' scores, already scaled and weighted (upstream's
+	// prioritizeNodes: score * weight * (MaxNodeScore / MaxExtenderPriority)).
+	// Nodes not named get 0.
+	ExtraScores map[string]int64 `protobuf:"bytes,3,rep,name=extra_scores,json=extraScores,proto3" json:"extra_scores,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The stopped response's evaluated_nodes, reported again in the answer.
+	EvaluatedNodes int32 `protobuf:"varint,4,opt,name=evaluated_nodes,json=evaluatedNodes,proto3" json:"evaluated_nodes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ScheduleResume) Reset() {
+	*x = ScheduleResume{}
+	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleResume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleResume) ProtoMessage() {}
+
+func (x *ScheduleResume) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleResume.ProtoReflect.Descriptor instead.
+func (*ScheduleResume) Descriptor() ([]byte, []int) {
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ScheduleResume) GetCycle() *CycleState {
+	if x != nil {
+		return x.Cycle
+	}
+	return nil
+}
+
+func (x *ScheduleResume) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *ScheduleResume) GetExtraScores() map[string]int64 {
+	if x != nil {
+		return x.ExtraScores
+	}
+	return nil
+}
+
+func (x *ScheduleResume) GetEvaluatedNodes() int32 {
+	if x != nil {
+		return x.EvaluatedNodes
+	}
+	return 0
+}
+
 // A scored node, in Schedule's explain output.
 type NodeScore struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3670,7 +3778,7 @@ type NodeScore struct {
 
 func (x *NodeScore) Reset() {
 	*x = NodeScore{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3682,7 +3790,7 @@ func (x *NodeScore) String() string {
 func (*NodeScore) ProtoMessage() {}
 
 func (x *NodeScore) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3695,7 +3803,7 @@ func (x *NodeScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeScore.ProtoReflect.Descriptor instead.
 func (*NodeScore) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{45}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *NodeScore) GetNode() string {
@@ -3735,13 +3843,22 @@ type Diagnosis struct {
 	// Diagnosis.PendingPlugins): a caller retries the pod at once, skipping its
 	// backoff, when one of them answers Queue to a cluster event.
 	PendingPlugins []string `protobuf:"bytes,5,rep,name=pending_plugins,json=pendingPlugins,proto3" json:"pending_plugins,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The status of the nodes `rejected` does not list when PreFilter narrowed
+	// the candidates (upstream's NodeToStatus AbsentNodesStatus, "node(s)
+	// didn't satisfy plugin(s) [...]"); unset when it did not. Set on a stopped
+	// cycle (ScheduleRequest.stop_after_filter) so the caller can compose the
+	// FitError should its extenders reject every node.
+	AbsentStatus *Status `protobuf:"bytes,6,opt,name=absent_status,json=absentStatus,proto3" json:"absent_status,omitempty"`
+	// The nodes of the snapshot the cycle ran at (the N of "0/N nodes are
+	// available"); set on a stopped cycle.
+	NumAllNodes   int32 `protobuf:"varint,7,opt,name=num_all_nodes,json=numAllNodes,proto3" json:"num_all_nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Diagnosis) Reset() {
 	*x = Diagnosis{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[46]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3753,7 +3870,7 @@ func (x *Diagnosis) String() string {
 func (*Diagnosis) ProtoMessage() {}
 
 func (x *Diagnosis) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[46]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3766,7 +3883,7 @@ func (x *Diagnosis) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnosis.ProtoReflect.Descriptor instead.
 func (*Diagnosis) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{46}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Diagnosis) GetRejected() []*NodeStatus {
@@ -3804,6 +3921,20 @@ func (x *Diagnosis) GetPendingPlugins() []string {
 	return nil
 }
 
+func (x *Diagnosis) GetAbsentStatus() *Status {
+	if x != nil {
+		return x.AbsentStatus
+	}
+	return nil
+}
+
+func (x *Diagnosis) GetNumAllNodes() int32 {
+	if x != nil {
+		return x.NumAllNodes
+	}
+	return 0
+}
+
 // Several queued pods, one scheduling cycle each, in order.
 type ScheduleBatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3827,7 +3958,7 @@ type ScheduleBatchRequest struct {
 
 func (x *ScheduleBatchRequest) Reset() {
 	*x = ScheduleBatchRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[47]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3839,7 +3970,7 @@ func (x *ScheduleBatchRequest) String() string {
 func (*ScheduleBatchRequest) ProtoMessage() {}
 
 func (x *ScheduleBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[47]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3852,7 +3983,7 @@ func (x *ScheduleBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleBatchRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleBatchRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{47}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ScheduleBatchRequest) GetProfile() string {
@@ -3912,7 +4043,7 @@ type ScheduleBatchResponse struct {
 
 func (x *ScheduleBatchResponse) Reset() {
 	*x = ScheduleBatchResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[48]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3924,7 +4055,7 @@ func (x *ScheduleBatchResponse) String() string {
 func (*ScheduleBatchResponse) ProtoMessage() {}
 
 func (x *ScheduleBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[48]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3937,7 +4068,7 @@ func (x *ScheduleBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleBatchResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleBatchResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{48}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ScheduleBatchResponse) GetResults() []*ScheduleResponse {
@@ -3985,7 +4116,7 @@ type RequestError struct {
 
 func (x *RequestError) Reset() {
 	*x = RequestError{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[49]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3997,7 +4128,7 @@ func (x *RequestError) String() string {
 func (*RequestError) ProtoMessage() {}
 
 func (x *RequestError) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[49]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4010,7 +4141,7 @@ func (x *RequestError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestError.ProtoReflect.Descriptor instead.
 func (*RequestError) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{49}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RequestError) GetGrpcCode() int32 {
@@ -4072,7 +4203,7 @@ type ScheduleStreamResponse struct {
 
 func (x *ScheduleStreamResponse) Reset() {
 	*x = ScheduleStreamResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[50]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4084,7 +4215,7 @@ func (x *ScheduleStreamResponse) String() string {
 func (*ScheduleStreamResponse) ProtoMessage() {}
 
 func (x *ScheduleStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[50]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4097,7 +4228,7 @@ func (x *ScheduleStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleStreamResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleStreamResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{50}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ScheduleStreamResponse) GetResult() isScheduleStreamResponse_Result {
@@ -4196,13 +4327,17 @@ type ScheduleResponse struct {
 	// pod as for a failed PreBind. Unset (also from servers that predate it):
 	// a PreBind call answers the same error.
 	PreBindPreFlightError *Status `protobuf:"bytes,17,opt,name=pre_bind_pre_flight_error,json=preBindPreFlightError,proto3" json:"pre_bind_pre_flight_error,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// With stop_after_filter, when the cycle stopped after Filter: the nodes
+	// that passed, in the order the search found them (status Success, `node`
+	// empty, `cycle` set, `diagnosis` the rejected nodes).
+	Feasible      []string `protobuf:"bytes,18,rep,name=feasible,proto3" json:"feasible,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleResponse) Reset() {
 	*x = ScheduleResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[51]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4214,7 +4349,7 @@ func (x *ScheduleResponse) String() string {
 func (*ScheduleResponse) ProtoMessage() {}
 
 func (x *ScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[51]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4227,7 +4362,7 @@ func (x *ScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{51}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ScheduleResponse) GetStatus() *Status {
@@ -4338,6 +4473,13 @@ func (x *ScheduleResponse) GetPreBindSkip() bool {
 func (x *ScheduleResponse) GetPreBindPreFlightError() *Status {
 	if x != nil {
 		return x.PreBindPreFlightError
+	}
+	return nil
+}
+
+func (x *ScheduleResponse) GetFeasible() []string {
+	if x != nil {
+		return x.Feasible
 	}
 	return nil
 }
@@ -4595,7 +4737,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x05 \x01(\x03R\n" +
-	"generation\"\x9e\x02\n" +
+	"generation\"\xfc\x02\n" +
 	"\x0fScheduleRequest\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12,\n" +
 	"\x05state\x18\x02 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\x12\x1f\n" +
@@ -4605,20 +4747,33 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x12reserve_and_permit\x18\x05 \x01(\bR\x10reserveAndPermit\x12\x18\n" +
 	"\aexplain\x18\x06 \x01(\bR\aexplain\x12\x12\n" +
 	"\x04seed\x18\a \x01(\x04R\x04seed\x12%\n" +
-	"\x0etimeout_millis\x18\b \x01(\x03R\rtimeoutMillis\"\xad\x01\n" +
+	"\x0etimeout_millis\x18\b \x01(\x03R\rtimeoutMillis\x12*\n" +
+	"\x11stop_after_filter\x18\t \x01(\bR\x0fstopAfterFilter\x120\n" +
+	"\x06resume\x18\n" +
+	" \x01(\v2\x18.berth.v1.ScheduleResumeR\x06resume\"\x89\x02\n" +
+	"\x0eScheduleResume\x12*\n" +
+	"\x05cycle\x18\x01 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x12\x14\n" +
+	"\x05nodes\x18\x02 \x03(\tR\x05nodes\x12L\n" +
+	"\fextra_scores\x18\x03 \x03(\v2).berth.v1.ScheduleResume.ExtraScoresEntryR\vextraScores\x12'\n" +
+	"\x0fevaluated_nodes\x18\x04 \x01(\x05R\x0eevaluatedNodes\x1a>\n" +
+	"\x10ExtraScoresEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xad\x01\n" +
 	"\tNodeScore\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12:\n" +
 	"\aplugins\x18\x03 \x03(\v2 .berth.v1.NodeScore.PluginsEntryR\aplugins\x1a:\n" +
 	"\fPluginsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xf3\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xce\x02\n" +
 	"\tDiagnosis\x120\n" +
 	"\brejected\x18\x01 \x03(\v2\x14.berth.v1.NodeStatusR\brejected\x123\n" +
 	"\x15unschedulable_plugins\x18\x02 \x03(\tR\x14unschedulablePlugins\x12<\n" +
 	"\x11pre_filter_status\x18\x03 \x01(\v2\x10.berth.v1.StatusR\x0fpreFilterStatus\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12'\n" +
-	"\x0fpending_plugins\x18\x05 \x03(\tR\x0ependingPlugins\"\xe4\x01\n" +
+	"\x0fpending_plugins\x18\x05 \x03(\tR\x0ependingPlugins\x125\n" +
+	"\rabsent_status\x18\x06 \x01(\v2\x10.berth.v1.StatusR\fabsentStatus\x12\"\n" +
+	"\rnum_all_nodes\x18\a \x01(\x05R\vnumAllNodes\"\xe4\x01\n" +
 	"\x14ScheduleBatchRequest\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12,\n" +
 	"\x05state\x18\x02 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\x12!\n" +
@@ -4646,7 +4801,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x16ScheduleStreamResponse\x128\n" +
 	"\bresponse\x18\x01 \x01(\v2\x1a.berth.v1.ScheduleResponseH\x00R\bresponse\x12.\n" +
 	"\x05error\x18\x02 \x01(\v2\x16.berth.v1.RequestErrorH\x00R\x05errorB\b\n" +
-	"\x06result\"\x8e\a\n" +
+	"\x06result\"\xaa\a\n" +
 	"\x10ScheduleResponse\x12(\n" +
 	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12'\n" +
@@ -4667,7 +4822,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x12assume_annotations\x18\x0e \x03(\v21.berth.v1.ScheduleResponse.AssumeAnnotationsEntryR\x11assumeAnnotations\x12G\n" +
 	"\x11unreserve_signals\x18\x0f \x03(\v2\x1a.berth.v1.WaitingPodSignalR\x10unreserveSignals\x12\"\n" +
 	"\rpre_bind_skip\x18\x10 \x01(\bR\vpreBindSkip\x12J\n" +
-	"\x19pre_bind_pre_flight_error\x18\x11 \x01(\v2\x10.berth.v1.StatusR\x15preBindPreFlightError\x1aD\n" +
+	"\x19pre_bind_pre_flight_error\x18\x11 \x01(\v2\x10.berth.v1.StatusR\x15preBindPreFlightError\x12\x1a\n" +
+	"\bfeasible\x18\x12 \x03(\tR\bfeasible\x1aD\n" +
 	"\x16AssumeAnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\r\x10\x0eR\x05error*\x8a\x03\n" +
@@ -4737,7 +4893,7 @@ func file_berth_v1_scheduling_proto_rawDescGZIP() []byte {
 }
 
 var file_berth_v1_scheduling_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_berth_v1_scheduling_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_berth_v1_scheduling_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_berth_v1_scheduling_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: berth.v1.ErrorReason
 	(Code)(0),                        // 1: berth.v1.Code
@@ -4787,65 +4943,67 @@ var file_berth_v1_scheduling_proto_goTypes = []any{
 	(*PermitResponse)(nil),           // 45: berth.v1.PermitResponse
 	(*BindResponse)(nil),             // 46: berth.v1.BindResponse
 	(*ScheduleRequest)(nil),          // 47: berth.v1.ScheduleRequest
-	(*NodeScore)(nil),                // 48: berth.v1.NodeScore
-	(*Diagnosis)(nil),                // 49: berth.v1.Diagnosis
-	(*ScheduleBatchRequest)(nil),     // 50: berth.v1.ScheduleBatchRequest
-	(*ScheduleBatchResponse)(nil),    // 51: berth.v1.ScheduleBatchResponse
-	(*RequestError)(nil),             // 52: berth.v1.RequestError
-	(*ScheduleStreamResponse)(nil),   // 53: berth.v1.ScheduleStreamResponse
-	(*ScheduleResponse)(nil),         // 54: berth.v1.ScheduleResponse
-	nil,                              // 55: berth.v1.CycleState.DataEntry
-	nil,                              // 56: berth.v1.StatusResponse.AssumeAnnotationsEntry
-	nil,                              // 57: berth.v1.PermitResponse.WaitTimeoutMillisEntry
-	nil,                              // 58: berth.v1.NodeScore.PluginsEntry
-	nil,                              // 59: berth.v1.RequestError.MetadataEntry
-	nil,                              // 60: berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	(*ClusterState)(nil),             // 61: berth.v1.ClusterState
-	(*Node)(nil),                     // 62: berth.v1.Node
-	(*Pod)(nil),                      // 63: berth.v1.Pod
-	(*ClusterObject)(nil),            // 64: berth.v1.ClusterObject
-	(*ObjectRef)(nil),                // 65: berth.v1.ObjectRef
+	(*ScheduleResume)(nil),           // 48: berth.v1.ScheduleResume
+	(*NodeScore)(nil),                // 49: berth.v1.NodeScore
+	(*Diagnosis)(nil),                // 50: berth.v1.Diagnosis
+	(*ScheduleBatchRequest)(nil),     // 51: berth.v1.ScheduleBatchRequest
+	(*ScheduleBatchResponse)(nil),    // 52: berth.v1.ScheduleBatchResponse
+	(*RequestError)(nil),             // 53: berth.v1.RequestError
+	(*ScheduleStreamResponse)(nil),   // 54: berth.v1.ScheduleStreamResponse
+	(*ScheduleResponse)(nil),         // 55: berth.v1.ScheduleResponse
+	nil,                              // 56: berth.v1.CycleState.DataEntry
+	nil,                              // 57: berth.v1.StatusResponse.AssumeAnnotationsEntry
+	nil,                              // 58: berth.v1.PermitResponse.WaitTimeoutMillisEntry
+	nil,                              // 59: berth.v1.ScheduleResume.ExtraScoresEntry
+	nil,                              // 60: berth.v1.NodeScore.PluginsEntry
+	nil,                              // 61: berth.v1.RequestError.MetadataEntry
+	nil,                              // 62: berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	(*ClusterState)(nil),             // 63: berth.v1.ClusterState
+	(*Node)(nil),                     // 64: berth.v1.Node
+	(*Pod)(nil),                      // 65: berth.v1.Pod
+	(*ClusterObject)(nil),            // 66: berth.v1.ClusterObject
+	(*ObjectRef)(nil),                // 67: berth.v1.ObjectRef
 }
 var file_berth_v1_scheduling_proto_depIdxs = []int32{
 	1,   // 0: berth.v1.Status.code:type_name -> berth.v1.Code
-	55,  // 1: berth.v1.CycleState.data:type_name -> berth.v1.CycleState.DataEntry
-	61,  // 2: berth.v1.SyncRequest.state:type_name -> berth.v1.ClusterState
-	61,  // 3: berth.v1.UploadStateRequest.state:type_name -> berth.v1.ClusterState
+	56,  // 1: berth.v1.CycleState.data:type_name -> berth.v1.CycleState.DataEntry
+	63,  // 2: berth.v1.SyncRequest.state:type_name -> berth.v1.ClusterState
+	63,  // 3: berth.v1.UploadStateRequest.state:type_name -> berth.v1.ClusterState
 	10,  // 4: berth.v1.ExtensionPoint.plugins:type_name -> berth.v1.PluginRef
 	11,  // 5: berth.v1.Profile.extension_points:type_name -> berth.v1.ExtensionPoint
 	12,  // 6: berth.v1.Profile.reads:type_name -> berth.v1.ObjectKind
 	14,  // 7: berth.v1.Profile.events:type_name -> berth.v1.RegisteredEvent
-	62,  // 8: berth.v1.EventObject.node:type_name -> berth.v1.Node
-	63,  // 9: berth.v1.EventObject.pod:type_name -> berth.v1.Pod
-	64,  // 10: berth.v1.EventObject.cluster_object:type_name -> berth.v1.ClusterObject
-	63,  // 11: berth.v1.HintPod.pod:type_name -> berth.v1.Pod
+	64,  // 8: berth.v1.EventObject.node:type_name -> berth.v1.Node
+	65,  // 9: berth.v1.EventObject.pod:type_name -> berth.v1.Pod
+	66,  // 10: berth.v1.EventObject.cluster_object:type_name -> berth.v1.ClusterObject
+	65,  // 11: berth.v1.HintPod.pod:type_name -> berth.v1.Pod
 	15,  // 12: berth.v1.QueueingHintsRequest.old_object:type_name -> berth.v1.EventObject
 	15,  // 13: berth.v1.QueueingHintsRequest.new_object:type_name -> berth.v1.EventObject
 	16,  // 14: berth.v1.QueueingHintsRequest.pods:type_name -> berth.v1.HintPod
 	18,  // 15: berth.v1.QueueingHintsResponse.pods:type_name -> berth.v1.PodHint
 	13,  // 16: berth.v1.DescribeProfilesResponse.profiles:type_name -> berth.v1.Profile
-	63,  // 17: berth.v1.PreEnqueueRequest.pod:type_name -> berth.v1.Pod
+	65,  // 17: berth.v1.PreEnqueueRequest.pod:type_name -> berth.v1.Pod
 	3,   // 18: berth.v1.PreEnqueueResponse.status:type_name -> berth.v1.Status
-	63,  // 19: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
+	65,  // 19: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
 	24,  // 20: berth.v1.SortKey.parts:type_name -> berth.v1.SortKeyPart
 	23,  // 21: berth.v1.QueueSortRequest.pods:type_name -> berth.v1.QueuedPod
-	61,  // 22: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
+	63,  // 22: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
 	25,  // 23: berth.v1.QueueSortResponse.keys:type_name -> berth.v1.SortKey
-	61,  // 24: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
-	63,  // 25: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
+	63,  // 24: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
+	65,  // 25: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
 	4,   // 26: berth.v1.CycleRequest.cycle:type_name -> berth.v1.CycleState
-	61,  // 27: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
-	63,  // 28: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
+	63,  // 27: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
+	65,  // 28: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
 	4,   // 29: berth.v1.NodesRequest.cycle:type_name -> berth.v1.CycleState
-	61,  // 30: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
-	63,  // 31: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
+	63,  // 30: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
+	65,  // 31: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
 	4,   // 32: berth.v1.NodeRequest.cycle:type_name -> berth.v1.CycleState
 	3,   // 33: berth.v1.PreFilterResponse.status:type_name -> berth.v1.Status
 	4,   // 34: berth.v1.PreFilterResponse.cycle:type_name -> berth.v1.CycleState
 	3,   // 35: berth.v1.NodeStatus.status:type_name -> berth.v1.Status
 	32,  // 36: berth.v1.FilterResponse.rejected:type_name -> berth.v1.NodeStatus
-	61,  // 37: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
-	63,  // 38: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
+	63,  // 37: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
+	65,  // 38: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
 	4,   // 39: berth.v1.PostFilterRequest.cycle:type_name -> berth.v1.CycleState
 	32,  // 40: berth.v1.PostFilterRequest.rejected:type_name -> berth.v1.NodeStatus
 	3,   // 41: berth.v1.PostFilterResponse.status:type_name -> berth.v1.Status
@@ -4858,91 +5016,95 @@ var file_berth_v1_scheduling_proto_depIdxs = []int32{
 	4,   // 48: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
 	3,   // 49: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
 	38,  // 50: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	61,  // 51: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
-	63,  // 52: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
+	63,  // 51: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
+	65,  // 52: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
 	4,   // 53: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
 	38,  // 54: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
 	3,   // 55: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
 	38,  // 56: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	65,  // 57: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
+	67,  // 57: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
 	3,   // 58: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
 	4,   // 59: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
 	42,  // 60: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
-	56,  // 61: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
+	57,  // 61: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
 	44,  // 62: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
 	3,   // 63: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
 	4,   // 64: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
-	57,  // 65: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
+	58,  // 65: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
 	44,  // 66: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
 	3,   // 67: berth.v1.BindResponse.status:type_name -> berth.v1.Status
-	61,  // 68: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
-	63,  // 69: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
-	58,  // 70: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
-	32,  // 71: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
-	3,   // 72: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
-	61,  // 73: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
-	63,  // 74: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
-	54,  // 75: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
-	59,  // 76: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
-	54,  // 77: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
-	52,  // 78: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
-	3,   // 79: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
-	4,   // 80: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
-	49,  // 81: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
-	3,   // 82: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
-	45,  // 83: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
-	48,  // 84: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
-	35,  // 85: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
-	60,  // 86: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	44,  // 87: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
-	3,   // 88: berth.v1.ScheduleResponse.pre_bind_pre_flight_error:type_name -> berth.v1.Status
-	5,   // 89: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
-	9,   // 90: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
-	21,  // 91: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
-	26,  // 92: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
-	17,  // 93: berth.v1.SchedulingService.QueueingHints:input_type -> berth.v1.QueueingHintsRequest
-	28,  // 94: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
-	29,  // 95: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
-	34,  // 96: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
-	29,  // 97: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
-	29,  // 98: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
-	40,  // 99: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
-	30,  // 100: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
-	30,  // 101: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
-	30,  // 102: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
-	30,  // 103: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
-	30,  // 104: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
-	30,  // 105: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
-	47,  // 106: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
-	47,  // 107: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
-	50,  // 108: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
-	7,   // 109: berth.v1.SchedulingService.UploadState:input_type -> berth.v1.UploadStateRequest
-	6,   // 110: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
-	20,  // 111: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
-	22,  // 112: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
-	27,  // 113: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
-	19,  // 114: berth.v1.SchedulingService.QueueingHints:output_type -> berth.v1.QueueingHintsResponse
-	31,  // 115: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
-	33,  // 116: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
-	35,  // 117: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
-	37,  // 118: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
-	39,  // 119: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
-	41,  // 120: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
-	43,  // 121: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
-	43,  // 122: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
-	45,  // 123: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
-	43,  // 124: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
-	46,  // 125: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
-	43,  // 126: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
-	54,  // 127: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
-	53,  // 128: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
-	51,  // 129: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
-	8,   // 130: berth.v1.SchedulingService.UploadState:output_type -> berth.v1.UploadStateResponse
-	110, // [110:131] is the sub-list for method output_type
-	89,  // [89:110] is the sub-list for method input_type
-	89,  // [89:89] is the sub-list for extension type_name
-	89,  // [89:89] is the sub-list for extension extendee
-	0,   // [0:89] is the sub-list for field type_name
+	63,  // 68: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
+	65,  // 69: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
+	48,  // 70: berth.v1.ScheduleRequest.resume:type_name -> berth.v1.ScheduleResume
+	4,   // 71: berth.v1.ScheduleResume.cycle:type_name -> berth.v1.CycleState
+	59,  // 72: berth.v1.ScheduleResume.extra_scores:type_name -> berth.v1.ScheduleResume.ExtraScoresEntry
+	60,  // 73: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
+	32,  // 74: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
+	3,   // 75: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
+	3,   // 76: berth.v1.Diagnosis.absent_status:type_name -> berth.v1.Status
+	63,  // 77: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
+	65,  // 78: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
+	55,  // 79: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
+	61,  // 80: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
+	55,  // 81: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
+	53,  // 82: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
+	3,   // 83: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
+	4,   // 84: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
+	50,  // 85: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
+	3,   // 86: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
+	45,  // 87: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
+	49,  // 88: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
+	35,  // 89: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
+	62,  // 90: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	44,  // 91: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
+	3,   // 92: berth.v1.ScheduleResponse.pre_bind_pre_flight_error:type_name -> berth.v1.Status
+	5,   // 93: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
+	9,   // 94: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
+	21,  // 95: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
+	26,  // 96: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
+	17,  // 97: berth.v1.SchedulingService.QueueingHints:input_type -> berth.v1.QueueingHintsRequest
+	28,  // 98: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
+	29,  // 99: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
+	34,  // 100: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
+	29,  // 101: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
+	29,  // 102: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
+	40,  // 103: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
+	30,  // 104: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
+	30,  // 105: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
+	30,  // 106: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
+	30,  // 107: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
+	30,  // 108: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
+	30,  // 109: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
+	47,  // 110: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
+	47,  // 111: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
+	51,  // 112: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
+	7,   // 113: berth.v1.SchedulingService.UploadState:input_type -> berth.v1.UploadStateRequest
+	6,   // 114: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
+	20,  // 115: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
+	22,  // 116: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
+	27,  // 117: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
+	19,  // 118: berth.v1.SchedulingService.QueueingHints:output_type -> berth.v1.QueueingHintsResponse
+	31,  // 119: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
+	33,  // 120: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
+	35,  // 121: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
+	37,  // 122: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
+	39,  // 123: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
+	41,  // 124: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
+	43,  // 125: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
+	43,  // 126: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
+	45,  // 127: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
+	43,  // 128: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
+	46,  // 129: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
+	43,  // 130: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
+	55,  // 131: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
+	54,  // 132: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
+	52,  // 133: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
+	8,   // 134: berth.v1.SchedulingService.UploadState:output_type -> berth.v1.UploadStateResponse
+	114, // [114:135] is the sub-list for method output_type
+	93,  // [93:114] is the sub-list for method input_type
+	93,  // [93:93] is the sub-list for extension type_name
+	93,  // [93:93] is the sub-list for extension extendee
+	0,   // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_berth_v1_scheduling_proto_init() }
@@ -4961,7 +5123,7 @@ func file_berth_v1_scheduling_proto_init() {
 		(*SortKeyPart_Float)(nil),
 		(*SortKeyPart_Str)(nil),
 	}
-	file_berth_v1_scheduling_proto_msgTypes[50].OneofWrappers = []any{
+	file_berth_v1_scheduling_proto_msgTypes[51].OneofWrappers = []any{
 		(*ScheduleStreamResponse_Response)(nil),
 		(*ScheduleStreamResponse_Error)(nil),
 	}
@@ -4971,7 +5133,7 @@ func file_berth_v1_scheduling_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_v1_scheduling_proto_rawDesc), len(file_berth_v1_scheduling_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   58,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
