@@ -301,6 +301,7 @@ class HTTPExtender:
             max_body=max_response_bytes,
         )
         self.managed = frozenset(r.name for r in cfg.managed_resources)
+        self._netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     @property
     def name(self) -> str:
@@ -341,13 +342,23 @@ class HTTPExtender:
         try:
             status, payload = await self._pool.request("POST", f"{self._path}/{verb}", body=body)
         except HttpError as exc:
-            raise ExtenderError(f'Post "{url}": {exc}') from exc
+            raise ExtenderError(f'Post "{url}": {self._why(exc)}') from exc
         if status != 200:
             raise ExtenderError(f"failed {verb} with extender at URL {url}, code {status}")
         try:
             return orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
             raise ExtenderError(f"decoding the answer of {url}: {exc}") from exc
+
+    def _why(self, exc: HttpError) -> str:
+        """net/http's words for the common failures, so a FailedScheduling
+        message reads as kube-scheduler's."""
+        cause = exc.__cause__
+        if isinstance(cause, ConnectionRefusedError):
+            return f"dial tcp {self._netloc}: connect: connection refused"
+        if isinstance(cause, TimeoutError):
+            return "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+        return str(exc)
 
     def _args(self, pod: PodJson, nodes: Sequence[str], objects: ObjectJson) -> bytes:
         """ExtenderArgs: the pod, and the nodes as a NodeList, or as names

@@ -1,0 +1,301 @@
+"""HTTP scheduler extenders end to end on a real kube-apiserver, as kube-scheduler
+v1.36.3 runs them (pkg/scheduler/extender.go; schedule_one.go
+findNodesThatPassExtenders, prioritizeNodes, extendersBinding).
+
+The extender is a small HTTP server in this test process: its filter rejects the nodes
+labelled ``ext/reject`` (and every node for a pod labelled ``ext/reject-all``), its
+prioritize gives 10 to the nodes labelled ``ext/favour``, and its bind POSTs the Binding
+itself through the API and records it. It reads the labels from the full Node objects the
+shim sends (nodeCacheCapable false). ``berth shim`` runs as a process with the default
+profile in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from berth.dev.localcluster import Cluster, objects
+from berth.dev.localcluster.ports import free_port
+from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
+from berth.kube.errors import ApiError
+from berth.kube.rest import KubeApi
+from tests.integration.shimtools import (
+    Shim,
+    failed_scheduling_notes,
+    pod_path,
+    pod_scheduled_condition,
+    profile_for,
+    running,
+    wait_for,
+    wait_node_of,
+    write_config,
+)
+
+pytestmark = pytest.mark.integration
+
+REJECTED = "rejected by the test extender"
+
+
+class SmallExtender:
+    """The extender: records every call as (verb, decoded body)."""
+
+    def __init__(self, kube: KubeApi, port: int = 0) -> None:
+        self.kube = kube
+        self.calls: list[tuple[str, Any]] = []
+        ext = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                verb = self.path.rsplit("/", 1)[-1]
+                ext.calls.append((verb, body))
+                answer = getattr(ext, verb)(body)
+                payload = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/scheduler"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def verbs(self, pod: str) -> list[str]:
+        """The verbs called for ``pod``, in order."""
+        out = []
+        for verb, body in self.calls:
+            name = body["Pod"]["metadata"]["name"] if "Pod" in body else body.get("PodName")
+            if name == pod:
+                out.append(verb)
+        return out
+
+    # ExtenderFilterResult: kept nodes as a NodeList, FailedNodes with a message.
+    def filter(self, args: Any) -> Any:
+        labels = args["Pod"]["metadata"].get("labels") or {}
+        kept, failed = [], {}
+        for node in args["Nodes"]["items"]:
+            if "ext/reject-all" in labels or "ext/reject" in node["metadata"]["labels"]:
+                failed[node["metadata"]["name"]] = REJECTED
+            else:
+                kept.append(node)
+        return {"Nodes": {"items": kept}, "FailedNodes": failed}
+
+    # HostPriorityList: 10 (MaxExtenderPriority) for the favoured nodes.
+    def prioritize(self, args: Any) -> Any:
+        return [
+            {
+                "Host": node["metadata"]["name"],
+                "Score": 10 if "ext/favour" in node["metadata"]["labels"] else 0,
+            }
+            for node in args["Nodes"]["items"]
+        ]
+
+    # ExtenderBindingResult: the extender binds through the API itself.
+    def bind(self, args: Any) -> Any:
+        try:
+            self.kube.create(
+                f"/api/v1/namespaces/{args['PodNamespace']}/pods/{args['PodName']}/binding",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Binding",
+                    "metadata": {"name": args["PodName"], "uid": args["PodUID"]},
+                    "target": {"kind": "Node", "name": args["Node"]},
+                },
+            )
+        except ApiError as exc:
+            return {"Error": str(exc)}
+        return {}
+
+
+@pytest.fixture
+def extender(kube: KubeApi) -> Iterator[Callable[..., SmallExtender]]:
+    made: list[SmallExtender] = []
+
+    def start(port: int = 0) -> SmallExtender:
+        ext = SmallExtender(kube, port)
+        made.append(ext)
+        return ext
+
+    yield start
+    for ext in made:
+        ext.close()
+
+
+def extenders_config(path: Path, profile: str, entries: str) -> Path:
+    return write_config(path, profile, extra="extenders:\n" + entries)
+
+
+def test_filter_prioritize_and_bind_change_the_placement(
+    cluster: Cluster,
+    kube: KubeApi,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    tmp_path: Path,
+    extender: Callable[..., SmallExtender],
+) -> None:
+    """Without the extender the pod goes to the emptiest node (big); the extender's filter
+    takes big out, its prioritize lifts small over the roomier mid (score 10 * weight 2
+    * 10 = 200 beats NodeResourcesFit's and BalancedAllocation's difference), and it binds
+    the pod itself. A pod the filter rejects everywhere fails with upstream's FitError."""
+    profile = profile_for(namespace)
+    big = fake_nodes(1, prefix="big", cpu="16", labels={"ext/reject": "true"})[0]
+    mid = fake_nodes(1, prefix="mid", cpu="8")[0]
+    small = fake_nodes(1, prefix="small", cpu="4", labels={"ext/favour": "true"})[0]
+    big_n, mid_n, small_n = (n["metadata"]["name"] for n in (big, mid, small))
+    selector = {TEST_LABEL: namespace}
+
+    def pod(name: str, **labels: str) -> Any:
+        p = objects.pod(
+            name, namespace=namespace, cpu="1", scheduler_name=profile, node_selector=selector
+        )
+        p["metadata"]["labels"] = labels
+        return p
+
+    plain = Shim(
+        write_config(tmp_path / "plain.yaml", profile), cluster.kubeconfig, tmp_path / "plain.log"
+    )
+    with running(plain.start()):
+        objects.create_pods(kube, [pod("without-extender")])
+        assert wait_node_of(kube, namespace, "without-extender", plain) == big_n
+
+    ext = extender()
+    config = extenders_config(
+        tmp_path / "ext.yaml",
+        profile,
+        f"- urlPrefix: {ext.url}\n"
+        "  filterVerb: filter\n  prioritizeVerb: prioritize\n  weight: 2\n  bindVerb: bind\n",
+    )
+    shim = Shim(config, cluster.kubeconfig, tmp_path / "shim.log")
+    with running(shim.start()):
+        objects.create_pods(kube, [pod("with-extender")])
+        assert wait_node_of(kube, namespace, "with-extender", shim) == small_n
+        assert ext.verbs("with-extender") == ["filter", "prioritize", "bind"]
+        filter_args = next(b for v, b in ext.calls if v == "filter")
+        assert filter_args["NodeNames"] is None
+        assert {n["metadata"]["name"] for n in filter_args["Nodes"]["items"]} == {
+            big_n,
+            mid_n,
+            small_n,
+        }
+        prioritize_args = next(b for v, b in ext.calls if v == "prioritize")
+        assert {n["metadata"]["name"] for n in prioritize_args["Nodes"]["items"]} == {
+            mid_n,
+            small_n,
+        }
+        bind_args = next(b for v, b in ext.calls if v == "bind")
+        assert bind_args == {
+            "PodName": "with-extender",
+            "PodNamespace": namespace,
+            "PodUID": kube.get(pod_path(namespace, "with-extender"))["metadata"]["uid"],
+            "Node": small_n,
+        }
+
+        objects.create_pods(kube, [pod("rejected", **{"ext/reject-all": "true"})])
+        wait_for(
+            lambda: bool(failed_scheduling_notes(kube, namespace, "rejected")),
+            60,
+            "FailedScheduling for the pod the extender rejects everywhere",
+            shim.log,
+        )
+        note = failed_scheduling_notes(kube, namespace, "rejected")[0]
+        assert note.startswith("0/"), note
+        assert f"3 {REJECTED}" in note, note
+        cond = pod_scheduled_condition(kube.get(pod_path(namespace, "rejected")))
+        assert cond is not None and cond["reason"] == "Unschedulable", cond
+        assert "bind" not in ext.verbs("rejected")
+
+
+def test_an_ignorable_extender_that_is_down_does_not_stop_scheduling(
+    cluster: Cluster, kube: KubeApi, namespace: str, fake_nodes: NodeFactory, tmp_path: Path
+) -> None:
+    """An ignorable extender's filter and bind errors are skipped (findNodesThatPassExtenders,
+    extendersBinding): the pod binds through the default binder."""
+    profile = profile_for(namespace)
+    nodes = {n["metadata"]["name"] for n in fake_nodes(2)}
+    down = f"http://127.0.0.1:{free_port()}/scheduler"
+    config = extenders_config(
+        tmp_path / "c.yaml",
+        profile,
+        f"- urlPrefix: {down}\n  filterVerb: filter\n  bindVerb: bind\n  ignorable: true\n"
+        "  httpTimeout: 2s\n",
+    )
+    shim = Shim(config, cluster.kubeconfig, tmp_path / "shim.log")
+    with running(shim.start()):
+        objects.create_pods(
+            kube,
+            [
+                objects.pod(
+                    "p",
+                    namespace=namespace,
+                    scheduler_name=profile,
+                    node_selector={TEST_LABEL: namespace},
+                )
+            ],
+        )
+        assert wait_node_of(kube, namespace, "p", shim) in nodes
+    assert "Skipping extender as it returned error and has ignorable flag set" in shim.text()
+
+
+def test_a_non_ignorable_extender_that_is_down_fails_the_cycle_until_it_is_back(
+    cluster: Cluster,
+    kube: KubeApi,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    tmp_path: Path,
+    extender: Callable[..., SmallExtender],
+) -> None:
+    """findNodesThatFitPod returns the extender's error: the attempt is an error
+    (SchedulerError, FailedScheduling with net/http's words), retried with backoff; once
+    the extender answers the pod binds."""
+    profile = profile_for(namespace)
+    fake_nodes(2)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/scheduler"
+    config = extenders_config(
+        tmp_path / "c.yaml", profile, f"- urlPrefix: {url}\n  filterVerb: filter\n"
+    )
+    shim = Shim(config, cluster.kubeconfig, tmp_path / "shim.log")
+    with running(shim.start()):
+        objects.create_pods(
+            kube,
+            [
+                objects.pod(
+                    "p",
+                    namespace=namespace,
+                    scheduler_name=profile,
+                    node_selector={TEST_LABEL: namespace},
+                )
+            ],
+        )
+        wait_for(
+            lambda: bool(failed_scheduling_notes(kube, namespace, "p")),
+            60,
+            "FailedScheduling while the extender is down",
+            shim.log,
+        )
+        want = f'Post "{url}/filter": dial tcp 127.0.0.1:{port}: connect: connection refused'
+        assert failed_scheduling_notes(kube, namespace, "p")[0] == want
+        cond = pod_scheduled_condition(kube.get(pod_path(namespace, "p")))
+        assert cond is not None and cond["reason"] == "SchedulerError", cond
+        assert not kube.get(pod_path(namespace, "p"))["spec"].get("nodeName")
+        ext = extender(port)
+        wait_node_of(kube, namespace, "p", shim, timeout=60)
+        assert ext.verbs("p") == ["filter"]

@@ -1,0 +1,331 @@
+"""The extender client (shim/extenders.py) against a small HTTP server in
+this process: what upstream's HTTPExtender sends (pkg/scheduler/extender.go
+Filter, Prioritize, Bind, send; k8s.io/kube-scheduler/extender/v1 types),
+how it reads answers, and findNodesThatPassExtenders / prioritizeNodes /
+extendersBinding's rules (schedule_one.go)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import orjson
+import pytest
+
+from berth.framework.extenders import ExtenderConfig, ManagedResource
+from berth.framework.status import Code
+from berth.shim.extenders import ExtenderError, Extenders, HTTPExtender, ObjectJson
+
+Answer = Callable[[str, Any], tuple[int, bytes]]
+
+
+class Recorder:
+    """A tiny extender: records each call (path, decoded body) and answers
+    with ``answer(verb, body)``."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.calls: list[tuple[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        rec = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                rec.calls.append((self.path, body))
+                rec.headers.append(dict(self.headers))
+                status, payload = rec.answer(self.path.rsplit("/", 1)[-1], body)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        # A client that gave up (the timeout test) closes its end: not an error here.
+        self.server.handle_error = lambda *args: None  # type: ignore[method-assign]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/ext"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Answer], Recorder]]:
+    made: list[Recorder] = []
+
+    def start(answer: Answer) -> Recorder:
+        r = Recorder(answer)
+        made.append(r)
+        return r
+
+    yield start
+    for r in made:
+        r.close()
+
+
+def objects_with(pod_resources: dict[str, str] | None = None) -> ObjectJson:
+    """An ObjectJson fed as the informers feed it: two nodes and one pending pod."""
+    objs = ObjectJson(["berth"], keep_nodes=True)
+    for name in ("n1", "n2", "n3"):
+        objs.node_decoder(lambda o: o)(
+            {"metadata": {"name": name, "resourceVersion": "1"}, "spec": {}}
+        )
+    resources = {"requests": pod_resources} if pod_resources else {}
+    objs.pod_decoder(lambda o: o)(
+        {
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "7"},
+            "spec": {
+                "schedulerName": "berth",
+                "containers": [{"name": "c", "resources": resources}],
+            },
+        }
+    )
+    return objs
+
+
+def json_answer(value: Any) -> tuple[int, bytes]:
+    return 200, orjson.dumps(value)
+
+
+async def test_filter_sends_the_pod_and_full_nodes_and_reads_the_answer(serve: Any) -> None:
+    ext_srv = serve(
+        lambda verb, body: json_answer(
+            {
+                "Nodes": {"items": [{"metadata": {"name": "n2"}}]},
+                "FailedNodes": {"n1": "n1 is busy", "n3": "n3 is busy"},
+                "FailedAndUnresolvableNodes": {"n3": "n3 has no GPU"},
+            }
+        )
+    )
+    objs = objects_with()
+    exts = Extenders(
+        [ExtenderConfig(url_prefix=ext_srv.url + "/", filter_verb="filter")], ["berth"]
+    )
+    exts.objects = objs
+    pod = objs.pod("u1")
+    assert pod is not None
+    out = await exts.filter(pod, ["n1", "n2", "n3"])
+    await exts.close()
+    path, body = ext_srv.calls[0]
+    # strings.TrimRight(urlPrefix, "/") + "/" + verb
+    assert path == "/ext/filter"
+    assert ext_srv.headers[0]["Content-Type"] == "application/json"
+    assert body["Pod"]["metadata"]["uid"] == "u1"
+    assert [n["metadata"]["name"] for n in body["Nodes"]["items"]] == ["n1", "n2", "n3"]
+    assert body["NodeNames"] is None
+    assert out.nodes == ["n2"] and out.filtered
+    # FailedAndUnresolvableNodes takes precedence over FailedNodes.
+    assert out.statuses["n3"].code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert out.statuses["n3"].reasons == ("n3 has no GPU",)
+    assert out.statuses["n1"].code is Code.UNSCHEDULABLE
+
+
+async def test_node_cache_capable_extender_gets_node_names(serve: Any) -> None:
+    srv = serve(lambda verb, body: json_answer({"nodenames": ["n3"]}))  # any case, as Go decodes
+    objs = objects_with()
+    ext = HTTPExtender(
+        ExtenderConfig(url_prefix=srv.url, filter_verb="filter", node_cache_capable=True)
+    )
+    pod = objs.pod("u1")
+    assert pod is not None
+    kept, failed, unresolvable = await ext.filter(pod, ["n1", "n3"], objs)
+    await ext.close()
+    assert srv.calls[0][1]["NodeNames"] == ["n1", "n3"] and srv.calls[0][1]["Nodes"] is None
+    assert (kept, failed, unresolvable) == (["n3"], {}, {})
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        ((500, b"{}"), "failed filter with extender at URL http://127.0.0.1:"),
+        ((200, b'{"Error": "no GPUs left"}'), "no GPUs left"),
+        ((200, b"not json"), "decoding the answer"),
+        (
+            (200, b'{"NodeNames": ["elsewhere"]}'),
+            "claims a filtered node 'elsewhere' which is not found in the input node list",
+        ),
+        ((200, b'{"FailedNodes": {"n1": 3}}'), "FailedNodes must map node names to strings"),
+    ],
+    ids=["status 500", "Error field", "not JSON", "unknown node", "bad FailedNodes"],
+)
+async def test_filter_errors(serve: Any, answer: tuple[int, bytes], error: str) -> None:
+    srv = serve(lambda verb, body: answer)
+    objs = objects_with()
+    ext = HTTPExtender(
+        ExtenderConfig(url_prefix=srv.url, filter_verb="filter", node_cache_capable=True)
+    )
+    pod = objs.pod("u1")
+    assert pod is not None
+    with pytest.raises(ExtenderError, match=None) as info:
+        await ext.filter(pod, ["n1"], objs)
+    await ext.close()
+    assert error in str(info.value)
+
+
+async def test_an_unreachable_extender_fails_like_nethttp() -> None:
+    ext = HTTPExtender(ExtenderConfig(url_prefix="http://127.0.0.1:1/x", filter_verb="filter"))
+    objs = objects_with()
+    pod = objs.pod("u1")
+    assert pod is not None
+    with pytest.raises(
+        ExtenderError,
+        match=r'^Post "http://127.0.0.1:1/x/filter": dial tcp 127.0.0.1:1: connect: connection refused$',
+    ):
+        await ext.filter(pod, ["n1"], objs)
+    await ext.close()
+
+
+async def test_answers_are_bounded_and_calls_timed_out(serve: Any) -> None:
+    big = serve(lambda verb, body: (200, b"[" + b"0," * 5000 + b"0]"))
+    ext = HTTPExtender(
+        ExtenderConfig(url_prefix=big.url, prioritize_verb="p", weight=1), max_response_bytes=1000
+    )
+    objs = objects_with()
+    pod = objs.pod("u1")
+    assert pod is not None
+    with pytest.raises(ExtenderError, match="answer larger than 1000 bytes"):
+        await ext.prioritize(pod, ["n1"], objs)
+    await ext.close()
+    gate = threading.Event()
+
+    def slow(verb: str, body: Any) -> tuple[int, bytes]:
+        gate.wait(5)
+        return json_answer([])
+
+    slow_srv = serve(slow)
+    ext = HTTPExtender(
+        ExtenderConfig(url_prefix=slow_srv.url, prioritize_verb="p", weight=1, http_timeout=0.2)
+    )
+    with pytest.raises(ExtenderError, match="context deadline exceeded"):
+        await ext.prioritize(pod, ["n1"], objs)
+    gate.set()
+    await ext.close()
+
+
+async def test_ignorable_extender_errors_are_skipped_others_fail(serve: Any) -> None:
+    """findNodesThatPassExtenders: extenders in turn, the ignorable ones last
+    (buildExtenders); an ignorable one's error is skipped."""
+    order: list[str] = []
+
+    def keep(name: str, nodes: list[str]) -> Answer:
+        def answer(verb: str, body: Any) -> tuple[int, bytes]:
+            order.append(name)
+            return json_answer({"NodeNames": [n for n in body["NodeNames"] if n in nodes]})
+
+        return answer
+
+    ignorable = serve(keep("ignorable", ["n1"]))
+    strict = serve(keep("strict", ["n1", "n2"]))
+    configs = [
+        ExtenderConfig(
+            url_prefix=ignorable.url, filter_verb="f", node_cache_capable=True, ignorable=True
+        ),
+        ExtenderConfig(url_prefix=strict.url, filter_verb="f", node_cache_capable=True),
+        ExtenderConfig(
+            url_prefix="http://127.0.0.1:1",
+            filter_verb="f",
+            node_cache_capable=True,
+            ignorable=True,
+        ),
+    ]
+    exts = Extenders(configs, ["berth"])
+    exts.objects = objects_with()
+    pod = exts.pod("u1")
+    assert pod is not None
+    out = await exts.filter(pod, ["n1", "n2", "n3"])
+    assert order == ["strict", "ignorable"]
+    assert out.nodes == ["n1"]
+    await exts.close()
+    down = Extenders([ExtenderConfig(url_prefix="http://127.0.0.1:1", filter_verb="f")], ["berth"])
+    down.objects = exts.objects
+    with pytest.raises(ExtenderError, match="Post"):
+        await down.filter(pod, ["n1"])
+    await down.close()
+
+
+async def test_prioritize_scales_by_weight_and_max_node_score(serve: Any) -> None:
+    """score * weight * (MaxNodeScore / MaxExtenderPriority), summed over
+    extenders; a failing prioritizer gives no scores."""
+    a = serve(
+        lambda verb, body: json_answer([{"Host": "n1", "Score": 3}, {"Host": "n2", "Score": 10}])
+    )
+    b = serve(lambda verb, body: json_answer([{"host": "n1", "score": 1}]))
+    configs = [
+        ExtenderConfig(url_prefix=a.url, prioritize_verb="prioritize", weight=2),
+        ExtenderConfig(url_prefix=b.url, prioritize_verb="prioritize", weight=5),
+        ExtenderConfig(url_prefix="http://127.0.0.1:1", prioritize_verb="p", weight=9),
+    ]
+    exts = Extenders(configs, ["berth"])
+    exts.objects = objects_with()
+    pod = exts.pod("u1")
+    assert pod is not None
+    scores = await exts.prioritize(pod, ["n1", "n2"])
+    await exts.close()
+    assert scores == {"n1": 3 * 2 * 10 + 1 * 5 * 10, "n2": 10 * 2 * 10}
+
+
+async def test_managed_resources_decide_interest_and_the_binder(serve: Any) -> None:
+    """IsInterested: no managedResources, or a container requesting or
+    limiting one of them; extendersBinding picks the interested binder."""
+    srv = serve(lambda verb, body: json_answer({}))
+    cfg = ExtenderConfig(
+        url_prefix=srv.url,
+        filter_verb="filter",
+        bind_verb="bind",
+        managed_resources=(ManagedResource("example.com/gpu"),),
+    )
+    exts = Extenders([cfg], ["berth"])
+    exts.objects = objects_with()
+    assert not exts.interested(exts.pod("u1")) and exts.binder(exts.pod("u1")) is None
+    exts.objects = objects_with({"example.com/gpu": "1"})
+    assert exts.interested(exts.pod("u1"))
+    binder = exts.binder(exts.pod("u1"))
+    assert binder is not None
+    await binder.bind("ns", "p", "u1", "n2")
+    await exts.close()
+    assert srv.calls == [
+        ("/ext/bind", {"PodName": "p", "PodNamespace": "ns", "PodUID": "u1", "Node": "n2"})
+    ]
+
+
+async def test_bind_answer_error_fails_the_binding(serve: Any) -> None:
+    srv = serve(lambda verb, body: json_answer({"Error": "node is full"}))
+    ext = HTTPExtender(ExtenderConfig(url_prefix=srv.url, bind_verb="bind"))
+    with pytest.raises(ExtenderError, match="node is full"):
+        await ext.bind("ns", "p", "u1", "n1")
+    await ext.close()
+
+
+def test_object_json_keeps_pending_pods_of_its_profiles_only() -> None:
+    objs = ObjectJson(["berth"], keep_nodes=False)
+    decode = objs.pod_decoder(lambda o: o)
+    pod = {
+        "metadata": {"uid": "u", "name": "p", "namespace": "ns", "resourceVersion": "1"},
+        "spec": {"schedulerName": "berth"},
+    }
+    decode(pod)
+    assert objs.pod("u") is not None
+    decode({**pod, "spec": {"schedulerName": "berth", "nodeName": "n1"}})
+    assert objs.pod("u") is None
+    decode({**pod, "spec": {"schedulerName": "other"}})
+    assert objs.pod("u") is None
+    decode(pod)
+    objs.on_deleted_pod("u", "0")  # an older version's deletion
+    assert objs.pod("u") is not None
+    objs.on_deleted_pod("u", "1")
+    assert objs.pod("u") is None
+    # Nodes are kept only when some extender is sent node objects.
+    assert objs.node_decoder(len) is len
