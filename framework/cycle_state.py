@@ -42,6 +42,9 @@ class PreBindPreFlightRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     skip: list[str] = []
     error: str = ""
     error_plugin: str = ""
+    # PreBind plugins that already succeeded in an earlier PreBind call of the
+    # same binding cycle (one answered Wait): not run again.
+    done: list[str] = []
 
 
 _PRE_FLIGHT_DECODER = msgspec.msgpack.Decoder(PreBindPreFlightRecord)
@@ -116,7 +119,9 @@ class CycleState:
     So is what PreBindPreFlight found (``skip_pre_bind_plugins``, upstream's
     Set/GetSkipPreBindPlugins, and ``pre_bind_pre_flight_error``): it is
     worked out at the end of the scheduling cycle and read by the PreBind
-    call, so it travels under the reserved key ``PRE_BIND_PRE_FLIGHT_KEY``.
+    call, so it travels under the reserved key ``PRE_BIND_PRE_FLIGHT_KEY``,
+    with the PreBind plugins that already succeeded when a PreBind call
+    answered Wait (``pre_bind_done``), so the next call runs only the rest.
     """
 
     __slots__ = (
@@ -127,7 +132,9 @@ class CycleState:
         "assume_annotations",
         "current_plugin",
         "permit_signals",
+        "pre_bind_done",
         "pre_bind_pre_flight_error",
+        "pre_bind_recheck_after",
         "skip_filter_plugins",
         "skip_pre_bind_plugins",
         "skip_score_plugins",
@@ -144,6 +151,12 @@ class CycleState:
         # The Error of RunPreBindPreFlights, if it failed: the binding cycle
         # fails with it (the PreBind call answers it without running plugins).
         self.pre_bind_pre_flight_error: Status | None = None
+        # PreBind plugins that succeeded in an earlier PreBind call of this
+        # binding cycle (a later plugin answered Wait): not run again.
+        self.pre_bind_done: set[str] = set()
+        # Seconds after which a PreBind plugin that answers Wait asks to be
+        # called again (``recheck_pre_bind_after``); 0: not asked.
+        self.pre_bind_recheck_after = 0.0
         # (pod uid, plugin, allow, message) signals raised by Permit or
         # Unreserve plugins for pods that are already waiting; the caller
         # applies them.
@@ -203,6 +216,18 @@ class CycleState:
         if not pod_uid:
             raise ValueError("signal_waiting_pod: pod_uid must not be empty")
         self.permit_signals.append((pod_uid, self.current_plugin, bool(allow), message))
+
+    def recheck_pre_bind_after(self, seconds: float) -> None:
+        """During PreBind, with a Wait answer: the plugin waits for something
+        outside the scheduler (upstream's PreBind would block, polling) and
+        asks the caller to call PreBind again in ``seconds`` (> 0) with fresh
+        cluster state. The caller performs the writes added so far and keeps
+        the pod assumed meanwhile; the plugins that already succeeded are not
+        run again. The plugin ends the wait: Success, or an Error once its own
+        timeout passes."""
+        if not seconds > 0:
+            raise ValueError(f"recheck_pre_bind_after: seconds must be positive, got {seconds!r}")
+        self.pre_bind_recheck_after = float(seconds)
 
     def activate_pods(self, uids: Iterable[str]) -> None:
         """Asks the caller to move the pending pods ``uids`` to its active
@@ -310,6 +335,7 @@ class CycleState:
         other.skip_score_plugins = set(self.skip_score_plugins)
         other.skip_pre_bind_plugins = set(self.skip_pre_bind_plugins)
         other.pre_bind_pre_flight_error = self.pre_bind_pre_flight_error
+        other.pre_bind_done = set(self.pre_bind_done)
         return other
 
     # -- wire form ---------------------------------------------------------
@@ -326,9 +352,11 @@ class CycleState:
             out[PRE_BIND_PRE_FLIGHT_KEY] = _ENCODER.encode(
                 PreBindPreFlightRecord(error=err.message or "error", error_plugin=err.plugin)
             )
-        elif self.skip_pre_bind_plugins:
+        elif self.skip_pre_bind_plugins or self.pre_bind_done:
             out[PRE_BIND_PRE_FLIGHT_KEY] = _ENCODER.encode(
-                PreBindPreFlightRecord(skip=sorted(self.skip_pre_bind_plugins))
+                PreBindPreFlightRecord(
+                    skip=sorted(self.skip_pre_bind_plugins), done=sorted(self.pre_bind_done)
+                )
             )
         return out
 
@@ -357,9 +385,10 @@ class CycleState:
             except msgspec.DecodeError as exc:
                 raise StateDecodeError(
                     f"cycle state {PRE_BIND_PRE_FLIGHT_KEY!r} is not a msgpack map with "
-                    f"skip (plugin names), error and error_plugin (strings): {exc}"
+                    f"skip and done (plugin names), error and error_plugin (strings): {exc}"
                 ) from exc
             state.skip_pre_bind_plugins = {n for n in record.skip if n}
+            state.pre_bind_done = {n for n in record.done if n}
             if record.error:
                 state.pre_bind_pre_flight_error = Status.error(record.error, record.error_plugin)
         state.skip_filter_plugins = set(skip_filter)

@@ -344,6 +344,15 @@ class PreBindPlugin(Plugin[ArgsT]):
         return SUCCESS
 
     def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        """Before binding: Success, or an Error (the binding cycle fails and
+        the caller unreserves). Writes go through ``state.add_write``. A
+        plugin that must wait for something outside the scheduler (upstream's
+        PreBind would block, polling) returns ``Status.wait(...)`` after
+        ``state.recheck_pre_bind_after(seconds)``: its writes are performed,
+        the pod stays assumed, and PreBind is called again later with fresh
+        cluster state and the cycle state this call left (the plugins before
+        it are not run again); the plugin ends the wait with Success or an
+        Error once its own timeout passes."""
         raise NotImplementedError
 
 

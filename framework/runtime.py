@@ -936,14 +936,24 @@ class Framework:
         is the answer and no plugin runs (bindingCycle stops there). A Skip
         returned by PreBind itself is neither Success nor a rejection, hence
         an Error. Upstream may run PreBind plugins that allow it in parallel
-        (PreBindPreFlightResult.AllowParallel); Berth runs them in order."""
+        (PreBindPreFlightResult.AllowParallel); Berth runs them in order.
+
+        A plugin that must wait for something outside the scheduler, where
+        upstream's PreBind blocks polling (DynamicResources' binding
+        conditions), answers Wait and asks for a recheck
+        (``CycleState.recheck_pre_bind_after``): the call answers Wait with
+        the writes so far, the plugins before it are recorded as done
+        (``pre_bind_done``), and the caller calls again later, when only the
+        waiting plugin and those after it run. Wait without a recheck delay is
+        an Error."""
         with self.extension_point("PreBind") as ep:
             failed = state.pre_bind_pre_flight_error
             if failed is not None:
                 ep.append(failed)
                 return failed
             before = len(state.plugin_writes)
-            skipped = state.skip_pre_bind_plugins
+            skipped = state.skip_pre_bind_plugins | state.pre_bind_done
+            state.pre_bind_recheck_after = 0.0
             for pl in self.pre_bind:
                 if pl.name in skipped:
                     continue
@@ -955,15 +965,24 @@ class Framework:
                     # A failed PreBind binds nothing: its writes are not wanted.
                     state.drop_writes_after(before)
                     raise
+                if st.is_wait and state.pre_bind_recheck_after > 0:
+                    st = st.with_plugin(pl.name)
+                    ep.append(st)
+                    return st
+                state.pre_bind_recheck_after = 0.0
                 if not st.is_success:
                     state.drop_writes_after(before)
                     st = st.with_plugin(pl.name)
                     if not st.is_rejected:
+                        message = st.message
+                        if st.is_wait:
+                            message = f"answered Wait without asking for a recheck: {message}"
                         st = Status.error(
-                            plugin_error_message("PreBind", pl.name, st.message), pl.name
+                            plugin_error_message("PreBind", pl.name, message), pl.name
                         )
                     ep.append(st)
                     return st
+                state.pre_bind_done.add(pl.name)
             return SUCCESS
 
     def run_bind(

@@ -20,7 +20,9 @@ class Code(enum.IntEnum):
     UNSCHEDULABLE = 2
     # Unschedulable, and preempting pods on this node would not help.
     UNSCHEDULABLE_AND_UNRESOLVABLE = 3
-    # Permit only: the pod waits for an allow or a rejection.
+    # Permit: the pod waits for an allow or a rejection. PreBind: the plugin
+    # waits for something outside the scheduler; the caller calls PreBind
+    # again after the delay the plugin asked for (CycleState.recheck_pre_bind_after).
     WAIT = 4
     # PreFilter/PreScore: this plugin has nothing to do for the pod; its
     # Filter/Score is skipped. Bind: this plugin does not bind the pod.
@@ -56,6 +58,12 @@ class Status:
     @classmethod
     def unresolvable(cls, *reasons: str, plugin: str = "") -> Status:
         return cls(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reasons, plugin)
+
+    @classmethod
+    def wait(cls, *reasons: str, plugin: str = "") -> Status:
+        """Permit: the pod waits for an allow or a rejection. PreBind, with
+        ``CycleState.recheck_pre_bind_after``: call PreBind again later."""
+        return cls(Code.WAIT, reasons, plugin)
 
     @classmethod
     def skip(cls) -> Status:

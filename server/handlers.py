@@ -411,6 +411,16 @@ def pre_bind(call: Call, request: pb.NodeRequest) -> pb.StatusResponse:
     fw, state = c.fw, c.state
     with _bound(fw, c.snap):
         st = _guard(lambda: fw.run_pre_bind(state, c.pod, c.node))
+    if st.is_wait:
+        # A plugin waits (CycleState.recheck_pre_bind_after): the writes so far
+        # are performed now and the caller calls again after the delay; the
+        # pods to activate stay in the cycle for the call that succeeds.
+        out = pb.StatusResponse(
+            status=status_to_pb(st), cycle=cycle_to_pb(state), generation=c.generation
+        )
+        add_writes(out, state)
+        out.recheck_after_ms = max(1, round(state.pre_bind_recheck_after * 1000))
+        return out
     activate = state.take_activations()
     out = pb.StatusResponse(
         status=status_to_pb(st), cycle=cycle_to_pb(state), generation=c.generation

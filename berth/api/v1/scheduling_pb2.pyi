@@ -163,7 +163,11 @@ class _CodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Code.ValueType],
     CODE_UNSCHEDULABLE_AND_UNRESOLVABLE: _Code.ValueType  # 3
     """The pod does not fit and preemption on this node would not help."""
     CODE_WAIT: _Code.ValueType  # 4
-    """Permit only: the pod waits for an allow or reject (WaitingPodSignal)."""
+    """Permit: the pod waits for an allow or reject (WaitingPodSignal). PreBind:
+    a plugin waits for something outside the scheduler (e.g. devices'
+    binding conditions); call PreBind again after
+    StatusResponse.recheck_after_ms.
+    """
     CODE_SKIP: _Code.ValueType  # 5
     """The plugin does not apply: at PreFilter/PreScore its Filter/Score is
     skipped for the cycle; at Bind the next Bind plugin is asked.
@@ -189,7 +193,11 @@ CODE_UNSCHEDULABLE: Code.ValueType  # 2
 CODE_UNSCHEDULABLE_AND_UNRESOLVABLE: Code.ValueType  # 3
 """The pod does not fit and preemption on this node would not help."""
 CODE_WAIT: Code.ValueType  # 4
-"""Permit only: the pod waits for an allow or reject (WaitingPodSignal)."""
+"""Permit: the pod waits for an allow or reject (WaitingPodSignal). PreBind:
+a plugin waits for something outside the scheduler (e.g. devices'
+binding conditions); call PreBind again after
+StatusResponse.recheck_after_ms.
+"""
 CODE_SKIP: Code.ValueType  # 5
 """The plugin does not apply: at PreFilter/PreScore its Filter/Score is
 skipped for the cycle; at Bind the next Bind plugin is asked.
@@ -1844,8 +1852,23 @@ class StatusResponse(_message.Message):
     GENERATION_FIELD_NUMBER: _builtins.int
     SIGNALS_FIELD_NUMBER: _builtins.int
     ACTIVATE_POD_UIDS_FIELD_NUMBER: _builtins.int
+    RECHECK_AFTER_MS_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
     """The snapshot generation the call ran at."""
+    recheck_after_ms: _builtins.int
+    """PreBind with status Wait: a plugin waits for something outside the
+    scheduler (DynamicResources: until every allocated device's binding
+    conditions are true, upstream's wait in PreBind) and asks to be called
+    again in this many milliseconds (> 0). The caller performs `writes` as
+    after Success, keeps the pod assumed on its node, and after the delay
+    calls PreBind again with this response's `cycle` and its current cluster
+    state; the plugins that already succeeded are not run again (the cycle
+    records them). The waiting plugin ends the wait itself: Success, or an
+    Error once its own timeout passes (then the caller unreserves, as after
+    any PreBind failure). Until then the caller may stop waiting (the pod was
+    deleted, or the caller lost its leadership): a pod that is still there is
+    unreserved. Wait without a delay counts as an Error. 0 otherwise.
+    """
     @_builtins.property
     def status(self) -> Global___Status:
         """Success, or the first failing plugin's status (Unreserve and PostBind
@@ -1899,10 +1922,11 @@ class StatusResponse(_message.Message):
         generation: _builtins.int = ...,
         signals: _abc.Iterable[Global___WaitingPodSignal] | None = ...,
         activate_pod_uids: _abc.Iterable[_builtins.str] | None = ...,
+        recheck_after_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activate_pod_uids", b"activate_pod_uids", "assume_annotations", b"assume_annotations", "cycle", b"cycle", "generation", b"generation", "signals", b"signals", "status", b"status", "writes", b"writes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activate_pod_uids", b"activate_pod_uids", "assume_annotations", b"assume_annotations", "cycle", b"cycle", "generation", b"generation", "recheck_after_ms", b"recheck_after_ms", "signals", b"signals", "status", b"status", "writes", b"writes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -275,7 +275,8 @@ class SchedulingServiceServicer:
 
     def PreBind(self, request, context):
         """Binding cycle: PreBind (RunPreBindPlugins). Writes a plugin asks for come
-        back in `writes` for the caller to perform.
+        back in `writes` for the caller to perform. Wait with recheck_after_ms:
+        perform the writes, keep the pod assumed, and call PreBind again then.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

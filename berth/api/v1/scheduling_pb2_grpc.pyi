@@ -119,7 +119,8 @@ class SchedulingServiceStub:
     """
     PreBind: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.NodeRequest, _scheduling_pb2.StatusResponse]
     """Binding cycle: PreBind (RunPreBindPlugins). Writes a plugin asks for come
-    back in `writes` for the caller to perform.
+    back in `writes` for the caller to perform. Wait with recheck_after_ms:
+    perform the writes, keep the pod assumed, and call PreBind again then.
     """
     Bind: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.NodeRequest, _scheduling_pb2.BindResponse]
     """Bind (RunBindPlugins): the first plugin that does not Skip binds. The
@@ -235,7 +236,8 @@ class SchedulingServiceAsyncStub(SchedulingServiceStub):
     """
     PreBind: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.NodeRequest, _scheduling_pb2.StatusResponse]  # type: ignore[assignment]
     """Binding cycle: PreBind (RunPreBindPlugins). Writes a plugin asks for come
-    back in `writes` for the caller to perform.
+    back in `writes` for the caller to perform. Wait with recheck_after_ms:
+    perform the writes, keep the pod assumed, and call PreBind again then.
     """
     Bind: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.NodeRequest, _scheduling_pb2.BindResponse]  # type: ignore[assignment]
     """Bind (RunBindPlugins): the first plugin that does not Skip binds. The
@@ -438,7 +440,8 @@ class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_scheduling_pb2.StatusResponse, _abc.Awaitable[_scheduling_pb2.StatusResponse]]:
         """Binding cycle: PreBind (RunPreBindPlugins). Writes a plugin asks for come
-        back in `writes` for the caller to perform.
+        back in `writes` for the caller to perform. Wait with recheck_after_ms:
+        perform the writes, keep the pod assumed, and call PreBind again then.
         """
 
     @_abc_1.abstractmethod

@@ -162,7 +162,10 @@ const (
 	Code_CODE_UNSCHEDULABLE Code = 2
 	// The pod does not fit and preemption on this node would not help.
 	Code_CODE_UNSCHEDULABLE_AND_UNRESOLVABLE Code = 3
-	// Permit only: the pod waits for an allow or reject (WaitingPodSignal).
+	// Permit: the pod waits for an allow or reject (WaitingPodSignal). PreBind:
+	// a plugin waits for something outside the scheduler (e.g. devices'
+	// binding conditions); call PreBind again after
+	// StatusResponse.recheck_after_ms.
 	Code_CODE_WAIT Code = 4
 	// The plugin does not apply: at PreFilter/PreScore its Filter/Score is
 	// skipped for the cycle; at Bind the next Bind plugin is asked.
@@ -3198,8 +3201,21 @@ type StatusResponse struct {
 	// pods elsewhere are left as they are. PreBind returns them only when it
 	// succeeds.
 	ActivatePodUids []string `protobuf:"bytes,7,rep,name=activate_pod_uids,json=activatePodUids,proto3" json:"activate_pod_uids,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// PreBind with status Wait: a plugin waits for something outside the
+	// scheduler (DynamicResources: until every allocated device's binding
+	// conditions are true, upstream's wait in PreBind) and asks to be called
+	// again in this many milliseconds (> 0). The caller performs `writes` as
+	// after Success, keeps the pod assumed on its node, and after the delay
+	// calls PreBind again with this response's `cycle` and its current cluster
+	// state; the plugins that already succeeded are not run again (the cycle
+	// records them). The waiting plugin ends the wait itself: Success, or an
+	// Error once its own timeout passes (then the caller unreserves, as after
+	// any PreBind failure). Until then the caller may stop waiting (the pod was
+	// deleted, or the caller lost its leadership): a pod that is still there is
+	// unreserved. Wait without a delay counts as an Error. 0 otherwise.
+	RecheckAfterMs int64 `protobuf:"varint,8,opt,name=recheck_after_ms,json=recheckAfterMs,proto3" json:"recheck_after_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -3279,6 +3295,13 @@ func (x *StatusResponse) GetActivatePodUids() []string {
 		return x.ActivatePodUids
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetRecheckAfterMs() int64 {
+	if x != nil {
+		return x.RecheckAfterMs
+	}
+	return 0
 }
 
 // What a Permit plugin asks of pods that are already waiting (the caller
@@ -4699,7 +4722,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"mergePatch\x12\x16\n" +
 	"\x06plugin\x18\x05 \x01(\tR\x06plugin\x12\x16\n" +
 	"\x06create\x18\x06 \x01(\bR\x06create\x12\x16\n" +
-	"\x06delete\x18\a \x01(\bR\x06delete\"\xbd\x03\n" +
+	"\x06delete\x18\a \x01(\bR\x06delete\"\xe7\x03\n" +
 	"\x0eStatusResponse\x12(\n" +
 	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12*\n" +
 	"\x05cycle\x18\x02 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x12-\n" +
@@ -4709,7 +4732,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"generation\x18\x05 \x01(\x03R\n" +
 	"generation\x124\n" +
 	"\asignals\x18\x06 \x03(\v2\x1a.berth.v1.WaitingPodSignalR\asignals\x12*\n" +
-	"\x11activate_pod_uids\x18\a \x03(\tR\x0factivatePodUids\x1aD\n" +
+	"\x11activate_pod_uids\x18\a \x03(\tR\x0factivatePodUids\x12(\n" +
+	"\x10recheck_after_ms\x18\b \x01(\x03R\x0erecheckAfterMs\x1aD\n" +
 	"\x16AssumeAnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"s\n" +

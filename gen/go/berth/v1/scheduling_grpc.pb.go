@@ -120,7 +120,8 @@ type SchedulingServiceClient interface {
 	// timeouts, or a rejection. The caller holds waiting pods.
 	Permit(ctx context.Context, in *NodeRequest, opts ...grpc.CallOption) (*PermitResponse, error)
 	// Binding cycle: PreBind (RunPreBindPlugins). Writes a plugin asks for come
-	// back in `writes` for the caller to perform.
+	// back in `writes` for the caller to perform. Wait with recheck_after_ms:
+	// perform the writes, keep the pod assumed, and call PreBind again then.
 	PreBind(ctx context.Context, in *NodeRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	// Bind (RunBindPlugins): the first plugin that does not Skip binds. The
 	// server holds no API credentials, so DefaultBinder answers caller_binds.
@@ -442,7 +443,8 @@ type SchedulingServiceServer interface {
 	// timeouts, or a rejection. The caller holds waiting pods.
 	Permit(context.Context, *NodeRequest) (*PermitResponse, error)
 	// Binding cycle: PreBind (RunPreBindPlugins). Writes a plugin asks for come
-	// back in `writes` for the caller to perform.
+	// back in `writes` for the caller to perform. Wait with recheck_after_ms:
+	// perform the writes, keep the pod assumed, and call PreBind again then.
 	PreBind(context.Context, *NodeRequest) (*StatusResponse, error)
 	// Bind (RunBindPlugins): the first plugin that does not Skip binds. The
 	// server holds no API credentials, so DefaultBinder answers caller_binds.
