@@ -40,8 +40,9 @@ class DynamicResourcesArgs(msgspec.Struct, rename="camel", forbid_unknown_fields
     # limit off. (Berth's allocator is not interrupted mid-node: see the
     # plugin's README.)
     filter_timeout: str = DEFAULT_FILTER_TIMEOUT
-    # How long a claim's devices may wait for their binding conditions after
-    # allocation before Filter gives up on them (isClaimTimeout).
+    # How long PreBind waits for devices' binding conditions, and how long
+    # after allocation Filter still accepts a claim whose conditions are not
+    # met (isClaimTimeout).
     binding_timeout: str = DEFAULT_BINDING_TIMEOUT
 
     def validate(self) -> None:

@@ -63,6 +63,7 @@ from berth.plugins.dynamicresources.claims import (
     claim_names,
     pod_claims,
     pod_consumer,
+    quote,
 )
 from berth.plugins.dynamicresources.extended import (
     SPECIAL_CLAIM_NAME,
@@ -108,6 +109,12 @@ POST_FILTER_NO_CLAIMS: Final = "no new claims to deallocate"
 POST_FILTER_STILL: Final = "still not schedulable"
 POST_FILTER_DEALLOCATED: Final = "deallocation of ResourceClaim completed"
 POST_FILTER_DELETED: Final = "deletion of ResourceClaim completed"
+# dynamicresources.go ErrDeviceBindingTimeout, ErrDeviceBindingFailed: the
+# errors PreBind's wait for binding conditions ends with.
+ERR_DEVICE_BINDING_TIMEOUT: Final = "device binding timeout"
+ERR_DEVICE_BINDING_FAILED: Final = "device binding failed"
+# PreBind polls the binding conditions every 5 s (wait.PollUntilContextTimeout).
+BINDING_POLL_SECONDS: Final = 5.0
 # kube-scheduler framework's ErrNotFound (cycle_state.go): a state key never written.
 STATE_NOT_FOUND: Final = "not found"
 # resource/v1 types.go, FirstAvailableDeviceRequestMaxSize: the most
@@ -218,6 +225,10 @@ class DraState(msgspec.Struct, frozen=True, omit_defaults=True):
     extended_requests: list[dict[str, Any]] = []
     extended_mappings: list[dict[str, str]] = []
     extended_allocation: dict[str, Any] = {}
+    # When PreBind began waiting for devices' binding conditions (Unix
+    # seconds; 0: it has not): the later PreBind calls of the binding cycle
+    # only check them.
+    binding_wait_start: float = 0.0
 
     @property
     def empty(self) -> bool:
@@ -228,9 +239,9 @@ class DraState(msgspec.Struct, frozen=True, omit_defaults=True):
 STATE: Final = StateKey(f"{NAME}/state", DraState)
 
 
-def _now_rfc3339() -> str:
-    """metav1.Time's wire form for time.Now() (second precision, UTC)."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _rfc3339(seconds: float) -> str:
+    """metav1.Time's wire form (second precision, UTC) of a Unix time."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _parse_rfc3339(value: Any) -> float | None:
@@ -553,11 +564,11 @@ class DynamicResources(
                 continue
             # DRADeviceBindingConditions and DRAResourceClaimDeviceStatus are on.
             try:
-                ready = claim_ready_for_binding(claim)
+                ready = claim_ready_for_binding(claim.name, claim.allocation, claim.status)
             except BindingFailed:
                 unavailable.append(index)
                 continue
-            if not ready and self._claim_timed_out(claim):
+            if not ready and self._claim_timed_out(claim.allocation):
                 unavailable.append(index)
         results: list[dict[str, Any]] = []
         if allocator is not None:
@@ -614,10 +625,9 @@ class DynamicResources(
         claim["metadata"]["uid"] = saved.extended_uid
         return claim, mappings
 
-    def _claim_timed_out(self, claim: Claim) -> bool:
+    def _claim_timed_out(self, allocation: Mapping[str, Any] | None) -> bool:
         """isClaimTimeout: allocated longer than bindingTimeout ago with a
         device that has binding conditions."""
-        allocation = claim.allocation
         if allocation is None:
             return False
         stamp = _parse_rfc3339(allocation.get("allocationTimestamp"))
@@ -878,10 +888,16 @@ class DynamicResources(
     def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         """PreBind (bindClaim for each claim not reserved for the pod yet): the
         claim's allocation from Reserve, if any, and the pod in reservedFor,
-        as merge patches the caller applies before binding."""
+        as merge patches the caller applies before binding. Then, when a
+        device has binding conditions, upstream's wait for them
+        (isPodReadyForBinding, polled every 5 s up to bindingTimeout) as
+        rechecks: PreBind answers Wait and the caller calls it again with
+        fresh claims (``_check_binding``)."""
         saved = state.get(STATE)
         if saved is None or saved.empty:
             return SUCCESS
+        if saved.binding_wait_start:
+            return self._check_binding(state, saved, pod)
         if (saved.reserved or saved.extended_name) and saved.reserved_node != node_name:
             return Status.error("claim allocation not found for node")
         try:
@@ -889,32 +905,133 @@ class DynamicResources(
         except ClaimProblem as exc:
             return Status.error(str(exc))
         writes: list[ObjectWrite] = []
+        stamp = _rfc3339(self._clock())
         for index, claim in enumerate(claims):
             if claim.is_reserved_for(pod.uid):
                 continue
             try:
-                writes += bind_claim(claim, pod.proto, saved.reserved.get(index))
+                writes += bind_claim(claim, pod.proto, saved.reserved.get(index), stamp)
             except ClaimProblem as exc:
                 return Status.error(str(exc))
         if saved.extended_name:
-            writes += extended_claim_writes(saved, pod.proto)
+            writes += extended_claim_writes(saved, pod.proto, stamp)
         for w in writes:
             state.add_write(w)
+        # The claims as these writes leave them: hasBindingConditions, then
+        # the wait's first check (PollUntilContextTimeout's immediate one).
+        written = [
+            _written_view(c.name, c.data, saved.reserved.get(i), stamp)
+            for i, c in enumerate(claims)
+        ]
+        if saved.extended_name:
+            written.append(_written_view(saved.extended_name, {}, saved.extended_allocation, stamp))
+        if not any(_has_binding_conditions(alloc) for _, alloc, _ in written):
+            return SUCCESS
+        start = self._clock()
+        log.info(
+            "%s: pod %s: waiting for binding conditions for device on node %s",
+            NAME,
+            pod.key,
+            node_name,
+        )
+        state.write(STATE, msgspec.structs.replace(saved, binding_wait_start=start))
+        return self._binding_verdict(state, written, start)
+
+    def _check_binding(self, state: CycleState, saved: DraState, pod: PodInfo) -> Status:
+        """A later PreBind call of a binding cycle waiting for binding
+        conditions: the pod's claims as this call's snapshot has them (the
+        claim made for extended resources too)."""
+        kind = RESOURCE_CLAIMS
+        snapshot = self.handle.snapshot
+        names = [*saved.claims, *([saved.extended_name] if saved.extended_name else [])]
+        current: list[tuple[str, Mapping[str, Any] | None, Mapping[str, Any]]] = []
+        for name in names:
+            obj = snapshot.object(kind.group, kind.resource, pod.namespace, name)
+            if obj is None:
+                # isPodReadyForBinding: the lister's NotFound.
+                return Status.error(f'resourceclaim.resource.k8s.io "{name}" not found')
+            claim = Claim(obj)
+            current.append((claim.name, claim.allocation, claim.status))
+        return self._binding_verdict(state, current, saved.binding_wait_start)
+
+    def _binding_verdict(
+        self,
+        state: CycleState,
+        claims: Sequence[tuple[str, Mapping[str, Any] | None, Mapping[str, Any]]],
+        start: float,
+    ) -> Status:
+        """One poll of PreBind's wait (isPodReadyForBinding): Success when
+        every claim's devices have their binding conditions true; an Error
+        when a failure condition is true, a claim's allocation is older than
+        bindingTimeout, or the wait itself has lasted bindingTimeout; else
+        Wait, rechecked in 5 s (or when the wait's deadline comes)."""
+        now = self._clock()
+        deadline = start + self.binding_timeout
+        if now >= deadline:
+            # PollUntilContextTimeout's context expired before this poll.
+            return Status.error(f"{ERR_DEVICE_BINDING_TIMEOUT}: context deadline exceeded")
+        for name, allocation, status in claims:
+            try:
+                ready = claim_ready_for_binding(name, allocation, status)
+            except BindingFailed as exc:
+                return Status.error(str(exc))
+            if not ready:
+                if self._claim_timed_out(allocation):
+                    return Status.error(f"{ERR_DEVICE_BINDING_TIMEOUT}: claim={name}")
+                state.recheck_pre_bind_after(min(BINDING_POLL_SECONDS, deadline - now))
+                return Status.wait(f"waiting for binding conditions of claim {name}")
         return SUCCESS
 
 
 class BindingFailed(Exception):
-    """A device's binding failure condition is true (ErrDeviceBindingFailed)."""
+    """A device's binding failure condition is true (ErrDeviceBindingFailed);
+    the message is upstream's."""
 
 
-def claim_ready_for_binding(claim: Claim) -> bool:
-    """isClaimReadyForBinding: every device with binding conditions has them
-    all true in the claim's status.devices; BindingFailed when a failure
-    condition is true."""
-    allocation = claim.allocation
+def _has_binding_conditions(allocation: Mapping[str, Any] | None) -> bool:
+    """hasBindingConditions, for one claim's allocation."""
     if allocation is None:
         return False
-    statuses = [d for d in as_list(claim.status, "devices") if isinstance(d, dict)]
+    return any(
+        isinstance(r, dict) and as_list(r, "bindingConditions")
+        for r in as_list(as_map(allocation, "devices"), "results")
+    )
+
+
+def _written_view(
+    name: str, data: Mapping[str, Any], allocation: Mapping[str, Any] | None, stamp: str
+) -> tuple[str, Mapping[str, Any] | None, Mapping[str, Any]]:
+    """(name, allocation, status) of a claim as PreBind's writes leave it:
+    Reserve's allocation stamped with ``stamp`` when it gets one now, its
+    own otherwise (stamped when it had no allocationTimestamp)."""
+    status = as_map(data, "status")
+    current = status.get("allocation")
+    if allocation is not None:
+        return name, {**allocation, "allocationTimestamp": stamp}, status
+    if isinstance(current, dict):
+        if not current.get("allocationTimestamp"):
+            current = {**current, "allocationTimestamp": stamp}
+        return name, current, status
+    return name, None, status
+
+
+def _condition(device: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    """apimeta.FindStatusCondition."""
+    for c in as_list(device, "conditions"):
+        if isinstance(c, dict) and c.get("type") == kind:
+            return c
+    return None
+
+
+def claim_ready_for_binding(
+    name: str, allocation: Mapping[str, Any] | None, status: Mapping[str, Any]
+) -> bool:
+    """isClaimReadyForBinding: every allocated device with binding conditions
+    has them all true in the claim's status.devices; BindingFailed when one
+    of its failure conditions is true."""
+    if allocation is None:
+        return False
+    statuses = [d for d in as_list(status, "devices") if isinstance(d, dict)]
     for result in as_list(as_map(allocation, "devices"), "results"):
         if not isinstance(result, dict) or not as_list(result, "bindingConditions"):
             continue
@@ -929,26 +1046,29 @@ def claim_ready_for_binding(claim: Claim) -> bool:
         )
         if device is None:
             return False
-        true = {
-            str(c.get("type"))
-            for c in as_list(device, "conditions")
-            if isinstance(c, dict) and c.get("status") == "True"
-        }
         for failure in as_list(result, "bindingFailureConditions"):
-            if str(failure) in true:
-                raise BindingFailed(f"claim={claim.name}, condition={failure}")
-        if any(str(c) not in true for c in as_list(result, "bindingConditions")):
-            return False
+            cond = _condition(device, str(failure))
+            if cond is not None and cond.get("status") == "True":
+                raise BindingFailed(
+                    f"{ERR_DEVICE_BINDING_FAILED}: claim={name}, "
+                    f"reason={str(cond.get('reason') or '')[:1024]}, "
+                    f"message={quote(str(cond.get('message') or '')[:32768])}"
+                )
+        for wanted in as_list(result, "bindingConditions"):
+            cond = _condition(device, str(wanted))
+            if cond is None or cond.get("status") != "True":
+                return False
     return True
 
 
 def bind_claim(
-    claim: Claim, pod: cpb.Pod, allocation: Mapping[str, Any] | None
+    claim: Claim, pod: cpb.Pod, allocation: Mapping[str, Any] | None, stamp: str
 ) -> list[ObjectWrite]:
     """bindClaim's API updates as merge patches: the finalizer first when the
     claim gets its allocation now (a normal update upstream), then the status
     with the allocation (its allocationTimestamp set, as with binding
-    conditions on) and the pod appended to reservedFor. Each patch carries the
+    conditions on; ``stamp``, the time now) and the pod appended to
+    reservedFor. Each patch carries the
     claim's resourceVersion as the plugin saw it, so the API server refuses it
     (409) when the claim changed meanwhile; the caller carries that version
     forward across its own writes to the same claim (protos/README.md,
@@ -971,11 +1091,11 @@ def bind_claim(
                     {"metadata": {"resourceVersion": rv, "finalizers": [*finalizers, FINALIZER]}},
                 )
             )
-        status["allocation"] = {**allocation, "allocationTimestamp": _now_rfc3339()}
+        status["allocation"] = {**allocation, "allocationTimestamp": stamp}
     elif claim.allocation is None:
         raise ClaimProblem(f"claim {claim.key} got deallocated elsewhere in the meantime")
     elif not claim.allocation.get("allocationTimestamp"):
-        status["allocation"] = {"allocationTimestamp": _now_rfc3339()}
+        status["allocation"] = {"allocationTimestamp": stamp}
     status["reservedFor"] = [*claim.reserved_for, pod_consumer(pod)]
     writes.append(
         ObjectWrite.of_kind(
@@ -989,7 +1109,7 @@ def bind_claim(
     return writes
 
 
-def extended_claim_writes(saved: DraState, pod: cpb.Pod) -> list[ObjectWrite]:
+def extended_claim_writes(saved: DraState, pod: cpb.Pod, stamp: str) -> list[ObjectWrite]:
     """bindClaim for the claim of the pod's extended resources, as writes:
     create it (createExtendedResourceClaimInAPI; with the finalizer bindClaim
     adds right after), its status with Reserve's allocation and the pod in
@@ -1011,10 +1131,7 @@ def extended_claim_writes(saved: DraState, pod: cpb.Pod) -> list[ObjectWrite]:
             name,
             {
                 "status": {
-                    "allocation": {
-                        **saved.extended_allocation,
-                        "allocationTimestamp": _now_rfc3339(),
-                    },
+                    "allocation": {**saved.extended_allocation, "allocationTimestamp": stamp},
                     "reservedFor": [pod_consumer(pod)],
                 }
             },
