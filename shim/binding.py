@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -51,6 +51,7 @@ from berth.shim import guard, metrics
 from berth.shim.background import ApiWorkers
 from berth.shim.cache import SchedulerCache
 from berth.shim.extenders import ExtenderError, Extenders
+from berth.shim.fence import LeaderFence
 from berth.shim.fiterror import rejection
 from berth.shim.metrics import Counters
 from berth.shim.objects import WriteFailed, perform_writes
@@ -69,6 +70,11 @@ tracer = trace.get_tracer("berth.shim")
 
 CODE_SUCCESS = pb.CODE_SUCCESS
 CODE_SKIP = pb.CODE_SKIP
+CODE_WAIT = pb.CODE_WAIT
+# Bounds on the delay a PreBind plugin asks for before it is called again
+# (StatusResponse.recheck_after_ms): never a busy loop, never an hour's nap.
+PRE_BIND_RECHECK_MIN = 0.05
+PRE_BIND_RECHECK_MAX = 60.0
 
 # (message, requeue) of a binding cycle that did not bind its pod.
 Failure = tuple[str, bool]
@@ -106,7 +112,13 @@ class WaitingPod:
 
 class WaitingPods(dict[str, WaitingPod]):
     """The pods waiting at Permit by uid (waitingPodsMap), counted in
-    scheduler_permit_wait_pods."""
+    scheduler_permit_wait_pods; and, in ``pre_bind``, the pods whose PreBind
+    waits to be called again (StatusResponse.recheck_after_ms), each with an
+    event set when the pod is deleted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pre_bind: dict[str, asyncio.Event] = {}
 
     def add(self, w: WaitingPod) -> None:
         self[w.qp.uid] = w
@@ -114,7 +126,18 @@ class WaitingPods(dict[str, WaitingPod]):
 
     def remove(self, uid: str) -> None:
         self.pop(uid, None)
+        self.pre_bind.pop(uid, None)
         metrics.PERMIT_WAITING.set(len(self))
+
+    def pod_deleted(self, uid: str) -> None:
+        """The pod was deleted (or is being deleted): a wait at Permit is
+        rejected, a wait between PreBind calls ends."""
+        w = self.get(uid)
+        if w is not None:
+            w.reject("", "pod deleted while waiting at Permit")
+        gone = self.pre_bind.get(uid)
+        if gone is not None:
+            gone.set()
 
     def signal(self, signals: Iterable[pb.WaitingPodSignal]) -> None:
         """Allow or reject pods already waiting (WaitingPod.Allow/Reject), as
@@ -439,10 +462,13 @@ class BindingCycle:
 
     async def _binding_cycle(self, req: BindingRequest) -> Failure | None:
         """Returns None when bound, else (message, requeue)."""
-        qp, profile, node, cycle, waiting = req.qp, req.profile, req.node, req.cycle, req.waiting
+        qp, profile, node, waiting = req.qp, req.profile, req.node, req.waiting
         pod = qp.pod
         service = self._service
         info = service.profiles.get(profile)
+        # The cycle state as the last call left it (a PreBind that answered
+        # Wait returns a newer one), sent with the binding cycle's calls.
+        cycles = [req.cycle]
         # RunPreBindPreFlights' Success as the scheduling cycle reported it.
         pre_bind = (info is None or info.has("preBind")) and not req.pre_bind_skip
 
@@ -450,7 +476,7 @@ class BindingCycle:
             if info is None or info.has("reserve"):
                 with contextlib.suppress(ServiceUnavailable):
                     resp: pb.StatusResponse = await service.node_call(
-                        "Unreserve", profile, pod, node, cycle
+                        "Unreserve", profile, pod, node, cycles[-1]
                     )
                     self._waiting.signal(resp.signals)
                     await self._unreserve_writes(profile, pod, list(resp.writes))
@@ -483,35 +509,9 @@ class BindingCycle:
             return f"binding rejected: node {node} was deleted", True
         try:
             if pre_bind:
-                with self._span("PreBind"):
-                    st = await service.node_call("PreBind", profile, pod, node, cycle)
-                if st.status.code not in (CODE_SUCCESS, CODE_SKIP):
-                    await unreserve()
-                    # The server's reasons already say which plugin, in upstream's
-                    # words (RunPreBindPlugins: 'running PreBind plugin "X": ...').
-                    reasons = "; ".join(st.status.reasons)
-                    return reasons or f"PreBind plugin {st.status.plugin!r} failed", True
-                activate.extend(st.activate_pod_uids)
-                refused = self._refused_writes(profile, pod, "PreBind", st.writes)
-                if refused:
-                    # Nothing written: the binding cycle fails as for a failed write.
-                    await unreserve()
-                    return f"PreBind writes refused by the scheduler: {refused}", True
-                if st.writes:
-                    # The plugins' writes, with the shim's credentials, before binding:
-                    # a failed write fails PreBind.
-                    try:
-                        with self._span("PreBind writes"):
-                            answers = await self._workers.call(
-                                perform_writes, self._api, list(st.writes), pod
-                            )
-                        if self._on_written is not None:
-                            # The written objects count at once (ObjectSources.written).
-                            self._on_written(answers)
-                    except WriteFailed as exc:
-                        await unreserve()
-                        # Worded as RunPreBindPlugins words a plugin's error.
-                        return f'running PreBind plugin "{exc.write.plugin}": {exc}', True
+                failure = await self._pre_bind(req, cycles, unreserve, activate)
+                if failure is not None:
+                    return failure
             handled, outcome = await self._extenders_binding(pod, node)
             if handled:
                 if outcome is not None:
@@ -529,7 +529,7 @@ class BindingCycle:
             else:
                 with self._span("Bind"):
                     bind: pb.BindResponse = await service.node_call(
-                        "Bind", profile, pod, node, cycle
+                        "Bind", profile, pod, node, cycles[-1]
                     )
                 if bind.status.code != CODE_SUCCESS:
                     await unreserve()
@@ -550,7 +550,7 @@ class BindingCycle:
         if info is None or info.has("postBind"):
             with contextlib.suppress(ServiceUnavailable), self._span("PostBind"):
                 post: pb.StatusResponse = await service.node_call(
-                    "PostBind", profile, pod, node, cycle
+                    "PostBind", profile, pod, node, cycles[-1]
                 )
                 activate.extend(post.activate_pod_uids)
                 await self._post_bind_writes(profile, pod, list(post.writes))
@@ -586,6 +586,122 @@ class BindingCycle:
                 return False, None
             return True, (f"binding rejected: {exc}", True)
         return True, None
+
+    async def _pre_bind(
+        self,
+        req: BindingRequest,
+        cycles: list[pb.CycleState],
+        unreserve: Callable[[], Awaitable[None]],
+        activate: list[str],
+    ) -> Failure | None:
+        """PreBind (RunPreBindPlugins) and its writes; while a plugin answers
+        Wait with recheck_after_ms (e.g. DynamicResources waiting for devices'
+        binding conditions, where upstream's PreBind polls), its writes are
+        performed and PreBind is called again after the delay, with the cycle
+        the last call returned and the current cluster state. The pod stays
+        assumed meanwhile; this task sleeps, so the scheduling cycle and
+        other binding cycles go on. The wait ends early when the pod is
+        deleted (not retried) or this replica is no longer the leader.
+        ``cycles[-1]`` is the cycle state to send; a Wait appends the one it
+        returned."""
+        qp, profile, node = req.qp, req.profile, req.node
+        pod = qp.pod
+        service = self._service
+        waited = False
+        # Set when the pod is deleted meanwhile (EventHandlers, WaitingPods.pod_deleted).
+        gone = self._waiting.pre_bind.setdefault(qp.uid, asyncio.Event())
+        while True:
+            with self._span("PreBind"):
+                st: pb.StatusResponse = await service.node_call(
+                    "PreBind", profile, pod, node, cycles[-1]
+                )
+            waiting = st.status.code == CODE_WAIT and st.recheck_after_ms > 0
+            if waiting:
+                cycles.append(st.cycle)
+            elif st.status.code not in (CODE_SUCCESS, CODE_SKIP):
+                await unreserve()
+                # The server's reasons already say which plugin, in upstream's
+                # words (RunPreBindPlugins: 'running PreBind plugin "X": ...').
+                reasons = "; ".join(st.status.reasons)
+                return (reasons or f"PreBind plugin {st.status.plugin!r} failed", True)
+            else:
+                activate.extend(st.activate_pod_uids)
+            failure = await self._pre_bind_writes(profile, pod, st.writes, unreserve)
+            if failure is not None:
+                return failure
+            if not waiting:
+                if waited:
+                    log.info(
+                        "pod %s/%s: PreBind plugin waited and is done; binding to %s",
+                        pod.namespace,
+                        pod.name,
+                        node,
+                    )
+                return None
+            delay = min(max(st.recheck_after_ms / 1000, PRE_BIND_RECHECK_MIN), PRE_BIND_RECHECK_MAX)
+            if not waited:
+                waited = True
+                log.info(
+                    "pod %s/%s: PreBind plugin %s waits (%s); calling it again in %gs, "
+                    "and so on until it is done",
+                    pod.namespace,
+                    pod.name,
+                    st.status.plugin,
+                    "; ".join(st.status.reasons) or "no reason given",
+                    delay,
+                    extra={"pod": f"{pod.namespace}/{pod.name}", "node": node},
+                )
+            with self._span("PreBind wait"), contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(gone.wait(), delay)
+            if gone.is_set():
+                await unreserve()
+                return (
+                    f"binding rejected: pod {pod.namespace}/{pod.name} was deleted while "
+                    f"PreBind plugin {st.status.plugin} waited",
+                    False,
+                )
+            fence = self._api.fence
+            if isinstance(fence, LeaderFence) and not fence.open:
+                # A deposed leader writes nothing (its Unreserve would be
+                # refused too); the pod goes back to the queue, which a new
+                # term of this replica schedules again.
+                return (
+                    f"binding rejected: PreBind's wait ended: this replica may no longer "
+                    f"be the leader (lease {fence.lease})",
+                    True,
+                )
+            if node not in self._cache.nodes:
+                await unreserve()
+                return (f"binding rejected: node {node} was deleted", True)
+
+    async def _pre_bind_writes(
+        self,
+        profile: str,
+        pod: cpb.Pod,
+        writes: Sequence[pb.ObjectWrite],
+        unreserve: Callable[[], Awaitable[None]],
+    ) -> Failure | None:
+        """A PreBind answer's writes (checked first: shim/guard.py), with the
+        shim's credentials, before binding: a refused or failed write fails
+        the binding cycle (after Unreserve)."""
+        refused = self._refused_writes(profile, pod, "PreBind", writes)
+        if refused:
+            # Nothing written: the binding cycle fails as for a failed write.
+            await unreserve()
+            return f"PreBind writes refused by the scheduler: {refused}", True
+        if not writes:
+            return None
+        try:
+            with self._span("PreBind writes"):
+                answers = await self._workers.call(perform_writes, self._api, list(writes), pod)
+            if self._on_written is not None:
+                # The written objects count at once (ObjectSources.written).
+                self._on_written(answers)
+        except WriteFailed as exc:
+            await unreserve()
+            # Worded as RunPreBindPlugins words a plugin's error.
+            return f'running PreBind plugin "{exc.write.plugin}": {exc}', True
+        return None
 
     async def _nominate(self, qp: QueuedPod, node: str) -> None:
         """bindingCycle's updatePod with NominatingInfo{node, ModeOverride}:

@@ -12,7 +12,8 @@ an event that may help pods no node fitted moves them.
   (addPodToSchedulingQueue, updatePodInSchedulingQueue), with their
   nominations (the nominator); deleted pods leave both
   (deletePodFromCache, deletePodFromSchedulingQueue), rejecting the pod if
-  it waits at Permit.
+  it waits at Permit and ending its binding cycle's wait between PreBind
+  calls (also when it is being deleted).
 - Objects a plugin reads changed (shim/objects.py): each change is a
   cluster event on the kind's EventResource.
 
@@ -105,9 +106,7 @@ class EventHandlers:
                 queue.delete(uid)
                 self._status.forget(uid)
                 self._binding_nominations.pop(uid, None)
-                w = self._waiting.get(uid)
-                if w is not None:
-                    w.reject("", "pod deleted while waiting at Permit")
+                self._waiting.pod_deleted(uid)
                 if was_placed:
                     queue.move(EVENT_ASSIGNED_POD_DELETE, placed or pod, None)
                 elif was_nominated and not pod.node_name:
@@ -138,7 +137,10 @@ class EventHandlers:
             if pod.scheduler_name not in self._profiles:
                 continue
             if pod.terminating:
-                # skipPodSchedule: a pod being deleted is not scheduled.
+                # skipPodSchedule: a pod being deleted is not scheduled; a
+                # binding cycle waiting between PreBind calls stops waiting.
+                if uid in self._waiting.pre_bind:
+                    self._waiting.pre_bind[uid].set()
                 queue.delete(uid)
                 cache.clear_nomination(uid)
                 continue
