@@ -17,8 +17,7 @@ Berth refuses more than upstream, on purpose:
 
 - ``urlPrefix`` must be an absolute ``http://`` or ``https://`` URL (upstream
   accepts anything and fails every call at run time);
-- a negative ``httpTimeout`` (upstream's net/http then waits for ever);
-- ``preemptVerb``: ProcessPreemption is not called yet.
+- a negative ``httpTimeout`` (upstream's net/http then waits for ever).
 """
 
 from __future__ import annotations
@@ -142,15 +141,6 @@ def validate_extenders(extenders: Sequence[ExtenderConfig]) -> list[tuple[str, s
             )
         if ext.bind_verb:
             binders += 1
-        if ext.preempt_verb:
-            errs.append(
-                (
-                    f"{path}.preemptVerb",
-                    "not supported yet: Berth does not call an extender's ProcessPreemption; "
-                    "remove preemptVerb (preemption then ignores this extender, as upstream "
-                    "does for an extender without it)",
-                )
-            )
         if ext.http_timeout < 0:
             errs.append((f"{path}.httpTimeout", "must not be negative"))
         for j, res in enumerate(ext.managed_resources):

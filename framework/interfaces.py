@@ -267,6 +267,9 @@ class PostFilterResult:
     nominated_node_name: str = ""
     victims: tuple[PodInfo, ...] = ()
     clear_nomination_pod_uids: tuple[str, ...] = ()
+    # How many of the victims a PodDisruptionBudget protects
+    # (extenderv1.Victims.NumPDBViolations).
+    num_pdb_violations: int = 0
     plugin: str = field(default="", compare=False)
 
 

@@ -142,6 +142,7 @@ class ScheduleResult:
     post_filter_plugin: str = ""
     victims: tuple[PodInfo, ...] = ()
     clear_nomination_pod_uids: tuple[str, ...] = ()
+    num_pdb_violations: int = 0
     # ScheduleResult.nominatingInfo: OVERRIDE with an empty name clears the
     # pod's nominated node (clearNominatedNode); NOOP leaves it as it is.
     nominated_node: str = ""
@@ -542,6 +543,7 @@ def _post_filter(
             result.post_filter_plugin = pf.plugin
             result.victims = pf.victims
             result.clear_nomination_pod_uids = pf.clear_nomination_pod_uids
+            result.num_pdb_violations = pf.num_pdb_violations
 
 
 def _post_filter_msg(result: ScheduleResult) -> str:

@@ -82,6 +82,7 @@ def schedule_response(
             result.post_filter_plugin,
             result.victims,
             result.clear_nomination_pod_uids,
+            result.num_pdb_violations,
         )
     if result.reserve_status is not None:
         out.reserve_status.CopyFrom(status_to_pb(result.reserve_status))
@@ -141,11 +142,16 @@ def add_signals(out: Any, signals: Iterable[Signal]) -> None:
 
 
 def add_preemption(
-    out: pb.PostFilterResponse, plugin: str, victims: Iterable[PodInfo], clear: Iterable[str]
+    out: pb.PostFilterResponse,
+    plugin: str,
+    victims: Iterable[PodInfo],
+    clear: Iterable[str],
+    num_pdb_violations: int = 0,
 ) -> None:
     """A successful PostFilter's plugin and what it asks of the caller: the
     victims to evict, in order, and the nominations to clear."""
     out.plugin = plugin
+    out.num_pdb_violations = num_pdb_violations
     for v in victims:
         out.victims.add(uid=v.uid, namespace=v.namespace, name=v.name)
     out.clear_nomination_pod_uids.extend(clear)

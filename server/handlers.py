@@ -277,7 +277,13 @@ def post_filter(call: Call, request: pb.PostFilterRequest) -> pb.PostFilterRespo
     if res is not None:
         out.nominated_node_name = res.nominated_node_name
         if st.is_success:
-            add_preemption(out, res.plugin, res.victims, res.clear_nomination_pod_uids)
+            add_preemption(
+                out,
+                res.plugin,
+                res.victims,
+                res.clear_nomination_pod_uids,
+                res.num_pdb_violations,
+            )
     add_signals(out.signals, state.permit_signals)
     for plugin, write in state.take_writes():
         out.writes.append(write.to_proto(plugin))

@@ -36,7 +36,7 @@ import logging
 import os
 import ssl
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -434,6 +434,57 @@ class HTTPExtender:
             out.append((host, score))
         return out
 
+    async def process_preemption(
+        self,
+        pod: PodJson,
+        victims: Mapping[str, tuple[list[str], int]],
+        full: Mapping[str, bytes] | None,
+    ) -> dict[str, tuple[list[str], int]]:
+        """extender.go ProcessPreemption: the candidates (node to victims'
+        uids and PDB violations) as NodeNameToMetaVictims when the extender
+        caches nodes (nodeCacheCapable), else as NodeNameToVictims with the
+        victims' full objects (``full``, by uid); the answer's
+        NodeNameToMetaVictims, as uids."""
+        parts: list[bytes] = []
+        for node, (uids, violations) in victims.items():
+            if self.cfg.node_cache_capable:
+                pods = orjson.dumps([{"UID": u} for u in uids])
+            else:
+                assert full is not None
+                pods = b"[" + b",".join(full[u] for u in uids) + b"]"
+            parts.append(
+                orjson.dumps(node) + b':{"Pods":%s,"NumPDBViolations":%d}' % (pods, violations)
+            )
+        table = b"{" + b",".join(parts) + b"}"
+        if self.cfg.node_cache_capable:
+            body = b'{"Pod":%s,"NodeNameToVictims":null,"NodeNameToMetaVictims":%s}'
+        else:
+            body = b'{"Pod":%s,"NodeNameToVictims":%s,"NodeNameToMetaVictims":null}'
+        answer = await self.send(self.cfg.preempt_verb, body % (pod.body, table))
+        if answer is not None and not isinstance(answer, dict):
+            raise ExtenderError("decoding the answer: want an ExtenderPreemptionResult object")
+        meta = _ci(answer, "NodeNameToMetaVictims") if isinstance(answer, dict) else None
+        if meta is None:
+            return {}
+        if not isinstance(meta, dict):
+            raise ExtenderError("decoding the answer: NodeNameToMetaVictims must be a mapping")
+        out: dict[str, tuple[list[str], int]] = {}
+        for node, entry in meta.items():
+            pods_in = _ci(entry, "Pods") if isinstance(entry, dict) else None
+            count = _ci(entry, "NumPDBViolations") if isinstance(entry, dict) else None
+            if pods_in is not None and not isinstance(pods_in, list):
+                raise ExtenderError("decoding the answer: Pods must be a list")
+            named: list[str] = []
+            for p in pods_in or []:
+                uid = _ci(p, "UID") if isinstance(p, dict) else None
+                if not isinstance(uid, str):
+                    raise ExtenderError("decoding the answer: a victim has no UID")
+                named.append(uid)
+            if count is not None and (not isinstance(count, int) or isinstance(count, bool)):
+                raise ExtenderError("decoding the answer: NumPDBViolations must be an integer")
+            out[node] = (named, count or 0)
+        return out
+
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """extender.go Bind: ExtenderBindingArgs; the answer's Error fails it."""
         body = orjson.dumps(
@@ -482,6 +533,66 @@ class Extenders:
         return pod is not None and any(
             (e.is_filter or e.is_prioritizer) and e.is_interested(pod) for e in self.list
         )
+
+    def preempts(self, pod: PodJson | None) -> bool:
+        """Does any extender with a preempt verb want this pod's preemptions?"""
+        return pod is not None and any(
+            e.supports_preemption and e.is_interested(pod) for e in self.list
+        )
+
+    @property
+    def any_preempt(self) -> bool:
+        return any(e.supports_preemption for e in self.list)
+
+    async def process_preemption(
+        self,
+        pod: PodJson,
+        victims: dict[str, tuple[list[str], int]],
+        fetch: Callable[[list[str]], Awaitable[dict[str, bytes]]],
+        check: Callable[[str, str, str], str | None],
+    ) -> dict[str, tuple[list[str], int]]:
+        """preemption.go callExtenders: each interested extender with a
+        preempt verb in turn narrows the candidates (node to victims' uids
+        and PDB violations). ``fetch`` gives victims' full objects for the
+        extenders that are sent them; ``check(extender, node, uid)`` says
+        why a victim an extender names cannot be (convertToVictims), or
+        None. An ignorable extender's error, or a node it left without
+        victims, is skipped; any other is an ExtenderError."""
+        for ext in self.list:
+            if not victims:
+                break
+            if not ext.supports_preemption or not ext.is_interested(pod):
+                continue
+            try:
+                full = None
+                if not ext.cfg.node_cache_capable:
+                    full = await fetch([u for uids, _ in victims.values() for u in uids])
+                answer = await ext.process_preemption(pod, victims, full)
+                for node, (uids, _) in answer.items():
+                    for uid in uids:
+                        why = check(ext.name, node, uid)
+                        if why is not None:
+                            raise ExtenderError(why)
+            except ExtenderError as exc:
+                if ext.ignorable:
+                    log.info(
+                        "Skipped extender as it returned error and has ignorable flag set",
+                        extra={"extender": ext.name, "err": str(exc), "pod": _key(pod)},
+                    )
+                    continue
+                raise
+            for node, (uids, _) in list(answer.items()):
+                if uids:
+                    continue
+                if not ext.ignorable:
+                    raise ExtenderError(f'expected at least one victim pod on node "{node}"')
+                del answer[node]
+                log.info(
+                    "Ignored node for which the extender didn't report victims",
+                    extra={"node": node, "extender": ext.name},
+                )
+            victims = answer
+        return victims
 
     def binder(self, pod: PodJson | None) -> HTTPExtender | None:
         """The extender that binds this pod (extendersBinding: a binder

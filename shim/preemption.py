@@ -24,6 +24,8 @@ import logging
 import time
 from collections.abc import Mapping
 
+import orjson
+
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.kube.errors import ApiError
@@ -33,6 +35,7 @@ from berth.shim.background import ApiWorkers, Tasks
 from berth.shim.binding import WaitingPods
 from berth.shim.cache import SchedulerCache
 from berth.shim.events import ObjectRef
+from berth.shim.extenders import ExtenderError, Extenders
 from berth.shim.podstatus import PodStatusWriter, Recorder, pod_ref
 from berth.shim.queue import QueuedPod, SchedulingQueue, activate_pods
 
@@ -86,6 +89,77 @@ class PreemptionExecutor:
             reasons=[PREEMPTION_GATE_MESSAGE],
             plugin=plugin,
         )
+
+    async def run_extenders(
+        self, extenders: Extenders, qp: QueuedPod, resp: pb.ScheduleResponse
+    ) -> None:
+        """preemption.go Preempt, step 3 (callExtenders), for the candidate the
+        plugin service chose: the interested extenders with a preempt verb
+        may keep the node, with the victims they name there, or drop it.
+        Dropped, or an extender failed: the preemption does not happen, the
+        pod's nomination stays as it was (no PostFilterResult) and its
+        FitError says why ("preemption: no candidate node for preemption",
+        or "preemption: <the error>"). Runs before ``start``, which then
+        checks the victims as ever (shim/guard.py).
+
+        Upstream sends every candidate of the dry run and selects among
+        those the extenders keep; here the extenders see the chosen one
+        only (the plugin service selects before the shim can ask them)."""
+        pf = resp.post_filter
+        if not resp.HasField("post_filter") or not pf.nominated_node_name or not pf.victims:
+            return
+        pj = extenders.pod(qp.uid)
+        if not extenders.preempts(pj):
+            return
+        assert pj is not None
+        node = pf.nominated_node_name
+        pods = self._cache.state.pods
+        names = {v.uid: (v.namespace, v.name) for v in pf.victims}
+
+        async def fetch(uids: list[str]) -> dict[str, bytes]:
+            """The victims' objects, from the API server (a preemption has a
+            few; the shim keeps no JSON of bound pods)."""
+            out: dict[str, bytes] = {}
+            for uid in uids:
+                ns, name = names[uid]
+                try:
+                    obj = await self._workers.call(self._api.get, pod_path(ns, name))
+                except ApiError as exc:
+                    raise ExtenderError(f"reading victim {ns}/{name}: {exc}") from exc
+                out[uid] = orjson.dumps(obj)
+            return out
+
+        def check(extender: str, at: str, uid: str) -> str | None:
+            # extender.go convertToVictims / convertPodUIDToPod.
+            if at not in self._cache.nodes:
+                return f'nodeinfo not found for node name "{at}"'
+            known = pods.get(uid)
+            if known is None or known.node_name != at:
+                return (
+                    f"extender: {extender} claims to preempt pod (UID: &{{{uid}}}) on node: "
+                    f"{at}, but the pod is not found on that node"
+                )
+            names.setdefault(uid, (known.namespace, known.name))
+            return None
+
+        try:
+            kept = await extenders.process_preemption(
+                pj, {node: ([v.uid for v in pf.victims], pf.num_pdb_violations)}, fetch, check
+            )
+        except ExtenderError as exc:
+            _no_preemption(resp, pb.CODE_ERROR, f"preemption: {exc}")
+            return
+        if node not in kept:
+            _no_preemption(
+                resp, pb.CODE_UNSCHEDULABLE, "preemption: no candidate node for preemption"
+            )
+            return
+        uids, violations = kept[node]
+        del pf.victims[:]
+        for uid in uids:
+            ns, name = names[uid]
+            pf.victims.add(uid=uid, namespace=ns, name=name)
+        pf.num_pdb_violations = violations
 
     def start(self, qp: QueuedPod, pf: pb.PostFilterResponse) -> bool:
         """prepareCandidateAsync: victims already terminating need no call;
@@ -331,3 +405,20 @@ __all__ = [
     "PREEMPTION_PLUGINS",
     "PreemptionExecutor",
 ]
+
+
+def _no_preemption(resp: pb.ScheduleResponse, code: int, message: str) -> None:
+    """The PostFilter came to nothing (Preempt returning no result): no
+    victims, no nomination change (ModeNoop), its message at the end of the
+    FitError (Diagnosis.PostFilterMsg)."""
+    pf = resp.post_filter
+    pf.status.CopyFrom(pb.Status(code=code, reasons=[message], plugin=pf.plugin))  # type: ignore[arg-type]
+    pf.nominated_node_name = ""
+    pf.nominating_mode = pb.NOMINATING_MODE_NOOP
+    del pf.victims[:]
+    del pf.clear_nomination_pod_uids[:]
+    pf.num_pdb_violations = 0
+    fit = resp.diagnosis.message
+    if fit:
+        resp.diagnosis.message = f"{fit} {message}"
+        resp.status.reasons[:] = [resp.diagnosis.message]

@@ -178,6 +178,8 @@ class SchedulingCycle:
         batch_size: int,
         traced: bool,
         extenders: Extenders | None = None,
+        extender_preemption: Callable[[QueuedPod, pb.ScheduleResponse], Coroutine[Any, Any, None]]
+        | None = None,
     ) -> None:
         """``bind``: the binding cycle of a placed pod (shim/binding.py
         BindingCycle.run), run as a task of its own. ``preempt``: starts the
@@ -200,6 +202,9 @@ class SchedulingCycle:
         self.batch_size = batch_size
         self._traced = traced
         self._extenders = extenders
+        # The extenders' ProcessPreemption on a PostFilter's choice
+        # (PreemptionExecutor.run_extenders), when any has a preempt verb.
+        self._extender_preemption = extender_preemption
         # Per profile: where the next cycle starts looking at nodes
         # (percentageOfNodesToScore's rotation, nextStartNodeIndex).
         self._start_index: dict[str, int] = {}
@@ -271,6 +276,9 @@ class SchedulingCycle:
                 self._service_failed(batch, spans, exc, start)
                 return
             self._counters.cycles += len(batch)
+            if self._extender_preemption is not None:
+                for qp, resp in zip(batch, results, strict=True):
+                    await self._extender_preemption(qp, resp)
             for qp, resp, span in zip(batch, results, spans, strict=True):
                 self.handle_result(qp, profile, resp, span, start)
         except BaseException:
@@ -317,6 +325,8 @@ class SchedulingCycle:
                 span.end()
                 return
             self._counters.cycles += 1
+            if self._extender_preemption is not None:
+                await self._extender_preemption(qp, resp)
             self.handle_result(qp, profile, resp, span, start)
         except BaseException:
             if span.is_recording():

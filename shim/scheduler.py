@@ -25,6 +25,7 @@ check of assumed pods that never showed up, and the scheduling loop until
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -207,6 +208,11 @@ class Scheduler:
             batch_size=self.options.batch_size,
             traced=traced,
             extenders=self.extenders,
+            extender_preemption=(
+                functools.partial(self.preemption.run_extenders, self.extenders)
+                if self.extenders is not None and self.extenders.any_preempt
+                else None
+            ),
         )
 
     # -- lifecycle ----------------------------------------------------------------

@@ -250,7 +250,8 @@ class DefaultPreemption(PostFilterPlugin[DefaultPreemptionArgs]):
             )
             return PostFilterResult(""), Status.unschedulable(msg)
 
-        # 3) Extenders: Berth has none. 4) Find the best candidate.
+        # 3) Extenders: the caller runs them on the candidate chosen here
+        # (shim/preemption.py). 4) Find the best candidate.
         best = self.select_candidate(candidates)
         if best is None or not best.name:
             return None, Status.unschedulable("no candidate node for preemption")
@@ -271,7 +272,12 @@ class DefaultPreemption(PostFilterPlugin[DefaultPreemptionArgs]):
             ", ".join(v.key for v in best.victims),
         )
         return (
-            PostFilterResult(best.name, victims=best.victims, clear_nomination_pod_uids=clear),
+            PostFilterResult(
+                best.name,
+                victims=best.victims,
+                clear_nomination_pod_uids=clear,
+                num_pdb_violations=best.num_pdb_violations,
+            ),
             SUCCESS,
         )
 

@@ -12,6 +12,7 @@ profile in-process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -107,6 +108,22 @@ class SmallExtender:
             }
             for node in args["Nodes"]["items"]
         ]
+
+    # ExtenderPreemptionResult: on each candidate node, evict the pods labelled
+    # ext/victim there instead of the victims proposed.
+    def preempt(self, args: Any) -> Any:
+        namespace = args["Pod"]["metadata"]["namespace"]
+        pods = self.kube.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector="ext/victim")[
+            "items"
+        ]
+        out = {}
+        for node in args["NodeNameToVictims"]:
+            chosen = [p for p in pods if p["spec"].get("nodeName") == node]
+            out[node] = {
+                "Pods": [{"UID": p["metadata"]["uid"]} for p in chosen],
+                "NumPDBViolations": 0,
+            }
+        return {"NodeNameToMetaVictims": out}
 
     # ExtenderBindingResult: the extender binds through the API itself.
     def bind(self, args: Any) -> Any:
@@ -299,3 +316,76 @@ def test_a_non_ignorable_extender_that_is_down_fails_the_cycle_until_it_is_back(
         ext = extender(port)
         wait_node_of(kube, namespace, "p", shim, timeout=60)
         assert ext.verbs("p") == ["filter"]
+
+
+def test_process_preemption_changes_the_victims(
+    cluster: Cluster,
+    kube: KubeApi,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    tmp_path: Path,
+    extender: Callable[..., SmallExtender],
+) -> None:
+    """preemption.go callExtenders: DefaultPreemption proposes the lowest-priority pod;
+    the extender's preempt verb, sent the candidate with its victims as full objects,
+    names another pod on that node, which is the one evicted; the preemptor binds."""
+    profile = profile_for(namespace)
+    (node,) = [n["metadata"]["name"] for n in fake_nodes(1, cpu="2")]
+    made = []
+    for name, value in (("low", 10), ("mid", 20), ("high", 1000)):
+        kube.create(
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": f"{namespace}-{name}"},
+                "value": value,
+            },
+        )
+        made.append(f"{namespace}-{name}")
+
+    def pod(name: str, priority: str, node_name: str | None = None, **labels: str) -> Any:
+        p = objects.pod(
+            name,
+            namespace=namespace,
+            cpu="1",
+            memory=None,
+            scheduler_name=profile,
+            node_selector={TEST_LABEL: namespace},
+            node_name=node_name,
+            priority_class_name=f"{namespace}-{priority}",
+            labels=labels,
+        )
+        return p
+
+    try:
+        objects.create_pods(
+            kube,
+            [
+                pod("low", "low", node),
+                pod("mid", "mid", node, **{"ext/victim": "true"}),
+            ],
+        )
+        ext = extender()
+        config = extenders_config(
+            tmp_path / "c.yaml", profile, f"- urlPrefix: {ext.url}\n  preemptVerb: preempt\n"
+        )
+        shim = Shim(config, cluster.kubeconfig, tmp_path / "shim.log")
+        with running(shim.start()):
+            objects.create_pods(kube, [pod("high", "high")])
+            assert wait_node_of(kube, namespace, "high", shim) == node
+            args = next(b for v, b in ext.calls if v == "preempt")
+            assert args["Pod"]["metadata"]["name"] == "high"
+            assert args["NodeNameToMetaVictims"] is None
+            proposed = args["NodeNameToVictims"][node]
+            assert [p["metadata"]["name"] for p in proposed["Pods"]] == ["low"]
+            assert proposed["NumPDBViolations"] == 0
+            names = {
+                p["metadata"]["name"]
+                for p in kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+            }
+            assert names == {"low", "high"}
+    finally:
+        for name in made:
+            with contextlib.suppress(ApiError):
+                kube.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")

@@ -1445,6 +1445,7 @@ class PostFilterResponse(_message.Message):
     PLUGIN_FIELD_NUMBER: _builtins.int
     NOMINATING_MODE_FIELD_NUMBER: _builtins.int
     WRITES_FIELD_NUMBER: _builtins.int
+    NUM_PDB_VIOLATIONS_FIELD_NUMBER: _builtins.int
     nominated_node_name: _builtins.str
     """The node nominated for the pod; empty when none."""
     generation: _builtins.int
@@ -1456,6 +1457,11 @@ class PostFilterResponse(_message.Message):
     nominating_mode: Global___NominatingMode.ValueType
     """What the caller does with the pod's status.nominatedNodeName (upstream's
     NominatingInfo.NominatingMode; schedule_one.go handleSchedulingFailure).
+    """
+    num_pdb_violations: _builtins.int
+    """With victims: how many of them a PodDisruptionBudget protects (upstream's
+    extenderv1.Victims.NumPDBViolations), which a caller's HTTP extenders
+    are sent with the victims (ExtenderPreemptionArgs).
     """
     @_builtins.property
     def status(self) -> Global___Status:
@@ -1516,10 +1522,11 @@ class PostFilterResponse(_message.Message):
         plugin: _builtins.str = ...,
         nominating_mode: Global___NominatingMode.ValueType = ...,
         writes: _abc.Iterable[Global___ObjectWrite] | None = ...,
+        num_pdb_violations: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["clear_nomination_pod_uids", b"clear_nomination_pod_uids", "cycle", b"cycle", "generation", b"generation", "nominated_node_name", b"nominated_node_name", "nominating_mode", b"nominating_mode", "plugin", b"plugin", "signals", b"signals", "status", b"status", "victims", b"victims", "writes", b"writes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clear_nomination_pod_uids", b"clear_nomination_pod_uids", "cycle", b"cycle", "generation", b"generation", "nominated_node_name", b"nominated_node_name", "nominating_mode", b"nominating_mode", "num_pdb_violations", b"num_pdb_violations", "plugin", b"plugin", "signals", b"signals", "status", b"status", "victims", b"victims", "writes", b"writes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

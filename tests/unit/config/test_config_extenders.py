@@ -31,6 +31,7 @@ def test_extender_fields_decode_with_upstream_defaults(tmp_path: Path) -> None:
         - urlPrefix: https://gpu-extender.kube-system:8443/scheduler
           filterVerb: filter
           prioritizeVerb: prioritize
+          preemptVerb: preempt
           bindVerb: bind
           weight: 5
           enableHTTPS: true
@@ -50,6 +51,7 @@ def test_extender_fields_decode_with_upstream_defaults(tmp_path: Path) -> None:
     assert first == ExtenderConfig(
         url_prefix="https://gpu-extender.kube-system:8443/scheduler",
         filter_verb="filter",
+        preempt_verb="preempt",
         prioritize_verb="prioritize",
         weight=5,
         bind_verb="bind",
@@ -157,12 +159,6 @@ CASES = [
         "- urlPrefix: http://b\n  managedResources:\n  - name: example.com/gpu\n",
         "extenders[1].managedResources[0].name",
         "duplicate extender managed resource name",
-    ),
-    (
-        "preemptVerb (ProcessPreemption is not called yet)",
-        "extenders:\n- urlPrefix: http://e\n  preemptVerb: preempt\n",
-        "extenders[0].preemptVerb",
-        "not supported yet",
     ),
     (
         "httpTimeout not a duration",

@@ -329,3 +329,100 @@ def test_object_json_keeps_pending_pods_of_its_profiles_only() -> None:
     assert objs.pod("u") is None
     # Nodes are kept only when some extender is sent node objects.
     assert objs.node_decoder(len) is len
+
+
+async def no_fetch(uids: list[str]) -> dict[str, bytes]:
+    raise AssertionError("nodeCacheCapable extenders are sent uids only")
+
+
+def on_node(extender: str, node: str, uid: str) -> str | None:
+    return None if uid.startswith(node) else f"{uid} is not on {node}"
+
+
+async def test_process_preemption_sends_meta_victims_and_reads_the_answer(serve: Any) -> None:
+    """ProcessPreemption with nodeCacheCapable: NodeNameToMetaVictims in, the
+    extender's NodeNameToMetaVictims out; a node it drops is no candidate."""
+    srv = serve(
+        lambda verb, body: json_answer(
+            {"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "n1-b"}], "NumPDBViolations": 1}}}
+        )
+    )
+    cfg = ExtenderConfig(url_prefix=srv.url, preempt_verb="preempt", node_cache_capable=True)
+    exts = Extenders([cfg], ["berth"])
+    exts.objects = objects_with()
+    pod = exts.pod("u1")
+    assert pod is not None and exts.preempts(pod)
+    out = await exts.process_preemption(
+        pod, {"n1": (["n1-a"], 0), "n2": (["n2-a"], 0)}, no_fetch, on_node
+    )
+    await exts.close()
+    assert out == {"n1": (["n1-b"], 1)}
+    path, body = srv.calls[0]
+    assert path == "/ext/preempt" and body["NodeNameToVictims"] is None
+    assert body["NodeNameToMetaVictims"] == {
+        "n1": {"Pods": [{"UID": "n1-a"}], "NumPDBViolations": 0},
+        "n2": {"Pods": [{"UID": "n2-a"}], "NumPDBViolations": 0},
+    }
+
+
+@pytest.mark.parametrize(
+    ("answer", "ignorable", "want"),
+    [
+        (
+            {"NodeNameToMetaVictims": {"n1": {"Pods": []}}},
+            False,
+            'expected at least one victim pod on node "n1"',
+        ),
+        ({"NodeNameToMetaVictims": {"n1": {"Pods": []}}}, True, {}),
+        (
+            {"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "n2-x"}]}}},
+            False,
+            "n2-x is not on n1",
+        ),
+        (
+            {"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "n2-x"}]}}},
+            True,
+            {"n1": (["n1-a"], 0)},
+        ),
+    ],
+    ids=["no victims", "no victims, ignorable", "victim elsewhere", "victim elsewhere, ignorable"],
+)
+async def test_process_preemption_checks_the_answer(
+    serve: Any, answer: Any, ignorable: bool, want: Any
+) -> None:
+    """callExtenders: a node left without victims, or a victim not on its node
+    (convertPodUIDToPod), is an error, skipped when the extender is ignorable."""
+    srv = serve(lambda verb, body: json_answer(answer))
+    cfg = ExtenderConfig(
+        url_prefix=srv.url, preempt_verb="preempt", node_cache_capable=True, ignorable=ignorable
+    )
+    exts = Extenders([cfg], ["berth"])
+    exts.objects = objects_with()
+    pod = exts.pod("u1")
+    assert pod is not None
+    if isinstance(want, str):
+        with pytest.raises(ExtenderError) as info:
+            await exts.process_preemption(pod, {"n1": (["n1-a"], 0)}, no_fetch, on_node)
+        assert want in str(info.value)
+    else:
+        assert await exts.process_preemption(pod, {"n1": (["n1-a"], 0)}, no_fetch, on_node) == want
+    await exts.close()
+
+
+async def test_process_preemption_sends_full_victims_without_node_cache(serve: Any) -> None:
+    srv = serve(lambda verb, body: json_answer({"NodeNameToMetaVictims": {}}))
+    exts = Extenders([ExtenderConfig(url_prefix=srv.url, preempt_verb="preempt")], ["berth"])
+    exts.objects = objects_with()
+    pod = exts.pod("u1")
+    assert pod is not None
+
+    async def fetch(uids: list[str]) -> dict[str, bytes]:
+        return {u: orjson.dumps({"metadata": {"uid": u, "name": "victim"}}) for u in uids}
+
+    assert await exts.process_preemption(pod, {"n1": (["n1-a"], 2)}, fetch, on_node) == {}
+    await exts.close()
+    body = srv.calls[0][1]
+    assert body["NodeNameToMetaVictims"] is None
+    assert body["NodeNameToVictims"] == {
+        "n1": {"Pods": [{"metadata": {"uid": "n1-a", "name": "victim"}}], "NumPDBViolations": 2}
+    }

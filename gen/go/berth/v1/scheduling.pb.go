@@ -2523,9 +2523,13 @@ type PostFilterResponse struct {
 	// keeps the pod off every node: dynamicresources.go PostFilter). The
 	// caller performs them under the same rules as PreBind's, after the cycle
 	// failed; a failure is only reported (the pod is unschedulable either way).
-	Writes        []*ObjectWrite `protobuf:"bytes,10,rep,name=writes,proto3" json:"writes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Writes []*ObjectWrite `protobuf:"bytes,10,rep,name=writes,proto3" json:"writes,omitempty"`
+	// With victims: how many of them a PodDisruptionBudget protects (upstream's
+	// extenderv1.Victims.NumPDBViolations), which a caller's HTTP extenders
+	// are sent with the victims (ExtenderPreemptionArgs).
+	NumPdbViolations int64 `protobuf:"varint,11,opt,name=num_pdb_violations,json=numPdbViolations,proto3" json:"num_pdb_violations,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PostFilterResponse) Reset() {
@@ -2626,6 +2630,13 @@ func (x *PostFilterResponse) GetWrites() []*ObjectWrite {
 		return x.Writes
 	}
 	return nil
+}
+
+func (x *PostFilterResponse) GetNumPdbViolations() int64 {
+	if x != nil {
+		return x.NumPdbViolations
+	}
+	return 0
 }
 
 // A pod a preemption evicts.
@@ -4664,7 +4675,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\x12\x1f\n" +
 	"\x03pod\x18\x03 \x01(\v2\r.berth.v1.PodR\x03pod\x12*\n" +
 	"\x05cycle\x18\x04 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x120\n" +
-	"\brejected\x18\x05 \x03(\v2\x14.berth.v1.NodeStatusR\brejected\"\xe1\x03\n" +
+	"\brejected\x18\x05 \x03(\v2\x14.berth.v1.NodeStatusR\brejected\"\x8f\x04\n" +
 	"\x12PostFilterResponse\x12(\n" +
 	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12.\n" +
 	"\x13nominated_node_name\x18\x02 \x01(\tR\x11nominatedNodeName\x12*\n" +
@@ -4678,7 +4689,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x06plugin\x18\b \x01(\tR\x06plugin\x12A\n" +
 	"\x0fnominating_mode\x18\t \x01(\x0e2\x18.berth.v1.NominatingModeR\x0enominatingMode\x12-\n" +
 	"\x06writes\x18\n" +
-	" \x03(\v2\x15.berth.v1.ObjectWriteR\x06writes\"L\n" +
+	" \x03(\v2\x15.berth.v1.ObjectWriteR\x06writes\x12,\n" +
+	"\x12num_pdb_violations\x18\v \x01(\x03R\x10numPdbViolations\"L\n" +
 	"\x06Victim\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
