@@ -7,7 +7,10 @@
 #   2. a wheel of it (pip wheel, as the build stage), installed with its dependencies
 #      into a fresh virtualenv without pip (python -m venv --without-pip; pip --python):
 #      the dependencies from deploy/requirements.lock with --require-hashes, wheels only,
-#      then the wheel alone, and pip check that the lock holds all it needs;
+#      then the wheel alone, then the out-of-tree plugin wheels of the PLUGIN_WHEELS
+#      directory (no index, no dependency resolution), and pip check that the lock and
+#      those wheels hold all they need; with the Dockerfile's SOURCE_DATE_EPOCH, so the
+#      tree's content is the same on every build (its digest: logs/tree-digest.txt);
 #   3. no installer or build tool in the tree (pip, setuptools, wheel);
 #   4. the tree made read-only, then, as the image's user (uid/gid 65532 when this runs
 #      as root, through setpriv), with HOME=/nonexistent, PYTHONDONTWRITEBYTECODE=1 and
@@ -22,14 +25,23 @@
 #   6. nothing in the tree was written while it ran (readOnlyRootFilesystem).
 #
 #   hack/image-tree.sh [OUT_DIR]      default OUT_DIR: build/image-tree
+#   hack/image-tree.sh --build-only [OUT_DIR]   steps 1-3 only: build the tree, no run
 #
 # The tree is OUT_DIR/opt/berth. Runs offline when pip's cache holds the dependencies'
 # wheels (it uses pip's cache; only PyPI otherwise). BERTH_IMAGE_PYTHON names the
 # runtime interpreter (default: the system's python3.11, the image's Python line);
 # BERTH_VENV the virtualenv whose pip and setuptools build the wheel (default .venv);
 # BERTH_DOCKERFILE another Dockerfile to take the COPY lines from (the tests use it).
+# BERTH_BUILD_ARG_<NAME> stands for `docker build --build-arg NAME=...` where the COPY lines
+# or this script use the ARG: PLUGIN_WHEELS (a directory of plugin wheels; here it may also
+# be an absolute path), SOURCE_DATE_EPOCH.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+build_only=0
+if [ "${1:-}" = --build-only ]; then
+  build_only=1
+  shift
+fi
 out=${1:-$root/build/image-tree}
 venv=${BERTH_VENV:-$root/.venv}
 dockerfile=${BERTH_DOCKERFILE:-$root/deploy/Dockerfile}
@@ -60,8 +72,27 @@ ctx=$out/context
 tree=$out/opt/berth
 wheels=$out/wheels
 if [ -d "$tree" ]; then chmod -R u+w "$tree"; fi
-rm -rf "$ctx" "$tree" "$wheels" "$out/etc" "$out/logs"
+rm -rf "$ctx" "$tree" "$wheels" "$out/etc" "$out/logs" "$out/sdk"
 mkdir -p "$ctx" "$wheels" "$out/etc/berth" "$out/logs"
+
+# -- the build arguments: each ARG's default, or BERTH_BUILD_ARG_<NAME> ---------------------
+declare -A build_args=()
+while read -r name value; do
+  [ -n "$name" ] || continue
+  override=BERTH_BUILD_ARG_$name
+  build_args[$name]=${!override-$value}
+done < <(awk '/^ARG [A-Za-z_]+=/ { split($2, kv, "="); print kv[1], substr($2, length(kv[1]) + 2) }' "$dockerfile")
+# expand_args TEXT: TEXT with ${NAME} and $NAME replaced by the build argument's value.
+expand_args() {
+  local text=$1 name
+  for name in "${!build_args[@]}"; do
+    text=${text//\$\{$name\}/${build_args[$name]}}
+    text=${text//\$$name/${build_args[$name]}}
+  done
+  printf '%s' "$text"
+}
+[ -n "${build_args[SOURCE_DATE_EPOCH]:-}" ] || die "$dockerfile declares no ARG SOURCE_DATE_EPOCH=<default>"
+export SOURCE_DATE_EPOCH=${build_args[SOURCE_DATE_EPOCH]}
 
 # -- 1. the build context, from the build stage's COPY lines ------------------------------
 # The build stage runs from "FROM ... AS build" to the next FROM; COPY <src>... <dest>,
@@ -75,22 +106,25 @@ copies=$(awk '
 [ -n "$copies" ] || die "no COPY lines in the build stage of $dockerfile"
 while read -r line; do
   case $line in FLAGS*) die "unsupported COPY with flags in the build stage: ${line#FLAGS }" ;; esac
-  read -r -a words <<<"$line"
+  read -r -a words <<<"$(expand_args "$line")"
   n=${#words[@]}
   ((n >= 2)) || die "COPY needs a source and a destination: COPY $line"
   dest=${words[n - 1]}
   for ((i = 0; i < n - 1; i++)); do
     src=${words[i]}
-    [ -e "$root/$src" ] || die "the Dockerfile copies $src, which does not exist in $root"
-    if [ -d "$root/$src" ]; then
+    # A relative source is in the build context (the repository); an absolute one can only
+    # come from a BERTH_BUILD_ARG_ (docker would need it inside the context).
+    [[ $src == /* ]] || src=$root/$src
+    [ -e "$src" ] || die "the Dockerfile copies $src, which does not exist"
+    if [ -d "$src" ]; then
       mkdir -p "$ctx/$dest"
-      cp -a "$root/$src/." "$ctx/$dest/"
+      cp -a "$src/." "$ctx/$dest/"
     elif [[ $dest == */ ]]; then
       mkdir -p "$ctx/$dest"
-      cp -a "$root/$src" "$ctx/$dest"
+      cp -a "$src" "$ctx/$dest"
     else
       mkdir -p "$(dirname "$ctx/$dest")"
-      cp -a "$root/$src" "$ctx/$dest"
+      cp -a "$src" "$ctx/$dest"
     fi
   done
 done <<<"$copies"
@@ -126,9 +160,28 @@ PY
   || die "installing deploy/requirements.lock (hashes required) into $tree failed"
 "$venv/bin/python" -m pip --python "$tree/bin/python" install --quiet --no-deps "$wheel" \
   || die "installing $wheel into $tree failed"
+# The out-of-tree plugins, as the build stage installs them: every wheel the PLUGIN_WHEELS
+# COPY put in plugin-wheels/, from there alone.
+plugin_wheels=()
+if [ -d "$ctx/plugin-wheels" ]; then
+  mapfile -t plugin_wheels < <(find "$ctx/plugin-wheels" -maxdepth 1 -name '*.whl' | sort)
+fi
+if ((${#plugin_wheels[@]} > 0)); then
+  "$venv/bin/python" -m pip --python "$tree/bin/python" install --quiet --no-index --no-deps \
+    "${plugin_wheels[@]}" || die "installing the plugin wheels of ${build_args[PLUGIN_WHEELS]:-plugin-wheels} into $tree failed"
+  names=""
+  for w in "${plugin_wheels[@]}"; do names+=" ${w##*/}"; done
+  say "installed ${#plugin_wheels[@]} plugin wheels:$names"
+fi
 "$venv/bin/python" -m pip --python "$tree/bin/python" check >"$out/logs/pip-check.txt" 2>&1 \
-  || die "deploy/requirements.lock lacks what berth needs (run hack/lock.sh):"$'\n'"$(cat "$out/logs/pip-check.txt")"
+  || die "a dependency is missing from the image (deploy/requirements.lock, run hack/lock.sh; or a plugin's, whose wheel belongs in the PLUGIN_WHEELS directory):"$'\n'"$(cat "$out/logs/pip-check.txt")"
 say "installed $(basename "$wheel") and its dependencies into $tree ($(du -sh "$tree" | cut -f1))"
+# The tree's content (paths, types, modes, link targets, file hashes): the same on every build
+# of the same sources, lock files and plugin wheels.
+(cd "$tree" && find . -printf '%P %y %m %l\n' | sort && find . -type f -print0 | sort -z | xargs -0 sha256sum) \
+  >"$out/logs/tree-content.txt"
+sha256sum <"$out/logs/tree-content.txt" | cut -d' ' -f1 >"$out/logs/tree-digest.txt"
+say "tree digest $(cat "$out/logs/tree-digest.txt") (SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH)"
 
 # -- 3. no installer or build tools ----------------------------------------------------------
 site=$("$tree/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
@@ -138,6 +191,10 @@ done
 for exe in pip pip3 wheel; do
   [ ! -e "$tree/bin/$exe" ] || die "$tree/bin/$exe exists; the image must not carry an installer"
 done
+if [ "$build_only" = 1 ]; then
+  say "OK (--build-only): $tree"
+  exit 0
+fi
 
 # -- 4. run it as the image does ---------------------------------------------------------------
 cp "$root/deploy/base/scheduler-config.yaml" "$out/etc/berth/scheduler-config.yaml"

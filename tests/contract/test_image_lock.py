@@ -98,10 +98,22 @@ def test_dockerfile_installs_only_from_the_locks() -> None:
     }
     for c in from_locks:
         assert "--require-hashes" in c and "--only-binary=:all:" in c and "--no-deps" in c, c
-    # Anything else installed is berth's own wheel, without dependencies.
-    for c in installs:
-        if c not in from_locks:
-            assert c.endswith("/wheels/berth_scheduler-*.whl") and "--no-deps" in c, c
+    # Anything else installed is berth's own wheel, or the out-of-tree plugin wheels of the
+    # build context's PLUGIN_WHEELS directory: without dependencies, and the plugins without
+    # an index (nothing fetched).
+    others = [c for c in installs if c not in from_locks]
+    berth_wheel = [c for c in others if c.endswith("/wheels/berth_scheduler-*.whl")]
+    assert len(berth_wheel) == 1 and "--no-deps" in berth_wheel[0], others
+    plugins = [c for c in others if c not in berth_wheel]
+    assert len(plugins) == 1, others
+    assert "--no-index --no-deps" in plugins[0] and "set -- plugin-wheels/*.whl" in " ".join(build)
+    assert "COPY ${PLUGIN_WHEELS} plugin-wheels" in build
+    # And pip check: a plugin's dependency missing from the lock and the wheels fails the build.
+    assert any(
+        c.strip().endswith("pip --python /opt/berth/bin/python check")
+        for x in build
+        for c in x.split("&&")
+    )
     # The wheel is built with the locked setuptools, not one fetched for an isolated build.
     wheel = [c for x in build for c in x.split("&&") if "pip wheel" in c]
     assert wheel and all("--no-build-isolation" in c for c in wheel), wheel

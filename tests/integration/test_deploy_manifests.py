@@ -395,9 +395,12 @@ def test_dockerfile_copies_every_package_and_runs_as_the_manifests_user(
 ) -> None:
     build, runtime = _stages()
     assert build[0].lower().endswith(" as build")
+    # ${NAME} in a COPY line is the build argument's default (ARG NAME=default).
+    defaults = dict(i.split(None, 1)[1].split("=", 1) for i in build if re.match(r"ARG \w+=", i))
     copied = set()
     for ins in build:
         if ins.startswith("COPY "):
+            ins = re.sub(r"\$\{(\w+)\}", lambda m: defaults[m[1]], ins)
             copied.update(ins.split()[1:-1])
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     patterns = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
