@@ -32,7 +32,7 @@ step "4/6 mypy --strict, layering (import-linter), no copied code (pylint duplic
 "$venv/bin/lint-imports"
 "$venv/bin/pylint" --score=n server shim plugins framework berth
 
-step "5/6 upstream kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, etcd (built from Go modules, cached)"
+step "5/6 upstream kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, etcd, helm (built from Go modules, cached)"
 ./hack/build-k8s.sh
 
 step "6/6 pytest: unit, contract, integration"

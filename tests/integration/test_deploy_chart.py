@@ -23,7 +23,10 @@ authorizer, and no more than the samples of what it must not do.
 from __future__ import annotations
 
 import copy
+import os
 import re
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -46,6 +49,7 @@ from tests.integration.deploytools import (
     CHART,
     COMPONENTS,
     NAMESPACE,
+    ROOT,
     berth_system,
     delete_objects,
     helm,
@@ -784,3 +788,29 @@ def test_chart_rbac_grants_the_shim_what_the_base_grants_and_no_more(
     # The plugin servers' account may do nothing.
     server = f"system:serviceaccount:{ns}:{release}-berth-plugin-server"
     assert not _allowed(kube, server, {"group": "", "resource": "pods", "verb": "list"})
+
+
+def test_a_pip_install_target_tree_on_pythonpath_adds_its_plugins(tmp_path: Path) -> None:
+    """What outOfTreePlugins.images mounts: a ``pip install --target`` tree, found through
+    PYTHONPATH by Berth's entry-point discovery (here from the dev venv, which does not have
+    the example plugin installed)."""
+    berth = Path(sys.executable).parent / "berth"
+    root = tmp_path / "plugin-root"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--target", str(root), str(ROOT / "examples" / "out-of-tree-plugin")],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    without = subprocess.run(
+        [berth, "plugins"], capture_output=True, text=True, env=env, check=True
+    )
+    assert "PreferLabel" not in without.stdout
+    with_tree = subprocess.run(
+        [berth, "plugins"],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": str(root)},
+        check=True,
+    )
+    assert "PreferLabel" in with_tree.stdout, with_tree.stdout + with_tree.stderr

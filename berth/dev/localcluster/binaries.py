@@ -2,7 +2,8 @@
 
 The pinned versions come from ``hack/k8s-versions.env`` (shared with the build script); the
 binaries from ``${BERTH_CACHE:-~/.cache/berth}/k8s/<version>/bin``. ``BERTH_K8S_BIN_DIR`` points
-at another directory holding the same five binaries.
+at another directory holding the same binaries: the control plane's five (``BINARY_NAMES``), and
+helm for the tests of deploy/chart.
 """
 
 from __future__ import annotations
@@ -124,8 +125,8 @@ def build_binaries() -> Path:
 
 
 def ensure_binaries(bin_dir: Path | None = None, *, build: bool = False) -> Path:
-    """Return a directory holding all five binaries; with ``build`` (and no explicit
-    ``bin_dir``), run hack/build-k8s.sh first."""
+    """Return a directory holding the control plane's five binaries; with ``build`` (and no
+    explicit ``bin_dir``), run hack/build-k8s.sh first."""
     directory = bin_dir or default_bin_dir()
     if build and bin_dir is None:
         # The script is quick when its cache is good (it checks each binary's version) and
