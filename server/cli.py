@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from berth import version_text
+
 if TYPE_CHECKING:
     from berth.tls.serving import ServerTLS
 
@@ -193,13 +195,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="print the plugins this server can run (in-tree and installed through the "
         "berth.plugins entry points) and exit; the same as 'berth plugins'",
     )
-    p.set_defaults(func=run)
+    p.add_argument("--version", action="version", version=version_text())
+    # Logs at -v 0 unless given -v: a long-running process says what it does.
+    p.set_defaults(func=run, default_verbosity=0)
 
 
 def run(args: argparse.Namespace) -> int:
-    # Logging at INFO unless asked otherwise: a server should say what it does.
-    if args.verbose == 0:
-        logging.getLogger().setLevel(logging.INFO)
     from berth.framework.config import ConfigError, default_config, load_config
     from berth.framework.discovery import print_listing
     from berth.framework.runtime import ProfileError

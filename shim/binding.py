@@ -47,6 +47,7 @@ from berth.kube.asynchttp import AsyncApi
 from berth.kube.errors import ApiError
 from berth.kube.records import pod_record
 from berth.kube.rest import JSON, KubeApi, pod_path
+from berth.logs import V
 from berth.shim import guard, metrics
 from berth.shim.background import ApiWorkers
 from berth.shim.cache import SchedulerCache
@@ -197,6 +198,10 @@ class BindingRequest:
     # PreBindPreFlight failed (ScheduleResponse.pre_bind_pre_flight_error),
     # which ends the binding cycle at once.
     pre_flight_error: pb.Status | None = None
+    # The scheduling cycle's ScheduleResponse.evaluated_nodes and
+    # feasible_nodes, for the binding cycle's log line.
+    evaluated_nodes: int = 0
+    feasible_nodes: int = 0
 
 
 class Binder:
@@ -554,8 +559,19 @@ class BindingCycle:
                 )
                 activate.extend(post.activate_pod_uids)
                 await self._post_bind_writes(profile, pod, list(post.writes))
-        # kube-scheduler logs a binding at V(2) (schedule_one.go bindingCycle).
-        log.debug("bound %s/%s to %s", pod.namespace, pod.name, node)
+        # schedule_one.go bindingCycle's line, at V(2) as there.
+        if log.isEnabledFor(V(2)):
+            log.log(
+                V(2),
+                "Successfully bound pod to node",
+                extra={
+                    "pod": f"{pod.namespace}/{pod.name}",
+                    "node": node,
+                    "profile": profile,
+                    "evaluatedNodes": req.evaluated_nodes,
+                    "feasibleNodes": req.feasible_nodes,
+                },
+            )
         # The end of a binding cycle that bound the pod (bindingCycle).
         activate_pods(self._queue, pod, "the binding cycle", activate)
         self._scheduled_event(profile, pod, node)

@@ -8,6 +8,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
+from berth import version_text
 from berth.client.tls import add_client_tls_flags
 from berth.shim.delegation import DEFAULT_ALWAYS_ALLOW_PATHS, DEFAULT_CACHE_TTL
 
@@ -149,7 +150,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="send OpenTelemetry traces to this OTLP/gRPC endpoint (default: "
         "$OTEL_EXPORTER_OTLP_ENDPOINT; no tracing when neither is set)",
     )
-    p.set_defaults(func=run)
+    p.add_argument("--version", action="version", version=version_text())
+    # Logs at -v 0 unless given -v: a long-running process says what it does.
+    p.set_defaults(func=run, default_verbosity=0)
 
 
 def _duration(text: str) -> float:
@@ -257,8 +260,6 @@ def secure_serving_from_args(args: argparse.Namespace) -> SecureServingOptions |
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.verbose == 0:
-        logging.getLogger().setLevel(logging.INFO)
     from berth.client.tls import client_tls_from_args
     from berth.framework.config import ConfigError, default_config, load_config
     from berth.kube.config import ConfigurationError

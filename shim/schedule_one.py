@@ -39,6 +39,7 @@ from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.framework.schedule_one import fit_error_message
 from berth.framework.status import Code, Status
+from berth.logs import V
 from berth.server.convert import status_from_pb, status_to_pb
 from berth.shim import metrics
 from berth.shim.background import Tasks
@@ -139,13 +140,14 @@ class FailureHandler:
         else:
             self._counters.unschedulable += 1
             self._queue.done_unschedulable(qp, plugins, pending)
-        log.info(
-            "pod %s/%s %s: %s",
-            pod.namespace,
-            pod.name,
-            "failed" if error else "unschedulable",
-            message,
-        )
+        keys = {"pod": f"{pod.namespace}/{pod.name}", "profile": qp.profile, "err": message}
+        if error:
+            # handleSchedulingFailure: an error other than a FitError is
+            # reported (utilruntime.HandleErrorWithContext), not logged at V(2).
+            log.error("Error scheduling pod; retrying", extra=keys)
+        else:
+            # handleSchedulingFailure's line for a FitError.
+            log.log(V(2), "Unable to schedule pod; no fit; waiting", extra=keys)
         self._recorders[qp.profile].record(
             pod_ref(pod), "Warning", "FailedScheduling", "Scheduling", message
         )
@@ -245,6 +247,14 @@ class SchedulingCycle:
         start = time.perf_counter()
         pops = time.time()
         spans = [self._attempt_span(qp, pops) for qp in batch]
+        if log.isEnabledFor(V(3)):
+            # schedulingCycle's line (schedule_one.go), at V(3) as there.
+            for qp in batch:
+                log.log(
+                    V(3),
+                    "Attempting to schedule pod",
+                    extra={"pod": f"{qp.pod.namespace}/{qp.pod.name}", "profile": profile},
+                )
         metrics.SCHEDULE_BATCH_PODS.observe(len(batch))
         try:
             start_index = self._start_index.get(profile, 0)
@@ -280,7 +290,9 @@ class SchedulingCycle:
                 for qp, resp in zip(batch, results, strict=True):
                     await self._extender_preemption(qp, resp)
             for qp, resp, span in zip(batch, results, spans, strict=True):
-                self.handle_result(qp, profile, resp, span, start)
+                # In the attempt's span, so its log lines carry its trace id.
+                with trace.use_span(span, end_on_exit=False):
+                    self.handle_result(qp, profile, resp, span, start)
         except BaseException:
             for span in spans:
                 if span.is_recording():
@@ -529,6 +541,8 @@ class SchedulingCycle:
                         pre_flight_error=resp.pre_bind_pre_flight_error
                         if resp.HasField("pre_bind_pre_flight_error")
                         else None,
+                        evaluated_nodes=resp.evaluated_nodes,
+                        feasible_nodes=resp.feasible_nodes,
                     )
                 )
             )

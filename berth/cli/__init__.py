@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import logging
 import sys
 from collections.abc import Sequence
 
-from berth import __version__
+from berth import version_text
+from berth.logs import add_logging_flags, configure_from_args
 
 # Each module exposes ``register(subparsers) -> None`` and sets ``func`` on its
 # parsers: a callable taking the parsed namespace and returning the process
@@ -69,33 +69,23 @@ def build_parser() -> argparse.ArgumentParser:
             "served over gRPC. Run 'berth COMMAND --help' for a command's options."
         ),
     )
-    parser.add_argument("--version", action="version", version=f"berth {__version__}")
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="count",
-        default=0,
-        help="more log output (-v info, -vv debug)",
-    )
+    parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         module = importlib.import_module(name)
         module.register(sub)
     _register_dev_commands(sub)
+    # -v N and --logging-format on every command, before or after its name.
+    add_logging_flags(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    level = logging.WARNING
-    if args.verbose == 1:
-        level = logging.INFO
-    elif args.verbose >= 2:
-        level = logging.DEBUG
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    # The long-running commands (serve, shim) set default_verbosity 0: they
+    # say what they do; the others print warnings only unless given -v.
+    configure_from_args(args, default_verbosity=getattr(args, "default_verbosity", None))
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
