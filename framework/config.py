@@ -639,6 +639,14 @@ class _Parser:
 
         extenders = self._extenders(raw.extenders or [])
 
+        if raw.enable_contention_profiling:
+            self.error(
+                "enableContentionProfiling",
+                "not supported: it turns on Go's blocking profile (runtime.SetBlockProfileRate), "
+                "which a Python process has no counterpart of; remove it or set it to false "
+                "(enableProfiling's stacks and CPU profile do not need it)",
+            )
+
         profiles = [o.config for o in outcomes]
         if self.errors:
             return None
@@ -655,7 +663,8 @@ class _Parser:
             leader_election=leader,
             client_connection=client,
             enable_profiling=enable_profiling,
-            enable_contention_profiling=enable_profiling if contention is None else contention,
+            # Go's blocking profile has no Python counterpart: never on here.
+            enable_contention_profiling=False if contention is None else contention,
             delay_cache_until_active=bool(raw.delay_cache_until_active),
             extenders=tuple(extenders),
         )

@@ -76,7 +76,8 @@ class SchedulerConfig:
     leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
     client_connection: ClientConnectionConfig = field(default_factory=ClientConnectionConfig)
     enable_profiling: bool = True
-    enable_contention_profiling: bool = True
+    # Go's blocking profile; no Python counterpart, so never on (framework/config.py).
+    enable_contention_profiling: bool = False
     delay_cache_until_active: bool = False
     # KubeSchedulerConfiguration.extenders, in the file's order.
     extenders: tuple[ExtenderConfig, ...] = ()

@@ -15,6 +15,7 @@ from berth.framework.interfaces import Plugin
 from berth.framework.profile import SchedulerConfig
 from berth.framework.writes import config_writes
 from berth.kube.rest import KubeApi
+from berth.shim import debug
 from berth.shim.health import HealthServer
 from berth.shim.healthchecks import ApiServerProbe, HealthChecks
 from berth.shim.leader import LeaderElector
@@ -137,6 +138,10 @@ async def run(settings: ShimSettings) -> int:
     # The secure port's authenticated routes (/configz, /debug/...): each
     # component adds its own here, before the port opens.
     routes = DebugRoutes(loop)
+    dumper = debug.CacheDumper(scheduler.cache, scheduler.queue)
+    debug.install(routes, cfg, dumper, loop)
+    # debugger/signal.go: SIGUSR2 writes the cache and the queue to the log.
+    loop.add_signal_handler(signal.SIGUSR2, dumper.log_all)
     health = None
     probe = None
     if settings.metrics_listen:

@@ -13,9 +13,14 @@ from berth.client.tls import add_client_tls_flags
 from berth.shim.delegation import DEFAULT_ALWAYS_ALLOW_PATHS, DEFAULT_CACHE_TTL
 
 if TYPE_CHECKING:
+    from berth.framework.profile import SchedulerConfig
     from berth.shim.serving import SecureServingOptions
 
 log = logging.getLogger("berth.shim")
+
+# The name of kube-scheduler's profile, which pods with no spec.schedulerName get
+# (k8s.io/api core/v1 DefaultSchedulerName).
+DEFAULT_SCHEDULER = "default-scheduler"
 
 # sys.setswitchinterval for the shim's process (CPython's default is 0.005 s).
 GIL_SWITCH_INTERVAL = 0.001
@@ -38,7 +43,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--config",
         metavar="FILE",
         help="KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1); default: one "
-        "profile 'default-scheduler' with the default plugins",
+        "profile 'default-scheduler' with the default plugins, which needs "
+        "--allow-default-scheduler",
+    )
+    p.add_argument(
+        "--allow-default-scheduler",
+        action="store_true",
+        help="schedule the pods of a profile named 'default-scheduler' (every pod that names "
+        "no scheduler): only where no kube-scheduler runs, since both would race for each pod. "
+        "Without it, such a profile (and running with no --config) is refused",
     )
     p.add_argument(
         "--plugin-server",
@@ -259,6 +272,33 @@ def secure_serving_from_args(args: argparse.Namespace) -> SecureServingOptions |
     )
 
 
+def default_scheduler_refusal(
+    config: SchedulerConfig, path: str | None, allowed: bool
+) -> str | None:
+    """Why the shim will not start with ``config``, or None. A profile named
+    ``default-scheduler`` takes every pod that names no scheduler, the pods
+    the cluster's kube-scheduler schedules: both would bind each one, so the
+    shim runs such a profile only when told to (``--allow-default-scheduler``)."""
+    if allowed:
+        return None
+    for i, profile in enumerate(config.profiles):
+        if profile.scheduler_name != DEFAULT_SCHEDULER:
+            continue
+        where = (
+            f"{path}: profiles[{i}].schedulerName is {DEFAULT_SCHEDULER!r}"
+            if path
+            else f"without --config the one profile is {DEFAULT_SCHEDULER!r}"
+        )
+        return (
+            f"{where}: Berth would schedule every pod that names no scheduler, racing the "
+            "cluster's kube-scheduler for each one. Give the profile a name of its own (e.g. "
+            "schedulerName: berth-scheduler in a --config file, and spec.schedulerName: "
+            "berth-scheduler in the pods Berth should place), or pass "
+            "--allow-default-scheduler if no other scheduler runs in this cluster"
+        )
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from berth.client.tls import client_tls_from_args
     from berth.framework.config import ConfigError, default_config, load_config
@@ -350,6 +390,10 @@ def run(args: argparse.Namespace) -> int:
         if value <= 0:
             print(f"berth shim: {flag} must be > 0, got {value}", file=sys.stderr)
             return 2
+    refusal = default_scheduler_refusal(config, args.config, args.allow_default_scheduler)
+    if refusal:
+        print(f"berth shim: {refusal}", file=sys.stderr)
+        return 2
     traced = telemetry.setup_tracing("berth-shim", args.otlp_endpoint) is not None
     settings = ShimSettings(
         config=config,
@@ -367,6 +411,10 @@ def run(args: argparse.Namespace) -> int:
         traced=traced,
         tls=tls,
         options=ShimOptions(
+            # parallelism bounds the shim's concurrent API writes, preemption's
+            # victim deletions among them, as upstream's Parallelizer bounds
+            # executor.go prepareCandidate's deletions.
+            bind_workers=config.parallelism,
             batch_size=args.batch_size,
             assumed_ttl=args.assumed_pod_ttl,
             bind_connections=args.bind_connections,

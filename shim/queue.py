@@ -206,6 +206,10 @@ class SchedulingQueue:
     def get(self, uid: str) -> QueuedPod | None:
         return self._pods.get(uid)
 
+    def pods(self) -> list[QueuedPod]:
+        """Every pod the queue holds, wherever it is (a copy of the list)."""
+        return list(self._pods.values())
+
     def counts(self) -> dict[str, int]:
         out = {ACTIVE: 0, BACKOFF: 0, UNSCHEDULABLE: 0, GATED: 0, IN_FLIGHT: 0, "incoming": 0}
         for qp in self._pods.values():

@@ -115,14 +115,23 @@ def test_top_level_defaults(tmp_path: Path) -> None:
     assert cfg.leader_election == LeaderElectionConfig()
     assert cfg.leader_election.resource_lock == "leases"
     assert cfg.client_connection == ClientConnectionConfig(qps=50.0, burst=100)
-    assert (cfg.enable_profiling, cfg.enable_contention_profiling) == (True, True)
+    assert (cfg.enable_profiling, cfg.enable_contention_profiling) == (True, False)
     assert cfg.delay_cache_until_active is False
     assert [p.scheduler_name for p in cfg.profiles] == ["default-scheduler"]
 
 
-def test_contention_profiling_follows_profiling_when_unset(tmp_path: Path) -> None:
+def test_contention_profiling_is_off_and_refused_when_asked_for(tmp_path: Path) -> None:
+    """Upstream defaults it to enableProfiling; it turns on Go's blocking profile, which
+    has no Python counterpart: off, an explicit false accepted, true refused."""
     cfg = load(tmp_path, "enableProfiling: false\n")
     assert (cfg.enable_profiling, cfg.enable_contention_profiling) == (False, False)
+    cfg = load(tmp_path, "enableContentionProfiling: false\n")
+    assert (cfg.enable_profiling, cfg.enable_contention_profiling) == (True, False)
+    with pytest.raises(ConfigError) as exc:
+        load(tmp_path, "enableContentionProfiling: true\n")
+    assert "enableContentionProfiling: not supported: it turns on Go's blocking profile" in str(
+        exc.value
+    )
 
 
 def test_null_sections_mean_absent(tmp_path: Path) -> None:

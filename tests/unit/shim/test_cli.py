@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,6 +36,62 @@ def test_the_shim_runs_with_a_short_gil_switch_interval(
     monkeypatch.setattr(berth.shim.app, "run", fake_run)
     sys.setswitchinterval(0.005)
 
-    assert main(["shim"]) == 0
+    assert main(["shim", "--allow-default-scheduler"]) == 0
     assert seen == [0.001]
     assert seen == [GIL_SWITCH_INTERVAL]
+
+
+def _never_runs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    started: list[Any] = []
+
+    async def fake_run(settings: Any) -> int:
+        started.append(settings)
+        return 0
+
+    monkeypatch.setattr(berth.shim.app, "run", fake_run)
+    return started
+
+
+def test_no_config_refuses_default_scheduler_and_says_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, switch_interval: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A profile named default-scheduler would race the cluster's kube-scheduler for every
+    pod that names no scheduler: refused unless --allow-default-scheduler."""
+    started = _never_runs(monkeypatch)
+    assert main(["shim"]) == 2
+    err = capsys.readouterr().err
+    assert "without --config the one profile is 'default-scheduler'" in err
+    assert "schedulerName: berth-scheduler" in err and "--allow-default-scheduler" in err
+    assert started == []
+
+
+def test_a_config_naming_default_scheduler_is_refused_naming_file_and_field(
+    monkeypatch: pytest.MonkeyPatch,
+    switch_interval: None,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    started = _never_runs(monkeypatch)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+        "profiles:\n- schedulerName: mine\n- schedulerName: default-scheduler\n"
+    )
+    assert main(["shim", "--config", str(cfg)]) == 2
+    assert f"{cfg}: profiles[1].schedulerName is 'default-scheduler'" in capsys.readouterr().err
+    assert started == []
+    assert main(["shim", "--config", str(cfg), "--allow-default-scheduler"]) == 0
+    assert [p.scheduler_name for p in started[0].config.profiles] == ["mine", "default-scheduler"]
+
+
+def test_a_config_without_default_scheduler_needs_no_flag(
+    monkeypatch: pytest.MonkeyPatch, switch_interval: None, tmp_path: Path
+) -> None:
+    started = _never_runs(monkeypatch)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+        "profiles:\n- schedulerName: berth-scheduler\n"
+    )
+    assert main(["shim", "--config", str(cfg)]) == 0
+    assert len(started) == 1
