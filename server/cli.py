@@ -79,8 +79,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--metrics-listen",
         metavar="ADDR",
         default="",
-        help="serve Prometheus metrics over HTTP at ADDR (host:port), e.g. 0.0.0.0:10261; "
-        "off by default",
+        help="serve Prometheus metrics, and /configz (the effective configuration), over plain "
+        "HTTP to anyone at ADDR (host:port), e.g. 0.0.0.0:10261; off by default",
     )
     p.add_argument(
         "--otlp-endpoint",
@@ -257,18 +257,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     tracing = telemetry.setup_tracing("berth-server", args.otlp_endpoint) is not None
     if args.metrics_listen:
-        from prometheus_client import start_http_server
+        from berth.server import metricsport
 
-        host, _, port = args.metrics_listen.rpartition(":")
         try:
-            start_http_server(int(port), addr=host or "0.0.0.0")
+            metricsport.start(args.metrics_listen, config)
         except (OSError, ValueError) as exc:
             print(
                 f"berth serve: cannot serve metrics on {args.metrics_listen!r}: {exc}",
                 file=sys.stderr,
             )
             return 2
-        log.info("metrics on http://%s/metrics", args.metrics_listen)
+        log.info("metrics and configz on http://%s/metrics, /configz", args.metrics_listen)
 
     async def main() -> int:
         try:

@@ -198,9 +198,18 @@ async def run(settings: ShimSettings) -> int:
         log.error("leaderelection lost: stopping (exit status %d)", EXIT_LEADERSHIP_LOST)
         stop.set()
 
+    async def campaign(elector: LeaderElector) -> None:
+        # server.go Run: unless delayCacheUntilActive, the informers start and
+        # sync before the election, so a standby holds a warm cache and
+        # schedules at once when it takes over; with it, only once leading
+        # (Scheduler.run starts them then).
+        if not cfg.delay_cache_until_active:
+            await scheduler.start_cache()
+        await elector.run(lead, on_lost)
+
     main: asyncio.Task[None]
     if elector is not None:
-        main = asyncio.create_task(elector.run(lead, on_lost))
+        main = asyncio.create_task(campaign(elector))
     else:
         main = asyncio.create_task(lead())
     stopper = asyncio.create_task(stop.wait())

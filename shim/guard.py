@@ -250,6 +250,7 @@ def report(refusals: Iterable[Refusal], pod: cpb.Pod, context: str) -> None:
             pod.name,
             context,
             r.why,
+            extra={"pod": f"{pod.namespace}/{pod.name}", "refused": r.kind, "reason": r.reason},
         )
 
 

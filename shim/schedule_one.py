@@ -141,6 +141,9 @@ class FailureHandler:
             self._counters.unschedulable += 1
             self._queue.done_unschedulable(qp, plugins, pending)
         keys = {"pod": f"{pod.namespace}/{pod.name}", "profile": qp.profile, "err": message}
+        if plugins:
+            # The rejecting plugins (Diagnosis.UnschedulablePlugins), comma-separated.
+            keys["plugin"] = ",".join(sorted(plugins))
         if error:
             # handleSchedulingFailure: an error other than a FitError is
             # reported (utilruntime.HandleErrorWithContext), not logged at V(2).

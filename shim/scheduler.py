@@ -119,6 +119,7 @@ class Scheduler:
         self.tasks = Tasks()
         self._workers = ApiWorkers(self.options.bind_workers)
         self._informers: list[Informer[Any]] = []
+        self._cache_task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self.ready = False
         # Spans per pod only when they go somewhere.
@@ -217,12 +218,18 @@ class Scheduler:
 
     # -- lifecycle ----------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Starts the informers, waits for their first lists, then schedules
-        until ``stop``."""
+    async def start_cache(self) -> None:
+        """Starts the informers and waits for their first lists (server.go
+        ``startInformersAndWaitForSync``). Called more than once, it starts
+        them once and each call waits for the same sync: before the election
+        when ``delayCacheUntilActive`` is false (shim/app.py), else from
+        ``run`` once this replica leads."""
+        if self._cache_task is None:
+            self._cache_task = asyncio.create_task(self._start_cache())
+        await asyncio.shield(self._cache_task)
+
+    async def _start_cache(self) -> None:
         loop = asyncio.get_running_loop()
-        for rec in set(self.recorders.values()):
-            rec.start()
         decode_node: Callable[[JSON], cpb.Node] = node_record
         decode_pod: Callable[[JSON], cpb.Pod] = pod_record
         on_node_events: Callable[[list[Event[cpb.Node]]], None] = self.event_handlers.on_node_events
@@ -271,6 +278,13 @@ class Scheduler:
             sum(self.queue.counts().values()),
             ", ".join(sorted(self.profiles)),
         )
+
+    async def run(self) -> None:
+        """Starts the cache (unless ``start_cache`` already has), then
+        schedules until ``stop``."""
+        for rec in set(self.recorders.values()):
+            rec.start()
+        await self.start_cache()
         self.ready = True
         self.tasks.spawn(self.queue.run_flushers())
         self.tasks.spawn(self.queue.run_hints())
@@ -352,6 +366,9 @@ class Scheduler:
 
     async def stop(self) -> None:
         self._stopping.set()
+        if self._cache_task is not None and not self._cache_task.done():
+            self._cache_task.cancel()
+            await asyncio.gather(self._cache_task, return_exceptions=True)
         self.queue.close()
         self.objects.stop()
         for inf in self._informers:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -166,6 +167,17 @@ def test_serve_exposes_upstream_metric_names(served: Served) -> None:
         'profile="default-scheduler",status="Success"} 1.0' in body
     )
     assert "scheduler_plugin_execution_duration_seconds" in body
+
+
+def test_serve_answers_configz_on_its_metrics_port(served: Served) -> None:
+    """component-base configz: {"componentconfig": <the effective configuration>}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{served.metrics}/configz", timeout=10) as r:
+        assert r.headers["Content-Type"] == "application/json"
+        body = json.loads(r.read())
+    config = body["componentconfig"]
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    assert config["profiles"][0]["schedulerName"] == "default-scheduler"
+    assert config["podInitialBackoffSeconds"] == 1
 
 
 def test_serve_offers_reflection_and_health(served: Served) -> None:
