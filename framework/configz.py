@@ -13,10 +13,14 @@ defaults folded into ``multiPoint``; the plugins that run are the same), and
 
 from __future__ import annotations
 
+import base64
+import dataclasses
+import re
 from typing import Any
 
 import msgspec
 
+from berth.framework.extenders import ExtenderConfig
 from berth.framework.profile import ProfileConfig, SchedulerConfig
 
 API_VERSION = "kubescheduler.config.k8s.io/v1"
@@ -68,12 +72,54 @@ def _profile(p: ProfileConfig) -> dict[str, Any]:
     return out
 
 
+def _camel(name: str) -> str:
+    return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
+
+
+def _camel_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {_camel(str(k)): _camel_keys(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_camel_keys(v) for v in value]
+    return value
+
+
+def _extender(e: ExtenderConfig) -> dict[str, Any]:
+    """One extender as types.go's Extender spells it; httpTimeout a Go
+    duration, tlsConfig's byte fields base64 as Go encodes []byte, except
+    keyData, never shown (upstream marks it datapolicy:"security-key")."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(e):
+        value = getattr(e, f.name)
+        if f.name == "http_timeout":
+            value = go_duration(value)
+        elif f.name == "url_prefix":
+            out["urlPrefix"] = value
+            continue
+        elif f.name == "enable_https":
+            out["enableHTTPS"] = value
+            continue
+        elif f.name == "tls_config" and value is not None:
+            tls = {}
+            for tf in dataclasses.fields(value):
+                v = getattr(value, tf.name)
+                if tf.name == "key_data":
+                    v = "<redacted>" if v else ""
+                elif isinstance(v, bytes):
+                    v = base64.b64encode(v).decode()
+                tls[_camel(tf.name)] = v
+            value = tls
+        else:
+            value = _camel_keys(msgspec.to_builtins(value))
+        out[_camel(f.name)] = value
+    return out
+
+
 def effective_config(config: SchedulerConfig) -> dict[str, Any]:
     """The configuration as v1 JSON (field names and Go durations as
     upstream's types.go spells them)."""
     le = config.leader_election
     cc = config.client_connection
-    extenders = getattr(config, "extenders", ())
     return {
         "kind": KIND,
         "apiVersion": API_VERSION,
@@ -100,7 +146,7 @@ def effective_config(config: SchedulerConfig) -> dict[str, Any]:
         "podInitialBackoffSeconds": config.pod_initial_backoff_seconds,
         "podMaxBackoffSeconds": config.pod_max_backoff_seconds,
         "profiles": [_profile(p) for p in config.profiles],
-        "extenders": msgspec.to_builtins(list(extenders)) if extenders else None,
+        "extenders": [_extender(e) for e in config.extenders] or None,
         "delayCacheUntilActive": config.delay_cache_until_active,
     }
 

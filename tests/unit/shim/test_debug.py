@@ -241,3 +241,21 @@ def test_one_cpu_profile_at_a_time() -> None:
 def test_default_config_dumps_too() -> None:
     body = configz(default_config(REGISTRY))
     assert body["componentconfig"]["profiles"][0]["schedulerName"] == "default-scheduler"
+
+
+def test_configz_shows_extenders_as_upstream_spells_them_without_key_data() -> None:
+    config = parse_config_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+        "profiles:\n- schedulerName: x\nextenders:\n- urlPrefix: https://e:8888\n"
+        "  filterVerb: filter\n  enableHTTPS: true\n  httpTimeout: 90s\n"
+        "  tlsConfig: {insecure: true, keyData: c2VjcmV0, certData: Y2VydA==}\n"
+        "  managedResources: [{name: example.com/gpu, ignoredByScheduler: true}]\n",
+        "c.yaml",
+        REGISTRY,
+    )
+    (ext,) = configz(config)["componentconfig"]["extenders"]
+    assert ext["urlPrefix"] == "https://e:8888" and ext["enableHTTPS"] is True
+    assert ext["httpTimeout"] == "1m30s" and ext["filterVerb"] == "filter"
+    assert ext["managedResources"] == [{"name": "example.com/gpu", "ignoredByScheduler": True}]
+    assert ext["tlsConfig"]["insecure"] is True and ext["tlsConfig"]["keyData"] == "<redacted>"
+    assert b"secret" not in orjson.dumps(configz(config))
