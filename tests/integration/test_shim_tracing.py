@@ -107,7 +107,7 @@ def test_one_trace_holds_the_shims_and_the_servers_spans(
         cluster.kubeconfig,
         tmp_path / "shim.log",
         server=f"127.0.0.1:{port}",
-        extra=["--otlp-endpoint", endpoint],
+        extra=["--otlp-endpoint", endpoint, "--v=2"],
     )
     with running(serve):
         with running(shim.start()):
@@ -139,3 +139,8 @@ def test_one_trace_holds_the_shims_and_the_servers_spans(
     )
     client_rpc_ids = {s[3] for s in in_trace if s[0] == "berth-shim"}
     assert server_rpc[4] in client_rpc_ids  # parented by a shim span
+    # The shim's per-pod log line names the attempt's trace (berth/logs.py TraceIdFilter).
+    bound = [line for line in shim.text().splitlines() if "Successfully bound pod to node" in line]
+    assert len(bound) == 1, shim.text()[-3000:]
+    assert f'pod="{namespace}/traced"' in bound[0]
+    assert f'trace_id="{trace_id.hex()}"' in bound[0], bound[0]
