@@ -7,6 +7,7 @@ extendersBinding's rules (schedule_one.go)."""
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,9 +16,10 @@ from typing import Any
 import orjson
 import pytest
 
-from berth.framework.extenders import ExtenderConfig, ManagedResource
+from berth.framework.extenders import ExtenderConfig, ExtenderTLSConfig, ManagedResource
 from berth.framework.status import Code
 from berth.shim.extenders import ExtenderError, Extenders, HTTPExtender, ObjectJson
+from berth.tls.pki import new_authority
 
 Answer = Callable[[str, Any], tuple[int, bytes]]
 
@@ -26,10 +28,13 @@ class Recorder:
     """A tiny extender: records each call (path, decoded body) and answers
     with ``answer(verb, body)``."""
 
-    def __init__(self, answer: Answer) -> None:
+    def __init__(self, answer: Answer, tls: ssl.SSLContext | None = None) -> None:
         self.answer = answer
         self.calls: list[tuple[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        # Per call: the client certificate's subject CN (TLS only; "" for none).
+        self.peers: list[str] = []
+        self.tls = tls
         rec = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -37,6 +42,10 @@ class Recorder:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 rec.calls.append((self.path, body))
                 rec.headers.append(dict(self.headers))
+                if rec.tls is not None:
+                    cert = self.connection.getpeercert()
+                    subject = dict(x[0] for x in cert["subject"]) if cert else {}
+                    rec.peers.append(subject.get("commonName", ""))
                 status, payload = rec.answer(self.path.rsplit("/", 1)[-1], body)
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -50,12 +59,15 @@ class Recorder:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         # A client that gave up (the timeout test) closes its end: not an error here.
         self.server.handle_error = lambda *args: None  # type: ignore[method-assign]
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/ext"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.server.server_address[1]}/ext"
 
     def close(self) -> None:
         self.server.shutdown()
@@ -426,3 +438,94 @@ async def test_process_preemption_sends_full_victims_without_node_cache(serve: A
     assert body["NodeNameToVictims"] == {
         "n1": {"Pods": [{"metadata": {"uid": "n1-a", "name": "victim"}}], "NumPDBViolations": 2}
     }
+
+
+@pytest.fixture(scope="module")
+def pki() -> dict[str, bytes]:
+    """A CA, a serving certificate for extender.test (no IP SAN: connecting to
+    127.0.0.1 verifies only with serverName) and a client certificate."""
+    ca = new_authority("extender-ca", days=1)
+    serving = ca.issue("extender", days=1, dns=("extender.test",))
+    client = ca.issue("berth-shim", days=1)
+    return {
+        "ca": ca.cert_pem,
+        "cert": serving.cert,
+        "key": serving.key,
+        "client_cert": client.cert,
+        "client_key": client.key,
+    }
+
+
+def tls_server(serve: Any, pki: dict[str, bytes], tmp_path: Any) -> Recorder:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    (tmp_path / "s.crt").write_bytes(pki["cert"])
+    (tmp_path / "s.key").write_bytes(pki["key"])
+    (tmp_path / "ca.crt").write_bytes(pki["ca"])
+    ctx.load_cert_chain(tmp_path / "s.crt", tmp_path / "s.key")
+    ctx.load_verify_locations(tmp_path / "ca.crt")
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    return Recorder(lambda verb, body: json_answer({}), ctx)
+
+
+@pytest.mark.parametrize(
+    ("tls", "enable_https", "client_cn", "error"),
+    [
+        ("data", False, "berth-shim", None),
+        ("files", False, "berth-shim", None),
+        ("no server name", False, None, "certificate verify failed"),
+        ("insecure", False, "", None),
+        ("enableHTTPS without CA", True, "", None),
+        ("system CAs", False, None, "certificate verify failed"),
+    ],
+)
+async def test_tls_config(
+    serve: Any,
+    pki: dict[str, bytes],
+    tmp_path: Any,
+    tls: str,
+    enable_https: bool,
+    client_cn: str | None,
+    error: str | None,
+) -> None:
+    """extender.go makeTransport: tlsConfig's CA, serverName, client certificate (data or
+    files), insecure; enableHTTPS without a CA does not verify."""
+    srv = tls_server(serve, pki, tmp_path)
+    try:
+        for name in ("ca", "client_cert", "client_key"):
+            (tmp_path / name).write_bytes(pki[name])
+        cfgs = {
+            "data": ExtenderTLSConfig(
+                server_name="extender.test",
+                ca_data=pki["ca"],
+                cert_data=pki["client_cert"],
+                key_data=pki["client_key"],
+            ),
+            "files": ExtenderTLSConfig(
+                server_name="extender.test",
+                ca_file=str(tmp_path / "ca"),
+                cert_file=str(tmp_path / "client_cert"),
+                key_file=str(tmp_path / "client_key"),
+            ),
+            "no server name": ExtenderTLSConfig(ca_data=pki["ca"]),
+            "insecure": ExtenderTLSConfig(insecure=True),
+            "enableHTTPS without CA": None,
+            "system CAs": None,
+        }
+        ext = HTTPExtender(
+            ExtenderConfig(
+                url_prefix=srv.url,
+                bind_verb="bind",
+                enable_https=enable_https,
+                tls_config=cfgs[tls],
+            )
+        )
+        if error is None:
+            await ext.bind("ns", "p", "u1", "n1")
+            assert srv.peers == [client_cn]
+        else:
+            with pytest.raises(ExtenderError, match=error):
+                await ext.bind("ns", "p", "u1", "n1")
+            assert srv.calls == []
+        await ext.close()
+    finally:
+        srv.close()
