@@ -13,6 +13,7 @@ profile in-process.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from berth.dev.localcluster import Cluster, objects
+from berth.dev.localcluster import Cluster, objects, start_kube_scheduler
 from berth.dev.localcluster.ports import free_port
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
 from berth.kube.errors import ApiError
@@ -154,6 +155,10 @@ def extender(kube: KubeApi) -> Iterator[Callable[..., SmallExtender]]:
     yield start
     for ext in made:
         ext.close()
+
+
+def has_failed_scheduling(kube: KubeApi, namespace: str, pod: str) -> bool:
+    return bool(failed_scheduling_notes(kube, namespace, pod))
 
 
 def extenders_config(path: Path, profile: str, entries: str) -> Path:
@@ -389,3 +394,76 @@ def test_process_preemption_changes_the_victims(
         for name in made:
             with contextlib.suppress(ApiError):
                 kube.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
+
+
+def test_kube_scheduler_with_the_same_extender_agrees(
+    cluster: Cluster,
+    kube: KubeApi,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    tmp_path: Path,
+    k8s_bin_dir: Path,
+    extender: Callable[..., SmallExtender],
+) -> None:
+    """Differential: kube-scheduler v1.36.3 and berth shim, each with the same extender
+    (filter, prioritize, bind), place the same pod on the same node, call the same verbs,
+    and explain the pod the extender rejects everywhere with the same FailedScheduling
+    text."""
+    big = fake_nodes(1, prefix="big", cpu="16", labels={"ext/reject": "true"})[0]
+    fake_nodes(1, prefix="mid", cpu="8")
+    small = fake_nodes(1, prefix="small", cpu="4", labels={"ext/favour": "true"})[0]
+    assert big
+    ext = extender()
+    entry = (
+        f"- urlPrefix: {ext.url}\n"
+        "  filterVerb: filter\n  prioritizeVerb: prioritize\n  weight: 2\n  bindVerb: bind\n"
+    )
+    berth_profile = profile_for(namespace)
+    upstream_profile = f"upstream-{namespace}"[:63]
+    upstream_config = extenders_config(tmp_path / "upstream.yaml", upstream_profile, entry)
+
+    def pod(name: str, scheduler: str, **labels: str) -> Any:
+        p = objects.pod(
+            name,
+            namespace=namespace,
+            cpu="1",
+            scheduler_name=scheduler,
+            node_selector={TEST_LABEL: namespace},
+        )
+        p["metadata"]["labels"] = labels
+        return p
+
+    shim = Shim(
+        extenders_config(tmp_path / "berth.yaml", berth_profile, entry),
+        cluster.kubeconfig,
+        tmp_path / "shim.log",
+    )
+    with (
+        start_kube_scheduler(
+            cluster, tmp_path / "kube-scheduler", config=upstream_config, bin_dir=k8s_bin_dir
+        ),
+        running(shim.start()),
+    ):
+        objects.create_pods(
+            kube,
+            [
+                pod("berth", berth_profile),
+                pod("upstream", upstream_profile),
+                pod("berth-rejected", berth_profile, **{"ext/reject-all": "true"}),
+                pod("upstream-rejected", upstream_profile, **{"ext/reject-all": "true"}),
+            ],
+        )
+        assert wait_node_of(kube, namespace, "berth", shim) == small["metadata"]["name"]
+        assert wait_node_of(kube, namespace, "upstream", shim) == small["metadata"]["name"]
+        assert ext.verbs("berth") == ext.verbs("upstream") == ["filter", "prioritize", "bind"]
+        for name in ("berth-rejected", "upstream-rejected"):
+            wait_for(
+                functools.partial(has_failed_scheduling, kube, namespace, name),
+                60,
+                f"FailedScheduling for {name}",
+                shim.log,
+            )
+        ours = failed_scheduling_notes(kube, namespace, "berth-rejected")[0]
+        theirs = failed_scheduling_notes(kube, namespace, "upstream-rejected")[0]
+        assert ours == theirs, (ours, theirs)
+        assert f"3 {REJECTED}" in ours
