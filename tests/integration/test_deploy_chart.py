@@ -11,8 +11,9 @@ monitors (port ``metrics``, path ``/metrics``) and out-of-tree plugin images are
 consistently; values it cannot honour are refused with the field named.
 
 On the local API server (kube-apiserver and kube-controller-manager): the chart is installed
-by ``helm install`` (server-side apply) with every option on, and deploy/base by ``kubectl
-apply --server-side -k``, each into a namespace enforcing the restricted Pod Security
+by ``helm install`` (server-side apply) with every option on (with cert-manager's and the
+Prometheus Operator's own CRDs, from their Go modules, judging the Certificates, Issuers and
+monitors), and deploy/base by ``kubectl apply --server-side -k``, each into a namespace enforcing the restricted Pod Security
 Standard; kube-controller-manager's ReplicaSets then create every pod the Deployments ask
 for, so the PodSecurity admission plugin accepted each pod spec (a spec it rejects leaves a
 FailedCreate event, which a control with one setting removed shows). SubjectAccessReviews
@@ -23,6 +24,7 @@ authorizer, and no more than the samples of what it must not do.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import subprocess
@@ -126,15 +128,15 @@ def test_default_values_make_the_base_objects_under_the_base_names(
     base: list[JSON], chart: list[JSON]
 ) -> None:
     """`helm install berth -n berth-system` and `kubectl apply -k deploy/base` make the same
-    objects, except the Namespace (Helm installs into one) and the shim's metrics Service
-    (for ServiceMonitors), and the ConfigMap's hash suffix (Helm rolls the pods by a checksum
-    annotation instead)."""
+    objects, except the Namespace (Helm installs into one) and the ConfigMap's hash suffix
+    (Helm rolls the pods by a checksum annotation instead). The shim's metrics Service is
+    in both (the chart has it whether or not the base has it yet)."""
 
     def names(docs: list[JSON]) -> set[tuple[str, str]]:
         return {(d["kind"], re.sub(r"-[a-z0-9]{10}$", "", d["metadata"]["name"])) for d in docs}
 
     assert names(chart) == (names(base) - {("Namespace", NAMESPACE)}) | {
-        ("Service", "berth-scheduler")
+        ("Service", "berth-scheduler-metrics")
     }
     for d in chart:
         if d["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
@@ -346,7 +348,9 @@ def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 def test_monitors_scrape_port_metrics_at_path_metrics() -> None:
     docs = render_chart(ALL_ON)
-    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    services = {
+        d["metadata"]["name"].removesuffix("-metrics"): d for d in docs if d["kind"] == "Service"
+    }
     reader = _named(docs, "Secret", "berth-metrics-reader")
     assert reader["type"] == "kubernetes.io/service-account-token"
     for name, scheme in (("berth-scheduler", "https"), ("berth-plugin-server", "http")):
@@ -478,41 +482,44 @@ def test_every_component_has_a_chart_value() -> None:
 
 # -- on the local API server ------------------------------------------------------------------
 
-# Stand-ins for the CRDs of cert-manager and the Prometheus Operator, which the local cluster
-# does not have: the kinds and scopes, with any content (the operators' schemas are not
-# checked here; the tests above check the fields the chart sets).
-OPERATOR_KINDS = (
-    ("cert-manager.io", "v1", "Certificate", "certificates"),
-    ("cert-manager.io", "v1", "Issuer", "issuers"),
-    ("monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors"),
-    ("monitoring.coreos.com", "v1", "PodMonitor", "podmonitors"),
+# The CRDs the chart's optional kinds need, as cert-manager and the Prometheus Operator ship
+# them (their schemas judge what the chart sets), from their Go modules: the Go module cache,
+# else the module proxy.
+OPERATOR_CRDS = (
+    (
+        "github.com/cert-manager/cert-manager@v1.21.2",
+        (
+            "deploy/crds/cert-manager.io_certificates.yaml",
+            "deploy/crds/cert-manager.io_issuers.yaml",
+        ),
+    ),
+    (
+        "github.com/prometheus-operator/prometheus-operator@v0.85.0",
+        (
+            "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml",
+            "example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml",
+        ),
+    ),
 )
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+OPERATED = ("cert-manager.io", "monitoring.coreos.com")
 
 
-def _crd(group: str, version: str, kind: str, plural: str) -> JSON:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}", "labels": {TEST_LABEL: "deploy-chart"}},
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-            "versions": [
-                {
-                    "name": version,
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
+def operator_crds() -> list[JSON]:
+    crds: list[JSON] = []
+    for module, files in OPERATOR_CRDS:
+        argv = ["go", "mod", "download", "-json", module]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+        info = json.loads(out.stdout or "{}")
+        if out.returncode != 0 or "Dir" not in info:
+            raise AssertionError(
+                f"{' '.join(argv)} failed (is the Go module proxy reachable?): "
+                f"{info.get('Error') or out.stderr[-2000:]}"
+            )
+        for name in files:
+            crd: JSON = yaml.safe_load((Path(info["Dir"]) / name).read_text())
+            crds.append(crd)
+    return crds
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
@@ -615,13 +622,23 @@ def installed_chart(kube: KubeApi, cluster: Cluster) -> Iterator[Installed]:
     namespace that enforces the restricted Pod Security Standard."""
     suffix = uuid.uuid4().hex[:6]
     release, namespace = f"t-{suffix}", f"t-chart-{suffix}"
-    crds = [_crd(*k) for k in OPERATOR_KINDS]
-    kubectl(
-        ["apply", "--server-side", "-f", "-"],
-        kubeconfig=cluster.kubeconfig,
-        stdin=yaml.safe_dump_all(crds),
-    )
-    for crd in crds:
+    # Only the CRDs this fixture adds are removed afterwards.
+    wanted = operator_crds()
+    crds = []
+    for crd in wanted:
+        try:
+            kube.get(f"{CRDS}/{crd['metadata']['name']}")
+        except ApiError as err:
+            if err.status != 404:
+                raise
+            crds.append(crd)
+    if crds:
+        kubectl(
+            ["apply", "--server-side", "-f", "-"],
+            kubeconfig=cluster.kubeconfig,
+            stdin=yaml.safe_dump_all(crds),
+        )
+    for crd in wanted:
         kubectl(
             ["wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}"],
             kubeconfig=cluster.kubeconfig,
@@ -684,6 +701,23 @@ def test_chart_installs_and_its_pods_pass_the_restricted_level(
     assert {(m["manager"], m["operation"]) for m in shim["metadata"]["managedFields"]} >= {
         ("helm", "Apply")
     }, shim["metadata"]["managedFields"]
+    # The operators' kinds against their CRDs' schemas, strictly: an unknown field is an error
+    # (pruning would drop it silently), as a misspelt one shows.
+    operated = [d for d in installed_chart.docs if d["apiVersion"].split("/")[0] in OPERATED]
+    assert {d["kind"] for d in operated} == {
+        "Certificate",
+        "Issuer",
+        "ServiceMonitor",
+        "PodMonitor",
+    }
+    strict = ["apply", "--server-side", "--dry-run=server", "--validate=strict", "-f", "-"]
+    kubectl(strict, kubeconfig=cluster.kubeconfig, stdin=yaml.safe_dump_all(operated))
+    misspelt = copy.deepcopy(next(d for d in operated if d["kind"] == "PodMonitor"))
+    misspelt["spec"]["podMetricsEndpoints"][0]["bearerTokenFile"] = "/token"
+    refused = kubectl(
+        strict, kubeconfig=cluster.kubeconfig, stdin=yaml.safe_dump(misspelt), check=False
+    )
+    assert refused.returncode != 0 and "bearerTokenFile" in refused.stderr, refused.stderr
     assert_every_pod_is_created(kube, ns, installed_chart.docs)
     # The monitors' token: the API server's token controller fills the Secret.
     reader = f"{installed_chart.release}-berth-metrics-reader"
