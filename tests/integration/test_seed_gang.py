@@ -132,7 +132,8 @@ def start_shim(
     if backoff is not None:
         with config.open("a") as f:
             f.write(f"podInitialBackoffSeconds: {backoff}\npodMaxBackoffSeconds: {backoff}\n")
-    return Shim(config, cluster.kubeconfig, tmp_path / "shim.log").start()
+    # --v=2: the per-pod lines (schedule_one.go's "Unable to schedule pod; no fit").
+    return Shim(config, cluster.kubeconfig, tmp_path / "shim.log", extra=["--v=2"]).start()
 
 
 def bound(kube: KubeApi, namespace: str) -> dict[str, str]:
@@ -193,8 +194,9 @@ def test_gang_of_four_on_room_for_three_is_rejected_at_once_then_binds_without_w
         # node, Coscheduling recorded as the rejecting plugin (bindingCycle,
         # handleSchedulingFailure), not an error, and not by a timeout.
         unschedulable_line = (
-            rf"pod {namespace}/(?P<pod>gang-\d) unschedulable: "
-            rf"0/1 nodes are available: 1 {REJECTED}\."
+            rf'Unable to schedule pod; no fit; waiting pod="{namespace}/(?P<pod>gang-\d)" '
+            rf'profile="[^"]*" err="0/1 nodes are available: 1 {REJECTED}\." '
+            'plugin="Coscheduling"'
         )
         wait_for(
             lambda: len(pods_in(unschedulable_line, shim.text())) >= 3,
