@@ -402,14 +402,16 @@ def test_out_of_tree_plugin_images_are_mounted_read_only_and_on_pythonpath() -> 
     "values,message",
     [
         ({"config": {"leaderElection": {"leaderElect": False}}}, "config.leaderElection is set by the chart"),
-        ({"config": {"profiles": []}}, "config.profiles is empty"),
+        ({"config": {"profiles": []}}, "at '/config/profiles': minItems: got 0, want 1"),
         ({"config": {"profiles": [{"schedulerName": "default-scheduler"}]}}, "other than default-scheduler"),
         ({"scheduler": {"leaderElection": {"enabled": False}}}, "scheduler.replicas > 1 needs"),
-        ({"tls": {"source": "vault"}}, 'tls.source is "vault"'),
+        ({"tls": {"source": "vault"}}, "at '/tls/source': value must be one of 'existing', 'cert-manager'"),
+        ({"scheduler": {"replica": 3}}, "at '/scheduler': additional properties 'replica' not allowed"),
+        ({"pluginServer": {"autoscaling": {"maxReplicas": "ten"}}}, "at '/pluginServer/autoscaling/maxReplicas'"),
         ({"outOfTreePlugins": {"images": [{"name": "x"}]}}, "reference (the image) is required"),
         ({"outOfTreePlugins": {"images": [{"name": "Bad_Name", "reference": "r"}]}}, 'name "Bad_Name"'),
     ],
-    ids=["leader-election", "no-profiles", "default-scheduler", "replicas-without-election", "tls-source", "no-reference", "bad-name"],
+    ids=["leader-election", "no-profiles", "default-scheduler", "replicas-without-election", "tls-source", "misspelt", "not-a-number", "no-reference", "bad-name"],
 )  # fmt: skip
 def test_values_it_cannot_honour_are_refused(values: dict[str, Any], message: str) -> None:
     out = helm_template(values, check=False)
