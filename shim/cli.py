@@ -90,10 +90,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--metrics-listen",
         metavar="ADDR",
         default="",
-        help="serve /healthz, /readyz, /livez and /metrics over HTTPS at HOST:PORT (e.g. "
-        "0.0.0.0:10259), as kube-scheduler does: /metrics only to callers the API server "
-        "authenticates (bearer token: TokenReview; client certificate: --client-ca-file) and "
-        "authorizes (SubjectAccessReview of get on the path); off by default",
+        help="serve /healthz, /readyz, /livez, /metrics, /configz and /debug/... over HTTPS at "
+        "HOST:PORT (e.g. 0.0.0.0:10259), as kube-scheduler does: all but the health paths only "
+        "to callers the API server authenticates (bearer token: TokenReview; client "
+        "certificate: --client-ca-file) and authorizes (SubjectAccessReview of get on the "
+        "path); off by default",
     )
     add_secure_serving_flags(p)
     le = p.add_mutually_exclusive_group()
@@ -191,8 +192,8 @@ def add_secure_serving_flags(p: argparse.ArgumentParser) -> None:
     """The secure port's flags, named as kube-scheduler names them."""
     g = p.add_argument_group(
         "secure serving (--metrics-listen)",
-        "HTTPS and delegated authentication/authorization of /metrics, as kube-scheduler's "
-        "secure port (its flag names). The ServiceAccount needs create on tokenreviews and "
+        "HTTPS and delegated authentication/authorization of /metrics, /configz and /debug/..., "
+        "as kube-scheduler's secure port (its flag names). The ServiceAccount needs create on tokenreviews and "
         "subjectaccessreviews (the ClusterRole system:auth-delegator)",
     )
     g.add_argument(
@@ -232,8 +233,9 @@ def add_secure_serving_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--insecure-metrics",
         action="store_true",
-        help="serve --metrics-listen over plain HTTP to anyone instead (no TLS, no "
-        "authentication): for a workstation or tests, never a reachable address",
+        help="serve --metrics-listen, its /configz and /debug/... included, over plain HTTP to "
+        "anyone instead (no TLS, no authentication): for a workstation or tests, never a "
+        "reachable address",
     )
 
 
