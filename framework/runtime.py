@@ -20,7 +20,7 @@ import logging
 import random
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -180,6 +180,11 @@ class ScoreOutcome:
     # Plugin name to its final (normalised, weighted) scores.
     weighted: dict[str, ScoreArray]
     totals: ScoreArray
+    # Plugin name to its raw scores (Score, before NormalizeScore), and the
+    # weights: what an explanation shows beside ``weighted`` (the arrays
+    # phase 1 made anyway, kept by reference).
+    raw: Mapping[str, ScoreArray] = field(default_factory=dict)
+    weights: Mapping[str, int] = field(default_factory=dict)
 
 
 class Framework:
@@ -795,7 +800,7 @@ class Framework:
         totals = np.zeros(len(nodes), dtype=np.int64)
         for scores in weighted.values():
             totals += scores
-        return ScoreOutcome(nodes, weighted, totals)
+        return ScoreOutcome(nodes, weighted, totals, raw, self.score_weights)
 
     def run_reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         """framework.go, RunReservePluginsReserve: the first failure stops;

@@ -112,11 +112,17 @@ def schedule_response(
         names = sc.nodes.names
         order = sorted(range(len(names)), key=lambda k: (-int(sc.totals[k]), names[k]))
         per_plugin = {p: s.tolist() for p, s in sc.weighted.items()}
+        raw = {p: s.tolist() for p, s in sc.raw.items()}
+        weights = {p: sc.weights.get(p, 1) or 1 for p in per_plugin}
         totals = sc.totals.tolist()
         for k in order:
             ns = out.scores.add(node=names[k], total=totals[k])
             for p, s in per_plugin.items():
                 ns.plugins[p] = s[k]
+                # The weight multiplied the normalised score (normalize_and_weigh).
+                ns.normalized[p] = s[k] // weights[p]
+                if p in raw:
+                    ns.raw[p] = raw[p][k]
     return out
 
 

@@ -30,6 +30,10 @@ async def test_schedule_over_a_snapshot_returns_the_best_node(channel: grpc.aio.
     assert resp.node == "c"
     assert [s.node for s in resp.scores] == ["c", "b", "a"]
     assert resp.scores[0].plugins["LabelScore"] == 180  # 90 x weight 2
+    # The explanation's three stages of a score: raw, normalised, weighted.
+    assert resp.scores[0].raw["LabelScore"] == 90
+    assert resp.scores[0].normalized["LabelScore"] == 90
+    assert resp.scores[1].raw["LabelScore"] == 40
 
 
 async def test_schedule_reports_the_fit_error_when_no_node_fits(channel: grpc.aio.Channel) -> None:

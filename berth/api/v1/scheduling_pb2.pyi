@@ -2286,9 +2286,51 @@ class NodeScore(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class RawEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class NormalizedEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NODE_FIELD_NUMBER: _builtins.int
     TOTAL_FIELD_NUMBER: _builtins.int
     PLUGINS_FIELD_NUMBER: _builtins.int
+    RAW_FIELD_NUMBER: _builtins.int
+    NORMALIZED_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     """The node's name."""
     total: _builtins.int
@@ -2297,16 +2339,30 @@ class NodeScore(_message.Message):
     def plugins(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """Plugin name to its normalised, weighted score."""
 
+    @_builtins.property
+    def raw(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Plugin name to its raw score, what its Score answered before
+        NormalizeScore (framework.go RunScorePlugins, phase 1).
+        """
+
+    @_builtins.property
+    def normalized(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Plugin name to its score after NormalizeScore and before the weight
+        (0..100); `plugins` is this times the plugin's weight.
+        """
+
     def __init__(
         self,
         *,
         node: _builtins.str = ...,
         total: _builtins.int = ...,
         plugins: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        raw: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        normalized: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node", b"node", "plugins", b"plugins", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node", b"node", "normalized", b"normalized", "plugins", b"plugins", "raw", b"raw", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

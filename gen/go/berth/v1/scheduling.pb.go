@@ -3805,7 +3805,13 @@ type NodeScore struct {
 	// The sum of the plugins' normalised, weighted scores; the highest wins.
 	Total int64 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
 	// Plugin name to its normalised, weighted score.
-	Plugins       map[string]int64 `protobuf:"bytes,3,rep,name=plugins,proto3" json:"plugins,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Plugins map[string]int64 `protobuf:"bytes,3,rep,name=plugins,proto3" json:"plugins,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Plugin name to its raw score, what its Score answered before
+	// NormalizeScore (framework.go RunScorePlugins, phase 1).
+	Raw map[string]int64 `protobuf:"bytes,4,rep,name=raw,proto3" json:"raw,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Plugin name to its score after NormalizeScore and before the weight
+	// (0..100); `plugins` is this times the plugin's weight.
+	Normalized    map[string]int64 `protobuf:"bytes,5,rep,name=normalized,proto3" json:"normalized,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3857,6 +3863,20 @@ func (x *NodeScore) GetTotal() int64 {
 func (x *NodeScore) GetPlugins() map[string]int64 {
 	if x != nil {
 		return x.Plugins
+	}
+	return nil
+}
+
+func (x *NodeScore) GetRaw() map[string]int64 {
+	if x != nil {
+		return x.Raw
+	}
+	return nil
+}
+
+func (x *NodeScore) GetNormalized() map[string]int64 {
+	if x != nil {
+		return x.Normalized
 	}
 	return nil
 }
@@ -4794,12 +4814,22 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x0fevaluated_nodes\x18\x04 \x01(\x05R\x0eevaluatedNodes\x1a>\n" +
 	"\x10ExtraScoresEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xad\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x99\x03\n" +
 	"\tNodeScore\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12:\n" +
-	"\aplugins\x18\x03 \x03(\v2 .berth.v1.NodeScore.PluginsEntryR\aplugins\x1a:\n" +
+	"\aplugins\x18\x03 \x03(\v2 .berth.v1.NodeScore.PluginsEntryR\aplugins\x12.\n" +
+	"\x03raw\x18\x04 \x03(\v2\x1c.berth.v1.NodeScore.RawEntryR\x03raw\x12C\n" +
+	"\n" +
+	"normalized\x18\x05 \x03(\v2#.berth.v1.NodeScore.NormalizedEntryR\n" +
+	"normalized\x1a:\n" +
 	"\fPluginsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a6\n" +
+	"\bRawEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a=\n" +
+	"\x0fNormalizedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xce\x02\n" +
 	"\tDiagnosis\x120\n" +
@@ -4929,7 +4959,7 @@ func file_berth_v1_scheduling_proto_rawDescGZIP() []byte {
 }
 
 var file_berth_v1_scheduling_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_berth_v1_scheduling_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_berth_v1_scheduling_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_berth_v1_scheduling_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: berth.v1.ErrorReason
 	(Code)(0),                        // 1: berth.v1.Code
@@ -4992,54 +5022,56 @@ var file_berth_v1_scheduling_proto_goTypes = []any{
 	nil,                              // 58: berth.v1.PermitResponse.WaitTimeoutMillisEntry
 	nil,                              // 59: berth.v1.ScheduleResume.ExtraScoresEntry
 	nil,                              // 60: berth.v1.NodeScore.PluginsEntry
-	nil,                              // 61: berth.v1.RequestError.MetadataEntry
-	nil,                              // 62: berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	(*ClusterState)(nil),             // 63: berth.v1.ClusterState
-	(*Node)(nil),                     // 64: berth.v1.Node
-	(*Pod)(nil),                      // 65: berth.v1.Pod
-	(*ClusterObject)(nil),            // 66: berth.v1.ClusterObject
-	(*ObjectRef)(nil),                // 67: berth.v1.ObjectRef
+	nil,                              // 61: berth.v1.NodeScore.RawEntry
+	nil,                              // 62: berth.v1.NodeScore.NormalizedEntry
+	nil,                              // 63: berth.v1.RequestError.MetadataEntry
+	nil,                              // 64: berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	(*ClusterState)(nil),             // 65: berth.v1.ClusterState
+	(*Node)(nil),                     // 66: berth.v1.Node
+	(*Pod)(nil),                      // 67: berth.v1.Pod
+	(*ClusterObject)(nil),            // 68: berth.v1.ClusterObject
+	(*ObjectRef)(nil),                // 69: berth.v1.ObjectRef
 }
 var file_berth_v1_scheduling_proto_depIdxs = []int32{
 	1,   // 0: berth.v1.Status.code:type_name -> berth.v1.Code
 	56,  // 1: berth.v1.CycleState.data:type_name -> berth.v1.CycleState.DataEntry
-	63,  // 2: berth.v1.SyncRequest.state:type_name -> berth.v1.ClusterState
-	63,  // 3: berth.v1.UploadStateRequest.state:type_name -> berth.v1.ClusterState
+	65,  // 2: berth.v1.SyncRequest.state:type_name -> berth.v1.ClusterState
+	65,  // 3: berth.v1.UploadStateRequest.state:type_name -> berth.v1.ClusterState
 	10,  // 4: berth.v1.ExtensionPoint.plugins:type_name -> berth.v1.PluginRef
 	11,  // 5: berth.v1.Profile.extension_points:type_name -> berth.v1.ExtensionPoint
 	12,  // 6: berth.v1.Profile.reads:type_name -> berth.v1.ObjectKind
 	14,  // 7: berth.v1.Profile.events:type_name -> berth.v1.RegisteredEvent
-	64,  // 8: berth.v1.EventObject.node:type_name -> berth.v1.Node
-	65,  // 9: berth.v1.EventObject.pod:type_name -> berth.v1.Pod
-	66,  // 10: berth.v1.EventObject.cluster_object:type_name -> berth.v1.ClusterObject
-	65,  // 11: berth.v1.HintPod.pod:type_name -> berth.v1.Pod
+	66,  // 8: berth.v1.EventObject.node:type_name -> berth.v1.Node
+	67,  // 9: berth.v1.EventObject.pod:type_name -> berth.v1.Pod
+	68,  // 10: berth.v1.EventObject.cluster_object:type_name -> berth.v1.ClusterObject
+	67,  // 11: berth.v1.HintPod.pod:type_name -> berth.v1.Pod
 	15,  // 12: berth.v1.QueueingHintsRequest.old_object:type_name -> berth.v1.EventObject
 	15,  // 13: berth.v1.QueueingHintsRequest.new_object:type_name -> berth.v1.EventObject
 	16,  // 14: berth.v1.QueueingHintsRequest.pods:type_name -> berth.v1.HintPod
 	18,  // 15: berth.v1.QueueingHintsResponse.pods:type_name -> berth.v1.PodHint
 	13,  // 16: berth.v1.DescribeProfilesResponse.profiles:type_name -> berth.v1.Profile
-	65,  // 17: berth.v1.PreEnqueueRequest.pod:type_name -> berth.v1.Pod
+	67,  // 17: berth.v1.PreEnqueueRequest.pod:type_name -> berth.v1.Pod
 	3,   // 18: berth.v1.PreEnqueueResponse.status:type_name -> berth.v1.Status
-	65,  // 19: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
+	67,  // 19: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
 	24,  // 20: berth.v1.SortKey.parts:type_name -> berth.v1.SortKeyPart
 	23,  // 21: berth.v1.QueueSortRequest.pods:type_name -> berth.v1.QueuedPod
-	63,  // 22: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
+	65,  // 22: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
 	25,  // 23: berth.v1.QueueSortResponse.keys:type_name -> berth.v1.SortKey
-	63,  // 24: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
-	65,  // 25: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
+	65,  // 24: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
+	67,  // 25: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
 	4,   // 26: berth.v1.CycleRequest.cycle:type_name -> berth.v1.CycleState
-	63,  // 27: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
-	65,  // 28: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
+	65,  // 27: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
+	67,  // 28: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
 	4,   // 29: berth.v1.NodesRequest.cycle:type_name -> berth.v1.CycleState
-	63,  // 30: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
-	65,  // 31: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
+	65,  // 30: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
+	67,  // 31: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
 	4,   // 32: berth.v1.NodeRequest.cycle:type_name -> berth.v1.CycleState
 	3,   // 33: berth.v1.PreFilterResponse.status:type_name -> berth.v1.Status
 	4,   // 34: berth.v1.PreFilterResponse.cycle:type_name -> berth.v1.CycleState
 	3,   // 35: berth.v1.NodeStatus.status:type_name -> berth.v1.Status
 	32,  // 36: berth.v1.FilterResponse.rejected:type_name -> berth.v1.NodeStatus
-	63,  // 37: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
-	65,  // 38: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
+	65,  // 37: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
+	67,  // 38: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
 	4,   // 39: berth.v1.PostFilterRequest.cycle:type_name -> berth.v1.CycleState
 	32,  // 40: berth.v1.PostFilterRequest.rejected:type_name -> berth.v1.NodeStatus
 	3,   // 41: berth.v1.PostFilterResponse.status:type_name -> berth.v1.Status
@@ -5052,13 +5084,13 @@ var file_berth_v1_scheduling_proto_depIdxs = []int32{
 	4,   // 48: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
 	3,   // 49: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
 	38,  // 50: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	63,  // 51: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
-	65,  // 52: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
+	65,  // 51: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
+	67,  // 52: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
 	4,   // 53: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
 	38,  // 54: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
 	3,   // 55: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
 	38,  // 56: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	67,  // 57: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
+	69,  // 57: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
 	3,   // 58: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
 	4,   // 59: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
 	42,  // 60: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
@@ -5069,78 +5101,80 @@ var file_berth_v1_scheduling_proto_depIdxs = []int32{
 	58,  // 65: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
 	44,  // 66: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
 	3,   // 67: berth.v1.BindResponse.status:type_name -> berth.v1.Status
-	63,  // 68: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
-	65,  // 69: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
+	65,  // 68: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
+	67,  // 69: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
 	48,  // 70: berth.v1.ScheduleRequest.resume:type_name -> berth.v1.ScheduleResume
 	4,   // 71: berth.v1.ScheduleResume.cycle:type_name -> berth.v1.CycleState
 	59,  // 72: berth.v1.ScheduleResume.extra_scores:type_name -> berth.v1.ScheduleResume.ExtraScoresEntry
 	60,  // 73: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
-	32,  // 74: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
-	3,   // 75: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
-	3,   // 76: berth.v1.Diagnosis.absent_status:type_name -> berth.v1.Status
-	63,  // 77: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
-	65,  // 78: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
-	55,  // 79: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
-	61,  // 80: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
-	55,  // 81: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
-	53,  // 82: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
-	3,   // 83: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
-	4,   // 84: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
-	50,  // 85: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
-	3,   // 86: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
-	45,  // 87: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
-	49,  // 88: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
-	35,  // 89: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
-	62,  // 90: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	44,  // 91: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
-	3,   // 92: berth.v1.ScheduleResponse.pre_bind_pre_flight_error:type_name -> berth.v1.Status
-	5,   // 93: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
-	9,   // 94: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
-	21,  // 95: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
-	26,  // 96: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
-	17,  // 97: berth.v1.SchedulingService.QueueingHints:input_type -> berth.v1.QueueingHintsRequest
-	28,  // 98: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
-	29,  // 99: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
-	34,  // 100: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
-	29,  // 101: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
-	29,  // 102: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
-	40,  // 103: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
-	30,  // 104: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
-	30,  // 105: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
-	30,  // 106: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
-	30,  // 107: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
-	30,  // 108: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
-	30,  // 109: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
-	47,  // 110: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
-	47,  // 111: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
-	51,  // 112: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
-	7,   // 113: berth.v1.SchedulingService.UploadState:input_type -> berth.v1.UploadStateRequest
-	6,   // 114: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
-	20,  // 115: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
-	22,  // 116: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
-	27,  // 117: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
-	19,  // 118: berth.v1.SchedulingService.QueueingHints:output_type -> berth.v1.QueueingHintsResponse
-	31,  // 119: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
-	33,  // 120: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
-	35,  // 121: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
-	37,  // 122: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
-	39,  // 123: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
-	41,  // 124: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
-	43,  // 125: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
-	43,  // 126: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
-	45,  // 127: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
-	43,  // 128: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
-	46,  // 129: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
-	43,  // 130: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
-	55,  // 131: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
-	54,  // 132: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
-	52,  // 133: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
-	8,   // 134: berth.v1.SchedulingService.UploadState:output_type -> berth.v1.UploadStateResponse
-	114, // [114:135] is the sub-list for method output_type
-	93,  // [93:114] is the sub-list for method input_type
-	93,  // [93:93] is the sub-list for extension type_name
-	93,  // [93:93] is the sub-list for extension extendee
-	0,   // [0:93] is the sub-list for field type_name
+	61,  // 74: berth.v1.NodeScore.raw:type_name -> berth.v1.NodeScore.RawEntry
+	62,  // 75: berth.v1.NodeScore.normalized:type_name -> berth.v1.NodeScore.NormalizedEntry
+	32,  // 76: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
+	3,   // 77: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
+	3,   // 78: berth.v1.Diagnosis.absent_status:type_name -> berth.v1.Status
+	65,  // 79: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
+	67,  // 80: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
+	55,  // 81: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
+	63,  // 82: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
+	55,  // 83: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
+	53,  // 84: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
+	3,   // 85: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
+	4,   // 86: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
+	50,  // 87: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
+	3,   // 88: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
+	45,  // 89: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
+	49,  // 90: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
+	35,  // 91: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
+	64,  // 92: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	44,  // 93: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
+	3,   // 94: berth.v1.ScheduleResponse.pre_bind_pre_flight_error:type_name -> berth.v1.Status
+	5,   // 95: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
+	9,   // 96: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
+	21,  // 97: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
+	26,  // 98: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
+	17,  // 99: berth.v1.SchedulingService.QueueingHints:input_type -> berth.v1.QueueingHintsRequest
+	28,  // 100: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
+	29,  // 101: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
+	34,  // 102: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
+	29,  // 103: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
+	29,  // 104: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
+	40,  // 105: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
+	30,  // 106: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
+	30,  // 107: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
+	30,  // 108: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
+	30,  // 109: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
+	30,  // 110: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
+	30,  // 111: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
+	47,  // 112: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
+	47,  // 113: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
+	51,  // 114: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
+	7,   // 115: berth.v1.SchedulingService.UploadState:input_type -> berth.v1.UploadStateRequest
+	6,   // 116: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
+	20,  // 117: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
+	22,  // 118: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
+	27,  // 119: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
+	19,  // 120: berth.v1.SchedulingService.QueueingHints:output_type -> berth.v1.QueueingHintsResponse
+	31,  // 121: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
+	33,  // 122: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
+	35,  // 123: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
+	37,  // 124: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
+	39,  // 125: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
+	41,  // 126: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
+	43,  // 127: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
+	43,  // 128: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
+	45,  // 129: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
+	43,  // 130: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
+	46,  // 131: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
+	43,  // 132: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
+	55,  // 133: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
+	54,  // 134: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
+	52,  // 135: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
+	8,   // 136: berth.v1.SchedulingService.UploadState:output_type -> berth.v1.UploadStateResponse
+	116, // [116:137] is the sub-list for method output_type
+	95,  // [95:116] is the sub-list for method input_type
+	95,  // [95:95] is the sub-list for extension type_name
+	95,  // [95:95] is the sub-list for extension extendee
+	0,   // [0:95] is the sub-list for field type_name
 }
 
 func init() { file_berth_v1_scheduling_proto_init() }
@@ -5169,7 +5203,7 @@ func file_berth_v1_scheduling_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_v1_scheduling_proto_rawDesc), len(file_berth_v1_scheduling_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   60,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
