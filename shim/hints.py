@@ -128,6 +128,21 @@ class HintMap:
             found = self._matching[key] = (frozenset(plain), tuple(hinted))
         return found
 
+    def registered(self, profile: str, plugins: Iterable[str]) -> list[tuple[str, list[str]]]:
+        """For each of ``plugins`` (sorted) that registered events in
+        ``profile``, their labels (ClusterEvent.label, e.g. NodeAdd), with
+        "(hint)" after those a QueueingHint judges: what may move a pod
+        those plugins rejected or gated."""
+        wanted = {p for p in plugins if p}
+        found: dict[str, list[str]] = {}
+        for r in self._profiles.get(profile, ()):
+            if r.plugin in wanted:
+                label = r.event.label + (" (hint)" if r.has_hint else "")
+                labels = found.setdefault(r.plugin, [])
+                if label not in labels:
+                    labels.append(label)
+        return sorted(found.items())
+
     def gating_matches(self, profile: str, plugin: str, event: ClusterEvent) -> bool:
         """Whether ``event`` may interest the PreEnqueue plugin that gated a
         pod (movePodsToActiveOrBackoffQueue's GatingPluginEvents check). For

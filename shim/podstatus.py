@@ -95,6 +95,26 @@ class PodStatusWriter:
             else:
                 self.locks[uid] = (lock, users - 1)
 
+    async def annotate(self, pod: cpb.Pod, key: str, value: str) -> None:
+        """Sets one annotation of the pod, through the status subresource
+        (what the scheduler may patch: podStatusStrategy keeps the metadata
+        a patch brings, pkg/registry/core/pod/strategy.go), guarded by the
+        pod's uid. A pod gone or replaced meanwhile is left alone."""
+        patch = {"metadata": {"uid": pod.uid, "annotations": {key: value}}}
+        try:
+            await self._workers.call(
+                self._api.strategic_patch, pod_path(pod.namespace, pod.name, "status"), patch
+            )
+        except ApiError as exc:
+            if not exc.not_found and not exc.conflict and not exc.uid_mismatch:
+                log.warning(
+                    "could not write annotation %s of pod %s/%s: %s",
+                    key,
+                    pod.namespace,
+                    pod.name,
+                    exc,
+                )
+
     async def _send(self, pod: cpb.Pod, reason: str, message: str, nominated: str | None) -> None:
         want = (reason, message, nominated)
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

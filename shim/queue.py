@@ -191,6 +191,9 @@ class SchedulingQueue:
         self._wakeup = asyncio.Event()
         self._incoming_ready = asyncio.Event()
         self._closed = False
+        # Called with a pod's uid when it leaves the queue bound or deleted
+        # (shim/explain.py forgets its last attempt).
+        self.on_leave: Callable[[str], None] | None = None
 
     def set_hints(self, hints: HintMap, ask_hints: AskHints | None = None) -> None:
         """The profiles' registered events, from DescribeProfiles."""
@@ -209,6 +212,14 @@ class SchedulingQueue:
     def pods(self) -> list[QueuedPod]:
         """Every pod the queue holds, wherever it is (a copy of the list)."""
         return list(self._pods.values())
+
+    def find(self, namespace: str, name: str) -> QueuedPod | None:
+        """The queued pod of that name (a walk over the queue: for
+        explanations, not for cycles)."""
+        for qp in self._pods.values():
+            if qp.pod.name == name and qp.pod.namespace == namespace:
+                return qp
+        return None
 
     def counts(self) -> dict[str, int]:
         out = {ACTIVE: 0, BACKOFF: 0, UNSCHEDULABLE: 0, GATED: 0, IN_FLIGHT: 0, "incoming": 0}
@@ -280,6 +291,8 @@ class SchedulingQueue:
         if qp is not None:
             self._remove_from_heaps(qp)
             self._set_where(qp, "deleted")
+        if self.on_leave is not None:
+            self.on_leave(uid)
         return qp
 
     def _remove_from_heaps(self, qp: QueuedPod) -> None:
@@ -537,6 +550,8 @@ class SchedulingQueue:
         """Scheduled and bound (or handed to the binding cycle for good)."""
         self._pods.pop(qp.uid, None)
         self._set_where(qp, "bound")
+        if self.on_leave is not None:
+            self.on_leave(qp.uid)
 
     def _to_backoff(self, qp: QueuedPod, event: str) -> None:
         expiry = qp.timestamp + self.backoff_duration(qp)

@@ -45,6 +45,13 @@ from berth.shim import metrics
 from berth.shim.background import Tasks
 from berth.shim.binding import BindingRequest, WaitingPod, WaitingPods
 from berth.shim.cache import AssumeRefused, SchedulerCache
+from berth.shim.explain import (
+    RESULT_ANNOTATION,
+    AttemptStore,
+    attempt_of,
+    result_annotation,
+    wants_explain,
+)
 from berth.shim.extenders import EXTENDER_PLUGIN, ExtenderError, Extenders, PodJson
 from berth.shim.fiterror import is_rejected, rejection
 from berth.shim.metrics import Counters
@@ -80,13 +87,23 @@ class FailureHandler:
         status: PodStatusWriter,
         counters: Counters,
         tasks: Tasks,
+        attempts: AttemptStore | None = None,
     ) -> None:
+        """``attempts``: where each failed attempt is kept for explanations
+        (shim/explain.py); pods that asked for them also get it written to
+        their explain.berth.dev/result annotation."""
         self._cache = cache
         self._queue = queue
         self._recorders = recorders
         self._status = status
         self._counters = counters
         self._tasks = tasks
+        self.attempts = attempts
+
+    def write_result(self, pod: cpb.Pod, value: str) -> None:
+        """Writes an attempt's explain.berth.dev/result on a pod that asked
+        for it, in the background."""
+        self._tasks.spawn(self._status.annotate(pod, RESULT_ANNOTATION, value))
 
     def __call__(
         self,
@@ -99,8 +116,14 @@ class FailureHandler:
         plugins: frozenset[str] = frozenset(),
         pending: frozenset[str] = frozenset(),
         nominated: str | None = "",
+        resp: pb.ScheduleResponse | None = None,
+        node: str = "",
+        node_status: pb.Status | None = None,
     ) -> None:
-        """``plugins``: the plugins that rejected the pod (UnschedulablePlugins),
+        """``resp``, or ``node`` and ``node_status`` (a Reserve or Permit
+        rejection): the attempt as the plugin service answered it, kept for
+        explanations.
+        ``plugins``: the plugins that rejected the pod (UnschedulablePlugins),
         ``pending`` those of them that answered Pending (PendingPlugins); they
         decide which cluster events retry it (shim/queue.py).
         ``nominated``: the pod's nominated node from now on ("" clears it,
@@ -128,6 +151,29 @@ class FailureHandler:
                 message,
             )
             return
+        if self.attempts is not None:
+            self.attempts.put(
+                qp.uid,
+                attempt_of(
+                    qp.attempts,
+                    message,
+                    error=error,
+                    resp=resp,
+                    node=node,
+                    status=node_status,
+                    num_nodes=len(self._cache.nodes),
+                ),
+            )
+            if wants_explain(pod):
+                self.write_result(
+                    pod,
+                    result_annotation(
+                        qp.attempts,
+                        resp,
+                        result="error" if error else "unschedulable",
+                        message=message,
+                    ),
+                )
         if nominated is not None:
             # AddNominatedPod, before the status patch below reaches the API
             # server: the next cycles count the pod on its node at once.
@@ -243,6 +289,17 @@ class SchedulingCycle:
                     else:
                         await self._schedule([qp])
                 return
+        if (
+            len(batch) > 1
+            and self._failed.attempts is not None
+            and any(wants_explain(qp.pod) for qp in batch)
+        ):
+            # A pod that asked for explanations has a cycle of its own with
+            # explain (every node's verdict and scores): the batch runs as
+            # single cycles, in its order.
+            for qp in batch:
+                await self._schedule([qp])
+            return
         await self._schedule(batch)
 
     async def _schedule(self, batch: list[QueuedPod]) -> None:
@@ -263,10 +320,14 @@ class SchedulingCycle:
             start_index = self._start_index.get(profile, 0)
             try:
                 if len(batch) == 1:
+                    pod = self._as_nominated(batch[0].pod)
                     with trace.use_span(spans[0], end_on_exit=False):
-                        resp = await self._service.schedule(
-                            profile, self._as_nominated(batch[0].pod), start_index
-                        )
+                        if self._failed.attempts is not None and wants_explain(pod):
+                            resp = await self._service.schedule(
+                                profile, pod, start_index, explain=True
+                            )
+                        else:
+                            resp = await self._service.schedule(profile, pod, start_index)
                     results = [resp]
                     self._start_index[profile] = resp.next_start_index
                 else:
@@ -521,6 +582,10 @@ class SchedulingCycle:
                 span.end()
                 return
             self._counters.scheduled += 1
+            if self._failed.attempts is not None and wants_explain(pod):
+                self._failed.write_result(
+                    pod, result_annotation(qp.attempts, resp, result="scheduled")
+                )
             self._waiting.signal(permit.signals)
             waiting = None
             if permit.status.code == CODE_WAIT:
@@ -586,6 +651,7 @@ class SchedulingCycle:
             plugins=plugins,
             pending=pending_plugins,
             nominated=nominated,
+            resp=resp,
         )
         span.set_attribute("berth.result", "error" if error else "unschedulable")
         span.end()
@@ -600,7 +666,9 @@ class SchedulingCycle:
         any other code is an error, retried after a backoff."""
         if st.code == CODE_ERROR or not is_rejected(st):
             msg = "; ".join(st.reasons) or fallback
-            self._failed(qp, msg, REASON_SCHEDULER_ERROR, error=True, start=start)
+            self._failed(
+                qp, msg, REASON_SCHEDULER_ERROR, error=True, start=start, node=node, node_status=st
+            )
             return
         message, plugins, pending = rejection(node, st)
         self._failed(
@@ -611,6 +679,8 @@ class SchedulingCycle:
             start=start,
             plugins=plugins,
             pending=pending,
+            node=node,
+            node_status=st,
         )
 
     def _assume_refused(self, qp: QueuedPod, exc: AssumeRefused, start: float) -> None:

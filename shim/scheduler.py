@@ -47,6 +47,7 @@ from berth.shim.binding import Binder, BindingCycle, WaitingPods
 from berth.shim.cache import DEFAULT_ASSUMED_TTL, Assumed, SchedulerCache
 from berth.shim.eventhandlers import EventHandlers
 from berth.shim.events import DEFAULT_WRITERS, EventRecorder, ThreadedSink
+from berth.shim.explain import DEFAULT_MAX_ENTRIES, AttemptStore, Explainer
 from berth.shim.extenders import EXTENDER_PLUGIN, Extenders
 from berth.shim.hints import HintMap
 from berth.shim.informer import DELETED, Event, Informer, node_key, pod_key
@@ -86,6 +87,9 @@ class ShimOptions:
     # over HTTP/2); fewer connections queue the bindings of a burst of pods
     # behind one another (docs/benchmarks.md).
     bind_connections: int = 64
+    # Pending pods whose last failed attempt is kept for explanations
+    # (shim/explain.py, GET /debug/explain); 0 keeps none.
+    explain_entries: int = DEFAULT_MAX_ENTRIES
 
 
 class Scheduler:
@@ -169,6 +173,10 @@ class Scheduler:
             recorders=self.recorders,
             status=self.pod_status,
         )
+        self.attempts: AttemptStore | None = None
+        if self.options.explain_entries > 0:
+            self.attempts = AttemptStore(self.options.explain_entries)
+            self.queue.on_leave = self.attempts.drop
         handle_failure = FailureHandler(
             cache=self.cache,
             queue=self.queue,
@@ -176,6 +184,14 @@ class Scheduler:
             status=self.pod_status,
             counters=self.counters,
             tasks=self.tasks,
+            attempts=self.attempts,
+        )
+        self.explainer = Explainer(
+            cache=self.cache,
+            queue=self.queue,
+            service=service,
+            store=self.attempts if self.attempts is not None else AttemptStore(1),
+            waiting=self.waiting,
         )
         self.binding = BindingCycle(
             api=api,

@@ -433,22 +433,41 @@ class PluginService:
             keys.append(tuple(getattr(part, str(part.WhichOneof("value"))) for part in k.parts))
         return keys
 
-    async def schedule(self, profile: str, pod: cpb.Pod, start_index: int) -> pb.ScheduleResponse:
+    async def schedule(
+        self, profile: str, pod: cpb.Pod, start_index: int, *, explain: bool = False
+    ) -> pb.ScheduleResponse:
+        """One scheduling cycle, Reserve and Permit included. ``explain``:
+        over every node, answering every node's verdict and every score
+        (for pods that asked for explanations, shim/explain.py)."""
         self.state.commit()
         if self.stream:
             resp: pb.ScheduleResponse = await self._guard(
                 "ScheduleStream",
                 lambda: self.client.schedule_streamed(
-                    profile, pod, start_index=start_index, reserve_and_permit=True
+                    profile,
+                    pod,
+                    start_index=start_index,
+                    reserve_and_permit=True,
+                    explain=explain,
                 ),
             )
         else:
             resp = await self._guard(
                 "Schedule",
                 lambda: self.client.schedule(
-                    profile, pod, start_index=start_index, reserve_and_permit=True
+                    profile, pod, start_index=start_index, reserve_and_permit=True, explain=explain
                 ),
             )
+        return resp
+
+    async def explain(self, profile: str, pod: cpb.Pod) -> pb.ScheduleResponse:
+        """A dry run of the pod's cycle over every node, for an explanation:
+        unary Schedule with ``explain``, no Reserve or Permit, so nothing is
+        reserved and the answer's signals and writes are not acted on."""
+        self.state.commit()
+        resp: pb.ScheduleResponse = await self._guard(
+            "Schedule", lambda: self.client.schedule(profile, pod, explain=True)
+        )
         return resp
 
     async def schedule_batch(

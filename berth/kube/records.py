@@ -41,6 +41,10 @@ Obj = Mapping[str, Any]
 
 DEFAULT_SCHEDULER = "default-scheduler"
 
+# What the shim writes on pods that ask for explanations (shim/explain.py);
+# left out of pod records.
+EXPLAIN_RESULT_ANNOTATION = "explain.berth.dev/result"
+
 # resource.PodResourcesOptions{}: the spec alone, as the defaulting reads it.
 _SPEC_ONLY = PodResourcesOptions()
 
@@ -382,6 +386,10 @@ def pod_record(obj: Obj, *, assign_uid: bool = False) -> pb.Pod:
     )
     p.labels.update({str(k): str(v) for k, v in _map(meta, "labels").items()})
     p.annotations.update({str(k): str(v) for k, v in _map(meta, "annotations").items()})
+    if EXPLAIN_RESULT_ANNOTATION in p.annotations:
+        # The scheduler's own output (shim/explain.py), not an input: writing
+        # it must not look like a change of the pod.
+        del p.annotations[EXPLAIN_RESULT_ANNOTATION]
     for i, c in enumerate(_list(spec, "containers")):
         p.containers.append(_container(c, f"{where}.containers[{i}]"))
     for i, c in enumerate(_list(spec, "initContainers")):
