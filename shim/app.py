@@ -142,6 +142,8 @@ async def run(settings: ShimSettings) -> int:
     debug.install(routes, cfg, dumper, loop)
     # debugger/signal.go: SIGUSR2 writes the cache and the queue to the log.
     loop.add_signal_handler(signal.SIGUSR2, dumper.log_all)
+    # Why pods are pending (shim/explain.py; berth explain).
+    routes.register("/debug/explain", scheduler.explainer.handle)
     health = None
     probe = None
     if settings.metrics_listen:

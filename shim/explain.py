@@ -28,13 +28,11 @@ in memory within bounds, and the explanation ``berth explain`` prints
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import logging
 import re
 import time
-import urllib.parse
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -53,6 +51,7 @@ from berth.shim.explainfix import (
     preemption_fix,
     resource_fixes,
 )
+from berth.shim.serving import DebugAnswer, DebugRequest
 
 if TYPE_CHECKING:
     from berth.shim.binding import WaitingPods
@@ -94,8 +93,6 @@ MAX_VICTIMS = 16
 # Rows of a live explanation's node table, and pods of --all-pending.
 MAX_LIVE_ROWS = 500
 MAX_PENDING_PODS = 500
-# How long the HTTP thread waits for the scheduler's loop to answer.
-ANSWER_TIMEOUT = 30.0
 
 _CODE_NAMES = {
     int(v.number): v.name.removeprefix("CODE_").title().replace("_", "")
@@ -354,7 +351,7 @@ class ExplainError(Exception):
 
 class Explainer:
     """Builds explanations from the scheduler's parts, on the scheduler's
-    event loop (``answer`` hands a request over from the HTTP thread)."""
+    event loop."""
 
     def __init__(
         self,
@@ -370,43 +367,23 @@ class Explainer:
         self.service = service
         self.store = store
         self.waiting = waiting
-        self.loop: asyncio.AbstractEventLoop | None = None
 
     # -- HTTP ----------------------------------------------------------------------
 
-    def answer(self, query: str) -> tuple[int, bytes]:
-        """GET /debug/explain?pod=NS/NAME[&live=0] or ?all=1[&live=1]:
-        (HTTP status, JSON body). Runs on the HTTP server's thread; the work
-        runs on the scheduler's loop, at most ANSWER_TIMEOUT."""
+    async def handle(self, req: DebugRequest) -> DebugAnswer:
+        """GET /debug/explain?pod=NAMESPACE/NAME[&live=0], or ?all=1[&live=1]
+        for every pending pod: the explanation as JSON. Registered on the
+        secure port (shim/serving.py DebugRoutes), which authenticates the
+        caller and runs this on the scheduler's loop within its deadline."""
         try:
-            coro = self._parse(query)
+            doc = await self._answer(req)
         except ExplainError as exc:
-            return exc.code, _error_body(str(exc))
-        loop = self.loop
-        if loop is None or loop.is_closed():
-            coro.close()
-            return 503, _error_body("the scheduler is not running yet; try again shortly")
-        try:
-            doc = asyncio.run_coroutine_threadsafe(coro, loop).result(ANSWER_TIMEOUT)
-        except ExplainError as exc:
-            return exc.code, _error_body(str(exc))
-        except TimeoutError:
-            return 504, _error_body(
-                f"no explanation within {ANSWER_TIMEOUT:g}s (the plugin service may be slow); "
-                "retry, or ask with live=0"
-            )
-        return 200, json.dumps(doc, sort_keys=False).encode()
+            return DebugAnswer.json(json.dumps({"error": str(exc)}).encode(), exc.code)
+        return DebugAnswer.json(json.dumps(doc).encode())
 
-    def _parse(self, query: str) -> Any:
-        try:
-            params = urllib.parse.parse_qs(
-                query, keep_blank_values=True, strict_parsing=False, max_num_fields=8
-            )
-        except ValueError as exc:
-            raise ExplainError(400, f"bad query: {exc}") from exc
-
+    async def _answer(self, req: DebugRequest) -> dict[str, Any]:
         def one(name: str, default: str = "") -> str:
-            values = params.get(name)
+            values = req.query.get(name)
             if not values:
                 return default
             if len(values) > 1:
@@ -424,11 +401,11 @@ class Explainer:
         if everything == bool(pod):
             raise ExplainError(400, "give pod=NAMESPACE/NAME, or all=1 for every pending pod")
         if everything:
-            return self.pending(live=flag("live", False))
+            return await self.pending(live=flag("live", False))
         ns, _, name = pod.partition("/")
         if not _NAME.match(ns) or not _NAME.match(name):
             raise ExplainError(400, f"pod: expected NAMESPACE/NAME (DNS names), got {pod[:300]!r}")
-        return self.explain(ns, name, live=flag("live", True))
+        return await self.explain(ns, name, live=flag("live", True))
 
     # -- one pod -------------------------------------------------------------------
 
@@ -795,7 +772,3 @@ def _retry_hint(queue: Mapping[str, Any]) -> str:
             f"or at {queue['retriedAnywayAt']} at the latest"
         )
     return "nothing to change: it is retried shortly"
-
-
-def _error_body(message: str) -> bytes:
-    return json.dumps({"error": message}).encode()

@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "berth.shim.cli",  # berth shim
     "berth.cli.certs",  # berth certs
     "berth.cli.place",  # berth place
+    "berth.cli.explain",  # berth explain
     "berth.cli.plugins_cmd",  # berth plugins
     "berth.cli.new_plugin",  # berth new-plugin
 )

@@ -1,0 +1,287 @@
+"""shim/explain.py's attempt store and annotation, shim/explainfix.py's fixes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.framework.events import EVENT_NODE_ADD
+from berth.framework.testing import make_pod
+from berth.kube.records import pod_record
+from berth.shim.explain import (
+    MAX_GROUPS,
+    MAX_SAMPLE_NODES,
+    RESULT_ANNOTATION,
+    AttemptStore,
+    attempt_of,
+    lower_requests,
+    result_annotation,
+    wants_explain,
+)
+from berth.shim.explainfix import (
+    format_quantity,
+    gpu_fix,
+    label_fix,
+    preemption_fix,
+    resource_fixes,
+)
+from berth.shim.hints import HintMap, Registered
+from berth.shim.queue import SchedulingQueue
+
+GI = 1 << 30
+
+
+def _failed(
+    rejected: list[tuple[str, str, str]], message: str = "0/3 nodes"
+) -> pb.ScheduleResponse:
+    resp = pb.ScheduleResponse(status=pb.Status(code=pb.CODE_UNSCHEDULABLE, reasons=[message]))
+    resp.diagnosis.message = message
+    for node, plugin, reason in rejected:
+        resp.diagnosis.rejected.add(
+            node=node, status=pb.Status(code=pb.CODE_UNSCHEDULABLE, reasons=[reason], plugin=plugin)
+        )
+    return resp
+
+
+# -- the store ------------------------------------------------------------------
+
+
+def test_store_keeps_at_most_max_entries_dropping_the_oldest_attempt() -> None:
+    store = AttemptStore(max_entries=3)
+    for i in range(5):
+        store.put(f"u{i}", attempt_of(1, f"m{i}", error=False))
+    assert len(store) == 3
+    assert "u0" not in store and "u1" not in store
+    # Recording again makes an entry the newest.
+    store.put("u2", attempt_of(2, "again", error=False))
+    store.put("u5", attempt_of(1, "m5", error=False))
+    assert "u2" in store and "u3" not in store
+
+
+def test_store_refuses_a_cap_below_one() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        AttemptStore(0)
+
+
+def test_attempt_groups_nodes_by_plugin_and_reason_with_counts_and_capped_names() -> None:
+    rejected = [(f"n{i}", "NodeResourcesFit", "Insufficient cpu") for i in range(20)]
+    rejected += [("a1", "NodeAffinity", "node(s) didn't match Pod's node affinity/selector")]
+    a = attempt_of(3, "0/21 nodes are available", error=False, resp=_failed(rejected))
+    assert [(r.plugin, r.count) for r in a.rejections] == [
+        ("NodeResourcesFit", 20),
+        ("NodeAffinity", 1),
+    ]
+    assert len(a.rejections[0].nodes) == MAX_SAMPLE_NODES
+    assert a.attempt == 3 and not a.error
+    assert a.as_dict()["rejections"][0]["code"] == "Unschedulable"
+
+
+def test_attempt_size_is_bounded_however_many_distinct_reasons() -> None:
+    rejected = [(f"n{i}", "P", f"reason {i} " + "x" * 1000) for i in range(200)]
+    a = attempt_of(1, "m" * 100_000, error=False, resp=_failed(rejected, "m" * 100_000))
+    assert len(a.rejections) == MAX_GROUPS
+    assert a.other_nodes == 200 - MAX_GROUPS
+    assert all(len(r.reason) <= 512 for r in a.rejections)
+    assert len(a.message) <= 2048 and a.message.endswith("(truncated)")
+
+
+def test_attempt_of_a_prefilter_rejection_counts_every_node() -> None:
+    resp = pb.ScheduleResponse(status=pb.Status(code=pb.CODE_UNSCHEDULABLE))
+    resp.diagnosis.pre_filter_status.CopyFrom(
+        pb.Status(code=pb.CODE_UNSCHEDULABLE_AND_UNRESOLVABLE, reasons=["short"], plugin="Gang")
+    )
+    a = attempt_of(1, "0/4 nodes are available: short.", error=False, resp=resp, num_nodes=4)
+    assert [(r.plugin, r.count, r.reason) for r in a.rejections] == [("Gang", 4, "short")]
+
+
+def test_attempt_of_a_permit_rejection_names_the_node() -> None:
+    st = pb.Status(code=pb.CODE_UNSCHEDULABLE, reasons=["timeout"], plugin="Coscheduling")
+    a = attempt_of(2, "0/1 nodes", error=False, node="n1", status=st)
+    assert a.node == "n1"
+    assert [(r.plugin, r.nodes) for r in a.rejections] == [("Coscheduling", ("n1",))]
+
+
+async def _admitted_queue() -> SchedulingQueue:
+    async def sort(profile: str, pods: object) -> list[tuple[int]]:
+        return [(0,) for _ in pods]  # type: ignore[attr-defined]
+
+    async def admit(profile: str, pod: cpb.Pod) -> pb.Status:
+        return pb.Status()
+
+    return SchedulingQueue(sort, admit)  # type: ignore[arg-type]
+
+
+async def test_store_entry_goes_when_the_pod_is_deleted_or_bound() -> None:
+    queue = await _admitted_queue()
+    store = AttemptStore()
+    queue.on_leave = store.drop
+    a = make_pod("a").uid("ua").obj()
+    b = make_pod("b").uid("ub").obj()
+    queue.add(a, "p")
+    queue.add(b, "p")
+    await queue.admit_incoming()
+    store.put("ua", attempt_of(1, "m", error=False))
+    store.put("ub", attempt_of(1, "m", error=False))
+    queue.delete("ua")
+    assert "ua" not in store and "ub" in store
+    [qp] = await queue.pop_batch(1)
+    queue.done_bound(qp)
+    assert "ub" not in store
+    assert queue.find("default", "b") is None
+
+
+# -- the annotation ---------------------------------------------------------------
+
+
+def test_only_pods_that_ask_want_explanations() -> None:
+    pod = make_pod("p").obj()
+    assert not wants_explain(pod)
+    pod.annotations["explain.berth.dev/enabled"] = "true"
+    assert wants_explain(pod)
+    pod.annotations["explain.berth.dev/enabled"] = "yes"
+    assert not wants_explain(pod)
+
+
+def test_result_annotation_has_filter_results_scores_and_the_selected_node() -> None:
+    resp = _failed([("n2", "NodeResourcesFit", "Insufficient cpu")])
+    resp.node = "n1"
+    sc = resp.scores.add(node="n1", total=150)
+    sc.plugins["ImageLocality"] = 100
+    doc = json.loads(result_annotation(4, resp, result="scheduled"))
+    assert doc["selectedNode"] == "n1"
+    assert doc["filter"] == {"n2": "NodeResourcesFit: Insufficient cpu"}
+    assert doc["scores"] == {"n1": {"total": 150, "ImageLocality": 100}}
+    assert doc["attempt"] == 4 and doc["result"] == "scheduled"
+
+
+def test_result_annotation_is_cut_to_the_limit_and_says_so() -> None:
+    rejected = [(f"node-{i:05d}", "NodeAffinity", "didn't match " * 5) for i in range(3000)]
+    text = result_annotation(1, _failed(rejected), result="unschedulable", limit=16 * 1024)
+    assert len(text.encode()) <= 16 * 1024
+    doc = json.loads(text)
+    assert doc["truncated"] is True
+    assert 0 < len(doc["filter"]) < 3000
+
+
+def test_the_result_annotation_is_left_out_of_pod_records() -> None:
+    obj = {
+        "metadata": {
+            "name": "p",
+            "namespace": "default",
+            "uid": "u",
+            "annotations": {RESULT_ANNOTATION: "{}", "explain.berth.dev/enabled": "true"},
+        },
+        "spec": {"containers": [{"name": "c"}]},
+    }
+    rec = pod_record(obj)
+    assert dict(rec.annotations) == {"explain.berth.dev/enabled": "true"}
+
+
+def test_registered_events_of_the_rejecting_plugins() -> None:
+    hints = HintMap(
+        {
+            "p": [
+                Registered("NodeResourcesFit", EVENT_NODE_ADD, True),
+                Registered("NodeAffinity", EVENT_NODE_ADD, False),
+            ]
+        }
+    )
+    assert hints.registered("p", {"NodeResourcesFit"}) == [("NodeResourcesFit", ["NodeAdd (hint)"])]
+    assert hints.registered("other", {"NodeResourcesFit"}) == []
+
+
+# -- the fixes ---------------------------------------------------------------------
+
+
+def test_quantities_read_as_users_write_them() -> None:
+    assert format_quantity("cpu", 500) == "500m"
+    assert format_quantity("cpu", 2000) == "2"
+    assert format_quantity("memory", GI) == "1Gi"
+    assert format_quantity("memory", 1536 << 20) == "1536Mi"
+    assert format_quantity("memory", 1000) == "1000"
+    assert format_quantity("nvidia.com/gpu", 2) == "2"
+
+
+def test_resource_fixes_smallest_change_first_then_more_nodes() -> None:
+    # The pod asks 2 CPUs; n1 has 1.5 free, n2 1.5, n3 1 (noderesources/fit.go fitsRequest).
+    free = {
+        "n1": {"cpu": 1500, "memory": 8 * GI, "pods": 10},
+        "n2": {"cpu": 1500, "memory": 8 * GI, "pods": 10},
+        "n3": {"cpu": 1000, "memory": 8 * GI, "pods": 10},
+    }
+    fixes = resource_fixes({"cpu": 2000, "memory": GI}, free)
+    assert [f.text() for f in fixes] == [
+        "2 nodes would fit with 500m less cpu",
+        "3 nodes would fit with 1 less cpu",
+    ]
+    assert fixes[0].nodes == ("n1", "n2")
+
+
+def test_resource_fixes_combine_resources_a_node_is_short_of() -> None:
+    free = {"n1": {"cpu": 500, "memory": GI, "pods": 1}}
+    [fix] = resource_fixes({"cpu": 1000, "memory": 2 * GI}, free)
+    assert fix.text() == "1 node would fit with 500m less cpu and 1Gi less memory"
+
+
+@pytest.mark.parametrize(
+    "room",
+    [
+        pytest.param({"cpu": 0, "pods": 5}, id="nothing-free-request-would-go-to-zero"),
+        pytest.param({"cpu": -500, "pods": 5}, id="overcommitted"),
+        pytest.param({"cpu": 900, "pods": 0}, id="no-pod-slot"),
+        pytest.param({"pods": 5}, id="resource-absent"),
+    ],
+)
+def test_resource_fixes_none_when_no_lower_request_helps(room: dict[str, int]) -> None:
+    assert resource_fixes({"cpu": 1000}, {"n1": room}) == []
+
+
+def test_lower_requests_takes_from_the_containers_in_order() -> None:
+    pod = make_pod("p").container("a", cpu="300m").container("b", cpu="1").obj()
+    lowered = lower_requests(pod, {"cpu": 500})
+    assert lowered is not None
+    assert [c.requests.milli_cpu for c in lowered.containers] == [0, 800]
+    assert [c.requests.milli_cpu for c in pod.containers] == [300, 1000]
+    assert lower_requests(pod, {"cpu": 5000}) is None
+
+
+def test_label_fix_for_a_node_selector_picks_the_node_needing_fewest_labels() -> None:
+    pod = make_pod("p").node_selector(zone="b", disk="ssd").obj()
+    nodes = {"n1": {"zone": "a"}, "n2": {"zone": "a", "disk": "ssd"}}
+    fix = label_fix(pod, nodes)
+    assert fix is not None
+    assert fix.node == "n2" and dict(fix.labels) == {"zone": "b"}
+    assert fix.command() == "kubectl label node n2 zone=b"
+
+
+def test_label_fix_for_required_affinity_uses_the_cheapest_term() -> None:
+    pod = make_pod("p").obj()
+    terms = pod.affinity.node_affinity.required.terms
+    t1 = terms.add()
+    t1.match_expressions.add(key="gpu", operator="In", values=["a100"])
+    t1.match_expressions.add(key="zone", operator="In", values=["z9"])
+    t2 = terms.add()
+    t2.match_expressions.add(key="tier", operator="NotIn", values=["spot"])
+    fix = label_fix(pod, {"n1": {"tier": "spot"}})
+    assert fix is not None and dict(fix.labels) == {"tier": None}
+    assert fix.command() == "kubectl label node n1 tier-"
+
+
+def test_label_fix_none_when_labels_cannot_do_it() -> None:
+    pod = make_pod("p").obj()
+    term = pod.affinity.node_affinity.required.terms.add()
+    term.match_expressions.add(key="cores", operator="Gt", values=["64"])
+    assert label_fix(pod, {"n1": {}}) is None
+
+
+def test_preemption_and_gpu_fix_texts() -> None:
+    assert (
+        preemption_fix("n1", [("ns", "low-a", 0), ("ns", "low-b", 0)])
+        == "evicting 2 pods ns/low-a, ns/low-b on node n1 (priority 0) would make room"
+    )
+    assert gpu_fix(3, "40Gi") == (
+        "one more node with a free 40Gi GPU card (GPUCardFit found none on 3 nodes)"
+    )
