@@ -471,6 +471,7 @@ class Explainer:
             resp = await self._dry_run(qp, doc)
             if resp is not None:
                 self._live(qp, resp, doc, why, fixes)
+                await self._preemption_what_if(qp, resp, doc, fixes)
                 await self._verify_resources(qp, doc, fixes)
         group = pod.labels.get(POD_GROUP_LABEL)
         if group:
@@ -602,6 +603,34 @@ class Explainer:
         gpus = by_plugin.get("GPUCardFit")
         if gpus:
             fixes.append(gpu_fix(len(gpus), pod.annotations.get("berth.dev/gpu-memory")))
+
+    async def _preemption_what_if(
+        self, qp: QueuedPod, resp: pb.ScheduleResponse, doc: dict[str, Any], fixes: list[str]
+    ) -> None:
+        """A pod that may not preempt (preemptionPolicy Never, so
+        DefaultPreemption's PodEligibleToPreemptOthers says no) and fits
+        nowhere: a second dry run of the same pod allowed to preempt says
+        whom DefaultPreemption would evict for it."""
+        pod = qp.pod
+        if resp.node or pod.preemption_policy != "Never" or resp.post_filter.victims:
+            return
+        d = resp.diagnosis
+        if d.HasField("pre_filter_status") and d.pre_filter_status.code != pb.CODE_SUCCESS:
+            return
+        could = cpb.Pod()
+        could.CopyFrom(pod)
+        could.preemption_policy = "PreemptLowerPriority"
+        check = await self._dry_run(qp, doc, could)
+        if check is None:
+            return
+        pf = check.post_filter
+        if pf.victims and pf.nominated_node_name:
+            prio = {p.uid: p.priority for p in self.cache.state.pods.values()}
+            victims = [(v.namespace, v.name, prio.get(v.uid, 0)) for v in pf.victims]
+            fixes.append(
+                "with preemptionPolicy PreemptLowerPriority (the pod has Never): "
+                + preemption_fix(pf.nominated_node_name, victims)
+            )
 
     async def _verify_resources(self, qp: QueuedPod, doc: dict[str, Any], fixes: list[str]) -> None:
         """The resource fixes for the nodes NodeResourcesFit rejected; the

@@ -362,3 +362,58 @@ def test_result_annotation_only_on_pods_that_ask_and_the_endpoint_needs_credenti
         # The endpoint refuses a caller the API server does not authenticate.
         code, _, err = explain(shim, caller, f"{namespace}/quiet-too-big", "--token", "nobody")
         assert code == 1 and "401" in err, err
+
+
+def test_pod_that_may_not_preempt_is_told_whom_preemption_would_evict(
+    cluster: Cluster,
+    kube: KubeApi,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    tmp_path: Path,
+    caller: Path,
+) -> None:
+    """A pod with preemptionPolicy Never fits nowhere: DefaultPreemption does nothing for
+    it, and the explanation says whom it would evict were the pod allowed to preempt (a
+    dry run of preemption.go Evaluator.Preempt). Deleting that victim lets it in."""
+    profile = profile_for(namespace)
+    [node] = node_names(fake_nodes(1, cpu="2"))
+    high = f"{namespace}-high"
+    kube.create(
+        "/apis/scheduling.k8s.io/v1/priorityclasses",
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": high},
+            "value": 1000,
+            "preemptionPolicy": "Never",
+        },
+    )
+    shim = secure_shim(
+        write_config(tmp_path / "c.yaml", profile), cluster.kubeconfig, tmp_path / "s.log"
+    )
+    try:
+        with running(shim.start()):
+            objects.create_pods(
+                kube, [pod(namespace, f"low-{i}", profile, cpu="1") for i in range(2)]
+            )
+            for i in range(2):
+                wait_node_of(kube, namespace, f"low-{i}", shim)
+            objects.create_pods(
+                kube, [pod(namespace, "polite", profile, cpu="1", priority_class_name=high)]
+            )
+            wait_unschedulable(kube, namespace, "polite", shim)
+            doc = explain_json(shim, caller, f"{namespace}/polite")
+            assert "1 Insufficient cpu" in doc["live"]["message"]
+            [fix] = [f for f in doc["fixes"] if "preemptionPolicy" in f]
+            prefix = (
+                "with preemptionPolicy PreemptLowerPriority (the pod has Never): evicting 1 pod "
+                f"{namespace}/low-"
+            )
+            assert fix.startswith(prefix), fix
+            assert fix.endswith(f" on node {node} (priority 0) would make room"), fix
+            victim = fix[len(prefix) - len("low-") :].split(" ")[0]
+            kube.delete(pod_path(namespace, victim), gracePeriodSeconds=0)
+            assert wait_node_of(kube, namespace, "polite", shim) == node
+    finally:
+        with contextlib.suppress(ApiError):
+            kube.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{high}")
