@@ -143,6 +143,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(default %(default)s; a proxy or an assert_hostname in the kubeconfig means threads)",
     )
     p.add_argument(
+        "--explain-max-pods",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="keep the last failed attempt of at most N pending pods in memory for "
+        "'berth explain' (GET /debug/explain on the secure port; docs/explain.md), the "
+        "oldest dropped first; 0 keeps none and turns the explain.berth.dev/result "
+        "annotation off (default %(default)s)",
+    )
+    p.add_argument(
         "--assumed-pod-ttl",
         type=float,
         default=30.0,
@@ -379,6 +389,12 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+    if args.explain_max_pods < 0:
+        print(
+            f"berth shim: --explain-max-pods must be >= 0, got {args.explain_max_pods}",
+            file=sys.stderr,
+        )
+        return 2
     if args.bind_connections < 0:
         print(
             f"berth shim: --bind-connections must be >= 0, got {args.bind_connections}",
@@ -420,6 +436,7 @@ def run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             assumed_ttl=args.assumed_pod_ttl,
             bind_connections=args.bind_connections,
+            explain_entries=args.explain_max_pods,
         ),
     )
     # The shim's background threads (informers, API workers, and event writes

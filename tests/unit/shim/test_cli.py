@@ -95,3 +95,14 @@ def test_a_config_without_default_scheduler_needs_no_flag(
     )
     assert main(["shim", "--config", str(cfg)]) == 0
     assert len(started) == 1
+
+
+def test_explain_max_pods_reaches_the_scheduler_and_a_negative_one_is_refused(
+    monkeypatch: pytest.MonkeyPatch, switch_interval: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started = _never_runs(monkeypatch)
+    assert main(["shim", "--allow-default-scheduler", "--explain-max-pods", "7"]) == 0
+    assert started[0].options.explain_entries == 7
+    assert main(["shim", "--allow-default-scheduler", "--explain-max-pods", "-1"]) == 2
+    assert "--explain-max-pods must be >= 0, got -1" in capsys.readouterr().err
+    assert len(started) == 1
