@@ -417,3 +417,43 @@ def test_pod_that_may_not_preempt_is_told_whom_preemption_would_evict(
     finally:
         with contextlib.suppress(ApiError):
             kube.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{high}")
+
+
+def test_pod_no_gpu_card_holds_is_told_a_node_with_a_free_card_of_its_size_would_do(
+    cluster: Cluster,
+    kube: KubeApi,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    tmp_path: Path,
+    caller: Path,
+) -> None:
+    """GPUCardFit (deploy/examples/gpucard): the nodes' cards have 24Gi, the pod asks
+    40Gi on one card. The fix names a node with a free 40Gi card; the test adds one and
+    the pod goes there."""
+    profile = profile_for(namespace)
+    cards = "berth.dev/gpu-cards"
+    small = node_names(fake_nodes(2, prefix="gpu24"))
+    for n in small:
+        kube.strategic_patch(
+            f"/api/v1/nodes/{n}", {"metadata": {"annotations": {cards: '["24Gi"]'}}}
+        )
+    config = example_config_as("gpucard", "my-scheduler", profile, tmp_path / "c.yaml")
+    shim = secure_shim(config, cluster.kubeconfig, tmp_path / "s.log")
+    with running(shim.start()):
+        objects.create_pods(
+            kube, [pod(namespace, "trainer", profile, annotations={"berth.dev/gpu-memory": "40Gi"})]
+        )
+        wait_unschedulable(kube, namespace, "trainer", shim)
+        doc = explain_json(shim, caller, f"{namespace}/trainer")
+        rows = {r["node"]: (r["plugin"], r["reason"]) for r in doc["live"]["rejected"]}
+        assert {n: rows[n][0] for n in small} == dict.fromkeys(small, "GPUCardFit")
+        assert all(rows[n][1].startswith("no free GPU card") for n in small), rows
+        assert (
+            "one more node with a free 40Gi GPU card (GPUCardFit found none on 2 nodes)"
+            in doc["fixes"]
+        ), doc["fixes"]
+        [big] = node_names(fake_nodes(1, prefix="gpu80"))
+        kube.strategic_patch(
+            f"/api/v1/nodes/{big}", {"metadata": {"annotations": {cards: '["80Gi"]'}}}
+        )
+        assert wait_node_of(kube, namespace, "trainer", shim) == big
