@@ -9,13 +9,16 @@ import pytest
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.framework.events import EVENT_NODE_ADD
-from berth.framework.testing import make_pod
+from berth.framework.testing import make_node, make_pod
 from berth.kube.records import pod_record
+from berth.shim.binding import WaitingPods
+from berth.shim.cache import SchedulerCache
 from berth.shim.explain import (
     MAX_GROUPS,
     MAX_SAMPLE_NODES,
     RESULT_ANNOTATION,
     AttemptStore,
+    Explainer,
     attempt_of,
     lower_requests,
     result_annotation,
@@ -30,6 +33,7 @@ from berth.shim.explainfix import (
 )
 from berth.shim.hints import HintMap, Registered
 from berth.shim.queue import SchedulingQueue
+from berth.shim.serving import DebugRequest
 
 GI = 1 << 30
 
@@ -285,3 +289,120 @@ def test_preemption_and_gpu_fix_texts() -> None:
     assert gpu_fix(3, "40Gi") == (
         "one more node with a free 40Gi GPU card (GPUCardFit found none on 3 nodes)"
     )
+
+
+# -- the explainer, over a real queue and cache with a fake plugin service ---------------
+
+
+class FakeService:
+    """PluginService.explain: the dry runs asked, answered from ``answers`` in order."""
+
+    def __init__(self, *answers: pb.ScheduleResponse) -> None:
+        self.answers = list(answers)
+        self.asked: list[cpb.Pod] = []
+
+    async def explain(self, profile: str, pod: cpb.Pod) -> pb.ScheduleResponse:
+        self.asked.append(pod)
+        return self.answers.pop(0)
+
+
+async def _explainer(
+    service: FakeService, gate: str = ""
+) -> tuple[Explainer, SchedulingQueue, SchedulerCache, AttemptStore]:
+    async def sort(profile: str, pods: object) -> list[tuple[int]]:
+        return [(0,) for _ in pods]  # type: ignore[attr-defined]
+
+    async def admit(profile: str, pod: cpb.Pod) -> pb.Status:
+        if gate and pod.scheduling_gates:
+            return pb.Status(code=pb.CODE_UNSCHEDULABLE_AND_UNRESOLVABLE, plugin=gate)
+        return pb.Status()
+
+    queue = SchedulingQueue(sort, admit)  # type: ignore[arg-type]
+    cache = SchedulerCache()
+    store = AttemptStore()
+    ex = Explainer(
+        cache=cache,
+        queue=queue,
+        service=service,  # type: ignore[arg-type]
+        store=store,
+        waiting=WaitingPods(),
+    )
+    return ex, queue, cache, store
+
+
+def _get(query: dict[str, tuple[str, ...]]) -> DebugRequest:
+    return DebugRequest("/debug/explain", query)
+
+
+@pytest.mark.parametrize(
+    ("query", "code", "words"),
+    [
+        pytest.param({}, 400, "give pod=NAMESPACE/NAME", id="nothing"),
+        pytest.param({"pod": ("a/b",), "all": ("1",)}, 400, "or all=1", id="both"),
+        pytest.param({"pod": ("a/b", "a/c")}, 400, "given 2 times", id="twice"),
+        pytest.param({"pod": ("no-slash",)}, 400, "expected NAMESPACE/NAME", id="no-namespace"),
+        pytest.param({"pod": ("A/../b",)}, 400, "DNS names", id="not-dns"),
+        pytest.param({"pod": ("a/b",), "live": ("maybe",)}, 400, "expected 0 or 1", id="flag"),
+        pytest.param({"pod": ("ns/ghost",)}, 404, "is not pending in this scheduler", id="unknown"),
+    ],
+)
+async def test_explain_endpoint_refuses_bad_queries_with_what_to_send(
+    query: dict[str, tuple[str, ...]], code: int, words: str
+) -> None:
+    ex, *_ = await _explainer(FakeService())
+    answer = await ex.handle(_get(query))
+    assert answer.code == code
+    assert answer.content_type == "application/json"
+    assert words in json.loads(answer.body)["error"]
+
+
+async def test_a_gated_pod_is_told_which_gates_to_remove_and_no_cycle_runs() -> None:
+    service = FakeService()
+    ex, queue, _, _ = await _explainer(service, gate="SchedulingGates")
+    pod = make_pod("held").uid("uh").obj()
+    pod.scheduling_gates.append("example.com/wait")
+    queue.add(pod, "p")
+    await queue.admit_incoming()
+    answer = await ex.handle(_get({"pod": ("default/held",)}))
+    doc = json.loads(answer.body)
+    assert doc["queue"]["queue"] == "gated" and doc["queue"]["gatedBy"] == "SchedulingGates"
+    assert doc["why"] == ["gated at PreEnqueue by SchedulingGates"]
+    assert doc["fixes"] == ["remove the pod's scheduling gates: example.com/wait"]
+    assert service.asked == []
+
+
+async def test_resource_fix_is_checked_by_a_second_dry_run_with_lower_requests() -> None:
+    first = _failed(
+        [("n1", "NodeResourcesFit", "Insufficient cpu"), ("n2", "NodeAffinity", "no")],
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match.",
+    )
+    second = pb.ScheduleResponse(node="n1", feasible_nodes=1)
+    service = FakeService(first, second)
+    ex, queue, cache, store = await _explainer(service)
+    cache.upsert_node(make_node("n1").capacity(cpu="2", memory="4Gi").obj())
+    cache.upsert_node(make_node("n2").capacity(cpu="8", memory="4Gi").obj())
+    cache.add_or_update_pod(make_pod("other").uid("uo").node("n1").req(cpu="500m").obj())
+    pod = make_pod("web").uid("uw").req(cpu="2").obj()
+    queue.add(pod, "p")
+    await queue.admit_incoming()
+    store.put("uw", attempt_of(1, "0/2 nodes are available", error=False, resp=first))
+    doc = await ex.explain("default", "web", live=True)
+    assert doc["lastAttempt"]["attempt"] == 1
+    assert doc["live"]["rejected"][0] == {
+        "node": "n1",
+        "plugin": "NodeResourcesFit",
+        "code": "Unschedulable",
+        "reason": "Insufficient cpu",
+    }
+    assert doc["fixes"] == [
+        "1 node would fit with 500m less cpu (checked: a cycle with those requests places it on n1)"
+    ]
+    # The second dry run asked with the request lowered by the fix.
+    assert [c.requests.milli_cpu for c in service.asked[1].containers] == [1500]
+
+
+async def test_a_bound_pod_is_not_pending() -> None:
+    ex, _, cache, _ = await _explainer(FakeService())
+    cache.add_or_update_pod(make_pod("done").uid("ud").node("n1").obj())
+    doc = await ex.explain("default", "done", live=True)
+    assert doc["status"] == "bound" and doc["node"] == "n1"
