@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "berth.cli.certs",  # berth certs
     "berth.cli.place",  # berth place
     "berth.cli.explain",  # berth explain
+    "berth.cli.whatif",  # berth what-if
     "berth.cli.plugins_cmd",  # berth plugins
     "berth.cli.new_plugin",  # berth new-plugin
 )

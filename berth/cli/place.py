@@ -1,8 +1,9 @@
 """``berth place``: where would this pod go, and why?
 
-Reads nodes and pods from YAML (``kubectl get nodes,pods -A -o yaml`` works),
-sends them and the pod to a plugin server in one Schedule call with
-``explain``, and prints the chosen node, every node's filter result with its
+Takes a snapshot of the cluster (files, ``kubectl get nodes,pods -A -o yaml``
+and the objects the profile's plugins read, or a live cluster with
+``--kubeconfig``: berth/cli/snapshot.py), sends it and the pod to a plugin
+server in one Schedule call with ``explain``, and prints the chosen node, every node's filter result with its
 reason, and the per-plugin and total scores. Without ``--server`` it starts a
 server on a free loopback port for the run.
 """
@@ -13,18 +14,26 @@ import argparse
 import asyncio
 import json
 import sys
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 import grpc
-import yaml
 from google.protobuf import json_format
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
+from berth.cli.snapshot import (
+    Limits,
+    Snapshot,
+    SnapshotError,
+    add_snapshot_flags,
+    load_files,
+    load_pods,
+    take_snapshot,
+)
 from berth.client import ClusterStateLog, SchedulingClient, open_channel
 from berth.client.tls import add_client_tls_flags, client_tls_from_args
-from berth.kube.records import ObjectError, node_record, occupies_node, pod_record, split_objects
+from berth.shim.objects import object_record
 
 CODE_NAMES = {
     0: "Success",
@@ -55,11 +64,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "berth place --cluster cluster.yaml --pod pod.yaml"
         ),
     )
-    p.add_argument(
-        "--cluster",
-        required=True,
-        metavar="FILE",
-        help="YAML of nodes and (bound) pods: a List, several documents, or single objects",
+    add_snapshot_flags(
+        p,
+        cluster_help="the cluster as YAML or JSON files (kubectl get ... -o yaml): Lists, "
+        "several documents or single objects; nodes, (bound) pods, and the objects the "
+        "profile's plugins read (other kinds are dropped with a warning)",
     )
     p.add_argument("--pod", required=True, metavar="FILE", help="YAML of the pod to place")
     p.add_argument(
@@ -84,37 +93,41 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def _load_yaml(path: str, what: str) -> list[Any]:
-    file = Path(path)
-    if not file.is_file():
-        raise UsageError(f"{what} file {path!r} does not exist")
-    try:
-        return [d for d in yaml.safe_load_all(file.read_text()) if d is not None]
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: not valid YAML: {exc}") from exc
+def load_target(path: str, limits: Limits) -> tuple[cpb.Pod, Mapping[str, Any]]:
+    """The one pod of the --pod file, with its manifest."""
+    pods = load_pods(path, limits)
+    if len(pods) != 1:
+        raise UsageError(f"{path}: expected exactly one Pod, found {len(pods)}")
+    return pods[0]
 
 
-def load_inputs(cluster_path: str, pod_path: str) -> tuple[ClusterStateLog, cpb.Pod]:
-    nodes, pods = split_objects(_load_yaml(cluster_path, "cluster"))
-    if not nodes:
-        raise UsageError(f"{cluster_path}: holds no Node objects")
+def load_inputs(
+    cluster_path: str, pod_path: str, reads: Sequence[pb.ObjectKind] = ()
+) -> tuple[ClusterStateLog, cpb.Pod]:
+    """The cluster file's snapshot (keeping the kinds in ``reads``) as a
+    committed cluster-state log, and the pod of the pod file."""
+    snap = load_files([cluster_path], reads)
+    pod, manifest = load_target(pod_path, Limits())
     log = ClusterStateLog()
-    try:
-        for n in nodes:
-            log.upsert_node(node_record(n))
-        for p in pods:
-            rec = pod_record(p, assign_uid=True)
-            if occupies_node(rec):
-                log.upsert_pod(rec)
-        _, target = split_objects(_load_yaml(pod_path, "pod"))
-        if len(target) != 1:
-            raise UsageError(f"{pod_path}: expected exactly one Pod, found {len(target)}")
-        pod = pod_record(target[0], assign_uid=True)
-    except ObjectError as exc:
-        raise UsageError(str(exc)) from exc
-    pod.node_name = ""
-    log.commit()
+    fill_state(log, snap, pod, manifest)
     return log, pod
+
+
+def fill_state(
+    log: ClusterStateLog, snap: Snapshot, pod: cpb.Pod, manifest: Mapping[str, Any]
+) -> None:
+    """The snapshot into the cluster-state log, and the pod to place into the
+    kinds that read pods (it exists, pending, as the scheduler sees it)."""
+    for n in snap.nodes:
+        log.upsert_node(n)
+    for p in snap.pods:
+        log.upsert_pod(p)
+    for o in snap.objects:
+        log.upsert_object(o)
+    for src in snap.pod_sources(pod.labels):
+        meta = {**(manifest.get("metadata") or {}), "uid": pod.uid}
+        log.upsert_object(object_record(src, {**manifest, "metadata": meta}))
+    log.commit()
 
 
 def _describe_requests(pod: cpb.Pod) -> str:
@@ -174,8 +187,10 @@ def render(
 
 
 async def _place(args: argparse.Namespace, out: TextIO) -> int:
-    log, pod = load_inputs(args.cluster, args.pod)
+    limits = Limits(max_bytes=args.max_bytes, max_objects=args.max_objects)
+    pod, manifest = load_target(args.pod, limits)
     profile = args.profile or pod.scheduler_name
+    log = ClusterStateLog()
     running = None
     address = args.server
     tls = client_tls_from_args(args)
@@ -198,6 +213,14 @@ async def _place(args: argparse.Namespace, out: TextIO) -> int:
             address, credentials=tls.credentials if tls else None, options=options
         ) as channel:
             client = SchedulingClient(channel, log)
+            # What the profile's plugins read (DescribeProfiles), taken into the snapshot.
+            described: pb.DescribeProfilesResponse = await client.unary(
+                "DescribeProfiles", pb.DescribeProfilesRequest()
+            )
+            chosen = [x for x in described.profiles if x.scheduler_name == profile]
+            reads = [k for x in (chosen or described.profiles) for k in x.reads]
+            snap = take_snapshot(args, reads, "berth place")
+            fill_state(log, snap, pod, manifest)
             resp = await client.schedule(profile, pod, explain=True, seed=args.seed)
     finally:
         if running is not None:
@@ -218,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         return asyncio.run(_place(args, sys.stdout))
-    except (UsageError, ConfigError, RegistryError, TLSFileError) as exc:
+    except (UsageError, SnapshotError, ConfigError, RegistryError, TLSFileError) as exc:
         print(f"berth place: {exc}", file=sys.stderr)
         return 2
     except grpc.aio.AioRpcError as exc:
