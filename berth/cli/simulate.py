@@ -215,12 +215,7 @@ class Simulation:
             passes += 1
             placed_before = sum(o.placed for o in self.outcomes) + len(self._waiting)
             for n, i in enumerate(todo):
-                if (
-                    self.progress is not None
-                    and len(todo) > PROGRESS_PODS
-                    and n % PROGRESS_PODS == 0
-                    and n
-                ):
+                if self.progress is not None and n and n % PROGRESS_PODS == 0:
                     self.progress(f"{self.name}: pass {passes}, {n}/{len(todo)} pods tried")
                 await self._try(i)
                 await self._drain()

@@ -21,7 +21,15 @@ from typing import Any, TextIO
 
 import yaml
 
-from berth.cli.simulate import DEFAULT_PASSES, Amount, NodeUse, PodOutcome, Run, Simulation
+from berth.cli.simulate import (
+    DEFAULT_PASSES,
+    PROGRESS_PODS,
+    Amount,
+    NodeUse,
+    PodOutcome,
+    Run,
+    Simulation,
+)
 from berth.cli.snapshot import (
     Limits,
     SnapshotError,
@@ -152,7 +160,7 @@ async def _what_if(args: argparse.Namespace) -> list[Run]:
     reads = [k for fws in built for k in reads_of(fws)]
     snap = take_snapshot(args, reads, PROG)
     pods = load_pods(args.pods, Limits(max_bytes=args.max_bytes, max_objects=args.max_objects))
-    progress = stderr_progress(PROG) if len(pods) > 500 else None
+    progress = stderr_progress(PROG) if len(pods) > PROGRESS_PODS else None
     runs = []
     for c, fws in zip(configs, built, strict=True):
         sim = Simulation(

@@ -587,3 +587,24 @@ def test_json_and_several_files_load_together(tmp_path: Path) -> None:
 )
 def test_label_selector_strings(text: str, labels: dict[str, str], matches: bool) -> None:
     assert parse_selector(text).matches(labels) is matches
+
+
+def test_large_inputs_report_progress_on_stderr(
+    wi: WhatIf, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import berth.cli.simulate
+    import berth.cli.snapshot
+    import berth.cli.whatif
+
+    monkeypatch.setattr(berth.cli.snapshot, "PROGRESS_OBJECTS", 2)
+    monkeypatch.setattr(berth.cli.simulate, "PROGRESS_PODS", 3)
+    monkeypatch.setattr(berth.cli.whatif, "PROGRESS_PODS", 3)
+    cluster = wi.write("cluster.yaml", node("n1"), node("n2"), node("n3"), node("n4"))
+    pods = wi.write("pods.yaml", *(pod(f"p{i}", "10m") for i in range(7)))
+    code, doc, err = wi.run("--cluster", cluster, "--pods", pods)
+    assert code == 0
+    assert len(doc["configs"][0]["pods"]) == 7
+    assert "berth what-if: 2 objects read\nberth what-if: 4 objects read\n" in err
+    assert "berth what-if: 4 objects read from 1 file(s)" in err
+    assert "berth what-if: default: pass 1, 3/7 pods tried" in err
+    assert "berth what-if: default: pass 1, 6/7 pods tried" in err
