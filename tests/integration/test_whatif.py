@@ -21,6 +21,7 @@ and "0/N nodes" counts every node of the cluster alike in both answers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import subprocess
 import time
@@ -297,6 +298,10 @@ def what_if(cluster: Cluster, pods: Path, *configs: Path) -> dict[str, Any]:
     return doc
 
 
+def decided(kube: KubeApi, namespace: str, name: str) -> bool:
+    return name in live_outcome(kube, namespace, [name])
+
+
 def live_outcome(kube: KubeApi, namespace: str, names: list[str]) -> dict[str, tuple[str, str]]:
     """Each pod's node, or "" and its PodScheduled=False message; None while undecided."""
     out = {}
@@ -356,7 +361,7 @@ def test_what_if_from_the_api_server_gives_the_live_schedulers_answers(
             name = pod["metadata"]["name"]
             # One at a time, as what-if tries them: each decided before the next.
             wait_for(
-                lambda name=name: name in live_outcome(kube, namespace, [name]),
+                functools.partial(decided, kube, namespace, name),
                 60,
                 f"{name} bound or unschedulable",
                 shim.log,
