@@ -393,6 +393,18 @@ class Simulation:
         pod_writes: list[pb.ObjectWrite] = []
         if (info is None or info.has("preBind")) and not w.pre_bind_skip:
             st: pb.StatusResponse = await self.svc.node_call("PreBind", profile, pod, node, cycle)
+            if st.status.code == pb.CODE_WAIT and st.recheck_after_ms > 0:
+                # A plugin waits for something outside the scheduler (devices'
+                # binding conditions): the shim performs the writes, keeps the pod
+                # assumed and asks again later. Nothing outside changes a snapshot,
+                # so the pod holds its node, reported as waiting.
+                await self._write(pod, list(st.writes))
+                out.status, out.node = PENDING, node
+                out.reason = f"assumed on {node}, binding waits at PreBind: " + (
+                    "; ".join(st.status.reasons) or st.status.plugin
+                )
+                await self._drain()
+                return
             if st.status.code not in (pb.CODE_SUCCESS, pb.CODE_SKIP):
                 await self._unreserve(i, node, cycle)
                 self._unplace(

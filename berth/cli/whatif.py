@@ -156,6 +156,13 @@ async def _what_if(args: argparse.Namespace) -> list[Run]:
         raise UsageError("--passes must be at least 1")
     registry = load_registry()
     configs = _configs(args.config, registry)
+    for c in configs:
+        if c.config.extenders:
+            print(
+                f"{PROG}: warning: {c.config.source}: its {len(c.config.extenders)} extender(s) "
+                "are not called: the run is the plugins' answer alone",
+                file=sys.stderr,
+            )
     built = [build_frameworks(c.config, registry) for c in configs]
     reads = [k for fws in built for k in reads_of(fws)]
     snap = take_snapshot(args, reads, PROG)
