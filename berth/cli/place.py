@@ -55,9 +55,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "place",
         help="ask where a pod would be scheduled, with every node's filter result and score",
         description=(
-            "Ask a plugin server where POD would be scheduled on the cluster in CLUSTER, and "
-            "why: prints the chosen node, each node's filter result with its reason, and the "
-            "per-plugin and total scores. Exit status: 0 placed, 1 unschedulable, 2 error."
+            "Ask a plugin server where POD would be scheduled on a snapshot of a cluster "
+            "(files, or a live cluster with --kubeconfig; with every kind the profile's "
+            "plugins read), and why: prints the chosen node, each node's filter result with "
+            "its reason, and the per-plugin and total scores. For a list of pods, and to "
+            "compare two configurations, see 'berth what-if'. Exit status: 0 placed, 1 "
+            "unschedulable, 2 error."
         ),
         epilog=(
             "example: kubectl get nodes,pods -A -o yaml > cluster.yaml; "

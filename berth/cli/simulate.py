@@ -169,6 +169,7 @@ class Simulation:
         *,
         profile: str | None = None,
         passes: int = DEFAULT_PASSES,
+        seed: int = 1,
         progress: Callable[[str], None] | None = None,
         pod_sources: Callable[[Mapping[str, str]], Sequence[Source]] = lambda _labels: (),
     ) -> None:
@@ -184,6 +185,8 @@ class Simulation:
         self._manifests = [m for _, m in pods]
         self.profile = profile
         self.passes = max(1, passes)
+        self.seed = seed
+        self._cycles = 0
         self.progress = progress
         self.outcomes: list[PodOutcome] = []
         self._start: dict[str, int] = {}
@@ -263,7 +266,17 @@ class Simulation:
             if gate.plugin:
                 out.reason = f"{gate.plugin}: {out.reason}"
             return
-        resp = await self.svc.schedule(out.profile, pod, self._start.get(out.profile, 0))
+        # The shim's PluginService.schedule, with a seed: among equal top scores
+        # the pick is random (schedule_one.py select_host), reproducibly here.
+        self.state.commit()
+        self._cycles += 1
+        resp = await self.svc.client.schedule(
+            out.profile,
+            pod,
+            start_index=self._start.get(out.profile, 0),
+            reserve_and_permit=True,
+            seed=self.seed + self._cycles,
+        )
         self._start[out.profile] = resp.next_start_index
         st = resp.status
         if st.code == pb.CODE_SUCCESS and resp.node:

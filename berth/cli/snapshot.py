@@ -503,7 +503,6 @@ def load_live(
                         add(obj, f"{what} {_name_of(obj)}")
             except ApiError as exc:
                 raise SnapshotError(f"listing {what} at {api.host}: {exc}") from exc
-            progress(f"listed {b.snap.kinds[what]} {what}")
         for src in b.snap.sources.values():
             try:
                 for page in api.list_pages(src.path, **src.params()):
@@ -518,7 +517,12 @@ def load_live(
                     else str(exc)
                 )
                 continue
-            progress(f"listed {b.snap.kinds[src.name]} {src.name}")
+    listed = [f"{n} {kind}" for kind, n in b.snap.kinds.items() if n]
+    empty = len(b.snap.sources) + 2 - len(listed) - len(b.snap.unlisted)
+    progress(
+        f"listed from {api.host}: {', '.join(listed)}"
+        + (f" (and none of {empty} other kind(s) read)" if empty else "")
+    )
     if not b.snap.nodes:
         raise SnapshotError(f"the cluster at {api.host} has no nodes")
     return b.snap

@@ -127,6 +127,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "scheduling queue retries them on cluster events; 1: one try each; default "
         "%(default)s)",
     )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=1,
+        help="tie-break seed: among nodes of equal top score the scheduler picks at random; "
+        "the same seed picks the same (default %(default)s)",
+    )
     p.set_defaults(func=run)
 
 
@@ -178,6 +185,7 @@ async def _what_if(args: argparse.Namespace) -> list[Run]:
             pods,
             profile=args.profile,
             passes=args.passes,
+            seed=args.seed,
             progress=progress,
             pod_sources=snap.pod_sources,
         )
@@ -277,29 +285,30 @@ def render_json(runs: Sequence[Run]) -> dict[str, Any]:
     return doc
 
 
-def _qty_cpu(m: int) -> str:
-    return f"{m // 1000}" if m % 1000 == 0 else f"{m}m"
+def _cpu(a: Amount) -> str:
+    """Both in cores when both are whole cores, else both in millicores."""
+    if a.requested % 1000 == 0 and a.allocatable % 1000 == 0:
+        return f"{a.requested // 1000}/{a.allocatable // 1000}"
+    return f"{a.requested}m/{a.allocatable}m"
 
 
-def _qty_mem(n: int) -> str:
+def _mem(a: Amount) -> str:
+    """Both in the largest binary unit that divides both, else in Gi with a decimal."""
     for unit, size in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if n >= size and n % size == 0:
-            return f"{n // size}{unit}"
-    if n >= 2**30:
-        return f"{n / 2**30:.1f}Gi"
-    if n >= 2**20:
-        return f"{n / 2**20:.0f}Mi"
-    return str(n)
+        if a.requested % size == 0 and a.allocatable % size == 0:
+            return f"{a.requested // size}{unit}/{a.allocatable // size}{unit}"
+    return f"{a.requested / 2**30:.1f}Gi/{a.allocatable / 2**30:.1f}Gi"
 
 
 def _pct(a: Amount) -> str:
     return f"{100 * a.requested // a.allocatable}%" if a.allocatable else "-"
 
 
-def _use(a: Amount, fmt: Any = str) -> str:
+def _use(a: Amount, fmt: Any = None) -> str:
     if not a.allocatable and not a.requested:
         return "-"
-    return f"{fmt(a.requested)}/{fmt(a.allocatable)} ({_pct(a)})"
+    both = fmt(a) if fmt is not None else f"{a.requested}/{a.allocatable}"
+    return f"{both} ({_pct(a)})"
 
 
 def _table(rows: list[list[str]], out: TextIO, indent: str = "  ") -> None:
@@ -362,8 +371,8 @@ def render_table(runs: Sequence[Run], out: TextIO) -> None:
             rows.append(
                 [
                     n.node,
-                    _use(n.cpu, _qty_cpu),
-                    _use(n.memory, _qty_mem),
+                    _use(n.cpu, _cpu),
+                    _use(n.memory, _mem),
                     f"{n.pods.requested}/{n.pods.allocatable}",
                     *(_use(n.extended.get(k, Amount(0, 0))) for k in ext),
                     *(_use(n.devices.get(d, Amount(0, 0))) for d in dev),
