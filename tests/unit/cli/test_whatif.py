@@ -608,3 +608,30 @@ def test_large_inputs_report_progress_on_stderr(
     assert "berth what-if: 4 objects read from 1 file(s)" in err
     assert "berth what-if: default: pass 1, 3/7 pods tried" in err
     assert "berth what-if: default: pass 1, 6/7 pods tried" in err
+
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster"
+
+
+def test_the_documented_example_compares_the_two_policies(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/what-if.md's second run, on examples/cluster."""
+    code = main(
+        [
+            "what-if",
+            "--cluster",
+            str(EXAMPLE / "cluster.yaml"),
+            "--pods",
+            str(EXAMPLE / "pods.yaml"),
+            "--config",
+            str(EXAMPLE / "default.yaml"),
+            "--config",
+            str(EXAMPLE / "bin-packing.yaml"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "Placements: 1 of 4 pods differ; pending: A 1, B 1" in out
+    assert "  shop/checkout  node-a   node-e   <- differs" in out
+    assert "  node-e  76% | 89%  25% | 32%   1 | 2" in out
