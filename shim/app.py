@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -16,6 +17,7 @@ from berth.framework.profile import SchedulerConfig
 from berth.framework.writes import config_writes
 from berth.kube.rest import KubeApi
 from berth.shim import debug
+from berth.shim.extenders import ExtenderSetupError
 from berth.shim.health import HealthServer
 from berth.shim.healthchecks import ApiServerProbe, HealthChecks
 from berth.shim.leader import LeaderElector
@@ -109,15 +111,20 @@ async def run(settings: ShimSettings) -> int:
     )
     profiles = [p.scheduler_name for p in cfg.profiles]
     service = build_service(settings, ClusterStateLog())
-    scheduler = Scheduler(
-        api,
-        service,
-        profiles,
-        options=settings.options,
-        initial_backoff=float(cfg.pod_initial_backoff_seconds),
-        max_backoff=float(cfg.pod_max_backoff_seconds),
-        extenders=cfg.extenders,
-    )
+    try:
+        scheduler = Scheduler(
+            api,
+            service,
+            profiles,
+            options=settings.options,
+            initial_backoff=float(cfg.pod_initial_backoff_seconds),
+            max_backoff=float(cfg.pod_max_backoff_seconds),
+            extenders=cfg.extenders,
+        )
+    except ExtenderSetupError as setup_error:
+        print(f"berth shim: {cfg.source}: {setup_error}", file=sys.stderr, flush=True)
+        await service.close()
+        return 2
     le = cfg.leader_election
     leader_elect = le.leader_elect if settings.leader_elect is None else settings.leader_elect
     elector: LeaderElector | None = None

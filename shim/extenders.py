@@ -55,6 +55,7 @@ __all__ = [
     "EXTENDER_PLUGIN",
     "MAX_RESPONSE_BYTES",
     "ExtenderError",
+    "ExtenderSetupError",
     "Extenders",
     "FilterOutcome",
     "HTTPExtender",
@@ -77,6 +78,11 @@ _MAX_SCORE = 2**31
 _CONNECTIONS = 16
 
 R = TypeVar("R")
+
+
+class ExtenderSetupError(Exception):
+    """An extender's client cannot be built (its TLS files or data are
+    unreadable or not PEM): the scheduler does not start."""
 
 
 class ExtenderError(Exception):
@@ -225,16 +231,29 @@ def _tls_context(cfg: ExtenderConfig, scheme: str) -> tuple[ssl.SSLContext | Non
         insecure = True
     if tls is None:
         return client_context(verify=not insecure), None
-    ca_data = tls.ca_data.decode() if tls.ca_data else None
-    with _PemFiles(tls.cert_data, tls.key_data) as (cert_tmp, key_tmp):
+    ca = _pem(tls.ca_data, tls.ca_file, "caFile")
+    cert = _pem(tls.cert_data, tls.cert_file, "certFile")
+    key = _pem(tls.key_data, tls.key_file, "keyFile")
+    with _PemFiles(cert, key) as (cert_tmp, key_tmp):
         ctx = client_context(
             verify=not insecure,
-            ca_file=None if ca_data else tls.ca_file or None,
-            ca_data=ca_data,
-            cert_file=cert_tmp or tls.cert_file or None,
-            key_file=key_tmp or tls.key_file or None,
+            ca_data=ca.decode() if ca else None,
+            cert_file=cert_tmp or None,
+            key_file=key_tmp or None,
         )
     return ctx, tls.server_name or None
+
+
+def _pem(data: bytes, path: str, field: str) -> bytes:
+    """The PEM of one tlsConfig item: its data, else its file's content
+    (client-go's loadTLSFiles: data takes precedence)."""
+    if data or not path:
+        return data
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise ValueError(f"{field} {path}: {exc.strerror or exc}") from exc
 
 
 class _PemFiles:
@@ -502,7 +521,17 @@ class Extenders:
 
     def __init__(self, configs: Sequence[ExtenderConfig], profiles: Iterable[str]) -> None:
         ordered = [c for c in configs if not c.ignorable] + [c for c in configs if c.ignorable]
-        self.list = [HTTPExtender(c) for c in ordered]
+        self.list = []
+        for c in ordered:
+            try:
+                self.list.append(HTTPExtender(c))
+            except (OSError, ssl.SSLError, ValueError) as exc:
+                # scheduler.go New: "couldn't build extenders".
+                i = list(configs).index(c)
+                raise ExtenderSetupError(
+                    f"couldn't build extenders: extenders[{i}] ({c.url_prefix}): "
+                    f"tlsConfig: {exc}; check the certificate, key and CA it names"
+                ) from exc
         self.objects = ObjectJson(
             profiles, keep_nodes=any(not c.node_cache_capable for c in configs)
         )

@@ -29,6 +29,7 @@ from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
 from berth.kube.errors import ApiError
 from berth.kube.rest import KubeApi
 from tests.integration.shimtools import (
+    Proc,
     Shim,
     failed_scheduling_notes,
     pod_path,
@@ -467,3 +468,26 @@ def test_kube_scheduler_with_the_same_extender_agrees(
         theirs = failed_scheduling_notes(kube, namespace, "upstream-rejected")[0]
         assert ours == theirs, (ours, theirs)
         assert f"3 {REJECTED}" in ours
+
+
+def test_unusable_extender_tls_stops_the_shim_at_start(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """scheduler.go New fails on an extender it cannot build: the shim exits with status 2
+    naming the file, the extender and what is wrong."""
+    config = extenders_config(
+        tmp_path / "c.yaml",
+        profile_for(namespace),
+        "- urlPrefix: https://127.0.0.1:8443/scheduler\n  filterVerb: filter\n"
+        f"  tlsConfig:\n    caFile: {tmp_path / 'missing-ca.crt'}\n",
+    )
+    shim = Shim(config, cluster.kubeconfig, tmp_path / "shim.log")
+    Proc.start(shim)
+    try:
+        assert shim.proc is not None
+        assert shim.proc.wait(60) == 2
+    finally:
+        shim.stop()
+    text = shim.text()
+    assert f"berth shim: {config}: couldn't build extenders: extenders[0] " in text, text
+    assert "tlsConfig:" in text and "missing-ca.crt" in text, text

@@ -18,7 +18,13 @@ import pytest
 
 from berth.framework.extenders import ExtenderConfig, ExtenderTLSConfig, ManagedResource
 from berth.framework.status import Code
-from berth.shim.extenders import ExtenderError, Extenders, HTTPExtender, ObjectJson
+from berth.shim.extenders import (
+    ExtenderError,
+    Extenders,
+    ExtenderSetupError,
+    HTTPExtender,
+    ObjectJson,
+)
 from berth.tls.pki import new_authority
 
 Answer = Callable[[str, Any], tuple[int, bytes]]
@@ -529,3 +535,22 @@ async def test_tls_config(
         await ext.close()
     finally:
         srv.close()
+
+
+@pytest.mark.parametrize(
+    "tls",
+    [
+        ExtenderTLSConfig(ca_file="/nonexistent/ca.crt"),
+        ExtenderTLSConfig(ca_data=b"not a certificate"),
+        ExtenderTLSConfig(cert_data=b"junk", key_data=b"junk"),
+    ],
+    ids=["CA file missing", "CA data not PEM", "client certificate not PEM"],
+)
+def test_unusable_tls_material_stops_the_start(tls: ExtenderTLSConfig) -> None:
+    """scheduler.go New: "couldn't build extenders" names the extender."""
+    cfg = ExtenderConfig(url_prefix="https://e.test/x", filter_verb="f", tls_config=tls)
+    with pytest.raises(
+        ExtenderSetupError,
+        match=r"couldn't build extenders: extenders\[0\] \(https://e.test/x\): tlsConfig: ",
+    ):
+        Extenders([cfg], ["berth"])
