@@ -354,6 +354,33 @@ def test_what_if_from_the_api_server_gives_the_live_schedulers_answers(
     assert want["huge"][0] == "" and "Insufficient cpu" in want["huge"][1], want
     assert "dropped" not in predicted["stderr"], predicted["stderr"]
 
+    # berth place takes the same snapshot for one pod: db needs the PV's node.
+    (tmp_path / "db.yaml").write_text(yaml.safe_dump(pods[0]))
+    place = subprocess.run(
+        [
+            *BERTH,
+            "place",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--pod",
+            str(tmp_path / "db.yaml"),
+            "--config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert place.returncode == 0, place.stderr
+    assert f"Placement: {names['disk']}\n" in place.stdout, place.stdout
+    # LowCpuScheduler read disk's NodeMetrics (30% busy scores 70; none would be 50).
+    head, row = (
+        line.split()
+        for line in place.stdout.split("Scores (normalised x weight):")[1].splitlines()
+        if line.lstrip().startswith(("NODE ", f"{names['disk']} "))
+    )
+    assert dict(zip(head, row, strict=False))["LowCpuScheduler"] == "70", place.stdout
+
     shim = Shim(config, cluster.kubeconfig, tmp_path / "shim.log")
     with running(shim.start()):
         for pod in pods:
