@@ -44,6 +44,8 @@ from berth.framework.interfaces import (
     ReservePlugin,
     ScoreArray,
     ScorePlugin,
+    SignFragment,
+    SignPlugin,
     SortKey,
 )
 from berth.framework.model import NodeInfo, PodInfo, Resource
@@ -89,6 +91,8 @@ __all__ = [
     "Resource",
     "ScoreArray",
     "ScorePlugin",
+    "SignFragment",
+    "SignPlugin",
     "Snapshot",
     "SortKey",
     "StateError",

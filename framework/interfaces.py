@@ -78,6 +78,12 @@ class Plugin(Generic[ArgsT]):
             raise RuntimeError(f"plugin {self.name} was built without a framework handle")
         return self._handle
 
+    @property
+    def has_handle(self) -> bool:
+        """Whether the plugin was built with a framework handle (tests may
+        build one without)."""
+        return self._handle is not None
+
     @classmethod
     def reads(cls, args: Any) -> tuple[ObjectKind, ...]:
         """The kinds of objects beyond nodes and pods this plugin reads, given
@@ -314,6 +320,37 @@ class ScorePlugin(Plugin[ArgsT]):
     @classmethod
     def has_normalize(cls) -> bool:
         return cls.normalize_score is not ScorePlugin.normalize_score
+
+
+# One part of a pod's scheduling signature: (what it covers, a hashable value).
+# Upstream's fwk.SignFragment; the keys are upstream's signer names
+# (framework/signers.py) so that plugins reading the same part of a pod agree.
+SignFragment = tuple[str, typing.Hashable]
+
+
+class SignPlugin(Plugin[ArgsT]):
+    """Upstream's fwk.SignPlugin (kube-scheduler framework/interface.go, KEP 5598
+    opportunistic batching): a PreFilter, Filter, PreScore or Score plugin says
+    which parts of a pod its results depend on. Two pods whose fragments are
+    equal for every such plugin of a profile must get the same feasibility and
+    the same scores on the same nodes in the same state; the framework then
+    reuses one pod's ranking for the next (framework/batch.py).
+
+    Batching is off for a profile in which any such plugin is not a
+    SignPlugin, so an out-of-tree plugin that does not sign costs nothing but
+    the optimisation."""
+
+    def sign_pod(self, pod: PodInfo) -> list[SignFragment] | Status:
+        """The fragments of ``pod`` this plugin's results depend on, or a
+        rejecting Status when the pod cannot be signed (e.g. it has
+        inter-pod affinity): that pod is scheduled on its own."""
+        raise NotImplementedError
+
+    def signs_any_pod(self) -> bool:
+        """False when this plugin's configuration leaves no pod signable
+        (PodTopologySpread with default constraints): the profile then does
+        not batch, and no cycle spends time signing. Default: True."""
+        return True
 
 
 class ReservePlugin(Plugin[ArgsT]):

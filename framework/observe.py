@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from opentelemetry import trace
-from prometheus_client import Histogram
+from prometheus_client import Counter, Histogram
 
 from berth.framework.status import Code
 
@@ -44,6 +44,17 @@ PLUGIN_EXECUTION_DURATION = Histogram(
     "Duration for running a plugin at a specific extension point.",
     ["plugin", "extension_point", "status"],
     buckets=_exponential(0.00001, 1.5, 20),
+)
+# Opportunistic batching (framework/batch.py), as metrics.go names them.
+BATCH_ATTEMPTS = Counter(
+    "scheduler_batch_attempts",
+    "Counts of results when we attempt to use batching.",
+    ["profile", "result"],
+)
+BATCH_CACHE_FLUSHED = Counter(
+    "scheduler_batch_cache_flushed",
+    "Counts of cache flushes by reason.",
+    ["profile", "reason"],
 )
 
 _tracer = trace.get_tracer("berth.plugins")

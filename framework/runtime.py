@@ -56,6 +56,7 @@ from berth.framework.interfaces import (
     ReservePlugin,
     ScoreArray,
     ScorePlugin,
+    SignPlugin,
     SortKey,
 )
 from berth.framework.model import NodeInfo, PodInfo
@@ -262,6 +263,9 @@ class Framework:
         # The events each rejecting plugin registered, with their hints
         # (buildQueueingHintMap), asked once.
         self.registrations = self._collect_registrations()
+        # The plugins that sign pods for opportunistic batching, or None when
+        # the profile cannot batch (framework/batch.py).
+        self.signers: list[SignPlugin] | None = self._batchable_plugins()
 
     def _collect_registrations(self) -> tuple[Registration, ...]:
         """The profile's queueing hint map (scheduler.go buildQueueingHintMap
@@ -280,6 +284,53 @@ class Framework:
                 ) from exc
             pairs.append((name, events))
         return tuple(build_registrations(pairs))
+
+    def _batchable_plugins(self) -> list[SignPlugin] | None:
+        """framework.go computeBatchablePlugins: every PreFilter, Filter,
+        PreScore and Score plugin must sign pods, or the profile does not
+        batch."""
+        signing: dict[str, SignPlugin] = {}
+        unsigned: list[str] = []
+        for plugin in (*self.pre_filter, *self.filter, *self.pre_score, *self.score):
+            if plugin.name in signing or plugin.name in unsigned:
+                continue
+            if isinstance(plugin, SignPlugin):
+                signing[plugin.name] = plugin
+            else:
+                unsigned.append(plugin.name)
+        if unsigned:
+            log.info(
+                "profile %s: opportunistic batching is off: plugins %s do not sign pods",
+                self.name,
+                ", ".join(unsigned),
+            )
+            return None
+        never = [name for name, plugin in signing.items() if not plugin.signs_any_pod()]
+        if never:
+            log.info(
+                "profile %s: opportunistic batching is off: plugins %s sign no pod as configured",
+                self.name,
+                ", ".join(never),
+            )
+            return None
+        return list(signing.values())
+
+    def disable_signatures(self, reason: str) -> None:
+        """Turns opportunistic batching off for this profile (upstream does
+        when the scheduler has extenders)."""
+        if self.signers is not None:
+            log.info("profile %s: opportunistic batching is off: %s", self.name, reason)
+        self.signers = None
+
+    def filter_rejects(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot, node: str
+    ) -> bool | None:
+        """framework.go RunFilterPlugins on one node, without nominated pods:
+        whether the Filter plugins reject ``pod`` there (None: an Error)."""
+        verdicts, first_error = self._filter_batch(state, pod, snapshot.batch([node]))
+        if first_error >= 0:
+            return None
+        return verdicts.status_of(0).is_rejected
 
     def queueing_hints(
         self, pod: PodInfo, plugins: Iterable[str], event: ClusterEvent, old: Any, new: Any

@@ -12,7 +12,9 @@ order.
 
 A pod whose status.nominatedNodeName names a node (nominated by an earlier
 preemption) is tried there first (evaluateNominatedNode); when it fits, no
-other node is evaluated.
+other node is evaluated. Given an ``OpportunisticBatch`` (framework/batch.py),
+a pod with the same signature as the last one is tried first on the next
+node of the last cycle's ranking, the same way.
 
 Deviations from v1.36.3:
 
@@ -40,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from berth.framework.batch import OpportunisticBatch, Signature, sign_pod, sorted_other_nodes
 from berth.framework.cycle_state import CycleState
 from berth.framework.interfaces import ScoreArray
 from berth.framework.model import PodInfo
@@ -210,18 +213,28 @@ def schedule_pod(
     explain: bool = False,
     stop_after_filter: bool = False,
     resume: Resume | None = None,
+    batch: OpportunisticBatch | None = None,
+    cycle: int = 0,
 ) -> ScheduleResult:
     """schedule_one.go, schedulePod: filter, score, select a host;
     optionally Reserve and Permit (schedulingCycle). ``stop_after_filter``
     and ``resume``: the two halves of a cycle with the caller's extenders
-    between them (module docstring)."""
+    between them (module docstring). With ``batch``, the profile's
+    opportunistic batching state, and ``cycle``, the caller's number for
+    this scheduling cycle (consecutive across the caller's profiles), a pod
+    like the last one may reuse its ranking."""
+    if explain or stop_after_filter or resume is not None:
+        # An explanation evaluates every node and leaves the ranking alone;
+        # a profile whose caller runs extenders does not batch (upstream's
+        # computeBatchablePlugins turns signatures off with extenders).
+        batch = None
     fw.handle.bind_snapshot(snapshot)
     # A new sample for the metrics; the request's deadline stays.
     fw.begin_request(fw.deadline)
     try:
         if resume is not None:
             return _resume(fw, snapshot, state, pod, start_index, reserve_and_permit, rng, resume)
-        return _schedule_pod(
+        result = _schedule_pod(
             fw,
             snapshot,
             state,
@@ -231,8 +244,15 @@ def schedule_pod(
             rng,
             explain,
             stop_after_filter and not explain,
+            batch,
+            cycle,
         )
+        if batch is not None and not result.status.is_success:
+            batch.failed(cycle)
+        return result
     except CycleError as exc:
+        if batch is not None:
+            batch.failed(cycle)
         return ScheduleResult(
             exc.status,
             message=exc.status.message,
@@ -253,6 +273,8 @@ def _schedule_pod(
     rng: random.Random | None,
     explain: bool,
     stop_after_filter: bool = False,
+    batch: OpportunisticBatch | None = None,
+    cycle: int = 0,
 ) -> ScheduleResult:
     # Failures other than a FitError clear the pod's nominated node
     # (schedulingAlgorithm's clearNominatedNode).
@@ -289,10 +311,19 @@ def _schedule_pod(
         result.status = Status(Code.UNSCHEDULABLE, (result.message,), st.plugin)
         return result
 
-    # findNodesThatFitPod: a pod nominated by an earlier preemption tries
-    # its nominated node first (evaluateNominatedNode); when it fits, no
-    # other node is evaluated and the start index stays.
-    nominated = pod.proto.nominated_node_name
+    # findNodesThatFitPod: the batch's hint, when the pod is like the last
+    # one (GetNodeHint, asked even for a nominated pod).
+    signature: Signature | None = None
+    hint = ""
+    if batch is not None:
+        signature = sign_pod(fw.name, fw.signers, pod)
+        hint = batch.node_hint(
+            lambda name: fw.filter_rejects(state, pod, snapshot, name), snapshot, signature, cycle
+        )
+    # A pod nominated by an earlier preemption tries its nominated node
+    # first, else the hint (evaluateNominatedNode); when it fits, no other
+    # node is evaluated and the start index stays.
+    nominated = pod.proto.nominated_node_name or hint
     nominated_rejection: Status | None = None
     if nominated and not explain:
         fits, nominated_rejection = _evaluate_nominated_node(fw, snapshot, state, pod, nominated)
@@ -310,6 +341,9 @@ def _schedule_pod(
             result = ScheduleResult(
                 SUCCESS, node=nominated, evaluated=1, feasible=1, next_start_index=start_index
             )
+            if batch is not None:
+                # schedulePod: one feasible node, stored without a ranking.
+                batch.store(signature, hint, nominated, None, cycle)
             if reserve_and_permit:
                 _reserve_and_permit(fw, state, pod, result)
             return result
@@ -421,11 +455,16 @@ def _schedule_pod(
     if len(feasible) == 1 and not explain:
         # schedulePod: one feasible node needs no scoring.
         result.node = feasible.names[0]
+        if batch is not None:
+            batch.store(signature, hint, result.node, None, cycle)
     elif not fw.score:
         # prioritizeNodes: without score plugins (or extenders) neither
         # PreScore nor Score runs and every node scores 1; the first node
         # of the walk is what upstream's max-heap pops among equal scores.
         result.node = feasible.names[0]
+        if batch is not None:
+            others = list(feasible.names[1:]) if signature is not None else None
+            batch.store(signature, hint, result.node, others, cycle)
     else:
         st = fw.run_pre_score(state, pod, feasible)
         if not st.is_success:
@@ -436,6 +475,15 @@ def _schedule_pod(
         scores = fw.run_score(state, pod, feasible)
         result.scores = scores
         result.node = select_host(feasible, scores.totals, rng)
+        if batch is not None:
+            # StoreScheduleResults with the rest of the ranking, built only
+            # for a pod that can batch.
+            others = (
+                sorted_other_nodes(feasible, scores.totals, result.node, rng)
+                if signature is not None
+                else None
+            )
+            batch.store(signature, hint, result.node, others, cycle)
 
     if reserve_and_permit:
         _reserve_and_permit(fw, state, pod, result)

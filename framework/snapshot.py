@@ -251,6 +251,9 @@ class Snapshot:
         # Pods a ScheduleBatch assumed whose removal waits for the next delta
         # (``remove_later``), by uid.
         self._tentative: dict[str, PodInfo] = {}
+        # Per profile: its opportunistic batching state across the cycles run
+        # on this snapshot (framework/batch.py, ``batch_for``).
+        self.batches: dict[str, object] = {}
 
     def watch_pods(self, watcher: PodWatcher) -> None:
         """From now on, call ``watcher(node, pod, +1)`` whenever a pod joins

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
+from berth.framework.batch import OpportunisticBatch, batch_for
 from berth.framework.cycle_state import CycleState
 from berth.framework.model import PodInfo
 from berth.framework.runtime import Framework
@@ -53,6 +54,10 @@ def schedule(call: Call, request: pb.ScheduleRequest) -> pb.ScheduleResponse:
         explain=request.explain,
         stop_after_filter=request.stop_after_filter,
         resume=resume,
+        # Opportunistic batching needs the caller's cycle numbers to tell
+        # whether this cycle follows the profile's last one.
+        batch=batch_for(snap, fw.name) if request.cycle else None,
+        cycle=request.cycle,
     )
     return schedule_response(result, state, gen, request.explain)
 
@@ -108,6 +113,11 @@ async def schedule_batch(
         snap, gen = call.cluster(True, request.state)
         b = _Batch(fw, snap, gen, _batch_pods(request), call.deadline)
         b.start = request.start_index
+        # With the caller's cycle numbers the profile's batching state carries
+        # over between calls; without, the batch's pods batch among
+        # themselves only (their cycles are consecutive by construction).
+        b.batching = batch_for(snap, fw.name) if request.cycle else OpportunisticBatch(fw.name)
+        b.first_cycle = request.cycle or 1
         return b
 
     batch = await worker.run(begin)
@@ -143,6 +153,8 @@ class _Batch:
     # before, so the snapshot can be put back: the caller owns the truth.
     placed: list[tuple[str, cpb.Pod | None]] = field(default_factory=list)
     answered: bool = False
+    batching: OpportunisticBatch | None = None
+    first_cycle: int = 1
 
     def __post_init__(self) -> None:
         self.out.generation = self.gen
@@ -214,6 +226,8 @@ def _batch_slice(b: _Batch, request: pb.ScheduleBatchRequest, slice_seconds: flo
             start_index=b.start,
             reserve_and_permit=request.reserve_and_permit,
             rng=rng,
+            batch=b.batching,
+            cycle=b.first_cycle + i,
         )
         took = time.perf_counter() - now
         b.fastest = took if not i else min(b.fastest, took)

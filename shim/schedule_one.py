@@ -318,22 +318,28 @@ class SchedulingCycle:
         metrics.SCHEDULE_BATCH_PODS.observe(len(batch))
         try:
             start_index = self._start_index.get(profile, 0)
+            # The scheduler's cycle count (schedule_one.go's schedulingCycle
+            # numbers): the first pod's cycle, the others following.
+            cycle = self._counters.cycles + 1
             try:
                 if len(batch) == 1:
                     pod = self._as_nominated(batch[0].pod)
                     with trace.use_span(spans[0], end_on_exit=False):
                         if self._failed.attempts is not None and wants_explain(pod):
                             resp = await self._service.schedule(
-                                profile, pod, start_index, explain=True
+                                profile, pod, start_index, cycle, explain=True
                             )
                         else:
-                            resp = await self._service.schedule(profile, pod, start_index)
+                            resp = await self._service.schedule(profile, pod, start_index, cycle)
                     results = [resp]
                     self._start_index[profile] = resp.next_start_index
                 else:
                     with trace.use_span(spans[0], end_on_exit=False):
                         bresp = await self._service.schedule_batch(
-                            profile, [self._as_nominated(qp.pod) for qp in batch], start_index
+                            profile,
+                            [self._as_nominated(qp.pod) for qp in batch],
+                            start_index,
+                            cycle,
                         )
                     results = list(bresp.results)
                     self._start_index[profile] = bresp.next_start_index

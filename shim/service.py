@@ -434,11 +434,18 @@ class PluginService:
         return keys
 
     async def schedule(
-        self, profile: str, pod: cpb.Pod, start_index: int, *, explain: bool = False
+        self,
+        profile: str,
+        pod: cpb.Pod,
+        start_index: int,
+        cycle: int = 0,
+        *,
+        explain: bool = False,
     ) -> pb.ScheduleResponse:
-        """One scheduling cycle, Reserve and Permit included. ``explain``:
-        over every node, answering every node's verdict and every score
-        (for pods that asked for explanations, shim/explain.py)."""
+        """One scheduling cycle, Reserve and Permit included. ``cycle``: the
+        scheduler's cycle number (opportunistic batching). ``explain``: over
+        every node, answering every node's verdict and every score (for pods
+        that asked for explanations, shim/explain.py)."""
         self.state.commit()
         if self.stream:
             resp: pb.ScheduleResponse = await self._guard(
@@ -449,13 +456,19 @@ class PluginService:
                     start_index=start_index,
                     reserve_and_permit=True,
                     explain=explain,
+                    cycle=cycle,
                 ),
             )
         else:
             resp = await self._guard(
                 "Schedule",
                 lambda: self.client.schedule(
-                    profile, pod, start_index=start_index, reserve_and_permit=True, explain=explain
+                    profile,
+                    pod,
+                    start_index=start_index,
+                    reserve_and_permit=True,
+                    explain=explain,
+                    cycle=cycle,
                 ),
             )
         return resp
@@ -471,13 +484,13 @@ class PluginService:
         return resp
 
     async def schedule_batch(
-        self, profile: str, pods: list[cpb.Pod], start_index: int
+        self, profile: str, pods: list[cpb.Pod], start_index: int, cycle: int = 0
     ) -> pb.ScheduleBatchResponse:
         self.state.commit()
         resp: pb.ScheduleBatchResponse = await self._guard(
             "ScheduleBatch",
             lambda: self.client.schedule_batch(
-                profile, pods, start_index=start_index, reserve_and_permit=True
+                profile, pods, start_index=start_index, reserve_and_permit=True, cycle=cycle
             ),
         )
         return resp

@@ -94,6 +94,7 @@ def _schedule_request(
     explain: bool,
     reserve_and_permit: bool,
     seed: int,
+    cycle: int = 0,
 ) -> Callable[[cpb.ClusterState], pb.ScheduleRequest]:
     def build(st: cpb.ClusterState) -> pb.ScheduleRequest:
         return pb.ScheduleRequest(
@@ -104,6 +105,7 @@ def _schedule_request(
             explain=explain,
             reserve_and_permit=reserve_and_permit,
             seed=seed,
+            cycle=cycle,
         )
 
     return build
@@ -555,8 +557,13 @@ class SchedulingClient:
         explain: bool = False,
         reserve_and_permit: bool = False,
         seed: int = 0,
+        cycle: int = 0,
     ) -> pb.ScheduleResponse:
-        build = _schedule_request(profile, pod, start_index, explain, reserve_and_permit, seed)
+        """One scheduling cycle (Schedule). ``cycle``: the caller's cycle
+        number, for opportunistic batching (ScheduleRequest.cycle)."""
+        build = _schedule_request(
+            profile, pod, start_index, explain, reserve_and_permit, seed, cycle
+        )
         resp: pb.ScheduleResponse = await self.call("Schedule", build)
         return resp
 
@@ -568,9 +575,11 @@ class SchedulingClient:
         start_index: int = 0,
         reserve_and_permit: bool = False,
         seed: int = 0,
+        cycle: int = 0,
     ) -> pb.ScheduleBatchResponse:
         """Several cycles in one round trip (ScheduleBatch). The caller adds the
-        placed pods to its state afterwards, like after single cycles."""
+        placed pods to its state afterwards, like after single cycles.
+        ``cycle``: the first pod's cycle number (ScheduleBatchRequest.cycle)."""
 
         def build(st: cpb.ClusterState) -> pb.ScheduleBatchRequest:
             return pb.ScheduleBatchRequest(
@@ -580,6 +589,7 @@ class SchedulingClient:
                 start_index=start_index,
                 reserve_and_permit=reserve_and_permit,
                 seed=seed,
+                cycle=cycle,
             )
 
         resp: pb.ScheduleBatchResponse = await self.call("ScheduleBatch", build)
@@ -594,12 +604,15 @@ class SchedulingClient:
         explain: bool = False,
         reserve_and_permit: bool = False,
         seed: int = 0,
+        cycle: int = 0,
     ) -> pb.ScheduleResponse:
         """``schedule`` over the ScheduleStream RPC: one stream per endpoint,
         opened on first use and kept. A refused request raises
         RequestRefused; a broken stream is reopened, on the next endpoint when
         the replica is unavailable."""
-        build = _schedule_request(profile, pod, start_index, explain, reserve_and_permit, seed)
+        build = _schedule_request(
+            profile, pod, start_index, explain, reserve_and_permit, seed, cycle
+        )
         resp: pb.ScheduleResponse = await self._over_endpoints(
             lambda e: self._streamed_on(e, build), stream=True
         )

@@ -43,6 +43,8 @@ from berth.framework.interfaces import (
     ReservePlugin,
     ScoreArray,
     ScorePlugin,
+    SignFragment,
+    SignPlugin,
 )
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.nodeaffinity import SelectorTerm, aggregate_message, compile_node_selector
@@ -261,9 +263,16 @@ class DynamicResources(
     ScorePlugin[DynamicResourcesArgs],
     ReservePlugin[DynamicResourcesArgs],
     PreBindPlugin[DynamicResourcesArgs],
+    SignPlugin[DynamicResourcesArgs],
 ):
     name: ClassVar[str] = NAME
     Args: ClassVar[type[Any] | None] = DynamicResourcesArgs
+
+    def sign_pod(self, pod: PodInfo) -> list[SignFragment] | Status:
+        """SignPod: a pod with resource claims is not signed."""
+        if pod.proto.resource_claims:
+            return Status.unschedulable("pods with dra resource claims are not signable", NAME)
+        return []
 
     def __init__(
         self,

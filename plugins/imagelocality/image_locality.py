@@ -45,11 +45,19 @@ import numpy as np
 import numpy.typing as npt
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework import signers
 from berth.framework.cycle_state import CycleState
-from berth.framework.interfaces import MAX_NODE_SCORE, ScoreArray, ScorePlugin
+from berth.framework.interfaces import (
+    MAX_NODE_SCORE,
+    ScoreArray,
+    ScorePlugin,
+    SignFragment,
+    SignPlugin,
+)
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.shape_score import go_div
 from berth.framework.snapshot import NodeBatch, NodesMark, Snapshot
+from berth.framework.status import Status
 
 __all__ = [
     "MAX_CONTAINER_THRESHOLD",
@@ -274,13 +282,21 @@ def image_index(snapshot: Snapshot) -> ImageIndex:
 # -- the plugin ---------------------------------------------------------------------
 
 
-class ImageLocality(ScorePlugin):
+class ImageLocality(ScorePlugin, SignPlugin):
     """The ImageLocality plugin (upstream's imagelocality.ImageLocality).
     Score only; weight 1 in upstream's default profile; no args, no
     NormalizeScore."""
 
     name: ClassVar[str] = NAME
     Args: ClassVar[type[Any] | None] = None
+
+    def sign_pod(self, pod: PodInfo) -> list[SignFragment] | Status:
+        """SignPod: the pod's images, normalised, as a sorted set."""
+        names = {
+            normalized_image_name(c.image)
+            for c in (*pod.proto.containers, *pod.proto.init_containers)
+        }
+        return [(signers.IMAGE_NAMES, tuple(sorted(names)))]
 
     def score(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
         """image_locality.go, Score, for one node: the reference the batch

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, cast
 import msgspec
 import numpy as np
 
+from berth.framework import signers
 from berth.framework.cycle_state import CycleState, StateKey
 from berth.framework.events import (
     ActionType,
@@ -46,6 +47,8 @@ from berth.framework.interfaces import (
     PreScorePlugin,
     ScoreArray,
     ScorePlugin,
+    SignFragment,
+    SignPlugin,
 )
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ObjectKind
@@ -186,11 +189,28 @@ class InterPodAffinity(
     FilterPlugin[InterPodAffinityArgs],
     PreScorePlugin[InterPodAffinityArgs],
     ScorePlugin[InterPodAffinityArgs],
+    SignPlugin[InterPodAffinityArgs],
 ):
     """The InterPodAffinity plugin (upstream's interpodaffinity.InterPodAffinity)."""
 
     name: ClassVar[str] = NAME
     Args: ClassVar[type[Any] | None] = InterPodAffinityArgs
+
+    def sign_pod(self, pod: PodInfo) -> list[SignFragment] | Status:
+        """SignPod: a pod with pod affinity or anti-affinity is not signed;
+        otherwise its labels (existing pods' terms may match them) unless
+        the profile ignores existing pods' preferred terms. Berth also signs
+        the namespace: an existing pod's term selects namespaces, so two
+        pods with equal labels in different namespaces can score apart
+        (upstream signs the labels alone)."""
+        affinity = pod.proto.affinity
+        if pod.proto.HasField("affinity") and (
+            affinity.HasField("pod_affinity") or affinity.HasField("pod_anti_affinity")
+        ):
+            return Status.unschedulable("pods with InterPodAffinity are not signable", NAME)
+        if self.ignore_preferred_terms_of_existing_pods:
+            return []
+        return [(signers.LABELS, (pod.proto.namespace, signers.labels(pod.proto)))]
 
     def __init__(
         self, args: InterPodAffinityArgs | None = None, handle: Handle | None = None

@@ -22,6 +22,7 @@ import msgspec
 import numpy as np
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework import signers
 from berth.framework.cycle_state import CycleState, StateKey
 from berth.framework.events import (
     ActionType,
@@ -39,6 +40,8 @@ from berth.framework.interfaces import (
     PreScorePlugin,
     ScoreArray,
     ScorePlugin,
+    SignFragment,
+    SignPlugin,
 )
 from berth.framework.labels import IN
 from berth.framework.model import NodeInfo, PodInfo
@@ -198,11 +201,21 @@ class NodeAffinity(
     FilterPlugin[NodeAffinityArgs],
     PreScorePlugin[NodeAffinityArgs],
     ScorePlugin[NodeAffinityArgs],
+    SignPlugin[NodeAffinityArgs],
 ):
     """The NodeAffinity plugin (upstream's nodeaffinity.NodeAffinity)."""
 
     name: ClassVar[str] = NAME
     Args: ClassVar[type[Any] | None] = NodeAffinityArgs
+
+    def sign_pod(self, pod: PodInfo) -> list[SignFragment] | Status:
+        """SignPod: the pod's node affinity and nodeSelector (signers.go
+        NodeAffinitySigner); the profile's addedAffinity is the same for
+        every pod."""
+        return [
+            (signers.NODE_AFFINITY, signers.node_affinity(pod.proto)),
+            (signers.NODE_SELECTOR, signers.node_selector(pod.proto)),
+        ]
 
     def __init__(self, args: NodeAffinityArgs | None = None, handle: Handle | None = None) -> None:
         affinity_args = NodeAffinityArgs() if args is None else args

@@ -35,6 +35,7 @@ import msgspec
 import numpy as np
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework import signers
 from berth.framework.cycle_state import CycleState, StateKey
 from berth.framework.events import (
     ActionType,
@@ -48,6 +49,8 @@ from berth.framework.interfaces import (
     NodeVerdicts,
     PreFilterPlugin,
     PreFilterResult,
+    SignFragment,
+    SignPlugin,
 )
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.snapshot import NodeBatch
@@ -118,8 +121,12 @@ def _declares(node: pb.Node, required: tuple[str, ...]) -> bool:
     return all(f in declared for f in required)
 
 
-class NodeDeclaredFeatures(PreFilterPlugin, FilterPlugin):
+class NodeDeclaredFeatures(PreFilterPlugin, FilterPlugin, SignPlugin):
     name: ClassVar[str] = NAME
+
+    def sign_pod(self, pod: PodInfo) -> list[SignFragment] | Status:
+        """SignPod: the node features the pod requires."""
+        return [(signers.FEATURES, required_features(pod.proto))]
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         """nodedeclaredfeatures.go, EventsToRegister (the feature on, as in

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from berth.framework import signers
 from berth.framework.cycle_state import CycleState
 from berth.framework.events import (
     ActionType,
@@ -15,7 +16,7 @@ from berth.framework.events import (
     ClusterEventWithHint,
     EventResource,
 )
-from berth.framework.interfaces import FilterPlugin, NodeVerdicts
+from berth.framework.interfaces import FilterPlugin, NodeVerdicts, SignFragment, SignPlugin
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.snapshot import NodeBatch
 from berth.framework.status import SUCCESS, Status
@@ -34,8 +35,12 @@ def fits(pod: PodInfo, node: NodeInfo) -> bool:
     return not pod.node_name or pod.node_name == node.name
 
 
-class NodeName(FilterPlugin):
+class NodeName(FilterPlugin, SignPlugin):
     name: ClassVar[str] = "NodeName"
+
+    def sign_pod(self, pod: PodInfo) -> list[SignFragment] | Status:
+        """SignPod: spec.nodeName."""
+        return [(signers.NODE_NAME, pod.proto.node_name)]
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         """node_name.go, EventsToRegister (queueing hints on): a node added,

@@ -31,6 +31,7 @@ import msgspec
 import numpy as np
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework import signers
 from berth.framework.cycle_state import CycleState, StateKey
 from berth.framework.events import (
     ActionType,
@@ -44,6 +45,8 @@ from berth.framework.interfaces import (
     NodeVerdicts,
     PreFilterPlugin,
     PreFilterResult,
+    SignFragment,
+    SignPlugin,
 )
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.snapshot import NodeBatch, Snapshot
@@ -263,10 +266,14 @@ def _missing_pre_filter() -> Status:
     return Status.error(f'reading "{PRE_FILTER_STATE_KEY.name}" from cycleState: not found')
 
 
-class NodePorts(PreFilterPlugin, FilterPlugin):
+class NodePorts(PreFilterPlugin, FilterPlugin, SignPlugin):
     """The NodePorts plugin (upstream's nodeports.NodePorts)."""
 
     name: ClassVar[str] = NAME
+
+    def sign_pod(self, pod: PodInfo) -> list[SignFragment] | Status:
+        """SignPod: the pod's host ports (signers.go HostPortsSigner)."""
+        return [(signers.HOST_PORTS, signers.host_ports(pod.proto))]
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         """node_ports.go, EventsToRegister (queueing hints on): a pod deleted

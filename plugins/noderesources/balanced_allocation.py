@@ -47,12 +47,20 @@ import numpy as np
 import numpy.typing as npt
 
 from berth.framework.cycle_state import CycleState, StateKey
-from berth.framework.interfaces import MAX_NODE_SCORE, PreScorePlugin, ScoreArray, ScorePlugin
+from berth.framework.interfaces import (
+    MAX_NODE_SCORE,
+    PreScorePlugin,
+    ScoreArray,
+    ScorePlugin,
+    SignFragment,
+    SignPlugin,
+)
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.shape_score import go_div
 from berth.framework.snapshot import NodeBatch
 from berth.framework.status import SUCCESS, Status
 from berth.plugins.noderesources.args import NodeResourcesBalancedAllocationArgs
+from berth.plugins.noderesources.fit import sign_requests
 from berth.plugins.noderesources.resource_allocation import (
     IntArray,
     ResourceAllocationScorer,
@@ -333,6 +341,7 @@ def balanced_score_functions() -> ScoreFunctions:
 class BalancedAllocation(
     PreScorePlugin[NodeResourcesBalancedAllocationArgs],
     ScorePlugin[NodeResourcesBalancedAllocationArgs],
+    SignPlugin[NodeResourcesBalancedAllocationArgs],
 ):
     """The NodeResourcesBalancedAllocation plugin (upstream's
     noderesources.BalancedAllocation). Weight 1 in upstream's default
@@ -340,6 +349,11 @@ class BalancedAllocation(
 
     name: ClassVar[str] = NAME
     Args: ClassVar[type[Any] | None] = NodeResourcesBalancedAllocationArgs
+
+    def sign_pod(self, pod: PodInfo) -> list[SignFragment] | Status:
+        """SignPod: the pod's requests and overheads; not signed when DRA
+        backs one of its extended resources."""
+        return sign_requests(self, pod)
 
     def __init__(
         self,

@@ -44,6 +44,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from berth.framework import signers
 from berth.framework.cycle_state import CycleState, StateKey
 from berth.framework.deviceclasses import (
     DEVICE_CLASS_PREFIX,
@@ -60,11 +61,14 @@ from berth.framework.events import (
 from berth.framework.interfaces import (
     FilterPlugin,
     NodeVerdicts,
+    Plugin,
     PreFilterPlugin,
     PreFilterResult,
     PreScorePlugin,
     ScoreArray,
     ScorePlugin,
+    SignFragment,
+    SignPlugin,
 )
 from berth.framework.model import CALCULATE_RESOURCE_OPTIONS, NodeInfo, PodInfo, pod_request_list
 from berth.framework.objects import ClusterObject, ObjectKind
@@ -163,6 +167,35 @@ def compute_pod_resource_request(pod: PodInfo) -> PreFilterState:
     (the pod has not been scheduled, so no resize applies)."""
     r = pod.spec_requests
     return PreFilterState(r.milli_cpu, r.memory, r.ephemeral_storage, dict(r.scalar))
+
+
+def dra_backed_resources(plugin: Plugin[Any], scalar: dict[str, int]) -> frozenset[str]:
+    """The requested resources some DeviceClass backs (fit.go
+    shouldDelegateResourceToDRA over the pod's scalar requests)."""
+    if not scalar or not plugin.has_handle:
+        # Built without a framework (tests of Filter alone): no classes.
+        return frozenset()
+    kind = DEVICE_CLASSES
+    resolver = DeviceClassResolver.of(plugin.handle.snapshot.objects(kind.group, kind.resource))
+    if not resolver:
+        return frozenset()
+    return frozenset(n for n, q in scalar.items() if q != 0 and resolver.get(n) is not None)
+
+
+def sign_requests(plugin: Plugin[Any], pod: PodInfo) -> list[SignFragment] | Status:
+    """fit.go and balanced_allocation.go SignPod: the pod's requests and
+    overheads, or no signature when DRA backs one of its extended resources.
+    Berth also signs the requests with upstream's defaults for containers
+    that request nothing (scoring counts those), so two pods with equal sums
+    but different containers are not taken for one another."""
+    r = pod.spec_requests
+    if dra_backed_resources(plugin, r.scalar):
+        return Status.unschedulable(
+            "signature disabled when dra extended resources are used in the cluster", plugin.name
+        )
+    scalar = tuple(sorted((name, q) for name, q in r.scalar.items() if q))
+    value = (r.milli_cpu, r.memory, r.ephemeral_storage, scalar, pod.non_zero_requests)
+    return [(signers.RESOURCES, value)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,11 +382,17 @@ class Fit(
     FilterPlugin[NodeResourcesFitArgs],
     PreScorePlugin[NodeResourcesFitArgs],
     ScorePlugin[NodeResourcesFitArgs],
+    SignPlugin[NodeResourcesFitArgs],
 ):
     """The NodeResourcesFit plugin (upstream's noderesources.Fit)."""
 
     name: ClassVar[str] = NAME
     Args: ClassVar[type[Any] | None] = NodeResourcesFitArgs
+
+    def sign_pod(self, pod: PodInfo) -> list[SignFragment] | Status:
+        """SignPod: the pod's requests and overheads; not signed when DRA
+        backs one of its extended resources."""
+        return sign_requests(self, pod)
 
     def __init__(
         self, args: NodeResourcesFitArgs | None = None, handle: Handle | None = None
@@ -429,15 +468,7 @@ class Fit(
         return (DEVICE_CLASSES,)
 
     def _dra_backed(self, scalar: dict[str, int]) -> frozenset[str]:
-        """The requested resources some DeviceClass backs."""
-        if not scalar or self._handle is None:
-            # Built without a framework (tests of Filter alone): no classes.
-            return frozenset()
-        kind = DEVICE_CLASSES
-        resolver = DeviceClassResolver.of(self.handle.snapshot.objects(kind.group, kind.resource))
-        if not resolver:
-            return frozenset()
-        return frozenset(n for n, q in scalar.items() if q != 0 and resolver.get(n) is not None)
+        return dra_backed_resources(self, scalar)
 
     def pre_filter(
         self, state: CycleState, pod: PodInfo, nodes: NodeBatch

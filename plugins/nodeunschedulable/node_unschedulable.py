@@ -13,6 +13,7 @@ from typing import ClassVar
 import numpy as np
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework import signers
 from berth.framework.cycle_state import CycleState
 from berth.framework.events import (
     ActionType,
@@ -21,7 +22,7 @@ from berth.framework.events import (
     EventResource,
     QueueingHint,
 )
-from berth.framework.interfaces import FilterPlugin, NodeVerdicts
+from berth.framework.interfaces import FilterPlugin, NodeVerdicts, SignFragment, SignPlugin
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.snapshot import NodeBatch
 from berth.framework.status import SUCCESS, Status
@@ -45,8 +46,12 @@ def tolerates_unschedulable(pod: PodInfo) -> bool:
     return tolerations_tolerate_taint(pod.proto.tolerations, _UNSCHEDULABLE_TAINT)
 
 
-class NodeUnschedulable(FilterPlugin):
+class NodeUnschedulable(FilterPlugin, SignPlugin):
     name: ClassVar[str] = "NodeUnschedulable"
+
+    def sign_pod(self, pod: PodInfo) -> list[SignFragment] | Status:
+        """SignPod: the pod's tolerations (signers.go TolerationsSigner)."""
+        return [(signers.TOLERATIONS, signers.tolerations(pod.proto))]
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         """node_unschedulable.go, EventsToRegister (queueing hints on): a

@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework import signers
 from berth.framework.csi_translation import (
     TranslationError,
     inline_plugin,
@@ -63,6 +64,8 @@ from berth.framework.interfaces import (
     NodeVerdicts,
     PreFilterPlugin,
     PreFilterResult,
+    SignFragment,
+    SignPlugin,
 )
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ClusterObject, ObjectKind
@@ -159,10 +162,14 @@ class _Call:
         return self._attachments.get(node_name, [])
 
 
-class CSILimits(PreFilterPlugin, FilterPlugin):
+class CSILimits(PreFilterPlugin, FilterPlugin, SignPlugin):
     """The NodeVolumeLimits plugin (upstream's nodevolumelimits.CSILimits)."""
 
     name: ClassVar[str] = NAME
+
+    def sign_pod(self, pod: PodInfo) -> list[SignFragment] | Status:
+        """SignPod: the volumes the pod mounts (signers.go VolumesSigner)."""
+        return [(signers.VOLUMES, signers.volumes(pod.proto))]
 
     def __init__(self, args: Any = None, handle: Handle | None = None) -> None:
         super().__init__(args, handle)

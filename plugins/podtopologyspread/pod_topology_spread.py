@@ -60,6 +60,8 @@ from berth.framework.interfaces import (
     PreScorePlugin,
     ScoreArray,
     ScorePlugin,
+    SignFragment,
+    SignPlugin,
 )
 from berth.framework.labels import SelectorError
 from berth.framework.model import NodeInfo, PodInfo
@@ -255,11 +257,28 @@ class PodTopologySpread(
     FilterPlugin[PodTopologySpreadArgs],
     PreScorePlugin[PodTopologySpreadArgs],
     ScorePlugin[PodTopologySpreadArgs],
+    SignPlugin[PodTopologySpreadArgs],
 ):
     """The PodTopologySpread plugin (upstream's podtopologyspread.PodTopologySpread)."""
 
     name: ClassVar[str] = NAME
     Args: ClassVar[type[Any] | None] = PodTopologySpreadArgs
+
+    def sign_pod(self, pod: PodInfo) -> list[SignFragment] | Status:
+        """SignPod: a pod with topology spread constraints is not signed,
+        nor is any pod while the profile has default constraints."""
+        if pod.proto.topology_spread_constraints:
+            return Status.unschedulable("pods with topology constraints are not signable", NAME)
+        if self.default_constraints:
+            return Status.unschedulable(
+                "pods with default topology constraints are not signable", NAME
+            )
+        return []
+
+    def signs_any_pod(self) -> bool:
+        """Default constraints (the system's, in the default profile) leave
+        no pod signable."""
+        return not self.default_constraints
 
     def __init__(
         self, args: PodTopologySpreadArgs | None = None, handle: Handle | None = None

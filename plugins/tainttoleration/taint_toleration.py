@@ -23,6 +23,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from berth.framework import signers
 from berth.framework.cycle_state import CycleState, StateError, StateKey
 from berth.framework.events import (
     ActionType,
@@ -38,6 +39,8 @@ from berth.framework.interfaces import (
     PreScorePlugin,
     ScoreArray,
     ScorePlugin,
+    SignFragment,
+    SignPlugin,
 )
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.normalize import default_normalize_score
@@ -228,8 +231,12 @@ def _read_pre_score_state(state: CycleState) -> PreScoreState:
         ) from exc
 
 
-class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin):
+class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin, SignPlugin):
     name: ClassVar[str] = NAME
+
+    def sign_pod(self, pod: PodInfo) -> list[SignFragment] | Status:
+        """SignPod: the pod's tolerations (signers.go TolerationsSigner)."""
+        return [(signers.TOLERATIONS, signers.tolerations(pod.proto))]
 
     # -- EnqueueExtensions ----------------------------------------------------
 

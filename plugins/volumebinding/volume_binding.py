@@ -71,6 +71,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 import msgspec
 import numpy as np
 
+from berth.framework import signers
 from berth.framework.cycle_state import CycleState, StateKey
 from berth.framework.events import (
     ActionType,
@@ -90,6 +91,8 @@ from berth.framework.interfaces import (
     ReservePlugin,
     ScoreArray,
     ScorePlugin,
+    SignFragment,
+    SignPlugin,
 )
 from berth.framework.model import PodInfo
 from berth.framework.objects import ClusterObject, ObjectKind
@@ -196,9 +199,14 @@ class VolumeBinding(
     ScorePlugin[VolumeBindingArgs],
     ReservePlugin[VolumeBindingArgs],
     PreBindPlugin[VolumeBindingArgs],
+    SignPlugin[VolumeBindingArgs],
 ):
     name: ClassVar[str] = NAME
     Args: ClassVar[type[Any] | None] = VolumeBindingArgs
+
+    def sign_pod(self, pod: PodInfo) -> list[SignFragment] | Status:
+        """SignPod: the volumes the pod mounts (signers.go VolumesSigner)."""
+        return [(signers.VOLUMES, signers.volumes(pod.proto))]
 
     def __init__(
         self,

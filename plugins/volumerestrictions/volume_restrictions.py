@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Final
 import msgspec
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework import signers
 from berth.framework.cycle_state import CycleState, StateKey
 from berth.framework.events import (
     ActionType,
@@ -43,6 +44,8 @@ from berth.framework.interfaces import (
     NodeVerdicts,
     PreFilterPlugin,
     PreFilterResult,
+    SignFragment,
+    SignPlugin,
 )
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ClusterObject, ObjectKind
@@ -251,11 +254,15 @@ def _claims_used_by_pods(snapshot: Snapshot, keys: set[tuple[str, str]]) -> int:
     return len(found)
 
 
-class VolumeRestrictions(PreFilterPlugin, FilterPlugin):
+class VolumeRestrictions(PreFilterPlugin, FilterPlugin, SignPlugin):
     """The VolumeRestrictions plugin (upstream's
     volumerestrictions.VolumeRestrictions)."""
 
     name: ClassVar[str] = NAME
+
+    def sign_pod(self, pod: PodInfo) -> list[SignFragment] | Status:
+        """SignPod: the volumes the pod mounts (signers.go VolumesSigner)."""
+        return [(signers.VOLUMES, signers.volumes(pod.proto))]
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         """volume_restrictions.go, EventsToRegister (queueing hints on)."""

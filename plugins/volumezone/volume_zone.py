@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Final
 
 import msgspec
 
+from berth.framework import signers
 from berth.framework.cycle_state import CycleState, StateKey
 from berth.framework.events import (
     ActionType,
@@ -43,6 +44,8 @@ from berth.framework.interfaces import (
     NodeVerdicts,
     PreFilterPlugin,
     PreFilterResult,
+    SignFragment,
+    SignPlugin,
 )
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ClusterObject, ObjectKind
@@ -155,10 +158,14 @@ def pv_topologies(pv: ClusterObject) -> list[PVTopology]:
     return out
 
 
-class VolumeZone(PreFilterPlugin, FilterPlugin):
+class VolumeZone(PreFilterPlugin, FilterPlugin, SignPlugin):
     """The VolumeZone plugin (upstream's volumezone.VolumeZone)."""
 
     name: ClassVar[str] = NAME
+
+    def sign_pod(self, pod: PodInfo) -> list[SignFragment] | Status:
+        """SignPod: the volumes the pod mounts (signers.go VolumesSigner)."""
+        return [(signers.VOLUMES, signers.volumes(pod.proto))]
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         """volume_zone.go, EventsToRegister (queueing hints on)."""

@@ -2119,6 +2119,7 @@ class ScheduleRequest(_message.Message):
     TIMEOUT_MILLIS_FIELD_NUMBER: _builtins.int
     STOP_AFTER_FILTER_FIELD_NUMBER: _builtins.int
     RESUME_FIELD_NUMBER: _builtins.int
+    CYCLE_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
     """The profile's schedulerName; required."""
     start_index: _builtins.int
@@ -2154,6 +2155,14 @@ class ScheduleRequest(_message.Message):
     extenders filter. A cycle no node passes ends as without this flag
     (PostFilter, FitError). Ignored with `resume` and `explain`.
     """
+    cycle: _builtins.int
+    """The caller's number for this scheduling cycle, counted over all its
+    profiles (upstream's scheduling cycle count), 0 when it keeps none. A pod
+    whose cycle directly follows the last cycle of the same profile on this
+    replica, with the same signature, may be placed on the next node of that
+    cycle's ranking without evaluating the others (upstream's
+    OpportunisticBatching, framework/batch.py).
+    """
     @_builtins.property
     def state(self) -> _cluster_pb2.ClusterState:
         """The cluster state the cycle reads; required."""
@@ -2183,10 +2192,11 @@ class ScheduleRequest(_message.Message):
         timeout_millis: _builtins.int = ...,
         stop_after_filter: _builtins.bool = ...,
         resume: Global___ScheduleResume | None = ...,
+        cycle: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod", "resume", b"resume", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["explain", b"explain", "pod", b"pod", "profile", b"profile", "reserve_and_permit", b"reserve_and_permit", "resume", b"resume", "seed", b"seed", "start_index", b"start_index", "state", b"state", "stop_after_filter", b"stop_after_filter", "timeout_millis", b"timeout_millis"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "explain", b"explain", "pod", b"pod", "profile", b"profile", "reserve_and_permit", b"reserve_and_permit", "resume", b"resume", "seed", b"seed", "start_index", b"start_index", "state", b"state", "stop_after_filter", b"stop_after_filter", "timeout_millis", b"timeout_millis"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2448,6 +2458,7 @@ class ScheduleBatchRequest(_message.Message):
     START_INDEX_FIELD_NUMBER: _builtins.int
     RESERVE_AND_PERMIT_FIELD_NUMBER: _builtins.int
     SEED_FIELD_NUMBER: _builtins.int
+    CYCLE_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
     """The profile's schedulerName; required."""
     start_index: _builtins.int
@@ -2458,6 +2469,10 @@ class ScheduleBatchRequest(_message.Message):
     """Also run Reserve and Permit on each chosen node."""
     seed: _builtins.int
     """Pod i's tie-break is seeded with seed + i (0: unseeded)."""
+    cycle: _builtins.int
+    """The first pod's scheduling cycle number (ScheduleRequest.cycle); pod i's
+    is cycle + i. With 0, only the batch's own pods batch with each other.
+    """
     @_builtins.property
     def state(self) -> _cluster_pb2.ClusterState:
         """The cluster state the cycles read; required."""
@@ -2477,10 +2492,11 @@ class ScheduleBatchRequest(_message.Message):
         start_index: _builtins.int = ...,
         reserve_and_permit: _builtins.bool = ...,
         seed: _builtins.int = ...,
+        cycle: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["pods", b"pods", "profile", b"profile", "reserve_and_permit", b"reserve_and_permit", "seed", b"seed", "start_index", b"start_index", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "pods", b"pods", "profile", b"profile", "reserve_and_permit", b"reserve_and_permit", "seed", b"seed", "start_index", b"start_index", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

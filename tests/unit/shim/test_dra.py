@@ -74,11 +74,13 @@ class PlaceEverywhere:
             pre_bind_skip=not pod.name.startswith("unbindable"),
         )
 
-    async def schedule(self, profile: str, pod: cpb.Pod, start: int) -> pb.ScheduleResponse:
+    async def schedule(
+        self, profile: str, pod: cpb.Pod, start: int, cycle: int = 0
+    ) -> pb.ScheduleResponse:
         return self._placed(pod)
 
     async def schedule_batch(
-        self, profile: str, pods: Sequence[cpb.Pod], start: int
+        self, profile: str, pods: Sequence[cpb.Pod], start: int, cycle: int = 0
     ) -> pb.ScheduleBatchResponse:
         return pb.ScheduleBatchResponse(results=[self._placed(p) for p in pods])
 

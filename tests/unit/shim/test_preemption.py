@@ -58,7 +58,9 @@ class FakeService:
         self.calls: list[tuple[str, str]] = []
         self.scheduled: list[cpb.Pod] = []
 
-    async def schedule(self, profile: str, pod: cpb.Pod, start_index: int) -> pb.ScheduleResponse:
+    async def schedule(
+        self, profile: str, pod: cpb.Pod, start_index: int, cycle: int = 0
+    ) -> pb.ScheduleResponse:
         self.scheduled.append(pod)
         return no_fit()
 

@@ -3613,7 +3613,14 @@ type ScheduleRequest struct {
 	// `resume.nodes`, adds `resume.extra_scores`, picks the host and runs
 	// Reserve and Permit when asked, as a cycle that never stopped. PreFilter
 	// and Filter do not run again; `pod` must be the same pod.
-	Resume        *ScheduleResume `protobuf:"bytes,10,opt,name=resume,proto3" json:"resume,omitempty"`
+	Resume *ScheduleResume `protobuf:"bytes,10,opt,name=resume,proto3" json:"resume,omitempty"`
+	// The caller's number for this scheduling cycle, counted over all its
+	// profiles (upstream's scheduling cycle count), 0 when it keeps none. A pod
+	// whose cycle directly follows the last cycle of the same profile on this
+	// replica, with the same signature, may be placed on the next node of that
+	// cycle's ranking without evaluating the others (upstream's
+	// OpportunisticBatching, framework/batch.py).
+	Cycle         uint64 `protobuf:"varint,11,opt,name=cycle,proto3" json:"cycle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3716,6 +3723,13 @@ func (x *ScheduleRequest) GetResume() *ScheduleResume {
 		return x.Resume
 	}
 	return nil
+}
+
+func (x *ScheduleRequest) GetCycle() uint64 {
+	if x != nil {
+		return x.Cycle
+	}
+	return 0
 }
 
 // The rest of a cycle that stopped after Filter (ScheduleRequest.resume).
@@ -4005,7 +4019,10 @@ type ScheduleBatchRequest struct {
 	// Also run Reserve and Permit on each chosen node.
 	ReserveAndPermit bool `protobuf:"varint,5,opt,name=reserve_and_permit,json=reserveAndPermit,proto3" json:"reserve_and_permit,omitempty"`
 	// Pod i's tie-break is seeded with seed + i (0: unseeded).
-	Seed          uint64 `protobuf:"varint,6,opt,name=seed,proto3" json:"seed,omitempty"`
+	Seed uint64 `protobuf:"varint,6,opt,name=seed,proto3" json:"seed,omitempty"`
+	// The first pod's scheduling cycle number (ScheduleRequest.cycle); pod i's
+	// is cycle + i. With 0, only the batch's own pods batch with each other.
+	Cycle         uint64 `protobuf:"varint,7,opt,name=cycle,proto3" json:"cycle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4078,6 +4095,13 @@ func (x *ScheduleBatchRequest) GetReserveAndPermit() bool {
 func (x *ScheduleBatchRequest) GetSeed() uint64 {
 	if x != nil {
 		return x.Seed
+	}
+	return 0
+}
+
+func (x *ScheduleBatchRequest) GetCycle() uint64 {
+	if x != nil {
+		return x.Cycle
 	}
 	return 0
 }
@@ -4793,7 +4817,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x05 \x01(\x03R\n" +
-	"generation\"\xfc\x02\n" +
+	"generation\"\x92\x03\n" +
 	"\x0fScheduleRequest\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12,\n" +
 	"\x05state\x18\x02 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\x12\x1f\n" +
@@ -4806,7 +4830,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x0etimeout_millis\x18\b \x01(\x03R\rtimeoutMillis\x12*\n" +
 	"\x11stop_after_filter\x18\t \x01(\bR\x0fstopAfterFilter\x120\n" +
 	"\x06resume\x18\n" +
-	" \x01(\v2\x18.berth.v1.ScheduleResumeR\x06resume\"\x89\x02\n" +
+	" \x01(\v2\x18.berth.v1.ScheduleResumeR\x06resume\x12\x14\n" +
+	"\x05cycle\x18\v \x01(\x04R\x05cycle\"\x89\x02\n" +
 	"\x0eScheduleResume\x12*\n" +
 	"\x05cycle\x18\x01 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x12\x14\n" +
 	"\x05nodes\x18\x02 \x03(\tR\x05nodes\x12L\n" +
@@ -4839,7 +4864,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12'\n" +
 	"\x0fpending_plugins\x18\x05 \x03(\tR\x0ependingPlugins\x125\n" +
 	"\rabsent_status\x18\x06 \x01(\v2\x10.berth.v1.StatusR\fabsentStatus\x12\"\n" +
-	"\rnum_all_nodes\x18\a \x01(\x05R\vnumAllNodes\"\xe4\x01\n" +
+	"\rnum_all_nodes\x18\a \x01(\x05R\vnumAllNodes\"\xfa\x01\n" +
 	"\x14ScheduleBatchRequest\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12,\n" +
 	"\x05state\x18\x02 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\x12!\n" +
@@ -4847,7 +4872,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\vstart_index\x18\x04 \x01(\x05R\n" +
 	"startIndex\x12,\n" +
 	"\x12reserve_and_permit\x18\x05 \x01(\bR\x10reserveAndPermit\x12\x12\n" +
-	"\x04seed\x18\x06 \x01(\x04R\x04seed\"\x97\x01\n" +
+	"\x04seed\x18\x06 \x01(\x04R\x04seed\x12\x14\n" +
+	"\x05cycle\x18\a \x01(\x04R\x05cycle\"\x97\x01\n" +
 	"\x15ScheduleBatchResponse\x124\n" +
 	"\aresults\x18\x01 \x03(\v2\x1a.berth.v1.ScheduleResponseR\aresults\x12(\n" +
 	"\x10next_start_index\x18\x02 \x01(\x05R\x0enextStartIndex\x12\x1e\n" +
