@@ -487,11 +487,10 @@ class Simulation:
                 self._put_pod_object(k, self.pods[k], "")
             else:
                 self._evicted.append(f"{v.namespace}/{v.name}")
-                for key in list(self.state.objects):
-                    if key == ("", "pods", v.namespace, v.name):
-                        self.state.delete_object(
-                            cpb.ObjectRef(resource="pods", namespace=v.namespace, name=v.name)
-                        )
+                # Gone from the kinds that read pods too (a no-op when none does).
+                self.state.delete_object(
+                    cpb.ObjectRef(resource="pods", namespace=v.namespace, name=v.name)
+                )
         nominated = cpb.Pod()
         nominated.CopyFrom(pod)
         nominated.nominated_node_name = pf.nominated_node_name

@@ -635,3 +635,17 @@ def test_the_documented_example_compares_the_two_policies(
     assert "Placements: 1 of 4 pods differ; pending: A 1, B 1" in out
     assert "  shop/checkout  node-a   node-e   <- differs" in out
     assert "  node-e  76% | 89%  25% | 32%   1 | 2" in out
+
+
+def test_a_later_pod_of_higher_priority_preempts_an_earlier_one(wi: WhatIf) -> None:
+    cluster = wi.write("cluster.yaml", node("n1", cpu="2"))
+    pods = wi.write("pods.yaml", pod("low", "1500m"), pod("high", "1", priority=1000))
+    code, doc, _ = wi.run("--cluster", cluster, "--pods", pods, "--passes", "1")
+    assert code == 1
+    low, high = doc["configs"][0]["pods"]
+    assert (high["status"], high["node"], high["victims"]) == ("placed", "n1", ["default/low"])
+    assert (low["status"], low["node"]) == ("preempted", None)
+    assert low["reason"] == "preempted by default/high on n1"
+    assert doc["configs"][0]["evicted"] == []
+    (n1,) = doc["configs"][0]["nodes"]
+    assert n1["cpu"]["requested"] == 1000
