@@ -2,8 +2,11 @@
 
 Metric names and labels are kube-scheduler's (pkg/scheduler/metrics/
 metrics.go): ``scheduler_framework_extension_point_duration_seconds`` with
-extension_point/status/profile, and ``scheduler_plugin_execution_duration_seconds``
-with plugin/extension_point/status. Spans: one per extension point, a child
+extension_point/status/profile, ``scheduler_plugin_execution_duration_seconds``
+with plugin/extension_point/status (sampled: 10% of cycles, as upstream),
+``scheduler_plugin_evaluation_total`` with plugin/extension_point/profile, and
+``scheduler_scheduling_algorithm_duration_seconds``. They are exported by the
+process that runs the plugins: ``berth serve``, or the shim in-process. Spans: one per extension point, a child
 per plugin, under whatever span is current (the server's RPC span).
 """
 
@@ -57,6 +60,25 @@ BATCH_CACHE_FLUSHED = Counter(
     ["profile", "reason"],
 )
 
+# metrics.go: PluginEvaluationTotal, counted on every cycle (not sampled)
+# by the instrumented plugins (framework/runtime/instrumented_plugins.go):
+# once per PreFilter and PreScore call, once per node a Filter or Score
+# plugin is run on.
+PLUGIN_EVALUATION_TOTAL = Counter(
+    "scheduler_plugin_evaluation_total",
+    "Number of attempts to schedule pods by each plugin and the extension point (available "
+    "only in PreFilter, Filter, PreScore, and Score).",
+    ["plugin", "extension_point", "profile"],
+)
+# metrics.go: SchedulingAlgorithmLatency, ExponentialBuckets(0.001, 2, 15):
+# SchedulePod and PostFilter, before Reserve (schedule_one.go
+# schedulingAlgorithm).
+SCHEDULING_ALGORITHM_DURATION = Histogram(
+    "scheduler_scheduling_algorithm_duration_seconds",
+    "Scheduling algorithm latency in seconds",
+    buckets=_exponential(0.001, 2, 15),
+)
+
 _tracer = trace.get_tracer("berth.plugins")
 
 
@@ -82,6 +104,24 @@ def observe_extension_point(point: str, profile: str, code: Code, seconds: float
         child = FRAMEWORK_EXTENSION_POINT_DURATION.labels(point, CODE_LABEL[code], profile)
         _point_children[key] = child
     child.observe(seconds)
+
+
+_evaluation_children: dict[tuple[str, str, str], Any] = {}
+
+
+def evaluation_counter(plugin: str, point: str, profile: str) -> Any:
+    """The scheduler_plugin_evaluation_total child of one plugin at one
+    extension point of one profile, made once (setInstrumentedPlugins)."""
+    key = (plugin, point, profile)
+    child = _evaluation_children.get(key)
+    if child is None:
+        child = PLUGIN_EVALUATION_TOTAL.labels(plugin, point, profile)
+        _evaluation_children[key] = child
+    return child
+
+
+def observe_algorithm(seconds: float) -> None:
+    SCHEDULING_ALGORITHM_DURATION.observe(seconds)
 
 
 def tracing_active() -> bool:

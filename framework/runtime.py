@@ -251,6 +251,18 @@ class Framework:
                     f"profile {self.name}: score plugin {go_quote(ref.name)} has weight < 0"
                 )
             self.score_weights[ref.name] = ref.weight or 1
+        # scheduler_plugin_evaluation_total's children for the four points
+        # upstream instruments (framework.go setInstrumentedPlugins), by
+        # plugin name, made once.
+        self.evaluations: dict[str, dict[str, Any]] = {
+            point: {p.name: observe.evaluation_counter(p.name, point, self.name) for p in plugins}
+            for point, plugins in (
+                ("PreFilter", self.pre_filter),
+                ("Filter", self.filter),
+                ("PreScore", self.pre_score),
+                ("Score", self.score),
+            )
+        }
         self.reads = self._collect_reads()
         # What its plugins declare they write beyond the pod being scheduled
         # (Plugin.writes): the only kinds a caller performs writes to.
@@ -479,7 +491,9 @@ class Framework:
         result: PreFilterResult | None = None
         with_nodes: set[str] = set()
         rejection: Status | None = None
+        evaluated = self.evaluations["PreFilter"]
         for pl in self.pre_filter:
+            evaluated[pl.name].inc()
             with self._plugin("PreFilter", pl) as box:
                 r, st = pl.pre_filter(state, pod, nodes)
                 box.append(st)
@@ -599,9 +613,11 @@ class Framework:
         """framework.go, RunFilterPlugins on one node: the first non-success
         stops, with the plugin set; one that is not a rejection is an
         Error."""
+        evaluated = self.evaluations["Filter"]
         for pl in self.filter:
             if pl.name in state.skip_filter_plugins:
                 continue
+            evaluated[pl.name].inc()
             try:
                 with self._plugin("Filter", pl) as box:
                     st = _filter_one(pl, state, pod, node)
@@ -667,9 +683,13 @@ class Framework:
         statuses: list[Status] = []
         remaining = np.arange(n, dtype=np.int64)
         first_error = -1
+        evaluated = self.evaluations["Filter"]
         for pl in self.filter:
             if pl.name in state.skip_filter_plugins or remaining.size == 0:
                 continue
+            # One evaluation per node the plugin is run on, as upstream's
+            # per-node Filter calls count.
+            evaluated[pl.name].inc(remaining.size)
             try:
                 with self._plugin("Filter", pl) as box:
                     verdicts = pl.filter_nodes(state, pod, nodes.take(remaining))
@@ -758,7 +778,9 @@ class Framework:
         skip: set[str] = set()
         try:
             with self.extension_point("PreScore") as ep:
+                evaluated = self.evaluations["PreScore"]
                 for pl in self.pre_score:
+                    evaluated[pl.name].inc()
                     with self._plugin("PreScore", pl) as box:
                         st = pl.pre_score(state, pod, nodes)
                         box.append(st)
@@ -780,9 +802,11 @@ class Framework:
     ) -> dict[str, ScoreArray]:
         """Phase 1 of framework.go RunScorePlugins: each plugin's raw scores."""
         raw: dict[str, ScoreArray] = {}
+        evaluated = self.evaluations["Score"]
         for pl in self.score:
             if pl.name in state.skip_score_plugins:
                 continue
+            evaluated[pl.name].inc(len(nodes))
             with self._plugin("Score", pl) as box:
                 scores = np.asarray(pl.score_nodes(state, pod, nodes), dtype=np.int64)
                 box.append(SUCCESS)

@@ -36,12 +36,14 @@ from __future__ import annotations
 import enum
 import logging
 import random
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from berth.framework import observe
 from berth.framework.batch import OpportunisticBatch, Signature, sign_pod, sorted_other_nodes
 from berth.framework.cycle_state import CycleState
 from berth.framework.interfaces import ScoreArray
@@ -231,6 +233,9 @@ def schedule_pod(
     fw.handle.bind_snapshot(snapshot)
     # A new sample for the metrics; the request's deadline stays.
     fw.begin_request(fw.deadline)
+    # With the caller's extenders the algorithm runs as two calls with the
+    # extenders between them, neither of which sees it whole: not observed.
+    timer = _AlgorithmTimer(enabled=resume is None and not stop_after_filter)
     try:
         if resume is not None:
             return _resume(fw, snapshot, state, pod, start_index, reserve_and_permit, rng, resume)
@@ -246,6 +251,7 @@ def schedule_pod(
             stop_after_filter and not explain,
             batch,
             cycle,
+            timer,
         )
         if batch is not None and not result.status.is_success:
             batch.failed(cycle)
@@ -260,7 +266,26 @@ def schedule_pod(
             nominating_mode=NominatingMode.OVERRIDE,
         )
     finally:
+        timer.stop()
         fw.handle.bind_snapshot(None)
+
+
+class _AlgorithmTimer:
+    """scheduler_scheduling_algorithm_duration_seconds for one pod: from the
+    start of schedule_pod to Reserve, or to its end when there is no Reserve
+    (schedule_one.go schedulingAlgorithm's deferred observation); observed
+    once."""
+
+    __slots__ = ("start", "stopped")
+
+    def __init__(self, *, enabled: bool = True) -> None:
+        self.start = time.perf_counter()
+        self.stopped = not enabled
+
+    def stop(self) -> None:
+        if not self.stopped:
+            self.stopped = True
+            observe.observe_algorithm(time.perf_counter() - self.start)
 
 
 def _schedule_pod(
@@ -275,7 +300,10 @@ def _schedule_pod(
     stop_after_filter: bool = False,
     batch: OpportunisticBatch | None = None,
     cycle: int = 0,
+    timer: _AlgorithmTimer | None = None,
 ) -> ScheduleResult:
+    if timer is None:
+        timer = _AlgorithmTimer(enabled=False)
     # Failures other than a FitError clear the pod's nominated node
     # (schedulingAlgorithm's clearNominatedNode).
     clear = NominatingMode.OVERRIDE
@@ -345,6 +373,7 @@ def _schedule_pod(
                 # schedulePod: one feasible node, stored without a ranking.
                 batch.store(signature, hint, nominated, None, cycle)
             if reserve_and_permit:
+                timer.stop()
                 _reserve_and_permit(fw, state, pod, result)
             return result
 
@@ -486,6 +515,7 @@ def _schedule_pod(
             batch.store(signature, hint, result.node, others, cycle)
 
     if reserve_and_permit:
+        timer.stop()
         _reserve_and_permit(fw, state, pod, result)
     return result
 

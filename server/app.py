@@ -47,7 +47,9 @@ def service_handler(service: SchedulingService, traced: bool = False) -> grpc.Ge
     bytes: the service admits and parses them itself (server/prologue.py), so
     a call beyond the in-flight caps is refused before its request is parsed
     and a malformed message is answered INVALID_ARGUMENT naming the expected
-    type (grpc's own deserializer would answer INTERNAL)."""
+    type (grpc's own deserializer would answer INTERNAL). Each call is
+    counted and timed (server/telemetry.py); a ScheduleStream's messages are,
+    each, by the service."""
     desc = scheduling_pb2.DESCRIPTOR.services_by_name["SchedulingService"]
     db = symbol_database.Default()
     handlers: dict[str, grpc.RpcMethodHandler] = {}
@@ -65,11 +67,15 @@ def service_handler(service: SchedulingService, traced: bool = False) -> grpc.Ge
         elif method.client_streaming:
             # UploadState: the service parses (and admits) each part itself.
             handlers[method.name] = grpc.stream_unary_rpc_method_handler(
-                impl, request_deserializer=None, response_serializer=resp_cls.SerializeToString
+                telemetry.timed_call(method.name, impl),
+                request_deserializer=None,
+                response_serializer=resp_cls.SerializeToString,
             )
         else:
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                impl, request_deserializer=None, response_serializer=resp_cls.SerializeToString
+                telemetry.timed_call(method.name, impl),
+                request_deserializer=None,
+                response_serializer=resp_cls.SerializeToString,
             )
     return grpc.method_handlers_generic_handler(desc.full_name, handlers)
 

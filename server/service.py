@@ -29,7 +29,7 @@ from berth.api.v1 import scheduling_pb2 as pb
 from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.framework.profile import SchedulerConfig
 from berth.framework.runtime import Framework
-from berth.server import errors, handlers
+from berth.server import errors, handlers, telemetry
 from berth.server.admission import Admission
 from berth.server.errors import Replica, ServiceError
 from berth.server.handlers import named_profile
@@ -49,6 +49,9 @@ from berth.server.state import ANONYMOUS, SnapshotStore, Upload
 
 # Most pods one ScheduleBatch may carry (berth serve --max-batch-pods).
 DEFAULT_MAX_BATCH_PODS = 256
+# The method each ScheduleStream message is counted under
+# (berth_plugin_server_calls_total).
+STREAM_METHOD = "ScheduleStream"
 
 # Longest an UploadState stream may wait for its next part (or its end),
 # whatever its deadline: an upload holds its bytes until it ends.
@@ -274,9 +277,14 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
                     deadline = own if deadline is None else min(deadline, own)
                 call = self.prologue.call_as(caller, deadline)
                 response = await self.prologue.whole(call, request, schedule, named_profile)
+            telemetry.call_done(STREAM_METHOD, "OK", time.perf_counter() - read)
             return pb.ScheduleStreamResponse(response=response)
         except Exception as exc:
-            return self._stream_refusal(exc)
+            out = self._stream_refusal(exc)
+            telemetry.call_done(
+                STREAM_METHOD, telemetry.code_name(out.error.grpc_code), time.perf_counter() - read
+            )
+            return out
 
     def schedule_or_error(self, item: pb.ScheduleRequest | bytes) -> pb.ScheduleStreamResponse:
         """One stream message run whole on the calling thread, for in-process

@@ -113,7 +113,7 @@ class WaitingPod:
 
 class WaitingPods(dict[str, WaitingPod]):
     """The pods waiting at Permit by uid (waitingPodsMap), counted in
-    scheduler_permit_wait_pods; and, in ``pre_bind``, the pods whose PreBind
+    berth_shim_permit_waiting_pods; and, in ``pre_bind``, the pods whose PreBind
     waits to be called again (StatusResponse.recheck_after_ms), each with an
     event set when the pod is deleted."""
 
@@ -402,6 +402,8 @@ class BindingCycle:
         qp, profile, node, span = req.qp, req.profile, req.node, req.span
         pod = qp.pod
         token = otel_context.attach(trace.set_span_in_context(span)) if self._traced else None
+        # scheduler_goroutines{operation="binding"} (runBindingCycle).
+        metrics.BINDING_GOROUTINES.inc()
         try:
             failure = await self._binding_cycle(req)
         except asyncio.CancelledError:
@@ -411,6 +413,7 @@ class BindingCycle:
             log.exception("binding pod %s/%s failed unexpectedly", pod.namespace, pod.name)
             failure = (f"binding rejected: {exc}", True)
         finally:
+            metrics.BINDING_GOROUTINES.dec()
             self._waiting.remove(qp.uid)
             if token is not None:
                 otel_context.detach(token)
@@ -418,6 +421,8 @@ class BindingCycle:
             self._counters.bound += 1
             metrics.attempt("scheduled", profile, time.perf_counter() - req.start)
             metrics.scheduled(qp.attempts, time.time() - qp.first_seen)
+            if qp.flushed:
+                metrics.POD_SCHEDULED_AFTER_FLUSH.inc()
             self._queue.done_bound(qp)
             self._status.forget(qp.uid)
             self._nominations.pop(qp.uid, None)
@@ -880,17 +885,34 @@ class BindingCycle:
 
 
 async def _wait_permit(w: WaitingPod) -> str | None:
-    """WaitOnPermit: the first plugin to time out rejects the pod."""
+    """WaitOnPermit: the first plugin to time out rejects the pod. The wait
+    is observed in scheduler_permit_wait_duration_seconds with its status
+    code (framework.go WaitOnPermit)."""
     timeout = min(w.pending.values()) if w.pending else 0.0
+    start = time.perf_counter()
     try:
-        return await asyncio.wait_for(asyncio.shield(w.done), timeout)
+        rejection = await asyncio.wait_for(asyncio.shield(w.done), timeout)
     except TimeoutError:
         plugin = min(w.pending, key=lambda p: w.pending[p]) if w.pending else ""
         message = f"rejected due to timeout after waiting {timeout:g}s at plugin {plugin}"
         # waiting_pods_map.go: the timer rejects the pod in the plugin's name.
         w.rejected_by = plugin
         w.rejection = message
+        metrics.permit_waited(PERMIT_UNSCHEDULABLE, time.perf_counter() - start)
         return message
+    if rejection is None:
+        result = PERMIT_SUCCESS
+    else:
+        # Preempt stops the wait with Error, Reject with Unschedulable.
+        result = PERMIT_ERROR if w.preempted else PERMIT_UNSCHEDULABLE
+    metrics.permit_waited(result, time.perf_counter() - start)
+    return rejection
+
+
+# The status codes a wait at Permit ends with (Code.String()).
+PERMIT_SUCCESS = "Success"
+PERMIT_UNSCHEDULABLE = "Unschedulable"
+PERMIT_ERROR = "Error"
 
 
 @contextlib.contextmanager

@@ -26,14 +26,19 @@ objects to MoveAllToActiveOrBackoffQueue.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence, Set
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.framework.events import (
     EVENT_ASSIGNED_POD_ADD,
     EVENT_ASSIGNED_POD_DELETE,
+    EVENT_ASSIGNED_POD_UPDATE,
     EVENT_NODE_ADD,
     EVENT_NODE_DELETE,
+    EVENT_UNSCHEDULED_POD_ADD,
+    EVENT_UNSCHEDULED_POD_DELETE,
+    EVENT_UNSCHEDULED_POD_UPDATE,
     ActionType,
     ClusterEvent,
     EventResource,
@@ -41,6 +46,7 @@ from berth.framework.events import (
     node_scheduling_properties_change,
     pod_scheduling_properties_change,
 )
+from berth.shim import metrics
 from berth.shim.binding import WaitingPods
 from berth.shim.cache import SchedulerCache
 from berth.shim.informer import ADDED, DELETED, Event
@@ -76,24 +82,32 @@ class EventHandlers:
     def on_node_events(self, events: list[Event[cpb.Node]]) -> None:
         cache, queue = self._cache, self._queue
         for ev in events:
+            start = time.perf_counter()
             if ev.type == DELETED:
                 # deleteNodeFromCache: the event first, then the cache.
                 gone = cache.nodes.get(ev.key, ev.record)
                 queue.move(EVENT_NODE_DELETE, gone, None)
                 cache.delete_node(ev.key)
+                _handled(EVENT_NODE_DELETE.label, start)
                 continue
             old = cache.nodes.get(ev.key)
             cache.upsert_node(ev.record)
             if ev.type == ADDED or old is None:
                 queue.move(EVENT_NODE_ADD, None, ev.record)
+                _handled(EVENT_NODE_ADD.label, start)
                 continue
-            # updateNodeInCache: one event per part of the node that changed.
+            # updateNodeInCache: one event per part of the node that changed,
+            # each observed with the cache update and its own move.
+            updating = time.perf_counter() - start
             for evt in node_scheduling_properties_change(ev.record, old):
+                moving = time.perf_counter()
                 queue.move(evt, old, ev.record)
+                _handled(evt.label, moving - updating)
 
     def on_pod_events(self, events: list[Event[cpb.Pod]]) -> None:
         cache, queue = self._cache, self._queue
         for ev in events:
+            start = time.perf_counter()
             pod = ev.record
             uid = ev.key
             if ev.type == DELETED:
@@ -109,12 +123,16 @@ class EventHandlers:
                 self._waiting.pod_deleted(uid)
                 if was_placed:
                     queue.move(EVENT_ASSIGNED_POD_DELETE, placed or pod, None)
-                elif was_nominated and not pod.node_name:
+                    _handled(EVENT_ASSIGNED_POD_DELETE.label, start)
+                    continue
+                if was_nominated and not pod.node_name:
                     # deletePodFromSchedulingQueue: pods of lower or equal
                     # priority counted the nominated pod as if it were assigned.
                     queue.move(
                         EVENT_ASSIGNED_POD_DELETE, pod, None, pre_check=le_priority(pod.priority)
                     )
+                if pod.scheduler_name in self._profiles:
+                    _handled(EVENT_UNSCHEDULED_POD_DELETE.label, start)
                 continue
             if pod.node_name:
                 # Bound (by us or anyone): it occupies its node; stop queueing it.
@@ -128,11 +146,17 @@ class EventHandlers:
                     # addAssignedPodToCache, for a pod the informer reports
                     # bound for the first time (its binding confirmed too).
                     queue.move(EVENT_ASSIGNED_POD_ADD, None, pod)
+                    _handled(EVENT_ASSIGNED_POD_ADD.label, start)
                 else:
                     # updateAssignedPodInCache: one event per part of the pod
-                    # that changed.
+                    # that changed, each observed with the cache update and its
+                    # own move, and the whole as AssignedPodUpdate.
+                    updating = time.perf_counter() - start
                     for evt in pod_scheduling_properties_change(pod, before):
+                        moving = time.perf_counter()
                         queue.move(evt, before, pod)
+                        _handled(evt.label, moving - updating)
+                    _handled(EVENT_ASSIGNED_POD_UPDATE.label, start)
                 continue
             if pod.scheduler_name not in self._profiles:
                 continue
@@ -160,6 +184,9 @@ class EventHandlers:
                 or (old is not None and old.nominated_node_name)
             ):
                 self._nomination_update(old, pod)
+            # addPodToSchedulingQueue, updatePodInSchedulingQueue.
+            evt = EVENT_UNSCHEDULED_POD_ADD if old is None else EVENT_UNSCHEDULED_POD_UPDATE
+            _handled(evt.label, start)
 
     def _nomination_update(self, old: cpb.Pod | None, pod: cpb.Pod) -> None:
         """A pending pod of ours arrived or changed with a nomination, or lost
@@ -194,13 +221,16 @@ class EventHandlers:
             # of pods, say) are the pod and node informers' events already.
             return
         for kind, old, new in changes:
+            start = time.perf_counter()
             if kind == DELETED:
                 action = ActionType.DELETE
             elif old is None:
                 action = ActionType.ADD
             else:
                 action = ActionType.UPDATE
-            self._queue.move(ClusterEvent(resource, action), old, new)
+            evt = ClusterEvent(resource, action)
+            self._queue.move(evt, old, new)
+            _handled(evt.label, start)
 
     def assumed_pod_forgotten(self, pod: cpb.Pod) -> None:
         """handleBindingCycleError: an assumed pod forgotten frees what it held
@@ -211,6 +241,12 @@ class EventHandlers:
             return qp.uid != pod.uid
 
         self._queue.move(EVENT_ASSIGNED_POD_DELETE, pod, None, pre_check=others)
+
+
+def _handled(label: str, start: float) -> None:
+    """scheduler_event_handling_duration_seconds: the event ``label`` took
+    from ``start`` (time.perf_counter) until now to handle."""
+    metrics.event_handled(label, time.perf_counter() - start)
 
 
 def le_priority(priority: int) -> Callable[[QueuedPod], bool]:

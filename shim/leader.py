@@ -68,6 +68,7 @@ from typing import Any
 from berth.framework.profile import LeaderElectionConfig
 from berth.kube.errors import ApiError
 from berth.kube.rest import JSON, KubeApi, segment
+from berth.shim import metrics
 from berth.shim.fence import LeaderFence
 
 log = logging.getLogger(__name__)
@@ -254,6 +255,9 @@ class LeaderElector:
         # Why the last attempt did not get the Lease, for the message when a term ends.
         self._last_error = ""
 
+        # leader_election_master_status{name=<lease name>}: 0 from the start
+        # (client-go NewLeaderElector's leaderOff), 1 while leading.
+        metrics.leading(self.lease_name, False)
         self._leading = False
         self._running = False
         self._stop_requested = False
@@ -353,6 +357,7 @@ class LeaderElector:
         if not await self._acquire():
             return
         self._leading = True
+        metrics.leading(self.lease_name, True)
         log.info("became leader of lease %s as %s", self._describe, self.identity)
 
         async def lead() -> None:
@@ -368,6 +373,7 @@ class LeaderElector:
             # stops before anything else happens: nothing may act as leader after this.
             # The fence first: no write starts from here, and those under way are cancelled.
             self._leading = False
+            metrics.leading(self.lease_name, False)
             self.fence.lost(end.value if end is not None else "abandoned")
             error = await _cancel_and_wait(leading)
 

@@ -1,9 +1,12 @@
 """The shim's Prometheus metrics, with kube-scheduler's names, labels and
 buckets (pkg/scheduler/metrics/metrics.go).
 
-In-process mode puts the plugin framework's metrics
-(``scheduler_framework_extension_point_duration_seconds``,
-``scheduler_plugin_execution_duration_seconds``) in the same registry.
+The shim exports what it measures: the queue, the cache, attempts, binding,
+Permit waits, event handling, preemption's actuation, leader election, and its
+API requests (``rest_client_*``, berth/kube/metrics.py). What runs the plugins
+is measured where they run (framework/observe.py: extension point and plugin
+durations, plugin evaluations, the scheduling algorithm): on the plugin
+server's /metrics with ``--plugin-server``, in this registry in-process.
 """
 
 from __future__ import annotations
@@ -71,8 +74,62 @@ SCHEDULE_BATCH_PODS = Histogram(
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
 )
 PERMIT_WAITING = Gauge(
-    "scheduler_permit_wait_pods",
+    "berth_shim_permit_waiting_pods",
     "Number of pods waiting at Permit (Berth).",
+)
+# metrics.go: PermitWaitDuration, ExponentialBuckets(0.001, 2, 15); result is
+# the wait's status code (framework.go WaitOnPermit): Success when allowed,
+# Unschedulable when rejected or timed out, Error when preempted
+# (waiting_pods_map.go Preempt).
+PERMIT_WAIT_DURATION = Histogram(
+    "scheduler_permit_wait_duration_seconds",
+    "Duration of waiting on permit.",
+    ["result"],
+    buckets=_ATTEMPT_BUCKETS,
+)
+# metrics.go: unschedulableReasons. Counted as the queue counts it
+# (scheduling_queue.go): each plugin that rejected a pod (UnschedulablePlugins
+# and PendingPlugins) or gates it at PreEnqueue counts the pod once until the
+# pod is popped for its next cycle or leaves the queue.
+UNSCHEDULABLE_PODS = Gauge(
+    "scheduler_unschedulable_pods",
+    "The number of unschedulable pods broken down by plugin name. A pod will increment the "
+    "gauge for all plugins that caused it to not schedule and so this metric have meaning "
+    "only when broken down by plugin.",
+    ["plugin", "profile"],
+)
+# metrics.go: EventHandlingLatency, ExponentialBuckets(0.0001, 2, 12), by the
+# event's label (eventhandlers.go: NodeAdd, AssignedPodDelete, ...).
+EVENT_HANDLING_DURATION = Histogram(
+    "scheduler_event_handling_duration_seconds",
+    "Event handling latency in seconds.",
+    ["event"],
+    buckets=tuple(0.0001 * 2**i for i in range(12)),
+)
+# metrics.go: Goroutines; the shim runs binding cycles as tasks, counted as
+# upstream counts its binding goroutines (schedule_one.go runBindingCycle).
+GOROUTINES = Gauge(
+    "scheduler_goroutines",
+    "Number of running goroutines split by the work they do such as binding.",
+    ["operation"],
+)
+# metrics.go: PodScheduledAfterFlush (schedule_one.go handleSchedulingResult:
+# a pod bound after the unschedulable pool's 5-minute flush moved it).
+POD_SCHEDULED_AFTER_FLUSH = Counter(
+    "scheduler_pod_scheduled_after_flush_total",
+    "Number of pods that were successfully scheduled after being flushed from "
+    "unschedulablePods due to timeout. This metric helps detect potential queueing hint "
+    "misconfigurations or event handling issues.",
+)
+# client-go leaderelection, as component-base registers it
+# (metrics/prometheus/clientgo/leaderelection/metrics.go leaderGauge): 1 while
+# this process holds the Lease, else 0; name is the Lease's name.
+LEADER_ELECTION_MASTER_STATUS = Gauge(
+    "leader_election_master_status",
+    "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, "
+    "1 indicates master. 'name' is the string used to identify the lease. Please make sure "
+    "to group by name.",
+    ["name"],
 )
 # metrics.go: PreemptionVictims, ExponentialBuckets(1, 2, 7).
 _VICTIMS_BUCKETS = tuple(float(2**i) for i in range(7))
@@ -168,6 +225,31 @@ def incoming(event: str, queue: str) -> None:
     _child(QUEUE_INCOMING, QUEUE_LABELS.get(queue, queue), event).inc()
 
 
+def unschedulable_plugins(profile: str, plugins: frozenset[str], delta: int) -> None:
+    """``plugins`` start (delta 1) or stop (delta -1) counting one pod of
+    ``profile`` in scheduler_unschedulable_pods."""
+    for plugin in plugins:
+        _child(UNSCHEDULABLE_PODS, plugin, profile).inc(delta)
+
+
+def permit_waited(result: str, seconds: float) -> None:
+    """One wait at Permit ended with ``result`` (Success, Unschedulable, Error)."""
+    _child(PERMIT_WAIT_DURATION, result).observe(seconds)
+
+
+def event_handled(event: str, seconds: float) -> None:
+    """One cluster event (its ClusterEvent label) went through the handlers."""
+    _child(EVENT_HANDLING_DURATION, event).observe(seconds)
+
+
+def leading(name: str, leader: bool) -> None:
+    """This process holds (or no longer holds) the Lease ``name``."""
+    _child(LEADER_ELECTION_MASTER_STATUS, name).set(1.0 if leader else 0.0)
+
+
+BINDING_GOROUTINES: Final = GOROUTINES.labels("binding")
+
+
 def attempt(result: str, profile: str, seconds: float) -> None:
     _child(SCHEDULE_ATTEMPTS, result, profile).inc()
     _child(ATTEMPT_DURATION, result, profile).observe(seconds)
@@ -204,8 +286,15 @@ class Counters:
 
 __all__ = [
     "ATTEMPT_DURATION",
+    "BINDING_GOROUTINES",
     "CACHE_SIZE",
+    "EVENT_HANDLING_DURATION",
+    "GOROUTINES",
+    "LEADER_ELECTION_MASTER_STATUS",
     "PENDING_PODS",
+    "PERMIT_WAITING",
+    "PERMIT_WAIT_DURATION",
+    "POD_SCHEDULED_AFTER_FLUSH",
     "PREEMPTION_ATTEMPTS",
     "PREEMPTION_GOROUTINES_DURATION",
     "PREEMPTION_GOROUTINES_EXECUTION",
@@ -214,11 +303,16 @@ __all__ = [
     "REFUSED_WRITES",
     "SCHEDULE_ATTEMPTS",
     "SCHEDULE_BATCH_PODS",
+    "UNSCHEDULABLE_PODS",
     "Counters",
     "attempt",
+    "event_handled",
     "incoming",
+    "leading",
     "pending_moved",
+    "permit_waited",
     "preemption_finished",
     "refused",
     "scheduled",
+    "unschedulable_plugins",
 ]

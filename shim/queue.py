@@ -123,6 +123,12 @@ class QueuedPod:
     # Counts the pod's entries into the unschedulable pool: a hint answer
     # asked during an earlier stay there is stale.
     parked: int = 0
+    # The plugins counting this pod in scheduler_unschedulable_pods: its
+    # rejectors since its last cycle, and the PreEnqueue plugin gating it.
+    counted: frozenset[str] = frozenset()
+    # Last moved by the unschedulable pool's flush (upstream's
+    # WasFlushedFromUnschedulable), until its next failure.
+    flushed: bool = False
 
     @property
     def uid(self) -> str:
@@ -229,6 +235,11 @@ class SchedulingQueue:
 
     def _set_where(self, qp: QueuedPod, where: str) -> None:
         metrics.pending_moved(qp.where, where)
+        if qp.counted and where in (IN_FLIGHT, "deleted", "bound"):
+            # Popped for a cycle (activeQueue.pop) or gone
+            # (PriorityQueue.Delete): its plugins stop counting it.
+            metrics.unschedulable_plugins(qp.profile, qp.counted, -1)
+            qp.counted = frozenset()
         if qp.where == UNSCHEDULABLE:
             self._unschedulable.pop(qp.uid, None)
         if where == UNSCHEDULABLE:
@@ -334,6 +345,7 @@ class SchedulingQueue:
                         continue
                     if st.code != 0:
                         qp.gated_by = st.plugin or "PreEnqueue"
+                        self._count(qp, frozenset((qp.gated_by,)))
                         self._set_where(qp, GATED)
                         log.info(
                             "pod %s/%s gated by %s: %s",
@@ -447,6 +459,16 @@ class SchedulingQueue:
             return 0.0
         return float(min(self.initial_backoff * (2 ** (count - 1)), self.max_backoff))
 
+    @staticmethod
+    def _count(qp: QueuedPod, plugins: frozenset[str]) -> None:
+        """``plugins`` count ``qp`` in scheduler_unschedulable_pods from now
+        until it is popped or leaves (those already counting it are not
+        counted twice, as runPreEnqueuePlugin checks)."""
+        new = plugins - qp.counted
+        if new:
+            metrics.unschedulable_plugins(qp.profile, new, 1)
+            qp.counted |= new
+
     def _take_update(self, qp: QueuedPod) -> bool:
         if qp.updated is not None:
             qp.pod, qp.updated = qp.updated, None
@@ -465,11 +487,15 @@ class SchedulingQueue:
         if qp.uid not in self._pods:
             return
         qp.unschedulable_count += 1
+        qp.flushed = False
         qp.consecutive_errors = 0
         qp.error_backoff = False
         qp.unschedulable_plugins = plugins | pending
         qp.pending_plugins = pending
         qp.timestamp = self.clock()
+        # AddUnschedulableIfNotPresent: every rejector counts the pod, wherever
+        # it goes next.
+        self._count(qp, qp.unschedulable_plugins)
         asks: list[tuple[_Move, Verdict]] = []
         if self._take_update(qp):
             strategy = Strategy.AFTER_BACKOFF
@@ -530,6 +556,7 @@ class SchedulingQueue:
         if qp.uid not in self._pods:
             return
         qp.consecutive_errors += 1
+        qp.flushed = False
         qp.error_backoff = True
         qp.unschedulable_plugins = frozenset()
         qp.pending_plugins = frozenset()
@@ -775,6 +802,7 @@ class SchedulingQueue:
         moved = 0
         for qp in list(self._unschedulable.values()):
             if now - qp.timestamp > self.max_in_unschedulable:
+                qp.flushed = True
                 self._to_backoff(qp, UNSCHEDULABLE_TIMEOUT)
                 moved += 1
         if moved:

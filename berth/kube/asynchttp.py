@@ -37,12 +37,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
 
+from berth.kube import metrics
 from berth.kube.config import tls_context
 from berth.kube.errors import ApiError
 from berth.kube.http1 import Http1Pool, HttpError
@@ -80,6 +82,8 @@ class AsyncApi:
         timeout: float = 30.0,
     ) -> None:
         self._api = api
+        # rest_client_* metrics' host label: the server's, as KubeApi's.
+        self._metric_host: str = getattr(api, "metric_host", None) or f"{host}:{port}"
         # No connection, no loop needed until the first request.
         self._pool = Http1Pool(
             host,
@@ -162,6 +166,7 @@ class AsyncApi:
         limit: bool,
         check: Callable[[str, str], None] | None,
     ) -> JSON:
+        start = time.perf_counter()
         if limit:
             await self.wait_for_token()
         if not self._used:
@@ -182,7 +187,9 @@ class AsyncApi:
                 method, path, body=data, headers=headers, before_send=before_send
             )
         except HttpError as exc:
+            metrics.request_done(method, self._metric_host, 0, time.perf_counter() - start)
             raise ApiError(method, path, 0, str(exc).encode()) from exc
+        metrics.request_done(method, self._metric_host, status, time.perf_counter() - start)
         if status >= 400:
             raise ApiError(method, path, status, payload)
         if not payload:

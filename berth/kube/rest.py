@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from urllib.parse import quote, urlencode
 import orjson
 import urllib3
 
+from berth.kube import metrics
 from berth.kube.config import DEFAULT_HINT, authorization, load_configuration, tls_context
 from berth.kube.errors import ApiError, WatchStalled
 from berth.kube.flowcontrol import TokenBucket
@@ -82,6 +84,8 @@ class KubeApi:
         user_agent: str = USER_AGENT,
     ) -> None:
         self.host = host.rstrip("/")
+        # rest_client_* metrics' host label (berth/kube/metrics.py).
+        self.metric_host = metrics.host_label(self.host)
         self.user_agent = user_agent
         self._pool = pool
         # A callable returning the Authorization header value (None: no token);
@@ -181,6 +185,7 @@ class KubeApi:
         for an error status or an unreachable server (status 0). A write asks
         ``fence`` right before it is sent (``fenced=False``: the Lease's own
         writes) and is refused with its ApiError when the fence is closed."""
+        start = time.perf_counter()
         if limit:
             self._limiter.wait()
         data = None if body is None else orjson.dumps(body)
@@ -198,7 +203,9 @@ class KubeApi:
                 timeout=urllib3.Timeout(connect=5.0, read=timeout or self._timeout),
             )
         except urllib3.exceptions.HTTPError as exc:
+            metrics.request_done(method, self.metric_host, 0, time.perf_counter() - start)
             raise ApiError(method, path, 0, str(exc).encode()) from exc
+        metrics.request_done(method, self.metric_host, resp.status, time.perf_counter() - start)
         if resp.status >= 400:
             raise ApiError(method, path, resp.status, resp.data)
         if not resp.data:
@@ -283,23 +290,24 @@ class KubeApi:
         """GET ``path`` (a health endpoint answering text, such as the API server's
         ``/readyz``, open to every client by the system:public-info-viewer role);
         raises ApiError unless it answers 200 within ``timeout`` seconds."""
-        try:
-            resp = self._pool.request(
-                "GET",
-                self.url(path),
-                headers=self._headers(),
-                preload_content=True,
-                retries=False,
-                timeout=urllib3.Timeout(connect=timeout, read=timeout),
-            )
-        except urllib3.exceptions.HTTPError as exc:
-            raise ApiError("GET", path, 0, str(exc).encode()) from exc
+        resp = self._get(path, None, urllib3.Timeout(connect=timeout, read=timeout))
         if resp.status != 200:
             raise ApiError("GET", path, resp.status, resp.data)
 
     def get_bytes(self, path: str, *, timeout: float | None = None, **params: Any) -> bytes:
         """A GET whose answer is not JSON (``/metrics``, ``/debug/pprof/profile``), with
         its own read timeout for answers that take long on purpose."""
+        resp = self._get(path, params, urllib3.Timeout(connect=5.0, read=timeout or self._timeout))
+        if resp.status >= 400:
+            raise ApiError("GET", path, resp.status, resp.data)
+        return bytes(resp.data)
+
+    def _get(
+        self, path: str, params: Mapping[str, Any] | None, timeout: urllib3.Timeout
+    ) -> urllib3.BaseHTTPResponse:
+        """A GET read whole, not rate-limited, counted in rest_client_*;
+        ApiError (status 0) when no answer came."""
+        start = time.perf_counter()
         try:
             resp = self._pool.request(
                 "GET",
@@ -307,13 +315,13 @@ class KubeApi:
                 headers=self._headers(),
                 preload_content=True,
                 retries=False,
-                timeout=urllib3.Timeout(connect=5.0, read=timeout or self._timeout),
+                timeout=timeout,
             )
         except urllib3.exceptions.HTTPError as exc:
+            metrics.request_done("GET", self.metric_host, 0, time.perf_counter() - start)
             raise ApiError("GET", path, 0, str(exc).encode()) from exc
-        if resp.status >= 400:
-            raise ApiError("GET", path, resp.status, resp.data)
-        return bytes(resp.data)
+        metrics.request_done("GET", self.metric_host, resp.status, time.perf_counter() - start)
+        return resp
 
     def watch_lines(
         self,
@@ -338,6 +346,7 @@ class KubeApi:
         if bookmarks:
             query["allowWatchBookmarks"] = "true"
         idle = idle_timeout if idle_timeout is not None else timeout_seconds + 15.0
+        start = time.perf_counter()
         try:
             resp = self._pool.request(
                 "GET",
@@ -348,9 +357,14 @@ class KubeApi:
                 timeout=urllib3.Timeout(connect=5.0, read=idle),
             )
         except urllib3.exceptions.ReadTimeoutError as exc:
+            metrics.request_done("GET", self.metric_host, 0, time.perf_counter() - start)
             raise WatchStalled(path, idle) from exc
         except urllib3.exceptions.HTTPError as exc:
+            metrics.request_done("GET", self.metric_host, 0, time.perf_counter() - start)
             raise ApiError("WATCH", path, 0, str(exc).encode()) from exc
+        # A watch counts once its answer's headers are in (client-go's
+        # Request.Watch: a GET whose result is its response's status).
+        metrics.request_done("GET", self.metric_host, resp.status, time.perf_counter() - start)
         try:
             if resp.status >= 400:
                 raise ApiError("WATCH", path, resp.status, resp.read())

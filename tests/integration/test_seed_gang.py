@@ -149,7 +149,7 @@ def assumed(shim: Shim) -> float:
 
 
 def waiting(shim: Shim) -> float:
-    return shim.metric("scheduler_permit_wait_pods")
+    return shim.metric("berth_shim_permit_waiting_pods")
 
 
 def pods_in(pattern: str, text: str) -> set[str]:

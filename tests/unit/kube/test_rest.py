@@ -110,3 +110,72 @@ def test_an_unreachable_server_is_status_zero() -> None:
     with pytest.raises(ApiError) as err:
         api.get("/api/v1/nodes")
     assert err.value.status == 0 and err.value.temporary
+
+
+def _requests(code: str, method: str, host: str) -> float:
+    from prometheus_client import REGISTRY
+
+    value = REGISTRY.get_sample_value(
+        "rest_client_requests_total", {"code": code, "method": method, "host": host}
+    )
+    return value or 0.0
+
+
+def _latencies(verb: str, host: str) -> float:
+    from prometheus_client import REGISTRY
+
+    value = REGISTRY.get_sample_value(
+        "rest_client_request_duration_seconds_count", {"verb": verb, "host": host}
+    )
+    return value or 0.0
+
+
+def test_every_request_counts_in_rest_client_metrics_by_code_method_and_host(
+    api: KubeApi,
+) -> None:
+    """client-go rest/request.go: rest_client_requests_total{code,method,host} with the
+    answer's status (updateRequestResultMetric), rest_client_request_duration_seconds
+    {verb,host} per request (Request.request); host is the server's host:port."""
+    host = api.host.removeprefix("http://")
+    assert api.metric_host == host
+    ok, missing, deletes, gets = (
+        _requests("200", "GET", host),
+        _requests("404", "GET", host),
+        _requests("200", "DELETE", host),
+        _latencies("GET", host),
+    )
+    api.get("/api/v1/namespaces")
+    with pytest.raises(ApiError):
+        api.get("/missing")
+    api.delete("/api/v1/namespaces/ns/pods/p")
+    api.get_bytes("/metrics")
+    list(api.watch("/api/v1/pods"))
+    assert _requests("200", "GET", host) == ok + 3
+    assert _requests("404", "GET", host) == missing + 1
+    assert _requests("200", "DELETE", host) == deletes + 1
+    assert _latencies("GET", host) == gets + 4
+
+
+def test_a_request_that_got_no_answer_counts_as_error() -> None:
+    """sanitize: no response, so code is "<error>"."""
+    api = KubeApi("http://127.0.0.1:9", urllib3.PoolManager(), lambda: None)
+    before = _requests("<error>", "POST", "127.0.0.1:9")
+    with pytest.raises(ApiError):
+        api.create("/api/v1/namespaces", {})
+    assert _requests("<error>", "POST", "127.0.0.1:9") == before + 1
+
+
+@pytest.mark.parametrize(
+    ("url", "host"),
+    [
+        ("https://10.0.0.1:6443", "10.0.0.1:6443"),
+        ("https://api.example.com", "api.example.com"),
+        ("https://[::1]:6443/", "[::1]:6443"),
+        ("https://user:secret@api:443", "api:443"),
+        ("", "none"),
+    ],
+)
+def test_host_label_is_the_servers_host_and_port(url: str, host: str) -> None:
+    from berth.kube.metrics import host_label
+
+    assert host_label(url) == host

@@ -633,3 +633,28 @@ def test_micro_time_is_rfc3339_with_microseconds() -> None:
     assert micro_time(0.5) == "1970-01-01T00:00:00.500000Z"
     assert micro_time(T0) == "2025-10-09T08:53:20.250000Z"
     assert COLLECTION == "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
+
+
+async def test_leader_election_master_status_is_1_while_leading_and_0_otherwise(
+    api: FakeLeaseApi, candidates: Callable[[str], Candidate]
+) -> None:
+    """leader_election_master_status{name} (component-base clientgo/leaderelection
+    leaderGauge): 0 from the elector's start (NewLeaderElector's leaderOff), 1 once it
+    leads (acquire's leaderOn), 0 again when its term ends."""
+    from prometheus_client import REGISTRY
+
+    def status() -> float | None:
+        return REGISTRY.get_sample_value("leader_election_master_status", {"name": NAME})
+
+    me = candidates("me")
+    await within(me.started.wait(), "the candidate to lead")
+    assert status() == 1.0
+    await within(me.elector.stop(), "stop()")
+    await me.finished()
+    assert status() == 0.0
+    # A standby that never leads reports 0.
+    api.write_spec(**held_by("other", renewed_at=T0))
+    standby = candidates("standby")
+    await eventually(lambda: standby.elector.observed_holder() == "other", "the standby to look")
+    assert status() == 0.0
+    await standby.elector.stop()

@@ -873,3 +873,95 @@ async def test_pending_pods_gauge_moves_with_the_pods(h: Harness) -> None:
         h.q.done_bound(qp)
     moved()
     h.check()
+
+
+# -- scheduler_unschedulable_pods and scheduler_pod_scheduled_after_flush_total ----------------
+
+
+def unschedulable_gauge(plugin: str, profile: str = PROFILE) -> float:
+    value = REGISTRY.get_sample_value(
+        "scheduler_unschedulable_pods", {"plugin": plugin, "profile": profile}
+    )
+    return value or 0.0
+
+
+async def test_unschedulable_pods_counts_each_rejector_until_the_pod_is_popped(
+    h: Harness,
+) -> None:
+    """scheduler_unschedulable_pods{plugin,profile} (metrics.go unschedulableReasons):
+    AddUnschedulableIfNotPresent adds the pod to every plugin that rejected it
+    (UnschedulablePlugins and PendingPlugins), wherever it goes next; the pod stops
+    counting when it is popped for its next cycle (activeQueue.pop) or deleted
+    (PriorityQueue.Delete); a PreEnqueue plugin that gates it counts it once
+    (runPreEnqueuePlugin)."""
+    base = {p: unschedulable_gauge(p) for p in ("NodeResourcesFit", "TaintToleration", "X")}
+
+    def delta(plugin: str) -> float:
+        return unschedulable_gauge(plugin) - base[plugin]
+
+    h.add("a")
+    h.add("b")
+    await admit(h)
+    a = await pop_one(h, "a")
+    h.q.done_unschedulable(a, frozenset({"NodeResourcesFit", "TaintToleration"}))
+    assert (delta("NodeResourcesFit"), delta("TaintToleration")) == (1.0, 1.0)
+    b = await pop_one(h, "b")
+    h.q.done_unschedulable(b, FIT, pending=frozenset({"X"}))
+    assert (delta("NodeResourcesFit"), delta("TaintToleration"), delta("X")) == (2.0, 1.0, 1.0)
+
+    # Moved to the backoffQ and on to the activeQ: still counted; popped: not.
+    h.clock.advance(60.0)
+    assert h.q.move(EVENT_NODE_ADD) == 2
+    await admit(h)
+    assert delta("NodeResourcesFit") == 2.0
+    a = await pop_one(h, "a")
+    assert (delta("NodeResourcesFit"), delta("TaintToleration")) == (1.0, 0.0)
+    h.q.done_bound(a)
+    # Deleted from the queue: its plugins stop counting it too.
+    h.q.delete("b")
+    assert (delta("NodeResourcesFit"), delta("X")) == (0.0, 0.0)
+    h.check()
+
+
+async def test_unschedulable_pods_counts_a_gated_pod_under_its_gate_once(h: Harness) -> None:
+    """runPreEnqueuePlugin: the gating plugin counts the pod once, however many times
+    PreEnqueue turns it away, until the pod is popped."""
+    before = unschedulable_gauge("SchedulingGates")
+    gated = h.add("g", gates=["example.com/wait"])
+    await admit(h)
+    assert unschedulable_gauge("SchedulingGates") - before == 1.0
+    again = cpb.Pod()
+    again.CopyFrom(gated)
+    again.labels["x"] = "y"  # a spec change: PreEnqueue runs again and gates again
+    h.q.update(again)
+    await admit(h)
+    assert h.where("g") == GATED
+    assert unschedulable_gauge("SchedulingGates") - before == 1.0
+    lifted = cpb.Pod()
+    lifted.CopyFrom(again)
+    del lifted.scheduling_gates[:]
+    h.q.update(lifted)
+    await admit(h)
+    await pop_one(h, "g")
+    assert unschedulable_gauge("SchedulingGates") - before == 0.0
+    h.check()
+
+
+async def test_a_pod_flushed_from_the_unschedulable_pool_is_marked_until_it_fails_again(
+    h: Harness,
+) -> None:
+    """WasFlushedFromUnschedulable (scheduling_queue.go): set by
+    flushUnschedulablePodsLeftover, cleared by the pod's next failure; a pod bound
+    while it is set counts in scheduler_pod_scheduled_after_flush_total
+    (shim/binding.py, schedule_one.go handleSchedulingResult)."""
+    h.add("p")
+    await admit(h)
+    qp = await fail_unschedulable(h, "p")
+    assert not qp.flushed
+    h.clock.advance(DEFAULT_MAX_IN_UNSCHEDULABLE + 1)
+    assert h.q.flush_unschedulable_leftover() == 1
+    assert qp.flushed
+    await admit(h)
+    qp = await fail_unschedulable(h, "p")
+    assert not qp.flushed
+    h.check()
