@@ -27,6 +27,7 @@ DEPLOY = ROOT / "deploy"
 BASE = DEPLOY / "base"
 OVERLAYS = DEPLOY / "overlays"
 COMPONENTS = DEPLOY / "components"
+MONITORING = COMPONENTS / "monitoring"
 EXAMPLES = DEPLOY / "examples"
 CHART = DEPLOY / "chart" / "berth"
 NAMESPACE = "berth-system"
@@ -138,7 +139,9 @@ def kustomization_dirs() -> list[Path]:
 
 
 def component_dirs() -> list[Path]:
-    return sorted(p.parent for p in COMPONENTS.glob("*/kustomization.yaml"))
+    """The RBAC components (deploy/components/rbac-*), which overlays add for their
+    plugins; deploy/components/monitoring (MONITORING) is not one of them."""
+    return sorted(p.parent for p in COMPONENTS.glob("rbac-*/kustomization.yaml"))
 
 
 def render(directory: Path) -> list[JSON]:
@@ -250,6 +253,7 @@ __all__ = [
     "DEPLOY",
     "EXAMPLES",
     "LEASE",
+    "MONITORING",
     "NAMESPACE",
     "OVERLAYS",
     "ROOT",
