@@ -43,6 +43,8 @@ from opentelemetry import trace
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
+from berth.framework import observe
+from berth.framework.status import Code
 from berth.kube.asynchttp import AsyncApi
 from berth.kube.errors import ApiError
 from berth.kube.records import pod_record
@@ -532,7 +534,17 @@ class BindingCycle:
                 # Success with caller_binds: POST the binding without asking
                 # (default_binder.go Bind).
                 with self._span("Bind"):
+                    started = time.perf_counter()
                     outcome = await self._binder.bind(pod, node)
+                # The Bind extension point runs here, not on the plugin service:
+                # timed as upstream's RunBindPlugins is, in
+                # scheduler_framework_extension_point_duration_seconds.
+                observe.observe_extension_point(
+                    "Bind",
+                    profile,
+                    Code.SUCCESS if outcome is None else Code.ERROR,
+                    time.perf_counter() - started,
+                )
                 if outcome is not None:
                     await unreserve()
                     return outcome

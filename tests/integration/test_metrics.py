@@ -9,7 +9,8 @@ after.
   (a binding cycle runs while its pod waits at Permit),
   scheduler_event_handling_duration_seconds{event}, scheduler_schedule_attempts_total
   {result,profile}, scheduler_pod_scheduling_sli_duration_seconds{attempts},
-  leader_election_master_status{name}, rest_client_requests_total{code,method,host},
+  scheduler_framework_extension_point_duration_seconds{extension_point="Bind"} (the shim
+  binds), leader_election_master_status{name}, rest_client_requests_total{code,method,host},
   rest_client_request_duration_seconds{verb,host}.
 - The plugin server: scheduler_plugin_evaluation_total{plugin,extension_point,profile},
   scheduler_scheduling_algorithm_duration_seconds,
@@ -242,6 +243,16 @@ def test_each_new_metric_moves_on_the_shim_and_the_plugin_server(
         )
         assert got >= least, event
     assert value(shim_after, "leader_election_master_status", name=profile) == 1
+    # DefaultBinder alone: the shim binds, and times the Bind extension point itself.
+    binds = changed(
+        shim_before,
+        shim_after,
+        "scheduler_framework_extension_point_duration_seconds_count",
+        extension_point="Bind",
+        status="Success",
+        profile=profile,
+    )
+    assert binds == 2
     # Bindings, events and the Lease's creation are POSTs (201), the informers' lists
     # and watches GETs.
     created = changed(
