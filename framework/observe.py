@@ -5,9 +5,12 @@ metrics.go): ``scheduler_framework_extension_point_duration_seconds`` with
 extension_point/status/profile, ``scheduler_plugin_execution_duration_seconds``
 with plugin/extension_point/status (sampled: 10% of cycles, as upstream),
 ``scheduler_plugin_evaluation_total`` with plugin/extension_point/profile, and
-``scheduler_scheduling_algorithm_duration_seconds``. They are exported by the
-process that runs the plugins: ``berth serve``, or the shim in-process. Spans: one per extension point, a child
-per plugin, under whatever span is current (the server's RPC span).
+``scheduler_scheduling_algorithm_duration_seconds``, and opportunistic
+batching's ``scheduler_batch_attempts_total`` and
+``scheduler_batch_cache_flushed_total``. They are exported by the process that
+runs the plugins: ``berth serve``, or the shim in-process. Spans: one per
+extension point, a child per plugin, under whatever span is current (the
+server's RPC span).
 """
 
 from __future__ import annotations
