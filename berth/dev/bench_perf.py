@@ -1243,7 +1243,8 @@ def run_one(
         record["berth_config"] = str(opts.berth_config) if opts.berth_config else None
     say("starting")
     t_start = time.monotonic()
-    sdir = work / scheduler
+    # A directory per run: a log left by an earlier round must not answer for this one.
+    sdir = work / run
 
     def start(where: Path) -> Running:
         if scheduler == "kube-scheduler":
