@@ -54,5 +54,11 @@ class Handle:
             raise RuntimeError("no snapshot: plugins may read it only while serving a request")
         return self._snapshot
 
+    @property
+    def has_snapshot(self) -> bool:
+        """Is a snapshot bound? Always while serving a scheduling or binding
+        call; at PreEnqueue only when the call carried cluster state."""
+        return self._snapshot is not None
+
     def bind_snapshot(self, snapshot: Snapshot | None) -> None:
         self._snapshot = snapshot

@@ -106,11 +106,25 @@ def sync(call: Call, request: pb.SyncRequest) -> pb.SyncResponse:
     )
 
 
+def pre_enqueue_checks(call: Call, request: pb.PreEnqueueRequest) -> PodInfo:
+    """What PreEnqueue refuses before it reads the state: its profile, its pod."""
+    call.profile(request.profile)
+    return pod_of(request.HasField("pod"), request.pod)
+
+
 def pre_enqueue(call: Call, request: pb.PreEnqueueRequest) -> pb.PreEnqueueResponse:
+    """RunPreEnqueuePlugins; over the request's cluster state when it carries
+    one (PreEnqueue plugins that read objects: DynamicResources' claims),
+    else on the pod alone."""
     fw = call.framework(request.profile)
-    pod = pod_of(request.HasField("pod"), request.pod)
-    st = _guard(lambda: fw.run_pre_enqueue(pod))
-    return pb.PreEnqueueResponse(status=status_to_pb(st))
+    pod = pre_enqueue_checks(call, request)
+    if not request.HasField("state"):
+        st = _guard(lambda: fw.run_pre_enqueue(pod))
+        return pb.PreEnqueueResponse(status=status_to_pb(st))
+    snap, gen = call.cluster(True, request.state)
+    with _bound(fw, snap):
+        st = _guard(lambda: fw.run_pre_enqueue(pod))
+    return pb.PreEnqueueResponse(status=status_to_pb(st), generation=gen)
 
 
 # Most pods one QueueingHints call may carry (protos: QueueingHintsRequest.pods).

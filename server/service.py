@@ -120,7 +120,13 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
     async def PreEnqueue(
         self, request: pb.PreEnqueueRequest | bytes, context: Any
     ) -> pb.PreEnqueueResponse:
-        return await self.prologue.run(context, request, pb.PreEnqueueRequest, handlers.pre_enqueue)
+        return await self.prologue.run(
+            context,
+            request,
+            pb.PreEnqueueRequest,
+            handlers.pre_enqueue,
+            handlers.pre_enqueue_checks,
+        )
 
     async def QueueSort(
         self, request: pb.QueueSortRequest | bytes, context: Any

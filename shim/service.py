@@ -69,9 +69,16 @@ class PreemptionGate(PreEnqueuePlugin):
 LOCAL_PRE_ENQUEUE: dict[str, type[PreEnqueuePlugin]] = {
     "SchedulingGates": SchedulingGates,
     "DefaultPreemption": PreemptionGate,
-    # Its PreEnqueue reads the pod's own claim entries only (a PreEnqueue
-    # call carries no cluster state): plugins/dynamicresources.
+    # Its PreEnqueue reads the pod's claims: for a pod without claims the
+    # answer is Success whatever the cluster holds (LOCAL_PRE_ENQUEUE_UNLESS).
     "DynamicResources": DynamicResources,
+}
+# Local PreEnqueue plugins whose answer depends on objects for some pods: for
+# those pods the shim asks the plugin service, with the cluster state
+# (PreEnqueueRequest.state). DynamicResources' PreEnqueue
+# (foreachPodResourceClaim) looks up each claim the pod names.
+LOCAL_PRE_ENQUEUE_UNLESS: dict[str, Callable[[cpb.Pod], bool]] = {
+    "DynamicResources": lambda pod: bool(pod.resource_claims),
 }
 LOCAL_QUEUE_SORT: dict[str, type[QueueSortPlugin]] = {"PrioritySort": PrioritySort}
 # A Bind plugin that only answers "the caller binds" (plugins/defaultbinder:
@@ -218,6 +225,12 @@ class ProfileInfo:
         return self.points.get("bind", ()) == (CALLER_BINDS,)
 
     @property
+    def pre_enqueue_reads(self) -> bool:
+        """Does a PreEnqueue plugin read objects (so PreEnqueue needs the state)?"""
+        gates = set(self.points.get("preEnqueue", ()))
+        return any(gates & set(kind.plugins) for kind in self.reads)
+
+    @property
     def queue_sort_reads(self) -> bool:
         """Does the QueueSort plugin read objects (so QueueSort needs the state)?"""
         sorters = set(self.points.get("queueSort", ()))
@@ -338,7 +351,7 @@ class PluginService:
             log.info(
                 "profiles: %s",
                 "; ".join(
-                    f"{name}: PreEnqueue {'in the shim' if name in pre_enqueue else 'asked'}, "
+                    f"{name}: PreEnqueue {_pre_enqueue_where(name in pre_enqueue, info)}, "
                     f"QueueSort {'in the shim' if name in queue_sort else 'asked'}, "
                     f"binding {'POSTed directly' if info.shim_binds else 'through Bind'}"
                     + (", PreBind asked unless its pre-flight skips" if info.has("preBind") else "")
@@ -388,7 +401,11 @@ class PluginService:
 
     async def pre_enqueue(self, profile: str, pod: cpb.Pod) -> pb.Status:
         local = self._pre_enqueue.get(profile)
-        if local is not None:
+        if local is not None and not any(
+            unless(pod)
+            for pl in local
+            if (unless := LOCAL_PRE_ENQUEUE_UNLESS.get(pl.name)) is not None
+        ):
             # framework.go RunPreEnqueuePlugins, as the server's Framework runs
             # it: the first non-success wins, naming its plugin.
             info = PodInfo(pod)
@@ -397,10 +414,24 @@ class PluginService:
                 if not st.is_success:
                     return pb.Status(code=int(st.code), reasons=st.reasons, plugin=pl.name)  # type: ignore[arg-type]
             return pb.Status()
-        resp: pb.PreEnqueueResponse = await self._guard(
-            "PreEnqueue",
-            lambda: self.client.unary("PreEnqueue", pb.PreEnqueueRequest(profile=profile, pod=pod)),
-        )
+        described = self.profiles.get(profile)
+        resp: pb.PreEnqueueResponse
+        if described is not None and described.pre_enqueue_reads:
+            # A PreEnqueue plugin reads objects (DynamicResources' claims):
+            # send the cluster state too.
+            self.state.commit()
+
+            def build(st: cpb.ClusterState) -> pb.PreEnqueueRequest:
+                return pb.PreEnqueueRequest(profile=profile, pod=pod, state=st)
+
+            resp = await self._guard("PreEnqueue", lambda: self.client.call("PreEnqueue", build))
+        else:
+            resp = await self._guard(
+                "PreEnqueue",
+                lambda: self.client.unary(
+                    "PreEnqueue", pb.PreEnqueueRequest(profile=profile, pod=pod)
+                ),
+            )
         return resp.status
 
     async def sort_keys(self, profile: str, pods: Sequence[pb.QueuedPod]) -> list[SortKey]:
@@ -576,6 +607,15 @@ class PluginService:
             log.info("plugin servers used: %s", self.replicas() or "none")
         with contextlib.suppress(grpc.aio.AioRpcError):
             await self.client.close()
+
+
+def _pre_enqueue_where(local: bool, info: ProfileInfo) -> str:
+    """Where a profile's PreEnqueue runs, for the log."""
+    if not local:
+        return "asked" + (" with the cluster state" if info.pre_enqueue_reads else "")
+    if info.pre_enqueue_reads:
+        return "in the shim (asked with the cluster state for pods with resource claims)"
+    return "in the shim"
 
 
 # Most pods per QueueingHints call (the server's MAX_HINT_PODS).

@@ -921,21 +921,33 @@ class PreEnqueueRequest(_message.Message):
 
     PROFILE_FIELD_NUMBER: _builtins.int
     POD_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
     """The profile's schedulerName; required."""
     @_builtins.property
     def pod(self) -> _cluster_pb2.Pod:
         """The pod; required (uid and name non-empty)."""
 
+    @_builtins.property
+    def state(self) -> _cluster_pb2.ClusterState:
+        """Send it when a PreEnqueue plugin of the profile reads objects
+        (Profile.reads lists it): DynamicResources keeps a pod whose
+        ResourceClaim does not exist, is being deleted or is not the pod's out of
+        the active queue, as upstream's PreEnqueue does. Without it such a plugin
+        answers from the pod alone (DynamicResources: only a template's claim not
+        yet named in the pod's status), and PreFilter finds the rest.
+        """
+
     def __init__(
         self,
         *,
         profile: _builtins.str = ...,
         pod: _cluster_pb2.Pod | None = ...,
+        state: _cluster_pb2.ClusterState | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod", "profile", b"profile"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod", "profile", b"profile", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -948,6 +960,9 @@ class PreEnqueueResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     STATUS_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    generation: _builtins.int
+    """With `state`: the snapshot generation the call ran at; 0 without."""
     @_builtins.property
     def status(self) -> Global___Status:
         """Success: it may. Otherwise the first plugin's non-success status (e.g.
@@ -958,10 +973,11 @@ class PreEnqueueResponse(_message.Message):
         self,
         *,
         status: Global___Status | None = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

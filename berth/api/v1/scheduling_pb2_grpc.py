@@ -175,7 +175,8 @@ class SchedulingServiceServicer:
     def PreEnqueue(self, request, context):
         """Queueing: runs the profile's PreEnqueue plugins on a pod about to enter
         the active queue (upstream's RunPreEnqueuePlugins); the first non-success
-        status wins. Reads no cluster state.
+        status wins. Reads cluster state only when the request carries it (for
+        PreEnqueue plugins that read objects, e.g. DynamicResources' claims).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

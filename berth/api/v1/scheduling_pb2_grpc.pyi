@@ -68,7 +68,8 @@ class SchedulingServiceStub:
     PreEnqueue: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.PreEnqueueRequest, _scheduling_pb2.PreEnqueueResponse]
     """Queueing: runs the profile's PreEnqueue plugins on a pod about to enter
     the active queue (upstream's RunPreEnqueuePlugins); the first non-success
-    status wins. Reads no cluster state.
+    status wins. Reads cluster state only when the request carries it (for
+    PreEnqueue plugins that read objects, e.g. DynamicResources' claims).
     """
     QueueSort: _grpc.UnaryUnaryMultiCallable[_scheduling_pb2.QueueSortRequest, _scheduling_pb2.QueueSortResponse]
     """Batch form of QueueSort's Less: one order key per pod; the queue pops the
@@ -185,7 +186,8 @@ class SchedulingServiceAsyncStub(SchedulingServiceStub):
     PreEnqueue: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.PreEnqueueRequest, _scheduling_pb2.PreEnqueueResponse]  # type: ignore[assignment]
     """Queueing: runs the profile's PreEnqueue plugins on a pod about to enter
     the active queue (upstream's RunPreEnqueuePlugins); the first non-success
-    status wins. Reads no cluster state.
+    status wins. Reads cluster state only when the request carries it (for
+    PreEnqueue plugins that read objects, e.g. DynamicResources' claims).
     """
     QueueSort: _aio.UnaryUnaryMultiCallable[_scheduling_pb2.QueueSortRequest, _scheduling_pb2.QueueSortResponse]  # type: ignore[assignment]
     """Batch form of QueueSort's Less: one order key per pod; the queue pops the
@@ -317,7 +319,8 @@ class SchedulingServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_scheduling_pb2.PreEnqueueResponse, _abc.Awaitable[_scheduling_pb2.PreEnqueueResponse]]:
         """Queueing: runs the profile's PreEnqueue plugins on a pod about to enter
         the active queue (upstream's RunPreEnqueuePlugins); the first non-success
-        status wins. Reads no cluster state.
+        status wins. Reads cluster state only when the request carries it (for
+        PreEnqueue plugins that read objects, e.g. DynamicResources' claims).
         """
 
     @_abc_1.abstractmethod

@@ -16,7 +16,9 @@ from berth.framework.config import API_VERSION, KIND, default_config, parse_conf
 from berth.framework.cycle_state import CycleState
 from berth.framework.interfaces import PostBindPlugin, PreEnqueuePlugin
 from berth.framework.model import PodInfo
+from berth.framework.resourceapi import RESOURCE_CLAIMS
 from berth.framework.status import SUCCESS, Status
+from berth.framework.testing import make_object
 from berth.plugins.registry import load_registry
 from berth.server.app import build_frameworks
 from berth.server.service import SchedulingService
@@ -84,7 +86,8 @@ async def test_default_profile_answers_pre_enqueue_and_queue_sort_in_the_shim() 
     svc, stub = service_for()
     profiles = await svc.describe()
     info = profiles["default-scheduler"]
-    # SchedulingGates and DynamicResources, whose PreEnqueue reads the pod alone.
+    # SchedulingGates and DynamicResources, whose PreEnqueue reads only the pod
+    # for a pod without claims.
     assert info.points["preEnqueue"] == ("SchedulingGates", "DynamicResources")
     # The default profile has upstream's PreBind plugins VolumeBinding and
     # DynamicResources; its Bind plugin is DefaultBinder alone, so the shim POSTs the
@@ -143,6 +146,44 @@ async def test_any_other_plugin_at_a_point_is_asked() -> None:
     st = await svc.pre_enqueue("custom", pod("a"))
     assert st.code == 0
     assert stub.calls["PreEnqueue"] == 1
+
+
+async def test_a_pod_with_resource_claims_is_asked_about_with_the_cluster_state() -> None:
+    """DynamicResources' PreEnqueue (foreachPodResourceClaim) looks each claim up:
+    a pod that names claims is asked about with the state (PreEnqueueRequest.state),
+    gated with upstream's message while a claim is missing, let in once it exists."""
+    svc, stub = service_for()
+    info = (await svc.describe())["default-scheduler"]
+    assert info.pre_enqueue_reads
+    p = pod("gpu")
+    p.resource_claims.add(name="gpu", resource_claim_name="gpu-claim")
+    st = await svc.pre_enqueue("default-scheduler", p)
+    assert (st.code, list(st.reasons), st.plugin) == (
+        pb.CODE_UNSCHEDULABLE_AND_UNRESOLVABLE,
+        ['could not find ResourceClaim "ns/gpu-claim"'],
+        "DynamicResources",
+    )
+    assert stub.calls["PreEnqueue"] == 1
+    svc.state.upsert_object(make_object(RESOURCE_CLAIMS, "gpu-claim", "ns"))
+    st = await svc.pre_enqueue("default-scheduler", p)
+    assert st.code == pb.CODE_SUCCESS
+    assert stub.calls["PreEnqueue"] == 2
+    # A pod without claims is still answered in the shim.
+    assert (await svc.pre_enqueue("default-scheduler", pod("web"))).code == pb.CODE_SUCCESS
+    assert stub.calls["PreEnqueue"] == 2
+
+
+async def test_pre_enqueue_without_state_answers_from_the_pod_alone() -> None:
+    """A caller that sends no state (as before PreEnqueueRequest.state): the
+    server's DynamicResources checks only what the pod says."""
+    svc, stub = service_for()
+    await svc.describe()
+    p = pod("gpu")
+    p.resource_claims.add(name="gpu", resource_claim_name="gpu-claim")
+    resp = await asked(
+        svc, stub, "PreEnqueue", pb.PreEnqueueRequest(profile="default-scheduler", pod=p)
+    )
+    assert resp.status.code == pb.CODE_SUCCESS and resp.generation == 0
 
 
 def test_shim_binds_only_for_default_binder_alone() -> None:

@@ -1516,7 +1516,14 @@ type PreEnqueueRequest struct {
 	// The profile's schedulerName; required.
 	Profile string `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
 	// The pod; required (uid and name non-empty).
-	Pod           *Pod `protobuf:"bytes,2,opt,name=pod,proto3" json:"pod,omitempty"`
+	Pod *Pod `protobuf:"bytes,2,opt,name=pod,proto3" json:"pod,omitempty"`
+	// Send it when a PreEnqueue plugin of the profile reads objects
+	// (Profile.reads lists it): DynamicResources keeps a pod whose
+	// ResourceClaim does not exist, is being deleted or is not the pod's out of
+	// the active queue, as upstream's PreEnqueue does. Without it such a plugin
+	// answers from the pod alone (DynamicResources: only a template's claim not
+	// yet named in the pod's status), and PreFilter finds the rest.
+	State         *ClusterState `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1565,12 +1572,21 @@ func (x *PreEnqueueRequest) GetPod() *Pod {
 	return nil
 }
 
+func (x *PreEnqueueRequest) GetState() *ClusterState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
 // Whether the pod may enter the active queue.
 type PreEnqueueResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Success: it may. Otherwise the first plugin's non-success status (e.g.
 	// UnschedulableAndUnresolvable from SchedulingGates while gates remain).
-	Status        *Status `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Status *Status `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// With `state`: the snapshot generation the call ran at; 0 without.
+	Generation    int64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1610,6 +1626,13 @@ func (x *PreEnqueueResponse) GetStatus() *Status {
 		return x.Status
 	}
 	return nil
+}
+
+func (x *PreEnqueueResponse) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
 }
 
 // A pod in the scheduling queue, upstream's QueuedPodInfo.
@@ -4655,12 +4678,16 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x15QueueingHintsResponse\x12%\n" +
 	"\x04pods\x18\x01 \x03(\v2\x11.berth.v1.PodHintR\x04pods\"I\n" +
 	"\x18DescribeProfilesResponse\x12-\n" +
-	"\bprofiles\x18\x01 \x03(\v2\x11.berth.v1.ProfileR\bprofiles\"N\n" +
+	"\bprofiles\x18\x01 \x03(\v2\x11.berth.v1.ProfileR\bprofiles\"|\n" +
 	"\x11PreEnqueueRequest\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x1f\n" +
-	"\x03pod\x18\x02 \x01(\v2\r.berth.v1.PodR\x03pod\">\n" +
+	"\x03pod\x18\x02 \x01(\v2\r.berth.v1.PodR\x03pod\x12,\n" +
+	"\x05state\x18\x03 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\"^\n" +
 	"\x12PreEnqueueResponse\x12(\n" +
-	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\"z\n" +
+	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03R\n" +
+	"generation\"z\n" +
 	"\tQueuedPod\x12\x1f\n" +
 	"\x03pod\x18\x01 \x01(\v2\r.berth.v1.PodR\x03pod\x120\n" +
 	"\x14enqueued_unix_micros\x18\x02 \x01(\x03R\x12enqueuedUnixMicros\x12\x1a\n" +
@@ -5077,130 +5104,131 @@ var file_berth_v1_scheduling_proto_depIdxs = []int32{
 	18,  // 15: berth.v1.QueueingHintsResponse.pods:type_name -> berth.v1.PodHint
 	13,  // 16: berth.v1.DescribeProfilesResponse.profiles:type_name -> berth.v1.Profile
 	67,  // 17: berth.v1.PreEnqueueRequest.pod:type_name -> berth.v1.Pod
-	3,   // 18: berth.v1.PreEnqueueResponse.status:type_name -> berth.v1.Status
-	67,  // 19: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
-	24,  // 20: berth.v1.SortKey.parts:type_name -> berth.v1.SortKeyPart
-	23,  // 21: berth.v1.QueueSortRequest.pods:type_name -> berth.v1.QueuedPod
-	65,  // 22: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
-	25,  // 23: berth.v1.QueueSortResponse.keys:type_name -> berth.v1.SortKey
-	65,  // 24: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
-	67,  // 25: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
-	4,   // 26: berth.v1.CycleRequest.cycle:type_name -> berth.v1.CycleState
-	65,  // 27: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
-	67,  // 28: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
-	4,   // 29: berth.v1.NodesRequest.cycle:type_name -> berth.v1.CycleState
-	65,  // 30: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
-	67,  // 31: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
-	4,   // 32: berth.v1.NodeRequest.cycle:type_name -> berth.v1.CycleState
-	3,   // 33: berth.v1.PreFilterResponse.status:type_name -> berth.v1.Status
-	4,   // 34: berth.v1.PreFilterResponse.cycle:type_name -> berth.v1.CycleState
-	3,   // 35: berth.v1.NodeStatus.status:type_name -> berth.v1.Status
-	32,  // 36: berth.v1.FilterResponse.rejected:type_name -> berth.v1.NodeStatus
-	65,  // 37: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
-	67,  // 38: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
-	4,   // 39: berth.v1.PostFilterRequest.cycle:type_name -> berth.v1.CycleState
-	32,  // 40: berth.v1.PostFilterRequest.rejected:type_name -> berth.v1.NodeStatus
-	3,   // 41: berth.v1.PostFilterResponse.status:type_name -> berth.v1.Status
-	4,   // 42: berth.v1.PostFilterResponse.cycle:type_name -> berth.v1.CycleState
-	44,  // 43: berth.v1.PostFilterResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	36,  // 44: berth.v1.PostFilterResponse.victims:type_name -> berth.v1.Victim
-	2,   // 45: berth.v1.PostFilterResponse.nominating_mode:type_name -> berth.v1.NominatingMode
-	42,  // 46: berth.v1.PostFilterResponse.writes:type_name -> berth.v1.ObjectWrite
-	3,   // 47: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
-	4,   // 48: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
-	3,   // 49: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
-	38,  // 50: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	65,  // 51: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
-	67,  // 52: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
-	4,   // 53: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
-	38,  // 54: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
-	3,   // 55: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
-	38,  // 56: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	69,  // 57: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
-	3,   // 58: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
-	4,   // 59: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
-	42,  // 60: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
-	57,  // 61: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
-	44,  // 62: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	3,   // 63: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
-	4,   // 64: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
-	58,  // 65: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
-	44,  // 66: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	3,   // 67: berth.v1.BindResponse.status:type_name -> berth.v1.Status
-	65,  // 68: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
-	67,  // 69: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
-	48,  // 70: berth.v1.ScheduleRequest.resume:type_name -> berth.v1.ScheduleResume
-	4,   // 71: berth.v1.ScheduleResume.cycle:type_name -> berth.v1.CycleState
-	59,  // 72: berth.v1.ScheduleResume.extra_scores:type_name -> berth.v1.ScheduleResume.ExtraScoresEntry
-	60,  // 73: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
-	61,  // 74: berth.v1.NodeScore.raw:type_name -> berth.v1.NodeScore.RawEntry
-	62,  // 75: berth.v1.NodeScore.normalized:type_name -> berth.v1.NodeScore.NormalizedEntry
-	32,  // 76: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
-	3,   // 77: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
-	3,   // 78: berth.v1.Diagnosis.absent_status:type_name -> berth.v1.Status
-	65,  // 79: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
-	67,  // 80: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
-	55,  // 81: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
-	63,  // 82: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
-	55,  // 83: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
-	53,  // 84: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
-	3,   // 85: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
-	4,   // 86: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
-	50,  // 87: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
-	3,   // 88: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
-	45,  // 89: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
-	49,  // 90: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
-	35,  // 91: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
-	64,  // 92: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	44,  // 93: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
-	3,   // 94: berth.v1.ScheduleResponse.pre_bind_pre_flight_error:type_name -> berth.v1.Status
-	5,   // 95: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
-	9,   // 96: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
-	21,  // 97: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
-	26,  // 98: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
-	17,  // 99: berth.v1.SchedulingService.QueueingHints:input_type -> berth.v1.QueueingHintsRequest
-	28,  // 100: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
-	29,  // 101: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
-	34,  // 102: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
-	29,  // 103: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
-	29,  // 104: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
-	40,  // 105: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
-	30,  // 106: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
-	30,  // 107: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
-	30,  // 108: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
-	30,  // 109: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
-	30,  // 110: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
-	30,  // 111: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
-	47,  // 112: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
-	47,  // 113: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
-	51,  // 114: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
-	7,   // 115: berth.v1.SchedulingService.UploadState:input_type -> berth.v1.UploadStateRequest
-	6,   // 116: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
-	20,  // 117: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
-	22,  // 118: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
-	27,  // 119: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
-	19,  // 120: berth.v1.SchedulingService.QueueingHints:output_type -> berth.v1.QueueingHintsResponse
-	31,  // 121: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
-	33,  // 122: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
-	35,  // 123: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
-	37,  // 124: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
-	39,  // 125: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
-	41,  // 126: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
-	43,  // 127: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
-	43,  // 128: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
-	45,  // 129: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
-	43,  // 130: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
-	46,  // 131: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
-	43,  // 132: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
-	55,  // 133: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
-	54,  // 134: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
-	52,  // 135: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
-	8,   // 136: berth.v1.SchedulingService.UploadState:output_type -> berth.v1.UploadStateResponse
-	116, // [116:137] is the sub-list for method output_type
-	95,  // [95:116] is the sub-list for method input_type
-	95,  // [95:95] is the sub-list for extension type_name
-	95,  // [95:95] is the sub-list for extension extendee
-	0,   // [0:95] is the sub-list for field type_name
+	65,  // 18: berth.v1.PreEnqueueRequest.state:type_name -> berth.v1.ClusterState
+	3,   // 19: berth.v1.PreEnqueueResponse.status:type_name -> berth.v1.Status
+	67,  // 20: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
+	24,  // 21: berth.v1.SortKey.parts:type_name -> berth.v1.SortKeyPart
+	23,  // 22: berth.v1.QueueSortRequest.pods:type_name -> berth.v1.QueuedPod
+	65,  // 23: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
+	25,  // 24: berth.v1.QueueSortResponse.keys:type_name -> berth.v1.SortKey
+	65,  // 25: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
+	67,  // 26: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
+	4,   // 27: berth.v1.CycleRequest.cycle:type_name -> berth.v1.CycleState
+	65,  // 28: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
+	67,  // 29: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
+	4,   // 30: berth.v1.NodesRequest.cycle:type_name -> berth.v1.CycleState
+	65,  // 31: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
+	67,  // 32: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
+	4,   // 33: berth.v1.NodeRequest.cycle:type_name -> berth.v1.CycleState
+	3,   // 34: berth.v1.PreFilterResponse.status:type_name -> berth.v1.Status
+	4,   // 35: berth.v1.PreFilterResponse.cycle:type_name -> berth.v1.CycleState
+	3,   // 36: berth.v1.NodeStatus.status:type_name -> berth.v1.Status
+	32,  // 37: berth.v1.FilterResponse.rejected:type_name -> berth.v1.NodeStatus
+	65,  // 38: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
+	67,  // 39: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
+	4,   // 40: berth.v1.PostFilterRequest.cycle:type_name -> berth.v1.CycleState
+	32,  // 41: berth.v1.PostFilterRequest.rejected:type_name -> berth.v1.NodeStatus
+	3,   // 42: berth.v1.PostFilterResponse.status:type_name -> berth.v1.Status
+	4,   // 43: berth.v1.PostFilterResponse.cycle:type_name -> berth.v1.CycleState
+	44,  // 44: berth.v1.PostFilterResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	36,  // 45: berth.v1.PostFilterResponse.victims:type_name -> berth.v1.Victim
+	2,   // 46: berth.v1.PostFilterResponse.nominating_mode:type_name -> berth.v1.NominatingMode
+	42,  // 47: berth.v1.PostFilterResponse.writes:type_name -> berth.v1.ObjectWrite
+	3,   // 48: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
+	4,   // 49: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
+	3,   // 50: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
+	38,  // 51: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	65,  // 52: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
+	67,  // 53: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
+	4,   // 54: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
+	38,  // 55: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
+	3,   // 56: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
+	38,  // 57: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	69,  // 58: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
+	3,   // 59: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
+	4,   // 60: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
+	42,  // 61: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
+	57,  // 62: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
+	44,  // 63: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	3,   // 64: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
+	4,   // 65: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
+	58,  // 66: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
+	44,  // 67: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	3,   // 68: berth.v1.BindResponse.status:type_name -> berth.v1.Status
+	65,  // 69: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
+	67,  // 70: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
+	48,  // 71: berth.v1.ScheduleRequest.resume:type_name -> berth.v1.ScheduleResume
+	4,   // 72: berth.v1.ScheduleResume.cycle:type_name -> berth.v1.CycleState
+	59,  // 73: berth.v1.ScheduleResume.extra_scores:type_name -> berth.v1.ScheduleResume.ExtraScoresEntry
+	60,  // 74: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
+	61,  // 75: berth.v1.NodeScore.raw:type_name -> berth.v1.NodeScore.RawEntry
+	62,  // 76: berth.v1.NodeScore.normalized:type_name -> berth.v1.NodeScore.NormalizedEntry
+	32,  // 77: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
+	3,   // 78: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
+	3,   // 79: berth.v1.Diagnosis.absent_status:type_name -> berth.v1.Status
+	65,  // 80: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
+	67,  // 81: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
+	55,  // 82: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
+	63,  // 83: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
+	55,  // 84: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
+	53,  // 85: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
+	3,   // 86: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
+	4,   // 87: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
+	50,  // 88: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
+	3,   // 89: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
+	45,  // 90: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
+	49,  // 91: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
+	35,  // 92: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
+	64,  // 93: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	44,  // 94: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
+	3,   // 95: berth.v1.ScheduleResponse.pre_bind_pre_flight_error:type_name -> berth.v1.Status
+	5,   // 96: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
+	9,   // 97: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
+	21,  // 98: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
+	26,  // 99: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
+	17,  // 100: berth.v1.SchedulingService.QueueingHints:input_type -> berth.v1.QueueingHintsRequest
+	28,  // 101: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
+	29,  // 102: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
+	34,  // 103: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
+	29,  // 104: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
+	29,  // 105: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
+	40,  // 106: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
+	30,  // 107: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
+	30,  // 108: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
+	30,  // 109: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
+	30,  // 110: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
+	30,  // 111: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
+	30,  // 112: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
+	47,  // 113: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
+	47,  // 114: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
+	51,  // 115: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
+	7,   // 116: berth.v1.SchedulingService.UploadState:input_type -> berth.v1.UploadStateRequest
+	6,   // 117: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
+	20,  // 118: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
+	22,  // 119: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
+	27,  // 120: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
+	19,  // 121: berth.v1.SchedulingService.QueueingHints:output_type -> berth.v1.QueueingHintsResponse
+	31,  // 122: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
+	33,  // 123: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
+	35,  // 124: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
+	37,  // 125: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
+	39,  // 126: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
+	41,  // 127: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
+	43,  // 128: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
+	43,  // 129: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
+	45,  // 130: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
+	43,  // 131: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
+	46,  // 132: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
+	43,  // 133: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
+	55,  // 134: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
+	54,  // 135: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
+	52,  // 136: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
+	8,   // 137: berth.v1.SchedulingService.UploadState:output_type -> berth.v1.UploadStateResponse
+	117, // [117:138] is the sub-list for method output_type
+	96,  // [96:117] is the sub-list for method input_type
+	96,  // [96:96] is the sub-list for extension type_name
+	96,  // [96:96] is the sub-list for extension extendee
+	0,   // [0:96] is the sub-list for field type_name
 }
 
 func init() { file_berth_v1_scheduling_proto_init() }

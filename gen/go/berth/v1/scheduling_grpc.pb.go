@@ -80,7 +80,8 @@ type SchedulingServiceClient interface {
 	DescribeProfiles(ctx context.Context, in *DescribeProfilesRequest, opts ...grpc.CallOption) (*DescribeProfilesResponse, error)
 	// Queueing: runs the profile's PreEnqueue plugins on a pod about to enter
 	// the active queue (upstream's RunPreEnqueuePlugins); the first non-success
-	// status wins. Reads no cluster state.
+	// status wins. Reads cluster state only when the request carries it (for
+	// PreEnqueue plugins that read objects, e.g. DynamicResources' claims).
 	PreEnqueue(ctx context.Context, in *PreEnqueueRequest, opts ...grpc.CallOption) (*PreEnqueueResponse, error)
 	// Batch form of QueueSort's Less: one order key per pod; the queue pops the
 	// pod with the smallest key (keys compare part by part).
@@ -403,7 +404,8 @@ type SchedulingServiceServer interface {
 	DescribeProfiles(context.Context, *DescribeProfilesRequest) (*DescribeProfilesResponse, error)
 	// Queueing: runs the profile's PreEnqueue plugins on a pod about to enter
 	// the active queue (upstream's RunPreEnqueuePlugins); the first non-success
-	// status wins. Reads no cluster state.
+	// status wins. Reads cluster state only when the request carries it (for
+	// PreEnqueue plugins that read objects, e.g. DynamicResources' claims).
 	PreEnqueue(context.Context, *PreEnqueueRequest) (*PreEnqueueResponse, error)
 	// Batch form of QueueSort's Less: one order key per pod; the queue pops the
 	// pod with the smallest key (keys compare part by part).
