@@ -337,11 +337,20 @@ class DynamicResources(
     # -- PreEnqueue ---------------------------------------------------------------
 
     def pre_enqueue(self, pod: PodInfo) -> Status:
-        """PreEnqueue (foreachPodResourceClaim), on what the pod alone says: a
-        PreEnqueue call carries no cluster state, so a missing, deleted or
-        foreign claim is found by PreFilter, with the same message."""
+        """PreEnqueue (foreachPodResourceClaim): every claim the pod names
+        exists, is not being deleted and, when generated from a template, is
+        the pod's (statusUnschedulable: UnschedulableAndUnresolvable, with
+        upstream's messages). A PreEnqueue call without cluster state
+        (PreEnqueueRequest.state) gets the check of the pod alone: a
+        template's claim not named yet; PreFilter then finds the rest."""
         try:
-            claim_names(pod.proto)
+            if not pod.proto.resource_claims:
+                return SUCCESS
+            handle = self._handle
+            if handle is not None and handle.has_snapshot:
+                pod_claims(handle.snapshot, pod.proto)
+            else:
+                claim_names(pod.proto)
         except ClaimProblem as exc:
             return Status.unresolvable(str(exc))
         return SUCCESS

@@ -18,6 +18,7 @@ slices are cluster-wide, so they carry the namespace in their names.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -235,3 +236,39 @@ def test_a_binding_that_fails_after_pre_bind_unreserves_the_claim(
             assert not bound_node(kube, namespace, "dra")
             wait_for(lambda: bool(bound_node(kube, namespace, "dra")), 90, "dra bound", shim.log)
             assert status()["reservedFor"] == [{"resource": "pods", "name": "dra", "uid": pod_uid}]
+
+
+@pytest.mark.timeout(180)
+def test_a_pod_created_before_its_claim_stays_gated_until_the_claim_exists(
+    cluster: Cluster,
+    kube: KubeApi,
+    namespace: str,
+    gpu_on_one_node: str,
+    tmp_path: Path,
+) -> None:
+    """dynamicresources.go PreEnqueue (foreachPodResourceClaim): a pod whose
+    ResourceClaim does not exist yet is kept out of the active queue with upstream's
+    message (the shim asks PreEnqueue with the cluster state), not tried and reported
+    unschedulable; creating the claim (a ResourceClaim add event, whose hint names the
+    pod's claim) moves it, and it is scheduled."""
+    profile = profile_for(namespace)
+    config = write_config(tmp_path / "scheduler-config.yaml", profile)
+    shim = Shim(config, cluster.kubeconfig, tmp_path / "shim.log")
+    with running(shim.start()):
+        objects.create_pods(kube, [pod_with_claim(namespace, "early", profile, "late-claim")])
+        gated = (
+            f"pod {namespace}/early gated by DynamicResources: "
+            f'could not find ResourceClaim "{namespace}/late-claim"'
+        )
+        wait_for(lambda: gated in shim.text(), 60, "the pod gated by PreEnqueue", shim.log)
+        time.sleep(2)
+        pod = kube.get(pod_path(namespace, "early"))
+        assert not pod["spec"].get("nodeName")
+        # Gated, not tried: no FailedScheduling, no PodScheduled condition from the shim.
+        assert not failed_scheduling_notes(kube, namespace, "early")
+        assert shim.metric("scheduler_pending_pods", queue="gated") >= 1
+
+        kube.create(claims_path(namespace), claim("late-claim", gpu_on_one_node))
+        wait_for(lambda: bool(bound_node(kube, namespace, "early")), 60, "early bound", shim.log)
+        assert bound_node(kube, namespace, "early") == f"{namespace}-node-1"
+        assert not failed_scheduling_notes(kube, namespace, "early")

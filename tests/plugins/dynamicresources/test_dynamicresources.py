@@ -17,6 +17,7 @@ import pytest
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.cycle_state import CycleState
 from berth.framework.events import ActionType, EventResource, QueueingHint
+from berth.framework.handle import Handle
 from berth.framework.model import PodInfo
 from berth.framework.objects import ClusterObject
 from berth.framework.snapshot import Snapshot
@@ -303,16 +304,23 @@ CASES: dict[str, Case] = {
     "deleted-claim": Case(
         pod=pod_with_claim_template(),
         claims=[allocated(deleting=True)],
-        want=Want(pre_filter=unresolvable('resourceclaim "my-pod-my-resource" is being deleted')),
+        want=Want(
+            pre_enqueue=unresolvable('resourceclaim "my-pod-my-resource" is being deleted'),
+            pre_filter=unresolvable('resourceclaim "my-pod-my-resource" is being deleted'),
+        ),
     ),
     "wrong-claim": Case(
         pod=pod_with_claim_template(),
         claims=[claim(owned=False, finalizer=True, allocation=allocation_result())],
         want=Want(
+            pre_enqueue=unresolvable(
+                "ResourceClaim default/my-pod-my-resource was not created for Pod "
+                "default/my-pod (Pod is not owner)"
+            ),
             pre_filter=unresolvable(
                 "ResourceClaim default/my-pod-my-resource was not created for Pod "
                 "default/my-pod (Pod is not owner)"
-            )
+            ),
         ),
     ),
     "no-resources": Case(
@@ -983,3 +991,58 @@ def test_unreserve_before_prebind_writes_nothing() -> None:
     assert pl.reserve(state, pod, NODE) == SUCCESS
     pl.unreserve(state, pod, NODE)
     assert state.writes == []
+
+
+# -- PreEnqueue with and without cluster state ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pod", "claims", "want"),
+    [
+        # foreachPodResourceClaim: the claims' lister answers NotFound.
+        (
+            pod_with_claim_name(),
+            [],
+            'could not find ResourceClaim "default/my-pod-my-resource"',
+        ),
+        (
+            pod_with_claim_name(CLAIM, CLAIM2),
+            [pending()],
+            f'could not find ResourceClaim "{NS}/{CLAIM2}"',
+        ),
+        (
+            pod_with_claim_template(in_status=False),
+            [],
+            'pod "default/my-pod": ResourceClaim not created yet',
+        ),
+        (pod_with_claim_name(), [pending()], ""),
+        (pb.Pod(uid="foo", name="foo", namespace=NS), [], ""),
+    ],
+    ids=[
+        "claim-missing",
+        "second-claim-missing",
+        "template-not-generated",
+        "claim-exists",
+        "no-claims",
+    ],
+)
+def test_pre_enqueue_looks_up_the_claims_in_the_cluster_state(
+    pod: pb.Pod, claims: list[pb.ClusterObject], want: str
+) -> None:
+    """PreEnqueue (foreachPodResourceClaim) over the snapshot a PreEnqueue call
+    with cluster state binds: the pod stays out of the active queue until
+    every claim it names exists."""
+    pl = plugin_for(snapshot_of(nodes(), [], claims))
+    assert pl.pre_enqueue(PodInfo(pod)) == (unresolvable(want) if want else SUCCESS)
+
+
+def test_pre_enqueue_without_cluster_state_checks_the_pod_alone() -> None:
+    """A PreEnqueue call without PreEnqueueRequest.state binds no snapshot:
+    only what the pod says is checked (PreFilter finds a missing claim)."""
+    pl = DynamicResources(None, Handle("p"))
+    assert pl.pre_enqueue(PodInfo(pod_with_claim_name())) == SUCCESS
+    assert pl.pre_enqueue(PodInfo(pod_with_claim_template(in_status=False))) == unresolvable(
+        'pod "default/my-pod": ResourceClaim not created yet'
+    )
+    # Built without a handle (the shim's local PreEnqueue): the same.
+    assert DynamicResources().pre_enqueue(PodInfo(pod_with_claim_name())) == SUCCESS
