@@ -21,6 +21,7 @@ from berth.shim.extenders import ExtenderSetupError
 from berth.shim.health import HealthServer
 from berth.shim.healthchecks import ApiServerProbe, HealthChecks
 from berth.shim.leader import LeaderElector
+from berth.shim.record import Recording, RecordingStateLog
 from berth.shim.scheduler import Scheduler, ShimOptions
 from berth.shim.service import PluginService
 from berth.shim.serving import DebugRoutes, SecureServingOptions
@@ -61,6 +62,8 @@ class ShimSettings:
     # TLS to the plugin servers (--plugin-server-ca/-cert/-key/-tls-name); None: plaintext.
     tls: ClientTLS | None = None
     options: ShimOptions = field(default_factory=ShimOptions)
+    # berth shim --record DIR: record events and decisions there (shim/record.py).
+    record: str | None = None
 
 
 def _registry(settings: ShimSettings) -> Mapping[str, type[Plugin]]:
@@ -110,7 +113,13 @@ async def run(settings: ShimSettings) -> int:
         hint=KUBECONFIG_HINT,
     )
     profiles = [p.scheduler_name for p in cfg.profiles]
-    service = build_service(settings, ClusterStateLog())
+    recorder: Recording | None = None
+    state = ClusterStateLog()
+    if settings.record:
+        recorder = Recording(settings.record)
+        recorder.start(cfg)
+        state = RecordingStateLog(recorder)
+    service = build_service(settings, state)
     try:
         scheduler = Scheduler(
             api,
@@ -120,10 +129,13 @@ async def run(settings: ShimSettings) -> int:
             initial_backoff=float(cfg.pod_initial_backoff_seconds),
             max_backoff=float(cfg.pod_max_backoff_seconds),
             extenders=cfg.extenders,
+            record=recorder,
         )
     except ExtenderSetupError as setup_error:
         print(f"berth shim: {cfg.source}: {setup_error}", file=sys.stderr, flush=True)
         await service.close()
+        if recorder is not None:
+            recorder.close()
         return 2
     le = cfg.leader_election
     leader_elect = le.leader_elect if settings.leader_elect is None else settings.leader_elect
@@ -245,6 +257,9 @@ async def run(settings: ShimSettings) -> int:
     if probe is not None:
         probe.stop()
     api.close()
+    if recorder is not None:
+        recorder.close()
+        log.info("recording to %s closed: %d records", recorder.directory, recorder.written_records)
     c = scheduler.counters
     log.info(
         "shim stopped: %d cycles, %d bound, %d unschedulable attempts, %d errors",

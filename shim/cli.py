@@ -174,6 +174,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="send OpenTelemetry traces to this OTLP/gRPC endpoint (default: "
         "$OTEL_EXPORTER_OTLP_ENDPOINT; no tracing when neither is set)",
     )
+    p.add_argument(
+        "--record",
+        metavar="DIR",
+        default=None,
+        help="record the cluster events the shim sees and every scheduling decision in DIR "
+        "(a new or empty directory; gzip'd JSON lines, cut in 64 MiB segments, stopping at "
+        "1 GiB), for 'berth replay DIR' (docs/record-replay.md)",
+    )
     p.add_argument("--version", action="version", version=version_text())
     # Logs at -v 0 unless given -v: a long-running process says what it does.
     p.set_defaults(func=run, default_verbosity=0)
@@ -438,6 +446,7 @@ def run(args: argparse.Namespace) -> int:
             bind_connections=args.bind_connections,
             explain_entries=args.explain_max_pods,
         ),
+        record=args.record,
     )
     # The shim's background threads (informers, API workers, and event writes
     # where they go through events.ThreadedSink) spend their time waiting on the

@@ -64,6 +64,7 @@ from berth.shim.podstatus import (
 )
 from berth.shim.preemption import PREEMPTION_PLUGINS
 from berth.shim.queue import QueuedPod, SchedulingQueue, activate_pods
+from berth.shim.record import Recording
 from berth.shim.service import BatchTooLarge, PluginService, ServiceUnavailable
 
 log = logging.getLogger(__name__)
@@ -231,6 +232,7 @@ class SchedulingCycle:
         extenders: Extenders | None = None,
         extender_preemption: Callable[[QueuedPod, pb.ScheduleResponse], Coroutine[Any, Any, None]]
         | None = None,
+        record: Recording | None = None,
     ) -> None:
         """``bind``: the binding cycle of a placed pod (shim/binding.py
         BindingCycle.run), run as a task of its own. ``preempt``: starts the
@@ -239,7 +241,10 @@ class SchedulingCycle:
         ``post_filter_writes``: performs a failed cycle's PostFilter writes
         (BindingCycle.post_filter_writes), run as a task. ``batch_size``:
         most pods one ScheduleBatch call takes (1: always ScheduleStream);
-        halved when the plugin service finds a batch too large."""
+        halved when the plugin service finds a batch too large. ``record``:
+        berth shim --record's recorder, told each call (with a tie-break seed
+        it draws, so that a replay breaks ties alike) and its answers; the
+        cycles of pods an extender is interested in are not recorded."""
         self._service = service
         self._post_filter_writes = post_filter_writes
         self._cache = cache
@@ -256,6 +261,7 @@ class SchedulingCycle:
         # The extenders' ProcessPreemption on a PostFilter's choice
         # (PreemptionExecutor.run_extenders), when any has a preempt verb.
         self._extender_preemption = extender_preemption
+        self._record = record
         # Per profile: where the next cycle starts looking at nodes
         # (percentageOfNodesToScore's rotation, nextStartNodeIndex).
         self._start_index: dict[str, int] = {}
@@ -321,29 +327,30 @@ class SchedulingCycle:
             # The scheduler's cycle count (schedule_one.go's schedulingCycle
             # numbers): the first pod's cycle, the others following.
             cycle = self._counters.cycles + 1
+            sent = [self._as_nominated(qp.pod) for qp in batch]
+            explain = (
+                len(batch) == 1 and self._failed.attempts is not None and wants_explain(sent[0])
+            )
+            seed, recorded = self._record_call(profile, sent, start_index, cycle, explain)
             try:
                 if len(batch) == 1:
-                    pod = self._as_nominated(batch[0].pod)
+                    pod = sent[0]
                     with trace.use_span(spans[0], end_on_exit=False):
-                        if self._failed.attempts is not None and wants_explain(pod):
-                            resp = await self._service.schedule(
-                                profile, pod, start_index, cycle, explain=True
-                            )
-                        else:
-                            resp = await self._service.schedule(profile, pod, start_index, cycle)
+                        resp = await self._service.schedule(
+                            profile, pod, start_index, cycle, explain=explain, seed=seed
+                        )
                     results = [resp]
                     self._start_index[profile] = resp.next_start_index
                 else:
                     with trace.use_span(spans[0], end_on_exit=False):
                         bresp = await self._service.schedule_batch(
-                            profile,
-                            [self._as_nominated(qp.pod) for qp in batch],
-                            start_index,
-                            cycle,
+                            profile, sent, start_index, cycle, seed=seed
                         )
                     results = list(bresp.results)
                     self._start_index[profile] = bresp.next_start_index
             except BatchTooLarge as exc:
+                if recorded and self._record is not None:
+                    self._record.cycle_failed(recorded, str(exc))
                 smaller = max(1, len(batch) // 2)
                 log.warning("%s; sending at most %d pods per batch from now on", exc, smaller)
                 self.batch_size = smaller
@@ -353,9 +360,14 @@ class SchedulingCycle:
                     span.end()
                 return
             except ServiceUnavailable as exc:
+                if recorded and self._record is not None:
+                    self._record.cycle_failed(recorded, str(exc))
                 self._service_failed(batch, spans, exc, start)
                 return
             self._counters.cycles += len(batch)
+            if recorded and self._record is not None:
+                attempts = [qp.attempts for qp in batch]
+                self._record.decisions(recorded, profile, sent, attempts, results)
             if self._extender_preemption is not None:
                 for qp, resp in zip(batch, results, strict=True):
                     await self._extender_preemption(qp, resp)
@@ -509,6 +521,22 @@ class SchedulingCycle:
         out.pending_plugins.extend(d.pending_plugins)
         out.message = message
         return resp
+
+    def _record_call(
+        self, profile: str, sent: list[cpb.Pod], start_index: int, cycle: int, explain: bool
+    ) -> tuple[int, int]:
+        """With --record: the call's tie-break seed, and its cycle number
+        once recorded with the state it is made on (committed here, so that
+        the state is what was recorded before it). (0, 0) otherwise: unseeded."""
+        record = self._record
+        if record is None or not record.recording:
+            return 0, 0
+        seed = record.seed()
+        state = self._service.state
+        state.commit()
+        return seed, record.cycle(
+            profile, sent, state.generation, start_index, seed, explain, scheduler_cycle=cycle
+        )
 
     def _as_nominated(self, pod: cpb.Pod) -> cpb.Pod:
         """The pod as a cycle sees it: with the node this scheduler nominated

@@ -52,10 +52,11 @@ from berth.shim.extenders import EXTENDER_PLUGIN, Extenders
 from berth.shim.hints import HintMap
 from berth.shim.informer import DELETED, Event, Informer, node_key, pod_key
 from berth.shim.metrics import Counters
-from berth.shim.objects import ObjectSources
+from berth.shim.objects import ObjectChange, ObjectSources, Source
 from berth.shim.podstatus import PodStatusWriter
 from berth.shim.preemption import PreemptionExecutor
 from berth.shim.queue import SchedulingQueue
+from berth.shim.record import Recording
 from berth.shim.schedule_one import FailureHandler, SchedulingCycle
 from berth.shim.service import PluginService, ServiceUnavailable
 
@@ -104,9 +105,14 @@ class Scheduler:
         initial_backoff: float = 1.0,
         max_backoff: float = 10.0,
         extenders: Sequence[ExtenderConfig] = (),
+        record: Recording | None = None,
     ) -> None:
-        """``extenders``: KubeSchedulerConfiguration.extenders (shim/extenders.py)."""
+        """``extenders``: KubeSchedulerConfiguration.extenders (shim/extenders.py).
+        ``record``: berth shim --record's recorder (shim/record.py), which
+        gets every informer event and every cycle's call and answers; the
+        cluster state's changes it gets from ``service.state``."""
         self.api = api
+        self.record = record
         self.service = service
         self.profiles = set(profiles)
         self.options = options or ShimOptions()
@@ -162,7 +168,13 @@ class Scheduler:
             status=self.pod_status,
             binding_nominations=binding_nominations,
         )
-        self.objects = ObjectSources(api, self.cache.state, self.event_handlers.on_object_change)
+        self.objects = ObjectSources(
+            api,
+            self.cache.state,
+            self.event_handlers.on_object_change
+            if record is None
+            else recorded_objects(record, self.event_handlers.on_object_change),
+        )
         self.preemption = PreemptionExecutor(
             api=api,
             workers=self._workers,
@@ -230,6 +242,7 @@ class Scheduler:
                 if self.extenders is not None and self.extenders.any_preempt
                 else None
             ),
+            record=record,
         )
 
     # -- lifecycle ----------------------------------------------------------------
@@ -264,7 +277,7 @@ class Scheduler:
             name="nodes",
             decode=decode_node,
             key_of=node_key,
-            on_events=on_node_events,
+            on_events=recorded(self.record, "nodes", on_node_events),
             loop=loop,
         )
         pods: Informer[cpb.Pod] = Informer(
@@ -273,7 +286,7 @@ class Scheduler:
             name="pods",
             decode=decode_pod,
             key_of=pod_key,
-            on_events=on_pod_events,
+            on_events=recorded(self.record, "pods", on_pod_events),
             loop=loop,
             field_selector=POD_FIELD_SELECTOR,
         )
@@ -459,6 +472,35 @@ class Scheduler:
             self.cache.forget(pod.uid)
             if pod.scheduler_name in self.profiles and pod.uid not in self.queue:
                 self.queue.add(current, pod.scheduler_name)
+
+
+def recorded(
+    record: Recording | None, kind: str, handler: Callable[[list[Event[R]]], None]
+) -> Callable[[list[Event[R]]], None]:
+    """An informer's callback that records each event before handling it."""
+    if record is None:
+        return handler
+
+    def on_events(events: list[Event[R]]) -> None:
+        for ev in events:
+            record.event(kind, ev.type, ev.record)
+        handler(events)
+
+    return on_events
+
+
+def recorded_objects(
+    record: Recording, handler: Callable[[Source, Sequence[ObjectChange]], None]
+) -> Callable[[Source, Sequence[ObjectChange]], None]:
+    """ObjectSources' callback that records each change of a kind a plugin
+    reads (after the state took it: ObjectSources applies, then reports)."""
+
+    def on_change(source: Source, changes: Sequence[ObjectChange]) -> None:
+        for type_, old, new in changes:
+            record.event(source.name, type_, new if new is not None else old)
+        handler(source, changes)
+
+    return on_change
 
 
 def tracing() -> bool:

@@ -472,11 +472,13 @@ class PluginService:
         cycle: int = 0,
         *,
         explain: bool = False,
+        seed: int = 0,
     ) -> pb.ScheduleResponse:
         """One scheduling cycle, Reserve and Permit included. ``cycle``: the
         scheduler's cycle number (opportunistic batching). ``explain``: over
         every node, answering every node's verdict and every score (for pods
-        that asked for explanations, shim/explain.py)."""
+        that asked for explanations, shim/explain.py). ``seed``: selectHost's
+        tie-break seed (0: unseeded)."""
         self.state.commit()
         if self.stream:
             resp: pb.ScheduleResponse = await self._guard(
@@ -488,6 +490,7 @@ class PluginService:
                     reserve_and_permit=True,
                     explain=explain,
                     cycle=cycle,
+                    seed=seed,
                 ),
             )
         else:
@@ -500,6 +503,7 @@ class PluginService:
                     reserve_and_permit=True,
                     explain=explain,
                     cycle=cycle,
+                    seed=seed,
                 ),
             )
         return resp
@@ -515,13 +519,25 @@ class PluginService:
         return resp
 
     async def schedule_batch(
-        self, profile: str, pods: list[cpb.Pod], start_index: int, cycle: int = 0
+        self,
+        profile: str,
+        pods: list[cpb.Pod],
+        start_index: int,
+        cycle: int = 0,
+        *,
+        seed: int = 0,
     ) -> pb.ScheduleBatchResponse:
+        """Several pods' cycles; pod i's tie-break is seeded with seed + i."""
         self.state.commit()
         resp: pb.ScheduleBatchResponse = await self._guard(
             "ScheduleBatch",
             lambda: self.client.schedule_batch(
-                profile, pods, start_index=start_index, reserve_and_permit=True, cycle=cycle
+                profile,
+                pods,
+                start_index=start_index,
+                reserve_and_permit=True,
+                cycle=cycle,
+                seed=seed,
             ),
         )
         return resp

@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "berth.cli.place",  # berth place
     "berth.cli.explain",  # berth explain
     "berth.cli.whatif",  # berth what-if
+    "berth.cli.replay",  # berth replay
     "berth.cli.plugins_cmd",  # berth plugins
     "berth.cli.new_plugin",  # berth new-plugin
 )

@@ -75,12 +75,26 @@ class PlaceEverywhere:
         )
 
     async def schedule(
-        self, profile: str, pod: cpb.Pod, start: int, cycle: int = 0
+        self,
+        profile: str,
+        pod: cpb.Pod,
+        start: int,
+        cycle: int = 0,
+        *,
+        explain: bool = False,
+        seed: int = 0,
     ) -> pb.ScheduleResponse:
         return self._placed(pod)
 
     async def schedule_batch(
-        self, profile: str, pods: Sequence[cpb.Pod], start: int, cycle: int = 0
+        self,
+        profile: str,
+        pods: Sequence[cpb.Pod],
+        start: int,
+        cycle: int = 0,
+        *,
+        explain: bool = False,
+        seed: int = 0,
     ) -> pb.ScheduleBatchResponse:
         return pb.ScheduleBatchResponse(results=[self._placed(p) for p in pods])
 

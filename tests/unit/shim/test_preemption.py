@@ -59,7 +59,14 @@ class FakeService:
         self.scheduled: list[cpb.Pod] = []
 
     async def schedule(
-        self, profile: str, pod: cpb.Pod, start_index: int, cycle: int = 0
+        self,
+        profile: str,
+        pod: cpb.Pod,
+        start_index: int,
+        cycle: int = 0,
+        *,
+        explain: bool = False,
+        seed: int = 0,
     ) -> pb.ScheduleResponse:
         self.scheduled.append(pod)
         return no_fit()
