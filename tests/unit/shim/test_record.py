@@ -327,3 +327,35 @@ def test_header_carries_the_configuration_text(tmp_path: Path) -> None:
     assert header["config"]["text"] == MOST_ALLOCATED
     assert header["config"]["source"] == str(cfg_file)
     assert header["berth"]
+
+
+def test_explained_cycle_replays_with_explain(tmp_path: Path) -> None:
+    """A pod that asked for explanations is scheduled over every node, its
+    nominated node not tried first (framework/schedule_one.py explain): the
+    replay must run it the same way. n0 fits the pod but n1 scores higher."""
+
+    async def run() -> str:
+        config = default_config(load_registry())
+        rec = Recording(tmp_path)
+        rec.start(config)
+        state = RecordingStateLog(rec)
+        svc = _service(config, state)
+        for name in ("n0", "n1"):
+            state.upsert_node(make_node(name).capacity(cpu="4", memory="8Gi", pods=110).obj())
+        state.upsert_pod(make_pod("busy").req(cpu="3").node("n0").obj())
+        pod = make_pod("p").req(cpu="500m").obj()
+        pod.nominated_node_name = "n0"
+        seed = rec.seed()
+        state.commit()
+        cycle = rec.cycle("default-scheduler", [pod], state.generation, 0, seed, explain=True)
+        resp = await svc.schedule("default-scheduler", pod, 0, explain=True, seed=seed)
+        rec.decisions(cycle, "default-scheduler", [pod], [1], [resp])
+        await svc.close()
+        rec.close()
+        return outcome(resp).node
+
+    assert asyncio.run(run()) == "n1"
+    cycle = next(ln.record for ln in read_recording(tmp_path) if ln.record["t"] == "cycle")
+    assert cycle["explain"] is True
+    r = _replay(tmp_path)
+    assert r.decisions == 1 and r.different == 0
