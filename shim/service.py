@@ -548,22 +548,7 @@ class PluginService:
         """The first half of a cycle with extenders: PreFilter and Filter,
         stopped before Score when nodes pass (ScheduleRequest
         .stop_after_filter)."""
-        self.state.commit()
-
-        def build(st: cpb.ClusterState) -> pb.ScheduleRequest:
-            return pb.ScheduleRequest(
-                profile=profile,
-                state=st,
-                pod=pod,
-                start_index=start_index,
-                reserve_and_permit=True,
-                stop_after_filter=True,
-            )
-
-        resp: pb.ScheduleResponse = await self._guard(
-            "Schedule", lambda: self.client.call("Schedule", build)
-        )
-        return resp
+        return await self._split_cycle(profile, pod, start_index, stop_after_filter=True)
 
     async def schedule_resumed(
         self,
@@ -574,6 +559,13 @@ class PluginService:
     ) -> pb.ScheduleResponse:
         """The second half: Score over the nodes the extenders kept, their
         scores added, host selection, Reserve and Permit."""
+        return await self._split_cycle(profile, pod, start_index, resume=resume)
+
+    async def _split_cycle(
+        self, profile: str, pod: cpb.Pod, start_index: int, **half: Any
+    ) -> pb.ScheduleResponse:
+        """A Schedule call for one half of a cycle split around the
+        extenders (``half``: stop_after_filter or resume)."""
         self.state.commit()
 
         def build(st: cpb.ClusterState) -> pb.ScheduleRequest:
@@ -583,7 +575,7 @@ class PluginService:
                 pod=pod,
                 start_index=start_index,
                 reserve_and_permit=True,
-                resume=resume,
+                **half,
             )
 
         resp: pb.ScheduleResponse = await self._guard(
