@@ -6,6 +6,7 @@ WithMaxInFlightLimit)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -48,6 +49,8 @@ class Admission:
         self.calls = 0
         self.bytes = 0
         self.refused = 0
+        # Set when the last call in flight leaves, while someone waits (wait_idle).
+        self._idle: asyncio.Event | None = None
 
     def enter(self, size: int) -> None:
         if self.calls >= self.max_calls:
@@ -73,6 +76,17 @@ class Admission:
         self.bytes -= size
         INFLIGHT_CALLS.dec()
         INFLIGHT_BYTES.dec(size)
+        if not self.calls and self._idle is not None:
+            self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Until no call is in flight."""
+        while self.calls:
+            self._idle = asyncio.Event()
+            try:
+                await self._idle.wait()
+            finally:
+                self._idle = None
 
     @contextmanager
     def admitted(self, size: int) -> Iterator[None]:

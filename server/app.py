@@ -4,6 +4,7 @@ reflection, metrics, graceful shutdown."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Mapping
@@ -106,6 +107,11 @@ class Limits:
     max_state_bytes: int = DEFAULT_MAX_BYTES
 
 
+# How long answers already handed to gRPC get to leave before its shutdown
+# closes the connections (RunningServer.stop).
+DRAIN_FLUSH_SECONDS = 0.2
+
+
 @dataclass
 class RunningServer:
     server: grpc.aio.Server
@@ -120,7 +126,17 @@ class RunningServer:
     async def stop(self, grace: float = 5.0) -> None:
         """Stop taking work, let in-flight RPCs finish within ``grace``."""
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(grace)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        # gRPC core closes the connections as soon as its shutdown finds no
+        # call running, which can cut off the answer a handler has just
+        # returned (the caller then sees UNAVAILABLE, "Stream removed"). So the
+        # calls in flight finish here first, and their answers get a moment to
+        # leave, before the transport shuts down.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.service.admission.wait_idle(), deadline - loop.time())
+        await asyncio.sleep(max(0.0, min(DRAIN_FLUSH_SECONDS, deadline - loop.time())))
+        await self.server.stop(max(0.0, deadline - loop.time()))
         if self.health_server is not None:
             await self.health_server.stop(0)
         self.service.close()

@@ -20,7 +20,11 @@ import yaml
 from berth.cli import main
 from berth.cli.snapshot import Limits, SnapshotError, load_files, parse_selector, read_documents
 
-NOW = datetime.fromtimestamp(time.time(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+def now() -> str:
+    """The current time as NodeMetrics spell it: taken when a test writes its metrics, not
+    when the module is imported (a run of the whole suite imports it long before)."""
+    return datetime.fromtimestamp(time.time(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def node(name: str, cpu: str = "4", memory: str = "8Gi", **labels: str) -> dict[str, Any]:
@@ -115,7 +119,7 @@ def node_metrics(name: str, cpu: str) -> dict[str, Any]:
         "apiVersion": "metrics.k8s.io/v1beta1",
         "kind": "NodeMetrics",
         "metadata": {"name": name},
-        "timestamp": NOW,
+        "timestamp": now(),
         "window": "30s",
         "usage": {"cpu": cpu, "memory": "1Gi"},
     }

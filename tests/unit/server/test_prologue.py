@@ -5,6 +5,7 @@ are admitted against the in-flight caps."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
@@ -108,3 +109,20 @@ async def test_only_calls_from_the_network_are_admitted(service: SchedulingServi
     assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "--max-inflight-calls" in refused.value.details
     assert (await service.Sync(request, Context())).node_count == 1
+
+
+async def test_wait_idle_returns_when_the_last_call_in_flight_leaves() -> None:
+    """RunningServer.stop drains the calls in flight before gRPC's shutdown
+    closes the connections (which could cut off an answer just returned)."""
+    admission = Admission()
+    admission.enter(10)
+    admission.enter(20)
+    waiter = asyncio.create_task(admission.wait_idle())
+    await asyncio.sleep(0.01)
+    admission.leave(10)
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    admission.leave(20)
+    await asyncio.wait_for(waiter, 1.0)
+    # Nothing in flight: returns at once.
+    await asyncio.wait_for(admission.wait_idle(), 0.1)
