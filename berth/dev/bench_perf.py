@@ -108,8 +108,6 @@ CREATE_PROCESSES = 1
 SAMPLE_INTERVAL = 1.0  # util.go, throughputSampleInterval
 # How long a scheduler's own count of bindings may trail what the API server shows.
 REPORT_GRACE = 15.0
-# The schedulers that write a Scheduled event per binding (all of them, bind-only included).
-EVENT_WRITERS = frozenset({"kube-scheduler", "berth", "berth-inprocess", "bind-only"})
 # A run whose last binding came this soon after the last creation had no backlog left.
 CREATION_TAIL = 0.25
 # ... and was creation-limited if, at the median 1 s sample, fewer than this share of the
@@ -439,8 +437,7 @@ class RunFacts:
     scheduled_reported: int | None
     # Bindings the API server refused because the pod was bound already, as reported.
     conflicts_reported: int
-    # "namespace/name" of each pod with a Scheduled event; None: the scheduler writes
-    # no events (bind-only) and none are expected.
+    # "namespace/name" of each pod with a Scheduled event; None: events are not checked.
     scheduled_events: Set[str] | None = None
 
 
@@ -1412,15 +1409,14 @@ def run_one(
             if time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        # Events are written after the binding, in the background: give the last
-        # ones the same grace, with the scheduler still running.
-        events: set[str] | None = None
-        if scheduler in EVENT_WRITERS:
-            while True:
-                events = scheduled_events(client, (init_ns, measured_ns))
-                if len(events) >= total or time.monotonic() > deadline:
-                    break
-                time.sleep(1.0)
+        # Every scheduler, bind-only included, writes a Scheduled event per binding, after
+        # the binding and in the background: give the last ones the same grace, with the
+        # scheduler still running.
+        while True:
+            events = scheduled_events(client, (init_ns, measured_ns))
+            if len(events) >= total or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
         after = parse_metrics(running.metrics()) if running.metrics else {}
         running.stop()
         stopped = True
@@ -1522,7 +1518,7 @@ def run_one(
                     "nodes": len(nodes),
                     "scheduled_reported": scheduled_reported,
                     "conflicts_reported": conflicts,
-                    "scheduled_events": None if events is None else len(events),
+                    "scheduled_events": len(events),
                     "violations": violations,
                 },
                 "logs": [str(p) for p in running.logs],
@@ -1533,7 +1529,7 @@ def run_one(
         else:
             say(
                 f"checked: {len(expected)} pods bound once each, no node overcommitted, "
-                "constraints hold" + ("" if events is None else ", a Scheduled event for each")
+                "constraints hold, a Scheduled event for each"
             )
     except Exception as exc:  # reported as this run's failure; the next run goes on
         from berth.dev.localcluster.process import log_tail

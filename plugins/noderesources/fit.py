@@ -467,14 +467,11 @@ class Fit(
         """DeviceClasses: which extended resources DRA backs."""
         return (DEVICE_CLASSES,)
 
-    def _dra_backed(self, scalar: dict[str, int]) -> frozenset[str]:
-        return dra_backed_resources(self, scalar)
-
     def pre_filter(
         self, state: CycleState, pod: PodInfo, nodes: NodeBatch
     ) -> tuple[PreFilterResult | None, Status]:
         request = compute_pod_resource_request(pod)
-        backed = self._dra_backed(request.scalar)
+        backed = dra_backed_resources(self, request.scalar)
         if backed:
             request = msgspec.structs.replace(request, dra_backed=backed)
         state.write(PRE_FILTER_STATE_KEY, request)
