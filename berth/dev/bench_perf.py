@@ -10,12 +10,15 @@ in turn, alone on the cluster:
 - ``kube-scheduler``: upstream's, built by hack/build-k8s.sh, default plugins.
 - ``berth``: ``berth shim`` calling a ``berth serve`` over gRPC.
 - ``berth-inprocess``: ``berth shim`` with the plugins in its own process.
+- ``berth-NAME`` (``--variant NAME=ARGS``): ``berth`` with more flags for its shim, or
+  another configuration, beside ``berth`` in the same rounds (what a flag or a plugin costs).
 - ``bind-only``: no scheduling at all: a process that binds each pod, round robin over the
-  nodes, through the shim's own HTTP client (``berth.kube.rest.KubeApi``: the same urllib3 pool,
-  token bucket and binding request as the shim's binding cycle), and writes the pod's
-  Scheduled event through the shim's own event recorder, as every scheduler must
-  (schedule_one.go bindingCycle). Its rate is the API server's ceiling for this workload on
-  this machine: the API work of scheduling with none of the scheduling.
+  nodes, the way the shim writes (``berth.kube.asynchttp.AsyncApi`` from an event loop: the
+  same HTTP/1.1 pool, token bucket and binding request as the shim's binding cycle, on as
+  many connections), and writes the pod's Scheduled event through the shim's own event
+  recorder, as every scheduler must (schedule_one.go bindingCycle). Its rate is the API
+  server's ceiling for this workload on this machine: the API work of scheduling with none
+  of the scheduling.
 
 Two modes. By default (scheduler_perf's) the measured pods are created while the scheduler
 runs. With ``--drain`` the scheduler that bound the initial pods is stopped, the measured
@@ -23,6 +26,9 @@ pods are created with no scheduler running, and a fresh scheduler process drains
 backlog: the window runs from starting that process to the last binding (start-up
 included: a restarted or failed-over scheduler facing a backlog), and holds only the
 scheduler, its bindings and its events, so no run is limited by how fast pods are created.
+Berth over gRPC restarts only its shim there: the plugin server runs as a Deployment of its
+own (deploy/base/plugin-server.yaml) and keeps serving while the scheduler restarts
+(``--drain-cold-server`` restarts it too).
 
 Each run gets fresh namespaces and a fresh scheduler process, creates the initial pods (not
 measured) and waits until all are bound, then creates the measured pods while the
@@ -53,10 +59,12 @@ says what broke.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import logging
 import math
 import os
 import re
+import shlex
 import shutil
 import ssl
 import statistics
@@ -70,7 +78,6 @@ import urllib.request
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,8 +101,9 @@ ATTEMPTS_TOTAL = "scheduler_schedule_attempts_total"
 # What the API server answers a second binding of a bound pod
 # (pkg/registry/core/pod/storage/storage.go, assignPod); every scheduler here logs it.
 CONFLICT_TEXT = "is already assigned to node"
-# shim.scheduler.ShimOptions.bind_workers: the bind-only loop binds from as many threads.
-BIND_WORKERS = 16
+# shim.scheduler.ShimOptions.bind_connections: the bind-only loop binds over as many
+# connections, as the shim does.
+BIND_CONNECTIONS = 64
 # Threads creating the nodes and the initial pods (not measured; the measured pods come from
 # PodCreator).
 CREATE_WORKERS = 16
@@ -802,6 +810,91 @@ class Running:
     stop: Callable[[], None]
     metrics: Callable[[], str] | None = None  # Prometheus text, or None (bind-only)
     reported: Callable[[], tuple[int | None, int]] = lambda: (None, 0)
+    # Berth over gRPC: stop the shim and leave ``berth serve`` running; returns the
+    # server for the next start_berth_run (drain mode: the plugin server is a Deployment
+    # of its own, deploy/base/plugin-server.yaml, and outlives a restarted shim).
+    detach_server: Callable[[], PluginServer] | None = None
+
+
+@dataclass(frozen=True)
+class PluginServer:
+    """A running ``berth serve`` that a shim may be started against."""
+
+    port: int
+    pid: int
+    record: Any  # berth.dev.localcluster.process.ProcessRecord
+    log: Path
+
+
+@dataclass(frozen=True)
+class Variant:
+    """``--variant NAME=ARGS``: Berth over gRPC as the scheduler ``berth-NAME``, its shim
+    started with ``shim_args`` after the harness's own flags, and its profile taken from
+    ``config`` (the ARGS' ``--config FILE``) instead of ``--berth-config``."""
+
+    name: str
+    shim_args: tuple[str, ...]
+    config: Path | None = None
+
+    @property
+    def scheduler(self) -> str:
+        return f"berth-{self.name}"
+
+
+# Flags of ``berth shim`` the harness sets itself: a variant may not change them.
+VARIANT_RESERVED = (
+    "--kubeconfig",
+    "--plugin-server",
+    "--metrics-listen",
+    "--insecure-metrics",
+    "--insecure-plaintext",
+    "--leader-elect",
+    "--no-leader-elect",
+)
+VARIANT_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,18}[a-z0-9])?")
+
+
+def parse_variant(text: str) -> Variant:
+    """``NAME=ARGS`` (ARGS split as a shell would): BenchError saying what is wrong."""
+    name, sep, rest = text.partition("=")
+    if not sep:
+        raise BenchError(
+            f"--variant {text!r}: expected NAME=ARGS, e.g. noexplain='--explain-max-pods 0'"
+        )
+    if not VARIANT_NAME.fullmatch(name):
+        raise BenchError(
+            f"--variant {text!r}: NAME must be 1-20 lowercase letters, digits or '-', "
+            "starting and ending with a letter or digit (it becomes the scheduler berth-NAME)"
+        )
+    try:
+        words = shlex.split(rest)
+    except ValueError as exc:
+        raise BenchError(f"--variant {text!r}: ARGS: {exc}") from None
+    args: list[str] = []
+    config: Path | None = None
+    i = 0
+    while i < len(words):
+        word = words[i]
+        flag = word.split("=", 1)[0]
+        if flag == "--config":
+            if "=" in word:
+                value = word.split("=", 1)[1]
+            elif i + 1 < len(words):
+                i += 1
+                value = words[i]
+            else:
+                raise BenchError(f"--variant {name}: --config needs a FILE")
+            config = Path(value)
+            if not config.is_file():
+                raise BenchError(f"--variant {name}: --config {value}: no such file")
+        elif flag in VARIANT_RESERVED:
+            raise BenchError(
+                f"--variant {name}: {flag} is set by the harness; variants may not change it"
+            )
+        else:
+            args.append(word)
+        i += 1
+    return Variant(name=name, shim_args=tuple(args), config=config)
 
 
 def _get(url: str, *, insecure: bool = False, timeout: float = 10.0) -> tuple[int, str]:
@@ -913,7 +1006,11 @@ def start_berth_run(
     batch_size: int,
     grpc: bool,
     config_base: Path | None = None,
+    shim_args: Sequence[str] = (),
+    server: PluginServer | None = None,
 ) -> Running:
+    """``server``: a ``berth serve`` left running by an earlier run's ``detach_server``,
+    used (and stopped with this run) instead of starting one."""
     from berth.dev.localcluster.ports import free_port
     from berth.dev.localcluster.process import ProcessRecord, spawn, stop
 
@@ -929,8 +1026,12 @@ def start_berth_run(
             log.info("%s", stop(rec))
 
     try:
-        server_args: list[str] = []
-        if grpc:
+        served = server
+        if served is not None:
+            records.append(served.record)
+            processes["serve"] = served.pid
+            logs.append(served.log)
+        elif grpc:
             port = free_port()
             serve_log = work / "serve.log"
             proc, rec = spawn(
@@ -958,7 +1059,10 @@ def start_berth_run(
                 proc,
                 serve_log,
             )
-            server_args = ["--plugin-server", f"127.0.0.1:{port}", "--insecure-plaintext"]
+            served = PluginServer(port=port, pid=proc.pid, record=rec, log=serve_log)
+        server_args: list[str] = []
+        if served is not None:
+            server_args = ["--plugin-server", f"127.0.0.1:{served.port}", "--insecure-plaintext"]
         mport = free_port()
         shim_log = work / "shim.log"
         proc, rec = spawn(
@@ -981,6 +1085,7 @@ def start_berth_run(
                 f"127.0.0.1:{mport}",
                 "--insecure-metrics",
                 *server_args,
+                *shim_args,
             ],
             shim_log,
             die_with_parent=True,
@@ -1008,8 +1113,21 @@ def start_berth_run(
         )
         return scheduled, _count_in(shim_log, CONFLICT_TEXT)
 
+    def detach_server() -> PluginServer:
+        """Stop the shim alone; the server keeps running."""
+        assert served is not None
+        for rec in reversed(records):
+            if rec is not served.record:
+                log.info("%s", stop(rec))
+        return served
+
     return Running(
-        processes=processes, logs=logs, stop=stop_all, metrics=metrics, reported=reported
+        processes=processes,
+        logs=logs,
+        stop=stop_all,
+        metrics=metrics,
+        reported=reported,
+        detach_server=detach_server if served is not None else None,
     )
 
 
@@ -1107,6 +1225,13 @@ class Options:
     # Drain mode: the measured pods are created with no scheduler running; a fresh
     # scheduler process drains them (module docstring).
     drain: bool = False
+    # Drain mode, Berth over gRPC: restart ``berth serve`` too, not only the shim.
+    drain_cold_server: bool = False
+    # ``--variant``: more Berth schedulers, ``berth-NAME``.
+    variants: tuple[Variant, ...] = ()
+
+    def variant(self, scheduler: str) -> Variant | None:
+        return next((v for v in self.variants if v.scheduler == scheduler), None)
 
 
 def _progress(workload: str, message: str) -> None:
@@ -1235,18 +1360,22 @@ def run_one(
         "burst": opts.burst,
     }
     record["mode"] = "drain" if opts.drain else "concurrent"
+    variant = opts.variant(scheduler)
+    config_base = variant.config if variant and variant.config else opts.berth_config
     if scheduler.startswith("berth"):
         record["batch_size"] = opts.batch_size
-        record["berth_config"] = str(opts.berth_config) if opts.berth_config else None
+        record["berth_config"] = str(config_base) if config_base else None
+    if variant is not None:
+        record["shim_args"] = list(variant.shim_args)
     say("starting")
     t_start = time.monotonic()
     # A directory per run: a log left by an earlier round must not answer for this one.
     sdir = work / run
 
-    def start(where: Path) -> Running:
+    def start(where: Path, server: PluginServer | None = None) -> Running:
         if scheduler == "kube-scheduler":
             return start_kube_scheduler_run(cluster, where, profile, opts.qps, opts.burst)
-        if scheduler in ("berth", "berth-inprocess"):
+        if scheduler in ("berth", "berth-inprocess") or variant is not None:
             return start_berth_run(
                 cluster,
                 where,
@@ -1254,8 +1383,10 @@ def run_one(
                 opts.qps,
                 opts.burst,
                 opts.batch_size,
-                grpc=scheduler == "berth",
-                config_base=opts.berth_config,
+                grpc=scheduler != "berth-inprocess",
+                config_base=config_base,
+                shim_args=variant.shim_args if variant else (),
+                server=server,
             )
         if scheduler == "bind-only":
             return start_bind_only_run(cluster, where, profile, opts.qps, opts.burst)
@@ -1290,12 +1421,22 @@ def run_one(
         created: list[BaseException] = []
         created_at: list[float] = []
         creator_cpu: float | None = None
+        kept: PluginServer | None = None
         if opts.drain:
-            init_reported = running.reported()
-            running.stop()
+            # The watch shows a binding before its scheduler has counted it: wait for the
+            # count (as after the measured window) before this process stops.
+            init_reported = _settled_report(running, opts.init_pods)
+            if running.detach_server is not None and not opts.drain_cold_server:
+                kept = running.detach_server()
+                record["server_kept"] = True
+                stopped_what = "stopped the shim (berth serve keeps running)"
+            else:
+                running.stop()
+                stopped_what = "stopped"
             stopped = True
             say(
-                f"initial pods bound; stopped; creating {opts.pods} measured pods with no scheduler"
+                f"initial pods bound; {stopped_what}; creating {opts.pods} measured pods with "
+                "no scheduler"
             )
             t_create = time.monotonic()
             objects.create_pods(client, measured, concurrency=opts.create_connections)
@@ -1305,9 +1446,18 @@ def run_one(
                 f" starting a fresh {scheduler} to drain them"
             )
             began = time.monotonic()
-            running = start(sdir / "drain")
+            kept_cpu = cpu_seconds(kept.pid) if kept is not None else 0.0
+            try:
+                running = start(sdir / "drain", server=kept)
+            except BaseException:
+                if kept is not None:
+                    from berth.dev.localcluster.process import stop
+
+                    log.info("%s", stop(kept.record))
+                raise
             stopped = False
-            say(f"ready in {time.monotonic() - began:.1f}s; draining")
+            record["ready_seconds"] = time.monotonic() - began
+            say(f"ready in {record['ready_seconds']:.1f}s; draining")
             # A fresh process: everything it has done is the measured window's.
             before = {}
             created_at.append(began)
@@ -1328,8 +1478,11 @@ def run_one(
         pids = {**running.processes, **server_pids, "harness": os.getpid()}
         cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
         if opts.drain:
-            # The drain window starts with the scheduler's process: its start-up counts.
+            # The drain window starts with the scheduler's process: its start-up counts;
+            # a kept berth serve counts from the window's start.
             cpu0.update({k: 0.0 for k in running.processes})
+            if kept is not None:
+                cpu0["serve"] = kept_cpu
 
         def create() -> None:
             """With ``--create-processes 0``: the measured pods created from threads of the harness."""
@@ -1399,16 +1552,10 @@ def run_one(
         # call has yet to return): give its count a moment to catch up before comparing.
         total = opts.init_pods + opts.pods
         deadline = time.monotonic() + REPORT_GRACE
-        while True:
-            scheduled_reported, conflicts = running.reported()
-            if scheduled_reported is not None and init_reported[0] is not None:
-                scheduled_reported += init_reported[0]
-            conflicts += init_reported[1]
-            if scheduled_reported is None or scheduled_reported >= total:
-                break
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        scheduled_reported, conflicts = _settled_report(running, total - (init_reported[0] or 0))
+        if scheduled_reported is not None and init_reported[0] is not None:
+            scheduled_reported += init_reported[0]
+        conflicts += init_reported[1]
         # Every scheduler, bind-only included, writes a Scheduled event per binding, after
         # the binding and in the background: give the last ones the same grace, with the
         # scheduler still running.
@@ -1548,6 +1695,18 @@ def run_one(
     if error is not None:
         raise error
     return record
+
+
+def _settled_report(running: Running, want: int) -> tuple[int | None, int]:
+    """The scheduler's (successful bindings, conflicts) once it counts ``want`` bindings,
+    or as they stand after REPORT_GRACE: the API server shows a binding before the
+    scheduler's binding call has returned and been counted."""
+    deadline = time.monotonic() + REPORT_GRACE
+    while True:
+        scheduled, conflicts = running.reported()
+        if scheduled is None or scheduled >= want or time.monotonic() > deadline:
+            return scheduled, conflicts
+        time.sleep(0.2)
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -1974,8 +2133,21 @@ def register(bsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p.add_argument("--burst", type=int, default=None, help="client burst (default: the QPS)")
         p.add_argument(
             "--schedulers",
-            default=",".join(SCHEDULERS),
-            help="comma-separated subset, run in this order (default %(default)s)",
+            default=None,
+            help="comma-separated subset, run in this order (default "
+            f"{','.join(SCHEDULERS)}, each --variant after berth)",
+        )
+        p.add_argument(
+            "--variant",
+            action="append",
+            default=[],
+            metavar="NAME=ARGS",
+            help="one more scheduler, berth-NAME: Berth over gRPC with ARGS added to its "
+            "shim's command line (split as a shell would), e.g. "
+            "noexplain='--explain-max-pods 0' to measure what explanations cost beside "
+            "berth in the same rounds; a --config FILE among ARGS gives it that "
+            "configuration's first profile (as --berth-config) for both its processes; "
+            "repeatable",
         )
         p.add_argument(
             "--rounds",
@@ -2045,7 +2217,14 @@ def register(bsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             action="store_true",
             help="create the measured pods with no scheduler running, then time a fresh "
             "scheduler process draining them, start-up included (default: create them while "
-            "the scheduler runs, as scheduler_perf does)",
+            "the scheduler runs, as scheduler_perf does); Berth over gRPC restarts its shim "
+            "only, as when its scheduler Deployment restarts or fails over while the plugin "
+            "server Deployment keeps serving",
+        )
+        p.add_argument(
+            "--drain-cold-server",
+            action="store_true",
+            help="with --drain: restart berth serve too, so that its start-up counts as well",
         )
         p.add_argument(
             "--no-restart-apiserver",
@@ -2091,13 +2270,23 @@ def _qps_and_burst(prefix: str, qps: float, burst: int | None) -> int:
 
 def options_from(args: argparse.Namespace) -> Options:
     w = WORKLOADS[args.workload]
-    schedulers = tuple(s.strip() for s in str(args.schedulers).split(",") if s.strip())
-    unknown = [s for s in schedulers if s not in SCHEDULERS]
+    variants = tuple(parse_variant(v) for v in args.variant)
+    names = [v.scheduler for v in variants]
+    if len(set(names)) != len(names):
+        raise BenchError(f"--variant names one twice: {', '.join(names)}")
+    known = (*SCHEDULERS[:2], *names, *SCHEDULERS[2:])
+    if args.schedulers is None:
+        schedulers = known
+    else:
+        schedulers = tuple(s.strip() for s in str(args.schedulers).split(",") if s.strip())
+    unknown = [s for s in schedulers if s not in known]
     if unknown or not schedulers:
         raise BenchError(
             f"--schedulers: unknown {', '.join(unknown) or '(none given)'}; choose from "
-            f"{', '.join(SCHEDULERS)}"
+            f"{', '.join(known)}"
         )
+    if args.drain_cold_server and not args.drain:
+        raise BenchError("--drain-cold-server goes with --drain")
     if len(set(schedulers)) != len(schedulers):
         raise BenchError(f"--schedulers names one twice: {args.schedulers}")
     for flag, value, least in (
@@ -2148,6 +2337,8 @@ def options_from(args: argparse.Namespace) -> Options:
         apiserver_pprof=Path(args.apiserver_pprof) if args.apiserver_pprof else None,
         apiserver_pprof_seconds=args.apiserver_pprof_seconds,
         drain=args.drain,
+        drain_cold_server=args.drain_cold_server,
+        variants=variants,
     )
 
 
@@ -2512,7 +2703,7 @@ def bind_only_main(argv: Sequence[str]) -> int:
     from berth.kube.asynchttp import AsyncApi
     from berth.kube.errors import ApiError
     from berth.kube.rest import KubeApi, pod_path
-    from berth.shim.events import DEFAULT_WRITERS, EventRecorder, ObjectRef, ThreadedSink
+    from berth.shim.events import DEFAULT_WRITERS, EventRecorder, ObjectRef
 
     p = argparse.ArgumentParser(prog="python -m berth.dev.bench_perf bind-only")
     p.add_argument("--kubeconfig", required=True)
@@ -2529,16 +2720,24 @@ def bind_only_main(argv: Sequence[str]) -> int:
     # The shim's event path (shim/scheduler.py): an EventRecorder writing from an event
     # loop through the asyncio client, the reporting controller the scheduler's name.
     loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, name="bind-only-events", daemon=True).start()
-    sink = AsyncApi.from_kubeapi(api, connections=DEFAULT_WRITERS) or ThreadedSink(api)
+    threading.Thread(target=loop.run_forever, name="bind-only-loop", daemon=True).start()
+    # The shim's write path (shim/scheduler.py, shim/binding.py Binder.bind): bindings
+    # POSTed from an event loop through the asyncio client on their own connections,
+    # events through an EventRecorder on others, the reporting controller the
+    # scheduler's name.
+    binder = AsyncApi.from_kubeapi(api, connections=BIND_CONNECTIONS)
+    sink = AsyncApi.from_kubeapi(api, connections=DEFAULT_WRITERS)
+    if binder is None or sink is None:
+        print("bind-only: the kubeconfig needs the kubernetes client's pool", flush=True)
+        return 2
     recorder = EventRecorder(sink, args.scheduler_name)
     asyncio.run_coroutine_threadsafe(_start_recorder(recorder), loop).result(10)
-    lock = threading.Lock()
     counts = {"bound": 0, "conflicts": 0, "errors": 0}
     seen: set[str] = set()
     turn = [0]
+    pending: set[concurrent.futures.Future[None]] = set()
 
-    def bind(ns: str, name: str, uid: str, node: str) -> None:
+    async def bind(ns: str, name: str, uid: str, node: str) -> None:
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -2546,9 +2745,8 @@ def bind_only_main(argv: Sequence[str]) -> int:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         try:
-            # As the shim's _post_binding: wait for a token, then POST pods/binding.
-            api.wait_for_token()
-            api.request("POST", pod_path(ns, name, "binding"), body=body, limit=False)
+            await binder.wait_for_token()
+            await binder.request("POST", pod_path(ns, name, "binding"), body=body, limit=False)
             outcome = "bound"
             recorder.record(
                 ObjectRef(kind="Pod", namespace=ns, name=name, uid=uid),
@@ -2560,10 +2758,8 @@ def bind_only_main(argv: Sequence[str]) -> int:
         except ApiError as exc:
             outcome = "conflicts" if exc.conflict else "errors"
             print(f"bind-only: binding {ns}/{name} to {node}: {exc}", flush=True)
-        with lock:
-            counts[outcome] += 1
-
-    pool = ThreadPoolExecutor(max_workers=BIND_WORKERS, thread_name_prefix="bind")
+        # Only the loop's thread counts: no lock needed.
+        counts[outcome] += 1
 
     def offer(obj: JSON) -> None:
         meta = obj["metadata"]
@@ -2573,7 +2769,11 @@ def bind_only_main(argv: Sequence[str]) -> int:
         seen.add(uid)
         node = nodes[turn[0] % len(nodes)]
         turn[0] += 1
-        pool.submit(bind, str(meta["namespace"]), str(meta["name"]), uid, node)
+        fut = asyncio.run_coroutine_threadsafe(
+            bind(str(meta["namespace"]), str(meta["name"]), uid, node), loop
+        )
+        pending.add(fut)
+        fut.add_done_callback(pending.discard)
 
     class Stop(Exception):
         pass
@@ -2612,14 +2812,13 @@ def bind_only_main(argv: Sequence[str]) -> int:
     finally:
         # Bindings under way finish (and are counted) before the counters are printed;
         # their events are written, as the shim's are when it stops.
-        pool.shutdown(wait=True, cancel_futures=True)
+        concurrent.futures.wait(list(pending), timeout=30)
         asyncio.run_coroutine_threadsafe(recorder.stop(), loop).result(30)
-        with lock:
-            print(
-                f"bind-only: bound {counts['bound']}, conflicts {counts['conflicts']}, "
-                f"errors {counts['errors']}",
-                flush=True,
-            )
+        print(
+            f"bind-only: bound {counts['bound']}, conflicts {counts['conflicts']}, "
+            f"errors {counts['errors']}",
+            flush=True,
+        )
     return 0
 
 

@@ -409,14 +409,21 @@ def test_drain_mode_times_a_fresh_scheduler_draining_a_backlog(tmp_path: Path) -
     out_json = tmp_path / "records.json"
     proc = berth_bench(
         "SchedulingBasic",
-        *("--drain", "--schedulers", "kube-scheduler,berth,bind-only"),
+        *("--drain", "--schedulers", "kube-scheduler,berth,berth-noexplain,bind-only"),
+        *("--variant", "noexplain=--explain-max-pods 0 -v=2"),
+        *("--work-dir", str(tmp_path / "work")),
         *("--nodes", "30", "--init-pods", "60", "--pods", "240"),
         *("--stall-timeout", "45", "--settle", "0.5", "--json", str(out_json)),
         timeout=480,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     records = json.loads(out_json.read_text())
-    assert [r["scheduler"] for r in records] == ["kube-scheduler", "berth", "bind-only"]
+    assert [r["scheduler"] for r in records] == [
+        "kube-scheduler",
+        "berth",
+        "berth-noexplain",
+        "bind-only",
+    ]
     for r in records:
         assert (r["status"], r["mode"]) == ("ok", "drain"), r
         checks = r["checks"]
@@ -430,6 +437,20 @@ def test_drain_mode_times_a_fresh_scheduler_draining_a_backlog(tmp_path: Path) -
         assert r["cpu_seconds_per_1000_pods"], r
         assert f"starting a fresh {r['scheduler']} to drain them" in proc.stdout
     by = {r["scheduler"]: r for r in records}
+    # Berth over gRPC restarts its shim only: the plugin server that bound the initial pods
+    # serves the drain (its own Deployment in deploy/base), and its CPU counts from the
+    # window's start.
+    for name in ("berth", "berth-noexplain"):
+        assert by[name]["server_kept"] is True
+        assert set(by[name]["cpu_seconds_per_1000_pods"]) == {"shim", "serve", "total"}
+        assert by[name]["ready_seconds"] > 0
+    assert "stopped the shim (berth serve keeps running)" in proc.stdout
+    # The variant's shim got its arguments: -v=2 logs a line per scheduled pod.
+    assert by["berth-noexplain"]["shim_args"] == ["--explain-max-pods", "0", "-v=2"]
+    shim_log = Path(by["berth-noexplain"]["logs"][0])
+    assert shim_log.name == "shim.log" and shim_log.parent.name == "drain"
+    assert "Successfully bound pod to node" in shim_log.read_text()
+    assert "Successfully bound pod to node" not in Path(by["berth"]["logs"][0]).read_text()
     # Ratios compare the drain rates of the same round.
     assert by["berth"]["ratio_to_kube_scheduler"] == pytest.approx(
         by["berth"]["pods_per_second_overall"] / by["kube-scheduler"]["pods_per_second_overall"]
@@ -590,6 +611,25 @@ def test_apiserver_pprof_is_off_unless_asked_for() -> None:
             ("SchedulingBasic", "--berth-config", "/nonexistent/berth.yaml"),
             "--berth-config /nonexistent/berth.yaml: no such file",
         ),
+        (("SchedulingBasic", "--variant", "noexplain"), "expected NAME=ARGS"),
+        (("SchedulingBasic", "--variant", "No_Explain=-v 2"), "NAME must be 1-20 lowercase"),
+        (
+            ("SchedulingBasic", "--variant", "x=--kubeconfig /tmp/k"),
+            "--variant x: --kubeconfig is set by the harness",
+        ),
+        (
+            ("SchedulingBasic", "--variant", "x=--config /nonexistent/c.yaml"),
+            "--variant x: --config /nonexistent/c.yaml: no such file",
+        ),
+        (
+            ("SchedulingBasic", "--variant", "x=-v 2", "--variant", "x=-v 4"),
+            "--variant names one twice: berth-x",
+        ),
+        (
+            ("SchedulingBasic", "--variant", "x=-v 2", "--schedulers", "berth,berth-y"),
+            "--schedulers: unknown berth-y; choose from kube-scheduler, berth, berth-x, ",
+        ),
+        (("SchedulingBasic", "--drain-cold-server"), "--drain-cold-server goes with --drain"),
     ],
     ids=[
         "anti-affinity-pods",
@@ -601,6 +641,13 @@ def test_apiserver_pprof_is_off_unless_asked_for() -> None:
         "apiserver-pprof-seconds",
         "create-connections",
         "berth-config",
+        "variant-without-args",
+        "variant-bad-name",
+        "variant-reserved-flag",
+        "variant-missing-config",
+        "variant-twice",
+        "variant-unknown-scheduler",
+        "cold-server-without-drain",
     ],
 )
 def test_bad_flags_are_refused_naming_the_flag(args: tuple[str, ...], message: str) -> None:
