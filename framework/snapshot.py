@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -390,6 +391,47 @@ class Snapshot:
             self._delete_object(ref)
         for obj in delta.upsert_objects:
             self._upsert_object(obj)
+
+    def apply_upserts(
+        self,
+        kind: str,
+        entries: Sequence[pb.Node] | Sequence[pb.Pod] | Sequence[pb.ClusterObject],
+    ) -> None:
+        """The upserts of one ``kind`` of a delta ("upsert_nodes", "upsert_pods"
+        or "upsert_objects"), applied as ``apply`` applies them but without a
+        delta to copy them into: the snapshot keeps the entries given. A full
+        state built in slices (server/state.py) so keeps the records of the
+        message it arrived in, and a record costs its share of that message's
+        memory once instead of a copy of its own. Validates every entry first
+        (SnapshotError names the entry's index in ``entries``)."""
+        if kind not in ("upsert_nodes", "upsert_pods", "upsert_objects"):
+            raise ValueError(f"apply_upserts: unknown kind {kind!r}")
+        if self._tentative:
+            # Pods a batch assumed are settled against a delta: build one.
+            delta = pb.ClusterDelta()
+            getattr(delta, kind).extend(entries)
+            self.apply(delta)
+            return
+        if kind == "upsert_nodes":
+            nodes = cast("Sequence[pb.Node]", entries)
+            for i, node in enumerate(nodes):
+                if not node.name:
+                    raise SnapshotError(f"delta.upsert_nodes[{i}].name", "must not be empty")
+            for node in nodes:
+                self._upsert_node(node)
+        elif kind == "upsert_pods":
+            pods = cast("Sequence[pb.Pod]", entries)
+            for i, pod in enumerate(pods):
+                if not pod.uid:
+                    raise SnapshotError(f"delta.upsert_pods[{i}].uid", "must not be empty")
+            for pod in pods:
+                self._upsert_pod(pod)
+        else:
+            objs = cast("Sequence[pb.ClusterObject]", entries)
+            for i, obj in enumerate(objs):
+                _check_ref(obj.ref, f"delta.upsert_objects[{i}].ref")
+            for obj in objs:
+                self._upsert_object(obj)
 
     # -- pods a batch assumed ------------------------------------------------
 

@@ -25,8 +25,9 @@ import logging
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -493,9 +494,7 @@ class SnapshotStore:
             ("upsert_objects", d.upsert_objects),
         ):
             for start in range(0, len(entries), step):
-                part = pb.ClusterDelta()
-                getattr(part, name).extend(entries[start : start + step])
-                self._apply(snap, part, field, offset=start)
+                self._apply_upserts(snap, name, entries[start : start + step], field, start)
                 yield
         return self._replaced(state, snap, caller, size)
 
@@ -526,14 +525,24 @@ class SnapshotStore:
         return entry
 
     @staticmethod
-    def _apply(snap: Snapshot, delta: pb.ClusterDelta, field: str, offset: int = 0) -> None:
+    def _apply(snap: Snapshot, delta: pb.ClusterDelta, field: str) -> None:
         try:
             snap.apply(delta)
         except SnapshotError as exc:
-            where = exc.field
-            if offset:
-                # A step of a stepwise build: name the entry's index in the whole delta.
-                where = _INDEX.sub(lambda m: f"[{int(m.group(1)) + offset}]", where, count=1)
+            raise InvalidState(f"{field}.{exc.field}", exc.reason) from exc
+
+    @staticmethod
+    def _apply_upserts(
+        snap: Snapshot, kind: str, entries: Sequence[Any], field: str, offset: int
+    ) -> None:
+        """A step of a stepwise build: ``entries`` (a slice of the full state's
+        ``kind``, from index ``offset``) go into ``snap`` as they are, not copied
+        into a delta of their own, so the snapshot shares the full state's memory."""
+        try:
+            snap.apply_upserts(kind, entries)
+        except SnapshotError as exc:
+            # Name the entry's index in the whole delta.
+            where = _INDEX.sub(lambda m: f"[{int(m.group(1)) + offset}]", exc.field, count=1)
             raise InvalidState(f"{field}.{where}", exc.reason) from exc
 
     def _store(self, key: Key, entry: Entry) -> None:
@@ -687,9 +696,9 @@ class Upload:
             ("upsert_objects", d.upsert_objects),
         ):
             for start in range(0, len(entries), STEP_ENTRIES):
-                chunk = pb.ClusterDelta()
-                getattr(chunk, name).extend(entries[start : start + STEP_ENTRIES])
-                SnapshotStore._apply(self.snapshot, chunk, field, offset=start)
+                SnapshotStore._apply_upserts(
+                    self.snapshot, name, entries[start : start + STEP_ENTRIES], field, start
+                )
                 yield
 
     def finish(self) -> Entry:

@@ -6,8 +6,16 @@ import pytest
 
 from berth.api.v1 import cluster_pb2 as pb
 from berth.client import ClusterStateLog
+from berth.framework.snapshot import Snapshot
 from berth.framework.testing import make_node, make_pod
-from berth.server.state import CacheFull, InvalidState, SnapshotStore, StaleReplica, StateTooLarge
+from berth.server.state import (
+    CacheFull,
+    Entry,
+    InvalidState,
+    SnapshotStore,
+    StaleReplica,
+    StateTooLarge,
+)
 
 
 def caller(n: int = 3) -> ClusterStateLog:
@@ -303,3 +311,56 @@ def test_deltas_never_grow_one_snapshot_past_the_callers_byte_cap() -> None:
     entry = store.entry("c1", "a")
     assert entry is not None and entry.generation == log.generation - 1
     assert len(entry.snapshot.pods) == 2 and entry.size <= 20_000
+
+
+def _build_stepwise(store: SnapshotStore, state: pb.ClusterState, step: int) -> Snapshot:
+    steps = store.replace_stepwise(state, step=step)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            entry: Entry = done.value
+            return entry.snapshot
+
+
+def _full_with_pods(pods: int, empty_uid_at: int = -1) -> pb.ClusterState:
+    log = caller(2)
+    for i in range(pods):
+        log.upsert_pod(make_pod(f"p{i}").req(cpu="100m").node(f"n{i % 2}").obj())
+    state = log.full_state()
+    if empty_uid_at >= 0:
+        state.delta.upsert_pods[empty_uid_at].uid = ""
+    return state
+
+
+def test_a_stepwise_build_keeps_the_full_states_records_not_copies() -> None:
+    # A copy per step would hold every record twice while the full state is alive,
+    # and leave the full state's memory fragmented after it: the snapshot reads the
+    # message's own records, so a change to the message shows in the snapshot.
+    state = _full_with_pods(7)
+    snap = _build_stepwise(SnapshotStore(), state, step=3)
+    assert len(snap.pods) == 7
+    last = state.delta.upsert_pods[6]
+    last.priority = 42
+    assert snap.pods[last.uid].proto.priority == 42
+
+
+def test_an_upload_keeps_its_parts_records_not_copies() -> None:
+    state = _full_with_pods(5)
+    store = SnapshotStore()
+    upload = store.begin_upload(state, "state", "anonymous")
+    for _ in upload.add(state, "state"):
+        pass
+    snap = upload.finish().snapshot
+    upload.close()
+    first = state.delta.upsert_pods[0]
+    first.priority = 7
+    assert snap.pods[first.uid].proto.priority == 7
+
+
+def test_a_bad_entry_in_a_later_step_is_named_by_its_index_in_the_whole_state() -> None:
+    store = SnapshotStore()
+    with pytest.raises(InvalidState) as err:
+        _build_stepwise(store, _full_with_pods(7, empty_uid_at=5), step=2)
+    assert err.value.field == "state.delta.upsert_pods[5].uid"
+    assert store.entry("c1") is None
