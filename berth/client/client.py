@@ -383,9 +383,12 @@ class SchedulingClient:
     # -- calls --------------------------------------------------------------------
 
     def _state(self, base: int, pin: int | None) -> cpb.ClusterState:
+        """What to send a replica at ``base``; a full state comes hollow
+        (ClusterStateLog.full_state): ``_request`` fills it in the request,
+        so the records are copied once, not into a state and then again."""
         if pin is None:
-            return self.state.state_since(base)
-        st = self.state.pinned_state(base, pin)
+            return self.state.state_since(base, hollow=True)
+        st = self.state.pinned_state(base, pin, hollow=True)
         if st is None:
             raise SnapshotPassed(
                 pin,
@@ -394,6 +397,17 @@ class SchedulingClient:
                 f"the caller is at {self.state.generation}): restart the cycle",
             )
         return st
+
+    def _size(self, st: cpb.ClusterState) -> int:
+        """The bytes ``st`` takes on the wire, a hollow full state filled."""
+        return st.ByteSize() + (self.state.full_delta_size() if st.full else 0)
+
+    def _request(self, build: Callable[[cpb.ClusterState], Any], st: cpb.ClusterState) -> Any:
+        """``build(st)``, with a (hollow) full state filled in the request."""
+        request = build(st)
+        if st.full:
+            self.state.fill_full(request.state.delta)
+        return request
 
     def _sent_full(self, e: Endpoint) -> None:
         """Counts a full state sent; ``full_sends_by_replica`` counts it once
@@ -461,12 +475,12 @@ class SchedulingClient:
                 await stack.enter_async_context(e.full_lock)
                 st = self._state(e.tracker.base(), pin)
             for attempt in range(3):
-                if st.full and st.ByteSize() > self.part_bytes:
+                if st.full and self._size(st) > self.part_bytes:
                     st = await self._upload(e, st, pin)
                 if st.full:
                     self._sent_full(e)
                 try:
-                    resp, replica = await self._unary(e, method, build(st))
+                    resp, replica = await self._unary(e, method, self._request(build, st))
                 except grpc.aio.AioRpcError as err:
                     detail = ErrorDetail.from_rpc_error(err)
                     self._pool.note_replica(e, detail.replica)
@@ -501,7 +515,7 @@ class SchedulingClient:
         self.uploads += 1
         log.info(
             "full state of %.1f MiB too large for one message: uploading it in %d parts to %s",
-            st.ByteSize() / 2**20,
+            self._size(st) / 2**20,
             len(parts),
             e.address,
         )
@@ -638,12 +652,12 @@ class SchedulingClient:
                 await stack.enter_async_context(e.full_lock)
                 st = self._state(base(), None)
             for attempt in range(3):
-                if st.full and st.ByteSize() > self.part_bytes:
+                if st.full and self._size(st) > self.part_bytes:
                     st = await self._upload(e, st, None)
                     e.stream_acked = st.generation
                 if st.full:
                     self._sent_full(e)
-                request = build(st)
+                request = self._request(build, st)
                 # The stream has no deadline per message: the server takes this one.
                 request.timeout_millis = int(self.timeout * 1000)
                 resp = await self._exchange(e, request)

@@ -21,6 +21,15 @@ from berth.api.v1 import cluster_pb2 as cpb
 TOKEN_ENV = "BERTH_CALLER_TOKEN"
 
 
+def _varint_size(n: int) -> int:
+    """The bytes of ``n`` as a protobuf varint (a length prefix)."""
+    size = 1
+    while n >= 0x80:
+        n >>= 7
+        size += 1
+    return size
+
+
 # (group, resource, namespace, name) of a ClusterObject.
 ObjectKey = tuple[str, str, str, str]
 
@@ -125,7 +134,12 @@ class ClusterStateLog:
 
     # -- what to send ---------------------------------------------------------
 
-    def full_state(self) -> cpb.ClusterState:
+    def full_state(self, *, hollow: bool = False) -> cpb.ClusterState:
+        """The whole state at the current generation. ``hollow``: the header
+        alone (its delta left empty), for a caller that puts the request's
+        own state in with ``fill_full`` instead of copying a built state into
+        it: a full state is a copy of every record, and building it apart
+        from the request holds two while the request is sent."""
         if self.generation == 0:
             self.commit()
         st = cpb.ClusterState(
@@ -134,10 +148,27 @@ class ClusterStateLog:
             full=True,
             incarnation=self.incarnation,
         )
-        st.delta.upsert_nodes.extend(self.nodes.values())
-        st.delta.upsert_pods.extend(self.pods.values())
-        st.delta.upsert_objects.extend(self.objects.values())
+        if not hollow:
+            self.fill_full(st.delta)
         return st
+
+    def fill_full(self, delta: cpb.ClusterDelta) -> None:
+        """Puts every node, pod and object into ``delta`` (a hollow full
+        state's, in the request it goes out in)."""
+        delta.upsert_nodes.extend(self.nodes.values())
+        delta.upsert_pods.extend(self.pods.values())
+        delta.upsert_objects.extend(self.objects.values())
+
+    def full_delta_size(self) -> int:
+        """The bytes ``fill_full`` adds to a message: the delta field (set
+        even when empty, as ``full_state`` sets it), its entries, each with
+        its tag and length."""
+        size = 0
+        for items in (self.nodes.values(), self.pods.values(), self.objects.values()):
+            for item in items:
+                n = item.ByteSize()
+                size += 1 + _varint_size(n) + n
+        return 1 + _varint_size(size) + size
 
     def full_parts(self, part_bytes: int) -> list[cpb.ClusterState]:
         """The full state as UploadState parts of about ``part_bytes`` each
@@ -170,10 +201,11 @@ class ClusterStateLog:
             parts.append(self.full_state())
         return parts
 
-    def state_since(self, base: int) -> cpb.ClusterState:
+    def state_since(self, base: int, *, hollow: bool = False) -> cpb.ClusterState:
         """The message that takes a replica at ``base`` to the current
         generation: a merged delta, or the full state when ``base`` is
-        unknown (<= 0) or older than the log reaches."""
+        unknown (<= 0) or older than the log reaches (``hollow``: see
+        ``full_state``)."""
         if self.generation == 0:
             self.commit()
         if base == self.generation:
@@ -185,7 +217,7 @@ class ClusterStateLog:
             )
         oldest = self._log[0][0] if self._log else self.generation + 1
         if base <= 0 or base + 1 < oldest or base > self.generation:
-            return self.full_state()
+            return self.full_state(hollow=hollow)
         if self._merged is not None and self._merged[:2] == (base, self.generation):
             delta = self._merged[2]
         else:
@@ -200,7 +232,9 @@ class ClusterStateLog:
         st.delta.CopyFrom(delta)
         return st
 
-    def pinned_state(self, base: int, generation: int) -> cpb.ClusterState | None:
+    def pinned_state(
+        self, base: int, generation: int, *, hollow: bool = False
+    ) -> cpb.ClusterState | None:
         """A pinned message (``ClusterState.pinned``) that takes a replica at
         ``base`` to exactly ``generation``, an earlier one included: the later
         calls of a cycle that started there. None when it cannot be built (the
@@ -212,7 +246,7 @@ class ClusterStateLog:
                 f"(current {self.generation})"
             )
         if generation == self.generation:
-            st = self.state_since(base)
+            st = self.state_since(base, hollow=hollow)
         else:
             oldest = self._log[0][0] if self._log else self.generation + 1
             if base <= 0 or base + 1 < oldest or base > generation:

@@ -282,3 +282,61 @@ def test_full_state_after_changes_is_the_current_truth() -> None:
     assert sorted(log.nodes) == ["n1", "n2"]
     assert sorted(log.pods) == ["p1", "p2"]
     assert log.pods["p2"].containers[0].requests.milli_cpu == 7000
+
+
+def test_a_hollow_full_state_filled_is_the_full_state_and_its_size_is_known_before() -> None:
+    log = ClusterStateLog("c")
+    log.upsert_node(node("n1"))
+    for i in range(3):
+        log.upsert_pod(pod(f"p{i}"))
+    log.upsert_object(
+        cpb.ClusterObject(ref=cpb.ObjectRef(resource="things", namespace="ns", name="a"))
+    )
+    log.commit()
+    whole = log.full_state()
+    hollow = log.state_since(0, hollow=True)
+    assert hollow.full and not hollow.HasField("delta")
+    assert hollow.ByteSize() + log.full_delta_size() == whole.ByteSize()
+    log.fill_full(hollow.delta)
+    assert hollow == whole
+
+
+def test_an_empty_state_filled_carries_an_empty_delta_as_the_full_state_does() -> None:
+    log = ClusterStateLog("c")
+    hollow = log.full_state(hollow=True)
+    assert hollow.ByteSize() + log.full_delta_size() == log.full_state().ByteSize()
+    log.fill_full(hollow.delta)
+    assert hollow == log.full_state()
+
+
+async def test_the_client_copies_the_records_once_into_the_request_it_sends() -> None:
+    # A full state built apart and then copied into the request held every record
+    # twice (three times with the log's own) while the request was sent: the client
+    # asks for a hollow state and fills the request's own.
+    from berth.api.v1 import scheduling_pb2 as pb
+    from berth.client import SchedulingClient
+
+    log = ClusterStateLog("c")
+    log.upsert_node(node("n1"))
+    log.upsert_pod(pod("p1"))
+    log.commit()
+    built: list[bool] = []
+    full_state = log.full_state
+
+    def spy(*, hollow: bool = False) -> cpb.ClusterState:
+        built.append(hollow)
+        return full_state(hollow=hollow)
+
+    log.full_state = spy  # type: ignore[method-assign]
+    sent: list[pb.SyncRequest] = []
+
+    class Stub:
+        async def Sync(self, request: pb.SyncRequest, **_: object) -> pb.SyncResponse:
+            sent.append(request)
+            return pb.SyncResponse(generation=request.state.generation)
+
+    client = SchedulingClient(None, log, stub=Stub())
+    await client.sync()
+    # Asked for before and after the endpoint's full-state lock: hollow each time.
+    assert built and all(built)
+    assert sent[0].state == full_state()
