@@ -81,16 +81,19 @@ class ClusterStateLog:
     # -- changes --------------------------------------------------------------
 
     def upsert_node(self, node: cpb.Node) -> None:
-        self.nodes[node.name] = node
-        self._pending_nodes[node.name] = node
+        # One key string for both maps: each read of a record's field is a new one.
+        name = node.name
+        self.nodes[name] = node
+        self._pending_nodes[name] = node
 
     def delete_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
             self._pending_nodes[name] = None
 
     def upsert_pod(self, pod: cpb.Pod) -> None:
-        self.pods[pod.uid] = pod
-        self._pending_pods[pod.uid] = pod
+        uid = pod.uid
+        self.pods[uid] = pod
+        self._pending_pods[uid] = pod
 
     def delete_pod(self, uid: str) -> None:
         if self.pods.pop(uid, None) is not None:
