@@ -152,7 +152,9 @@ def probe(opts: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
                             row: dict[str, Any] = {
                                 "scheduler": name,
                                 "nodes": nodes,
-                                "pods": pods + run * opts.probe_pods,
+                                "pods": pods,
+                                # With the probe pods of this run and the earlier ones.
+                                "pods_total": pods + run * opts.probe_pods,
                                 "repeat": rep,
                             }
                             for proc, pid in running.processes.items():
@@ -169,7 +171,8 @@ def probe(opts: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
 
 def slopes(results: Sequence[dict[str, Any]]) -> list[str]:
     """MiB per 1000 pods (same nodes) and per 1000 nodes (same pods), by process, from the
-    first and last rows that differ only in that."""
+    points' fewest and most pods (or nodes), each the mean of its repeats. The filler pods
+    count, not the few probe pods (the same at every point but growing by run)."""
     lines: list[str] = []
     by: dict[str, list[dict[str, Any]]] = {}
     for r in results:
