@@ -505,9 +505,11 @@ class SchedulingClient:
         """Sends the full state ``st`` (too large for one message) over
         UploadState in parts; returns what to send with the request then: a
         state at the uploaded generation."""
-        parts = self.state.full_parts(self.part_bytes)
+        count, parts = self.state.lazy_full_parts(self.part_bytes)
 
         async def each() -> AsyncIterator[pb.UploadStateRequest]:
+            # Each part is built when gRPC asks for it: one part's copy of the
+            # records at a time, not the whole state's.
             for part in parts:
                 yield pb.UploadStateRequest(state=part)
 
@@ -516,7 +518,7 @@ class SchedulingClient:
         log.info(
             "full state of %.1f MiB too large for one message: uploading it in %d parts to %s",
             self._size(st) / 2**20,
-            len(parts),
+            count,
             e.address,
         )
         call = e.stub.UploadState(each(), timeout=self.timeout, metadata=self.metadata)

@@ -10,7 +10,7 @@ import secrets
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,10 +176,24 @@ class ClusterStateLog:
     def full_parts(self, part_bytes: int) -> list[cpb.ClusterState]:
         """The full state as UploadState parts of about ``part_bytes`` each
         (an object larger than that alone in its part)."""
+        return list(self.lazy_full_parts(part_bytes)[1])
+
+    def lazy_full_parts(self, part_bytes: int) -> tuple[int, Iterator[cpb.ClusterState]]:
+        """``full_parts`` as (how many, the parts built one at a time). What
+        goes in which part is settled here, from the records held now (never
+        changed once upserted), so parts built later, while the state moves
+        on, still make up the state at this generation; and only the parts
+        not yet sent are copies in memory, not the whole state at once."""
         if self.generation == 0:
             self.commit()
-        parts: list[cpb.ClusterState] = []
-        part: cpb.ClusterState | None = None
+        header = cpb.ClusterState(
+            cluster_id=self.cluster_id,
+            generation=self.generation,
+            full=True,
+            incarnation=self.incarnation,
+        )
+        # Per part, its entries: (field, records) runs in order.
+        plan: list[list[tuple[str, list[Any]]]] = []
         size = 0
         groups: list[tuple[str, Iterable[Any]]] = [
             ("upsert_nodes", self.nodes.values()),
@@ -189,20 +203,30 @@ class ClusterStateLog:
         for name, items in groups:
             for item in items:
                 n = item.ByteSize()
-                if part is None or (size and size + n > part_bytes):
-                    part = cpb.ClusterState(
-                        cluster_id=self.cluster_id,
-                        generation=self.generation,
-                        full=True,
-                        incarnation=self.incarnation,
-                    )
-                    parts.append(part)
+                if not plan or (size and size + n > part_bytes):
+                    plan.append([])
                     size = 0
-                getattr(part.delta, name).append(item)
+                runs = plan[-1]
+                if not runs or runs[-1][0] != name:
+                    runs.append((name, []))
+                runs[-1][1].append(item)
                 size += n
-        if not parts:
-            parts.append(self.full_state())
-        return parts
+
+        def build() -> Iterator[cpb.ClusterState]:
+            if not plan:
+                part = cpb.ClusterState()
+                part.CopyFrom(header)
+                part.delta.SetInParent()
+                yield part
+                return
+            while plan:
+                part = cpb.ClusterState()
+                part.CopyFrom(header)
+                for name, records in plan.pop(0):
+                    getattr(part.delta, name).extend(records)
+                yield part
+
+        return max(1, len(plan)), build()
 
     def state_since(self, base: int, *, hollow: bool = False) -> cpb.ClusterState:
         """The message that takes a replica at ``base`` to the current

@@ -340,3 +340,36 @@ async def test_the_client_copies_the_records_once_into_the_request_it_sends() ->
     # Asked for before and after the endpoint's full-state lock: hollow each time.
     assert built and all(built)
     assert sent[0].state == full_state()
+
+
+def test_parts_built_one_at_a_time_make_up_the_state_they_were_planned_at() -> None:
+    # The upload builds each part when gRPC asks for it, while the caller's state
+    # moves on: the parts still carry the state of their generation, whole.
+    log = ClusterStateLog("c")
+    for i in range(3):
+        log.upsert_node(node(f"n{i}"))
+    for i in range(20):
+        log.upsert_pod(pod(f"p{i}"))
+    log.commit()
+    whole = log.full_state()
+    one = whole.delta.upsert_pods[0].ByteSize()
+    count, parts = log.lazy_full_parts(part_bytes=5 * one)
+    first = next(parts)
+    log.upsert_pod(pod("late"))
+    log.delete_pod("p0")
+    log.upsert_node(node("n0", cpu="8"))
+    log.commit()
+    built = [first, *parts]
+    assert count == len(built) > 2
+    assert {p.generation for p in built} == {whole.generation}
+    merged = cpb.ClusterDelta()
+    for p in built:
+        assert p.full and p.cluster_id == "c"
+        merged.MergeFrom(p.delta)
+    assert merged == whole.delta
+
+
+def test_an_empty_state_is_one_part() -> None:
+    log = ClusterStateLog("c")
+    count, parts = log.lazy_full_parts(part_bytes=100)
+    assert count == 1 and list(parts) == [log.full_state()]
