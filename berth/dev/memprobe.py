@@ -45,6 +45,23 @@ def proc_status_kib(pid: int, field: str) -> int:
     raise ValueError(f"no {field} in /proc/{pid}/status")
 
 
+def smaps_top(pid: int, count: int = 8) -> dict[str, float]:
+    """Resident MiB by mapping (a file's name, [heap], [anon], [stack]), the ``count``
+    largest, from /proc/<pid>/smaps: native libraries against heap and anonymous
+    memory (Python objects, upb arenas and Go's heap are all anonymous)."""
+    by: dict[str, int] = {}
+    name = "[anon]"
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head, _, rest = line.partition(" ")
+        if "-" in head and not head.endswith(":"):
+            fields = rest.split()
+            name = Path(fields[4]).name if len(fields) >= 5 else "[anon]"
+        elif head == "Rss:":
+            by[name] = by.get(name, 0) + int(rest.split()[0])
+    top = sorted(by.items(), key=lambda kv: -kv[1])[:count]
+    return {k: round(v / 1024, 1) for k, v in top}
+
+
 def parse_points(text: str) -> list[tuple[int, int]]:
     points: list[tuple[int, int]] = []
     for part in text.split(","):
@@ -160,6 +177,8 @@ def probe(opts: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
                             for proc, pid in running.processes.items():
                                 row[f"{proc}_rss_mib"] = proc_status_kib(pid, "VmRSS") / 1024
                                 row[f"{proc}_hwm_mib"] = proc_status_kib(pid, "VmHWM") / 1024
+                                if opts.smaps:
+                                    row[f"{proc}_smaps"] = smaps_top(pid)
                             results.append(row)
                             print(json.dumps(row), flush=True)
                         finally:
@@ -228,6 +247,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--settle", type=float, default=5.0, help="seconds after the probe pods are bound"
+    )
+    parser.add_argument(
+        "--smaps",
+        action="store_true",
+        help="add each process's largest mappings by resident MiB (/proc/PID/smaps)",
     )
     parser.add_argument("--json", type=Path, help="write the rows here")
     parser.add_argument("--work-dir", type=Path, help="cluster and logs (default: a temp dir)")
