@@ -113,6 +113,9 @@ class Workload:
     anti_affinity_fraction: float = 0.0
     anti_affinity_group: int = 100
     seed: int = 1
+    # (key, value, fraction): that share of the nodes carries key=value
+    # (``--node-label``); the values of one key go to disjoint nodes.
+    node_labels: tuple[tuple[str, str, float], ...] = ()
 
     def validate(self) -> None:
         if self.existing_pods < 0:
@@ -130,6 +133,28 @@ class Workload:
             )
         if self.anti_affinity_group < 1:
             raise ValueError(f"--anti-affinity-group: must be >= 1, got {self.anti_affinity_group}")
+        per_key: dict[str, float] = {}
+        for key, value, f in self.node_labels:
+            if not 0.0 <= f <= 1.0:
+                raise ValueError(f"--node-label {key}={value}:{f}: the fraction must lie in [0, 1]")
+            per_key[key] = per_key.get(key, 0.0) + f
+            if per_key[key] > 1.0:
+                raise ValueError(
+                    f"--node-label {key}: the fractions of its values must add up to at most 1, "
+                    f"got {per_key[key]:g}"
+                )
+
+    def label_node(self, i: int, node: cpb.Node) -> None:
+        """Gives node ``i`` the ``node_labels`` it draws: its position in
+        [0, 1) (a golden-ratio sequence, so every share of the nodes is spread
+        evenly over them and the zones) falls in one value's band per key."""
+        at = (i * 0.6180339887498949) % 1.0
+        below: dict[str, float] = {}
+        for key, value, f in self.node_labels:
+            start = below.get(key, 0.0)
+            below[key] = start + f
+            if start <= at < start + f:
+                node.labels[key] = value
 
     def pods(self) -> Iterator[tuple[str, cpb.Pod]]:
         """(kind, pod) for j = 0, 1, ...: the existing pods, then the
@@ -234,6 +259,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="anti-affinity pods per group, consecutive ones forming a group; a group holds "
         "at most one pod per node (default %(default)s)",
     )
+    w.add_argument(
+        "--node-label",
+        type=_node_label,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE:F",
+        help="give a share F of the nodes the label KEY=VALUE, spread evenly over them; "
+        "repeat for more, the values of one key on disjoint nodes (e.g. "
+        "example.com/pool=general:0.3 example.com/pool=gpu:0.1; default: none)",
+    )
     c.add_argument(
         "--breakdown",
         action="store_true",
@@ -251,6 +286,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         return 2
 
     p.set_defaults(func=usage)
+
+
+def _node_label(text: str) -> tuple[str, str, float]:
+    """``--node-label KEY=VALUE:F``."""
+    label, colon, fraction = text.rpartition(":")
+    key, eq, value = label.partition("=")
+    if not colon or not eq or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: want KEY=VALUE:F, e.g. example.com/pool=a:0.3")
+    try:
+        return key, value, float(fraction)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: F must be a number, got {fraction!r}") from None
 
 
 def make_node(i: int) -> cpb.Node:
@@ -306,7 +353,9 @@ def bench_cluster(
     wl = workload or Workload()
     log = ClusterStateLog()
     for i in range(num_nodes):
-        log.upsert_node(make_node(i))
+        node = make_node(i)
+        wl.label_node(i, node)
+        log.upsert_node(node)
     pods = wl.pods()
     place_existing(log, num_nodes, wl.existing_pods, pods)
     log.commit()
@@ -644,6 +693,7 @@ def run_cycle(args: argparse.Namespace) -> int:
         spread_fraction=args.spread_fraction,
         anti_affinity_fraction=args.anti_affinity_fraction,
         anti_affinity_group=args.anti_affinity_group,
+        node_labels=tuple(args.node_label),
     )
     try:
         workload.validate()

@@ -55,6 +55,23 @@ def test_a_group_larger_than_the_cluster_is_refused() -> None:
         bench_cluster(3, Workload(existing_pods=10, anti_affinity_fraction=1.0))
 
 
+def test_node_labels_go_to_their_share_of_the_nodes_one_value_per_key() -> None:
+    wl = Workload(node_labels=(("pool", "general", 0.3), ("pool", "gpu", 0.1), ("x", "y", 1.0)))
+    wl.validate()
+    log, _ = bench_cluster(1000, wl)
+    values = Counter(n.labels.get("pool") for n in log.nodes.values())
+    assert set(values) == {"general", "gpu", None}
+    assert abs(values["general"] - 300) <= 1 and abs(values["gpu"] - 100) <= 1
+    assert all(n.labels["x"] == "y" for n in log.nodes.values())
+    # Spread over the zones, not a run of consecutive nodes.
+    zones = Counter(
+        n.labels["topology.kubernetes.io/zone"]
+        for n in log.nodes.values()
+        if n.labels.get("pool") == "gpu"
+    )
+    assert len(zones) == 3 and min(zones.values()) >= 30
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -64,6 +81,10 @@ def test_a_group_larger_than_the_cluster_is_refused() -> None:
             "--spread-fraction + --anti-affinity-fraction: must be at most 1",
         ),
         (["--existing-pods", "-1"], "--existing-pods: must be >= 0, got -1"),
+        (
+            ["--node-label", "pool=a:0.7", "--node-label", "pool=b:0.4"],
+            "--node-label pool: the fractions of its values must add up to at most 1, got 1.1",
+        ),
         (["--breakdown", "--transport", "stream"], "--breakdown: times plugins in-process only"),
     ],
 )
@@ -71,6 +92,19 @@ def test_bad_workload_options_are_refused(
     flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["bench", "cycle", "--nodes", "10", *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [("pool=a", "'pool=a': want KEY=VALUE:F"), ("pool=a:lots", "F must be a number, got 'lots'")],
+)
+def test_a_malformed_node_label_is_refused(
+    flag: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "cycle", "--nodes", "10", "--node-label", flag])
+    assert exit_.value.code == 2
     assert message in capsys.readouterr().err
 
 
