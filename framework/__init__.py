@@ -48,6 +48,7 @@ from berth.framework.interfaces import (
     SignPlugin,
     SortKey,
 )
+from berth.framework.label_index import LabelColumn, NodeLabels
 from berth.framework.model import NodeInfo, PodInfo, Resource
 from berth.framework.objects import ClusterObject, ObjectKind, ObjectWrite, pod_write
 from berth.framework.snapshot import NodeBatch, NodeColumns, Snapshot
@@ -66,9 +67,11 @@ __all__ = [
     "EventResource",
     "FilterPlugin",
     "Handle",
+    "LabelColumn",
     "NodeBatch",
     "NodeColumns",
     "NodeInfo",
+    "NodeLabels",
     "NodeVerdicts",
     "ObjectKind",
     "ObjectWrite",

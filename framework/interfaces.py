@@ -237,7 +237,10 @@ class NodeVerdicts:
 
     @classmethod
     def from_mask(cls, rejected: npt.NDArray[np.bool_], status: Status) -> NodeVerdicts:
-        index = np.where(rejected, 0, -1).astype(np.int32)
+        # 0 where rejected, -1 where passed, in one conversion and one
+        # in-place subtraction (cheaper than np.where and a cast).
+        index = rejected.astype(np.int32)
+        index -= 1
         return cls(index, [status])
 
     def passed(self) -> npt.NDArray[np.bool_]:

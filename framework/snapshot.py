@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.label_index import LabelColumn, NodeLabels
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ClusterObject
 
@@ -255,6 +256,9 @@ class Snapshot:
         # Per profile: its opportunistic batching state across the cycles run
         # on this snapshot (framework/batch.py, ``batch_for``).
         self.batches: dict[str, object] = {}
+        # Label key -> its column over the slots, for the keys plugins asked
+        # for (``label_column``); kept current as nodes come and go.
+        self._label_columns: dict[str, LabelColumn] = {}
 
     def watch_pods(self, watcher: PodWatcher) -> None:
         """From now on, call ``watcher(node, pod, +1)`` whenever a pod joins
@@ -345,6 +349,29 @@ class Snapshot:
         pos = np.concatenate([np.arange(len(z), dtype=np.int64) for z in zones])
         rank = np.repeat(np.arange(len(zones), dtype=np.int64), [len(z) for z in zones])
         return slots[np.lexsort((rank, pos))]
+
+    def label_column(self, key: str) -> LabelColumn:
+        """Node label ``key`` over the node slots (see framework/label_index.py):
+        built from the nodes at the first request for the key, then updated
+        as each node is added, relabelled or removed, never rebuilt per cycle.
+        Most plugins use ``NodeBatch.labels(key)`` instead."""
+        col = self._label_columns.get(key)
+        if col is None:
+            col = LabelColumn(key, self.columns.capacity)
+            col.compact(self._slot_labels(), self.columns.capacity)
+            self._label_columns[key] = col
+        return col
+
+    def _slot_labels(self) -> Iterator[tuple[int, Mapping[str, str]]]:
+        for ni in self.nodes.values():
+            yield ni.index, ni.node.labels
+
+    def _relabel(self, slot: int, labels: Mapping[str, str] | None) -> None:
+        capacity = self.columns.capacity
+        for col in self._label_columns.values():
+            col.set(slot, labels, capacity)
+            if col.needs_compaction():
+                col.compact(self._slot_labels(), capacity)
 
     def slot(self, i: int) -> NodeInfo:
         ni = self._slots[i]
@@ -489,6 +516,8 @@ class Snapshot:
         if ni is not None:
             ni.set_node(node)
             self.columns.write(ni)
+            if self._label_columns:
+                self._relabel(ni.index, node.labels)
             zone = zone_key(node.labels)
             if zone != self._zone_of[ni.index]:
                 # nodeTree.updateNode: the node leaves its zone and joins the
@@ -511,6 +540,8 @@ class Snapshot:
             if self._pod_watchers:
                 self._tell(ni, pod, 1)
         self.columns.write(ni)
+        if self._label_columns:
+            self._relabel(index, node.labels)
         self._tree_add(index, zone_key(node.labels))
         self._order = None
         self._nominated_mask = None
@@ -530,6 +561,8 @@ class Snapshot:
         self._slots[ni.index] = None
         self._free.append(ni.index)
         self.columns.clear(ni.index)
+        if self._label_columns:
+            self._relabel(ni.index, None)
         self._tree_remove(ni.index)
         self._order = None
         self._nominated_mask = None
@@ -639,6 +672,15 @@ class NodeBatch:
         """Column ``name`` restricted to this batch, aligned with it."""
         arr: npt.NDArray[np.generic] = getattr(self.snapshot.columns, name)[self.idx]
         return arr
+
+    def labels(self, key: str) -> NodeLabels:
+        """Node label ``key`` over the candidates, aligned with them, for a
+        batch Filter or Score that compares label values with numpy
+        (``labels.present``, ``labels.equals(v)``, ``labels.isin(vs)``):
+        one array lookup per call, from a column the snapshot keeps current."""
+        column = self.snapshot.label_column(key)
+        codes: npt.NDArray[np.int32] = column.codes[self.idx]
+        return NodeLabels(column, codes)
 
     def take(self, positions: npt.NDArray[np.integer] | Sequence[int]) -> NodeBatch:
         """The candidates at ``positions`` (indices into this batch)."""

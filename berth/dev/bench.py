@@ -297,7 +297,9 @@ def _node_label(text: str) -> tuple[str, str, float]:
     try:
         return key, value, float(fraction)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: F must be a number, got {fraction!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: F must be a number, got {fraction!r}"
+        ) from None
 
 
 def make_node(i: int) -> cpb.Node:

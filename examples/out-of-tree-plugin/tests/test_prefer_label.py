@@ -12,8 +12,9 @@ import msgspec
 import pytest
 from berth_example_plugin import PreferLabel, PreferLabelArgs
 
+from berth.api.v1 import cluster_pb2 as pb
 from berth.framework import Code, CycleState, NodeInfo
-from berth.testing import ConfigError, make_node, make_pod, schedule
+from berth.testing import ConfigError, make_node, make_pod, schedule, snapshot_of
 
 CONFIG = Path(__file__).resolve().parents[1] / "scheduler-config.yaml"
 KEY = "example.com/pool"
@@ -93,6 +94,67 @@ def test_score_prefers_the_labelled_nodes() -> None:
     pl = plugin()
     pod = make_pod().info()
     assert [pl.score(CycleState(), pod, NodeInfo(n)) for n in nodes] == [100, 0, 0]
+
+
+# -- the batch forms give the per-node forms' answers --------------------------
+
+LABELS = [{KEY: "general"}, {KEY: "gpu"}, {}, {KEY: ""}, {"other": "general"}, {KEY: "General"}]
+
+
+def labelled(name: str, labels: dict[str, str]) -> pb.Node:
+    node = make_node(name)
+    for k, v in labels.items():
+        node.label(k, v)
+    return node.obj()
+
+
+def both_forms(pl: PreferLabel, nodes: list[pb.Node]) -> None:
+    """filter_nodes and score_nodes over every node, and over a reordered
+    subset, agree with filter and score node by node."""
+    snap = snapshot_of(nodes)
+    state, pod = CycleState(), make_pod().info()
+    names = [n.name for n in nodes]
+    for batch in (snap.batch(names), snap.batch(names[::-2])):
+        verdicts = pl.filter_nodes(state, pod, batch)
+        scores = pl.score_nodes(state, pod, batch)
+        assert len(verdicts.status_index) == len(scores) == len(batch)
+        for k, ni in enumerate(batch):
+            assert verdicts.status_of(k) == pl.filter(state, pod, ni), ni.name
+            assert int(scores[k]) == pl.score(state, pod, ni), ni.name
+
+
+@pytest.mark.parametrize("value", ["general", ""])
+def test_the_batch_forms_agree_with_the_per_node_forms(value: str) -> None:
+    both_forms(plugin(value=value), [labelled(f"n{i}", lb) for i, lb in enumerate(LABELS)])
+
+
+def test_the_batch_forms_follow_nodes_relabelled_added_and_removed() -> None:
+    pl = plugin()
+    nodes = [labelled(f"n{i}", lb) for i, lb in enumerate(LABELS)]
+    snap = snapshot_of(nodes)
+    state, pod = CycleState(), make_pod().info()
+    assert pl.score_nodes(state, pod, snap.all_nodes()).tolist() == [100, 0, 0, 0, 0, 0]
+    # n0 moves to the gpu pool, n2 joins the general one, n1 goes, n9 comes.
+    snap.apply(
+        pb.ClusterDelta(
+            upsert_nodes=[
+                labelled("n0", {KEY: "gpu"}),
+                labelled("n2", {KEY: "general"}),
+                labelled("n9", {KEY: "general"}),
+            ],
+            delete_nodes=["n1"],
+        )
+    )
+    batch = snap.all_nodes()
+    scores = dict(zip(batch.names, pl.score_nodes(state, pod, batch).tolist(), strict=True))
+    assert scores == {"n0": 0, "n2": 100, "n3": 0, "n4": 0, "n5": 0, "n9": 100}
+    passed = dict(
+        zip(batch.names, pl.filter_nodes(state, pod, batch).passed().tolist(), strict=True)
+    )
+    assert passed == {"n0": False, "n2": True, "n3": False, "n4": True, "n5": False, "n9": True}
+    for ni in batch:
+        assert pl.filter(state, pod, ni).is_success is passed[ni.name]
+        assert pl.score(state, pod, ni) == scores[ni.name]
 
 
 # -- the shipped configuration ------------------------------------------------

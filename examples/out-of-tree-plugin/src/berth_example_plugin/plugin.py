@@ -12,6 +12,14 @@ With args ``labelKey: example.com/pool`` and ``labelValue: general``:
   undo its rejection, and only if the node does not carry another value; the
   scheduler retries a pod it rejected on those events alone.
 
+Each has two forms. The per-node ones (``filter``, ``score``) read the
+node's label map, one Python call per candidate node. The batch ones
+(``filter_nodes``, ``score_nodes``), which Berth calls in a scheduling
+cycle, compare the label over all candidates at once
+(``NodeBatch.labels``: a column of the label's values the snapshot keeps
+current): a few numpy operations per cycle whatever the number of nodes.
+Both give the same answers (tests/test_prefer_label.py checks it).
+
 Berth finds the class through the entry point in pyproject.toml
 (``PreferLabel = "berth_example_plugin.plugin:PreferLabel"``): the entry
 point's name is the class's ``name``.
@@ -20,6 +28,8 @@ point's name is the class's ``name``.
 from __future__ import annotations
 
 from typing import Any, ClassVar
+
+import numpy as np
 
 from berth.framework import (
     MAX_NODE_SCORE,
@@ -31,9 +41,12 @@ from berth.framework import (
     EventResource,
     FilterPlugin,
     Handle,
+    NodeBatch,
     NodeInfo,
+    NodeVerdicts,
     PodInfo,
     QueueingHint,
+    ScoreArray,
     ScorePlugin,
     Status,
 )
@@ -69,6 +82,12 @@ class PreferLabel(FilterPlugin[PreferLabelArgs], ScorePlugin[PreferLabelArgs]):
             return self._rejected
         return Status.success()
 
+    def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
+        """``filter`` over every candidate at once: rejected where the label
+        is present with another value."""
+        labels = nodes.labels(self.key)
+        return NodeVerdicts.from_mask(labels.present & ~labels.equals(self.value), self._rejected)
+
     def _reserved_for_others(self, node: NodeInfo) -> bool:
         have = node.node.labels.get(self.key)
         return have is not None and have != self.value
@@ -94,3 +113,10 @@ class PreferLabel(FilterPlugin[PreferLabelArgs], ScorePlugin[PreferLabelArgs]):
         if node.node.labels.get(self.key) == self.value:
             return MAX_NODE_SCORE
         return MIN_NODE_SCORE
+
+    def score_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> ScoreArray:
+        """``score`` over every candidate at once."""
+        preferred = nodes.labels(self.key).equals(self.value)
+        # MIN_NODE_SCORE is 0: the preferred nodes' mask times the maximum.
+        scores: ScoreArray = np.multiply(preferred, MAX_NODE_SCORE, dtype=np.int64)
+        return scores
