@@ -23,15 +23,15 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import grpc
-from opentelemetry import trace
-from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from prometheus_client import Counter, Histogram
+
+# OpenTelemetry is imported when tracing is configured: a process without an
+# OTLP endpoint never loads it (tests/unit/test_cli_startup.py).
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,11 @@ def setup_tracing(service_name: str, otlp_endpoint: str | None) -> TracerProvide
     endpoint = otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     if not endpoint:
         return None
+    from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
@@ -124,6 +128,8 @@ def setup_tracing(service_name: str, otlp_endpoint: str | None) -> TracerProvide
 
 def server_interceptor() -> Any:
     """Continues the caller's trace; skips health checks and reflection."""
+    from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
+
     return aio_server_interceptor(  # type: ignore[no-untyped-call]
         filter_=filters.negate(
             filters.any_of(filters.health_check(), filters.service_prefix("grpc.reflection"))

@@ -1,8 +1,11 @@
 """The ``berth`` command line.
 
 Each command group lives beside the code it drives and adds itself through a
-``register(subparsers)`` function; this module only wires them together, so
-``berth --help`` stays fast and every group owns its own ``--help`` text.
+``register(subparsers)`` function; this module only wires them together, and
+every group owns its own ``--help`` text. To run one command only that
+command's module is imported (``berth shim`` does not load what ``berth
+what-if`` or ``berth bench`` need); ``berth --help``, no command or an unknown
+one build the whole parser.
 """
 
 from __future__ import annotations
@@ -31,6 +34,23 @@ COMMAND_MODULES: tuple[str, ...] = (
     "berth.cli.new_plugin",  # berth new-plugin
 )
 
+# The command each module of COMMAND_MODULES registers, in the same order
+# (tests/unit/test_cli_startup.py checks the two agree).
+COMMAND_NAMES: tuple[str, ...] = (
+    "serve",
+    "shim",
+    "certs",
+    "place",
+    "explain",
+    "what-if",
+    "replay",
+    "plugins",
+    "new-plugin",
+)
+
+# The root's options that take a value (berth/logs.py add_logging_flags).
+_VALUE_OPTIONS = frozenset({"-v", "--v", "--logging-format"})
+
 # The developer tools live in berth.dev, which a checkout has and the wheel and
 # the image do not: (module, command, one-line help).
 DEV_COMMANDS: tuple[tuple[str, str, str], ...] = (
@@ -54,9 +74,13 @@ def _not_installed(command: str) -> int:
     return 2
 
 
-def _register_dev_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _register_dev_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], only: str | None = None
+) -> None:
     have_dev = importlib.util.find_spec("berth.dev") is not None
     for module_name, command, help_text in DEV_COMMANDS:
+        if only is not None and command != only:
+            continue
         if have_dev:
             importlib.import_module(module_name).register(sub)
             continue
@@ -64,7 +88,28 @@ def _register_dev_commands(sub: argparse._SubParsersAction[argparse.ArgumentPars
         p.set_defaults(func=lambda _args, command=command: _not_installed(command))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names (its first word that is not an option or an
+    option's value), when it is one of the known commands; else None."""
+    known = set(COMMAND_NAMES) | {command for _, command, _ in DEV_COMMANDS}
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+            continue
+        if word == "--":
+            return None
+        if word.startswith("-"):
+            skip = word in _VALUE_OPTIONS
+            continue
+        return word if word in known else None
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``berth`` parser with every command; with ``only`` (a name
+    `command_of` returned) with that command alone, its module the only one
+    imported."""
     parser = argparse.ArgumentParser(
         prog="berth",
         description=(
@@ -74,17 +119,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name, command in zip(COMMAND_MODULES, COMMAND_NAMES, strict=True):
+        if only is not None and command != only:
+            continue
         module = importlib.import_module(name)
         module.register(sub)
-    _register_dev_commands(sub)
+    _register_dev_commands(sub, only)
     # -v N and --logging-format on every command, before or after its name.
     add_logging_flags(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(command_of(words))
     args = parser.parse_args(argv)
     # The long-running commands (serve, shim) set default_verbosity 0: they
     # say what they do; the others print warnings only unless given -v.

@@ -1,0 +1,228 @@
+"""How long ``berth shim`` and ``berth serve`` take to start, from spawn.
+
+    python -m berth.dev.startup [--runs 5] [--nodes 100] [--pods 1500] [--what shim,serve]
+
+- ``shim``: a local cluster (etcd and kube-apiserver, no controllers) with ``--nodes``
+  nodes and ``--pods`` pending pods, then ``--runs`` times: spawn ``berth shim`` with its
+  plugins in-process and time until its ``/readyz`` answers 200 (informers listed and
+  synced). The pods name another scheduler, so no run binds any and every run starts
+  from the same cluster; the shim lists and caches them all the same.
+- ``serve``: ``--runs`` times, spawn ``berth serve --insecure-plaintext`` on a free
+  loopback port and time until it prints its ``listening on port`` line.
+- ``import``: ``--runs`` times, ``python -c 'import berth.shim.app'`` and the
+  ``-X importtime`` entries of the modules that cost most, cumulative.
+
+Each figure is the median of the runs, with the minimum and maximum; the machine's load
+average is printed beside them, since a shared machine's figures are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+SCHEDULER_NAME = "berth-startup"
+# The pending pods' scheduler: not the shim's, so runs bind nothing.
+OTHER_SCHEDULER = "berth-startup-other"
+NAMESPACE = "startup"
+READY_TIMEOUT = 60.0
+
+CONFIG = f"""apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+profiles:
+- schedulerName: {SCHEDULER_NAME}
+"""
+
+
+def _berth() -> list[str]:
+    return [sys.executable, "-m", "berth"]
+
+
+def _summary(name: str, values: Sequence[float]) -> str:
+    return (
+        f"{name}: median {statistics.median(values):.3f}s "
+        f"(min {min(values):.3f}, max {max(values):.3f}, {len(values)} runs; "
+        f"load average {os.getloadavg()[0]:.2f})"
+    )
+
+
+def measure_serve(runs: int) -> list[float]:
+    from berth.dev.localcluster.ports import free_port
+
+    times = []
+    for _ in range(runs):
+        port = free_port()
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            [*_berth(), "serve", "--insecure-plaintext", "--listen", f"127.0.0.1:{port}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if "listening on port" in line:
+                    times.append(time.monotonic() - start)
+                    break
+            else:
+                raise SystemExit(f"berth serve exited ({proc.wait()}) before listening")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    return times
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def measure_shim(runs: int, nodes: int, pods: int) -> list[float]:
+    from berth.dev.localcluster import LocalCluster, objects
+    from berth.dev.localcluster.binaries import default_bin_dir, require_binaries
+    from berth.dev.localcluster.cluster import ClusterConfig
+    from berth.dev.localcluster.ports import free_port
+
+    directory = default_bin_dir()
+    require_binaries(directory)
+    with tempfile.TemporaryDirectory(prefix="berth-startup-") as tmp:
+        local = LocalCluster(
+            ClusterConfig(
+                state_dir=Path(tmp) / "cluster",
+                bin_dir=directory,
+                die_with_parent=True,
+                controllers=(),
+            )
+        )
+        local.start()
+        try:
+            cluster = local.cluster
+            with cluster.client() as kube:
+                objects.create_namespace(kube, NAMESPACE)
+                objects.create_nodes(kube, (objects.node(f"node-{i:04d}") for i in range(nodes)))
+                objects.create_pods(
+                    kube,
+                    (
+                        objects.pod(
+                            f"pod-{i:05d}", namespace=NAMESPACE, scheduler_name=OTHER_SCHEDULER
+                        )
+                        for i in range(pods)
+                    ),
+                )
+            config = Path(tmp) / "config.yaml"
+            config.write_text(CONFIG)
+            kubeconfig = cluster.scheduler_kubeconfig or cluster.kubeconfig
+            times = []
+            for _ in range(runs):
+                port = free_port()
+                url = f"http://127.0.0.1:{port}/readyz"
+                start = time.monotonic()
+                proc = subprocess.Popen(
+                    [
+                        *_berth(),
+                        "shim",
+                        "--kubeconfig",
+                        str(kubeconfig),
+                        "--config",
+                        str(config),
+                        "--metrics-listen",
+                        f"127.0.0.1:{port}",
+                        "--insecure-metrics",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                try:
+                    while not _ready(url):
+                        if proc.poll() is not None:
+                            raise SystemExit(f"berth shim exited ({proc.returncode}) before ready")
+                        if time.monotonic() - start > READY_TIMEOUT:
+                            raise SystemExit(f"berth shim not ready within {READY_TIMEOUT:g}s")
+                        time.sleep(0.01)
+                    times.append(time.monotonic() - start)
+                finally:
+                    proc.terminate()
+                    proc.wait(timeout=30)
+            return times
+        finally:
+            local.stop()
+
+
+def measure_import(runs: int, top: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        start = time.monotonic()
+        subprocess.run([sys.executable, "-c", "import berth.shim.app"], check=True)
+        times.append(time.monotonic() - start)
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import berth.shim.app"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stderr
+    rows = []
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[1].strip().isdigit():
+            rows.append((int(parts[1]), parts[2].rstrip()))
+    rows.sort(reverse=True)
+    print(f"-X importtime, import berth.shim.app, top {top} cumulative (us):")
+    for us, name in rows[:top]:
+        print(f"  {us:>9} {name}")
+    return times
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m berth.dev.startup",
+        description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
+        epilog="shim: a local cluster from ~/.cache/berth/k8s (hack/build-k8s.sh builds it).",
+    )
+    parser.add_argument("--runs", type=int, default=5, help="spawns of each (default 5)")
+    parser.add_argument("--nodes", type=int, default=100, help="nodes for shim (default 100)")
+    parser.add_argument(
+        "--pods", type=int, default=1500, help="pending pods for shim (default 1500)"
+    )
+    parser.add_argument(
+        "--what",
+        default="import,serve,shim",
+        help="comma-separated: import, serve, shim (default all three)",
+    )
+    parser.add_argument(
+        "--top", type=int, default=15, help="importtime entries to print (default 15)"
+    )
+    args = parser.parse_args(argv)
+    what = [w.strip() for w in args.what.split(",") if w.strip()]
+    unknown = set(what) - {"import", "serve", "shim"}
+    if unknown or args.runs < 1:
+        parser.error(f"--what takes import, serve, shim (got {args.what!r}); --runs >= 1")
+    if "import" in what:
+        print(_summary("import berth.shim.app", measure_import(args.runs, args.top)), flush=True)
+    if "serve" in what:
+        print(_summary("berth serve spawn->listening", measure_serve(args.runs)), flush=True)
+    if "shim" in what:
+        times = measure_shim(args.runs, args.nodes, args.pods)
+        print(
+            _summary(f"berth shim spawn->ready ({args.nodes} nodes, {args.pods} pods)", times),
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
