@@ -21,11 +21,14 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+
+# cryptography is imported where a certificate or key file is read: a server
+# or shim without TLS files never loads it (tests/unit/cli/test_startup.py).
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,8 @@ class TLSFileError(ValueError):
 def read_pem_certificates(path: str | os.PathLike[str], flag: str) -> bytes:
     """The PEM bytes of ``path``, which must hold one or more X.509
     certificates."""
+    from cryptography import x509
+
     data = _read(path, flag)
     try:
         certs = x509.load_pem_x509_certificates(data)
@@ -53,6 +58,8 @@ def read_pem_certificates(path: str | os.PathLike[str], flag: str) -> bytes:
 
 def read_pem_key(path: str | os.PathLike[str], flag: str) -> tuple[bytes, PrivateKeyTypes]:
     """The PEM bytes of an unencrypted private key and the key itself."""
+    from cryptography.hazmat.primitives import serialization
+
     data = _read(path, flag)
     try:
         key = serialization.load_pem_private_key(data, password=None)
@@ -72,6 +79,9 @@ def read_key_pair(
 ) -> tuple[bytes, bytes]:
     """(key PEM, certificate chain PEM), checked to belong together: the
     first certificate's public key is the key's."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
     chain = read_pem_certificates(cert_path, cert_flag)
     key_pem, key = read_pem_key(key_path, key_flag)
     leaf = x509.load_pem_x509_certificates(chain)[0]

@@ -17,7 +17,8 @@ from berth.cli import COMMAND_MODULES, COMMAND_NAMES, DEV_COMMANDS, build_parser
 
 # Modules none of these start-ups may load: other commands' (what-if's snapshot and
 # simulation, the developer tools), OpenTelemetry's SDK, exporters and instrumentation
-# (tracing is off without --otlp-endpoint), and libraries of optional features.
+# (tracing is off without --otlp-endpoint), cryptography (read with TLS files only), and
+# libraries of optional features.
 NOT_AT_IMPORT = (
     "berth.cli.snapshot",
     "berth.cli.simulate",
@@ -28,6 +29,7 @@ NOT_AT_IMPORT = (
     "kubernetes",
     "yappi",
     "cel_expr_python",
+    "cryptography",
 )
 
 
