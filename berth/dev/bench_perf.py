@@ -2374,6 +2374,14 @@ def run_perf(args: argparse.Namespace) -> int:
         f"for every scheduler; shim batch size {opts.batch_size}; {_creation_text(opts)}"
         + (f"; Berth configured by {opts.berth_config}" if opts.berth_config else ""),
     )
+    if any(s.startswith("berth") for s in opts.schedulers):
+        # Every Berth process would otherwise compile its modules from source when the
+        # environment says PYTHONDONTWRITEBYTECODE (the image sets it, and ships bytecode
+        # compiled at install time, deploy/Dockerfile).
+        from berth.dev.startup import compile_berth
+
+        _progress(w.name, "compiling Berth's modules to bytecode, as its image ships them")
+        compile_berth()
     started = time.monotonic()
     failed = True
     try:
