@@ -29,7 +29,7 @@ import grpc
 from prometheus_client import Counter, Histogram
 
 # OpenTelemetry is imported when tracing is configured: a process without an
-# OTLP endpoint never loads it (tests/unit/test_cli_startup.py).
+# OTLP endpoint never loads it (tests/unit/cli/test_startup.py).
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 

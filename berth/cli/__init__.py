@@ -35,7 +35,7 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 # The command each module of COMMAND_MODULES registers, in the same order
-# (tests/unit/test_cli_startup.py checks the two agree).
+# (tests/unit/cli/test_startup.py checks the two agree).
 COMMAND_NAMES: tuple[str, ...] = (
     "serve",
     "shim",
