@@ -53,6 +53,16 @@ class ObjectError(ValueError):
     """An object that cannot be converted; the message names the field."""
 
 
+def _int(value: Any, field: str) -> int:
+    """An integer field as decoded JSON gives it: a number too large for JSON's
+    doubles arrives as infinity (``1e400``), which int() cannot take; refused
+    as the record's error, as any other field the API server would refuse."""
+    try:
+        return int(value)
+    except OverflowError:
+        raise ObjectError(f"{field}: integer out of range: {value!r}") from None
+
+
 def _map(obj: Obj, key: str) -> Mapping[str, Any]:
     v = obj.get(key)
     # type() first: decoded JSON holds plain dicts, and the ABC check is slow.
@@ -174,7 +184,7 @@ def node_record(obj: Obj) -> pb.Node:
     for img in _list(status, "images"):
         n.images.add(
             names=[str(x) for x in img.get("names") or []],
-            size_bytes=int(img.get("sizeBytes") or 0),
+            size_bytes=_int(img.get("sizeBytes") or 0, "sizeBytes"),
         )
     n.declared_features.extend(str(f) for f in status.get("declaredFeatures") or ())
     return n
@@ -194,8 +204,8 @@ def _container(c: Obj, where: str, restartable: bool = False) -> pb.Container:
     out.limits.CopyFrom(_resources(limits, f"{where}.resources.limits"))
     for p in _list(c, "ports"):
         out.ports.add(
-            container_port=int(p.get("containerPort") or 0),
-            host_port=int(p.get("hostPort") or 0),
+            container_port=_int(p.get("containerPort") or 0, "containerPort"),
+            host_port=_int(p.get("hostPort") or 0, "hostPort"),
             protocol=str(p.get("protocol") or "TCP"),
             host_ip=str(p.get("hostIP") or ""),
         )
@@ -245,7 +255,7 @@ def _pod_affinity(src: Obj, into: pb.PodAffinity) -> None:
     for t in _list(src, "requiredDuringSchedulingIgnoredDuringExecution"):
         _pod_affinity_term(t, into.required.add())
     for w in _list(src, "preferredDuringSchedulingIgnoredDuringExecution"):
-        wt = into.preferred.add(weight=int(w.get("weight") or 0))
+        wt = into.preferred.add(weight=_int(w.get("weight") or 0, "weight"))
         _pod_affinity_term(_map(w, "podAffinityTerm"), wt.term)
 
 
@@ -259,7 +269,7 @@ def _affinity(aff: Obj, into: pb.Affinity) -> None:
             for term in _list(req, "nodeSelectorTerms"):
                 _node_selector_term(term, into.node_affinity.required.terms.add())
         for p in _list(na, "preferredDuringSchedulingIgnoredDuringExecution"):
-            pt = into.node_affinity.preferred.add(weight=int(p.get("weight") or 0))
+            pt = into.node_affinity.preferred.add(weight=_int(p.get("weight") or 0, "weight"))
             _node_selector_term(_map(p, "preference"), pt.preference)
     if isinstance(aff.get("podAffinity"), Mapping):
         _pod_affinity(_map(aff, "podAffinity"), into.pod_affinity)
@@ -375,7 +385,7 @@ def pod_record(obj: Obj, *, assign_uid: bool = False) -> pb.Pod:
         namespace=str(meta.get("namespace") or "default"),
         node_name=str(spec.get("nodeName") or ""),
         scheduler_name=str(spec.get("schedulerName") or DEFAULT_SCHEDULER),
-        priority=int(spec.get("priority") or 0),
+        priority=_int(spec.get("priority") or 0, "priority"),
         phase=str(status.get("phase") or ""),
         creation_unix_micros=parse_time_micros(meta.get("creationTimestamp")),
         start_unix_micros=parse_time_micros(status.get("startTime")),
@@ -417,10 +427,10 @@ def pod_record(obj: Obj, *, assign_uid: bool = False) -> pb.Pod:
             effect=str(t.get("effect") or ""),
         )
         if t.get("tolerationSeconds") is not None:
-            tol.toleration_seconds = int(t["tolerationSeconds"])
+            tol.toleration_seconds = _int(t["tolerationSeconds"], "tolerationSeconds")
     for c in _list(spec, "topologySpreadConstraints"):
         tsc = p.topology_spread_constraints.add(
-            max_skew=int(c.get("maxSkew") or 0),
+            max_skew=_int(c.get("maxSkew") or 0, "maxSkew"),
             topology_key=str(c.get("topologyKey") or ""),
             when_unsatisfiable=str(c.get("whenUnsatisfiable") or ""),
             node_affinity_policy=str(c.get("nodeAffinityPolicy") or ""),
@@ -430,7 +440,7 @@ def pod_record(obj: Obj, *, assign_uid: bool = False) -> pb.Pod:
             tsc.label_selector.SetInParent()
             _label_selector(_map(c, "labelSelector"), tsc.label_selector)
         if c.get("minDomains") is not None:
-            tsc.min_domains = int(c["minDomains"])
+            tsc.min_domains = _int(c["minDomains"], "minDomains")
         tsc.match_label_keys.extend(str(x) for x in c.get("matchLabelKeys") or [])
     p.scheduling_gates.extend(str(g.get("name", "")) for g in _list(spec, "schedulingGates"))
     _volumes(_list(spec, "volumes"), p)

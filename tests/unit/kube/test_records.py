@@ -588,3 +588,34 @@ def test_resource_claims_and_their_statuses() -> None:
     del obj["status"]
     bare = pod_record(obj)
     assert not bare.resource_claims and not bare.resource_claim_statuses
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"priority": float("inf")}, "priority"),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {"weight": float("inf"), "preference": {}}
+                        ]
+                    }
+                }
+            },
+            "weight",
+        ),
+        ({"topologySpreadConstraints": [{"maxSkew": float("-inf")}]}, "maxSkew"),
+        ({"tolerations": [{"key": "k", "tolerationSeconds": float("inf")}]}, "tolerationSeconds"),
+    ],
+    ids=["priority", "preferred-weight", "max-skew", "toleration-seconds"],
+)
+def test_an_integer_json_cannot_hold_is_refused_naming_the_field(
+    spec: dict[str, Any], field: str
+) -> None:
+    """A number beyond a double's range (1e400) decodes as infinity: the record is
+    refused as an ObjectError, which the informer skips, not an OverflowError."""
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": spec}
+    with pytest.raises(ObjectError, match=f"{field}: integer out of range"):
+        pod_record(pod)
