@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -391,17 +391,12 @@ class Snapshot:
     def apply(self, delta: pb.ClusterDelta) -> None:
         """Apply a delta. Validates every entry first, so a bad delta changes
         nothing."""
-        for i, node in enumerate(delta.upsert_nodes):
-            if not node.name:
-                raise SnapshotError(f"delta.upsert_nodes[{i}].name", "must not be empty")
+        _check_upserts("upsert_nodes", delta.upsert_nodes)
         for i, name in enumerate(delta.delete_nodes):
             if not name:
                 raise SnapshotError(f"delta.delete_nodes[{i}]", "must not be empty")
-        for i, pod in enumerate(delta.upsert_pods):
-            if not pod.uid:
-                raise SnapshotError(f"delta.upsert_pods[{i}].uid", "must not be empty")
-        for i, obj in enumerate(delta.upsert_objects):
-            _check_ref(obj.ref, f"delta.upsert_objects[{i}].ref")
+        _check_upserts("upsert_pods", delta.upsert_pods)
+        _check_upserts("upsert_objects", delta.upsert_objects)
         for i, ref in enumerate(delta.delete_objects):
             _check_ref(ref, f"delta.delete_objects[{i}]")
         if self._tentative:
@@ -431,7 +426,7 @@ class Snapshot:
         message it arrived in, and a record costs its share of that message's
         memory once instead of a copy of its own. Validates every entry first
         (SnapshotError names the entry's index in ``entries``)."""
-        if kind not in ("upsert_nodes", "upsert_pods", "upsert_objects"):
+        if kind not in _UPSERT_KINDS:
             raise ValueError(f"apply_upserts: unknown kind {kind!r}")
         if self._tentative:
             # Pods a batch assumed are settled against a delta: build one.
@@ -439,26 +434,15 @@ class Snapshot:
             getattr(delta, kind).extend(entries)
             self.apply(delta)
             return
-        if kind == "upsert_nodes":
-            nodes = cast("Sequence[pb.Node]", entries)
-            for i, node in enumerate(nodes):
-                if not node.name:
-                    raise SnapshotError(f"delta.upsert_nodes[{i}].name", "must not be empty")
-            for node in nodes:
-                self._upsert_node(node)
-        elif kind == "upsert_pods":
-            pods = cast("Sequence[pb.Pod]", entries)
-            for i, pod in enumerate(pods):
-                if not pod.uid:
-                    raise SnapshotError(f"delta.upsert_pods[{i}].uid", "must not be empty")
-            for pod in pods:
-                self._upsert_pod(pod)
-        else:
-            objs = cast("Sequence[pb.ClusterObject]", entries)
-            for i, obj in enumerate(objs):
-                _check_ref(obj.ref, f"delta.upsert_objects[{i}].ref")
-            for obj in objs:
-                self._upsert_object(obj)
+        _check_upserts(kind, entries)
+        upserts: dict[str, Callable[[Any], None]] = {
+            "upsert_nodes": self._upsert_node,
+            "upsert_pods": self._upsert_pod,
+            "upsert_objects": self._upsert_object,
+        }
+        upsert = upserts[kind]
+        for entry in entries:
+            upsert(entry)
 
     # -- pods a batch assumed ------------------------------------------------
 
@@ -637,6 +621,27 @@ def _check_ref(ref: pb.ObjectRef, field: str) -> None:
         raise SnapshotError(f"{field}.resource", "must not be empty")
     if not ref.name:
         raise SnapshotError(f"{field}.name", "must not be empty")
+
+
+_UPSERT_KINDS = ("upsert_nodes", "upsert_pods", "upsert_objects")
+
+
+def _check_upserts(
+    kind: str, entries: Sequence[pb.Node] | Sequence[pb.Pod] | Sequence[pb.ClusterObject]
+) -> None:
+    """The checks ``Snapshot.apply`` makes of one kind of a delta's upserts;
+    SnapshotError names the entry's index in ``entries``."""
+    if kind == "upsert_nodes":
+        for i, node in enumerate(cast("Sequence[pb.Node]", entries)):
+            if not node.name:
+                raise SnapshotError(f"delta.upsert_nodes[{i}].name", "must not be empty")
+    elif kind == "upsert_pods":
+        for i, pod in enumerate(cast("Sequence[pb.Pod]", entries)):
+            if not pod.uid:
+                raise SnapshotError(f"delta.upsert_pods[{i}].uid", "must not be empty")
+    else:
+        for i, obj in enumerate(cast("Sequence[pb.ClusterObject]", entries)):
+            _check_ref(obj.ref, f"delta.upsert_objects[{i}].ref")
 
 
 @dataclass(slots=True)
