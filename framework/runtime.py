@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from berth.framework import observe
 from berth.framework.cycle_state import CycleState, StateDecodeError
@@ -254,7 +255,7 @@ class Framework:
         # scheduler_plugin_evaluation_total's children for the four points
         # upstream instruments (framework.go setInstrumentedPlugins), by
         # plugin name, made once.
-        self.evaluations: dict[str, dict[str, Any]] = {
+        self.evaluations: dict[str, dict[str, observe.EvaluationCount]] = {
             point: {p.name: observe.evaluation_counter(p.name, point, self.name) for p in plugins}
             for point, plugins in (
                 ("PreFilter", self.pre_filter),
@@ -263,6 +264,7 @@ class Framework:
                 ("Score", self.score),
             )
         }
+        self._score_by_name = {p.name: p for p in self.score}
         self.reads = self._collect_reads()
         # What its plugins declare they write beyond the pod being scheduled
         # (Plugin.writes): the only kinds a caller performs writes to.
@@ -684,19 +686,27 @@ class Framework:
         remaining = np.arange(n, dtype=np.int64)
         first_error = -1
         evaluated = self.evaluations["Filter"]
+        skip = state.skip_filter_plugins
+        # ``nodes`` itself while no node has been rejected (no copy of it).
+        batch = nodes
         for pl in self.filter:
-            if pl.name in state.skip_filter_plugins or remaining.size == 0:
+            if remaining.size == 0:
+                break
+            if pl.name in skip:
                 continue
             # One evaluation per node the plugin is run on, as upstream's
             # per-node Filter calls count.
             evaluated[pl.name].inc(remaining.size)
             try:
                 with self._plugin("Filter", pl) as box:
-                    verdicts = pl.filter_nodes(state, pod, nodes.take(remaining))
-                    failed = verdicts.status_index >= 0
-                    box.append(
-                        verdicts.statuses[0] if failed.any() and verdicts.statuses else SUCCESS
-                    )
+                    verdicts = pl.filter_nodes(state, pod, batch)
+                    # No statuses: every index is -1, nothing to look at.
+                    if verdicts.statuses:
+                        failed = verdicts.status_index >= 0
+                        any_failed = bool(failed.any())
+                    else:
+                        any_failed = False
+                    box.append(verdicts.statuses[0] if any_failed else SUCCESS)
             except CycleError as exc:
                 # The batch call raised: which node it choked on is unknown,
                 # so the first node still in play takes the Error.
@@ -706,7 +716,7 @@ class Framework:
                 first_error = k if first_error < 0 else min(first_error, k)
                 remaining = remaining[:0]
                 continue
-            if not failed.any():
+            if not any_failed:
                 continue
             base = len(statuses)
             for j, st in enumerate(verdicts.statuses):
@@ -722,6 +732,7 @@ class Framework:
                     first_error = k if first_error < 0 else min(first_error, k)
             index[remaining[failed]] = verdicts.status_index[failed] + base
             remaining = remaining[~failed]
+            batch = nodes.take(remaining)
         return NodeVerdicts(index, statuses), first_error
 
     def run_filter(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
@@ -831,50 +842,66 @@ class Framework:
         upstream's parallel loops would report whichever error came first,
         this reports the first plugin in order (NormalizeScore) and the first
         node, then the first plugin at it (range check)."""
-        by_name = {p.name: p for p in self.score}
+        names, matrix = self._normalize_and_weigh(state, pod, nodes, raw)
+        return {name: matrix[i] for i, name in enumerate(names)}
+
+    def _normalize_and_weigh(
+        self, state: CycleState, pod: PodInfo, nodes: NodeBatch, raw: Mapping[str, ScoreArray]
+    ) -> tuple[list[str], npt.NDArray[np.int64]]:
+        """normalize_and_weigh as the plugins' names in order and one matrix,
+        a row per plugin (a copy of its raw scores, normalised in place, then
+        weighted), so the range check, the weights and the totals are one
+        numpy operation each over every plugin, not one per plugin."""
+        by_name = self._score_by_name
         for name in raw:
             if name not in by_name:
                 raise CycleError(
                     Status.error(f"plugin {go_quote(name)} is not a score plugin of {self.name}")
                 )
-        names = [p.name for p in self.score if p.name in raw]
-        scores = {name: np.array(raw[name], dtype=np.int64) for name in names}
-        for name in names:
-            pl = by_name[name]
+        plugins = [p for p in self.score if p.name in raw]
+        names = [p.name for p in plugins]
+        matrix = np.empty((len(names), len(nodes)), dtype=np.int64)
+        for i, name in enumerate(names):
+            matrix[i] = raw[name]
+        for i, pl in enumerate(plugins):
             if not pl.has_normalize():
                 continue
             with self._plugin("NormalizeScore", pl) as box:
-                st = pl.normalize_score(state, pod, nodes, scores[name])
+                st = pl.normalize_score(state, pod, nodes, matrix[i])
                 box.append(st)
             if not st.is_success:
                 raise CycleError(
-                    Status.error(plugin_error_message("NormalizeScore", name, st.message), name)
+                    Status.error(
+                        plugin_error_message("NormalizeScore", pl.name, st.message), pl.name
+                    )
                 )
-        first: tuple[int, int, str] | None = None
-        for rank, name in enumerate(names):
-            bad = np.flatnonzero((scores[name] < MIN_NODE_SCORE) | (scores[name] > MAX_NODE_SCORE))
-            if len(bad) and (first is None or (int(bad[0]), rank) < first[:2]):
-                first = (int(bad[0]), rank, name)
-        if first is not None:
-            k, _, name = first
+        bad = (matrix < MIN_NODE_SCORE) | (matrix > MAX_NODE_SCORE)
+        if bad.any():
+            # The first node with a bad score, then the first plugin at it.
+            k = int(np.argmax(bad.any(axis=0)))
+            rank = int(np.argmax(bad[:, k]))
+            name = names[rank]
             raise CycleError(
                 Status.error(
                     "applying score defaultWeights on Score plugins: "
-                    f"plugin {go_quote(name)} returns an invalid score {int(scores[name][k])}, "
+                    f"plugin {go_quote(name)} returns an invalid score {int(matrix[rank, k])}, "
                     f"it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] "
                     "after normalizing",
                     name,
                 )
             )
-        return {name: scores[name] * self.score_weights[name] for name in names}
+        weights = np.fromiter(
+            (self.score_weights[name] for name in names), dtype=np.int64, count=len(names)
+        )
+        matrix *= weights[:, None]
+        return names, matrix
 
     def run_score(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> ScoreOutcome:
         with self.extension_point("Score"):
             raw = self.run_score_raw(state, pod, nodes)
-            weighted = self.normalize_and_weigh(state, pod, nodes, raw)
-        totals = np.zeros(len(nodes), dtype=np.int64)
-        for scores in weighted.values():
-            totals += scores
+            names, matrix = self._normalize_and_weigh(state, pod, nodes, raw)
+        weighted = {name: matrix[i] for i, name in enumerate(names)}
+        totals: ScoreArray = matrix.sum(axis=0, dtype=np.int64)
         return ScoreOutcome(nodes, weighted, totals, raw, self.score_weights)
 
     def run_reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
