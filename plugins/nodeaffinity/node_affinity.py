@@ -7,19 +7,22 @@ semantics in framework/nodeaffinity.py (component-helpers nodeaffinity),
 with its EventsToRegister and queueing hint; SignPod (pod signatures for
 batched scheduling) has no Berth extension point.
 
-Labels are not snapshot columns, so the batch forms loop over the candidate
-nodes, reading each node's label map in place (no copy). They decide the
-selector once per distinct combination of the label values it reads, not once
-per node (``_by_labels``): a node then costs a few map lookups.
+The batch forms read node labels as columns (``NodeBatch.labels(key)``,
+framework/label_index.py): each requirement of a selector is one numpy
+operation over the candidates' codes of its key, each term the AND of its
+requirements, the selector the OR of its terms (a preferred term adds its
+weight where it matches), so a cycle costs a few array operations per
+requirement, never a Python call per node (``_Columns``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework import signers
@@ -43,7 +46,8 @@ from berth.framework.interfaces import (
     SignFragment,
     SignPlugin,
 )
-from berth.framework.labels import IN
+from berth.framework.label_index import NodeLabels
+from berth.framework.labels import DOES_NOT_EXIST, EXISTS, GT, IN, NOT_IN, Requirement, parse_int64
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.nodeaffinity import (
     NODE_NAME_FIELD,
@@ -53,7 +57,6 @@ from berth.framework.nodeaffinity import (
     compile_node_selector,
     compile_preferred_terms,
     preferred_score,
-    references,
     required_node_affinity,
     selector_matches,
 )
@@ -148,52 +151,98 @@ def pod_preferred_terms(pod: pb.Pod) -> tuple[tuple[SelectorTerm, ...] | None, s
     return terms, ""
 
 
-def _by_labels(
-    nodes: NodeBatch,
-    keys: Collection[str],
-    by_name: bool,
-    decide: Callable[[Mapping[str, str], str], int],
-) -> list[int]:
-    """``decide(labels, node_name)`` for every node, aligned with ``nodes``.
+BoolArray = npt.NDArray[np.bool_]
 
-    A selector's outcome depends only on the labels it reads (and on the
-    node's name when it has ``matchFields``). Without fields, nodes with the
-    same values under ``keys`` (absent included) get the same outcome, so
-    ``decide`` runs once per distinct combination, on a dict of just those
-    labels, and every other node costs a few label lookups and a dict hit.
-    Nodes usually share a handful of zones, pools and instance types, so the
-    combinations are few. With fields, ``decide`` runs per node on its full
-    labels.
-    """
-    out: list[int] = []
-    if by_name:
-        for ni in nodes:
-            record = ni.node
-            out.append(decide(record.labels, record.name))
+
+class _Columns:
+    """Selectors evaluated over a batch of candidate nodes, as boolean
+    masks aligned with it; each key's label column is looked up once per
+    batch. The answers are those of the per-node matches
+    (labels.Requirement.Matches, nodeSelectorTerm.match,
+    NodeSelector.Match, PreferredSchedulingTerms.Score in
+    k8s.io/component-helpers/scheduling/corev1/nodeaffinity)."""
+
+    __slots__ = ("_labels", "_names", "n", "nodes")
+
+    def __init__(self, nodes: NodeBatch) -> None:
+        self.nodes = nodes
+        self.n = len(nodes)
+        self._labels: dict[str, NodeLabels] = {}
+        self._names: npt.NDArray[np.str_] | None = None
+
+    def labels(self, key: str) -> NodeLabels:
+        got = self._labels.get(key)
+        if got is None:
+            got = self._labels[key] = self.nodes.labels(key)
+        return got
+
+    def names(self) -> npt.NDArray[np.str_]:
+        if self._names is None:
+            self._names = np.asarray(self.nodes.names, dtype=np.str_)
+        return self._names
+
+    def requirement(self, req: Requirement) -> BoolArray:
+        """labels.Requirement.Matches over the candidates."""
+        labels = self.labels(req.key)
+        op = req.operator
+        if op == IN:
+            return labels.isin(req.values)
+        if op == NOT_IN:
+            return ~labels.isin(req.values)
+        if op == EXISTS:
+            return labels.present
+        if op == DOES_NOT_EXIST:
+            return ~labels.present
+        # Gt/Lt: decided once per distinct value among the candidates; a
+        # value that is not an integer, or no label, does not match.
+        codes, inverse = np.unique(labels.codes, return_inverse=True)
+        values = labels.column.values
+        table = np.zeros(len(codes), dtype=np.bool_)
+        for i, code in enumerate(codes.tolist()):
+            if code < 0:
+                continue
+            number = parse_int64(values[code])
+            if number is not None:
+                table[i] = number > req.bound if op == GT else number < req.bound
+        out: BoolArray = table[inverse.reshape(-1)]
         return out
-    if not keys:
-        return [decide({}, "")] * len(nodes)
-    if len(keys) == 1:
-        (key,) = keys
-        memo: dict[str | None, int] = {}
-        for ni in nodes:
-            value = ni.node.labels.get(key)
-            result = memo.get(value)
-            if result is None:
-                result = memo[value] = decide({} if value is None else {key: value}, "")
-            out.append(result)
-        return out
-    ordered = sorted(keys)
-    memo_many: dict[tuple[str | None, ...], int] = {}
-    for ni in nodes:
-        labels = ni.node.labels
-        values = tuple(map(labels.get, ordered))
-        result = memo_many.get(values)
-        if result is None:
-            present = {k: v for k, v in zip(ordered, values, strict=True) if v is not None}
-            result = memo_many[values] = decide(present, "")
-        out.append(result)
-    return out
+
+    def term(self, term: SelectorTerm) -> BoolArray:
+        """nodeSelectorTerm.match: every expression and every field holds."""
+        mask = np.ones(self.n, dtype=np.bool_)
+        for req in term.expressions or ():
+            mask &= self.requirement(req)
+        for field in term.fields or ():
+            if field.key == NODE_NAME_FIELD:
+                equal = self.names() == field.value
+            else:
+                equal = np.full(self.n, field.value == "", dtype=np.bool_)
+            mask &= equal if field.equal else ~equal
+        return mask
+
+    def selector(self, terms: Sequence[SelectorTerm]) -> BoolArray:
+        """NodeSelector.Match: some term matches (no terms: none)."""
+        mask = np.zeros(self.n, dtype=np.bool_)
+        for term in terms:
+            mask |= self.term(term)
+        return mask
+
+    def required(self, required: RequiredNodeAffinity) -> BoolArray:
+        """RequiredNodeAffinity.Match: the nodeSelector's labels, then the
+        required terms."""
+        mask = np.ones(self.n, dtype=np.bool_)
+        for key, value in required.node_selector or ():
+            mask &= self.labels(key).equals(value)
+        if required.terms is not None:
+            mask &= self.selector(required.terms)
+        return mask
+
+    def preferred_score(self, terms: Sequence[SelectorTerm]) -> ScoreArray:
+        """PreferredSchedulingTerms.Score: the weights of the matching terms."""
+        total = np.zeros(self.n, dtype=np.int64)
+        for term in terms:
+            total += self.term(term) * np.int64(term.weight)
+        return total
 
 
 class NodeAffinity(
@@ -316,32 +365,25 @@ class NodeAffinity(
         return SUCCESS
 
     def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
-        """The batch form: the selector is read once, then decided once per
-        distinct combination of the label values it reads (see
-        ``_by_labels``); per node when it reads node names."""
-        required = self._required(state, pod)
+        """The batch form: the args' selector and the pod's as masks over
+        the candidates' label columns (``_Columns``), with Filter's order of
+        checks: a node the args reject is rejected for that."""
+        columns = _Columns(nodes)
+        rejected = ~columns.required(self._required(state, pod))
         added = self.added_required
-        keys, by_name = required.references()
-        if added is not None:
-            added_keys, added_by_name = references(added)
-            keys |= added_keys
-            by_name = by_name or added_by_name
-
-        def verdict(labels: Mapping[str, str], node_name: str) -> int:
-            # -1 passes, 0 and 1 index the statuses below.
-            if added is not None and not selector_matches(added, labels, node_name):
-                return 0
-            return -1 if required.matches(labels, node_name) else 1
-
-        codes = np.asarray(_by_labels(nodes, keys, by_name, verdict), dtype=np.int32)
-        enforced = bool((codes == 0).any())
-        mismatched = bool((codes == 1).any())
-        if not enforced and not mismatched:
-            return NodeVerdicts.all_pass(len(nodes))
-        if not enforced:
-            return NodeVerdicts.from_mask(codes == 1, _REJECTED_POD)
-        if not mismatched:
-            return NodeVerdicts.from_mask(codes == 0, _REJECTED_ENFORCED)
+        if added is None:
+            if not rejected.any():
+                return NodeVerdicts.all_pass(len(nodes))
+            return NodeVerdicts.from_mask(rejected, _REJECTED_POD)
+        enforced = ~columns.selector(added)
+        if not enforced.any():
+            if not rejected.any():
+                return NodeVerdicts.all_pass(len(nodes))
+            return NodeVerdicts.from_mask(rejected, _REJECTED_POD)
+        if not (rejected & ~enforced).any():
+            return NodeVerdicts.from_mask(enforced, _REJECTED_ENFORCED)
+        # -1 passes, 0 and 1 index the statuses.
+        codes = np.where(enforced, 0, np.where(rejected, 1, -1)).astype(np.int32)
         return NodeVerdicts(codes, [_REJECTED_ENFORCED, _REJECTED_POD])
 
     # -- PreScore -------------------------------------------------------------
@@ -379,17 +421,12 @@ class NodeAffinity(
         return total
 
     def score_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> ScoreArray:
-        """The batch form: the terms are read once, then scored once per
-        distinct combination of the label values they read."""
+        """The batch form: each term's mask over the candidates' label
+        columns, weighted and summed."""
         terms = self._preferred(state, pod) + (self.added_preferred or ())
         if not terms:
             return np.zeros(len(nodes), dtype=np.int64)
-        keys, by_name = references(terms)
-
-        def score(labels: Mapping[str, str], node_name: str) -> int:
-            return preferred_score(terms, labels, node_name)
-
-        return np.asarray(_by_labels(nodes, keys, by_name, score), dtype=np.int64)
+        return _Columns(nodes).preferred_score(terms)
 
     def normalize_score(
         self, state: CycleState, pod: PodInfo, nodes: NodeBatch, scores: ScoreArray
