@@ -23,8 +23,8 @@ does not hold has no labels (upstream logs and assumes an empty set).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Final, cast
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import msgspec
 import numpy as np
@@ -144,7 +144,11 @@ def _add_slots(
 ) -> bool:
     """topologyToMatchedTermCount.update / scoreMap.processTerm, for the
     pods counted in ``slots``: ``weight`` per pod to the pair (key, value)
-    of its node, when the node has the key. Returns whether any had."""
+    of its node, when the node has the key. Returns whether any had. Many
+    slots are summed per value with numpy over the snapshot's label column
+    of ``key``, few with a Python loop (cheaper below ~_VECTOR_SLOTS)."""
+    if len(slots) >= _VECTOR_SLOTS:
+        return _add_slots_vector(counts, snap, key, slots, weight)
     by_value: dict[str, int] | None = None
     slot = snap.slot
     for i, n in slots.items():
@@ -155,6 +159,29 @@ def _add_slots(
             by_value = counts.setdefault(key, {})
         by_value[value] = by_value.get(value, 0) + n * weight
     return by_value is not None
+
+
+# From this many slots on, _add_slots sums with numpy.
+_VECTOR_SLOTS: Final = 32
+
+
+def _add_slots_vector(
+    counts: Counts, snap: Snapshot, key: str, slots: SlotCounts, weight: int
+) -> bool:
+    column = snap.label_column(key)
+    m = len(slots)
+    codes = column.codes[np.fromiter(slots.keys(), np.int64, m)]
+    present = codes >= 0
+    if not present.any():
+        return False
+    per_pod = np.fromiter(slots.values(), np.int64, m)[present]
+    totals = np.bincount(codes[present], weights=per_pod, minlength=0)
+    by_value = counts.setdefault(key, {})
+    values = column.values
+    for code in np.flatnonzero(totals).tolist():
+        value = values[code]
+        by_value[value] = by_value.get(value, 0) + int(totals[code]) * weight
+    return True
 
 
 def _has_counts(counts: Counts) -> bool:
@@ -497,30 +524,29 @@ class InterPodAffinity(
         return SUCCESS if verdict == _PASS else _REJECTIONS[verdict]
 
     def filter_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> NodeVerdicts:
-        """Filter over a batch, one pass over the nodes' labels per topology
-        key to check rather than one call per node."""
+        """Filter over a batch: per topology key to check, one numpy lookup
+        over the snapshot's label column of the key (framework/label_index.py)
+        rather than one call per node."""
         s = state.get(PRE_FILTER_STATE_KEY)
         n = len(nodes)
         if s is None:
             return NodeVerdicts.uniform(n, _NOT_FOUND)
-        labels = [ni.node.labels for ni in nodes]
         verdicts = np.full(n, _PASS, dtype=np.int32)
         # The checks in reverse order, so that a node keeps the first it fails.
         for key, by_value in s.existing_anti_affinity.items():
-            verdicts[_hits(labels, key, by_value)] = _EXISTING
+            verdicts[_hits(nodes, key, by_value)] = _EXISTING
         if _has_counts(s.anti_affinity):
             for key in dict.fromkeys(s.anti_affinity_keys):
                 anti = s.anti_affinity.get(key)
                 if anti:
-                    verdicts[_hits(labels, key, anti)] = _ANTI
+                    verdicts[_hits(nodes, key, anti)] = _ANTI
         if s.affinity_keys:
             has_keys = np.ones(n, dtype=np.bool_)
             pods_exist = np.ones(n, dtype=np.bool_)
             for key in s.affinity_keys:
-                values = [node_labels.get(key) for node_labels in labels]
-                has_keys &= np.fromiter((v is not None for v in values), np.bool_, n)
-                matched = {v for v, c in s.affinity.get(key, {}).items() if c > 0}
-                pods_exist &= np.fromiter((v in matched for v in values), np.bool_, n)
+                column = nodes.labels(key)
+                has_keys &= column.present
+                pods_exist &= column.isin([v for v, c in s.affinity.get(key, {}).items() if c > 0])
             # satisfyPodAffinity's first pod of a group.
             if not _has_counts(s.affinity) and s.self_match:
                 pods_exist[:] = True
@@ -612,13 +638,16 @@ class InterPodAffinity(
         scores = np.zeros(n, dtype=np.int64)
         if not topology:
             return scores
-        labels = [ni.node.labels for ni in nodes]
         for key, by_value in topology.items():
-            # A node without the key reads None, which no value equals.
-            score_of = cast(Mapping[str | None, int], by_value)
-            scores += np.fromiter(
-                (score_of.get(node_labels.get(key), 0) for node_labels in labels), np.int64, n
-            )
+            # Each value's score by its code in the key's label column; a
+            # node without the key (ABSENT, -1) reads the extra last entry, 0.
+            column = nodes.labels(key)
+            table = np.zeros(len(column.column.values) + 1, dtype=np.int64)
+            for value, v_score in by_value.items():
+                code = column.column.code(value)
+                if code >= 0:
+                    table[code] = v_score
+            scores += table[column.codes]
         return scores
 
     def normalize_score(
@@ -669,15 +698,13 @@ def _aggregate(errors: tuple[str, ...]) -> str:
     return errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
 
 
-def _hits(labels: Sequence[Mapping[str, str]], key: str, by_value: Mapping[str, int]) -> BoolArray:
-    """Which of the nodes (by their labels) sit in a pair (key, value) with
-    a positive count."""
-    bad = {v for v, c in by_value.items() if c > 0}
+def _hits(nodes: NodeBatch, key: str, by_value: Mapping[str, int]) -> BoolArray:
+    """Which of the nodes sit in a pair (key, value) with a positive count:
+    one numpy lookup over the snapshot's label column of ``key``."""
+    bad = [v for v, c in by_value.items() if c > 0]
     if not bad:
-        return np.zeros(len(labels), dtype=np.bool_)
-    return np.fromiter(
-        (node_labels.get(key) in bad for node_labels in labels), np.bool_, len(labels)
-    )
+        return np.zeros(len(nodes), dtype=np.bool_)
+    return nodes.labels(key).isin(bad)
 
 
 def _node_score(topology: Counts, labels: Mapping[str, str]) -> int:

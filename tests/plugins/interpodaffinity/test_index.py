@@ -16,7 +16,11 @@ from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.model import PodInfo
 from berth.framework.snapshot import NodeBatch, Snapshot
 from berth.framework.testing import fresh_state
-from berth.plugins.interpodaffinity import PRE_FILTER_STATE_KEY, PRE_SCORE_STATE_KEY
+from berth.plugins.interpodaffinity import (
+    PRE_FILTER_STATE_KEY,
+    PRE_SCORE_STATE_KEY,
+    inter_pod_affinity,
+)
 from berth.plugins.interpodaffinity.index import AffinityIndex, affinity_index
 from berth.plugins.interpodaffinity.inter_pod_affinity import Counts
 from berth.plugins.interpodaffinity.terms import parsed_terms, pod_matches_all
@@ -203,8 +207,15 @@ def test_index_follows_deltas_like_a_rebuild(seed: int) -> None:
     )
 
 
+# A group's counts are summed per topology value by a Python loop over its
+# slots when it has few, with numpy over the label column when it has many
+# (inter_pod_affinity._VECTOR_SLOTS); each path is checked on its own.
+@pytest.mark.parametrize("vector_slots", [1_000_000, 1], ids=["loop", "numpy"])
 @pytest.mark.parametrize("seed", range(6))
-def test_counts_equal_upstreams_walk_over_every_pod(seed: int) -> None:
+def test_counts_equal_upstreams_walk_over_every_pod(
+    seed: int, vector_slots: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inter_pod_affinity, "_VECTOR_SLOTS", vector_slots)
     rng = random.Random(100 + seed)
     nodes = [random_node(rng, i) for i in range(10)]
     pods = [random_pod(rng, f"p{i}", rng.choice(nodes).name) for i in range(50)]
