@@ -49,6 +49,15 @@ def register(bsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument(
         "--qps", type=float, default=5000.0, help="client QPS and burst (default %(default)s)"
     )
+    s.add_argument(
+        "--pod-kind",
+        choices=("plain", "spreading", "anti-affinity"),
+        default="plain",
+        help="the pods: plain (the default), or scheduler_perf's pod-with-topology-spreading "
+        "(maxSkew 5 over zones; the nodes then in zones moon-1..3) or pod-with-pod-anti-affinity "
+        "(one color=green pod per hostname), as `berth bench TopologySpreading|PodAntiAffinity` "
+        "creates them; at most one anti-affinity pod fits a node",
+    )
     s.set_defaults(func=run_shim)
 
 
@@ -187,7 +196,25 @@ def run_decode(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_pod(kind: str, name: str, scheduler: str) -> dict[str, Any]:
+    """One pod of ``--pod-kind``, in namespace bench."""
+    from berth.dev import bench_perf
+    from berth.dev.localcluster import objects
+
+    if kind == "plain":
+        return objects.pod(name, namespace="bench", scheduler_name=scheduler)
+    return bench_perf.perf_pod(
+        kind,
+        name,
+        "bench",
+        scheduler=scheduler,
+        run="bench-shim",
+        anti_affinity_namespaces=["bench"],
+    )
+
+
 def run_shim(args: argparse.Namespace) -> int:
+    from berth.dev import bench_perf
     from berth.dev.localcluster import LocalCluster, objects
     from berth.dev.localcluster.binaries import default_bin_dir
     from berth.dev.localcluster.cluster import ClusterConfig
@@ -214,7 +241,12 @@ def run_shim(args: argparse.Namespace) -> int:
             kube = local.cluster.client(pool_size=64)
             objects.create_namespace(kube, "bench")
             print(f"[bench shim] creating {args.nodes} nodes", flush=True)
-            objects.create_nodes(kube, [objects.node(f"node-{i:05d}") for i in range(args.nodes)])
+            if args.pod_kind == "plain":
+                nodes = [objects.node(f"node-{i:05d}") for i in range(args.nodes)]
+            else:
+                zones = args.pod_kind == "spreading"
+                nodes = [bench_perf.perf_node(i, zones) for i in range(args.nodes)]
+            objects.create_nodes(kube, nodes)
             procs: list[subprocess.Popen[bytes]] = []
             berth = [sys.executable, "-m", "berth"]
             extra: list[str] = []
@@ -281,7 +313,7 @@ def run_shim(args: argparse.Namespace) -> int:
                     args=(
                         kube,
                         [
-                            objects.pod(f"p-{i:05d}", namespace="bench", scheduler_name=profile)
+                            _bench_pod(args.pod_kind, f"p-{i:05d}", profile)
                             for i in range(args.pods)
                         ],
                     ),
