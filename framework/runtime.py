@@ -875,7 +875,10 @@ class Framework:
                         plugin_error_message("NormalizeScore", pl.name, st.message), pl.name
                     )
                 )
-        bad = (matrix < MIN_NODE_SCORE) | (matrix > MAX_NODE_SCORE)
+        # One comparison for both bounds: shifted by MIN_NODE_SCORE and read
+        # as unsigned, a score below the range wraps to a huge number.
+        shifted = matrix - MIN_NODE_SCORE if MIN_NODE_SCORE else matrix
+        bad = shifted.view(np.uint64) > MAX_NODE_SCORE - MIN_NODE_SCORE
         if bad.any():
             # The first node with a bad score, then the first plugin at it.
             k = int(np.argmax(bad.any(axis=0)))
@@ -890,10 +893,11 @@ class Framework:
                     name,
                 )
             )
-        weights = np.fromiter(
-            (self.score_weights[name] for name in names), dtype=np.int64, count=len(names)
-        )
-        matrix *= weights[:, None]
+        # Most weights are 1: only the other rows are multiplied.
+        for i, name in enumerate(names):
+            weight = self.score_weights[name]
+            if weight != 1:
+                matrix[i] *= weight
         return names, matrix
 
     def run_score(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> ScoreOutcome:

@@ -10,10 +10,13 @@
 
 from __future__ import annotations
 
+import re
+
 from prometheus_client import REGISTRY as METRICS
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from berth.api.v1 import cluster_pb2 as cpb
-from berth.framework import CycleState
+from berth.framework import CycleState, observe
 from berth.framework.runtime import Framework
 from berth.framework.schedule_one import schedule_pod
 from berth.framework.testing import make_node, make_pod, snapshot_of
@@ -99,3 +102,58 @@ def test_an_unschedulable_pod_is_one_algorithm_observation_too() -> None:
     result = schedule_pod(f, snap, CycleState(), make_pod().info())
     assert not result.status.is_success
     assert algorithm_runs() == runs + 1
+
+
+def _exposition(registry: CollectorRegistry, name: str) -> list[str]:
+    """The text lines of ``name``'s series, creation times blanked."""
+    lines = generate_latest(registry).decode().splitlines()
+    return sorted(
+        re.sub(r"(_created\{.*\}) .*", r"\1 T", line)
+        for line in lines
+        if name in line and not line.startswith("#")
+    )
+
+
+def test_cell_histogram_exposes_what_a_prometheus_histogram_would() -> None:
+    """observe.CellHistogram (the extension point and plugin durations) shows
+    the same _bucket (cumulative, le on a bound counts), _count, _sum and
+    _created series as prometheus_client's Histogram given the same
+    observations."""
+    name = "berth_test_cell_histogram_seconds"
+    bounds = [0.0001 * 2**i for i in range(12)]
+    theirs_registry = CollectorRegistry()
+    theirs = Histogram(name, "h", ["point"], buckets=bounds, registry=theirs_registry)
+    ours = observe.CellHistogram(name, "h", ["point"], bounds)
+    try:
+        for point, seconds in [
+            ("A", 0.00005),
+            ("A", 0.0002),
+            ("A", 0.0002),
+            ("B", 9.0),
+            ("A", 0.1),
+        ]:
+            theirs.labels(point).observe(seconds)
+            ours.labels(point).observe(seconds)
+        ours_registry = CollectorRegistry()
+        ours_registry.register(ours)
+        assert _exposition(ours_registry, name) == _exposition(theirs_registry, name)
+        assert any(
+            'le="0.0002"' in line and line.endswith(" 3.0")
+            for line in _exposition(ours_registry, name)
+        )
+    finally:
+        METRICS.unregister(ours)
+
+
+def test_evaluation_counts_are_exposed_as_a_counter() -> None:
+    """scheduler_plugin_evaluation_total from observe's cells: _total with the
+    plugin/extension_point/profile labels, and _created, as a Counter."""
+    cell = observe.evaluation_counter("P", "Filter", "exposed")
+    cell.inc(3)
+    cell.inc()
+    lines = _exposition(METRICS, 'profile="exposed"')
+    assert (
+        'scheduler_plugin_evaluation_total{extension_point="Filter",plugin="P",profile="exposed"} 4.0'
+        in lines
+    )
+    assert any(line.startswith("scheduler_plugin_evaluation_created{") for line in lines)
