@@ -4,7 +4,8 @@ call sends, decoded watch events, raw answers, and errors as ApiError."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Generator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 from urllib.parse import parse_qs, urlsplit
@@ -40,6 +41,24 @@ class Recorder(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(payload)
             return
+        elif url.path == "/api/v1/pods" and "limit" in query:
+            # Three pages of one pod each; the third page's token is refused (410).
+            page = int(query.get("continue", ["0"])[0])
+            if query.get("fail") == ["true"] and page == 2:
+                self.send_response(410)
+                payload = orjson.dumps({"kind": "Status", "reason": "Expired", "message": "old"})
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+                return
+            if query.get("slow") == ["true"] and page == 1:
+                time.sleep(2)
+            meta = {"resourceVersion": str(10 + page)}
+            if page < 2:
+                meta["continue"] = str(page + 1)
+            payload = orjson.dumps(
+                {"metadata": meta, "items": [{"metadata": {"name": f"p{page}"}}]}
+            )
         elif "watch" in query:
             events = [{"type": "ADDED", "object": {"metadata": {"name": "a"}}}]
             if query.get("allowWatchBookmarks") == ["true"]:
@@ -103,6 +122,47 @@ def test_get_bytes_answers_raw_and_errors_are_api_errors(api: KubeApi) -> None:
     with pytest.raises(ApiError) as err:
         api.get_bytes("/missing")
     assert err.value.not_found and err.value.message == "gone"
+
+
+def _pod_lists() -> list[dict[str, list[str]]]:
+    return [q for m, p, q, _ in list(Recorder.seen) if p == "/api/v1/pods"]
+
+
+def test_list_pages_asks_for_the_next_page_while_the_caller_holds_this_one(
+    api: KubeApi,
+) -> None:
+    """client-go's pager (tools/pager ListPager, 500 items a page), with the next page
+    fetched while the caller decodes the current one."""
+    pages = api.list_pages("/api/v1/pods")
+    first = next(pages)
+    assert [i["metadata"]["name"] for i in first.items] == ["p0"]
+    # The caller has not asked for page 2, and its request is already sent.
+    deadline = time.monotonic() + 10
+    while len(_pod_lists()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [q.get("continue") for q in _pod_lists()] == [None, ["1"]]
+    rest = list(pages)
+    assert [i["metadata"]["name"] for p in rest for i in p.items] == ["p1", "p2"]
+    assert rest[-1].resource_version == "12"
+    assert all(q["limit"] == ["500"] for q in _pod_lists())
+    assert api.list("/api/v1/pods").resource_version == "12"
+
+
+def test_list_pages_raises_the_error_of_a_page_fetched_ahead(api: KubeApi) -> None:
+    pages = api.list_pages("/api/v1/pods", fail="true")
+    assert [next(pages).resource_version, next(pages).resource_version] == ["10", "11"]
+    with pytest.raises(ApiError) as err:
+        next(pages)
+    assert err.value.gone
+
+
+def test_a_list_abandoned_early_does_not_wait_for_the_page_ahead(api: KubeApi) -> None:
+    pages = api.list_pages("/api/v1/pods", slow="true")
+    assert isinstance(pages, Generator)
+    next(pages)
+    start = time.monotonic()
+    pages.close()  # page 2 takes the server 2 s to answer
+    assert time.monotonic() - start < 1.0
 
 
 def test_an_unreachable_server_is_status_zero() -> None:
