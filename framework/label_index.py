@@ -55,6 +55,11 @@ class LabelColumn:
         """The code of ``value``; one no slot has when no node holds it."""
         return self._code_of.get(value, _NOWHERE)
 
+    def codes_of(self, values: Iterable[str]) -> list[int]:
+        """The codes of those of ``values`` some node holds (one dict lookup
+        each, no Python call per value)."""
+        return [c for c in map(self._code_of.get, values) if c is not None]
+
     def set(self, slot: int, labels: Mapping[str, str] | None, capacity: int) -> None:
         """The node in ``slot`` now has ``labels`` (None: the slot is empty);
         ``capacity`` is the snapshot's column size, which the codes follow."""
@@ -115,7 +120,7 @@ class NodeLabels:
     def isin(self, values: Iterable[str]) -> BoolArray:
         """Candidates whose label holds one of ``values`` (``In``); negate it
         for ``NotIn`` (true also where the label is absent)."""
-        codes = [c for c in map(self.column.code, values) if c >= 0]
+        codes = self.column.codes_of(values)
         out: BoolArray = np.isin(self.codes, np.asarray(codes, dtype=np.int32))
         return out
 

@@ -23,7 +23,7 @@ does not hold has no labels (upstream logs and assumes an empty set).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import msgspec
@@ -50,6 +50,7 @@ from berth.framework.interfaces import (
     SignFragment,
     SignPlugin,
 )
+from berth.framework.label_index import NodeLabels
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ObjectKind
 from berth.framework.snapshot import BoolArray, NodeBatch, Snapshot
@@ -176,11 +177,18 @@ def _add_slots_vector(
         return False
     per_pod = np.fromiter(slots.values(), np.int64, m)[present]
     totals = np.bincount(codes[present], weights=per_pod, minlength=0)
-    by_value = counts.setdefault(key, {})
-    values = column.values
-    for code in np.flatnonzero(totals).tolist():
-        value = values[code]
-        by_value[value] = by_value.get(value, 0) + int(totals[code]) * weight
+    held = np.flatnonzero(totals)
+    added = zip(
+        map(column.values.__getitem__, held.tolist()),
+        (totals[held].astype(np.int64) * weight).tolist(),
+        strict=True,
+    )
+    by_value = counts.get(key)
+    if not by_value:
+        counts[key] = dict(added)
+        return True
+    for value, n in added:
+        by_value[value] = by_value.get(value, 0) + n
     return True
 
 
@@ -546,7 +554,8 @@ class InterPodAffinity(
             for key in s.affinity_keys:
                 column = nodes.labels(key)
                 has_keys &= column.present
-                pods_exist &= column.isin([v for v, c in s.affinity.get(key, {}).items() if c > 0])
+                matched = [v for v, c in s.affinity.get(key, {}).items() if c > 0]
+                pods_exist &= _in_values(column, matched)
             # satisfyPodAffinity's first pod of a group.
             if not _has_counts(s.affinity) and s.self_match:
                 pods_exist[:] = True
@@ -700,11 +709,20 @@ def _aggregate(errors: tuple[str, ...]) -> str:
 
 def _hits(nodes: NodeBatch, key: str, by_value: Mapping[str, int]) -> BoolArray:
     """Which of the nodes sit in a pair (key, value) with a positive count:
-    one numpy lookup over the snapshot's label column of ``key``."""
-    bad = [v for v, c in by_value.items() if c > 0]
-    if not bad:
-        return np.zeros(len(nodes), dtype=np.bool_)
-    return nodes.labels(key).isin(bad)
+    a lookup table over the codes of the snapshot's label column of ``key``
+    (its last entry, False, is what ABSENT (-1) reads)."""
+    return _in_values(nodes.labels(key), [v for v, c in by_value.items() if c > 0])
+
+
+def _in_values(labels: NodeLabels, values: Sequence[str]) -> BoolArray:
+    """The candidates whose label holds one of ``values``."""
+    column = labels.column
+    table = np.zeros(len(column.values) + 1, dtype=np.bool_)
+    codes = column.codes_of(values)
+    if codes:
+        table[codes] = True
+    out: BoolArray = table[labels.codes]
+    return out
 
 
 def _node_score(topology: Counts, labels: Mapping[str, str]) -> int:
