@@ -237,6 +237,11 @@ def test_counts_equal_upstreams_walk_over_every_pod(
                 assert s.existing_anti_affinity == positive(existing)
                 assert s.affinity == positive(affinity)
                 assert s.anti_affinity == positive(anti)
+                # The batch Filter (label columns) agrees with the per-node one.
+                batch = snap.all_nodes()
+                verdicts = plugin.filter_nodes(state, incoming, batch)
+                per_node = [plugin.filter(state, incoming, ni) for ni in batch]
+                assert [verdicts.status_of(k) for k in range(len(batch))] == per_node
                 checked += 1
             state = fresh_state()
             st = plugin.pre_score(state, incoming, snap.all_nodes())
@@ -246,6 +251,9 @@ def test_counts_equal_upstreams_walk_over_every_pod(
             else:
                 assert st.is_success
                 assert state.read(PRE_SCORE_STATE_KEY).topology_score == want
+                batch = snap.all_nodes()
+                scores = plugin.score_nodes(state, incoming, batch).tolist()
+                assert scores == [plugin.score(state, incoming, ni) for ni in batch]
     assert checked > 10
 
 

@@ -168,3 +168,11 @@ def test_a_column_by_hand(capacity: int) -> None:
     col.set(3, {}, 8)
     assert col.live == 0
     assert NodeLabels(col, col.codes[np.array([3])]).present.tolist() == [False]
+
+
+def test_codes_of_skips_values_no_node_holds() -> None:
+    col = LabelColumn(KEY, 4)
+    col.set(0, {KEY: "a"}, 4)
+    col.set(1, {KEY: "b"}, 4)
+    assert col.codes_of(["b", "zz", "a", ""]) == [col.code("b"), col.code("a")]
+    assert col.codes_of([]) == []
