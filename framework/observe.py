@@ -110,6 +110,48 @@ class CellHistogram(Collector):
         yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
 
+class CounterCell:
+    """One series of a ``CellCounter``: ``inc(n)`` adds n."""
+
+    __slots__ = ("created", "value")
+
+    def __init__(self) -> None:
+        self.value = 0
+        self.created = time.time()
+
+    def inc(self, amount: int = 1) -> None:
+        self.value += amount
+
+
+class CellCounter(Collector):
+    """A labelled counter incremented on the hot path, as ``CellHistogram``
+    is for histograms: each series a ``CounterCell`` added to by the one
+    thread that runs a profile's cycles, read at scrape time. Exposes what a
+    prometheus_client Counter would: ``_total`` and ``_created``."""
+
+    def __init__(self, name: str, documentation: str, labelnames: list[str]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self._cells: dict[tuple[str, ...], CounterCell] = {}
+        REGISTRY.register(self)
+
+    def labels(self, *values: str) -> CounterCell:
+        cell = self._cells.get(values)
+        if cell is None:
+            cell = self._cells[values] = CounterCell()
+        return cell
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, cell in list(self._cells.items()):
+            family.add_metric(values, cell.value, created=cell.created)
+        yield family
+
+    def describe(self) -> Iterable[Metric]:
+        yield CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+
 FRAMEWORK_EXTENSION_POINT_DURATION = CellHistogram(
     "scheduler_framework_extension_point_duration_seconds",
     "Latency for running all plugins of a specific extension point.",
@@ -141,43 +183,13 @@ BATCH_CACHE_FLUSHED = Counter(
 #
 # Counted on the hot path (about 25 increments per cycle), so not with a
 # prometheus_client Counter, whose inc takes a lock and checks its argument
-# (about 1.5 µs each): each series is an ``EvaluationCount`` cell, a plain
-# integer added to by the one thread that runs a profile's cycles (the
-# server's worker, or the in-process shim's scheduling loop), and read at
-# scrape time by ``_EvaluationCollector``, which exposes the same series
-# (``_total`` and ``_created``) as a Counter would.
-_EVALUATION_NAME = "scheduler_plugin_evaluation"
-_EVALUATION_HELP = (
+# (about 1.5 µs each): a ``CellCounter``, whose series are plain integers.
+PLUGIN_EVALUATION_TOTAL = CellCounter(
+    "scheduler_plugin_evaluation_total",
     "Number of attempts to schedule pods by each plugin and the extension point (available "
-    "only in PreFilter, Filter, PreScore, and Score)."
+    "only in PreFilter, Filter, PreScore, and Score).",
+    ["plugin", "extension_point", "profile"],
 )
-_EVALUATION_LABELS = ("plugin", "extension_point", "profile")
-
-
-class EvaluationCount:
-    """One scheduler_plugin_evaluation_total series: ``inc(n)`` adds n."""
-
-    __slots__ = ("created", "value")
-
-    def __init__(self) -> None:
-        self.value = 0
-        self.created = time.time()
-
-    def inc(self, amount: int = 1) -> None:
-        self.value += amount
-
-
-class _EvaluationCollector(Collector):
-    def collect(self) -> Iterable[Metric]:
-        family = CounterMetricFamily(_EVALUATION_NAME, _EVALUATION_HELP, labels=_EVALUATION_LABELS)
-        for labels, cell in list(_evaluation_children.items()):
-            family.add_metric(labels, cell.value, created=cell.created)
-        yield family
-
-    def describe(self) -> Iterable[Metric]:
-        yield CounterMetricFamily(_EVALUATION_NAME, _EVALUATION_HELP, labels=_EVALUATION_LABELS)
-
-
 # metrics.go: SchedulingAlgorithmLatency, ExponentialBuckets(0.001, 2, 15):
 # SchedulePod and PostFilter, before Reserve (schedule_one.go
 # schedulingAlgorithm).
@@ -190,8 +202,8 @@ SCHEDULING_ALGORITHM_DURATION = Histogram(
 _tracer = trace.get_tracer("berth.plugins")
 
 
-# Labelled children, looked up once: .labels() costs a lock and a dict
-# lookup per call, on the hot path.
+# Each series' cell by the caller's own key (the status Code itself, not its
+# label text), looked up once per key.
 _plugin_children: dict[tuple[str, str, Code], HistogramCell] = {}
 _point_children: dict[tuple[str, str, Code], HistogramCell] = {}
 
@@ -214,18 +226,10 @@ def observe_extension_point(point: str, profile: str, code: Code, seconds: float
     child.observe(seconds)
 
 
-_evaluation_children: dict[tuple[str, str, str], EvaluationCount] = {}
-REGISTRY.register(_EvaluationCollector())
-
-
-def evaluation_counter(plugin: str, point: str, profile: str) -> EvaluationCount:
+def evaluation_counter(plugin: str, point: str, profile: str) -> CounterCell:
     """The scheduler_plugin_evaluation_total series of one plugin at one
     extension point of one profile, made once (setInstrumentedPlugins)."""
-    key = (plugin, point, profile)
-    child = _evaluation_children.get(key)
-    if child is None:
-        child = _evaluation_children[key] = EvaluationCount()
-    return child
+    return PLUGIN_EVALUATION_TOTAL.labels(plugin, point, profile)
 
 
 def observe_algorithm(seconds: float) -> None:

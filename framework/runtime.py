@@ -255,7 +255,7 @@ class Framework:
         # scheduler_plugin_evaluation_total's children for the four points
         # upstream instruments (framework.go setInstrumentedPlugins), by
         # plugin name, made once.
-        self.evaluations: dict[str, dict[str, observe.EvaluationCount]] = {
+        self.evaluations: dict[str, dict[str, observe.CounterCell]] = {
             point: {p.name: observe.evaluation_counter(p.name, point, self.name) for p in plugins}
             for point, plugins in (
                 ("PreFilter", self.pre_filter),
