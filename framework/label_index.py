@@ -120,8 +120,13 @@ class NodeLabels:
     def isin(self, values: Iterable[str]) -> BoolArray:
         """Candidates whose label holds one of ``values`` (``In``); negate it
         for ``NotIn`` (true also where the label is absent)."""
+        # A lookup table over the column's codes (no sort, as np.isin would
+        # do); its extra last entry, False, is what ABSENT (-1) reads.
+        table = np.zeros(len(self.column.values) + 1, dtype=np.bool_)
         codes = self.column.codes_of(values)
-        out: BoolArray = np.isin(self.codes, np.asarray(codes, dtype=np.int32))
+        if codes:
+            table[codes] = True
+        out: BoolArray = table[self.codes]
         return out
 
     def value(self, k: int) -> str | None:

@@ -23,7 +23,7 @@ does not hold has no labels (upstream logs and assumes an empty set).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import msgspec
@@ -50,7 +50,6 @@ from berth.framework.interfaces import (
     SignFragment,
     SignPlugin,
 )
-from berth.framework.label_index import NodeLabels
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ObjectKind
 from berth.framework.snapshot import BoolArray, NodeBatch, Snapshot
@@ -555,7 +554,7 @@ class InterPodAffinity(
                 column = nodes.labels(key)
                 has_keys &= column.present
                 matched = [v for v, c in s.affinity.get(key, {}).items() if c > 0]
-                pods_exist &= _in_values(column, matched)
+                pods_exist &= column.isin(matched)
             # satisfyPodAffinity's first pod of a group.
             if not _has_counts(s.affinity) and s.self_match:
                 pods_exist[:] = True
@@ -708,21 +707,8 @@ def _aggregate(errors: tuple[str, ...]) -> str:
 
 
 def _hits(nodes: NodeBatch, key: str, by_value: Mapping[str, int]) -> BoolArray:
-    """Which of the nodes sit in a pair (key, value) with a positive count:
-    a lookup table over the codes of the snapshot's label column of ``key``
-    (its last entry, False, is what ABSENT (-1) reads)."""
-    return _in_values(nodes.labels(key), [v for v, c in by_value.items() if c > 0])
-
-
-def _in_values(labels: NodeLabels, values: Sequence[str]) -> BoolArray:
-    """The candidates whose label holds one of ``values``."""
-    column = labels.column
-    table = np.zeros(len(column.values) + 1, dtype=np.bool_)
-    codes = column.codes_of(values)
-    if codes:
-        table[codes] = True
-    out: BoolArray = table[labels.codes]
-    return out
+    """Which of the nodes sit in a pair (key, value) with a positive count."""
+    return nodes.labels(key).isin([v for v, c in by_value.items() if c > 0])
 
 
 def _node_score(topology: Counts, labels: Mapping[str, str]) -> int:
