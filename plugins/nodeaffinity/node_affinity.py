@@ -371,12 +371,8 @@ class NodeAffinity(
         columns = _Columns(nodes)
         rejected = ~columns.required(self._required(state, pod))
         added = self.added_required
-        if added is None:
-            if not rejected.any():
-                return NodeVerdicts.all_pass(len(nodes))
-            return NodeVerdicts.from_mask(rejected, _REJECTED_POD)
-        enforced = ~columns.selector(added)
-        if not enforced.any():
+        enforced = None if added is None else ~columns.selector(added)
+        if enforced is None or not enforced.any():
             if not rejected.any():
                 return NodeVerdicts.all_pass(len(nodes))
             return NodeVerdicts.from_mask(rejected, _REJECTED_POD)
