@@ -1,8 +1,9 @@
 """Raw JSON requests against one API server (k8s.io/client-go/rest, as the shim needs it).
 
 Configuration and authentication come from `berth.kube.config` (the ``kubernetes``
-package's loaders). Requests do not go through the package's generated API classes: they
-are sent through the urllib3 pool the package configured (TLS included) and their bodies
+package's loaders, or Berth's reading of a plain kubeconfig). Requests do not go through the
+package's generated API classes: they are sent through the urllib3 pool the package
+configured, or one built as it builds it (TLS included), and their bodies
 decoded with orjson, so no ``V1Pod`` model object is ever built: the model objects cost
 milliseconds each, and the watch and list paths decode every object the cluster holds.
 
@@ -13,6 +14,8 @@ QPS and burst, like client-go's default rate limiter; with leader election, a wr
 from __future__ import annotations
 
 import contextlib
+import os
+import ssl
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -26,7 +29,13 @@ import orjson
 import urllib3
 
 from berth.kube import metrics
-from berth.kube.config import DEFAULT_HINT, authorization, load_configuration, tls_context
+from berth.kube.config import (
+    DEFAULT_HINT,
+    PlainConfiguration,
+    authorization,
+    load_configuration,
+    tls_context,
+)
 from berth.kube.errors import ApiError, WatchStalled
 from berth.kube.flowcontrol import TokenBucket
 
@@ -63,6 +72,24 @@ LIST_PAGE = 500
 class ListResult:
     items: list[JSON]
     resource_version: str
+
+
+def _plain_pool(cfg: PlainConfiguration) -> urllib3.PoolManager:
+    """The pool the kubernetes package would build for ``cfg`` (kubernetes/client/rest.py
+    ``RESTClientObject.__init__``; a plain configuration has no proxy, retries or socket
+    options)."""
+    kw: dict[str, Any] = {
+        "cert_reqs": ssl.CERT_REQUIRED if cfg.verify_ssl else ssl.CERT_NONE,
+        "ca_certs": cfg.ssl_ca_cert,
+        "cert_file": cfg.cert_file,
+        "key_file": cfg.key_file,
+        "ca_cert_data": cfg.ca_cert_data,
+        # Configuration's default pool size when none is given.
+        "maxsize": cfg.connection_pool_maxsize or (os.cpu_count() or 1) * 5,
+    }
+    if cfg.tls_server_name:
+        kw["server_hostname"] = cfg.tls_server_name
+    return urllib3.PoolManager(**kw)
 
 
 class KubeApi:
@@ -116,11 +143,18 @@ class KubeApi:
         kubeconfig; else in-cluster (service account token, re-read as it rotates); else
         $KUBECONFIG or ~/.kube/config. Raises ``ConfigurationError`` naming the file and
         ending with ``hint``. ``qps <= 0``: writes are not rate-limited."""
-        from kubernetes import client as kclient
-
         cfg = load_configuration(kubeconfig, context=context, pool_size=pool_size, hint=hint)
-        api_client = kclient.ApiClient(cfg)
-        pool = api_client.rest_client.pool_manager
+        owner: Any
+        if isinstance(cfg, PlainConfiguration):
+            pool = _plain_pool(cfg)
+            owner = cfg
+        else:
+            from kubernetes import client as kclient
+
+            api_client = kclient.ApiClient(cfg)
+            pool = api_client.rest_client.pool_manager
+            # The ApiClient owns the pool; keep it alive beside its configuration.
+            owner = (cfg, api_client)
         if type(pool) is urllib3.PoolManager and cfg.cert_file and cfg.host.startswith("https:"):
             # urllib3 builds a context per connection, and OpenSSL completes its
             # client certificate with the CA (berth/kube/tlschain.py); this one, loaded
@@ -133,14 +167,13 @@ class KubeApi:
         def auth_header() -> str | None:
             return authorization(cfg)
 
-        # The ApiClient owns the pool; keep it alive beside its configuration.
         return cls(
             cfg.host,
             pool,
             auth_header,
             qps=qps,
             burst=burst,
-            configuration=(cfg, api_client),
+            configuration=owner,
             user_agent=user_agent,
         )
 

@@ -10,6 +10,7 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,30 @@ def test_main_with_one_command_parses_as_the_full_parser() -> None:
         k: v for k, v in vars(full).items() if k != "func"
     }
     assert one.func is full.func
+
+
+def test_a_plain_kubeconfig_connects_without_the_kubernetes_package(tmp_path: Path) -> None:
+    # berth/kube/config.py load_plain_kubeconfig: a server and a token (or a CA and a
+    # client certificate) need no import of the package, the largest the shim had.
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+    )
+    code = (
+        "import os\n"
+        "for env in ('KUBERNETES_SERVICE_HOST', 'http_proxy', 'https_proxy', 'all_proxy'):\n"
+        "    os.environ.pop(env, None); os.environ.pop(env.upper(), None)\n"
+        "import berth.shim.app\n"
+        "from berth.kube.rest import KubeApi\n"
+        f"api = KubeApi.from_kubeconfig({str(path)!r})\n"
+        "assert api.host == 'http://127.0.0.1:1', api.host\n"
+    )
+    assert _loaded(code) == []
+    # The same start with an exec credential plugin does load it: the check above can fail.
+    path.write_text(
+        path.read_text().replace("{token: t}", "{exec: {apiVersion: v1, command: 'true'}}")
+    )
+    assert "kubernetes" in _loaded(code)

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from berth.dev.localcluster import pki
-from berth.kube.config import load_configuration, tls_context
+from berth.kube.config import authorization, load_configuration, tls_context
 
 
 @pytest.fixture(scope="module")
@@ -85,5 +85,5 @@ def test_kubeconfig_round_trips_and_yields_a_client_tls_context(
     assert Path(cfg.ssl_ca_cert).read_bytes() == certs.ca.cert.read_bytes()
     assert Path(cfg.cert_file).read_bytes() == certs.admin.cert.read_bytes()
     assert Path(cfg.key_file).read_bytes() == certs.admin.key.read_bytes()
-    assert cfg.auth_settings() == {}
+    assert authorization(cfg) is None
     tls_context(cfg)  # loads the CA and the client key pair without error
