@@ -7,9 +7,10 @@ or the in-cluster service account, whose token the package re-reads as it rotate
 take what they need from the resulting ``kubernetes.client.Configuration``: ``host``, the
 CA (``ssl_ca_cert``), the client certificate and key (``cert_file``, ``key_file``) and the
 Authorization header (`authorization`). A plain kubeconfig file (a server, its CA, a client
-certificate, a static token) is read here without importing the package, to a
-``PlainConfiguration`` with the same attributes (`load_plain_kubeconfig`): the package's
-import is a fifth of the shim's start-up CPU.
+certificate, a static token) and the in-cluster service account are read here without
+importing the package, to a ``PlainConfiguration`` with the same attributes
+(`load_plain_kubeconfig`, `load_plain_incluster`): the package's import is a fifth of the
+shim's start-up CPU.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import logging
 import os
 import ssl
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +83,10 @@ class PlainConfiguration:
     tls_server_name: str | None = None
     # "Bearer <token>" or None.
     token: str | None = None
+    # The in-cluster service account's token file, re-read every TOKEN_REFRESH seconds
+    # (its token rotates) and when the token was read (time.monotonic).
+    token_file: str | None = None
+    token_read_at: float = 0.0
     # Never set here (a kubeconfig with a proxy goes to the package); read by callers.
     ca_cert_data: str | None = None
     proxy: str | None = None
@@ -199,9 +205,53 @@ def load_plain_kubeconfig(
     return cfg
 
 
-# The environment variables of the in-cluster service account (client-go rest.InClusterConfig;
-# kubernetes/config/incluster_config.py): with both set, the package's loader is asked first.
+# The in-cluster service account (client-go rest.InClusterConfig; the package's
+# kubernetes/config/incluster_config.py reads the same environment and files).
 _SERVICE_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
+SERVICE_TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+SERVICE_CA_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+# How long a service account token is used before its file is read again (the package's
+# InClusterConfigLoader ``_token_refresh_period``).
+TOKEN_REFRESH = 60.0
+
+
+def _read_service_token(cfg: PlainConfiguration) -> None:
+    """The service account token, as the package's ``_read_token_file`` (its lowercase
+    "bearer" included); ConfigurationError when the file is empty."""
+    assert cfg.token_file is not None
+    with open(cfg.token_file) as f:
+        content = f.read()
+    if not content:
+        raise ConfigurationError(f"the service account token file {cfg.token_file} is empty")
+    cfg.token = "bearer " + content
+    cfg.token_read_at = time.monotonic()
+
+
+def load_plain_incluster(pool_size: int | None) -> PlainConfiguration | None:
+    """The in-cluster service account's API access, as the package's
+    ``load_incluster_config`` sets it; None when anything it would refuse or question
+    is there (no or empty environment, a missing or empty file, a proxy): then the
+    package's loader runs and says why."""
+    host, port = (os.environ.get(env) for env in _SERVICE_ENV)
+    if not host or not port or getproxies():
+        return None
+    try:
+        with open(SERVICE_CA_FILE, "rb") as f:
+            if not f.read():
+                return None
+        cfg = PlainConfiguration(
+            # incluster_config.py _join_host_port (net.JoinHostPort).
+            host=f"https://[{host}]:{port}"
+            if ":" in host or "%" in host
+            else f"https://{host}:{port}",
+            connection_pool_maxsize=pool_size,
+            ssl_ca_cert=SERVICE_CA_FILE,
+            token_file=SERVICE_TOKEN_FILE,
+        )
+        _read_service_token(cfg)
+    except (OSError, ConfigurationError):
+        return None
+    return cfg
 
 
 def load_configuration(
@@ -224,7 +274,9 @@ def load_configuration(
             os.environ.get("KUBECONFIG") or "~/.kube/config", context, pool_size
         )
     else:
-        plain = None
+        plain = load_plain_incluster(pool_size)
+        if plain is not None:
+            log.info("API access: in-cluster service account")
     if plain is not None:
         return plain
     from kubernetes import client as kclient
@@ -264,6 +316,8 @@ def authorization(cfg: Any) -> str | None:
     """The Authorization header value of ``cfg`` (None: none), current: the package
     re-reads a rotating token (service account, exec plugin) inside this call."""
     if isinstance(cfg, PlainConfiguration):
+        if cfg.token_file is not None and time.monotonic() - cfg.token_read_at >= TOKEN_REFRESH:
+            _read_service_token(cfg)
         return cfg.token
     settings = cfg.auth_settings().get("BearerToken")
     return str(settings["value"]) if settings and settings.get("value") else None

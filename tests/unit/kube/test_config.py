@@ -16,6 +16,7 @@ import yaml
 from kubernetes.config import incluster_config
 
 from berth.dev.localcluster import pki
+from berth.kube import config as kube_config
 from berth.kube.config import (
     ConfigurationError,
     PlainConfiguration,
@@ -93,15 +94,64 @@ def test_the_service_account_comes_before_kubeconfig_env(
 ) -> None:
     token = tmp_path / "token"
     token.write_text("from-the-pod")
-    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
-    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(certs.ca.cert))
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    service_account(monkeypatch, token, certs.ca.cert, "10.0.0.1")
     other = token_kubeconfig(tmp_path / "from-env", "http://127.0.0.1:9999", "t")
     monkeypatch.setenv("KUBECONFIG", str(other))
     cfg = load_configuration()
     assert cfg.host == "https://10.0.0.1:443"
     assert str(authorization(cfg)).lower() == "bearer from-the-pod"  # the package writes "bearer"
+    # An empty token: the package's loader refuses it too, and $KUBECONFIG is read.
+    token.write_text("")
+    assert load_configuration().host == "http://127.0.0.1:9999"
+
+
+def service_account(monkeypatch: pytest.MonkeyPatch, token: Path, ca: Path, host: str) -> None:
+    """The pod's service account environment and files, for Berth's reading and the
+    package's loader alike."""
+    for proxy in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        monkeypatch.delenv(proxy, raising=False)
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
+    monkeypatch.setattr(kube_config, "SERVICE_TOKEN_FILE", str(token))
+    monkeypatch.setattr(kube_config, "SERVICE_CA_FILE", str(ca))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+
+
+@pytest.mark.parametrize("host", ["10.0.0.1", "fd00::1"])
+def test_the_service_account_reads_as_the_package_reads_it(
+    host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, certs: pki.Pki
+) -> None:
+    from kubernetes import client as kclient
+    from kubernetes import config as kconfig
+
+    token = tmp_path / "token"
+    token.write_text("first")
+    service_account(monkeypatch, token, certs.ca.cert, host)
+    cfg = load_configuration(pool_size=7)
+    assert isinstance(cfg, PlainConfiguration)
+    want = kclient.Configuration()
+    kconfig.load_incluster_config(client_configuration=want)  # type: ignore[no-untyped-call]
+    for attr in ("host", "ssl_ca_cert", "cert_file", "key_file", "verify_ssl", "proxy"):
+        assert getattr(cfg, attr) == getattr(want, attr), attr
+    assert authorization(cfg) == authorization(want) == "bearer first"
+    # The token rotates: read again once TOKEN_REFRESH has passed, not before.
+    token.write_text("second")
+    assert authorization(cfg) == "bearer first"
+    cfg.token_read_at -= kube_config.TOKEN_REFRESH
+    assert authorization(cfg) == "bearer second"
+
+
+def test_a_service_account_without_its_files_is_left_to_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, certs: pki.Pki
+) -> None:
+    token = tmp_path / "token"
+    service_account(monkeypatch, token, certs.ca.cert, "10.0.0.1")
+    assert kube_config.load_plain_incluster(None) is None  # no token file
+    token.write_text("t")
+    assert isinstance(kube_config.load_plain_incluster(None), PlainConfiguration)
+    monkeypatch.setattr(kube_config, "SERVICE_CA_FILE", str(tmp_path / "absent"))
+    assert kube_config.load_plain_incluster(None) is None
 
 
 @pytest.mark.parametrize(
