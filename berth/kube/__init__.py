@@ -2,7 +2,8 @@
 
 - `config`: a kubeconfig or the in-cluster service account, through the ``kubernetes``
   package's loaders, to a ``kubernetes.client.Configuration`` (client-go's clientcmd and
-  rest.InClusterConfig).
+  rest.InClusterConfig); a plain kubeconfig and the service account to a
+  ``config.PlainConfiguration`` with the same attributes, without importing the package.
 - `rest`: `rest.KubeApi`, raw JSON requests, paged lists and watches over urllib3, writes
   through a token bucket and, with leader election, a write fence (client-go rest).
 - `errors`: `errors.ApiError`, what every request raises for an error status or an
