@@ -18,18 +18,40 @@ def status_to_pb(st: Status) -> pb.Status:
     return pb.Status(code=int(st.code), reasons=list(st.reasons), plugin=st.plugin)  # type: ignore[arg-type]
 
 
+def fill_status(out: pb.Status, st: Status) -> None:
+    """``st`` written into ``out`` (an empty Status field of a response):
+    status_to_pb without the copy a CopyFrom of its result makes."""
+    # Present though all its fields are defaults, as status_to_pb's is.
+    out.SetInParent()
+    if st.code:
+        out.code = int(st.code)  # type: ignore[assignment]
+    if st.reasons:
+        out.reasons.extend(st.reasons)
+    if st.plugin:
+        out.plugin = st.plugin
+
+
 def status_from_pb(st: pb.Status) -> Status:
     return Status(Code(st.code), tuple(st.reasons), st.plugin)
 
 
 def cycle_to_pb(state: CycleState) -> pb.CycleState:
-    out = pb.CycleState(
-        skip_filter_plugins=sorted(state.skip_filter_plugins),
-        skip_score_plugins=sorted(state.skip_score_plugins),
-    )
-    for k, v in state.encode().items():
-        out.data[k] = v
+    out = pb.CycleState()
+    fill_cycle(out, state, state.encode())
     return out
+
+
+def fill_cycle(out: pb.CycleState, state: CycleState, data: Mapping[str, bytes]) -> None:
+    """``state`` written into ``out`` (an empty CycleState field), its entries
+    already encoded (``data``: state.encode(), encoded once for a response
+    that carries the cycle twice)."""
+    out.SetInParent()
+    if state.skip_filter_plugins:
+        out.skip_filter_plugins.extend(sorted(state.skip_filter_plugins))
+    if state.skip_score_plugins:
+        out.skip_score_plugins.extend(sorted(state.skip_score_plugins))
+    if data:
+        out.data.update(data)
 
 
 def cycle_from_pb(msg: pb.CycleState) -> CycleState:
@@ -37,18 +59,29 @@ def cycle_from_pb(msg: pb.CycleState) -> CycleState:
 
 
 def schedule_response(
-    result: ScheduleResult, state: CycleState, generation: int, explain: bool
+    result: ScheduleResult,
+    state: CycleState,
+    generation: int,
+    explain: bool,
+    out: pb.ScheduleResponse | None = None,
 ) -> pb.ScheduleResponse:
-    out = pb.ScheduleResponse(
-        status=status_to_pb(result.status),
-        node=result.node,
-        evaluated_nodes=result.evaluated,
-        feasible_nodes=result.feasible,
-        next_start_index=result.next_start_index,
-        generation=generation,
-    )
+    """The cycle's response, written into ``out`` when given (an empty
+    ScheduleResponse inside the message that carries it, a batch's result
+    or a stream's answer, so it is built where it is sent, not copied there)."""
+    if out is None:
+        out = pb.ScheduleResponse()
+    fill_status(out.status, result.status)
+    out.node = result.node
+    out.evaluated_nodes = result.evaluated
+    out.feasible_nodes = result.feasible
+    out.next_start_index = result.next_start_index
+    out.generation = generation
+    # Encoded once: a placed pod's response carries the cycle twice (here and
+    # in Permit's answer).
+    data: Mapping[str, bytes] | None = None
     if result.node or result.stopped_feasible is not None:
-        out.cycle.CopyFrom(cycle_to_pb(state))
+        data = state.encode()
+        fill_cycle(out.cycle, state, data)
     if result.stopped_feasible is not None:
         # Stopped after Filter for the caller's extenders: what it needs to
         # go on, or to compose the FitError if they reject every node.
@@ -56,7 +89,7 @@ def schedule_response(
         d = out.diagnosis
         d.num_all_nodes = result.num_all_nodes
         if result.absent_status is not None:
-            d.absent_status.CopyFrom(status_to_pb(result.absent_status))
+            fill_status(d.absent_status, result.absent_status)
     if not result.status.is_success or explain or result.stopped_feasible is not None:
         d = out.diagnosis
         for name, st in result.rejected.items():
@@ -64,10 +97,10 @@ def schedule_response(
         d.unschedulable_plugins.extend(sorted(result.unschedulable_plugins))
         d.pending_plugins.extend(sorted(result.pending_plugins))
         if result.pre_filter_status is not None:
-            d.pre_filter_status.CopyFrom(status_to_pb(result.pre_filter_status))
+            fill_status(d.pre_filter_status, result.pre_filter_status)
         d.message = result.message
     if result.post_filter_status is not None:
-        out.post_filter.status.CopyFrom(status_to_pb(result.post_filter_status))
+        fill_status(out.post_filter.status, result.post_filter_status)
         out.post_filter.nominated_node_name = result.nominated_node
         out.post_filter.nominating_mode = (
             pb.NOMINATING_MODE_OVERRIDE
@@ -85,18 +118,18 @@ def schedule_response(
             result.num_pdb_violations,
         )
     if result.reserve_status is not None:
-        out.reserve_status.CopyFrom(status_to_pb(result.reserve_status))
-        if result.reserve_status.is_success:
+        fill_status(out.reserve_status, result.reserve_status)
+        if result.reserve_status.is_success and state.assume_annotations:
             out.assume_annotations.update(state.assume_annotations)
     if result.permit_status is not None:
-        out.permit.CopyFrom(
-            permit_pb(
-                result.permit_status,
-                result.permit_timeouts,
-                state,
-                result.permit_signals,
-                result.activate_pod_uids,
-            )
+        fill_permit(
+            out.permit,
+            result.permit_status,
+            result.permit_timeouts,
+            state,
+            result.permit_signals,
+            result.activate_pod_uids,
+            data,
         )
         # Permit let the pod on and every PreBind plugin's PreBindPreFlight
         # answered Skip: the caller need not call PreBind (the skipped plugins
@@ -104,7 +137,7 @@ def schedule_response(
         out.pre_bind_skip = result.pre_bind_skip
         pre_flight = result.pre_bind_pre_flight_status
         if pre_flight is not None and not (pre_flight.is_success or pre_flight.is_skip):
-            out.pre_bind_pre_flight_error.CopyFrom(status_to_pb(pre_flight))
+            fill_status(out.pre_bind_pre_flight_error, pre_flight)
     # Reserve failed or Permit rejected: what the Unreserve that followed asked.
     add_signals(out.unreserve_signals, result.unreserve_signals)
     if explain and result.scores is not None:
@@ -133,12 +166,28 @@ def permit_pb(
     signals: Iterable[Signal],
     activate: Iterable[str],
 ) -> pb.PermitResponse:
-    out = pb.PermitResponse(status=status_to_pb(st), cycle=cycle_to_pb(state))
+    out = pb.PermitResponse()
+    fill_permit(out, st, waits, state, signals, activate)
+    return out
+
+
+def fill_permit(
+    out: pb.PermitResponse,
+    st: Status,
+    waits: Mapping[str, float],
+    state: CycleState,
+    signals: Iterable[Signal],
+    activate: Iterable[str],
+    data: Mapping[str, bytes] | None = None,
+) -> None:
+    """Permit's answer written into ``out`` (an empty PermitResponse field);
+    ``data``: the cycle's entries when already encoded."""
+    fill_status(out.status, st)
+    fill_cycle(out.cycle, state, state.encode() if data is None else data)
     for plugin, seconds in waits.items():
         out.wait_timeout_millis[plugin] = int(seconds * 1000)
     add_signals(out.signals, signals)
     out.activate_pod_uids.extend(activate)
-    return out
 
 
 def add_signals(out: Any, signals: Iterable[Signal]) -> None:

@@ -43,10 +43,11 @@ import asyncio
 import contextvars
 import functools
 import logging
+import queue
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager, nullcontext, suppress
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar, cast
 
@@ -176,35 +177,126 @@ class ClusterLocks:
                 del self._locks[key]
 
 
+class _Job:
+    """One piece of work for the worker thread and the way its outcome gets
+    back to the event loop (``Worker``)."""
+
+    __slots__ = ("done", "error", "finished", "fn", "future", "loop", "stop", "value")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[Any] = loop.create_future()
+        self.fn: Callable[[], Any] = lambda: None
+        # Set on the loop when the call that awaits the job is cancelled: work
+        # going on in slices stops at the next one.
+        self.stop = False
+        self.finished = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+        # Made when a cancelled call waits for the work it started.
+        self.done: asyncio.Event | None = None
+
+    def settle(self, value: Any, error: BaseException | None) -> None:
+        """On the loop: the work ended with ``value`` or ``error``."""
+        self.finished = True
+        self.value, self.error = value, error
+        if not self.future.done():
+            if error is None:
+                self.future.set_result(value)
+            else:
+                self.future.set_exception(error)
+        if self.done is not None:
+            self.done.set()
+
+
 class Worker:
     """The one thread plugin work runs on (module docstring), and work that
-    runs there in slices of ``slice_seconds``."""
+    runs there in slices of ``slice_seconds``.
+
+    A call hands its work over on a queue the thread takes from in order, and
+    the thread hands the outcome back with one ``call_soon_threadsafe``. Work
+    in slices keeps the thread from one slice to the next only while no other
+    call's work is queued, its call was not cancelled and its deadline has not
+    passed; otherwise the slice's answer goes back to the loop, and the next
+    slice is queued behind whatever came meanwhile, so another call waits at
+    most one slice, as the health checks on the loop do."""
 
     def __init__(self, slice_seconds: float = DEFAULT_SLICE_SECONDS) -> None:
         self.slice_seconds = slice_seconds
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="berth-cycle")
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._closed = False
 
-    async def run(self, fn: Callable[[], R]) -> R:
-        """``fn()`` on the worker thread, in the caller's context
-        (contextvars: the trace the interceptor continued). A cancelled call
-        (the caller went away, its deadline passed) still waits for the work
-        it started: the thread cannot be stopped, and nothing else may touch
-        what it touches meanwhile; the deadline stops it at the next plugin."""
-        run = functools.partial(contextvars.copy_context().run, fn)
-        fut = asyncio.get_running_loop().run_in_executor(self._pool, run)
+    def _serve(self) -> None:
+        jobs = self._jobs
+        while (job := jobs.get()) is not None:
+            value: Any = None
+            error: BaseException | None = None
+            try:
+                value = job.fn()
+            except BaseException as exc:  # handed to the call that awaits it
+                error = exc
+            # RuntimeError: the loop closed, and no one awaits the outcome any more.
+            with suppress(RuntimeError):
+                job.loop.call_soon_threadsafe(job.settle, value, error)
+
+    def _submit(self, job: _Job, fn: Callable[[], Any]) -> None:
+        if self._closed:
+            raise RuntimeError("the worker is closed")
+        # In the caller's context (contextvars: the trace the interceptor
+        # continued).
+        job.fn = functools.partial(contextvars.copy_context().run, fn)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="berth-cycle", daemon=True)
+            self._thread.start()
+        self._jobs.put(job)
+
+    async def _outcome(self, job: _Job) -> Any:
+        """The job's value. A cancelled call (the caller went away, its
+        deadline passed) still waits for the work it started: the thread
+        cannot be stopped, and nothing else may touch what it touches
+        meanwhile; the deadline stops it at the next plugin."""
         try:
-            return await asyncio.shield(fut)
+            return await job.future
         except asyncio.CancelledError:
-            while not fut.done():
+            job.stop = True
+            while not job.finished:
+                if job.done is None:
+                    job.done = asyncio.Event()
                 try:
-                    await asyncio.shield(fut)
+                    await job.done.wait()
                 except asyncio.CancelledError:
                     continue
-                except Exception:  # its error is the cancelled call's, which no one reads
-                    break
-            if not fut.cancelled() and isinstance(fut.exception(), DeadlineExceeded):
-                log.info("a call stopped at its deadline: %s", fut.exception())
+            if isinstance(job.error, DeadlineExceeded):
+                log.info("a call stopped at its deadline: %s", job.error)
             raise
+
+    async def run(self, fn: Callable[[], R]) -> R:
+        """``fn()`` on the worker thread, in the caller's context."""
+        job = _Job(asyncio.get_running_loop())
+        self._submit(job, fn)
+        return cast(R, await self._outcome(job))
+
+    async def run_slices(self, step: Callable[[], bool], deadline: float | None = None) -> bool:
+        """``step()`` (a slice of work, True when the work is done) on the
+        worker thread, again and again while it keeps the thread (class
+        docstring; ``deadline`` on the perf_counter clock). True when the work
+        is done, False when the thread is to be given up first."""
+        job = _Job(asyncio.get_running_loop())
+        jobs = self._jobs
+
+        def slices() -> bool:
+            while not step():
+                if (
+                    job.stop
+                    or not jobs.empty()
+                    or (deadline is not None and time.perf_counter() >= deadline)
+                ):
+                    return False
+            return True
+
+        self._submit(job, slices)
+        return cast(bool, await self._outcome(job))
 
     async def in_slices(
         self, steps: Generator[None, None, R], deadline: float | None, late: str
@@ -225,7 +317,7 @@ class Worker:
                 return True
             return False
 
-        while not await self.run(run_slice):
+        while not await self.run_slices(run_slice, deadline):
             if deadline is not None and time.perf_counter() >= deadline:
                 steps.close()
                 raise errors.deadline(late)
@@ -233,7 +325,8 @@ class Worker:
 
     def close(self) -> None:
         """Stops the thread once the work queued on it is done."""
-        self._pool.shutdown(wait=False, cancel_futures=False)
+        self._closed = True
+        self._jobs.put(None)
 
 
 class Prologue:

@@ -30,7 +30,10 @@ from berth.server.prologue import Call, Worker
 log = logging.getLogger(__name__)
 
 
-def schedule(call: Call, request: pb.ScheduleRequest) -> pb.ScheduleResponse:
+def schedule(
+    call: Call, request: pb.ScheduleRequest, out: pb.ScheduleResponse | None = None
+) -> pb.ScheduleResponse:
+    """One pod's cycle; its response written into ``out`` when given."""
     fw = call.framework(request.profile)
     snap, gen = call.cluster(request.HasField("state"), request.state)
     pod = pod_of(request.HasField("pod"), request.pod)
@@ -59,7 +62,7 @@ def schedule(call: Call, request: pb.ScheduleRequest) -> pb.ScheduleResponse:
         batch=batch_for(snap, fw.name) if request.cycle else None,
         cycle=request.cycle,
     )
-    return schedule_response(result, state, gen, request.explain)
+    return schedule_response(result, state, gen, request.explain, out)
 
 
 # Bounds the extenders' scores a caller adds (ScheduleResume.extra_scores), so
@@ -93,6 +96,14 @@ def _resume_of(msg: pb.ScheduleResume, snap: Snapshot, gen: int) -> Resume:
     return Resume(tuple(msg.nodes), dict(msg.extra_scores), msg.evaluated_nodes)
 
 
+def schedule_streamed(call: Call, request: pb.ScheduleRequest) -> pb.ScheduleStreamResponse:
+    """``schedule`` for a ScheduleStream message: the response built inside
+    the stream's answer."""
+    out = pb.ScheduleStreamResponse()
+    schedule(call, request, out.response)
+    return out
+
+
 def check_batch(request: pb.ScheduleBatchRequest, max_pods: int) -> None:
     """What a batch is refused for before anything else (berth serve
     --max-batch-pods bounds how long one call holds its cluster)."""
@@ -122,7 +133,9 @@ async def schedule_batch(
 
     batch = await worker.run(begin)
     try:
-        while not await worker.run(lambda: _batch_slice(batch, request, worker.slice_seconds)):
+        while not await worker.run_slices(
+            lambda: _batch_slice(batch, request, worker.slice_seconds)
+        ):
             pass
         batch.answered = True
     finally:
@@ -232,7 +245,7 @@ def _batch_slice(b: _Batch, request: pb.ScheduleBatchRequest, slice_seconds: flo
         took = time.perf_counter() - now
         b.fastest = took if not i else min(b.fastest, took)
         b.start = result.next_start_index
-        b.out.results.append(schedule_response(result, state, gen, False))
+        schedule_response(result, state, gen, False, b.out.results.add())
         b.i += 1
         if result.node and _holds_node(result):
             held = snap.pods.get(pod.uid)

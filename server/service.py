@@ -44,7 +44,7 @@ from berth.server.prologue import (
     refusal,
     state_key,
 )
-from berth.server.schedule import check_batch, schedule, schedule_batch
+from berth.server.schedule import check_batch, schedule, schedule_batch, schedule_streamed
 from berth.server.state import ANONYMOUS, SnapshotStore, Upload
 
 # Most pods one ScheduleBatch may carry (berth serve --max-batch-pods).
@@ -282,9 +282,9 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
                     own = read + request.timeout_millis / 1000
                     deadline = own if deadline is None else min(deadline, own)
                 call = self.prologue.call_as(caller, deadline)
-                response = await self.prologue.whole(call, request, schedule, named_profile)
+                answer = await self.prologue.whole(call, request, schedule_streamed, named_profile)
             telemetry.call_done(STREAM_METHOD, "OK", time.perf_counter() - read)
-            return pb.ScheduleStreamResponse(response=response)
+            return answer
         except Exception as exc:
             out = self._stream_refusal(exc)
             telemetry.call_done(
@@ -298,7 +298,7 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
         try:
             request = parse(pb.ScheduleRequest, item)
             call = self.prologue.call_as(ANONYMOUS, None)
-            return pb.ScheduleStreamResponse(response=schedule(call, request))
+            return schedule_streamed(call, request)
         except Exception as exc:
             return self._stream_refusal(exc)
 
