@@ -6,6 +6,8 @@ are admitted against the in-flight caps."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
@@ -19,7 +21,7 @@ from berth.framework.testing import make_node, make_pod
 from berth.plugins.registry import REGISTRY
 from berth.server.admission import Admission
 from berth.server.app import build_frameworks
-from berth.server.prologue import Call
+from berth.server.prologue import Call, Worker
 from berth.server.service import SchedulingService
 from berth.server.state import STEPWISE_ENTRIES
 
@@ -126,3 +128,74 @@ async def test_wait_idle_returns_when_the_last_call_in_flight_leaves() -> None:
     await asyncio.wait_for(waiter, 1.0)
     # Nothing in flight: returns at once.
     await asyncio.wait_for(admission.wait_idle(), 0.1)
+
+
+async def test_work_in_slices_keeps_the_worker_only_while_no_other_call_waits() -> None:
+    worker = Worker()
+    try:
+        # Alone on the worker, every slice runs in one hand-off.
+        left = [5]
+
+        def step() -> bool:
+            left[0] -= 1
+            return left[0] == 0
+
+        assert await worker.run_slices(step)
+        assert left == [0]
+
+        # Another call's work queued meanwhile: the slice's answer goes back
+        # to the loop, and that work runs before the next slice.
+        order: list[str] = []
+        queued = asyncio.Event()
+        other: list[asyncio.Task[None]] = []
+
+        def slow_step() -> bool:
+            order.append("slice")
+            if not other:
+                loop.call_soon_threadsafe(lambda: other.append(asyncio.create_task(run_other())))
+                while not queued.is_set():
+                    time.sleep(0.001)
+            return order.count("slice") >= 3
+
+        async def run_other() -> None:
+            queuing = asyncio.ensure_future(worker.run(lambda: order.append("other")))
+            await asyncio.sleep(0)  # the task ran up to awaiting its work: queued
+            queued.set()
+            await queuing
+
+        loop = asyncio.get_running_loop()
+        assert not await worker.run_slices(slow_step)
+        await other[0]
+        assert order == ["slice", "other"]
+        assert await worker.run_slices(slow_step)
+        assert order == ["slice", "other", "slice", "slice"]
+    finally:
+        worker.close()
+
+
+async def test_a_cancelled_call_stops_its_slices_and_waits_for_the_one_running() -> None:
+    worker = Worker()
+    try:
+        started = threading.Event()
+        release = threading.Event()
+        slices: list[int] = []
+
+        def step() -> bool:
+            slices.append(1)
+            started.set()
+            release.wait(5)
+            return False  # never done by itself
+
+        task = asyncio.create_task(worker.run_slices(step))
+        await asyncio.to_thread(started.wait, 5)
+        task.cancel()
+        await asyncio.sleep(0.01)
+        assert not task.done()  # the running slice is waited for
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 5)
+        assert len(slices) == 1
+        # The worker serves the next call.
+        assert await worker.run(lambda: 7) == 7
+    finally:
+        worker.close()
