@@ -96,7 +96,11 @@ class Informer(Generic[R]):
 
     ``decode`` turns a raw object into a record (raising ObjectError for one
     it cannot use: logged and skipped); ``key_of`` names an object (pods by
-    uid, nodes by name).
+    uid, nodes by name). ``decode_first_list``, when given, makes the decoder
+    for the objects of a list that finds nothing known yet (the first list):
+    ``berth.kube.records.PodSlabs`` puts them into shared messages, which costs
+    less memory for records decoded together and kept. A later list (after
+    410 Gone) keeps few of its records, so it decodes with ``decode``.
     """
 
     def __init__(
@@ -106,6 +110,7 @@ class Informer(Generic[R]):
         *,
         name: str,
         decode: Callable[[JSON], R],
+        decode_first_list: Callable[[], Callable[[JSON], R]] | None = None,
         key_of: Callable[[JSON], str],
         on_events: Callable[[list[Event[R]]], None],
         loop: asyncio.AbstractEventLoop,
@@ -120,6 +125,7 @@ class Informer(Generic[R]):
         self.path = path
         self.name = name
         self.decode = decode
+        self.decode_first_list = decode_first_list
         self.key_of = key_of
         self.on_events = on_events
         self.loop = loop
@@ -216,11 +222,14 @@ class Informer(Generic[R]):
         listed: list[Event[R]] = []
         count = 0
         rv = ""
+        decode = self.decode
+        if self.decode_first_list is not None and not self._known:
+            decode = self.decode_first_list()
         for page in self.api.list_pages(self.path, **self._params()):
             count += len(page.items)
             rv = page.resource_version or rv
             for obj in page.items:
-                ev = self._event_for(ADDED, obj)
+                ev = self._event_for(ADDED, obj, decode)
                 if ev is not None:
                     listed.append(ev)
             del page
@@ -249,13 +258,15 @@ class Informer(Generic[R]):
         )
         self._deliver(out, synced=True)
 
-    def _event_for(self, kind: str, obj: JSON) -> Event[R] | None:
+    def _event_for(
+        self, kind: str, obj: JSON, decode: Callable[[JSON], R] | None = None
+    ) -> Event[R] | None:
         meta = obj.get("metadata") or {}
         rv = str(meta.get("resourceVersion") or "")
         t0 = time.perf_counter()
         try:
             key = self.key_of(obj)
-            record = self.decode(obj)
+            record = (decode or self.decode)(obj)
         except (ObjectError, KeyError, TypeError, ValueError) as exc:
             log.warning(
                 "%s: skipping %s/%s: %s",

@@ -39,7 +39,7 @@ from berth.framework.events import unroll_wildcard_resource
 from berth.framework.extenders import ExtenderConfig
 from berth.kube.asynchttp import AsyncApi
 from berth.kube.errors import ApiError
-from berth.kube.records import node_record, pod_record
+from berth.kube.records import PodSlabs, node_record, pod_record
 from berth.kube.rest import JSON, KubeApi, pod_path
 from berth.shim import metrics
 from berth.shim.background import ApiWorkers, Tasks
@@ -261,6 +261,8 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         decode_node: Callable[[JSON], cpb.Node] = node_record
         decode_pod: Callable[[JSON], cpb.Pod] = pod_record
+        # The first list's pods share messages (PodSlabs: less memory a pod).
+        decode_listed_pods: Callable[[], Callable[[JSON], cpb.Pod]] | None = PodSlabs
         on_node_events: Callable[[list[Event[cpb.Node]]], None] = self.event_handlers.on_node_events
         on_pod_events: Callable[[list[Event[cpb.Pod]]], None] = self.event_handlers.on_pod_events
         if self.extenders is not None:
@@ -269,6 +271,7 @@ class Scheduler:
             objects = self.extenders.objects
             decode_node = objects.node_decoder(node_record)
             decode_pod = objects.pod_decoder(pod_record)
+            decode_listed_pods = None
             on_node_events = _pruning(on_node_events, objects.on_deleted_node)
             on_pod_events = _pruning(on_pod_events, objects.on_deleted_pod)
         nodes: Informer[cpb.Node] = Informer(
@@ -285,6 +288,7 @@ class Scheduler:
             "/api/v1/pods",
             name="pods",
             decode=decode_pod,
+            decode_first_list=decode_listed_pods,
             key_of=pod_key,
             on_events=recorded(self.record, "pods", on_pod_events),
             loop=loop,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,14 @@ import yaml
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.model import PodInfo, pod_requests
 from berth.framework.testing import resources
-from berth.kube.records import ObjectError, node_record, occupies_node, pod_record, split_objects
+from berth.kube.records import (
+    ObjectError,
+    PodSlabs,
+    node_record,
+    occupies_node,
+    pod_record,
+    split_objects,
+)
 
 
 def pod_obj(**spec: Any) -> dict[str, Any]:
@@ -188,6 +196,42 @@ def test_bad_objects_name_the_field(obj: dict[str, Any], message: str) -> None:
     with pytest.raises(ObjectError) as err:
         convert(obj)
     assert str(err.value).startswith(message)
+
+
+def test_pods_decoded_into_shared_messages_are_the_records_pod_record_makes() -> None:
+    """PodSlabs: the same records as pod_record, in shared messages of ``size``
+    pods; each stays whole once its slab is full and dropped, whatever
+    happens to the others, and a pod that fails leaves the next one intact."""
+    objs = [
+        pod_obj(
+            nodeName=f"n{i}",
+            tolerations=[{"key": "k", "operator": "Exists", "tolerationSeconds": i}],
+            affinity={
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "zone"}
+                    ]
+                }
+            },
+        )
+        for i in range(7)
+    ]
+    for i, o in enumerate(objs):
+        o["metadata"] = {**o["metadata"], "uid": f"u{i}", "name": f"p{i}"}
+    bad = pod_obj(containers=[{"name": "c", "resources": {"requests": {"cpu": "lots"}}}])
+    slabs = PodSlabs(3)
+    records = [slabs(o) for o in objs[:4]]
+    with pytest.raises(ObjectError):
+        slabs(bad)
+    records += [slabs(o) for o in objs[4:]]
+    del slabs, records[1:3]
+    gc.collect()
+    want = [pod_record(o) for i, o in enumerate(objs) if i not in (1, 2)]
+    assert records == want
+    assert [r.SerializeToString() for r in records] == [w.SerializeToString() for w in want]
+    copy = pb.Pod()
+    copy.CopyFrom(records[0])
+    assert copy == want[0] and copy.affinity.pod_anti_affinity.required[0].topology_key == "zone"
 
 
 def test_finished_pods_do_not_occupy_their_node() -> None:

@@ -26,7 +26,7 @@ import pytest
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.kube.errors import ApiError
-from berth.kube.records import pod_record
+from berth.kube.records import PodSlabs, pod_record
 from berth.kube.rest import JSON, KubeApi, ListResult
 from berth.shim.informer import ADDED, DELETED, MODIFIED, Event, Informer, pod_key
 
@@ -239,6 +239,7 @@ async def running(
     backoff_max: float = 0.04,
     stop: threading.Event | None = None,
     decode: Callable[[JSON], cpb.Pod] = pod_record,
+    decode_first_list: Callable[[], Callable[[JSON], cpb.Pod]] | None = None,
 ) -> AsyncIterator[Informer[cpb.Pod]]:
     loop = asyncio.get_running_loop()
     informer: Informer[cpb.Pod] = Informer(
@@ -246,6 +247,7 @@ async def running(
         PATH,
         name="pods",
         decode=decode,
+        decode_first_list=decode_first_list,
         key_of=pod_key,
         on_events=collector.on_events,
         loop=loop,
@@ -411,6 +413,45 @@ async def test_gone_relists_and_reports_the_difference(gone_by: Script) -> None:
         assert len(api.list_calls) == 2
         assert informer.stats.relists_after_gone == 1
         assert informer.stats.errors == 0, "Gone is no error: no backoff before the relist"
+
+
+async def test_the_first_list_alone_decodes_with_the_first_list_decoder() -> None:
+    """``decode_first_list`` makes one decoder for the first list (nothing known
+    yet); the watch and a relist after 410 decode with ``decode``, and what is
+    delivered is the same either way."""
+    made: list[list[str]] = []
+
+    def first_list() -> Callable[[JSON], cpb.Pod]:
+        names: list[str] = []
+        made.append(names)
+        slabs = PodSlabs(2)
+
+        def decode(obj: JSON) -> cpb.Pod:
+            names.append(obj["metadata"]["name"])
+            return slabs(obj)
+
+        return decode
+
+    api = FakeKubeApi(
+        lists=[
+            ListResult([pod("a", 1), pod("b", 2), pod("c", 3)], "3"),
+            ListResult([pod("a", 1), pod("b", 7, cpu="300m")], "9"),
+        ],
+        watches=[[line("ADDED", pod("e", 4)), gone()]],
+    )
+    c = Collector()
+    async with running(api, c, decode_first_list=first_list):
+        await c.until(lambda: len(api.watch_calls) == 2, "the watch after the relist")
+
+        assert made == [["a", "b", "c"]], "one decoder, for the first list only"
+        first = [e.record for e in c.events[:3]]
+        assert first == [pod_record(pod(n, rv)) for n, rv in (("a", 1), ("b", 2), ("c", 3))]
+        assert c.seen()[3:] == [
+            (ADDED, "e", "4"),
+            (MODIFIED, "b", "7"),
+            (DELETED, "c", "3"),
+            (DELETED, "e", "4"),
+        ]
 
 
 async def test_other_watch_errors_resume_the_watch_without_a_relist() -> None:
