@@ -44,6 +44,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 import grpc
+from google.protobuf.message_factory import GetMessageClass
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
@@ -85,6 +86,57 @@ OVERLOAD_BACKOFF_SECONDS = 0.1
 OVERLOAD_BACKOFF_MAX_SECONDS = 2.0
 
 R = TypeVar("R")
+
+
+class EncodedRequest:
+    """A request already in its wire bytes (``ClusterStateLog.encode_full``),
+    which the stubs of ``encoded_stub`` send as they are."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+def _serialize(request: Any) -> bytes:
+    if type(request) is EncodedRequest:
+        return request.data
+    data: bytes = request.SerializeToString()
+    return data
+
+
+def encoded_stub(channel: grpc.aio.Channel) -> Any:
+    """The SchedulingService stub, except that the methods whose request
+    carries a cluster state also take an ``EncodedRequest`` (``encodes``
+    says so): a full state is sent without copying its records into the
+    request first. Other callers' stubs (a test's, ``Client(stub=...)``) get
+    requests as messages."""
+    stub: Any = pb_grpc.SchedulingServiceStub(channel)
+    service = pb.DESCRIPTOR.services_by_name["SchedulingService"]
+    for m in service.methods:
+        state = m.input_type.fields_by_name.get("state")
+        if state is None or state.message_type is not cpb.ClusterState.DESCRIPTOR:
+            continue
+        if m.client_streaming and m.server_streaming:
+            make = channel.stream_stream
+        elif m.client_streaming:
+            make = channel.stream_unary
+        elif m.server_streaming:
+            make = channel.unary_stream
+        else:
+            make = channel.unary_unary
+        setattr(
+            stub,
+            m.name,
+            make(
+                f"/{service.full_name}/{m.name}",
+                request_serializer=_serialize,
+                response_deserializer=GetMessageClass(m.output_type).FromString,
+                _registered_method=True,
+            ),
+        )
+    stub.encodes = True
+    return stub
 
 
 def _schedule_request(
@@ -187,7 +239,7 @@ class SchedulingClient:
             return  # connect() fills the endpoints
         if stub is None:
             assert channel is not None
-            stub = pb_grpc.SchedulingServiceStub(channel)
+            stub = encoded_stub(channel)
         self._pool.endpoints.append(
             Endpoint(address or "channel", stub, channel, ReplicaTracker(clock=clock))
         )
@@ -256,7 +308,7 @@ class SchedulingClient:
                 options=[("grpc.ssl_target_name_override", n) for n in name_override],
             )
             client._pool.owned.append(channel)
-            return pb_grpc.SchedulingServiceStub(channel), channel
+            return encoded_stub(channel), channel
 
         if credentials is not None and tls_name:
             name_override.append(tls_name)
@@ -402,10 +454,15 @@ class SchedulingClient:
         """The bytes ``st`` takes on the wire, a hollow full state filled."""
         return st.ByteSize() + (self.state.full_delta_size() if st.full else 0)
 
-    def _request(self, build: Callable[[cpb.ClusterState], Any], st: cpb.ClusterState) -> Any:
-        """``build(st)``, with a (hollow) full state filled in the request."""
+    def _request(
+        self, e: Endpoint, build: Callable[[cpb.ClusterState], Any], st: cpb.ClusterState
+    ) -> Any:
+        """``build(st)``, with a (hollow) full state filled in the request: in
+        its wire bytes (``EncodedRequest``) for a stub that ``encodes``."""
         request = build(st)
         if st.full:
+            if getattr(e.stub, "encodes", False):
+                return EncodedRequest(self.state.encode_full(request))
             self.state.fill_full(request.state.delta)
         return request
 
@@ -480,7 +537,7 @@ class SchedulingClient:
                 if st.full:
                     self._sent_full(e)
                 try:
-                    resp, replica = await self._unary(e, method, self._request(build, st))
+                    resp, replica = await self._unary(e, method, self._request(e, build, st))
                 except grpc.aio.AioRpcError as err:
                     detail = ErrorDetail.from_rpc_error(err)
                     self._pool.note_replica(e, detail.replica)
@@ -659,10 +716,14 @@ class SchedulingClient:
                     e.stream_acked = st.generation
                 if st.full:
                     self._sent_full(e)
-                request = self._request(build, st)
-                # The stream has no deadline per message: the server takes this one.
-                request.timeout_millis = int(self.timeout * 1000)
-                resp = await self._exchange(e, request)
+
+                def timed(st: cpb.ClusterState) -> pb.ScheduleRequest:
+                    request: pb.ScheduleRequest = build(st)
+                    # The stream has no deadline per message: the server takes this one.
+                    request.timeout_millis = int(self.timeout * 1000)
+                    return request
+
+                resp = await self._exchange(e, self._request(e, timed, st))
                 if resp.WhichOneof("result") == "response":
                     break
                 detail = ErrorDetail.from_request_error(resp.error)
@@ -685,7 +746,7 @@ class SchedulingClient:
             return resp.response
 
     async def _exchange(
-        self, e: Endpoint, request: pb.ScheduleRequest
+        self, e: Endpoint, request: pb.ScheduleRequest | EncodedRequest
     ) -> pb.ScheduleStreamResponse:
         while True:
             if e.stream is not None and e.stream.done():

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from google.protobuf.message import Message
+
 from berth.api.v1 import cluster_pb2 as cpb
 
 # The environment variable that gives the caller's token (the
@@ -29,6 +31,26 @@ def _varint_size(n: int) -> int:
         size += 1
     return size
 
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _key_and_length(number: int, size: int) -> bytes:
+    """The key (wire type 2, length-delimited) and length of a message field."""
+    return _varint(number << 3 | 2) + _varint(size)
+
+
+_DELTA = cpb.ClusterState.DESCRIPTOR.fields_by_name["delta"].number
+_UPSERTS = tuple(
+    cpb.ClusterDelta.DESCRIPTOR.fields_by_name[name].number
+    for name in ("upsert_nodes", "upsert_pods", "upsert_objects")
+)
 
 # (group, resource, namespace, name) of a ClusterObject.
 ObjectKey = tuple[str, str, str, str]
@@ -161,6 +183,33 @@ class ClusterStateLog:
         delta.upsert_nodes.extend(self.nodes.values())
         delta.upsert_pods.extend(self.pods.values())
         delta.upsert_objects.extend(self.objects.values())
+
+    def encode_full(self, request: Message, state_field: str = "state") -> bytes:
+        """``request``, whose ``state_field`` is a hollow full state, in wire
+        bytes with every node, pod and object in that state's delta: what
+        ``fill_full`` into the request and its serialization give, the same
+        message to the receiver. The records are serialized one by one and
+        follow the request as a second occurrence of the state field, which a
+        protobuf parser merges into the first (a message field that occurs
+        twice is merged), so they are never copied into the request: with upb
+        such a copy costs ~1.5 KB a pod beside the ~0.35 KB of its encoding,
+        and would be most of the memory a full state's send takes."""
+        parts: list[bytes] = []
+        size = 0
+        for number, items in zip(
+            _UPSERTS,
+            (self.nodes.values(), self.pods.values(), self.objects.values()),
+            strict=True,
+        ):
+            for item in items:
+                data = item.SerializeToString()
+                key = _key_and_length(number, len(data))
+                parts += (key, data)
+                size += len(key) + len(data)
+        delta = _key_and_length(_DELTA, size)
+        number = request.DESCRIPTOR.fields_by_name[state_field].number
+        state = _key_and_length(number, len(delta) + size)
+        return b"".join((request.SerializeToString(), state, delta, *parts))
 
     def full_delta_size(self) -> int:
         """The bytes ``fill_full`` adds to a message: the delta field (set

@@ -9,10 +9,12 @@ give the same snapshot as applying the generations one by one.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
 from berth.client import ClusterStateLog
 from berth.framework.testing import make_node, make_pod
 
@@ -373,3 +375,36 @@ def test_an_empty_state_is_one_part() -> None:
     log = ClusterStateLog("c")
     count, parts = log.lazy_full_parts(part_bytes=100)
     assert count == 1 and list(parts) == [log.full_state()]
+
+
+@pytest.mark.parametrize("records", [0, 1, 300], ids=["empty", "one", "many"])
+@pytest.mark.parametrize("method", ["Schedule", "ScheduleBatch", "Filter", "Sync"])
+def test_encode_full_is_the_request_fill_full_makes(records: int, method: str) -> None:
+    """encode_full appends the records as a second state field: the receiver
+    parses the very request that fill_full into it would have sent."""
+    log = ClusterStateLog()
+    for i in range(records):
+        log.upsert_node(node(f"n{i}"))
+        log.upsert_pod(pod(f"u{i}", node_name=f"n{i}"))
+        ref = cpb.ObjectRef(group="g", resource="r", namespace="ns", name=f"o{i}")
+        log.upsert_object(cpb.ClusterObject(ref=ref, json=b'{"a":1}'))
+    log.commit()
+    request_type: Any = {
+        "Schedule": pb.ScheduleRequest,
+        "ScheduleBatch": pb.ScheduleBatchRequest,
+        "Filter": pb.NodesRequest,
+        "Sync": pb.SyncRequest,
+    }[method]
+    request = request_type(state=log.full_state(hollow=True))
+    if method != "Sync":
+        request.profile = "p"
+    filled = request_type()
+    filled.CopyFrom(request)
+    log.fill_full(filled.state.delta)
+
+    got = request_type.FromString(log.encode_full(request))
+
+    assert got == filled
+    assert got.state.HasField("delta")
+    assert [p.uid for p in got.state.delta.upsert_pods] == [f"u{i}" for i in range(records)]
+    assert got.state.full and got.state.cluster_id == log.cluster_id
