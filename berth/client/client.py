@@ -461,7 +461,8 @@ class SchedulingClient:
         its wire bytes (``EncodedRequest``) for a stub that ``encodes``."""
         request = build(st)
         if st.full:
-            if getattr(e.stub, "encodes", False):
+            # ``is True``: a test double may answer any attribute.
+            if getattr(e.stub, "encodes", False) is True:
                 return EncodedRequest(self.state.encode_full(request))
             self.state.fill_full(request.state.delta)
         return request
