@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +40,42 @@ def test_the_shim_runs_with_a_short_gil_switch_interval(
     assert main(["shim", "--allow-default-scheduler"]) == 0
     assert seen == [0.001]
     assert seen == [GIL_SWITCH_INTERVAL]
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    yield
+    gc.unfreeze()
+    gc.enable()
+
+
+def test_the_shim_starts_with_its_start_up_objects_frozen_and_the_collector_on(
+    monkeypatch: pytest.MonkeyPatch, switch_interval: None, collector: None
+) -> None:
+    """The cyclic collector is off while start-up creates its long-lived objects, which
+    are then frozen (no collection traverses them again), and on when the shim runs."""
+    seen: list[tuple[bool, int]] = []
+
+    async def fake_run(settings: Any) -> int:
+        seen.append((gc.isenabled(), gc.get_freeze_count()))
+        return 0
+
+    monkeypatch.setattr(berth.shim.app, "run", fake_run)
+    gc.unfreeze()
+    assert main(["shim", "--allow-default-scheduler"]) == 0
+    [(enabled, frozen)] = seen
+    assert enabled
+    assert frozen > 10_000  # the modules' objects, not a handful
+    assert gc.isenabled()
+
+
+def test_a_refused_start_leaves_the_collector_on(
+    monkeypatch: pytest.MonkeyPatch, switch_interval: None, collector: None
+) -> None:
+    started = _never_runs(monkeypatch)
+    assert main(["shim"]) == 2  # default-scheduler without --allow-default-scheduler
+    assert started == []
+    assert gc.isenabled()
 
 
 def _never_runs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
