@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from berth.framework import signers
 from berth.framework.cycle_state import CycleState, StateKey
@@ -50,6 +51,7 @@ from berth.framework.interfaces import (
     SignFragment,
     SignPlugin,
 )
+from berth.framework.label_index import LabelColumn, NodeLabels
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ObjectKind
 from berth.framework.snapshot import BoolArray, NodeBatch, Snapshot
@@ -105,16 +107,23 @@ NAMESPACES: Final = ObjectKind(
 # whose count comes back to zero is dropped, as upstream's update does, so
 # "no pairs" is upstream's len(map) == 0.
 Counts = dict[str, dict[str, int]]
+FloatArray = npt.NDArray[np.float64]
 
 
-class PreFilterState(msgspec.Struct):
+class PreFilterState(msgspec.Struct, dict=True):
     """filtering.go, preFilterState, reduced to what Filter and the
     PreFilterExtensions read: the three counts, the topology keys of the
     incoming pod's required affinity and anti-affinity terms, whether the pod
     matches all of its own affinity terms (the first pod of a group), and the
     labels of its namespace (upstream's namespaceLabels, for AddPod and
     RemovePod). Treat as immutable: AddPod/RemovePod write a new one, since a
-    cloned CycleState shares its values."""
+    cloned CycleState shares its values.
+
+    Beside the fields (``dict=True``, never encoded) it keeps the tables
+    ``_positive_table`` derives from its counts for a batch Filter, so the
+    Filter calls of one cycle (one per chunk of candidates) and PreFilter's
+    own numpy sums build each table once; a copy made by
+    ``msgspec.structs.replace`` starts without them."""
 
     existing_anti_affinity: Counts
     affinity: Counts
@@ -139,16 +148,30 @@ _NOT_FOUND: Final = Status.error(
 )
 
 
+# Per topology key, the same counts as a Counts entry but by code of the
+# key's label column (column, sums per code), as PreFilter's numpy sums
+# leave them; None once a key was also counted by the Python loop.
+CodeSums = dict[str, tuple[LabelColumn, FloatArray] | None]
+
+
 def _add_slots(
-    counts: Counts, snap: Snapshot, key: str, slots: SlotCounts, weight: int = 1
+    counts: Counts,
+    snap: Snapshot,
+    key: str,
+    slots: SlotCounts,
+    weight: int = 1,
+    sums: CodeSums | None = None,
 ) -> bool:
     """topologyToMatchedTermCount.update / scoreMap.processTerm, for the
     pods counted in ``slots``: ``weight`` per pod to the pair (key, value)
     of its node, when the node has the key. Returns whether any had. Many
     slots are summed per value with numpy over the snapshot's label column
-    of ``key``, few with a Python loop (cheaper below ~_VECTOR_SLOTS)."""
+    of ``key``, few with a Python loop (cheaper below ~_VECTOR_SLOTS).
+    ``sums``, when given, follows ``counts`` by code (CodeSums)."""
     if len(slots) >= _VECTOR_SLOTS:
-        return _add_slots_vector(counts, snap, key, slots, weight)
+        return _add_slots_vector(counts, snap, key, slots, weight, sums)
+    if sums is not None:
+        sums[key] = None
     by_value: dict[str, int] | None = None
     slot = snap.slot
     for i, n in slots.items():
@@ -166,7 +189,12 @@ _VECTOR_SLOTS: Final = 32
 
 
 def _add_slots_vector(
-    counts: Counts, snap: Snapshot, key: str, slots: SlotCounts, weight: int
+    counts: Counts,
+    snap: Snapshot,
+    key: str,
+    slots: SlotCounts,
+    weight: int,
+    sums: CodeSums | None,
 ) -> bool:
     column = snap.label_column(key)
     m = len(slots)
@@ -175,7 +203,17 @@ def _add_slots_vector(
     if not present.any():
         return False
     per_pod = np.fromiter(slots.values(), np.int64, m)[present]
-    totals = np.bincount(codes[present], weights=per_pod, minlength=0)
+    totals = np.bincount(codes[present], weights=per_pod, minlength=len(column.values))
+    if sums is not None:
+        weighted: FloatArray = np.multiply(totals, weight, dtype=np.float64)
+        if key not in sums:
+            sums[key] = (column, weighted)
+        else:
+            held_sums = sums[key]
+            if held_sums is not None and held_sums[0] is column:
+                held_sums[1][:] += weighted
+            else:
+                sums[key] = None
     held = np.flatnonzero(totals)
     added = zip(
         map(column.values.__getitem__, held.tolist()),
@@ -420,29 +458,29 @@ class InterPodAffinity(
         inc_ns, inc_labels = incoming.namespace, dict(incoming.labels)
 
         existing_anti: Counts = {}
+        sums: dict[str, CodeSums] = {"existing": {}, "affinity": {}, "anti": {}}
         for t, slots in index.required_anti.items():
             if t.matches_parts(inc_ns, inc_labels, ns_labels):
-                _add_slots(existing_anti, snap, t.topology_key, slots)
+                _add_slots(existing_anti, snap, t.topology_key, slots, 1, sums["existing"])
 
         affinity_counts: Counts = {}
         anti_counts: Counts = {}
         if affinity or anti:
-            _count_incoming(index, snap, affinity, anti, affinity_counts, anti_counts)
+            _count_incoming(index, snap, affinity, anti, affinity_counts, anti_counts, sums)
 
         if not _has_counts(existing_anti) and not affinity and not anti:
             return None, Status.skip()
-        state.write(
-            PRE_FILTER_STATE_KEY,
-            PreFilterState(
-                existing_anti_affinity=existing_anti,
-                affinity=affinity_counts,
-                anti_affinity=anti_counts,
-                affinity_keys=[t.topology_key for t in affinity],
-                anti_affinity_keys=[t.topology_key for t in anti],
-                self_match=pod_matches_all(affinity, incoming),
-                namespace_labels=ns_labels,
-            ),
+        s = PreFilterState(
+            existing_anti_affinity=existing_anti,
+            affinity=affinity_counts,
+            anti_affinity=anti_counts,
+            affinity_keys=[t.topology_key for t in affinity],
+            anti_affinity_keys=[t.topology_key for t in anti],
+            self_match=pod_matches_all(affinity, incoming),
+            namespace_labels=ns_labels,
         )
+        _seed_tables(s, sums)
+        state.write(PRE_FILTER_STATE_KEY, s)
         return None, SUCCESS
 
     # -- PreFilterExtensions --------------------------------------------------
@@ -539,22 +577,29 @@ class InterPodAffinity(
         if s is None:
             return NodeVerdicts.uniform(n, _NOT_FOUND)
         verdicts = np.full(n, _PASS, dtype=np.int32)
+        columns: dict[str, NodeLabels] = {}
+
+        def labels(key: str) -> NodeLabels:
+            column = columns.get(key)
+            if column is None:
+                column = columns[key] = nodes.labels(key)
+            return column
+
         # The checks in reverse order, so that a node keeps the first it fails.
         for key, by_value in s.existing_anti_affinity.items():
-            verdicts[_hits(nodes, key, by_value)] = _EXISTING
+            verdicts[_hits(s, "existing", labels(key), by_value)] = _EXISTING
         if _has_counts(s.anti_affinity):
             for key in dict.fromkeys(s.anti_affinity_keys):
                 anti = s.anti_affinity.get(key)
                 if anti:
-                    verdicts[_hits(nodes, key, anti)] = _ANTI
+                    verdicts[_hits(s, "anti", labels(key), anti)] = _ANTI
         if s.affinity_keys:
             has_keys = np.ones(n, dtype=np.bool_)
             pods_exist = np.ones(n, dtype=np.bool_)
             for key in s.affinity_keys:
-                column = nodes.labels(key)
+                column = labels(key)
                 has_keys &= column.present
-                matched = [v for v, c in s.affinity.get(key, {}).items() if c > 0]
-                pods_exist &= column.isin(matched)
+                pods_exist &= _hits(s, "affinity", column, s.affinity.get(key, {}))
             # satisfyPodAffinity's first pod of a group.
             if not _has_counts(s.affinity) and s.self_match:
                 pods_exist[:] = True
@@ -683,6 +728,7 @@ def _count_incoming(
     anti: tuple[AffinityTerm, ...],
     affinity_counts: Counts,
     anti_counts: Counts,
+    sums: dict[str, CodeSums],
 ) -> None:
     """getIncomingAffinityAntiAffinityCounts over the index: per group of
     pods sharing namespace and labels, whether they match all the affinity
@@ -694,10 +740,10 @@ def _count_incoming(
         o_ns, o_labels = sig[0], index.labels[sig]
         if affinity and all(t.matches_parts(o_ns, o_labels, None) for t in affinity):
             for key in affinity_keys:
-                _add_slots(affinity_counts, snap, key, slots)
+                _add_slots(affinity_counts, snap, key, slots, 1, sums["affinity"])
         for t in anti:
             if t.matches_parts(o_ns, o_labels, None):
-                _add_slots(anti_counts, snap, t.topology_key, slots)
+                _add_slots(anti_counts, snap, t.topology_key, slots, 1, sums["anti"])
 
 
 def _aggregate(errors: tuple[str, ...]) -> str:
@@ -706,9 +752,62 @@ def _aggregate(errors: tuple[str, ...]) -> str:
     return errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
 
 
-def _hits(nodes: NodeBatch, key: str, by_value: Mapping[str, int]) -> BoolArray:
-    """Which of the nodes sit in a pair (key, value) with a positive count."""
-    return nodes.labels(key).isin([v for v, c in by_value.items() if c > 0])
+# A table over a label column's codes (one entry per value, then False for
+# ABSENT), with what it is valid for: the column, its values list (a
+# compaction replaces it) and that list's length (a new value lengthens it).
+_Table = tuple[LabelColumn, list[str], int, BoolArray]
+
+
+def _tables(s: PreFilterState) -> dict[tuple[str, str], _Table]:
+    held: dict[tuple[str, str], _Table] = vars(s).setdefault("_tables", {})
+    return held
+
+
+def _valid(entry: _Table | None, column: LabelColumn) -> bool:
+    return (
+        entry is not None
+        and entry[0] is column
+        and entry[1] is column.values
+        and entry[2] == len(column.values)
+    )
+
+
+def _seed_tables(s: PreFilterState, sums: dict[str, CodeSums]) -> None:
+    """The tables of PreFilter's numpy sums, where they cover a key's counts
+    entirely (no Python-loop part)."""
+    tables = _tables(s)
+    for which, by_key in sums.items():
+        for key, held in by_key.items():
+            if held is None:
+                continue
+            column, totals = held
+            size = len(column.values)
+            if len(totals) != size:
+                continue
+            table = np.zeros(size + 1, dtype=np.bool_)
+            table[:size] = totals > 0
+            tables[which, key] = (column, column.values, size, table)
+
+
+def _hits(
+    s: PreFilterState, which: str, labels: NodeLabels, by_value: Mapping[str, int]
+) -> BoolArray:
+    """Which of the nodes sit in a pair (key, value) with a positive count of
+    ``by_value`` (the counts ``which`` of ``s`` for the key): a lookup in a
+    table over the label column's codes, built once per state and column."""
+    column = labels.column
+    tables = _tables(s)
+    entry = tables.get((which, column.key))
+    if not _valid(entry, column):
+        size = len(column.values)
+        table = np.zeros(size + 1, dtype=np.bool_)
+        codes = column.codes_of([v for v, c in by_value.items() if c > 0])
+        if codes:
+            table[codes] = True
+        entry = tables[which, column.key] = (column, column.values, size, table)
+    assert entry is not None
+    out: BoolArray = entry[3][labels.codes]
+    return out
 
 
 def _node_score(topology: Counts, labels: Mapping[str, str]) -> int:

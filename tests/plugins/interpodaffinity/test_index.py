@@ -209,8 +209,10 @@ def test_index_follows_deltas_like_a_rebuild(seed: int) -> None:
 
 # A group's counts are summed per topology value by a Python loop over its
 # slots when it has few, with numpy over the label column when it has many
-# (inter_pod_affinity._VECTOR_SLOTS); each path is checked on its own.
-@pytest.mark.parametrize("vector_slots", [1_000_000, 1], ids=["loop", "numpy"])
+# (inter_pod_affinity._VECTOR_SLOTS); each path is checked on its own, and
+# mixed (some groups of one key by the loop, some with numpy), where the
+# batch Filter cannot take its tables from PreFilter's numpy sums.
+@pytest.mark.parametrize("vector_slots", [1_000_000, 1, 3], ids=["loop", "numpy", "mixed"])
 @pytest.mark.parametrize("seed", range(6))
 def test_counts_equal_upstreams_walk_over_every_pod(
     seed: int, vector_slots: int, monkeypatch: pytest.MonkeyPatch
@@ -242,6 +244,13 @@ def test_counts_equal_upstreams_walk_over_every_pod(
                 verdicts = plugin.filter_nodes(state, incoming, batch)
                 per_node = [plugin.filter(state, incoming, ni) for ni in batch]
                 assert [verdicts.status_of(k) for k in range(len(batch))] == per_node
+                # Again over part of the nodes, as the next chunk of a cycle
+                # (the tables the first call kept).
+                part = batch.take(list(range(len(batch)))[::-2])
+                verdicts = plugin.filter_nodes(state, incoming, part)
+                assert [verdicts.status_of(k) for k in range(len(part))] == [
+                    plugin.filter(state, incoming, ni) for ni in part
+                ]
                 checked += 1
             state = fresh_state()
             st = plugin.pre_score(state, incoming, snap.all_nodes())
@@ -285,3 +294,33 @@ def test_pods_are_counted_per_group_not_per_pod() -> None:
     index = affinity_index(snap)
     (slots,) = index.by_signature.values()
     assert len(slots) == 50 and set(slots.values()) == {4}
+
+
+def test_batch_filter_follows_nodes_relabelled_after_pre_filter() -> None:
+    # The tables a PreFilterState keeps are over a label column's codes: a
+    # node relabelled with a new value, or one taking another node's value,
+    # between PreFilter and Filter must be read as the per-node Filter reads it.
+    nodes = [node(f"n{i}", hostname=f"n{i}") for i in range(40)]
+    group = {"app": "web"}
+    anti = term("hostname", selector(group))
+    pods = [pod(f"p{i}", labels=group, node=f"n{i}", anti=[anti]) for i in range(36)]
+    snap, plugin = setup(nodes, pods)
+    incoming = info(pod("in", labels=group, anti=[anti]))
+    state = fresh_state()
+    _, st = plugin.pre_filter(state, incoming, snap.all_nodes())
+    assert st.is_success
+
+    def agree() -> int:
+        batch = snap.all_nodes()
+        verdicts = plugin.filter_nodes(state, incoming, batch)
+        got = [verdicts.status_of(k) for k in range(len(batch))]
+        assert got == [plugin.filter(state, incoming, ni) for ni in batch]
+        return sum(st.is_success for st in got)
+
+    assert agree() == 4
+    delta = pb.ClusterDelta()
+    delta.upsert_nodes.append(node("n37", hostname="n3"))
+    delta.upsert_nodes.append(node("n38", hostname="fresh"))
+    delta.upsert_nodes.append(node("n39", hostname="fresher"))
+    snap.apply(delta)
+    assert agree() == 3
