@@ -745,9 +745,16 @@ def find_nodes_that_pass_filters(
             found += len(ok_pos)
             bad = np.flatnonzero(~ok[:cut])
             if len(bad):
-                names = batch.take(bad).names
-                for name, k in zip(names, bad.tolist(), strict=True):
-                    rejected[name] = verdicts.status_of(k)
+                # Each rejected node's Status by its index in the verdicts
+                # (all >= 0 here), one map over the batch, no call per node.
+                shown = verdicts.status_index[bad].tolist()
+                rejected.update(
+                    zip(
+                        batch.take(bad).names,
+                        map(verdicts.statuses.__getitem__, shown),
+                        strict=True,
+                    )
+                )
             pos += cut
             chunk = max(chunk * 2, 64)
         if error is not None:
