@@ -663,3 +663,27 @@ def test_an_integer_json_cannot_hold_is_refused_naming_the_field(
     pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": spec}
     with pytest.raises(ObjectError, match=f"{field}: integer out of range"):
         pod_record(pod)
+
+
+def test_mappings_other_than_dicts_decode_as_dicts_and_non_mappings_as_absent() -> None:
+    # The decoder's fast path takes plain dicts and None; any other Mapping
+    # (a YAML loader's, a read-only view) must decode the same, and a value
+    # that is no mapping at all must read as absent.
+    from types import MappingProxyType
+
+    plain = pod_obj(nodeSelector={"disk": "ssd"}, affinity={"podAntiAffinity": {}})
+    plain["metadata"]["annotations"] = {"a": "1"}
+    proxied = pod_obj(
+        nodeSelector=MappingProxyType({"disk": "ssd"}),
+        affinity=MappingProxyType({"podAntiAffinity": MappingProxyType({})}),
+    )
+    proxied["metadata"] = MappingProxyType(
+        {**plain["metadata"], "annotations": MappingProxyType({"a": "1"})}
+    )
+    assert pod_record(proxied) == pod_record(plain)
+    assert pod_record(plain).HasField("affinity")
+    assert dict(pod_record(plain).annotations) == {"a": "1"}
+    odd = pod_obj(nodeSelector=["disk"], affinity="x")
+    odd["metadata"]["labels"] = 7
+    rec = pod_record(odd)
+    assert not rec.node_selector and not rec.labels and not rec.HasField("affinity")
