@@ -15,6 +15,7 @@ from berth.server.state import (
     SnapshotStore,
     StaleReplica,
     StateTooLarge,
+    own_delta,
 )
 
 
@@ -41,6 +42,34 @@ def test_new_replica_asks_for_full_state_then_follows_deltas() -> None:
     entry = store.resolve(msg)
     assert entry.generation == 2
     assert entry.snapshot.nodes["n0"].requested.milli_cpu == 1000
+
+
+def test_a_small_deltas_records_are_the_snapshots_own_not_the_requests() -> None:
+    """own_delta: the snapshot keeps copies of a small delta's records (with upb
+    a record read from a request keeps the whole request alive); a full state
+    and a large delta are kept as they came."""
+    log = caller()
+    store = SnapshotStore()
+    store.resolve(log.full_state())
+    log.upsert_pod(make_pod("a").req(cpu="1").node("n0").obj())
+    log.commit()
+    msg = log.state_since(1)
+    entry = store.resolve(msg)
+    held = entry.snapshot.pods[msg.delta.upsert_pods[0].uid].proto
+    assert held == msg.delta.upsert_pods[0]
+    msg.delta.upsert_pods[0].node_name = "elsewhere"
+    assert held.node_name == "n0", "the snapshot's record is a copy"
+    assert entry.snapshot.nodes["n0"].requested.milli_cpu == 1000
+
+    large = pb.ClusterDelta()
+    large.upsert_pods.extend(make_pod(f"p{i}").node("n0").obj() for i in range(17))
+    assert own_delta(large) is large
+    empty = pb.ClusterDelta()
+    assert own_delta(empty) is empty
+    small = pb.ClusterDelta()
+    small.upsert_pods.extend(large.upsert_pods[:16])
+    copied = own_delta(small)
+    assert copied is not small and copied == small
 
 
 def test_lagging_replica_reports_its_generation_and_catches_up_from_it() -> None:
