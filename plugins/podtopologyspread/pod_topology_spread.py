@@ -759,8 +759,13 @@ def _sum_by_domain(
     if not len(codes):
         empty = np.empty(0, dtype=np.int64)
         return {}, empty, empty
-    domains, first = np.unique(codes, return_index=True)
-    domains = domains[np.argsort(first, kind="stable")]
+    # Each code's first position without sorting the nodes (np.unique's
+    # return_index sorts them all).
+    n = len(codes)
+    first = np.full(int(codes.max()) + 1, n, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+    domains = np.flatnonzero(first < n)
+    domains = domains[np.argsort(first[domains], kind="stable")]
     sums = np.bincount(codes, weights=pods)[domains].astype(np.int64)
     values = col.values
     return (
