@@ -5,6 +5,7 @@ cheaply (protos/README.md, "Cluster state at the cost of what changed")."""
 
 from __future__ import annotations
 
+import io
 import os
 import secrets
 import time
@@ -39,6 +40,15 @@ def _varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+# The varints of 0..127, each one byte: most records' lengths.
+_SHORT_VARINTS = tuple(bytes((n,)) for n in range(128))
+
+
+def _length(size: int) -> bytes:
+    """``size`` as a varint, the one-byte ones from a table."""
+    return _SHORT_VARINTS[size] if size < 128 else _varint(size)
 
 
 def _key_and_length(number: int, size: int) -> bytes:
@@ -188,28 +198,35 @@ class ClusterStateLog:
         """``request``, whose ``state_field`` is a hollow full state, in wire
         bytes with every node, pod and object in that state's delta: what
         ``fill_full`` into the request and its serialization give, the same
-        message to the receiver. The records are serialized one by one and
-        follow the request as a second occurrence of the state field, which a
-        protobuf parser merges into the first (a message field that occurs
-        twice is merged), so they are never copied into the request: with upb
-        such a copy costs ~1.5 KB a pod beside the ~0.35 KB of its encoding,
-        and would be most of the memory a full state's send takes."""
-        parts: list[bytes] = []
-        size = 0
-        for number, items in zip(
+        message to the receiver. Each record is serialized on its own and
+        follows the request inside an occurrence of the state field of its
+        own (state { delta { upsert { record } } }), which a protobuf parser
+        merges into the first (a message field that occurs again is merged,
+        its repeated fields appended), so the records are never copied into
+        the request: with upb such a copy costs ~1.5 KB a pod beside the
+        ~0.35 KB of its encoding. The bytes are written into one growing
+        buffer whose value is taken without a copy (``BytesIO.getvalue``), so
+        the send's transient memory is about one encoding of the state, not a
+        list of every record's encoding and then their join."""
+        number = request.DESCRIPTOR.fields_by_name[state_field].number
+        state_key, delta_key = _varint(number << 3 | 2), _varint(_DELTA << 3 | 2)
+        out = io.BytesIO()
+        out.write(request.SerializeToString())
+        # The delta present even with nothing in it, as ``fill_full`` leaves it.
+        out.write(_key_and_length(number, 2) + _key_and_length(_DELTA, 0))
+        for upsert, items in zip(
             _UPSERTS,
             (self.nodes.values(), self.pods.values(), self.objects.values()),
             strict=True,
         ):
+            upsert_key = _varint(upsert << 3 | 2)
             for item in items:
                 data = item.SerializeToString()
-                key = _key_and_length(number, len(data))
-                parts += (key, data)
-                size += len(key) + len(data)
-        delta = _key_and_length(_DELTA, size)
-        number = request.DESCRIPTOR.fields_by_name[state_field].number
-        state = _key_and_length(number, len(delta) + size)
-        return b"".join((request.SerializeToString(), state, delta, *parts))
+                entry = upsert_key + _length(len(data))
+                inner = len(entry) + len(data)
+                delta = delta_key + _length(inner)
+                out.write(b"".join((state_key, _length(len(delta) + inner), delta, entry, data)))
+        return out.getvalue()
 
     def full_delta_size(self) -> int:
         """The bytes ``fill_full`` adds to a message: the delta field (set
