@@ -15,13 +15,15 @@ from berth.framework.status import Code, Status
 
 
 def status_to_pb(st: Status) -> pb.Status:
-    return pb.Status(code=int(st.code), reasons=list(st.reasons), plugin=st.plugin)  # type: ignore[arg-type]
+    out = pb.Status()
+    fill_status(out, st)
+    return out
 
 
 def fill_status(out: pb.Status, st: Status) -> None:
-    """``st`` written into ``out`` (an empty Status field of a response):
-    status_to_pb without the copy a CopyFrom of its result makes."""
-    # Present though all its fields are defaults, as status_to_pb's is.
+    """``st`` written into ``out``: a new Status (``status_to_pb``) or an
+    empty Status field of a response, built in place instead of copied there."""
+    # Present though all its fields are defaults (a response's status field).
     out.SetInParent()
     if st.code:
         out.code = int(st.code)  # type: ignore[assignment]
