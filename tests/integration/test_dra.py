@@ -82,15 +82,17 @@ def pod_with_claim(namespace: str, name: str, profile: str, claim_name: str) -> 
     return pod
 
 
-@pytest.fixture
-def gpu_on_one_node(kube: KubeApi, namespace: str, fake_nodes: NodeFactory) -> Iterator[str]:
+@contextlib.contextmanager
+def device_on_second_node(
+    kube: KubeApi, namespace: str, fake_nodes: NodeFactory, device: JSON, slice_suffix: str
+) -> Iterator[str]:
     """Two nodes; a DeviceClass selecting this test's driver by CEL; one ResourceSlice
-    with one device on the second node. Yields the DeviceClass name; the class and
+    on the second node publishing ``device``. Yields the DeviceClass name; the class and
     the slice are deleted afterwards."""
     nodes = fake_nodes(2, cpu="8", memory="16Gi")
     node = nodes[1]["metadata"]["name"]
     device_class = f"gpu-{namespace}"
-    slice_name = f"{node}-gpu"
+    slice_name = f"{node}-{slice_suffix}"
     kube.create(
         f"{RESOURCE}/deviceclasses",
         {
@@ -110,13 +112,7 @@ def gpu_on_one_node(kube: KubeApi, namespace: str, fake_nodes: NodeFactory) -> I
                 "driver": DRIVER,
                 "nodeName": node,
                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                "devices": [
-                    {
-                        "name": "gpu-0",
-                        "attributes": {"model": {"string": "test"}},
-                        "capacity": {"memory": {"value": "16Gi"}},
-                    }
-                ],
+                "devices": [device],
             },
         },
     )
@@ -129,6 +125,18 @@ def gpu_on_one_node(kube: KubeApi, namespace: str, fake_nodes: NodeFactory) -> I
         ):
             with contextlib.suppress(ApiError):
                 kube.delete(path)
+
+
+@pytest.fixture
+def gpu_on_one_node(kube: KubeApi, namespace: str, fake_nodes: NodeFactory) -> Iterator[str]:
+    """One plain device (16Gi of memory) on the second of two nodes."""
+    device = {
+        "name": "gpu-0",
+        "attributes": {"model": {"string": "test"}},
+        "capacity": {"memory": {"value": "16Gi"}},
+    }
+    with device_on_second_node(kube, namespace, fake_nodes, device, "gpu") as device_class:
+        yield device_class
 
 
 def bound_node(kube: KubeApi, namespace: str, name: str) -> str:

@@ -16,7 +16,6 @@ failure condition ``failed`` (what a fabric-attached device's driver publishes).
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -26,7 +25,6 @@ import pytest
 
 from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.testing import NodeFactory
-from berth.kube.errors import ApiError
 from berth.kube.rest import JSON, KubeApi
 from tests.integration.shimtools import (
     Server,
@@ -40,10 +38,10 @@ from tests.integration.shimtools import (
 )
 from tests.integration.test_dra import (
     DRIVER,
-    RESOURCE,
     bound_node,
     claim,
     claims_path,
+    device_on_second_node,
     pod_with_claim,
 )
 
@@ -52,51 +50,15 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def attachable_gpu(kube: KubeApi, namespace: str, fake_nodes: NodeFactory) -> Iterator[str]:
-    """Two nodes; a DeviceClass for this test's driver; one ResourceSlice on the second
-    node with one device that has binding conditions. Yields the DeviceClass name."""
-    nodes = fake_nodes(2, cpu="8", memory="16Gi")
-    node = nodes[1]["metadata"]["name"]
-    device_class = f"gpu-{namespace}"
-    slice_name = f"{node}-fabric"
-    kube.create(
-        f"{RESOURCE}/deviceclasses",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": device_class},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-        },
-    )
-    kube.create(
-        f"{RESOURCE}/resourceslices",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": slice_name},
-            "spec": {
-                "driver": DRIVER,
-                "nodeName": node,
-                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                "devices": [
-                    {
-                        "name": "gpu-0",
-                        "bindsToNode": True,
-                        "bindingConditions": ["attached"],
-                        "bindingFailureConditions": ["failed"],
-                    }
-                ],
-            },
-        },
-    )
-    try:
+    """One device with binding conditions on the second of two nodes."""
+    device = {
+        "name": "gpu-0",
+        "bindsToNode": True,
+        "bindingConditions": ["attached"],
+        "bindingFailureConditions": ["failed"],
+    }
+    with device_on_second_node(kube, namespace, fake_nodes, device, "fabric") as device_class:
         yield device_class
-    finally:
-        for path in (
-            f"{RESOURCE}/resourceslices/{slice_name}",
-            f"{RESOURCE}/deviceclasses/{device_class}",
-        ):
-            with contextlib.suppress(ApiError):
-                kube.delete(path)
 
 
 def claim_status(kube: KubeApi, namespace: str) -> JSON:
