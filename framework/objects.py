@@ -31,7 +31,9 @@ class ObjectKind:
     ``group`` is "" for the core group; ``resource`` is the plural resource
     name ("podgroups"); ``poll_seconds`` above 0 means the API has no watch
     (metrics.k8s.io) and the caller lists it that often; ``label_selector``
-    (Kubernetes syntax) narrows what the caller ships, "" for all.
+    (Kubernetes syntax) narrows what the caller ships, "" for all;
+    ``if_served``: the caller reads the kind only where the API server serves
+    it (discovery), for an API that may be off, such as an alpha group.
     """
 
     group: str
@@ -41,6 +43,7 @@ class ObjectKind:
     namespaced: bool = True
     poll_seconds: int = 0
     label_selector: str = ""
+    if_served: bool = False
 
     def __post_init__(self) -> None:
         if not self.version:
@@ -246,7 +249,8 @@ def merge_reads(reads: Iterable[tuple[str, ObjectKind]]) -> tuple[ProfileRead, .
     the snapshot files objects by (group, resource): the caller then watches
     each kind once. Plugins that read a kind with different label selectors
     get every object (no selector); a kind polled by any plugin is polled at
-    the shortest interval asked. Plugins that disagree on the version, kind
+    the shortest interval asked; it is read only where served when every
+    plugin says so (``if_served``). Plugins that disagree on the version, kind
     name or scope of the same resource cannot share it: ValueError names
     both."""
     merged: dict[tuple[str, str], tuple[ObjectKind, list[str]]] = {}
@@ -278,6 +282,8 @@ def merge_reads(reads: Iterable[tuple[str, ObjectKind]]) -> tuple[ProfileRead, .
                 have.namespaced,
                 min(polls) if polls else 0,
                 selector,
+                # Read only where served when every reader says so.
+                have.if_served and kind.if_served,
             ),
             plugins if plugin in plugins else [*plugins, plugin],
         )

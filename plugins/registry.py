@@ -11,6 +11,7 @@ from berth.plugins.coscheduling import Coscheduling
 from berth.plugins.defaultbinder import DefaultBinder
 from berth.plugins.defaultpreemption import DefaultPreemption
 from berth.plugins.dynamicresources import DynamicResources
+from berth.plugins.gangscheduling import GangScheduling
 from berth.plugins.gpucard import GPUCardFit
 from berth.plugins.gpupriority import GPUPriority
 from berth.plugins.imagelocality import ImageLocality
@@ -57,6 +58,9 @@ REGISTRY: Registry = Registry(
         "DefaultPreemption": DefaultPreemption,
         "DynamicResources": DynamicResources,
         "NodeDeclaredFeatures": NodeDeclaredFeatures,
+        # Alpha upstream (feature gates GangScheduling, GenericWorkload), off
+        # by default: a profile enables it by name.
+        "GangScheduling": GangScheduling,
         # Berth's own plugins, not upstream's (never in the default profile).
         "AvoidNodePlugin": AvoidNode,
         "GPUPriorityPlugin": GPUPriority,

@@ -92,6 +92,7 @@ def describe_profiles(profiles: Mapping[str, Framework]) -> pb.DescribeProfilesR
                 poll_seconds=k.poll_seconds,
                 plugins=read.plugins,
                 label_selector=k.label_selector,
+                if_served=k.if_served,
             )
     return out
 

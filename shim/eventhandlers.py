@@ -26,8 +26,11 @@ objects to MoveAllToActiveOrBackoffQueue.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence, Set
+
+import orjson
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.framework.events import (
@@ -46,6 +49,7 @@ from berth.framework.events import (
     node_scheduling_properties_change,
     pod_scheduling_properties_change,
 )
+from berth.kube.records import ObjectError, pod_record
 from berth.shim import metrics
 from berth.shim.binding import WaitingPods
 from berth.shim.cache import SchedulerCache
@@ -53,6 +57,8 @@ from berth.shim.informer import ADDED, DELETED, Event
 from berth.shim.objects import ObjectChange, Source
 from berth.shim.podstatus import PodStatusWriter
 from berth.shim.queue import QueuedPod, SchedulingQueue
+
+log = logging.getLogger(__name__)
 
 
 class EventHandlers:
@@ -78,6 +84,12 @@ class EventHandlers:
         self._waiting = waiting
         self._status = status
         self._binding_nominations = binding_nominations
+        # A profile runs GangScheduling: an unscheduled pod's arrival moves the
+        # pods it may complete a gang for (addPodToSchedulingQueue, with the
+        # GangScheduling feature gate on). Set when the profiles are known;
+        # done when the pod reaches the plugin's pod objects (on_object_change),
+        # so PreEnqueue counts it.
+        self.move_on_unscheduled_add = False
 
     def on_node_events(self, events: list[Event[cpb.Node]]) -> None:
         cache, queue = self._cache, self._queue
@@ -216,6 +228,9 @@ class EventHandlers:
         kind's EventResource (upstream's buildEvtResHandler), with the old
         and new object."""
         resource = event_resource(source.group, source.version, source.resource)
+        if resource == EventResource.POD and self.move_on_unscheduled_add:
+            self._unscheduled_pods_added(changes)
+            return
         if resource in (EventResource.POD, EventResource.NODE):
             # Pods and nodes a plugin reads as objects (a label-selected set
             # of pods, say) are the pod and node informers' events already.
@@ -231,6 +246,26 @@ class EventHandlers:
             evt = ClusterEvent(resource, action)
             self._queue.move(evt, old, new)
             _handled(evt.label, start)
+
+    def _unscheduled_pods_added(self, changes: Sequence[ObjectChange]) -> None:
+        """addPodToSchedulingQueue's MoveAllToActiveOrBackoffQueue(
+        EventUnscheduledPodAdd) under the GangScheduling gate: each pod added
+        unbound, once the cluster state holds its object (which the plugin
+        counts), moves the pods whose rejecting or gating plugin registered
+        a pod add (GangScheduling's hint keeps it to the same group)."""
+        for kind, old, new in changes:
+            if kind == DELETED or old is not None or new is None:
+                continue
+            start = time.perf_counter()
+            try:
+                pod = pod_record(orjson.loads(new.json))
+            except (ObjectError, ValueError, TypeError) as exc:
+                log.debug("pod object %s/%s: %s", new.ref.namespace, new.ref.name, exc)
+                continue
+            if pod.node_name:
+                continue
+            self._queue.move(EVENT_UNSCHEDULED_POD_ADD, None, pod)
+            _handled(EVENT_UNSCHEDULED_POD_ADD.label, start)
 
     def assumed_pod_forgotten(self, pod: cpb.Pod) -> None:
         """handleBindingCycleError: an assumed pod forgotten frees what it held

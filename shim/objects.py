@@ -83,6 +83,8 @@ class Source:
     poll_seconds: int
     label_selector: str
     plugins: frozenset[str] = field(default_factory=frozenset)
+    # Read only where the API server serves it (ObjectKind.if_served).
+    if_served: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -122,6 +124,7 @@ def merge_sources(reads: Iterable[pb.ObjectKind]) -> dict[tuple[str, str], Sourc
             max(0, k.poll_seconds),
             k.label_selector,
             frozenset(k.plugins),
+            k.if_served,
         )
         have = out.get(new.key)
         if have is None:
@@ -144,6 +147,7 @@ def merge_sources(reads: Iterable[pb.ObjectKind]) -> dict[tuple[str, str], Sourc
             min(polls) if polls else 0,
             have.label_selector if have.label_selector == new.label_selector else "",
             have.plugins | new.plugins,
+            have.if_served and new.if_served,
         )
     return out
 
@@ -271,6 +275,84 @@ class Poller:
         self._synced.set()
 
 
+def served(api: KubeApi, source: Source) -> bool:
+    """Does the API server serve ``source``'s group, version and resource?
+    One discovery GET (``/apis/<group>/<version>``, the APIResourceList
+    kubectl's discovery reads); 404 means the group version is off."""
+    path = (
+        f"/api/{source.version}" if not source.group else f"/apis/{source.group}/{source.version}"
+    )
+    try:
+        found = api.get(path)
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    resources = found.get("resources") if isinstance(found, dict) else None
+    if not isinstance(resources, list):
+        return False
+    return any(isinstance(r, dict) and r.get("name") == source.resource for r in resources)
+
+
+class IfServed:
+    """Runs ``runner`` only when the API server serves the source
+    (ObjectKind.if_served): an alpha API that is off (Kubernetes v1.36's
+    scheduling.k8s.io/v1alpha2 without ``--runtime-config``) costs one
+    discovery request and one info line, not a list retried for ever. A
+    discovery request that fails for another reason starts the runner,
+    which retries as for any kind. Asked once per start."""
+
+    def __init__(self, api: KubeApi, source: Source, runner: Informer[cpb.ClusterObject]) -> None:
+        self.api = api
+        self.source = source
+        self.runner = runner
+        self.started = False
+        self._synced = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self.started:
+            self.runner.stop()
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    async def wait_synced(self) -> None:
+        await self._synced.wait()
+
+    async def _run(self) -> None:
+        src = self.source
+        try:
+            ok = await asyncio.to_thread(served, self.api, src)
+        except ApiError as exc:
+            log.warning("%s: discovery failed (%s); watching it anyway", src.name, exc)
+            ok = True
+        if not ok:
+            log.info(
+                "%s/%s %s is not served by the API server; plugin(s) %s run without it "
+                "(a Kubernetes alpha API is served with --runtime-config=%s/%s=true and its "
+                "feature gate)",
+                src.group,
+                src.version,
+                src.resource,
+                ", ".join(sorted(src.plugins)),
+                src.group,
+                src.version,
+            )
+            self._synced.set()
+            return
+        self.started = True
+        self.runner.start()
+        await self.runner.wait_synced()
+        self._synced.set()
+
+
 # One change of an object: (informer event type, old object or None, new
 # object or None).
 ObjectChange = tuple[str, cpb.ClusterObject | None, cpb.ClusterObject | None]
@@ -292,7 +374,7 @@ class ObjectSources:
         self.state = state
         self.on_change = on_change
         self.sources: dict[tuple[str, str], Source] = {}
-        self._runners: dict[tuple[str, str], Informer[cpb.ClusterObject] | Poller] = {}
+        self._runners: dict[tuple[str, str], Informer[cpb.ClusterObject] | Poller | IfServed] = {}
         self.sync_timeout = SYNC_TIMEOUT_SECONDS
         # Objects the shim wrote, by (group, resource, namespace, name): the
         # resourceVersion the API server answered, until a watch event at
@@ -316,7 +398,7 @@ class ObjectSources:
         def deliver(events: list[Event[cpb.ClusterObject]]) -> None:
             self._apply(src, events)
 
-        runner: Informer[cpb.ClusterObject] | Poller
+        runner: Informer[cpb.ClusterObject] | Poller | IfServed
         if src.poll_seconds > 0:
             runner = Poller(self.api, src, deliver)
             how = f"polling every {src.poll_seconds}s"
@@ -332,6 +414,9 @@ class ObjectSources:
                 label_selector=src.label_selector or None,
             )
             how = "watching"
+            if src.if_served:
+                runner = IfServed(self.api, src, runner)
+                how = "watching where served"
         log.info(
             "%s %s%s for plugin(s) %s",
             how,

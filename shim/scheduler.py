@@ -41,6 +41,7 @@ from berth.kube.asynchttp import AsyncApi
 from berth.kube.errors import ApiError
 from berth.kube.records import PodSlabs, node_record, pod_record
 from berth.kube.rest import JSON, KubeApi, pod_path
+from berth.plugins.gangscheduling import NAME as GANG_SCHEDULING
 from berth.shim import metrics
 from berth.shim.background import ApiWorkers, Tasks
 from berth.shim.binding import Binder, BindingCycle, WaitingPods
@@ -359,6 +360,11 @@ class Scheduler:
             for kind in info.reads
         ]
         self.objects.update(reads)
+        self.event_handlers.move_on_unscheduled_add = any(
+            GANG_SCHEDULING in info.points.get("preEnqueue", ())
+            for name, info in self.service.profiles.items()
+            if name in self.profiles
+        )
 
     def _update_hints(self) -> None:
         """The queue's hint map: the events this shim's profiles' rejecting

@@ -466,6 +466,9 @@ def pod_record(
             tsc.min_domains = _int(c["minDomains"], "minDomains")
         tsc.match_label_keys.extend(str(x) for x in c.get("matchLabelKeys") or [])
     p.scheduling_gates.extend(str(g.get("name", "")) for g in _list(spec, "schedulingGates"))
+    group = _map(spec, "schedulingGroup").get("podGroupName")
+    if group:
+        p.scheduling_group = _scheduling_group(group, f"{where}.schedulingGroup.podGroupName")
     _volumes(_list(spec, "volumes"), p)
     _resource_claims(_list(spec, "resourceClaims"), _list(status, "resourceClaimStatuses"), p)
     for ref in _list(meta, "ownerReferences"):
@@ -473,6 +476,23 @@ def pod_record(
             p.owner_kind = str(ref.get("kind", ""))
             p.owner_name = str(ref.get("name", ""))
     return p
+
+
+# A DNS subdomain's longest (core/v1 PodSchedulingGroup.PodGroupName: "Must be
+# a DNS subdomain"); the API server refuses longer.
+MAX_POD_GROUP_NAME = 253
+
+
+def _scheduling_group(value: Any, field: str) -> str:
+    """spec.schedulingGroup.podGroupName: a string of at most 253 characters,
+    else the record's error (the API server validates it the same way)."""
+    if not isinstance(value, str):
+        raise ObjectError(f"{field}: must be a string, got {type(value).__name__}")
+    if len(value) > MAX_POD_GROUP_NAME:
+        raise ObjectError(
+            f"{field}: {len(value)} characters, a DNS subdomain has at most {MAX_POD_GROUP_NAME}"
+        )
+    return value
 
 
 # Pods per shared message of ``PodSlabs``: enough to spread a message's fixed cost

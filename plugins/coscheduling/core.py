@@ -17,7 +17,7 @@ requests, so every answer here is derived from the request's snapshot:
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -39,6 +39,7 @@ __all__ = [
     "format_gap",
     "group_members",
     "group_name",
+    "label_group",
     "lookup_pod_group",
     "resource_gap",
 ]
@@ -191,16 +192,28 @@ def _member(obj: ClusterObject, snapshot: Snapshot) -> Member | None:
     return Member(uid, obj.name, bool(spec.get("schedulingGates")), bound, assigned)
 
 
+def label_group(obj: ClusterObject) -> str:
+    """A pod object's group label (util.GetPodGroupLabel), "" when none."""
+    return obj.labels.get(POD_GROUP_LABEL, "")
+
+
 def group_members(
-    snapshot: Snapshot, namespace: str, group: str, pod: PodInfo | None = None
+    snapshot: Snapshot,
+    namespace: str,
+    group: str,
+    pod: PodInfo | None = None,
+    *,
+    group_of: Callable[[ClusterObject], str] = label_group,
 ) -> list[Member]:
-    """The live pods of ``namespace/group``. With ``pod`` (the pod being
-    scheduled), it counts even when its object has not reached the caller's
-    watch yet. Costs one pass over the grouped pods' objects."""
+    """The live pods of ``namespace/group``, the pod objects for which
+    ``group_of`` names ``group`` (Coscheduling's label by default; the
+    GangScheduling plugin passes the pod's spec.schedulingGroup). With ``pod``
+    (the pod being scheduled), it counts even when its object has not
+    reached the caller's watch yet. Costs one pass over the pod objects."""
     out: list[Member] = []
     seen_self = pod is None
     for (ns, _name), obj in snapshot.objects(GROUPED_PODS.group, GROUPED_PODS.resource).items():
-        if ns != namespace or obj.labels.get(POD_GROUP_LABEL) != group:
+        if ns != namespace or group_of(obj) != group:
             continue
         m = _member(obj, snapshot)
         if m is None:

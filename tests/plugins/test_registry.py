@@ -28,6 +28,7 @@ def test_registry_holds_upstream_names() -> None:
         "DefaultBinder",
         "DefaultPreemption",
         "SchedulingGates",
+        "GangScheduling",
         "TaintToleration",
         "NodeAffinity",
         "NodePorts",

@@ -867,6 +867,7 @@ class Pod(_message.Message):
     RESOURCE_CLAIMS_FIELD_NUMBER: _builtins.int
     RESOURCE_CLAIM_STATUSES_FIELD_NUMBER: _builtins.int
     ASSUMED_FIELD_NUMBER: _builtins.int
+    SCHEDULING_GROUP_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
     """metadata.uid; required, and the pod's identity in deltas (delete_pods)."""
     namespace: _builtins.str
@@ -926,6 +927,11 @@ class Pod(_message.Message):
     devices in flight) on such a pod alone: an annotation a user wrote on a
     real pod counts for nothing. False for every pod as the API server shows
     it (berth.kube.records) and for an assumed copy without annotations.
+    """
+    scheduling_group: _builtins.str
+    """spec.schedulingGroup.podGroupName (core/v1 PodSchedulingGroup, the
+    GenericWorkload API): the scheduling.k8s.io PodGroup in the pod's
+    namespace the pod belongs to; empty when the pod names none.
     """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
@@ -1060,10 +1066,11 @@ class Pod(_message.Message):
         resource_claims: _abc.Iterable[Global___PodResourceClaim] | None = ...,
         resource_claim_statuses: _abc.Iterable[Global___PodResourceClaimStatus] | None = ...,
         assumed: _builtins.bool = ...,
+        scheduling_group: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_host_users", b"_host_users", "affinity", b"affinity", "host_users", b"host_users", "overhead", b"overhead", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_host_users", b"_host_users", "affinity", b"affinity", "annotations", b"annotations", "assumed", b"assumed", "containers", b"containers", "creation_unix_micros", b"creation_unix_micros", "host_network", b"host_network", "host_users", b"host_users", "init_containers", b"init_containers", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "node_selector", b"node_selector", "nominated_node_name", b"nominated_node_name", "overhead", b"overhead", "owner_kind", b"owner_kind", "owner_name", b"owner_name", "phase", b"phase", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests", "preempted_by_scheduler", b"preempted_by_scheduler", "preemption_policy", b"preemption_policy", "priority", b"priority", "pvc_names", b"pvc_names", "resize_infeasible", b"resize_infeasible", "resource_claim_statuses", b"resource_claim_statuses", "resource_claims", b"resource_claims", "scheduler_name", b"scheduler_name", "scheduling_gates", b"scheduling_gates", "start_unix_micros", b"start_unix_micros", "terminating", b"terminating", "tolerations", b"tolerations", "topology_spread_constraints", b"topology_spread_constraints", "uid", b"uid", "volumes", b"volumes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_host_users", b"_host_users", "affinity", b"affinity", "annotations", b"annotations", "assumed", b"assumed", "containers", b"containers", "creation_unix_micros", b"creation_unix_micros", "host_network", b"host_network", "host_users", b"host_users", "init_containers", b"init_containers", "labels", b"labels", "name", b"name", "namespace", b"namespace", "node_name", b"node_name", "node_selector", b"node_selector", "nominated_node_name", b"nominated_node_name", "overhead", b"overhead", "owner_kind", b"owner_kind", "owner_name", b"owner_name", "phase", b"phase", "pod_level_actuated_requests", b"pod_level_actuated_requests", "pod_level_allocated_requests", b"pod_level_allocated_requests", "pod_level_limits", b"pod_level_limits", "pod_level_requests", b"pod_level_requests", "preempted_by_scheduler", b"preempted_by_scheduler", "preemption_policy", b"preemption_policy", "priority", b"priority", "pvc_names", b"pvc_names", "resize_infeasible", b"resize_infeasible", "resource_claim_statuses", b"resource_claim_statuses", "resource_claims", b"resource_claims", "scheduler_name", b"scheduler_name", "scheduling_gates", b"scheduling_gates", "scheduling_group", b"scheduling_group", "start_unix_micros", b"start_unix_micros", "terminating", b"terminating", "tolerations", b"tolerations", "topology_spread_constraints", b"topology_spread_constraints", "uid", b"uid", "volumes", b"volumes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__host_users: _TypeAlias = _typing.Literal["host_users"]  # noqa: Y015
     _WhichOneofArgType__host_users: _TypeAlias = _typing.Literal["_host_users", b"_host_users"]  # noqa: Y015

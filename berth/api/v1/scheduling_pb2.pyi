@@ -557,6 +557,7 @@ class ObjectKind(_message.Message):
     POLL_SECONDS_FIELD_NUMBER: _builtins.int
     PLUGINS_FIELD_NUMBER: _builtins.int
     LABEL_SELECTOR_FIELD_NUMBER: _builtins.int
+    IF_SERVED_FIELD_NUMBER: _builtins.int
     group: _builtins.str
     """API group; empty for the core group."""
     version: _builtins.str
@@ -575,6 +576,13 @@ class ObjectKind(_message.Message):
     """Only objects matching this label selector (Kubernetes syntax); empty:
     all. E.g. pods that belong to a pod group.
     """
+    if_served: _builtins.bool
+    """Read it only where the API server serves it: the caller asks discovery
+    once and, when the group, version or resource is absent (an alpha API
+    not enabled), keeps no objects of the kind and logs that once, rather
+    than retrying a list that cannot succeed. False: the caller keeps
+    trying (a CRD that may be installed later).
+    """
     @_builtins.property
     def plugins(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The plugins that read it."""
@@ -590,10 +598,11 @@ class ObjectKind(_message.Message):
         poll_seconds: _builtins.int = ...,
         plugins: _abc.Iterable[_builtins.str] | None = ...,
         label_selector: _builtins.str = ...,
+        if_served: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "kind", b"kind", "label_selector", b"label_selector", "namespaced", b"namespaced", "plugins", b"plugins", "poll_seconds", b"poll_seconds", "resource", b"resource", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "if_served", b"if_served", "kind", b"kind", "label_selector", b"label_selector", "namespaced", b"namespaced", "plugins", b"plugins", "poll_seconds", b"poll_seconds", "resource", b"resource", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

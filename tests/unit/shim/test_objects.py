@@ -19,6 +19,7 @@ from berth.kube.errors import ApiError
 from berth.kube.rest import JSON, KubeApi, ListResult
 from berth.shim.informer import Event
 from berth.shim.objects import (
+    IfServed,
     ObjectSources,
     Poller,
     Source,
@@ -28,6 +29,7 @@ from berth.shim.objects import (
     object_path,
     object_record,
     perform_writes,
+    served,
     write_path,
 )
 
@@ -449,3 +451,118 @@ def test_a_delete_deletes_the_object_with_its_uid_as_the_precondition() -> None:
         ),
         ("DELETE /apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c", {"uid": "u1"}),
     ]
+
+
+# -- kinds read only where served (ObjectKind.if_served) --------------------------------------
+
+WORKLOAD_PODGROUPS = pb.ObjectKind(
+    group="scheduling.k8s.io",
+    version="v1alpha2",
+    resource="podgroups",
+    kind="PodGroup",
+    namespaced=True,
+    plugins=["GangScheduling"],
+    if_served=True,
+)
+
+
+class DiscoveryApi(FakeApi):
+    """Answers discovery GETs from a script: a JSON body or an ApiError."""
+
+    def __init__(self, discovery: JSON | ApiError) -> None:
+        super().__init__([[]])
+        self.discovery = discovery
+        self.gets: list[str] = []
+
+    def get(self, path: str, **params: Any) -> JSON:
+        self.gets.append(path)
+        if isinstance(self.discovery, ApiError):
+            raise self.discovery
+        return self.discovery
+
+
+@pytest.mark.parametrize(
+    ("discovery", "want"),
+    [
+        pytest.param(
+            {"resources": [{"name": "workloads"}, {"name": "podgroups"}]}, True, id="served"
+        ),
+        pytest.param({"resources": [{"name": "workloads"}]}, False, id="resource absent"),
+        pytest.param(ApiError("GET", "/apis/scheduling.k8s.io/v1alpha2", 404), False, id="404"),
+        pytest.param({"resources": "nonsense"}, False, id="malformed list"),
+    ],
+)
+def test_served_asks_discovery_for_the_group_version(
+    discovery: JSON | ApiError, want: bool
+) -> None:
+    api = DiscoveryApi(discovery)
+    src = merge_sources([WORKLOAD_PODGROUPS])[("scheduling.k8s.io", "podgroups")]
+    assert served(cast(KubeApi, api), src) is want
+    assert api.gets == ["/apis/scheduling.k8s.io/v1alpha2"]
+
+
+def test_served_passes_other_errors_on() -> None:
+    api = DiscoveryApi(ApiError("GET", "/apis/scheduling.k8s.io/v1alpha2", 403))
+    src = merge_sources([WORKLOAD_PODGROUPS])[("scheduling.k8s.io", "podgroups")]
+    with pytest.raises(ApiError):
+        served(cast(KubeApi, api), src)
+
+
+def test_merge_sources_read_where_served_only_when_every_reader_says_so() -> None:
+    plain = pb.ObjectKind()
+    plain.CopyFrom(WORKLOAD_PODGROUPS)
+    plain.if_served = False
+    assert merge_sources([WORKLOAD_PODGROUPS])[("scheduling.k8s.io", "podgroups")].if_served
+    both = merge_sources([WORKLOAD_PODGROUPS, plain])
+    assert not both[("scheduling.k8s.io", "podgroups")].if_served
+
+
+async def test_a_kind_not_served_costs_one_discovery_request_and_one_info_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    api = DiscoveryApi(ApiError("GET", "/apis/scheduling.k8s.io/v1alpha2", 404))
+    sources = ObjectSources(cast(KubeApi, api), ClusterStateLog())
+    sources.sync_timeout = 5.0
+    caplog.set_level("INFO", logger="berth.shim.objects")
+    sources.update([WORKLOAD_PODGROUPS])
+    try:
+        # Synced at once (no "not listed within" warning), nothing listed or watched.
+        assert await sources.wait_synced() == []
+        await asyncio.sleep(0.05)
+        assert api.listed == []
+        assert api.gets == ["/apis/scheduling.k8s.io/v1alpha2"]
+    finally:
+        sources.stop()
+    lines = [r for r in caplog.records if "not served" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].levelname == "INFO"
+    assert "--runtime-config=scheduling.k8s.io/v1alpha2=true" in lines[0].getMessage()
+    assert not [r for r in caplog.records if r.levelno >= 30]
+
+
+class StubRunner:
+    def __init__(self) -> None:
+        self.started = False
+        self.stopped = False
+        self._synced = asyncio.Event()
+
+    def start(self) -> None:
+        self.started = True
+        self._synced.set()
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    async def wait_synced(self) -> None:
+        await self._synced.wait()
+
+
+async def test_a_served_kind_is_watched() -> None:
+    api = DiscoveryApi({"resources": [{"name": "podgroups"}]})
+    src = merge_sources([WORKLOAD_PODGROUPS])[("scheduling.k8s.io", "podgroups")]
+    runner = StubRunner()
+    gate = IfServed(cast(KubeApi, api), src, cast(Any, runner))
+    gate.start()
+    await asyncio.wait_for(gate.wait_synced(), 5)
+    assert runner.started and gate.synced
+    gate.stop()
+    assert runner.stopped

@@ -1364,9 +1364,13 @@ type Pod struct {
 	// devices in flight) on such a pod alone: an annotation a user wrote on a
 	// real pod counts for nothing. False for every pod as the API server shows
 	// it (berth.kube.records) and for an assumed copy without annotations.
-	Assumed       bool `protobuf:"varint,38,opt,name=assumed,proto3" json:"assumed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Assumed bool `protobuf:"varint,38,opt,name=assumed,proto3" json:"assumed,omitempty"`
+	// spec.schedulingGroup.podGroupName (core/v1 PodSchedulingGroup, the
+	// GenericWorkload API): the scheduling.k8s.io PodGroup in the pod's
+	// namespace the pod belongs to; empty when the pod names none.
+	SchedulingGroup string `protobuf:"bytes,39,opt,name=scheduling_group,json=schedulingGroup,proto3" json:"scheduling_group,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Pod) Reset() {
@@ -1656,6 +1660,13 @@ func (x *Pod) GetAssumed() bool {
 		return x.Assumed
 	}
 	return false
+}
+
+func (x *Pod) GetSchedulingGroup() string {
+	if x != nil {
+		return x.SchedulingGroup
+	}
+	return ""
 }
 
 // One entry of a pod's spec.resourceClaims (core/v1 PodResourceClaim).
@@ -2527,7 +2538,7 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"\vrestartable\x18\x06 \x01(\bR\vrestartable\x12B\n" +
 	"\x12allocated_requests\x18\a \x01(\v2\x13.berth.v1.ResourcesR\x11allocatedRequests\x12@\n" +
 	"\x11actuated_requests\x18\b \x01(\v2\x13.berth.v1.ResourcesR\x10actuatedRequests\x120\n" +
-	"\x14restart_rule_actions\x18\t \x03(\tR\x12restartRuleActions\"\xef\x0f\n" +
+	"\x14restart_rule_actions\x18\t \x03(\tR\x12restartRuleActions\"\x9a\x10\n" +
 	"\x03Pod\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -2571,7 +2582,8 @@ const file_berth_v1_cluster_proto_rawDesc = "" +
 	"\x16preempted_by_scheduler\x18\" \x01(\bR\x14preemptedByScheduler\x12C\n" +
 	"\x0fresource_claims\x18$ \x03(\v2\x1a.berth.v1.PodResourceClaimR\x0eresourceClaims\x12X\n" +
 	"\x17resource_claim_statuses\x18% \x03(\v2 .berth.v1.PodResourceClaimStatusR\x15resourceClaimStatuses\x12\x18\n" +
-	"\aassumed\x18& \x01(\bR\aassumed\x1a9\n" +
+	"\aassumed\x18& \x01(\bR\aassumed\x12)\n" +
+	"\x10scheduling_group\x18' \x01(\tR\x0fschedulingGroup\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +

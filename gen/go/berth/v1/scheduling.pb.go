@@ -834,6 +834,12 @@ type ObjectKind struct {
 	// Only objects matching this label selector (Kubernetes syntax); empty:
 	// all. E.g. pods that belong to a pod group.
 	LabelSelector string `protobuf:"bytes,8,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
+	// Read it only where the API server serves it: the caller asks discovery
+	// once and, when the group, version or resource is absent (an alpha API
+	// not enabled), keeps no objects of the kind and logs that once, rather
+	// than retrying a list that cannot succeed. False: the caller keeps
+	// trying (a CRD that may be installed later).
+	IfServed      bool `protobuf:"varint,9,opt,name=if_served,json=ifServed,proto3" json:"if_served,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -922,6 +928,13 @@ func (x *ObjectKind) GetLabelSelector() string {
 		return x.LabelSelector
 	}
 	return ""
+}
+
+func (x *ObjectKind) GetIfServed() bool {
+	if x != nil {
+		return x.IfServed
+	}
+	return false
 }
 
 // One scheduling profile of the server's configuration.
@@ -4629,7 +4642,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x06weight\x18\x02 \x01(\x05R\x06weight\"S\n" +
 	"\x0eExtensionPoint\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
-	"\aplugins\x18\x02 \x03(\v2\x13.berth.v1.PluginRefR\aplugins\"\xf0\x01\n" +
+	"\aplugins\x18\x02 \x03(\v2\x13.berth.v1.PluginRefR\aplugins\"\x8d\x02\n" +
 	"\n" +
 	"ObjectKind\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
@@ -4641,7 +4654,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"namespaced\x12!\n" +
 	"\fpoll_seconds\x18\x06 \x01(\x05R\vpollSeconds\x12\x18\n" +
 	"\aplugins\x18\a \x03(\tR\aplugins\x12%\n" +
-	"\x0elabel_selector\x18\b \x01(\tR\rlabelSelector\"\x94\x02\n" +
+	"\x0elabel_selector\x18\b \x01(\tR\rlabelSelector\x12\x1b\n" +
+	"\tif_served\x18\t \x01(\bR\bifServed\"\x94\x02\n" +
 	"\aProfile\x12%\n" +
 	"\x0escheduler_name\x18\x01 \x01(\tR\rschedulerName\x12C\n" +
 	"\x10extension_points\x18\x02 \x03(\v2\x18.berth.v1.ExtensionPointR\x0fextensionPoints\x12>\n" +
