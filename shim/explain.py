@@ -18,8 +18,9 @@ in memory within bounds, and the explanation ``berth explain`` prints
   Filter verdict, each feasible node's raw, normalised and weighted scores,
   PostFilter's preemption choice, nothing reserved), with the smallest
   changes that would make the pod fit (shim/explainfix.py). A pod of a
-  Coscheduling PodGroup also gets its group: member by member, and the
-  node-level reasons summed over the members.
+  PodGroup (Coscheduling's, or the Workload API's scheduling.k8s.io/v1alpha2
+  one of the GangScheduling plugin) also gets its group: member by member,
+  and the node-level reasons summed over the members.
 - Pods that ask for it (annotation ``explain.berth.dev/enabled: "true"``)
   are scheduled with ``explain`` and get their attempt written to annotation
   ``explain.berth.dev/result`` (``result_annotation``), at most
@@ -34,7 +35,7 @@ import logging
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,9 @@ from berth.framework.model import CALCULATE_RESOURCE_OPTIONS, pod_request_list, 
 from berth.framework.objects import ClusterObject
 from berth.kube.records import EXPLAIN_RESULT_ANNOTATION
 from berth.plugins.coscheduling.core import POD_GROUP_LABEL, PodGroup, PodGroupError
+from berth.plugins.coscheduling.core import PODGROUP as COSCHEDULING_PODGROUP
+from berth.plugins.gangscheduling.core import PODGROUP as WORKLOAD_PODGROUP
+from berth.plugins.gangscheduling.core import WorkloadPodGroup
 from berth.shim.explainfix import (
     aggregate,
     gpu_fix,
@@ -473,9 +477,11 @@ class Explainer:
                 self._live(qp, resp, doc, why, fixes)
                 await self._preemption_what_if(qp, resp, doc, fixes)
                 await self._verify_resources(qp, doc, fixes)
-        group = pod.labels.get(POD_GROUP_LABEL)
-        if group:
-            doc["podGroup"] = self._group(pod.namespace, group, why, fixes)
+        for gang in GANGS:
+            group = gang.member_of(pod)
+            if group:
+                doc["podGroup"] = self._group(gang, pod.namespace, group, why, fixes)
+                break
         doc["why"] = why
         doc["fixes"] = fixes
         return doc
@@ -683,33 +689,37 @@ class Explainer:
     # -- a PodGroup ------------------------------------------------------------------
 
     def _group(
-        self, namespace: str, group: str, why: list[str], fixes: list[str]
+        self, gang: Gang, namespace: str, group: str, why: list[str], fixes: list[str]
     ) -> dict[str, Any]:
-        """The pod's Coscheduling group: minMember, each member's state, and
-        the node-level reasons summed over the pending members' last
-        attempts."""
-        out: dict[str, Any] = {"name": f"{namespace}/{group}"}
-        obj = self.cache.state.objects.get(("scheduling.x-k8s.io", "podgroups", namespace, group))
-        pg: PodGroup | None = None
+        """The pod's gang (Coscheduling's PodGroup or the Workload API's): its
+        minimum, each member's state, and the node-level reasons summed over
+        the pending members' last attempts."""
+        out: dict[str, Any] = {"name": f"{namespace}/{group}", "api": gang.api}
+        obj = self.cache.state.objects.get((*gang.key, namespace, group))
+        minimum: int | None = None
         if obj is None:
             out["problem"] = "the PodGroup does not exist (or this scheduler does not read it)"
         else:
             try:
-                pg = PodGroup.from_object(ClusterObject.from_proto(obj))
+                minimum = gang.minimum(ClusterObject.from_proto(obj))
             except PodGroupError as exc:
                 out["problem"] = str(exc)
+            if minimum is None and "problem" not in out:
+                out["problem"] = "the PodGroup has no gang policy: its pods are not held together"
         members: list[dict[str, Any]] = []
         counts: list[tuple[str, int]] = []
         assigned = 0
         for q in self.queue.pods():
             p = q.pod
-            if p.namespace != namespace or p.labels.get(POD_GROUP_LABEL) != group:
+            if p.namespace != namespace or gang.member_of(p) != group:
                 continue
             w = self.waiting.get(q.uid)
             member: dict[str, Any] = {"pod": p.name, "queue": q.where or "incoming"}
             if w is not None:
                 assigned += 1
                 member["state"] = f"waiting at Permit on {w.node}"
+            elif q.where == "gated":
+                member["state"] = f"gated at PreEnqueue by {q.gated_by or 'a plugin'}"
             else:
                 last = self.store.get(q.uid)
                 member["state"] = "pending"
@@ -722,7 +732,7 @@ class Explainer:
             if (
                 p.node_name
                 and p.namespace == namespace
-                and p.labels.get(POD_GROUP_LABEL) == group
+                and gang.member_of(p) == group
                 and p.uid not in self.waiting
             ):
                 assigned += 1
@@ -731,21 +741,55 @@ class Explainer:
         out["members"] = members[:MAX_LIVE_ROWS]
         out["assigned"] = assigned
         out["nodeReasons"] = [{"reason": r, "nodes": n} for r, n in aggregate(counts)[:32]]
-        if pg is not None:
-            out["minMember"] = pg.min_member
-            missing = pg.min_member - len(members)
-            line = (
-                f"PodGroup {namespace}/{group} needs {pg.min_member} member(s): "
+        if minimum is not None:
+            out[gang.min_field] = minimum
+            missing = minimum - len(members)
+            why.append(
+                f"PodGroup {namespace}/{group} needs {minimum} member(s): "
                 f"{len(members)} exist, {assigned} assigned"
             )
-            why.append(line)
             if missing > 0:
                 fixes.append(
-                    f"create {missing} more pod(s) labelled {POD_GROUP_LABEL}={group} in "
-                    f"namespace {namespace} (or lower the PodGroup's minMember to "
-                    f"{len(members)})"
+                    f"create {missing} more pod(s) {gang.joining(group)} in namespace "
+                    f"{namespace} (or lower the PodGroup's {gang.min_field} to {len(members)})"
                 )
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """A gang API, as explain reads it: where its PodGroups are (group,
+    resource), how a pod names its group, the PodGroup's minimum (None: no
+    gang policy; PodGroupError: unreadable), and how the fix says to join."""
+
+    api: str
+    key: tuple[str, str]
+    min_field: str
+    member_of: Callable[[cpb.Pod], str]
+    minimum: Callable[[ClusterObject], int | None]
+    joining: Callable[[str], str]
+
+
+GANGS: tuple[Gang, ...] = (
+    # scheduler-plugins' Coscheduling (plugins/coscheduling).
+    Gang(
+        "scheduling.x-k8s.io/v1alpha1",
+        (COSCHEDULING_PODGROUP.group, COSCHEDULING_PODGROUP.resource),
+        "minMember",
+        lambda p: p.labels.get(POD_GROUP_LABEL, ""),
+        lambda o: PodGroup.from_object(o).min_member,
+        lambda g: f"labelled {POD_GROUP_LABEL}={g}",
+    ),
+    # Kubernetes v1.36's Workload API (plugins/gangscheduling).
+    Gang(
+        "scheduling.k8s.io/v1alpha2",
+        (WORKLOAD_PODGROUP.group, WORKLOAD_PODGROUP.resource),
+        "minCount",
+        lambda p: p.scheduling_group,
+        lambda o: WorkloadPodGroup.from_object(o).min_count,
+        lambda g: f"with spec.schedulingGroup.podGroupName {g}",
+    ),
+)
 
 
 def lower_requests(pod: cpb.Pod, less: Mapping[str, int]) -> cpb.Pod | None:

@@ -305,9 +305,10 @@ def render(doc: Mapping[str, Any], out: TextIO) -> None:
     group: Mapping[str, Any] | None = doc.get("podGroup")
     if group:
         line = f"  PodGroup {group.get('name')}"
-        if "minMember" in group:
+        minimum = next((f for f in ("minMember", "minCount") if f in group), "")
+        if minimum:
             line += (
-                f": minMember {group['minMember']}, {len(group.get('members') or [])} member(s), "
+                f": {minimum} {group[minimum]}, {len(group.get('members') or [])} member(s), "
                 f"{group.get('assigned')} assigned"
             )
         if group.get("problem"):
