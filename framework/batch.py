@@ -39,7 +39,7 @@ import numpy as np
 from berth.framework import signers
 from berth.framework.interfaces import ScoreArray, SignPlugin
 from berth.framework.model import PodInfo
-from berth.framework.observe import BATCH_ATTEMPTS, BATCH_CACHE_FLUSHED
+from berth.framework.observe import BATCH_ATTEMPTS, BATCH_CACHE_FLUSHED, CounterCell
 from berth.framework.snapshot import NodeBatch, Snapshot
 
 __all__ = [
@@ -137,6 +137,12 @@ class OpportunisticBatch:
         self._last_cycle = 0
         self._last_chosen = ""
         self._last_succeeded = False
+        # The profile's series, looked up once.
+        self._attempts = {
+            result: BATCH_ATTEMPTS.labels(profile, result)
+            for result in (NO_HINT, HINT_USED, HINT_NOT_USED)
+        }
+        self._flushed: dict[str, CounterCell] = {}
         # Pods placed on a hint, for tests and logs (batch.go batchedPods).
         self.batched_pods = 0
 
@@ -151,7 +157,7 @@ class OpportunisticBatch:
         ``filter_node(name)`` runs the profile's Filter plugins for this pod on
         one node and says whether they rejected it (None: an error)."""
         if not self._compatible(filter_node, snapshot, signature, cycle):
-            BATCH_ATTEMPTS.labels(self.profile, NO_HINT).inc()
+            self._attempts[NO_HINT].inc()
             return ""
         assert self._state is not None
         return self._state.nodes.pop(0)
@@ -163,23 +169,28 @@ class OpportunisticBatch:
         chosen: str,
         others: list[str] | None,
         cycle: int,
+        unsigned_others: int = 0,
     ) -> None:
         """batch.go StoreScheduleResults, after a cycle chose ``chosen``:
         remember the cycle; keep the ranking when the hint was taken, else
-        replace it with ``others`` (the cycle's other nodes, best first)."""
+        replace it with ``others`` (the cycle's other nodes, best first).
+        For a pod without a signature the ranking is not built: the caller
+        says how many other nodes it had (``unsigned_others``), so the flush
+        is counted as upstream's, which always gets the ranking."""
         self._last_cycle = cycle
         self._last_chosen = chosen
         self._last_succeeded = True
         if hinted and hinted == chosen:
-            BATCH_ATTEMPTS.labels(self.profile, HINT_USED).inc()
+            self._attempts[HINT_USED].inc()
             self.batched_pods += 1
             return
         if hinted:
-            BATCH_ATTEMPTS.labels(self.profile, HINT_NOT_USED).inc()
+            self._attempts[HINT_NOT_USED].inc()
         if signature is not None and others:
             self._state = _State(signature, others, self._clock())
             return
-        self._flush(FLUSH_POD_NOT_BATCHABLE if others else FLUSH_EMPTY_LIST)
+        ranked = bool(others) or unsigned_others > 0
+        self._flush(FLUSH_POD_NOT_BATCHABLE if ranked else FLUSH_EMPTY_LIST)
         self._state = None
 
     def failed(self, cycle: int) -> None:
@@ -190,7 +201,10 @@ class OpportunisticBatch:
         self._last_succeeded = False
 
     def _flush(self, reason: str) -> None:
-        BATCH_CACHE_FLUSHED.labels(self.profile, reason).inc()
+        cell = self._flushed.get(reason)
+        if cell is None:
+            cell = self._flushed[reason] = BATCH_CACHE_FLUSHED.labels(self.profile, reason)
+        cell.inc()
 
     def _compatible(
         self,

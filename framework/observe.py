@@ -23,7 +23,7 @@ from itertools import accumulate
 from typing import Any
 
 from opentelemetry import trace
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
@@ -164,17 +164,6 @@ PLUGIN_EXECUTION_DURATION = CellHistogram(
     ["plugin", "extension_point", "status"],
     buckets=_exponential(0.00001, 1.5, 20),
 )
-# Opportunistic batching (framework/batch.py), as metrics.go names them.
-BATCH_ATTEMPTS = Counter(
-    "scheduler_batch_attempts",
-    "Counts of results when we attempt to use batching.",
-    ["profile", "result"],
-)
-BATCH_CACHE_FLUSHED = Counter(
-    "scheduler_batch_cache_flushed",
-    "Counts of cache flushes by reason.",
-    ["profile", "reason"],
-)
 
 # metrics.go: PluginEvaluationTotal, counted on every cycle (not sampled)
 # by the instrumented plugins (framework/runtime/instrumented_plugins.go):
@@ -190,14 +179,28 @@ PLUGIN_EVALUATION_TOTAL = CellCounter(
     "only in PreFilter, Filter, PreScore, and Score).",
     ["plugin", "extension_point", "profile"],
 )
+# Opportunistic batching (framework/batch.py), as metrics.go names them;
+# counted on every cycle of a profile that batches, so cells as above.
+BATCH_ATTEMPTS = CellCounter(
+    "scheduler_batch_attempts",
+    "Counts of results when we attempt to use batching.",
+    ["profile", "result"],
+)
+BATCH_CACHE_FLUSHED = CellCounter(
+    "scheduler_batch_cache_flushed",
+    "Counts of cache flushes by reason.",
+    ["profile", "reason"],
+)
 # metrics.go: SchedulingAlgorithmLatency, ExponentialBuckets(0.001, 2, 15):
 # SchedulePod and PostFilter, before Reserve (schedule_one.go
-# schedulingAlgorithm).
-SCHEDULING_ALGORITHM_DURATION = Histogram(
+# schedulingAlgorithm). Observed once per cycle: a cell, no labels.
+SCHEDULING_ALGORITHM_DURATION = CellHistogram(
     "scheduler_scheduling_algorithm_duration_seconds",
     "Scheduling algorithm latency in seconds",
+    [],
     buckets=_exponential(0.001, 2, 15),
 )
+_algorithm_cell = SCHEDULING_ALGORITHM_DURATION.labels()
 
 _tracer = trace.get_tracer("berth.plugins")
 
@@ -233,7 +236,7 @@ def evaluation_counter(plugin: str, point: str, profile: str) -> CounterCell:
 
 
 def observe_algorithm(seconds: float) -> None:
-    SCHEDULING_ALGORITHM_DURATION.observe(seconds)
+    _algorithm_cell.observe(seconds)
 
 
 def tracing_active() -> bool:

@@ -493,7 +493,7 @@ def _schedule_pod(
         result.node = feasible.names[0]
         if batch is not None:
             others = list(feasible.names[1:]) if signature is not None else None
-            batch.store(signature, hint, result.node, others, cycle)
+            batch.store(signature, hint, result.node, others, cycle, len(feasible) - 1)
     else:
         st = fw.run_pre_score(state, pod, feasible)
         if not st.is_success:
@@ -512,7 +512,7 @@ def _schedule_pod(
                 if signature is not None
                 else None
             )
-            batch.store(signature, hint, result.node, others, cycle)
+            batch.store(signature, hint, result.node, others, cycle, len(feasible) - 1)
 
     if reserve_and_permit:
         timer.stop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from prometheus_client import REGISTRY as REGISTRY_METRICS
 
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.batch import (
@@ -209,3 +210,29 @@ def test_an_explanation_neither_uses_nor_changes_the_ranking() -> None:
     assert result.node
     assert batch.batched_pods == 0
     assert batch.node_hint(lambda _: True, snap, None, 2) == ""
+
+
+def _flushed(profile: str, reason: str) -> float:
+    value = REGISTRY_METRICS.get_sample_value(
+        "scheduler_batch_cache_flushed_total", {"profile": profile, "reason": reason}
+    )
+    return value or 0.0
+
+
+def test_an_unsigned_pod_flushes_as_not_batchable_and_a_lone_node_as_an_empty_list() -> None:
+    """batch.go StoreScheduleResults: a cycle that ranked other nodes for a
+    pod without a signature counts pod_not_batchable (schedule_one.go
+    schedulePod passes the ranking whatever the signature); one feasible node
+    passes none, empty_list. Berth does not build the ranking of an unsigned
+    pod, yet counts it the same."""
+    (profile,) = default_config(REGISTRY).profiles
+    fw = Framework(profile, REGISTRY)
+    nodes = [make_node(f"n{i}").capacity(cpu="4", memory="8Gi", pods=110).obj() for i in range(3)]
+    snap = snapshot_of(nodes, [])
+    before = _flushed(fw.name, "pod_not_batchable"), _flushed(fw.name, "empty_list")
+    place_all(fw, snap, [gpu_pod("a"), gpu_pod("b")], batching=True)
+    assert _flushed(fw.name, "pod_not_batchable") == before[0] + 2
+    assert _flushed(fw.name, "empty_list") == before[1]
+    lone = snapshot_of([nodes[0]], [])
+    place_all(fw, lone, [gpu_pod("c")], batching=True)
+    assert _flushed(fw.name, "empty_list") == before[1] + 1
