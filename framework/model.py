@@ -525,6 +525,16 @@ class PodInfo:
                     out.append((p.host_ip or "0.0.0.0", p.protocol or "TCP", p.host_port))
         return tuple(out)
 
+    def placed(self, proto: pb.Pod) -> PodInfo:
+        """A PodInfo of ``proto``, a copy of this pod's record that differs
+        only in where the pod is (node, nomination), its annotations or its
+        assumed mark: what was worked out of the spec (requests, affinity,
+        host ports) is shared, not worked out again, as upstream's assume
+        keeps the cycle's PodInfo (schedule_one.go assume)."""
+        info = PodInfo(proto)
+        info.__dict__.update(self.__dict__)
+        return info
+
     def __repr__(self) -> str:
         return f"PodInfo({self.key})"
 

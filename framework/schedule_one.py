@@ -768,4 +768,4 @@ def select_host(nodes: NodeBatch, totals: ScoreArray, rng: random.Random | None 
     at random (upstream's reservoir sampling gives each an equal chance)."""
     best = np.flatnonzero(totals == totals.max())
     pick = int(best[0]) if len(best) == 1 else int(best[(rng or random).randrange(len(best))])
-    return nodes.take([pick]).names[0]
+    return nodes.snapshot.slot(int(nodes.idx[pick])).name

@@ -566,7 +566,16 @@ class Snapshot:
         if not members:
             del self._zones[zone]
 
-    def _upsert_pod(self, pod: pb.Pod) -> None:
+    def upsert_pod(self, info: PodInfo) -> None:
+        """``apply`` of a delta that upserts only ``info``'s record, taking
+        ``info`` itself as the snapshot's PodInfo (see PodInfo.placed)."""
+        if not info.proto.uid:
+            raise SnapshotError("pod.uid", "must not be empty")
+        if self._tentative:
+            self.settle(keep={info.proto.uid})
+        self._upsert_pod(info.proto, info)
+
+    def _upsert_pod(self, pod: pb.Pod, info: PodInfo | None = None) -> None:
         old = self.pods.get(pod.uid) if self.reuse_equal_pods else None
         if old is not None and old.node_name and old.proto == pod:
             ni = self.nodes.get(old.node_name)
@@ -576,7 +585,8 @@ class Snapshot:
                 self.pods[pod.uid] = self.pods.pop(pod.uid)
                 return
         self._delete_pod(pod.uid)
-        info = PodInfo(pod)
+        if info is None:
+            info = PodInfo(pod)
         self.pods[pod.uid] = info
         if not pod.node_name:
             if pod.nominated_node_name:

@@ -250,9 +250,9 @@ def _batch_slice(b: _Batch, request: pb.ScheduleBatchRequest, slice_seconds: flo
         if result.node and _holds_node(result):
             held = snap.pods.get(pod.uid)
             b.placed.append((pod.uid, None if held is None else held.proto))
-            # One copy of the pod, made in the delta itself.
-            delta = cpb.ClusterDelta()
-            assumed = delta.upsert_pods.add()
+            # One copy of the pod; its PodInfo keeps what the cycle worked
+            # out of the spec.
+            assumed = cpb.Pod()
             assumed.CopyFrom(pod.proto)
             assumed.node_name = result.node
             # What Reserve annotated travels with the assumed pod, marked as
@@ -261,7 +261,7 @@ def _batch_slice(b: _Batch, request: pb.ScheduleBatchRequest, slice_seconds: flo
             if reserved:
                 assumed.annotations.update(reserved)
                 assumed.assumed = True
-            snap.apply(delta)
+            snap.upsert_pod(pod.placed(assumed))
         elif _renominates(result, pod, snap):
             # handleSchedulingFailure: the nominator takes the
             # PostFilter's nomination (or drops the pod's, after any
@@ -269,12 +269,11 @@ def _batch_slice(b: _Batch, request: pb.ScheduleBatchRequest, slice_seconds: flo
             # see it.
             held = snap.pods.get(pod.uid)
             b.placed.append((pod.uid, None if held is None else held.proto))
-            delta = cpb.ClusterDelta()
-            nominated = delta.upsert_pods.add()
+            nominated = cpb.Pod()
             nominated.CopyFrom(pod.proto)
             nominated.node_name = ""
             nominated.nominated_node_name = result.nominated_node
-            snap.apply(delta)
+            snap.upsert_pod(pod.placed(nominated))
     return True
 
 

@@ -402,3 +402,26 @@ def test_no_plugin_runs_after_the_requests_deadline() -> None:
         schedule_pod(fw, snap, CycleState(), pod)
     fw.begin_request(time.perf_counter() + 60)
     assert schedule_pod(fw, snap, CycleState(), pod).node == "n1"
+
+
+def test_a_plugin_call_made_inside_another_of_the_same_plugin_gets_its_own_context() -> None:
+    """The reused per-(point, plugin) context of Framework._plugin: a nested
+    call of the same plugin at the same point (a plugin driving the
+    framework again) neither shares its box nor ends the outer call's, and
+    an exception in it still becomes an Error."""
+    (profile_,) = default_config(SHIPPED).profiles
+    f = Framework(profile_, SHIPPED)
+    f.begin_request(None)
+    pl = f.pre_filter[0]
+    with f._plugin("PreFilter", pl) as outer:
+        outer.append(Status.unschedulable("outer"))
+        with f._plugin("PreFilter", pl) as inner:
+            assert inner is not outer and inner == []
+            inner.append(Status.unschedulable("inner"))
+        assert [st.message for st in outer] == ["outer"]
+    with f._plugin("PreFilter", pl) as again:
+        assert again is outer and again == []
+    with pytest.raises(CycleError, match="boom"), f._plugin("PreFilter", pl):
+        raise ValueError("boom")
+    with f._plugin("PreFilter", pl) as after:
+        assert after == []

@@ -377,3 +377,50 @@ def test_an_assumed_pod_brought_back_unchanged_is_not_removed_and_added() -> Non
     assert list(snap.nodes["a"].pods) == [first.uid]
     assert snap.nodes["a"].requested.milli_cpu == 1000
     check_columns_match_nodeinfos(snap)
+
+
+def test_upserting_a_placed_pod_info_counts_as_applying_its_record() -> None:
+    """Snapshot.upsert_pod(PodInfo.placed(...)), the ScheduleBatch assume:
+    the node's sums, the pod's place and the later removal are those of a
+    delta upserting the same record, and the spec's derived values are the
+    scheduled PodInfo's own, not worked out again."""
+    nodes = [make_node("a").capacity(cpu="4", memory="8Gi", pods=110).obj()]
+    proto = make_pod("p").req(cpu="1500m", memory="1Gi").obj()
+    proto.containers[0].ports.add(container_port=80, host_port=8080)
+    scheduled = PodInfo(proto)
+    requests = scheduled.requests
+    assumed = pb.Pod()
+    assumed.CopyFrom(proto)
+    assumed.node_name = "a"
+
+    by_delta = snapshot_of(nodes, [])
+    delta = pb.ClusterDelta()
+    delta.upsert_pods.add().CopyFrom(assumed)
+    by_delta.apply(delta)
+    by_info = snapshot_of(nodes, [])
+    by_info.upsert_pod(scheduled.placed(assumed))
+
+    for snap in (by_delta, by_info):
+        ni = snap.nodes["a"]
+        assert ni.requested.milli_cpu == 1500
+        assert ni.non_zero_requested == [1500, 1024**3]
+        assert list(ni.pods) == [proto.uid]
+        assert ni.used_ports
+    placed = by_info.pods[proto.uid]
+    assert placed.proto.node_name == "a"
+    assert placed.requests is requests
+    assert by_info.nodes["a"].used_ports == by_delta.nodes["a"].used_ports
+
+    removal = pb.ClusterDelta()
+    removal.delete_pods.append(proto.uid)
+    by_info.apply(removal)
+    assert by_info.nodes["a"].requested.milli_cpu == 0
+    assert not by_info.nodes["a"].used_ports
+
+
+def test_upsert_pod_refuses_a_pod_without_uid() -> None:
+    snap = snapshot_of([make_node("a").obj()], [])
+    proto = make_pod("p").obj()
+    proto.uid = ""
+    with pytest.raises(SnapshotError):
+        snap.upsert_pod(PodInfo(proto))
