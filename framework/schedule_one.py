@@ -709,8 +709,10 @@ def find_nodes_that_pass_filters(
 
     def order(lo: int, hi: int) -> np.ndarray[Any, np.dtype[np.int64]]:
         """Positions lo..hi of the walk that starts at ``start`` and wraps."""
-        idx = np.arange(start + lo, start + min(hi, n), dtype=np.int64)
-        idx[idx >= n] -= n
+        end = start + min(hi, n)
+        idx = np.arange(start + lo, end, dtype=np.int64)
+        if end > n:
+            idx[idx >= n] -= n
         return idx
 
     if not fw.filter:
