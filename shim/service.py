@@ -42,6 +42,7 @@ from berth.framework.model import PodInfo
 from berth.framework.status import SUCCESS, Status
 from berth.framework.writes import PluginWrites
 from berth.plugins.dynamicresources import DynamicResources
+from berth.plugins.gangscheduling import GangScheduling
 from berth.plugins.queuesort import PrioritySort
 from berth.plugins.schedulinggates import SchedulingGates
 
@@ -72,6 +73,9 @@ LOCAL_PRE_ENQUEUE: dict[str, type[PreEnqueuePlugin]] = {
     # Its PreEnqueue reads the pod's claims: for a pod without claims the
     # answer is Success whatever the cluster holds (LOCAL_PRE_ENQUEUE_UNLESS).
     "DynamicResources": DynamicResources,
+    # Its PreEnqueue counts a gang's pods: Success for a pod without
+    # spec.schedulingGroup whatever the cluster holds.
+    "GangScheduling": GangScheduling,
 }
 # Local PreEnqueue plugins whose answer depends on objects for some pods: for
 # those pods the shim asks the plugin service, with the cluster state
@@ -79,6 +83,8 @@ LOCAL_PRE_ENQUEUE: dict[str, type[PreEnqueuePlugin]] = {
 # (foreachPodResourceClaim) looks up each claim the pod names.
 LOCAL_PRE_ENQUEUE_UNLESS: dict[str, Callable[[cpb.Pod], bool]] = {
     "DynamicResources": lambda pod: bool(pod.resource_claims),
+    # GangScheduling's PreEnqueue finds the pod's PodGroup and counts its pods.
+    "GangScheduling": lambda pod: bool(pod.scheduling_group),
 }
 LOCAL_QUEUE_SORT: dict[str, type[QueueSortPlugin]] = {"PrioritySort": PrioritySort}
 # A Bind plugin that only answers "the caller binds" (plugins/defaultbinder:

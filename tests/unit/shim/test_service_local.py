@@ -173,6 +173,36 @@ async def test_a_pod_with_resource_claims_is_asked_about_with_the_cluster_state(
     assert stub.calls["PreEnqueue"] == 2
 
 
+async def test_a_pod_of_a_gang_is_asked_about_with_the_state_others_answered_locally() -> None:
+    """GangScheduling's PreEnqueue counts the gang's pods: a pod with
+    spec.schedulingGroup is asked about with the state (gated with upstream's
+    message while its PodGroup is missing); a pod without one is answered in
+    the shim, Success."""
+    svc, stub = service_for(
+        {
+            "profiles": [
+                {
+                    "schedulerName": "gang",
+                    "plugins": {"multiPoint": {"enabled": [{"name": "GangScheduling"}]}},
+                }
+            ]
+        }
+    )
+    info = (await svc.describe())["gang"]
+    assert "GangScheduling" in info.points["preEnqueue"] and info.pre_enqueue_reads
+    assert (await svc.pre_enqueue("gang", pod("web"))).code == pb.CODE_SUCCESS
+    assert stub.calls["PreEnqueue"] == 0
+    p = pod("member")
+    p.scheduling_group = "team"
+    st = await svc.pre_enqueue("gang", p)
+    assert (st.code, list(st.reasons), st.plugin) == (
+        pb.CODE_UNSCHEDULABLE_AND_UNRESOLVABLE,
+        ['waiting for pods\'s pod group "team" to appear in scheduling queue'],
+        "GangScheduling",
+    )
+    assert stub.calls["PreEnqueue"] == 1
+
+
 async def test_pre_enqueue_without_state_answers_from_the_pod_alone() -> None:
     """A caller that sends no state (as before PreEnqueueRequest.state): the
     server's DynamicResources checks only what the pod says."""
