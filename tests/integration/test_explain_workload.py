@@ -217,3 +217,34 @@ def test_gang_that_does_not_fit_sums_the_node_reasons_and_the_fix_gets_it_bound(
             recreate(kube, member(namespace, f"big-{i}", profile, "big", cpu="2"))
         bound = {wait_node_of(kube, namespace, f"big-{i}", shim, timeout=90) for i in range(2)}
         assert bound == set(nodes)
+
+
+def test_members_created_before_their_pod_group_wait_for_it_then_bind(
+    cluster: Cluster,
+    kube: KubeApi,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    tmp_path: Path,
+    caller: Path,
+) -> None:
+    """PreEnqueue's "waiting for pods's pod group" gate, lifted by the PodGroup's
+    arrival (its Add event, through GangScheduling's hint)."""
+    fake_nodes(2, cpu="4")
+    profile, shim = gang_shim(namespace, tmp_path, cluster)
+    members = [member(namespace, f"late-{i}", profile, "late") for i in range(3)]
+    with running(shim.start()):
+        objects.create_pods(kube, members)
+
+        def all_gated() -> bool:
+            doc = explain_json(shim, caller, f"{namespace}/late-0")
+            states = [m["state"] for m in doc.get("podGroup", {}).get("members", [])]
+            return states == ["gated at PreEnqueue by GangScheduling"] * 3
+
+        wait_for(all_gated, 60, "the members gated by GangScheduling", shim.log)
+        group = explain_json(shim, caller, f"{namespace}/late-0")["podGroup"]
+        assert group["problem"] == (
+            "the PodGroup does not exist (or this scheduler does not read it)"
+        )
+        with pod_group(kube, namespace, "late", 3):
+            for m in ("late-0", "late-1", "late-2"):
+                wait_node_of(kube, namespace, m, shim)

@@ -406,3 +406,30 @@ async def test_a_bound_pod_is_not_pending() -> None:
     cache.add_or_update_pod(make_pod("done").uid("ud").node("n1").obj())
     doc = await ex.explain("default", "done", live=True)
     assert doc["status"] == "bound" and doc["node"] == "n1"
+
+
+def test_each_gang_api_names_its_pod_groups_members_minimum_and_how_to_join() -> None:
+    """shim/explain.py GANGS: Coscheduling's label and minMember, the Workload API's
+    spec.schedulingGroup and gang minCount (None for the basic policy)."""
+    from berth.framework.objects import ClusterObject
+    from berth.framework.testing import make_object
+    from berth.plugins.coscheduling import PODGROUP as CO_PODGROUP
+    from berth.plugins.gangscheduling import PODGROUP as WL_PODGROUP
+    from berth.shim.explain import GANGS
+
+    co, wl = GANGS
+    labelled = cpb.Pod(name="a", labels={"scheduling.x-k8s.io/pod-group": "g"})
+    grouped = cpb.Pod(name="b", scheduling_group="h")
+    assert (co.member_of(labelled), co.member_of(grouped)) == ("g", "")
+    assert (wl.member_of(labelled), wl.member_of(grouped)) == ("", "h")
+    assert co.key == ("scheduling.x-k8s.io", "podgroups")
+    assert wl.key == ("scheduling.k8s.io", "podgroups")
+    co_obj = ClusterObject.from_proto(make_object(CO_PODGROUP, "g", "ns", spec={"minMember": 3}))
+    gang = {"schedulingPolicy": {"gang": {"minCount": 4}}}
+    wl_obj = ClusterObject.from_proto(make_object(WL_PODGROUP, "h", "ns", spec=gang))
+    basic: dict[str, object] = {"schedulingPolicy": {"basic": {}}}
+    wl_basic = ClusterObject.from_proto(make_object(WL_PODGROUP, "h", "ns", spec=basic))
+    assert (co.minimum(co_obj), wl.minimum(wl_obj), wl.minimum(wl_basic)) == (3, 4, None)
+    assert (co.min_field, wl.min_field) == ("minMember", "minCount")
+    assert co.joining("g") == "labelled scheduling.x-k8s.io/pod-group=g"
+    assert wl.joining("h") == "with spec.schedulingGroup.podGroupName h"
