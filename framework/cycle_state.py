@@ -62,12 +62,27 @@ class StateDecodeError(StateError):
     input, answered with INVALID_ARGUMENT."""
 
 
+# The names of the keys created with ``scheduling_only=True``: dropped from
+# the state a placed pod's response carries to the binding cycle.
+_SCHEDULING_ONLY: Final[set[str]] = set()
+
+
 class StateKey(Generic[T]):
-    """A typed CycleState key. Create one per plugin datum at module level."""
+    """A typed CycleState key. Create one per plugin datum at module level.
 
-    __slots__ = ("_decoder", "name", "type")
+    ``scheduling_only``: the value is read only within the scheduling cycle
+    (PreFilter to PostFilter, PreScore to NormalizeScore; in upstream, keys
+    such as interpodaffinity's preFilterStateKey that only those points of
+    the plugin read), never by Reserve, Permit or the binding cycle. The
+    response that places a pod then leaves it out of the state it hands to
+    the binding cycle (``CycleState.encode(binding=True)``), which spares
+    encoding, sending and decoding it. Every other response carries it:
+    the calls that go on with the scheduling cycle (extenders, PostFilter)
+    need it."""
 
-    def __init__(self, name: str, type_: type[T]) -> None:
+    __slots__ = ("_decoder", "name", "scheduling_only", "type")
+
+    def __init__(self, name: str, type_: type[T], *, scheduling_only: bool = False) -> None:
         if name == PODS_TO_ACTIVATE_KEY:
             raise ValueError(
                 f"state key {name!r} is reserved for the pods to activate: use "
@@ -80,6 +95,9 @@ class StateKey(Generic[T]):
             )
         self.name = name
         self.type = type_
+        self.scheduling_only = scheduling_only
+        if scheduling_only:
+            _SCHEDULING_ONLY.add(name)
         self._decoder: msgspec.msgpack.Decoder[T] = msgspec.msgpack.Decoder(type_)
 
     def decode(self, data: bytes) -> T:
@@ -340,11 +358,19 @@ class CycleState:
 
     # -- wire form ---------------------------------------------------------
 
-    def encode(self) -> dict[str, bytes]:
-        """Every entry as bytes, for the response."""
-        out = dict(self._encoded)
-        for name, value in self._values.items():
-            out[name] = _ENCODER.encode(value)
+    def encode(self, binding: bool = False) -> dict[str, bytes]:
+        """Every entry as bytes, for the response; with ``binding``, for the
+        binding cycle of a placed pod, without the entries of keys created
+        ``scheduling_only``."""
+        if binding:
+            out = {n: v for n, v in self._encoded.items() if n not in _SCHEDULING_ONLY}
+            for name, value in self._values.items():
+                if name not in _SCHEDULING_ONLY:
+                    out[name] = _ENCODER.encode(value)
+        else:
+            out = dict(self._encoded)
+            for name, value in self._values.items():
+                out[name] = _ENCODER.encode(value)
         if self._activate:
             out[PODS_TO_ACTIVATE_KEY] = _ENCODER.encode(list(self._activate))
         err = self.pre_bind_pre_flight_error

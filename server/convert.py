@@ -82,7 +82,10 @@ def schedule_response(
     # in Permit's answer).
     data: Mapping[str, bytes] | None = None
     if result.node or result.stopped_feasible is not None:
-        data = state.encode()
+        # A placed pod's state goes to the binding cycle only: without the
+        # entries only the scheduling cycle reads (StateKey.scheduling_only).
+        # Stopped for the extenders, the scheduling cycle goes on with it.
+        data = state.encode(binding=result.stopped_feasible is None)
         fill_cycle(out.cycle, state, data)
     if result.stopped_feasible is not None:
         # Stopped after Filter for the caller's extenders: what it needs to

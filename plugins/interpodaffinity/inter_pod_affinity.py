@@ -140,8 +140,8 @@ class PreScoreState(msgspec.Struct):
     topology_score: Counts
 
 
-PRE_FILTER_STATE_KEY: Final = StateKey("PreFilter" + NAME, PreFilterState)
-PRE_SCORE_STATE_KEY: Final = StateKey("PreScore" + NAME, PreScoreState)
+PRE_FILTER_STATE_KEY: Final = StateKey("PreFilter" + NAME, PreFilterState, scheduling_only=True)
+PRE_SCORE_STATE_KEY: Final = StateKey("PreScore" + NAME, PreScoreState, scheduling_only=True)
 
 _NOT_FOUND: Final = Status.error(
     f'error reading "{PRE_FILTER_STATE_KEY.name}" from cycleState: not found'

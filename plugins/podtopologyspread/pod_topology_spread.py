@@ -233,8 +233,8 @@ class PreScoreState(msgspec.Struct):
 
 
 # Upstream's keys: "PreFilter" / "PreScore" + the plugin name.
-PRE_FILTER_STATE_KEY: Final = StateKey("PreFilter" + NAME, PreFilterState)
-PRE_SCORE_STATE_KEY: Final = StateKey("PreScore" + NAME, PreScoreState)
+PRE_FILTER_STATE_KEY: Final = StateKey("PreFilter" + NAME, PreFilterState, scheduling_only=True)
+PRE_SCORE_STATE_KEY: Final = StateKey("PreScore" + NAME, PreScoreState, scheduling_only=True)
 
 
 def topology_normalizing_weight(size: int) -> float:

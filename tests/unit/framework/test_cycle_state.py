@@ -45,3 +45,18 @@ def test_clone_is_independent() -> None:
     c.skip_score_plugins.add("Y")
     assert s.read(KEY).cpu == 1
     assert not s.skip_score_plugins
+
+
+SCHEDULING = StateKey("Test/scheduling-only", Data, scheduling_only=True)
+
+
+def test_binding_encoding_leaves_out_scheduling_only_keys() -> None:
+    s = CycleState()
+    s.write(KEY, Data(1, []))
+    s.write(SCHEDULING, Data(2, ["n1"]))
+    assert set(s.encode()) == {"Test/data", "Test/scheduling-only"}
+    assert set(s.encode(binding=True)) == {"Test/data"}
+    # Entries received encoded and never read are left out the same way.
+    back = CycleState.decode(s.encode())
+    assert set(back.encode(binding=True)) == {"Test/data"}
+    assert back.read(SCHEDULING) == Data(2, ["n1"])
