@@ -12,7 +12,7 @@ a caller cannot make the server build arbitrary objects.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Generic, TypeVar
 
 import msgspec
@@ -78,9 +78,15 @@ class StateKey(Generic[T]):
     the binding cycle (``CycleState.encode(binding=True)``), which spares
     encoding, sending and decoding it. Every other response carries it:
     the calls that go on with the scheduling cycle (extenders, PostFilter)
-    need it."""
+    need it.
 
-    __slots__ = ("_decoder", "name", "scheduling_only", "type")
+    A value type may keep an in-memory form other than its wire form: it
+    then has a class attribute ``Wire`` (a msgspec Struct), a method
+    ``to_wire()`` returning one, and a classmethod ``from_wire(wire)``
+    building the value from one. Encoding calls ``to_wire``, decoding
+    decodes a ``Wire`` (typed, as any entry) and calls ``from_wire``."""
+
+    __slots__ = ("_decoder", "_from_wire", "name", "scheduling_only", "type")
 
     def __init__(self, name: str, type_: type[T], *, scheduling_only: bool = False) -> None:
         if name == PODS_TO_ACTIVATE_KEY:
@@ -98,21 +104,40 @@ class StateKey(Generic[T]):
         self.scheduling_only = scheduling_only
         if scheduling_only:
             _SCHEDULING_ONLY.add(name)
-        self._decoder: msgspec.msgpack.Decoder[T] = msgspec.msgpack.Decoder(type_)
+        wire = getattr(type_, "Wire", None)
+        self._from_wire: Callable[[Any], T] | None = (
+            None if wire is None else type_.from_wire  # type: ignore[attr-defined]
+        )
+        self._decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(
+            type_ if wire is None else wire
+        )
 
     def decode(self, data: bytes) -> T:
         try:
-            return self._decoder.decode(data)
+            value = self._decoder.decode(data)
         except msgspec.DecodeError as exc:
             raise StateDecodeError(
                 f"cycle state {self.name!r} does not decode as {self.type.__name__}: {exc}"
             ) from exc
+        if self._from_wire is not None:
+            return self._from_wire(value)
+        out: T = value
+        return out
 
     def __repr__(self) -> str:
         return f"StateKey({self.name!r}, {self.type.__name__})"
 
 
-_ENCODER = msgspec.msgpack.Encoder()
+def _to_wire(value: Any) -> Any:
+    """msgspec's enc_hook: the wire form of a value msgspec cannot encode
+    itself (StateKey's ``to_wire``)."""
+    to_wire = getattr(value, "to_wire", None)
+    if to_wire is None:
+        raise NotImplementedError(f"cannot encode {type(value).__name__}: it has no to_wire()")
+    return to_wire()
+
+
+_ENCODER = msgspec.msgpack.Encoder(enc_hook=_to_wire)
 
 
 class CycleState:

@@ -108,22 +108,12 @@ NAMESPACES: Final = ObjectKind(
 # "no pairs" is upstream's len(map) == 0.
 Counts = dict[str, dict[str, int]]
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 
-class PreFilterState(msgspec.Struct, dict=True):
-    """filtering.go, preFilterState, reduced to what Filter and the
-    PreFilterExtensions read: the three counts, the topology keys of the
-    incoming pod's required affinity and anti-affinity terms, whether the pod
-    matches all of its own affinity terms (the first pod of a group), and the
-    labels of its namespace (upstream's namespaceLabels, for AddPod and
-    RemovePod). Treat as immutable: AddPod/RemovePod write a new one, since a
-    cloned CycleState shares its values.
-
-    Beside the fields (``dict=True``, never encoded) it keeps the tables
-    ``_positive_table`` derives from its counts for a batch Filter, so the
-    Filter calls of one cycle (one per chunk of candidates) and PreFilter's
-    own numpy sums build each table once; a copy made by
-    ``msgspec.structs.replace`` starts without them."""
+class PreFilterWire(msgspec.Struct):
+    """PreFilterState's wire form (the cycle state sent to the caller): the
+    counts by topology value."""
 
     existing_anti_affinity: Counts
     affinity: Counts
@@ -132,6 +122,186 @@ class PreFilterState(msgspec.Struct, dict=True):
     anti_affinity_keys: list[str]
     self_match: bool
     namespace_labels: dict[str, str] = {}
+
+
+# The three counts of a PreFilterState, by the names its tables use.
+_WHICH: Final = ("existing", "affinity", "anti")
+
+
+class CodeCounts:
+    """One topology key's counts by code of the key's label column as
+    PreFilter saw it: ``totals[code]`` for the first ``size`` entries of
+    ``values`` (the column's list then: values are only appended to it, and a
+    compaction replaces it, so those entries stay what they were)."""
+
+    __slots__ = ("column", "size", "totals", "values")
+
+    def __init__(self, column: LabelColumn, totals: IntArray) -> None:
+        self.column = column
+        self.values = column.values
+        self.size = len(totals)
+        self.totals = totals
+
+    def by_value(self) -> dict[str, int]:
+        held = np.flatnonzero(self.totals)
+        return dict(
+            zip(
+                map(self.values.__getitem__, held.tolist()),
+                self.totals[held].tolist(),
+                strict=True,
+            )
+        )
+
+
+class PreFilterState:
+    """filtering.go, preFilterState, reduced to what Filter and the
+    PreFilterExtensions read: the three counts, the topology keys of the
+    incoming pod's required affinity and anti-affinity terms, whether the pod
+    matches all of its own affinity terms (the first pod of a group), and the
+    labels of its namespace (upstream's namespaceLabels, for AddPod and
+    RemovePod). Treat as immutable: AddPod/RemovePod write a new one, since a
+    cloned CycleState shares its values.
+
+    PreFilter's counts are kept by code of each key's label column
+    (``CodeCounts``), which is what the batch Filter reads, and turned into
+    counts by topology value (upstream's topologyToMatchedTermCount) only
+    when read as such: the per-node Filter, AddPod/RemovePod, the wire form
+    (``to_wire``; a placed pod's response leaves this state out). A state
+    from the wire or from AddPod/RemovePod holds counts by value. The
+    lookup tables of the batch Filter are kept per column, so the Filter
+    calls of one cycle (one per chunk of candidates) build each once."""
+
+    __slots__ = (
+        "_by_code",
+        "_counts",
+        "_tables",
+        "affinity_keys",
+        "anti_affinity_keys",
+        "namespace_labels",
+        "self_match",
+    )
+
+    Wire: ClassVar[type[PreFilterWire]] = PreFilterWire
+
+    def __init__(
+        self,
+        existing_anti_affinity: Counts | None = None,
+        affinity: Counts | None = None,
+        anti_affinity: Counts | None = None,
+        affinity_keys: list[str] | None = None,
+        anti_affinity_keys: list[str] | None = None,
+        self_match: bool = False,
+        namespace_labels: dict[str, str] | None = None,
+        *,
+        by_code: dict[str, dict[str, CodeCounts]] | None = None,
+    ) -> None:
+        """Counts by value (the three first arguments), or ``by_code``:
+        which ("existing", "affinity", "anti") -> key -> counts by code,
+        holding only keys with a positive count."""
+        self._by_code = by_code
+        self._counts: dict[str, Counts] = {}
+        if by_code is None:
+            self._counts = {
+                "existing": existing_anti_affinity or {},
+                "affinity": affinity or {},
+                "anti": anti_affinity or {},
+            }
+        self.affinity_keys = affinity_keys or []
+        self.anti_affinity_keys = anti_affinity_keys or []
+        self.self_match = self_match
+        self.namespace_labels = namespace_labels or {}
+        self._tables: dict[tuple[str, str], _Table] = {}
+
+    def counts(self, which: str) -> Counts:
+        """The counts ``which`` by topology value."""
+        held = self._counts.get(which)
+        if held is None:
+            assert self._by_code is not None
+            held = self._counts[which] = {
+                key: c.by_value() for key, c in self._by_code[which].items()
+            }
+        return held
+
+    @property
+    def existing_anti_affinity(self) -> Counts:
+        return self.counts("existing")
+
+    @property
+    def affinity(self) -> Counts:
+        return self.counts("affinity")
+
+    @property
+    def anti_affinity(self) -> Counts:
+        return self.counts("anti")
+
+    def keys(self, which: str) -> list[str]:
+        """The topology keys with a positive count in ``which``."""
+        if self._by_code is not None:
+            return list(self._by_code[which])
+        return [k for k, by_value in self._counts[which].items() if by_value]
+
+    def hits(self, which: str, labels: NodeLabels) -> BoolArray:
+        """Which of the nodes sit in a pair (key, value) with a positive
+        count in ``which``: a lookup in a table over the label column's
+        codes, built once per state and column."""
+        column = labels.column
+        entry = self._tables.get((which, column.key))
+        if not _valid(entry, column):
+            entry = self._tables[which, column.key] = (
+                column,
+                column.values,
+                len(column.values),
+                self._table(which, column),
+            )
+        assert entry is not None
+        out: BoolArray = entry[3][labels.codes]
+        return out
+
+    def _table(self, which: str, column: LabelColumn) -> BoolArray:
+        """One entry per value of ``column`` (then False for ABSENT): whether
+        the pair (column's key, value) has a positive count."""
+        size = len(column.values)
+        table = np.zeros(size + 1, dtype=np.bool_)
+        by_code = None if self._by_code is None else self._by_code[which].get(column.key)
+        if by_code is not None and by_code.column is column and by_code.values is column.values:
+            table[: by_code.size] = by_code.totals > 0
+            return table
+        by_value = self.counts(which).get(column.key, {})
+        codes = column.codes_of([v for v, c in by_value.items() if c > 0])
+        if codes:
+            table[codes] = True
+        return table
+
+    def to_wire(self) -> PreFilterWire:
+        return PreFilterWire(
+            existing_anti_affinity=self.existing_anti_affinity,
+            affinity=self.affinity,
+            anti_affinity=self.anti_affinity,
+            affinity_keys=self.affinity_keys,
+            anti_affinity_keys=self.anti_affinity_keys,
+            self_match=self.self_match,
+            namespace_labels=self.namespace_labels,
+        )
+
+    @classmethod
+    def from_wire(cls, wire: PreFilterWire) -> PreFilterState:
+        return cls(
+            wire.existing_anti_affinity,
+            wire.affinity,
+            wire.anti_affinity,
+            wire.affinity_keys,
+            wire.anti_affinity_keys,
+            wire.self_match,
+            wire.namespace_labels,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PreFilterState) and self.to_wire() == other.to_wire()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PreFilterState({self.to_wire()!r})"
 
 
 class PreScoreState(msgspec.Struct):
@@ -148,30 +318,20 @@ _NOT_FOUND: Final = Status.error(
 )
 
 
-# Per topology key, the same counts as a Counts entry but by code of the
-# key's label column (column, sums per code), as PreFilter's numpy sums
-# leave them; None once a key was also counted by the Python loop.
-CodeSums = dict[str, tuple[LabelColumn, FloatArray] | None]
-
-
 def _add_slots(
     counts: Counts,
     snap: Snapshot,
     key: str,
     slots: SlotCounts,
     weight: int = 1,
-    sums: CodeSums | None = None,
 ) -> bool:
     """topologyToMatchedTermCount.update / scoreMap.processTerm, for the
     pods counted in ``slots``: ``weight`` per pod to the pair (key, value)
     of its node, when the node has the key. Returns whether any had. Many
     slots are summed per value with numpy over the snapshot's label column
-    of ``key``, few with a Python loop (cheaper below ~_VECTOR_SLOTS).
-    ``sums``, when given, follows ``counts`` by code (CodeSums)."""
+    of ``key``, few with a Python loop (cheaper below ~_VECTOR_SLOTS)."""
     if len(slots) >= _VECTOR_SLOTS:
-        return _add_slots_vector(counts, snap, key, slots, weight, sums)
-    if sums is not None:
-        sums[key] = None
+        return _add_slots_vector(counts, snap, key, slots, weight)
     by_value: dict[str, int] | None = None
     slot = snap.slot
     for i, n in slots.items():
@@ -189,12 +349,7 @@ _VECTOR_SLOTS: Final = 32
 
 
 def _add_slots_vector(
-    counts: Counts,
-    snap: Snapshot,
-    key: str,
-    slots: SlotCounts,
-    weight: int,
-    sums: CodeSums | None,
+    counts: Counts, snap: Snapshot, key: str, slots: SlotCounts, weight: int
 ) -> bool:
     column = snap.label_column(key)
     m = len(slots)
@@ -204,16 +359,6 @@ def _add_slots_vector(
         return False
     per_pod = np.fromiter(slots.values(), np.int64, m)[present]
     totals = np.bincount(codes[present], weights=per_pod, minlength=len(column.values))
-    if sums is not None:
-        weighted: FloatArray = np.multiply(totals, weight, dtype=np.float64)
-        if key not in sums:
-            sums[key] = (column, weighted)
-        else:
-            held_sums = sums[key]
-            if held_sums is not None and held_sums[0] is column:
-                held_sums[1][:] += weighted
-            else:
-                sums[key] = None
     held = np.flatnonzero(totals)
     added = zip(
         map(column.values.__getitem__, held.tolist()),
@@ -227,6 +372,39 @@ def _add_slots_vector(
     for value, n in added:
         by_value[value] = by_value.get(value, 0) + n
     return True
+
+
+# Per topology key, counts by code of the key's label column (PreFilter's).
+CodeSums = dict[str, tuple[LabelColumn, IntArray]]
+
+
+def _sum_slots(snap: Snapshot, key: str, slots: SlotCounts, sums: CodeSums) -> None:
+    """topologyToMatchedTermCount.update for the pods counted in ``slots``,
+    by code: one per pod to the code of its node's value of ``key``, when
+    the node has the key. Many slots are summed with numpy, few with a
+    Python loop (cheaper below ~_VECTOR_SLOTS)."""
+    held = sums.get(key)
+    if held is None:
+        column = snap.label_column(key)
+        held = sums[key] = (column, np.zeros(len(column.values), dtype=np.int64))
+    column, totals = held
+    codes = column.codes
+    if len(slots) < _VECTOR_SLOTS:
+        for i, n in slots.items():
+            code = int(codes[i])
+            if code >= 0:
+                totals[code] += n
+        return
+    m = len(slots)
+    at = codes[np.fromiter(slots.keys(), np.int64, m)]
+    present = at >= 0
+    per_pod = np.fromiter(slots.values(), np.int64, m)[present]
+    totals += np.bincount(at[present], weights=per_pod, minlength=len(totals)).astype(np.int64)
+
+
+def _by_code(sums: CodeSums) -> dict[str, CodeCounts]:
+    """The keys of ``sums`` with a positive count."""
+    return {key: CodeCounts(column, t) for key, (column, t) in sums.items() if t.any()}
 
 
 def _has_counts(counts: Counts) -> bool:
@@ -457,29 +635,22 @@ class InterPodAffinity(
         incoming = pod.proto
         inc_ns, inc_labels = incoming.namespace, dict(incoming.labels)
 
-        existing_anti: Counts = {}
-        sums: dict[str, CodeSums] = {"existing": {}, "affinity": {}, "anti": {}}
+        sums: dict[str, CodeSums] = {which: {} for which in _WHICH}
         for t, slots in index.required_anti.items():
             if t.matches_parts(inc_ns, inc_labels, ns_labels):
-                _add_slots(existing_anti, snap, t.topology_key, slots, 1, sums["existing"])
-
-        affinity_counts: Counts = {}
-        anti_counts: Counts = {}
+                _sum_slots(snap, t.topology_key, slots, sums["existing"])
         if affinity or anti:
-            _count_incoming(index, snap, affinity, anti, affinity_counts, anti_counts, sums)
-
-        if not _has_counts(existing_anti) and not affinity and not anti:
+            _count_incoming(index, snap, affinity, anti, sums)
+        by_code = {which: _by_code(sums[which]) for which in _WHICH}
+        if not by_code["existing"] and not affinity and not anti:
             return None, Status.skip()
         s = PreFilterState(
-            existing_anti_affinity=existing_anti,
-            affinity=affinity_counts,
-            anti_affinity=anti_counts,
             affinity_keys=[t.topology_key for t in affinity],
             anti_affinity_keys=[t.topology_key for t in anti],
             self_match=pod_matches_all(affinity, incoming),
             namespace_labels=ns_labels,
+            by_code=by_code,
         )
-        _seed_tables(s, sums)
         state.write(PRE_FILTER_STATE_KEY, s)
         return None, SUCCESS
 
@@ -546,11 +717,14 @@ class InterPodAffinity(
         ):
             state.write(
                 PRE_FILTER_STATE_KEY,
-                msgspec.structs.replace(
-                    s,
-                    existing_anti_affinity=existing,
-                    affinity=affinity_counts,
-                    anti_affinity=anti_counts,
+                PreFilterState(
+                    existing,
+                    affinity_counts,
+                    anti_counts,
+                    s.affinity_keys,
+                    s.anti_affinity_keys,
+                    s.self_match,
+                    s.namespace_labels,
                 ),
             )
         return SUCCESS
@@ -586,22 +760,22 @@ class InterPodAffinity(
             return column
 
         # The checks in reverse order, so that a node keeps the first it fails.
-        for key, by_value in s.existing_anti_affinity.items():
-            verdicts[_hits(s, "existing", labels(key), by_value)] = _EXISTING
-        if _has_counts(s.anti_affinity):
+        for key in s.keys("existing"):
+            verdicts[s.hits("existing", labels(key))] = _EXISTING
+        anti_keys = s.keys("anti")
+        if anti_keys:
             for key in dict.fromkeys(s.anti_affinity_keys):
-                anti = s.anti_affinity.get(key)
-                if anti:
-                    verdicts[_hits(s, "anti", labels(key), anti)] = _ANTI
+                if key in anti_keys:
+                    verdicts[s.hits("anti", labels(key))] = _ANTI
         if s.affinity_keys:
             has_keys = np.ones(n, dtype=np.bool_)
             pods_exist = np.ones(n, dtype=np.bool_)
             for key in s.affinity_keys:
                 column = labels(key)
                 has_keys &= column.present
-                pods_exist &= _hits(s, "affinity", column, s.affinity.get(key, {}))
+                pods_exist &= s.hits("affinity", column)
             # satisfyPodAffinity's first pod of a group.
-            if not _has_counts(s.affinity) and s.self_match:
+            if not s.keys("affinity") and s.self_match:
                 pods_exist[:] = True
             verdicts[~(has_keys & pods_exist)] = _AFFINITY
         failed = verdicts >= 0
@@ -726,8 +900,6 @@ def _count_incoming(
     snap: Snapshot,
     affinity: tuple[AffinityTerm, ...],
     anti: tuple[AffinityTerm, ...],
-    affinity_counts: Counts,
-    anti_counts: Counts,
     sums: dict[str, CodeSums],
 ) -> None:
     """getIncomingAffinityAntiAffinityCounts over the index: per group of
@@ -740,10 +912,10 @@ def _count_incoming(
         o_ns, o_labels = sig[0], index.labels[sig]
         if affinity and all(t.matches_parts(o_ns, o_labels, None) for t in affinity):
             for key in affinity_keys:
-                _add_slots(affinity_counts, snap, key, slots, 1, sums["affinity"])
+                _sum_slots(snap, key, slots, sums["affinity"])
         for t in anti:
             if t.matches_parts(o_ns, o_labels, None):
-                _add_slots(anti_counts, snap, t.topology_key, slots, 1, sums["anti"])
+                _sum_slots(snap, t.topology_key, slots, sums["anti"])
 
 
 def _aggregate(errors: tuple[str, ...]) -> str:
@@ -758,11 +930,6 @@ def _aggregate(errors: tuple[str, ...]) -> str:
 _Table = tuple[LabelColumn, list[str], int, BoolArray]
 
 
-def _tables(s: PreFilterState) -> dict[tuple[str, str], _Table]:
-    held: dict[tuple[str, str], _Table] = vars(s).setdefault("_tables", {})
-    return held
-
-
 def _valid(entry: _Table | None, column: LabelColumn) -> bool:
     return (
         entry is not None
@@ -770,44 +937,6 @@ def _valid(entry: _Table | None, column: LabelColumn) -> bool:
         and entry[1] is column.values
         and entry[2] == len(column.values)
     )
-
-
-def _seed_tables(s: PreFilterState, sums: dict[str, CodeSums]) -> None:
-    """The tables of PreFilter's numpy sums, where they cover a key's counts
-    entirely (no Python-loop part)."""
-    tables = _tables(s)
-    for which, by_key in sums.items():
-        for key, held in by_key.items():
-            if held is None:
-                continue
-            column, totals = held
-            size = len(column.values)
-            if len(totals) != size:
-                continue
-            table = np.zeros(size + 1, dtype=np.bool_)
-            table[:size] = totals > 0
-            tables[which, key] = (column, column.values, size, table)
-
-
-def _hits(
-    s: PreFilterState, which: str, labels: NodeLabels, by_value: Mapping[str, int]
-) -> BoolArray:
-    """Which of the nodes sit in a pair (key, value) with a positive count of
-    ``by_value`` (the counts ``which`` of ``s`` for the key): a lookup in a
-    table over the label column's codes, built once per state and column."""
-    column = labels.column
-    tables = _tables(s)
-    entry = tables.get((which, column.key))
-    if not _valid(entry, column):
-        size = len(column.values)
-        table = np.zeros(size + 1, dtype=np.bool_)
-        codes = column.codes_of([v for v, c in by_value.items() if c > 0])
-        if codes:
-            table[codes] = True
-        entry = tables[which, column.key] = (column, column.values, size, table)
-    assert entry is not None
-    out: BoolArray = entry[3][labels.codes]
-    return out
 
 
 def _node_score(topology: Counts, labels: Mapping[str, str]) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 import pytest
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.cycle_state import CycleState
 from berth.framework.model import PodInfo
 from berth.framework.snapshot import NodeBatch, Snapshot
 from berth.framework.testing import fresh_state
@@ -210,8 +211,8 @@ def test_index_follows_deltas_like_a_rebuild(seed: int) -> None:
 # A group's counts are summed per topology value by a Python loop over its
 # slots when it has few, with numpy over the label column when it has many
 # (inter_pod_affinity._VECTOR_SLOTS); each path is checked on its own, and
-# mixed (some groups of one key by the loop, some with numpy), where the
-# batch Filter cannot take its tables from PreFilter's numpy sums.
+# mixed (some groups of one key by the loop, some with numpy, into the same
+# counts by code).
 @pytest.mark.parametrize("vector_slots", [1_000_000, 1, 3], ids=["loop", "numpy", "mixed"])
 @pytest.mark.parametrize("seed", range(6))
 def test_counts_equal_upstreams_walk_over_every_pod(
@@ -243,6 +244,12 @@ def test_counts_equal_upstreams_walk_over_every_pod(
                 batch = snap.all_nodes()
                 verdicts = plugin.filter_nodes(state, incoming, batch)
                 per_node = [plugin.filter(state, incoming, ni) for ni in batch]
+                assert [verdicts.status_of(k) for k in range(len(batch))] == per_node
+                # Through the wire (counts by value, as a later call gets
+                # them): the same counts and the same verdicts.
+                wired = CycleState.decode(state.encode())
+                assert wired.read(PRE_FILTER_STATE_KEY) == s
+                verdicts = plugin.filter_nodes(wired, incoming, batch)
                 assert [verdicts.status_of(k) for k in range(len(batch))] == per_node
                 # Again over part of the nodes, as the next chunk of a cycle
                 # (the tables the first call kept).
@@ -324,3 +331,35 @@ def test_batch_filter_follows_nodes_relabelled_after_pre_filter() -> None:
     delta.upsert_nodes.append(node("n39", hostname="fresher"))
     snap.apply(delta)
     assert agree() == 3
+
+
+def test_batch_filter_follows_a_label_column_compacted_after_pre_filter() -> None:
+    # PreFilter keeps its counts by code of the hostname column; relabelling
+    # every node to fresh hostnames, several times, makes the snapshot compact
+    # the column (new codes, a new values list) before Filter runs: the codes
+    # PreFilter counted must be read by the values they had then.
+    nodes = [node(f"n{i}", hostname=f"n{i}") for i in range(40)]
+    group = {"app": "web"}
+    anti = term("hostname", selector(group))
+    pods = [pod(f"p{i}", labels=group, node=f"n{i}", anti=[anti]) for i in range(30)]
+    snap, plugin = setup(nodes, pods)
+    incoming = info(pod("in", labels=group, anti=[anti]))
+    state = fresh_state()
+    _, st = plugin.pre_filter(state, incoming, snap.all_nodes())
+    assert st.is_success
+    before = snap.label_column("hostname").values
+    for round_ in range(4):
+        delta = pb.ClusterDelta()
+        for i in range(40):
+            # Nodes n0..n9 take the hostnames n20..n29 in the last round.
+            name = f"n{i + 20}" if round_ == 3 and i < 10 else f"r{round_}-{i}"
+            delta.upsert_nodes.append(node(f"n{i}", hostname=name))
+        snap.apply(delta)
+    assert snap.label_column("hostname").values is not before
+    batch = snap.all_nodes()
+    verdicts = plugin.filter_nodes(state, incoming, batch)
+    got = [verdicts.status_of(k) for k in range(len(batch))]
+    assert got == [plugin.filter(state, incoming, ni) for ni in batch]
+    # n0..n9 now carry hostnames that held a pod at PreFilter (p20..p29);
+    # every other hostname is fresh.
+    assert [st.is_success for st in got] == [False] * 10 + [True] * 30

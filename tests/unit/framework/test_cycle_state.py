@@ -60,3 +60,35 @@ def test_binding_encoding_leaves_out_scheduling_only_keys() -> None:
     back = CycleState.decode(s.encode())
     assert set(back.encode(binding=True)) == {"Test/data"}
     assert back.read(SCHEDULING) == Data(2, ["n1"])
+
+
+class InMemory:
+    """A value kept in another form than its wire form (StateKey's Wire)."""
+
+    Wire = Data
+
+    def __init__(self, cpu: int) -> None:
+        self.cpu = cpu
+
+    def to_wire(self) -> Data:
+        return Data(self.cpu, [str(self.cpu)])
+
+    @classmethod
+    def from_wire(cls, wire: Data) -> InMemory:
+        return cls(wire.cpu)
+
+
+IN_MEMORY = StateKey("Test/in-memory", InMemory)
+
+
+def test_a_value_with_a_wire_form_travels_as_it() -> None:
+    s = CycleState()
+    s.write(IN_MEMORY, InMemory(7))
+    wire = s.encode()
+    assert msgspec.msgpack.decode(wire["Test/in-memory"], type=Data) == Data(7, ["7"])
+    back = CycleState.decode(wire).read(IN_MEMORY)
+    assert isinstance(back, InMemory) and back.cpu == 7
+    # Decoding is typed by the wire form: anything else is a decode error.
+    bad = CycleState.decode({"Test/in-memory": msgspec.msgpack.encode({"cpu": "x"})})
+    with pytest.raises(StateDecodeError, match="Test/in-memory"):
+        bad.read(IN_MEMORY)
