@@ -334,12 +334,23 @@ class SchedulingQueue:
                 ready: list[QueuedPod] = []
                 for qp in pods:
                     sent = qp.pod
+                    at_move = self._move_cycle
                     st = await self._pre_enqueue(profile, sent)
                     if self._pods.get(qp.uid) is not qp or qp.where != "":
                         continue  # deleted while PreEnqueue ran
                     if qp.pod is not sent and spec_changed(sent, qp.pod):
                         # Updated while PreEnqueue ran (a gate lifted, say):
                         # judge the new spec in the next round.
+                        self._incoming.append(qp)
+                        self._incoming_ready.set()
+                        continue
+                    if st.code != 0 and self._gating_event_since(
+                        qp.profile, st.plugin or "PreEnqueue", at_move
+                    ):
+                        # An event the gating plugin registered arrived while
+                        # PreEnqueue ran on the state before it (a gang's
+                        # member, say): judge the pod again in the next round,
+                        # as upstream's PreEnqueue under the queue lock would.
                         self._incoming.append(qp)
                         self._incoming_ready.set()
                         continue
@@ -512,6 +523,16 @@ class SchedulingQueue:
             self._hint_jobs.append(_HintJob(event, old, new, [(qp, verdict, qp.parked)]))
         if asks:
             self._hints_ready.set()
+
+    def _gating_event_since(self, profile: str, plugin: str, cycle: int) -> bool:
+        """Has an event that may interest the PreEnqueue plugin ``plugin``
+        (gating_matches) been moved on since move cycle ``cycle``?"""
+        for move_cycle, event, _target, _old, _new in reversed(self._moves):
+            if move_cycle <= cycle:
+                return False
+            if self.hints.gating_matches(profile, plugin, event):
+                return True
+        return False
 
     def _moved_since(self, qp: QueuedPod) -> tuple[Strategy, list[tuple[_Move, Verdict]]]:
         """Where the events that arrived while this pod was in flight send it

@@ -21,7 +21,7 @@ import pytest
 
 from berth.dev.localcluster import Cluster, LocalCluster, objects
 from berth.dev.localcluster.binaries import default_bin_dir, require_binaries
-from berth.dev.localcluster.cluster import ClusterConfig
+from berth.dev.localcluster.cluster import WORKLOAD_API_ARGS, ClusterConfig
 from berth.dev.localcluster.testing import NodeFactory
 from berth.kube.errors import ApiError
 from berth.kube.rest import JSON, KubeApi
@@ -46,11 +46,6 @@ from tests.integration.test_explain import (
 
 pytestmark = pytest.mark.integration
 
-# kube_features.go: GenericWorkload (alpha, off) gates the API and pod.spec.schedulingGroup.
-WORKLOAD_API_ARGS = (
-    "--runtime-config=scheduling.k8s.io/v1alpha2=true",
-    "--feature-gates=GenericWorkload=true",
-)
 PODGROUPS = "/apis/scheduling.k8s.io/v1alpha2"
 
 # test_explain's fixture: a kubeconfig that may only ``get`` /debug/explain.

@@ -11,6 +11,7 @@ from pathlib import Path
 from berth.dev.localcluster import binaries, controllers
 from berth.dev.localcluster.cluster import (
     DEFAULT_READY_TIMEOUT,
+    WORKLOAD_API_ARGS,
     ClusterConfig,
     cluster_status,
     default_state_dir,
@@ -49,6 +50,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 etcd_peer_port=args.etcd_peer_port,
                 ready_timeout=args.timeout,
                 controllers=args.controllers,
+                apiserver_args=WORKLOAD_API_ARGS if args.workload_api else (),
             )
         )
     except LocalClusterError as err:
@@ -217,6 +219,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="NAME,...",
         help="kube-controller-manager's controllers, named as its --help lists them; '' runs "
         f"no kube-controller-manager (default: {','.join(controllers.DEFAULT_CONTROLLERS)})",
+    )
+    up.add_argument(
+        "--workload-api",
+        action="store_true",
+        help="serve Kubernetes' alpha Workload API (scheduling.k8s.io/v1alpha2 PodGroups, "
+        "pod spec.schedulingGroup) for the GangScheduling plugin: kube-apiserver "
+        + " ".join(WORKLOAD_API_ARGS),
     )
     up.set_defaults(func=cmd_up)
     add("down", "stop the processes 'up' started and delete etcd's data").set_defaults(

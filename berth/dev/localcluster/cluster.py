@@ -64,6 +64,14 @@ DEFAULT_APISERVER_PORT = 6443
 DEFAULT_ETCD_CLIENT_PORT = 2379
 DEFAULT_ETCD_PEER_PORT = 2380
 DEFAULT_READY_TIMEOUT = 120.0
+# kube-apiserver flags that serve Kubernetes v1.36's alpha Workload API
+# (scheduling.k8s.io/v1alpha2 Workload and PodGroup, pod.spec.schedulingGroup):
+# the group version, and the GenericWorkload feature gate (pkg/features/kube_features.go)
+# that gates the API and the pod field. For the GangScheduling plugin.
+WORKLOAD_API_ARGS: tuple[str, ...] = (
+    "--runtime-config=scheduling.k8s.io/v1alpha2=true",
+    "--feature-gates=GenericWorkload=true",
+)
 STATE_FILE = "state.json"
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"

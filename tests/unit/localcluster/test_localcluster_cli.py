@@ -63,3 +63,14 @@ def test_up_with_missing_binaries_and_no_build_fails_clearly(
 def test_port_option_rejects_non_ports() -> None:
     with pytest.raises(SystemExit):
         _parser().parse_args(["cluster", "up", "--apiserver-port", "70000"])
+
+
+def test_up_workload_api_asks_for_the_alpha_api_and_its_gate() -> None:
+    from berth.dev.localcluster.cluster import WORKLOAD_API_ARGS
+
+    assert not _parser().parse_args(["cluster", "up"]).workload_api
+    assert _parser().parse_args(["cluster", "up", "--workload-api"]).workload_api
+    assert WORKLOAD_API_ARGS == (
+        "--runtime-config=scheduling.k8s.io/v1alpha2=true",
+        "--feature-gates=GenericWorkload=true",
+    )

@@ -22,6 +22,7 @@ from berth.api.v1 import scheduling_pb2 as pb
 from berth.framework.events import (
     EVENT_ASSIGNED_POD_DELETE,
     EVENT_NODE_ADD,
+    EVENT_UNSCHEDULED_POD_ADD,
     ActionType,
     ClusterEvent,
     EventResource,
@@ -652,6 +653,48 @@ async def test_update_arriving_while_pre_enqueue_runs_is_not_lost(h: Harness) ->
             break
     assert h.where("p") == ACTIVE
     assert await pop_uids(h) == ["p"]
+    h.check()
+
+
+async def test_event_the_gate_registered_arriving_while_pre_enqueue_runs_is_not_lost(
+    h: Harness,
+) -> None:
+    """An event the gating plugin registered that is moved on while PreEnqueue is on
+    the wire (a gang's member added, for GangScheduling): PreEnqueue answered on the
+    state before it, so the pod is judged again rather than gated until the flush.
+    An event the plugin did not register changes nothing."""
+    h.q.set_hints(
+        HintMap(
+            {
+                PROFILE: [
+                    Registered(
+                        "SchedulingGates", ClusterEvent(EventResource.POD, ActionType.ADD), False
+                    )
+                ]
+            }
+        )
+    )
+
+    def moving(event: ClusterEvent) -> Callable[[str], None]:
+        def during(uid: str) -> None:
+            h.q.move(event)
+
+        return during
+
+    h.add("p", gates=["example.com/wait"])
+    h.plugins.during_pre_enqueue = moving(EVENT_NODE_ADD)
+    await admit(h)
+    assert h.where("p") == GATED
+    assert h.plugins.pre_enqueue_calls == ["p"]
+    h.add("q", gates=["example.com/wait"])
+    h.plugins.during_pre_enqueue = moving(EVENT_UNSCHEDULED_POD_ADD)
+    await admit(h)
+    # q is judged again; the event moved the gated p back through PreEnqueue too.
+    assert (h.where("p"), h.where("q")) == (INCOMING, INCOMING)
+    h.plugins.during_pre_enqueue = None
+    await admit(h)
+    assert sorted(h.plugins.pre_enqueue_calls) == ["p", "p", "q", "q"]
+    assert (h.where("p"), h.where("q")) == (GATED, GATED)
     h.check()
 
 
