@@ -135,11 +135,7 @@ async def run(settings: ShimSettings) -> int:
             max_backoff=float(cfg.pod_max_backoff_seconds),
             extenders=cfg.extenders,
             record=recorder,
-            prefetch=(
-                settings.prefetch
-                if settings.prefetch is not None and settings.prefetch.kubeconfig == kubeconfig
-                else None
-            ),
+            prefetch=settings.prefetch.for_kubeconfig(kubeconfig) if settings.prefetch else None,
         )
     except ExtenderSetupError as setup_error:
         print(f"berth shim: {cfg.source}: {setup_error}", file=sys.stderr, flush=True)

@@ -140,6 +140,11 @@ class ListPrefetch:
         self._configured = threading.Event()
         self._api: KubeApi | None = None
 
+    def for_kubeconfig(self, kubeconfig: str | None) -> ListPrefetch | None:
+        """This prefetch if it listed with ``kubeconfig`` (the one the shim uses), else
+        None: its lists may come from another cluster or another user."""
+        return self if kubeconfig == self.kubeconfig else None
+
     def start(self) -> None:
         threading.Thread(target=self._run, name="berth-list-prefetch", daemon=True).start()
 
