@@ -72,6 +72,7 @@ ALL_ON: dict[str, Any] = {
             "nodeMetrics": True,
             "podGroups": True,
             "podPatch": True,
+            "workloadPodGroups": True,
             "kubevirtOwners": True,
         },
         "extraRules": [{"apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["list"]}],
@@ -84,6 +85,7 @@ COMPONENT_VALUES = {
     "rbac-node-metrics": "nodeMetrics",
     "rbac-podgroups": "podGroups",
     "rbac-pod-patch": "podPatch",
+    "rbac-workload-podgroups": "workloadPodGroups",
     "rbac-kubevirt-owners": "kubevirtOwners",
 }
 INSTANCE = "app.kubernetes.io/instance"

@@ -579,6 +579,7 @@ SHIM_MAY_NOT = [
     # What the plugin components add, absent from the base.
     Access("list", "nodes", "metrics.k8s.io"),
     Access("list", "podgroups", "scheduling.x-k8s.io"),
+    Access("list", "podgroups", "scheduling.k8s.io"),
 ]
 
 
@@ -636,6 +637,10 @@ def test_components_grant_their_verbs_only_once_applied(
             Access("watch", "podgroups", "scheduling.x-k8s.io"),
         ],
         "rbac-pod-patch": [Access("patch", "pods", namespace="default", name="p")],
+        "rbac-workload-podgroups": [
+            Access("list", "podgroups", "scheduling.k8s.io"),
+            Access("watch", "podgroups", "scheduling.k8s.io"),
+        ],
         "rbac-kubevirt-owners": [
             Access("list", "virtualmachineinstances", "kubevirt.io"),
             Access("watch", "virtualmachines", "kubevirt.io"),
@@ -661,6 +666,20 @@ def test_components_grant_their_verbs_only_once_applied(
                 == []
             )
             assert check(client, [Access("watch", "nodes", "metrics.k8s.io")], False) == []
+            assert (
+                # PodGroups of the Workload API are read, never written (the plugin writes
+                # nothing; upstream's scheduler writes their status, Berth does not).
+                check(
+                    client,
+                    [
+                        Access("patch", "podgroups", "scheduling.k8s.io", "default", "g"),
+                        Access("update", "workloads", "scheduling.k8s.io", "default", "w"),
+                        Access("list", "workloads", "scheduling.k8s.io"),
+                    ],
+                    False,
+                )
+                == []
+            )
             assert (
                 # The base role patches claims (DynamicResources); it never updates them.
                 check(client, [Access("update", "resourceclaims", "resource.k8s.io")], False) == []
