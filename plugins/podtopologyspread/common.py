@@ -49,6 +49,7 @@ __all__ = [
     "default_selector",
     "filter_constraints",
     "node_labels_match_spread_constraints",
+    "pod_constraints",
 ]
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,37 @@ def _fields(
         c.node_taints_policy or None,
         c.match_label_keys,
     )
+
+
+# pod_constraints' parsed constraints, by what they are parsed from; cleared
+# when full, so a stream of distinct pods holds bounded memory.
+_PARSED: dict[tuple[object, ...], tuple[Constraint, ...]] = {}
+_PARSED_MAX: Final = 1024
+
+
+def pod_constraints(pod: pb.Pod, action: str) -> list[Constraint]:
+    """filter_constraints over the pod's own constraints, parsed once for
+    all the pods that carry the same ones (a workload's replicas): kept by
+    the constraints' serialized form, the action and the pod's values of
+    their matchLabelKeys (all that the result depends on). A selector that
+    does not parse raises SelectorError every time, and is not kept."""
+    constraints = pod.topology_spread_constraints
+    parts: list[object] = [action]
+    label_keys: list[str] = []
+    for c in constraints:
+        parts.append(c.SerializeToString(deterministic=True))
+        label_keys.extend(c.match_label_keys)
+    if label_keys:
+        labels = pod.labels
+        parts.append(tuple(labels.get(k) for k in label_keys))
+    key = tuple(parts)
+    parsed = _PARSED.get(key)
+    if parsed is None:
+        parsed = tuple(filter_constraints(constraints, pod.labels, action))
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[key] = parsed
+    return list(parsed)
 
 
 def filter_constraints(

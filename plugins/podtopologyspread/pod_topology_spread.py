@@ -89,6 +89,7 @@ from berth.plugins.podtopologyspread.common import (
     default_selector,
     filter_constraints,
     node_labels_match_spread_constraints,
+    pod_constraints,
     pod_labels_match_spread_constraints,
 )
 from berth.plugins.podtopologyspread.counts import (
@@ -415,7 +416,7 @@ class PodTopologySpread(
         default ones when it has none. SelectorError when a selector does
         not parse."""
         if pod.topology_spread_constraints:
-            return filter_constraints(pod.topology_spread_constraints, pod.labels, action)
+            return pod_constraints(pod, action)
         return self._build_default_constraints(pod, action, snapshot)
 
     # -- PreFilter / Filter --------------------------------------------------------
@@ -775,6 +776,10 @@ def _sum_by_domain(
     )
 
 
+# Above any count: the first minimum's place when looking for the second.
+_INT64_MAX: Final = int(np.iinfo(np.int64).max)
+
+
 def _critical_paths(
     domains: IntArray, sums: IntArray, col: TopologyColumn
 ) -> list[tuple[str, int]]:
@@ -788,7 +793,7 @@ def _critical_paths(
     paths[0] = (col.values[int(domains[first])], int(sums[first]))
     if len(sums) > 1:
         rest = sums.copy()
-        rest[first] = np.iinfo(np.int64).max
+        rest[first] = _INT64_MAX
         second = int(np.argmin(rest))
         paths[1] = (col.values[int(domains[second])], int(sums[second]))
     return paths
