@@ -7,6 +7,11 @@ API requests (``rest_client_*``, berth/kube/metrics.py). What runs the plugins
 is measured where they run (framework/observe.py: extension point and plugin
 durations, plugin evaluations, the scheduling algorithm): on the plugin
 server's /metrics with ``--plugin-server``, in this registry in-process.
+
+The series recorded for every pod (attempts, their durations, queue moves and
+arrivals, the SLI, event handling, binding goroutines) are per-thread cells
+(berth/kube/metrics.py ``ThreadCell*``: no lock per record, summed at scrape
+time, exposed as prometheus_client would); the rest are prometheus_client's.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from typing import Any, Final
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from berth.kube.metrics import ThreadCellCounter, ThreadCellGauge, ThreadCellHistogram
+
 # metrics.go: ExponentialBuckets(0.001, 2, 15).
 _ATTEMPT_BUCKETS = tuple(0.001 * 2**i for i in range(15))
 # metrics.go: PodSchedulingAttempts, ExponentialBuckets(1, 2, 5).
@@ -23,19 +30,19 @@ _ATTEMPTS_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0)
 # metrics.go: PodSchedulingSLIDuration, ExponentialBuckets(0.01, 2, 20).
 _SLI_BUCKETS = tuple(0.01 * 2**i for i in range(20))
 
-SCHEDULE_ATTEMPTS = Counter(
+SCHEDULE_ATTEMPTS = ThreadCellCounter(
     "scheduler_schedule_attempts_total",
     "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could "
     "not be scheduled, while 'error' means an internal scheduler problem.",
     ["result", "profile"],
 )
-ATTEMPT_DURATION = Histogram(
+ATTEMPT_DURATION = ThreadCellHistogram(
     "scheduler_scheduling_attempt_duration_seconds",
     "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
     ["result", "profile"],
     buckets=_ATTEMPT_BUCKETS,
 )
-PENDING_PODS = Gauge(
+PENDING_PODS = ThreadCellGauge(
     "scheduler_pending_pods",
     "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; "
     "'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in "
@@ -44,17 +51,18 @@ PENDING_PODS = Gauge(
     "they are gated.",
     ["queue"],
 )
-QUEUE_INCOMING = Counter(
+QUEUE_INCOMING = ThreadCellCounter(
     "scheduler_queue_incoming_pods_total",
     "Number of pods added to scheduling queues by event and queue type.",
     ["queue", "event"],
 )
-POD_SCHEDULING_ATTEMPTS = Histogram(
+POD_SCHEDULING_ATTEMPTS = ThreadCellHistogram(
     "scheduler_pod_scheduling_attempts",
     "Number of attempts to successfully schedule a pod.",
+    [],
     buckets=_ATTEMPTS_BUCKETS,
 )
-POD_SCHEDULING_SLI = Histogram(
+POD_SCHEDULING_SLI = ThreadCellHistogram(
     "scheduler_pod_scheduling_sli_duration_seconds",
     "E2e latency for a pod being scheduled, from the time the pod enters the scheduling "
     "queue and might involve multiple scheduling attempts.",
@@ -100,7 +108,7 @@ UNSCHEDULABLE_PODS = Gauge(
 )
 # metrics.go: EventHandlingLatency, ExponentialBuckets(0.0001, 2, 12), by the
 # event's label (eventhandlers.go: NodeAdd, AssignedPodDelete, ...).
-EVENT_HANDLING_DURATION = Histogram(
+EVENT_HANDLING_DURATION = ThreadCellHistogram(
     "scheduler_event_handling_duration_seconds",
     "Event handling latency in seconds.",
     ["event"],
@@ -108,7 +116,7 @@ EVENT_HANDLING_DURATION = Histogram(
 )
 # metrics.go: Goroutines; the shim runs binding cycles as tasks, counted as
 # upstream counts its binding goroutines (schedule_one.go runBindingCycle).
-GOROUTINES = Gauge(
+GOROUTINES = ThreadCellGauge(
     "scheduler_goroutines",
     "Number of running goroutines split by the work they do such as binding.",
     ["operation"],
@@ -194,6 +202,8 @@ _children: dict[tuple[object, tuple[str, ...]], Any] = {}
 
 
 def _child(metric: Any, *values: str) -> Any:
+    """A prometheus_client metric's child, looked up once (never a ``ThreadCell*``
+    metric's: its cells belong to the thread that asked for them)."""
     key = (metric, values)
     child = _children.get(key)
     if child is None:
@@ -207,9 +217,9 @@ def pending_moved(old: str, new: str) -> None:
     if a == b:
         return
     if a is not None:
-        _child(PENDING_PODS, a).dec()
+        PENDING_PODS.labels(a).dec()
     if b is not None:
-        _child(PENDING_PODS, b).inc()
+        PENDING_PODS.labels(b).inc()
 
 
 # The queue label of scheduler_queue_incoming_pods_total as upstream spells it
@@ -222,7 +232,7 @@ def incoming(event: str, queue: str) -> None:
     """A pod entered ``queue`` ("active", "backoff", "unschedulable") because
     of ``event`` (a ClusterEvent label, or ScheduleAttemptFailure,
     BackoffComplete, ForceActivate, UnschedulableTimeout, PopFromBackoffQ)."""
-    _child(QUEUE_INCOMING, QUEUE_LABELS.get(queue, queue), event).inc()
+    QUEUE_INCOMING.labels(QUEUE_LABELS.get(queue, queue), event).inc()
 
 
 def unschedulable_plugins(profile: str, plugins: frozenset[str], delta: int) -> None:
@@ -239,7 +249,7 @@ def permit_waited(result: str, seconds: float) -> None:
 
 def event_handled(event: str, seconds: float) -> None:
     """One cluster event (its ClusterEvent label) went through the handlers."""
-    _child(EVENT_HANDLING_DURATION, event).observe(seconds)
+    EVENT_HANDLING_DURATION.labels(event).observe(seconds)
 
 
 def leading(name: str, leader: bool) -> None:
@@ -247,17 +257,18 @@ def leading(name: str, leader: bool) -> None:
     _child(LEADER_ELECTION_MASTER_STATUS, name).set(1.0 if leader else 0.0)
 
 
+# Only the binding loop (the event loop) moves it: one writer.
 BINDING_GOROUTINES: Final = GOROUTINES.labels("binding")
 
 
 def attempt(result: str, profile: str, seconds: float) -> None:
-    _child(SCHEDULE_ATTEMPTS, result, profile).inc()
-    _child(ATTEMPT_DURATION, result, profile).observe(seconds)
+    SCHEDULE_ATTEMPTS.labels(result, profile).inc()
+    ATTEMPT_DURATION.labels(result, profile).observe(seconds)
 
 
 def scheduled(attempts: int, since_first_seen: float) -> None:
-    POD_SCHEDULING_ATTEMPTS.observe(attempts)
-    _child(POD_SCHEDULING_SLI, str(attempts)).observe(since_first_seen)
+    POD_SCHEDULING_ATTEMPTS.labels().observe(attempts)
+    POD_SCHEDULING_SLI.labels(str(attempts)).observe(since_first_seen)
 
 
 def preemption_finished(result: str, seconds: float) -> None:

@@ -24,13 +24,19 @@ one per bucket it walks). The exposition is the same as theirs
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable
 from itertools import accumulate
 from typing import Final, Generic, TypeVar
 from urllib.parse import urlsplit
 
 from prometheus_client import REGISTRY, CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
@@ -41,7 +47,23 @@ from berth.framework.observe import CounterCell, HistogramCell
 _LATENCY_BUCKETS: Final = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 
 
-_Cell = TypeVar("_Cell", CounterCell, HistogramCell)
+class GaugeCell:
+    """One thread's part of a ``ThreadCellGauge`` series: what it added and took away."""
+
+    __slots__ = ("created", "value")
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.created = time.time()
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+    def dec(self, amount: float = 1.0) -> None:
+        self.value -= amount
+
+
+_Cell = TypeVar("_Cell", CounterCell, HistogramCell, GaugeCell)
 
 
 class _PerThread(Generic[_Cell]):
@@ -90,6 +112,9 @@ class ThreadCellCounter(Collector):
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
         self._cells: _PerThread[CounterCell] = _PerThread()
+        if not self.labelnames:
+            # prometheus_client shows an unlabelled metric from its creation on.
+            self.labels()
         if registry is not None:
             registry.register(self)
 
@@ -138,6 +163,8 @@ class ThreadCellHistogram(Collector):
         # floatToGoString is untyped in prometheus_client.
         self._le = [floatToGoString(b) for b in self.bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
         self._cells: _PerThread[HistogramCell] = _PerThread()
+        if not self.labelnames:
+            self.labels()
         if registry is not None:
             registry.register(self)
 
@@ -175,6 +202,50 @@ class ThreadCellHistogram(Collector):
         yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
 
+class ThreadCellGauge(Collector):
+    """A labelled gauge any thread may ``inc`` and ``dec`` without a lock, as
+    ``ThreadCellCounter``: each thread's cell holds what that thread added and
+    took away, and the scrape shows their sum (a pod counted in by one thread
+    and out by another nets to zero). No ``set``: a gauge that is set
+    stays a prometheus_client Gauge. Exposes what a prometheus_client Gauge would."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: list[str],
+        registry: CollectorRegistry | None = REGISTRY,
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self._cells: _PerThread[GaugeCell] = _PerThread()
+        if not self.labelnames:
+            self.labels()
+        if registry is not None:
+            registry.register(self)
+
+    def labels(self, *values: str) -> GaugeCell:
+        """The calling thread's cell of this series."""
+        cell = self._cells.cells().get(values)
+        if cell is None:
+            cell = GaugeCell()
+            self._cells.add(values, cell)
+        return cell
+
+    def collect(self) -> Iterable[Metric]:
+        totals: dict[tuple[str, ...], float] = {}
+        for values, cell in list(self._cells.series):
+            totals[values] = totals.get(values, 0.0) + cell.value
+        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, total in totals.items():
+            family.add_metric(values, total)
+        yield family
+
+    def describe(self) -> Iterable[Metric]:
+        yield GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+
 REQUESTS_TOTAL = ThreadCellCounter(
     "rest_client_requests_total",
     "Number of HTTP requests, partitioned by status code, method, and host.",
@@ -208,7 +279,9 @@ __all__ = [
     "NO_ANSWER",
     "REQUESTS_TOTAL",
     "REQUEST_DURATION",
+    "GaugeCell",
     "ThreadCellCounter",
+    "ThreadCellGauge",
     "ThreadCellHistogram",
     "host_label",
     "request_done",

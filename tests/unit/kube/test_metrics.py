@@ -7,10 +7,10 @@ import re
 import threading
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from berth.kube import metrics
-from berth.kube.metrics import ThreadCellCounter, ThreadCellHistogram
+from berth.kube.metrics import ThreadCellCounter, ThreadCellGauge, ThreadCellHistogram
 
 # k8s.io/component-base/metrics/prometheus/restclient/metrics.go requestLatency's buckets.
 BUCKETS = [0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0]
@@ -19,7 +19,7 @@ BUCKETS = [0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0]
 def _exposition(registry: CollectorRegistry) -> list[str]:
     """The registry's text exposition, creation times blanked (HELP and TYPE kept)."""
     text = generate_latest(registry).decode()
-    return [re.sub(r"(_created\{.*\}) .*", r"\1 T", line) for line in text.splitlines()]
+    return [re.sub(r"(_created(\{.*\})?) .*", r"\1 T", line) for line in text.splitlines()]
 
 
 def _in_threads(work: list[list[tuple[str, float]]], record: object) -> None:
@@ -144,3 +144,41 @@ def test_request_done_counts_code_method_host_and_the_duration() -> None:
         == 1
     )
     assert sample("rest_client_request_duration_seconds_count", {"verb": "POST", "host": host}) == 2
+
+
+def test_thread_cell_gauge_exposes_what_a_prometheus_gauge_would() -> None:
+    """scheduler_pending_pods: a pod counted into a queue on one thread and out
+    of it on another nets to zero, as prometheus_client's Gauge shows it."""
+    theirs_registry, ours_registry = CollectorRegistry(), CollectorRegistry()
+    doc = "Number of pending pods, by the queue type."
+    theirs = Gauge("scheduler_pending_pods", doc, ["queue"], registry=theirs_registry)
+    ours = ThreadCellGauge("scheduler_pending_pods", doc, ["queue"], registry=ours_registry)
+    for gauge in (theirs, ours):
+        gauge.labels("active").inc()
+        gauge.labels("active").inc()
+        gauge.labels("backoff").inc()
+    _in_threads([[("active", 0.0)]], lambda label, _: ours.labels(label).dec())
+    theirs.labels("active").dec()
+    assert _exposition(ours_registry) == _exposition(theirs_registry)
+    assert 'scheduler_pending_pods{queue="active"} 1.0' in _exposition(ours_registry)
+
+
+def test_unlabelled_cells_are_exposed_from_their_creation_as_prometheus_does() -> None:
+    """scheduler_pod_scheduling_attempts has no labels: prometheus_client shows
+    its series (zeros) before the first observation, and so do the cells."""
+    theirs_registry, ours_registry = CollectorRegistry(), CollectorRegistry()
+    bounds = [1.0, 2.0, 4.0, 8.0, 16.0]
+    name, doc = "scheduler_pod_scheduling_attempts", "Number of attempts."
+    theirs = Histogram(name, doc, buckets=bounds, registry=theirs_registry)
+    ours = ThreadCellHistogram(name, doc, [], bounds, registry=ours_registry)
+    assert _exposition(ours_registry) == _exposition(theirs_registry)
+    theirs.observe(2)
+    ours.labels().observe(2)
+    _in_threads([[("", 3.0)]], lambda _, value: ours.labels().observe(value))
+    theirs.observe(3)
+    assert _exposition(ours_registry) == _exposition(theirs_registry)
+    c_theirs = Counter("c", "c", registry=theirs_registry)
+    c_ours = ThreadCellCounter("c", "c", [], registry=ours_registry)
+    c_theirs.inc()
+    c_ours.labels().inc()
+    assert _exposition(ours_registry) == _exposition(theirs_registry)
