@@ -238,7 +238,8 @@ class Binder:
                 await self._async_api.wait_for_token()
                 if node not in nodes:
                     return f"binding rejected: node {node} was deleted", True
-                await self._async_api.request("POST", path, body=body, limit=False)
+                # The answer (a Status) says nothing a 201 has not said.
+                await self._async_api.request("POST", path, body=body, limit=False, decode=False)
                 return None
             except ApiError as exc:
                 return await self._binding_error(pod, node, exc)

@@ -148,7 +148,9 @@ class Scheduler:
                     "client's pool"
                 )
             else:
-                events_api = AsyncApi.from_kubeapi(api, connections=DEFAULT_WRITERS)
+                # The recorder needs only to know an Event was written, not
+                # the Event the API server sends back.
+                events_api = AsyncApi.from_kubeapi(api, connections=DEFAULT_WRITERS, decode=False)
         self._events_api: AsyncApi | ThreadedSink = events_api or ThreadedSink(api)
         # One recorder per profile, reporting as the profile's schedulerName, as
         # kube-scheduler's profile.NewMap does (the "From" of kubectl describe).

@@ -80,8 +80,12 @@ class AsyncApi:
         *,
         connections: int = 16,
         timeout: float = 30.0,
+        decode: bool = True,
     ) -> None:
+        """``decode``: whether requests decode a successful answer unless told
+        (see ``request``)."""
         self._api = api
+        self._decode = decode
         # rest_client_* metrics' host label: the server's, as KubeApi's.
         self._metric_host: str = getattr(api, "metric_host", None) or f"{host}:{port}"
         # No connection, no loop needed until the first request.
@@ -98,7 +102,9 @@ class AsyncApi:
         self._used = False
 
     @classmethod
-    def from_kubeapi(cls, api: KubeApi, *, connections: int = 16) -> AsyncApi | None:
+    def from_kubeapi(
+        cls, api: KubeApi, *, connections: int = 16, decode: bool = True
+    ) -> AsyncApi | None:
         """An AsyncApi with ``api``'s server, TLS and credentials, or None when
         its configuration asks for something only urllib3 does here."""
         conf = getattr(api, "configuration", None)
@@ -131,6 +137,7 @@ class AsyncApi:
             server_hostname,
             connections=connections,
             timeout=api.timeout,
+            decode=decode,
         )
 
     async def close(self) -> None:
@@ -145,17 +152,26 @@ class AsyncApi:
         body: Any = None,
         content_type: str = "application/json",
         limit: bool = True,
+        decode: bool | None = None,
     ) -> JSON:
         """One request, as ``KubeApi.request``: the decoded body (``{}`` when
         empty); ApiError for an error status or an unreachable server
         (status 0). ``limit`` waits for the shared token bucket first. A write
         asks ``KubeApi.fence`` right before its bytes go out, and is cancelled
-        (the fence's ApiError raised) if the fence closes while it is under way."""
+        (the fence's ApiError raised) if the fence closes while it is under way.
+        ``decode=False``: a successful answer's body is not read and ``{}`` is
+        returned (a caller that needs only to know the write was made: the
+        binding's Status, the created Event); an error's body still is, in the
+        ApiError. None: the ``decode`` this AsyncApi was made with."""
+        if decode is None:
+            decode = self._decode
         fence = self._api.fence
         if fence is not None and fenced_write(method, path):
             async with fence.in_flight(method, path):
-                return await self._request(method, path, body, content_type, limit, fence.check)
-        return await self._request(method, path, body, content_type, limit, None)
+                return await self._request(
+                    method, path, body, content_type, limit, fence.check, decode
+                )
+        return await self._request(method, path, body, content_type, limit, None, decode)
 
     async def _request(
         self,
@@ -165,6 +181,7 @@ class AsyncApi:
         content_type: str,
         limit: bool,
         check: Callable[[str, str], None] | None,
+        decode: bool,
     ) -> JSON:
         start = time.perf_counter()
         if limit:
@@ -192,7 +209,7 @@ class AsyncApi:
         metrics.request_done(method, self._metric_host, status, time.perf_counter() - start)
         if status >= 400:
             raise ApiError(method, path, status, payload)
-        if not payload:
+        if not payload or not decode:
             return {}
         out: JSON = orjson.loads(payload)
         return out

@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
 import pytest
 import urllib3
 from kubernetes import client as kclient
@@ -269,6 +270,38 @@ async def test_empty_body_is_an_empty_object_and_no_body_sends_none() -> None:
         assert await api.request("DELETE", PATH) == {}
     _, _, headers, body = server.requests[0]
     assert body == b"" and "content-type" not in headers
+
+
+async def test_decode_false_leaves_a_successful_answer_unread_but_not_an_error() -> None:
+    """The binding and the event writes ask decode=False: a 201's body is not
+    parsed (here it is not even JSON), while an error's still reaches the
+    ApiError, as with decoding."""
+    answers: Iterator[tuple[int, bytes, dict[str, str]]] = iter(
+        [
+            (201, b"not json", {}),
+            (409, json.dumps({"kind": "Status", "reason": "AlreadyExists"}).encode(), {}),
+        ]
+    )
+    server = FakeServer(lambda *_: next(answers))
+    async with running(server) as api:
+        assert await api.request("POST", PATH, body=BINDING, decode=False) == {}
+        with pytest.raises(ApiError) as err:
+            await api.request("POST", PATH, body=BINDING, decode=False)
+    assert err.value.status == 409 and err.value.conflict
+
+
+async def test_an_async_api_made_not_to_decode_returns_empty_answers() -> None:
+    server = FakeServer(lambda *_: (201, b"not json", {}))
+    async with running(server) as api:
+        quiet = AsyncApi.from_kubeapi(api._api, connections=1, decode=False)
+        assert quiet is not None
+        try:
+            assert await quiet.create(PATH, BINDING) == {}
+        finally:
+            await quiet.close()
+        # The default decodes (and this answer does not parse).
+        with pytest.raises(orjson.JSONDecodeError):
+            await api.create(PATH, BINDING)
 
 
 async def test_tls_answers_longer_than_the_read_buffer_arrive_whole(tmp_path: Path) -> None:
