@@ -19,7 +19,8 @@ What it does (tests/unit/kube/test_http1.py, tests/unit/kube/test_asynchttp.py):
   ``SetOldTransportDefaults`` applies) is closed, so that a burst does not
   leave its connections open on the API server for good;
 - the timeout runs from the moment a request has its slot, not while it waits
-  for one (see `berth.kube.asynchttp`);
+  for one (see `berth.kube.asynchttp`); the answers in flight share one timer
+  (``_Deadlines``), a new connection's set-up has one of its own;
 - a request is never resent: a connection that fails mid-request is closed and
   the caller gets the error (``KubeApi.request`` sends with ``retries=False``);
 - a request cancelled or timed out closes its connection, so a late answer
@@ -31,9 +32,10 @@ Redirects are not followed and bodies are never compressed (no ``Accept-Encoding
 from __future__ import annotations
 
 import asyncio
+import heapq
 import ssl
 from collections.abc import Callable, Mapping
-from typing import cast
+from typing import Any, cast
 
 import httptools
 
@@ -149,6 +151,67 @@ class _Connection(asyncio.Protocol):
         self.close()
 
 
+class _Deadlines:
+    """The answers a pool waits for, each failed with TimeoutError at its deadline:
+    one timer for all of them (armed for the earliest) instead of an
+    ``asyncio.timeout`` each, whose timer handle is made, scheduled and
+    cancelled for every request. Answers that came are dropped from the front
+    as later ones are watched, so the heap holds about as many as are in flight."""
+
+    def __init__(self) -> None:
+        # [deadline, sequence, answer]: the sequence orders equal deadlines (the
+        # answer is never compared); the answer is None once its request has it,
+        # so that the heap does not keep answers alive.
+        self._heap: list[list[Any]] = []
+        self._seq = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed_for = 0.0
+
+    def watch(self, answer: asyncio.Future[tuple[int, bytes]], deadline: float) -> list[Any]:
+        """Fails ``answer`` at ``deadline`` unless it came; returns its entry, for
+        ``done``."""
+        heap = self._heap
+        while heap and heap[0][2] is None:
+            heapq.heappop(heap)
+        self._seq += 1
+        entry = [deadline, self._seq, answer]
+        heapq.heappush(heap, entry)
+        if self._timer is None or deadline < self._armed_for:
+            self._arm(heap[0][0])
+        return entry
+
+    @staticmethod
+    def done(entry: list[Any]) -> None:
+        """The request has its answer (or gave up on it): no longer watched."""
+        entry[2] = None
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def clear(self) -> None:
+        self._heap.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._armed_for = when
+        self._timer = asyncio.get_running_loop().call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        heap = self._heap
+        now = asyncio.get_running_loop().time()
+        while heap and (heap[0][0] <= now or heap[0][2] is None):
+            answer = heapq.heappop(heap)[2]
+            if answer is not None and not answer.done():
+                answer.set_exception(TimeoutError())
+        if heap:
+            self._arm(heap[0][0])
+
+
 class Http1Pool:
     """Requests to one server, at most ``connections`` at a time."""
 
@@ -187,6 +250,7 @@ class Http1Pool:
         self._open: set[_Connection] = set()
         self._slots: asyncio.Semaphore | None = None
         self._reaper: asyncio.TimerHandle | None = None
+        self._deadlines = _Deadlines()
         self._closed = False
 
     @property
@@ -222,17 +286,26 @@ class Http1Pool:
             data += body
         async with slots:
             conn: _Connection | None = None
+            deadline = asyncio.get_running_loop().time() + self._timeout
             try:
-                async with asyncio.timeout(self._timeout):
-                    conn = self._take() or await self._connect()
-                    if before_send is not None:
-                        try:
-                            before_send()
-                        except BaseException:
-                            unused, conn = conn, None
-                            self._park(unused)
-                            raise
-                    status, payload = await conn.exchange(data)
+                conn = self._take()
+                if conn is None:
+                    # A new connection (rare once the pool is open): a timer of its own.
+                    async with asyncio.timeout_at(deadline):
+                        conn = await self._connect()
+                if before_send is not None:
+                    try:
+                        before_send()
+                    except BaseException:
+                        unused, conn = conn, None
+                        self._park(unused)
+                        raise
+                answer = conn.exchange(data)
+                watched = self._deadlines.watch(answer, deadline)
+                try:
+                    status, payload = await answer
+                finally:
+                    _Deadlines.done(watched)
             except TimeoutError as exc:
                 if conn is not None:
                     self._discard(conn)
@@ -255,6 +328,7 @@ class Http1Pool:
 
     async def close(self) -> None:
         self._closed = True
+        self._deadlines.clear()
         if self._reaper is not None:
             self._reaper.cancel()
             self._reaper = None

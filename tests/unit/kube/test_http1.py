@@ -119,6 +119,36 @@ async def test_the_timeout_closes_the_connection_and_the_slot_is_released() -> N
     assert seen == [1, 2]
 
 
+async def test_one_shared_deadline_times_out_only_the_slow_answer() -> None:
+    """The answers in flight share one deadline timer: the slow request on the
+    first connection times out on time while the other connections' requests,
+    watched after it with later deadlines, are answered; and nothing answered
+    stays watched."""
+
+    async def slow_on_first(_r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        if n == 1:
+            await asyncio.sleep(1.0)
+        w.write(OK)
+
+    async with server(slow_on_first) as (port, _seen):
+        pool = Http1Pool("127.0.0.1", port, connections=4, timeout=0.3)
+        slow = asyncio.create_task(pool.request("GET", "/slow"))
+        await asyncio.sleep(0.05)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for _ in range(10):
+            answers = await asyncio.gather(*(pool.request("GET", "/x") for _ in range(3)))
+            assert answers == [(200, b"{}")] * 3
+        with pytest.raises(HttpError, match=r"no answer within 0\.3s"):
+            await slow
+        # Failed at its own deadline (0.3 s after it was sent), not a later one's.
+        assert loop.time() - started < 0.5
+        assert len(pool._deadlines) <= 1
+        assert await pool.request("GET", "/x") == (200, b"{}")
+        await pool.close()
+        assert len(pool._deadlines) == 0
+
+
 async def test_bytes_sent_to_an_idle_connection_retire_it() -> None:
     async def ok_then_junk(_r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
         w.write(OK + (b"HTTP/1.1 200 OK\r\n" if n == 1 else b""))
