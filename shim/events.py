@@ -64,6 +64,7 @@ import asyncio
 import datetime as dt
 import enum
 import logging
+import math
 import random
 import socket
 import threading
@@ -182,9 +183,29 @@ class ObjectRef:
         return ref
 
 
+# The last whole second micro_time formatted, and its text: events come many a
+# second, and formatting the date is most of the work.
+_micro_second: tuple[int, str] = (-1, "")
+
+
 def micro_time(t: float) -> str:
-    """A metav1.MicroTime: RFC 3339 in UTC with exactly six fractional digits."""
-    return dt.datetime.fromtimestamp(t, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """A metav1.MicroTime: RFC 3339 in UTC with exactly six fractional digits
+    (what ``datetime.fromtimestamp(t, UTC)`` shows: the microseconds rounded
+    half to even, a carry going to the second)."""
+    global _micro_second
+    if t < 0:
+        return dt.datetime.fromtimestamp(t, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    fraction, whole = math.modf(t)
+    micros = round(fraction * 1e6)
+    second = int(whole)
+    if micros >= 1_000_000:
+        second += 1
+        micros -= 1_000_000
+    cached_second, text = _micro_second
+    if second != cached_second:
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _micro_second = (second, text)
+    return f"{text}.{micros:06d}Z"
 
 
 def truncate_note(note: str) -> str:

@@ -954,3 +954,34 @@ async def test_start_after_stop_is_refused(sink: ThreadedSink) -> None:
     await rec.stop()
     with pytest.raises(RuntimeError):
         rec.start()
+
+
+def test_micro_time_is_what_datetime_shows_for_any_instant() -> None:
+    """micro_time keeps the formatted second and fills in the microseconds;
+    the text is datetime's for the same float: rounding half to even, a
+    fraction that rounds up to the next second, seconds that repeat or go back."""
+    import datetime as dt
+    import random
+
+    def reference(t: float) -> str:
+        return dt.datetime.fromtimestamp(t, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    rng = random.Random(26)
+    instants = [
+        0.0,
+        1.0,
+        1_795_872_000.0,
+        1_795_872_000.9999995,
+        1_795_872_000.9999994,
+        1_795_872_000.0000005,
+        1_795_872_000.0000015,
+        1_795_872_059.9999999,
+        1_795_871_999.5,
+        951_782_400.25,  # 2000-02-29
+    ]
+    instants += [rng.uniform(0, 4_102_444_800) for _ in range(20_000)]
+    base = rng.uniform(1.7e9, 1.8e9)
+    instants += [base + i * 0.000_731 for i in range(5_000)]
+    instants += [base + rng.random() - 0.5 for _ in range(2_000)]
+    for t in instants:
+        assert micro_time(t) == reference(t), t
