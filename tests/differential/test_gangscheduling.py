@@ -15,8 +15,9 @@ whose end state both reach in seconds: a gang that fits (each member bound once 
 exist), a gang short of members (PreEnqueue gates them at once, on both), a gang that
 cannot fit (upstream's cycle fails at once; Berth's first members wait at Permit, none is
 bound, for the 5 minutes of gangscheduling.go's permitTimeoutDuration, which this test does
-not wait out: that none is bound within the settle window is the comparison), and members
-created before their PodGroup (PreEnqueue gates them until it appears).
+not wait out: that none is bound within the settle window is the comparison; their
+PodScheduled conditions differ, a strict xfail below), and members created before their
+PodGroup (PreEnqueue gates them until it appears).
 """
 
 from __future__ import annotations
@@ -292,25 +293,47 @@ def test_gang_with_fewer_members_than_min_count_has_none_bound(gang: Gang, nodes
     assert berth == upstream
 
 
-def test_gang_whose_min_count_does_not_fit_has_none_bound(gang: Gang, nodes: Any) -> None:
-    """minCount 3, three members of 600m, two nodes of 1 cpu: only two fit. None is bound
-    on either, and the member left without a node gets the same FitError on both.
+@pytest.fixture(scope="module")
+def does_not_fit(gang: Gang) -> tuple[Outcome, Outcome]:
+    """minCount 3, three members of 600m, two nodes of 1 cpu: only two fit. Run once for
+    the two tests below."""
+    names = [objects.node(f"gang-tight-{i}", cpu="1") for i in range(2)]
+    objects.create_nodes(gang.kube, names)
+    try:
+        return both(gang, min_count=3, count=3, cpu="600m", want_bound=False)
+    finally:
+        objects.delete_nodes(gang.kube, [n["metadata"]["name"] for n in names])
 
-    They differ on the other two, as plugins/gangscheduling/README.md says ("One pod at a
-    time"): upstream's pod group cycle assumes none of them and marks them unschedulable
-    with the group's failure; Berth assumed them, one by one, and they wait at Permit with
-    no condition (and the capacity they hold in Berth's cache) until gangscheduling.go's
-    5-minute permitTimeoutDuration ends. That is pinned here, so a change on either side
-    shows."""
-    nodes(2, cpu="1")
-    upstream, berth = both(gang, min_count=3, count=3, cpu="600m", want_bound=False)
+
+def test_gang_whose_min_count_does_not_fit_has_none_bound(
+    does_not_fit: tuple[Outcome, Outcome],
+) -> None:
+    """None is bound on either, and the member left without a node gets the same FitError
+    on both (upstream's pod group cycle assumes none; Berth's first two wait at Permit)."""
+    upstream, berth = does_not_fit
     assert upstream.nodes == {"m-0": "", "m-1": "", "m-2": ""}, upstream
     assert berth.nodes == upstream.nodes, berth
-    no_room = sorted(c for c in upstream.conditions.values() if c != UPSTREAM_GANG_WAITING)
+    no_room = [c for c in upstream.conditions.values() if c != UPSTREAM_GANG_WAITING]
     assert len(no_room) == 1 and "Insufficient cpu" in no_room[0], upstream
-    assert sorted(upstream.conditions.values()) == sorted([UPSTREAM_GANG_WAITING] * 2 + no_room)
-    # Berth: the same FitError for the member without room; the two at Permit, none.
-    assert sorted(berth.conditions.values()) == sorted(["", "", *no_room]), berth
+    assert list(upstream.conditions.values()).count(UPSTREAM_GANG_WAITING) == 2, upstream
+    assert no_room[0] in berth.conditions.values(), (upstream, berth)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "known difference (plugins/gangscheduling/README.md, 'One pod at a time'): the "
+        "members that fit get upstream's pod group failure as their PodScheduled condition; "
+        "under Berth they wait at Permit with none (holding their capacity in Berth's cache) "
+        "until the 5-minute permitTimeoutDuration of gangscheduling.go"
+    ),
+)
+def test_gang_whose_min_count_does_not_fit_has_the_same_conditions(
+    does_not_fit: tuple[Outcome, Outcome],
+) -> None:
+    upstream, berth = does_not_fit
+    # Upstream's side is checked by the test above: this fails on Berth's alone.
+    assert sorted(berth.conditions.values()) == sorted(upstream.conditions.values()), berth
 
 
 def test_members_created_before_their_pod_group_are_bound_once_it_appears(
