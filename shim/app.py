@@ -21,7 +21,6 @@ from berth.shim.extenders import ExtenderSetupError
 from berth.shim.health import HealthServer
 from berth.shim.healthchecks import ApiServerProbe, HealthChecks
 from berth.shim.leader import LeaderElector
-from berth.shim.prefetch import ListPrefetch
 from berth.shim.record import Recording, RecordingStateLog
 from berth.shim.scheduler import Scheduler, ShimOptions
 from berth.shim.service import PluginService
@@ -65,9 +64,6 @@ class ShimSettings:
     options: ShimOptions = field(default_factory=ShimOptions)
     # berth shim --record DIR: record events and decisions there (shim/record.py).
     record: str | None = None
-    # The nodes' and pods' first LISTs, sent while the process started (shim/prefetch.py);
-    # the informers take them only if they came from the kubeconfig used here.
-    prefetch: ListPrefetch | None = None
 
 
 def _registry(settings: ShimSettings) -> Mapping[str, type[Plugin]]:
@@ -110,9 +106,8 @@ def build_service(settings: ShimSettings, state: ClusterStateLog) -> PluginServi
 async def run(settings: ShimSettings) -> int:
     cfg = settings.config
     cc = cfg.client_connection
-    kubeconfig = settings.kubeconfig or cc.kubeconfig or None
     api = KubeApi.from_kubeconfig(
-        kubeconfig,
+        settings.kubeconfig or cc.kubeconfig or None,
         qps=settings.qps if settings.qps is not None else cc.qps,
         burst=settings.burst if settings.burst is not None else cc.burst,
         hint=KUBECONFIG_HINT,
@@ -135,7 +130,6 @@ async def run(settings: ShimSettings) -> int:
             max_backoff=float(cfg.pod_max_backoff_seconds),
             extenders=cfg.extenders,
             record=recorder,
-            prefetch=settings.prefetch.for_kubeconfig(kubeconfig) if settings.prefetch else None,
         )
     except ExtenderSetupError as setup_error:
         print(f"berth shim: {cfg.source}: {setup_error}", file=sys.stderr, flush=True)

@@ -15,7 +15,6 @@ from berth.shim.delegation import DEFAULT_ALWAYS_ALLOW_PATHS, DEFAULT_CACHE_TTL
 
 if TYPE_CHECKING:
     from berth.framework.profile import SchedulerConfig
-    from berth.shim.prefetch import ListPrefetch
     from berth.shim.serving import SecureServingOptions
 
 log = logging.getLogger("berth.shim")
@@ -329,21 +328,13 @@ def run(args: argparse.Namespace) -> int:
     # they exist, then they are frozen (gc.freeze: a permanent generation that no
     # collection traverses again, full ones included) and it is back on.
     gc.disable()
-    # The nodes' and pods' first LISTs go out now, before the imports and the
-    # configuration below (most of the start-up), so that the API server prepares
-    # them meanwhile (shim/prefetch.py). The switch interval (see below) is set
-    # first: the listing threads get the GIL back from the imports sooner.
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL)
-    from berth.shim.prefetch import start_for_shim
-
-    prefetch = start_for_shim(args.kubeconfig, args.config)
     try:
-        return _run(args, prefetch)
+        return _run(args)
     finally:
         gc.enable()
 
 
-def _run(args: argparse.Namespace, prefetch: ListPrefetch | None = None) -> int:
+def _run(args: argparse.Namespace) -> int:
     from berth.client.tls import client_tls_from_args
     from berth.framework.config import ConfigError, default_config, load_config
     from berth.kube.config import ConfigurationError
@@ -471,14 +462,14 @@ def _run(args: argparse.Namespace, prefetch: ListPrefetch | None = None) -> int:
             explain_entries=args.explain_max_pods,
         ),
         record=args.record,
-        prefetch=prefetch,
     )
     # The shim's background threads (informers, API workers, and event writes
     # where they go through events.ThreadedSink) spend their time waiting on the
     # API server, and each answer needs the GIL back from a busy event loop,
     # which CPython hands over only after its switch interval (5 ms by default).
     # A shorter interval lets those threads' answers in sooner while the loop is
-    # busy (docs/benchmarks.md measures event writes at 5 ms and 1 ms); `run` sets it.
+    # busy (docs/benchmarks.md measures event writes at 5 ms and 1 ms).
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL)
     gc.freeze()
     gc.enable()
     try:

@@ -30,18 +30,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import orjson
 
 from berth.kube.errors import ApiError, WatchStalled
 from berth.kube.records import ObjectError
-from berth.kube.rest import JSON, KubeApi, ListResult
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-    from berth.shim.prefetch import ListPrefetch
+from berth.kube.rest import JSON, KubeApi
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +101,6 @@ class Informer(Generic[R]):
     ``berth.kube.records.PodSlabs`` puts them into shared messages, which costs
     less memory for records decoded together and kept. A later list (after
     410 Gone) keeps few of its records, so it decodes with ``decode``.
-    ``prefetch``, when given, may hold this informer's first list, sent while the
-    process started (``berth.shim.prefetch``): the first list takes it instead of
-    listing, errors included; every later list lists.
     """
 
     def __init__(
@@ -128,10 +120,8 @@ class Informer(Generic[R]):
         watch_idle_timeout: float = WATCH_IDLE_TIMEOUT,
         backoff_initial: float = BACKOFF_INITIAL,
         backoff_max: float = BACKOFF_MAX,
-        prefetch: ListPrefetch | None = None,
     ) -> None:
         self.api = api
-        self.prefetch = prefetch
         self.path = path
         self.name = name
         self.decode = decode
@@ -235,7 +225,7 @@ class Informer(Generic[R]):
         decode = self.decode
         if self.decode_first_list is not None and not self._known:
             decode = self.decode_first_list()
-        for page in self._pages():
+        for page in self.api.list_pages(self.path, **self._params()):
             count += len(page.items)
             rv = page.resource_version or rv
             for obj in page.items:
@@ -267,16 +257,6 @@ class Informer(Generic[R]):
             len(out),
         )
         self._deliver(out, synced=True)
-
-    def _pages(self) -> Iterator[ListResult]:
-        """This list's pages: the prefetched first list once, else a LIST."""
-        prefetch, self.prefetch = self.prefetch, None
-        if prefetch is not None:
-            taken = prefetch.take(self.path, self._params())
-            if taken is not None:
-                log.debug("%s: first list sent ahead, at start-up", self.name)
-                return taken.pages(self.api)
-        return self.api.list_pages(self.path, **self._params())
 
     def _event_for(
         self, kind: str, obj: JSON, decode: Callable[[JSON], R] | None = None

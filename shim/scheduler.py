@@ -56,7 +56,6 @@ from berth.shim.metrics import Counters
 from berth.shim.objects import ObjectChange, ObjectSources, Source
 from berth.shim.podstatus import PodStatusWriter
 from berth.shim.preemption import PreemptionExecutor
-from berth.shim.prefetch import NODES_PATH, POD_FIELD_SELECTOR, PODS_PATH, ListPrefetch
 from berth.shim.queue import SchedulingQueue
 from berth.shim.record import Recording
 from berth.shim.schedule_one import FailureHandler, SchedulingCycle
@@ -68,6 +67,10 @@ R = TypeVar("R")
 
 # How often the shim asks the plugin service again what its profiles read.
 PROFILES_REFRESH_SECONDS = 30.0
+
+# kube-scheduler's informer ignores finished pods (scheduler.go, NewInformerFactory:
+# status.phase!=Succeeded,status.phase!=Failed).
+POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 @dataclass
@@ -104,16 +107,12 @@ class Scheduler:
         max_backoff: float = 10.0,
         extenders: Sequence[ExtenderConfig] = (),
         record: Recording | None = None,
-        prefetch: ListPrefetch | None = None,
     ) -> None:
         """``extenders``: KubeSchedulerConfiguration.extenders (shim/extenders.py).
         ``record``: berth shim --record's recorder (shim/record.py), which
         gets every informer event and every cycle's call and answers; the
-        cluster state's changes it gets from ``service.state``. ``prefetch``:
-        the nodes' and pods' first LISTs, sent ahead at start-up with ``api``'s
-        kubeconfig (shim/prefetch.py)."""
+        cluster state's changes it gets from ``service.state``."""
         self.api = api
-        self.prefetch = prefetch
         self.record = record
         self.service = service
         self.profiles = set(profiles)
@@ -280,17 +279,16 @@ class Scheduler:
             on_pod_events = _pruning(on_pod_events, objects.on_deleted_pod)
         nodes: Informer[cpb.Node] = Informer(
             self.api,
-            NODES_PATH,
+            "/api/v1/nodes",
             name="nodes",
             decode=decode_node,
             key_of=node_key,
             on_events=recorded(self.record, "nodes", on_node_events),
             loop=loop,
-            prefetch=self.prefetch,
         )
         pods: Informer[cpb.Pod] = Informer(
             self.api,
-            PODS_PATH,
+            "/api/v1/pods",
             name="pods",
             decode=decode_pod,
             decode_first_list=decode_listed_pods,
@@ -298,10 +296,7 @@ class Scheduler:
             on_events=recorded(self.record, "pods", on_pod_events),
             loop=loop,
             field_selector=POD_FIELD_SELECTOR,
-            prefetch=self.prefetch,
         )
-        # Each informer takes its part once; nothing is held past this.
-        self.prefetch = None
         self._informers = [nodes, pods]
         for inf in self._informers:
             inf.start()

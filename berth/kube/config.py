@@ -254,23 +254,6 @@ def load_plain_incluster(pool_size: int | None) -> PlainConfiguration | None:
     return cfg
 
 
-def plain_configuration(
-    kubeconfig: str | Path | None = None,
-    *,
-    context: str | None = None,
-    pool_size: int | None = None,
-) -> PlainConfiguration | None:
-    """What `load_configuration` reads without the ``kubernetes`` package from the same
-    arguments, or None when it would need the package (or finds nothing to read)."""
-    if kubeconfig:
-        return load_plain_kubeconfig(str(kubeconfig), context, pool_size)
-    if not all(env in os.environ for env in _SERVICE_ENV):
-        return load_plain_kubeconfig(
-            os.environ.get("KUBECONFIG") or "~/.kube/config", context, pool_size
-        )
-    return load_plain_incluster(pool_size)
-
-
 def load_configuration(
     kubeconfig: str | Path | None = None,
     *,
@@ -284,10 +267,17 @@ def load_configuration(
     ``pool_size``: the connections its urllib3 pool keeps per host. Raises
     ``ConfigurationError`` naming the file and ending with ``hint``. A plain kubeconfig
     file gives a ``PlainConfiguration`` instead, read without the package."""
-    plain = plain_configuration(kubeconfig, context=context, pool_size=pool_size)
-    if plain is not None:
-        if not kubeconfig and plain.token_file is not None:
+    if kubeconfig:
+        plain = load_plain_kubeconfig(str(kubeconfig), context, pool_size)
+    elif not all(env in os.environ for env in _SERVICE_ENV):
+        plain = load_plain_kubeconfig(
+            os.environ.get("KUBECONFIG") or "~/.kube/config", context, pool_size
+        )
+    else:
+        plain = load_plain_incluster(pool_size)
+        if plain is not None:
             log.info("API access: in-cluster service account")
+    if plain is not None:
         return plain
     from kubernetes import client as kclient
     from kubernetes import config as kconfig

@@ -72,8 +72,6 @@ LIST_PAGE = 500
 class ListResult:
     items: list[JSON]
     resource_version: str
-    # list_pages: the token of the next page ("": this page is the last).
-    continue_token: str = ""
 
 
 def _plain_pool(cfg: PlainConfiguration) -> urllib3.PoolManager:
@@ -306,9 +304,7 @@ class KubeApi:
                     if prefetch is None:
                         prefetch = ThreadPoolExecutor(1, thread_name_prefix="berth-list-page")
                     ahead = prefetch.submit(self.get_bytes, path, **{**query, "continue": cont})
-                result = ListResult(
-                    page.get("items") or [], str(meta.get("resourceVersion") or ""), cont or ""
-                )
+                result = ListResult(page.get("items") or [], str(meta.get("resourceVersion") or ""))
                 del page, meta
                 yield result
                 del result
