@@ -96,10 +96,14 @@ class _PerThread(Generic[_Cell]):
             self.created.setdefault(values, cell.created)
 
 
-class ThreadCellCounter(Collector):
-    """A labelled counter any thread may increment without a lock: per-thread
-    ``CounterCell``s (berth.framework.observe), summed at scrape time. Exposes
-    what a prometheus_client Counter would: ``_total`` and ``_created``."""
+class _ThreadCells(Collector, Generic[_Cell]):
+    """What the per-thread cell metrics share: their name, help and label names,
+    each thread's cell per series (``labels``), an unlabelled series shown from
+    creation on (as prometheus_client does), and registration. A subclass says
+    how a cell is made (``_new_cell``), how the cells add up (``collect``) and
+    which family it exposes (``_family``)."""
+
+    _family: type[Metric]
 
     def __init__(
         self,
@@ -111,20 +115,36 @@ class ThreadCellCounter(Collector):
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
-        self._cells: _PerThread[CounterCell] = _PerThread()
+        self._cells: _PerThread[_Cell] = _PerThread()
         if not self.labelnames:
-            # prometheus_client shows an unlabelled metric from its creation on.
             self.labels()
         if registry is not None:
             registry.register(self)
 
-    def labels(self, *values: str) -> CounterCell:
+    def _new_cell(self) -> _Cell:
+        raise NotImplementedError
+
+    def labels(self, *values: str) -> _Cell:
         """The calling thread's cell of this series."""
         cell = self._cells.cells().get(values)
         if cell is None:
-            cell = CounterCell()
+            cell = self._new_cell()
             self._cells.add(values, cell)
         return cell
+
+    def describe(self) -> Iterable[Metric]:
+        yield self._family(self.name, self.documentation, labels=self.labelnames)  # type: ignore[call-arg]
+
+
+class ThreadCellCounter(_ThreadCells[CounterCell]):
+    """A labelled counter any thread may increment without a lock: per-thread
+    ``CounterCell``s (berth.framework.observe), summed at scrape time. Exposes
+    what a prometheus_client Counter would: ``_total`` and ``_created``."""
+
+    _family = CounterMetricFamily
+
+    def _new_cell(self) -> CounterCell:
+        return CounterCell()
 
     def collect(self) -> Iterable[Metric]:
         totals: dict[tuple[str, ...], int] = {}
@@ -135,11 +155,8 @@ class ThreadCellCounter(Collector):
             family.add_metric(values, total, created=self._cells.created[values])
         yield family
 
-    def describe(self) -> Iterable[Metric]:
-        yield CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
-
-class ThreadCellHistogram(Collector):
+class ThreadCellHistogram(_ThreadCells[HistogramCell]):
     """A labelled histogram any thread may observe without a lock, as
     ``ThreadCellCounter``: per-thread ``HistogramCell``s summed bucket by bucket
     at scrape time. Exposes what a prometheus_client Histogram would:
@@ -147,6 +164,8 @@ class ThreadCellHistogram(Collector):
     ``_created``. A scrape while another thread observes may see an
     observation's bucket without its sum (never a count that disagrees with the
     buckets: both come from the same copy)."""
+
+    _family = HistogramMetricFamily
 
     def __init__(
         self,
@@ -156,25 +175,13 @@ class ThreadCellHistogram(Collector):
         buckets: Iterable[float],
         registry: CollectorRegistry | None = REGISTRY,
     ) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = tuple(labelnames)
         self.bounds = list(buckets)
         # floatToGoString is untyped in prometheus_client.
         self._le = [floatToGoString(b) for b in self.bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
-        self._cells: _PerThread[HistogramCell] = _PerThread()
-        if not self.labelnames:
-            self.labels()
-        if registry is not None:
-            registry.register(self)
+        super().__init__(name, documentation, labelnames, registry)
 
-    def labels(self, *values: str) -> HistogramCell:
-        """The calling thread's cell of this series."""
-        cell = self._cells.cells().get(values)
-        if cell is None:
-            cell = HistogramCell(self.bounds)
-            self._cells.add(values, cell)
-        return cell
+    def _new_cell(self) -> HistogramCell:
+        return HistogramCell(self.bounds)
 
     def collect(self) -> Iterable[Metric]:
         sums: dict[tuple[str, ...], tuple[list[int], float]] = {}
@@ -198,40 +205,18 @@ class ThreadCellHistogram(Collector):
             )
         yield family
 
-    def describe(self) -> Iterable[Metric]:
-        yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
-
-class ThreadCellGauge(Collector):
+class ThreadCellGauge(_ThreadCells[GaugeCell]):
     """A labelled gauge any thread may ``inc`` and ``dec`` without a lock, as
     ``ThreadCellCounter``: each thread's cell holds what that thread added and
     took away, and the scrape shows their sum (a pod counted in by one thread
     and out by another nets to zero). No ``set``: a gauge that is set
     stays a prometheus_client Gauge. Exposes what a prometheus_client Gauge would."""
 
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: list[str],
-        registry: CollectorRegistry | None = REGISTRY,
-    ) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = tuple(labelnames)
-        self._cells: _PerThread[GaugeCell] = _PerThread()
-        if not self.labelnames:
-            self.labels()
-        if registry is not None:
-            registry.register(self)
+    _family = GaugeMetricFamily
 
-    def labels(self, *values: str) -> GaugeCell:
-        """The calling thread's cell of this series."""
-        cell = self._cells.cells().get(values)
-        if cell is None:
-            cell = GaugeCell()
-            self._cells.add(values, cell)
-        return cell
+    def _new_cell(self) -> GaugeCell:
+        return GaugeCell()
 
     def collect(self) -> Iterable[Metric]:
         totals: dict[tuple[str, ...], float] = {}
@@ -241,9 +226,6 @@ class ThreadCellGauge(Collector):
         for values, total in totals.items():
             family.add_metric(values, total)
         yield family
-
-    def describe(self) -> Iterable[Metric]:
-        yield GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
 
 REQUESTS_TOTAL = ThreadCellCounter(
