@@ -9,6 +9,7 @@ import signal
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from berth.client import ClusterStateLog, Mode
 from berth.client.tls import ClientTLS
@@ -20,11 +21,14 @@ from berth.shim import debug
 from berth.shim.extenders import ExtenderSetupError
 from berth.shim.health import HealthServer
 from berth.shim.healthchecks import ApiServerProbe, HealthChecks
-from berth.shim.leader import LeaderElector
-from berth.shim.record import Recording, RecordingStateLog
 from berth.shim.scheduler import Scheduler, ShimOptions
 from berth.shim.service import PluginService
 from berth.shim.serving import DebugRoutes, SecureServingOptions
+
+if TYPE_CHECKING:
+    # Imported where used: only with leader election, only with --record.
+    from berth.shim.leader import LeaderElector
+    from berth.shim.record import Recording
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +120,8 @@ async def run(settings: ShimSettings) -> int:
     recorder: Recording | None = None
     state = ClusterStateLog()
     if settings.record:
+        from berth.shim.record import Recording, RecordingStateLog
+
         recorder = Recording(settings.record)
         recorder.start(cfg)
         state = RecordingStateLog(recorder)
@@ -141,6 +147,8 @@ async def run(settings: ShimSettings) -> int:
     leader_elect = le.leader_elect if settings.leader_elect is None else settings.leader_elect
     elector: LeaderElector | None = None
     if leader_elect:
+        from berth.shim.leader import LeaderElector
+
         name = BERTH_LEASE_NAME if le.resource_name == "kube-scheduler" else le.resource_name
         elector = LeaderElector(api, le, lease_name=name, lease_namespace=le.resource_namespace)
         # Every write of this process asks the elector's fence right before it is sent.

@@ -6,12 +6,13 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import sys
 from typing import TYPE_CHECKING
 
 from berth import version_text
 from berth.client.tls import add_client_tls_flags
-from berth.shim.delegation import DEFAULT_ALWAYS_ALLOW_PATHS, DEFAULT_CACHE_TTL
+from berth.shim.serving import DEFAULT_ALWAYS_ALLOW_PATHS, DEFAULT_CACHE_TTL
 
 if TYPE_CHECKING:
     from berth.framework.profile import SchedulerConfig
@@ -339,7 +340,6 @@ def _run(args: argparse.Namespace) -> int:
     from berth.framework.config import ConfigError, default_config, load_config
     from berth.kube.config import ConfigurationError
     from berth.plugins.registry import RegistryError, load_registry
-    from berth.server import telemetry
     from berth.shim.app import ShimSettings
     from berth.shim.app import run as run_shim
     from berth.shim.scheduler import ShimOptions
@@ -435,7 +435,14 @@ def _run(args: argparse.Namespace) -> int:
     if refusal:
         print(f"berth shim: {refusal}", file=sys.stderr)
         return 2
-    traced = telemetry.setup_tracing("berth-shim", args.otlp_endpoint) is not None
+    # server/telemetry.py setup_tracing's endpoint: without one there is no tracing, and its
+    # module (grpc's and prometheus' metrics, OpenTelemetry's set-up) is not imported.
+    endpoint = args.otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    traced = False
+    if endpoint:
+        from berth.server import telemetry
+
+        traced = telemetry.setup_tracing("berth-shim", endpoint) is not None
     settings = ShimSettings(
         config=config,
         registry=registry,

@@ -51,6 +51,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 
+from berth.shim.serving import DEFAULT_ALWAYS_ALLOW_PATHS, DEFAULT_CACHE_TTL
+
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
@@ -60,11 +62,6 @@ UNAUTHENTICATED_GROUP = "system:unauthenticated"
 AUTHENTICATED_GROUP = "system:authenticated"
 # authorization.go NewDelegatingAuthorizationOptions: AlwaysAllowGroups.
 MASTERS_GROUP = "system:masters"
-# authorization.go NewDelegatingAuthorizationOptions: AlwaysAllowPaths.
-DEFAULT_ALWAYS_ALLOW_PATHS = ("/healthz", "/readyz", "/livez")
-# authentication.go NewDelegatingAuthenticationOptions (CacheTTL) and
-# authorization.go NewDelegatingAuthorizationOptions (AllowCacheTTL, DenyCacheTTL).
-DEFAULT_CACHE_TTL = 10.0
 # Entries per cache: pkg/authentication/token/cache and the webhook
 # authorizer's cache are bounded LRUs too.
 CACHE_SIZE = 4096

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 
@@ -64,8 +64,11 @@ from berth.shim.podstatus import (
 )
 from berth.shim.preemption import PREEMPTION_PLUGINS
 from berth.shim.queue import QueuedPod, SchedulingQueue, activate_pods
-from berth.shim.record import Recording
 from berth.shim.service import BatchTooLarge, PluginService, ServiceUnavailable
+
+if TYPE_CHECKING:
+    # berth shim --record only; app.py imports it then.
+    from berth.shim.record import Recording
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("berth.shim")

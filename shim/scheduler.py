@@ -29,7 +29,7 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import trace
 
@@ -57,9 +57,12 @@ from berth.shim.objects import ObjectChange, ObjectSources, Source
 from berth.shim.podstatus import PodStatusWriter
 from berth.shim.preemption import PreemptionExecutor
 from berth.shim.queue import SchedulingQueue
-from berth.shim.record import Recording
 from berth.shim.schedule_one import FailureHandler, SchedulingCycle
 from berth.shim.service import PluginService, ServiceUnavailable
+
+if TYPE_CHECKING:
+    # berth shim --record only; app.py imports it then.
+    from berth.shim.record import Recording
 
 log = logging.getLogger(__name__)
 

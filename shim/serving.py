@@ -38,17 +38,20 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from berth.shim.delegation import (
-    DEFAULT_ALWAYS_ALLOW_PATHS,
-    DEFAULT_CACHE_TTL,
-    DelegatedAuth,
-    Refusal,
-    ReviewApi,
-)
+if TYPE_CHECKING:
+    # The secure port's delegated authn/authz: imported by build(), not with
+    # --insecure-metrics.
+    from berth.shim.delegation import DelegatedAuth, Refusal, ReviewApi
 
 log = logging.getLogger(__name__)
+
+# authorization.go NewDelegatingAuthorizationOptions: AlwaysAllowPaths.
+DEFAULT_ALWAYS_ALLOW_PATHS = ("/healthz", "/readyz", "/livez")
+# authentication.go NewDelegatingAuthenticationOptions (CacheTTL) and
+# authorization.go NewDelegatingAuthorizationOptions (AllowCacheTTL, DenyCacheTTL).
+DEFAULT_CACHE_TTL = 10.0
 
 HANDSHAKE_TIMEOUT = 10.0
 
@@ -329,6 +332,8 @@ class SecureServingOptions:
     def build(self, api: ReviewApi) -> SecureServing:
         """The secure port's TLS and authn/authz, reviews sent through ``api``.
         ValueError (a bad certificate file) names the flag and file."""
+        from berth.shim.delegation import DelegatedAuth
+
         auth = DelegatedAuth(
             api,
             always_allow_paths=self.always_allow_paths,
@@ -341,6 +346,8 @@ class SecureServingOptions:
 
 __all__ = [
     "DEBUG_ROUTE_TIMEOUT",
+    "DEFAULT_ALWAYS_ALLOW_PATHS",
+    "DEFAULT_CACHE_TTL",
     "HANDSHAKE_TIMEOUT",
     "RESERVED_PATHS",
     "DebugAnswer",
