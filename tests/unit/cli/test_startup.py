@@ -159,3 +159,103 @@ def test_a_plain_kubeconfig_connects_without_the_kubernetes_package(tmp_path: Pa
         path.read_text().replace("{token: t}", "{exec: {apiVersion: v1, command: 'true'}}")
     )
     assert "kubernetes" in _loaded(code)
+
+
+# What ``berth shim`` leaves to the flags and configurations that need it: recording
+# (--record), leader election, the secure port's delegated authn/authz (not with
+# --insecure-metrics), tracing's set-up (no OTLP endpoint), and the in-process plugin
+# service (not with --plugin-server).
+SHIM_DEFERRED = (
+    "berth.shim.record",
+    "berth.shim.leader",
+    "berth.shim.delegation",
+    "berth.server.telemetry",
+    "berth.server.app",
+    "berth.server.service",
+)
+
+
+def _shim_start_loads(tmp_path: Path, *flags: str) -> list[str]:
+    """The modules of SHIM_DEFERRED and NOT_AT_IMPORT that ``berth shim --plugin-server``
+    holds once its start-up reaches the scheduler's first network step (the informers'
+    LISTs, or the cache's start before a leader election): run in a fresh interpreter
+    with that step replaced by a report of sys.modules, so nothing connects."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+    )
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+        "profiles:\n- schedulerName: berth-startup-test\n"
+    )
+    argv = [
+        "shim",
+        "--config",
+        str(config),
+        "--kubeconfig",
+        str(kubeconfig),
+        "--plugin-server",
+        "127.0.0.1:1",
+        "--insecure-plaintext",
+        *flags,
+    ]
+    watched = (*SHIM_DEFERRED, *NOT_AT_IMPORT)
+    script = (
+        "import json, os, sys\n"
+        "for env in ('KUBERNETES_SERVICE_HOST', 'OTEL_EXPORTER_OTLP_ENDPOINT', 'http_proxy',\n"
+        "            'https_proxy', 'all_proxy'):\n"
+        "    os.environ.pop(env, None); os.environ.pop(env.upper(), None)\n"
+        "from berth.cli import main\n"
+        "from berth.shim.scheduler import Scheduler\n"
+        f"watched = {watched!r}\n"
+        "async def report(self):\n"
+        "    loaded = sorted(m for m in sys.modules\n"
+        "                    if any(m == w or m.startswith(w + '.') for w in watched))\n"
+        "    print('LOADED ' + json.dumps(loaded), flush=True)\n"
+        "    os._exit(0)\n"
+        "Scheduler.run = report\n"
+        "Scheduler.start_cache = report\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], check=True, capture_output=True, text=True, timeout=120
+    ).stdout
+    lines = [line for line in out.splitlines() if line.startswith("LOADED ")]
+    assert lines, f"the shim's start-up did not reach its informers: {out}"
+    loaded: list[str] = json.loads(lines[-1].removeprefix("LOADED "))
+    return loaded
+
+
+def test_shim_over_grpc_starts_without_what_its_flags_leave_off(tmp_path: Path) -> None:
+    # The drain benchmark's start (berth/dev/bench_perf.py start_berth_run).
+    assert _shim_start_loads(tmp_path, "--no-leader-elect", "--insecure-metrics") == []
+
+
+def test_shim_start_loads_what_its_flags_ask_for(tmp_path: Path) -> None:
+    """The check above can fail: with leader election, --record and the secure port's
+    options, the same start loads their modules."""
+    loaded = _shim_start_loads(
+        tmp_path,
+        "--leader-elect",
+        "--record",
+        str(tmp_path / "record"),
+        "--metrics-listen",
+        "127.0.0.1:0",
+    )
+    assert {"berth.shim.record", "berth.shim.leader", "berth.shim.delegation"} <= set(loaded)
+
+
+def test_shim_help_answers() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "berth", "shim", "--help"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    assert out.startswith("usage: berth shim")
+    assert "--plugin-server" in out and "--authorization-always-allow-paths" in out
