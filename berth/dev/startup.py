@@ -1,12 +1,19 @@
 """How long ``berth shim`` and ``berth serve`` take to start, from spawn.
 
     python -m berth.dev.startup [--runs 5] [--nodes 100] [--pods 1500] [--what shim,serve]
+        [--grpc] [--trees DIR,DIR]
 
 - ``shim``: a local cluster (etcd and kube-apiserver, no controllers) with ``--nodes``
   nodes and ``--pods`` pending pods, then ``--runs`` times (after one spawn not counted):
-  spawn ``berth shim`` with its plugins in-process and time until its ``/readyz`` answers
-  200 (informers listed and synced). The pods name another scheduler, so no run binds any and every run starts
-  from the same cluster; the shim lists and caches them all the same.
+  spawn ``berth shim`` and time until its ``/readyz`` answers 200 (informers listed and
+  synced), and the CPU time (user + system, all its threads) it had used by then. The
+  pods name another scheduler, so no run binds any and every run starts from the same
+  cluster; the shim lists and caches them all the same. Its plugins run in-process, or
+  with ``--grpc`` on a ``berth serve`` started once beforehand, as the drain benchmark
+  runs it (berth/dev/bench_perf.py: the server outlives the shim it restarts).
+- ``--trees A,B``: Berth's source trees to compare (each put first on PYTHONPATH, and
+  compiled): every run spawns the shim of each tree in turn, alternating, against the same
+  cluster and server, and each tree gets its own figures.
 - ``serve``: ``--runs`` times, spawn ``berth serve --insecure-plaintext`` on a free
   loopback port and time until it prints its ``listening on port`` line.
 - ``import``: ``--runs`` times, ``python -c 'import berth.shim.app'`` and the
@@ -33,6 +40,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 SCHEDULER_NAME = "berth-startup"
@@ -89,6 +97,25 @@ def measure_serve(runs: int) -> list[float]:
     return times
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` (all its threads) so far, from
+    /proc/PID/stat; NaN where there is no /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    # After the command's ")": state is field 3, utime and stime fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _tree_env(tree: str | None) -> dict[str, str] | None:
+    if tree is None:
+        return None
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH")) if p)
+    return env
+
+
 def _ready(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=1) as resp:
@@ -97,11 +124,83 @@ def _ready(url: str) -> bool:
         return False
 
 
-def measure_shim(runs: int, nodes: int, pods: int) -> list[float]:
+@dataclass
+class ShimTimes:
+    """One tree's spawns: seconds to ready, and CPU seconds used by then."""
+
+    ready: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+
+
+def _start_server(config: Path) -> tuple[subprocess.Popen[str], int]:
+    from berth.dev.localcluster.ports import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            *_berth(),
+            "serve",
+            "--config",
+            str(config),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--insecure-plaintext",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "listening on port" in line:
+            return proc, port
+    raise SystemExit(f"berth serve exited ({proc.wait()}) before listening")
+
+
+def _spawn_shim_once(
+    kubeconfig: str, config: Path, server_args: Sequence[str], env: dict[str, str] | None
+) -> tuple[float, float]:
+    from berth.dev.localcluster.ports import free_port
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/readyz"
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [
+            *_berth(),
+            "shim",
+            "--kubeconfig",
+            kubeconfig,
+            "--config",
+            str(config),
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+            "--insecure-metrics",
+            *server_args,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        while not _ready(url):
+            if proc.poll() is not None:
+                raise SystemExit(f"berth shim exited ({proc.returncode}) before ready")
+            if time.monotonic() - start > READY_TIMEOUT:
+                raise SystemExit(f"berth shim not ready within {READY_TIMEOUT:g}s")
+            time.sleep(0.01)
+        return time.monotonic() - start, _cpu_seconds(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def measure_shim(
+    runs: int, nodes: int, pods: int, grpc: bool = False, trees: Sequence[str | None] = (None,)
+) -> dict[str | None, ShimTimes]:
     from berth.dev.localcluster import LocalCluster, objects
     from berth.dev.localcluster.binaries import default_bin_dir, require_binaries
     from berth.dev.localcluster.cluster import ClusterConfig
-    from berth.dev.localcluster.ports import free_port
 
     directory = default_bin_dir()
     require_binaries(directory)
@@ -115,6 +214,7 @@ def measure_shim(runs: int, nodes: int, pods: int) -> list[float]:
             )
         )
         local.start()
+        server: subprocess.Popen[str] | None = None
         try:
             cluster = local.cluster
             with cluster.client() as kube:
@@ -131,43 +231,27 @@ def measure_shim(runs: int, nodes: int, pods: int) -> list[float]:
                 )
             config = Path(tmp) / "config.yaml"
             config.write_text(CONFIG)
-            kubeconfig = cluster.scheduler_kubeconfig or cluster.kubeconfig
-            times = []
+            kubeconfig = str(cluster.scheduler_kubeconfig or cluster.kubeconfig)
+            server_args: list[str] = []
+            if grpc:
+                server, port = _start_server(config)
+                server_args = ["--plugin-server", f"127.0.0.1:{port}", "--insecure-plaintext"]
+            results = {tree: ShimTimes() for tree in trees}
             # One spawn first, not counted: the API server's first LISTs of a new
             # cluster are slower than any after (its watch cache fills).
-            for run in range(runs + 1):
-                port = free_port()
-                url = f"http://127.0.0.1:{port}/readyz"
-                start = time.monotonic()
-                proc = subprocess.Popen(
-                    [
-                        *_berth(),
-                        "shim",
-                        "--kubeconfig",
-                        str(kubeconfig),
-                        "--config",
-                        str(config),
-                        "--metrics-listen",
-                        f"127.0.0.1:{port}",
-                        "--insecure-metrics",
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-                try:
-                    while not _ready(url):
-                        if proc.poll() is not None:
-                            raise SystemExit(f"berth shim exited ({proc.returncode}) before ready")
-                        if time.monotonic() - start > READY_TIMEOUT:
-                            raise SystemExit(f"berth shim not ready within {READY_TIMEOUT:g}s")
-                        time.sleep(0.01)
-                    if run:
-                        times.append(time.monotonic() - start)
-                finally:
-                    proc.terminate()
-                    proc.wait(timeout=30)
-            return times
+            _spawn_shim_once(kubeconfig, config, server_args, _tree_env(trees[0]))
+            for run in range(runs):
+                # Alternating, each run in the other order: a tree is not always the
+                # one spawned right after another's.
+                for tree in trees if run % 2 == 0 else list(reversed(trees)):
+                    ready, cpu = _spawn_shim_once(kubeconfig, config, server_args, _tree_env(tree))
+                    results[tree].ready.append(ready)
+                    results[tree].cpu.append(cpu)
+            return results
         finally:
+            if server is not None:
+                server.terminate()
+                server.wait(timeout=30)
             local.stop()
 
 
@@ -195,14 +279,17 @@ def measure_import(runs: int, top: int) -> list[float]:
     return times
 
 
-def compile_berth() -> None:
-    """Bytecode for every module of Berth's source tree: the package and the folders
-    its links point to (compileall does not follow links)."""
+def compile_berth(tree: str | None = None) -> None:
+    """Bytecode for every module of Berth's source tree (``tree``'s, else the one
+    imported): the package and the folders its links point to (compileall does not
+    follow links)."""
     import compileall
 
     import berth
 
-    package = Path(berth.__file__).resolve().parent
+    package = (
+        Path(tree, "berth").resolve() if tree is not None else Path(berth.__file__).resolve().parent
+    )
     roots = {package, *(p.resolve() for p in package.iterdir() if p.is_symlink())}
     for root in sorted(roots):
         compileall.compile_dir(root, quiet=1, workers=0)
@@ -229,6 +316,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--top", type=int, default=15, help="importtime entries to print (default 15)"
     )
     parser.add_argument(
+        "--grpc",
+        action="store_true",
+        help="shim: its plugins on a berth serve over gRPC (as the drain benchmark), not "
+        "in-process",
+    )
+    parser.add_argument(
+        "--trees",
+        default="",
+        metavar="DIR,DIR",
+        help="shim: Berth source trees to compare, alternating spawns (each first on "
+        "PYTHONPATH); default: the one imported",
+    )
+    parser.add_argument(
         "--no-compile",
         action="store_true",
         help="do not compile Berth's modules to bytecode first (see above)",
@@ -238,18 +338,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = set(what) - {"import", "serve", "shim"}
     if unknown or args.runs < 1:
         parser.error(f"--what takes import, serve, shim (got {args.what!r}); --runs >= 1")
+    trees: list[str | None] = [
+        str(Path(t).resolve()) for t in args.trees.split(",") if t.strip()
+    ] or [None]
     if not args.no_compile:
-        compile_berth()
+        for tree in trees:
+            compile_berth(tree)
     if "import" in what:
         print(_summary("import berth.shim.app", measure_import(args.runs, args.top)), flush=True)
     if "serve" in what:
         print(_summary("berth serve spawn->listening", measure_serve(args.runs)), flush=True)
     if "shim" in what:
-        times = measure_shim(args.runs, args.nodes, args.pods)
-        print(
-            _summary(f"berth shim spawn->ready ({args.nodes} nodes, {args.pods} pods)", times),
-            flush=True,
-        )
+        results = measure_shim(args.runs, args.nodes, args.pods, args.grpc, trees)
+        mode = "over gRPC" if args.grpc else "in-process plugins"
+        for tree, times in results.items():
+            where = f" [{tree}]" if tree is not None else ""
+            print(
+                _summary(
+                    f"berth shim spawn->ready ({args.nodes} nodes, {args.pods} pods, {mode})"
+                    + where,
+                    times.ready,
+                ),
+                flush=True,
+            )
+            print(_summary(f"  its CPU until ready{where}", times.cpu), flush=True)
     return 0
 
 
