@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from berth import version_text
 from berth.client.tls import add_client_tls_flags
-from berth.shim.serving import DEFAULT_ALWAYS_ALLOW_PATHS, DEFAULT_CACHE_TTL
+from berth.shim.securedefaults import DEFAULT_ALWAYS_ALLOW_PATHS, DEFAULT_CACHE_TTL
 
 if TYPE_CHECKING:
     from berth.framework.profile import SchedulerConfig

@@ -51,7 +51,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import orjson
 
-from berth.shim.serving import DEFAULT_ALWAYS_ALLOW_PATHS, DEFAULT_CACHE_TTL
+from berth.shim.securedefaults import DEFAULT_ALWAYS_ALLOW_PATHS, DEFAULT_CACHE_TTL
 
 log = logging.getLogger(__name__)
 

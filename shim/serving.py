@@ -40,18 +40,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from berth.shim.securedefaults import DEFAULT_ALWAYS_ALLOW_PATHS, DEFAULT_CACHE_TTL
+
 if TYPE_CHECKING:
     # The secure port's delegated authn/authz: imported by build(), not with
     # --insecure-metrics.
     from berth.shim.delegation import DelegatedAuth, Refusal, ReviewApi
 
 log = logging.getLogger(__name__)
-
-# authorization.go NewDelegatingAuthorizationOptions: AlwaysAllowPaths.
-DEFAULT_ALWAYS_ALLOW_PATHS = ("/healthz", "/readyz", "/livez")
-# authentication.go NewDelegatingAuthenticationOptions (CacheTTL) and
-# authorization.go NewDelegatingAuthorizationOptions (AllowCacheTTL, DenyCacheTTL).
-DEFAULT_CACHE_TTL = 10.0
 
 HANDSHAKE_TIMEOUT = 10.0
 
@@ -346,8 +342,6 @@ class SecureServingOptions:
 
 __all__ = [
     "DEBUG_ROUTE_TIMEOUT",
-    "DEFAULT_ALWAYS_ALLOW_PATHS",
-    "DEFAULT_CACHE_TTL",
     "HANDSHAKE_TIMEOUT",
     "RESERVED_PATHS",
     "DebugAnswer",
