@@ -158,12 +158,13 @@ def _start_server(config: Path) -> tuple[subprocess.Popen[str], int]:
 
 
 def _spawn_shim_once(
-    kubeconfig: str, config: Path, server_args: Sequence[str], env: dict[str, str] | None
+    kubeconfig: str, config: Path, server_args: Sequence[str], tree: str | None
 ) -> tuple[float, float]:
     from berth.dev.localcluster.ports import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}/readyz"
+    env = _tree_env(tree)
     start = time.monotonic()
     proc = subprocess.Popen(
         [
@@ -181,6 +182,8 @@ def _spawn_shim_once(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=env,
+        # python -m puts the working directory first on sys.path, before PYTHONPATH.
+        cwd=tree,
     )
     try:
         while not _ready(url):
@@ -239,12 +242,12 @@ def measure_shim(
             results = {tree: ShimTimes() for tree in trees}
             # One spawn first, not counted: the API server's first LISTs of a new
             # cluster are slower than any after (its watch cache fills).
-            _spawn_shim_once(kubeconfig, config, server_args, _tree_env(trees[0]))
+            _spawn_shim_once(kubeconfig, config, server_args, trees[0])
             for run in range(runs):
                 # Alternating, each run in the other order: a tree is not always the
                 # one spawned right after another's.
                 for tree in trees if run % 2 == 0 else list(reversed(trees)):
-                    ready, cpu = _spawn_shim_once(kubeconfig, config, server_args, _tree_env(tree))
+                    ready, cpu = _spawn_shim_once(kubeconfig, config, server_args, tree)
                     results[tree].ready.append(ready)
                     results[tree].cpu.append(cpu)
             return results
