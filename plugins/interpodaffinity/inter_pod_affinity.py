@@ -57,7 +57,12 @@ from berth.framework.objects import ObjectKind
 from berth.framework.snapshot import BoolArray, NodeBatch, Snapshot
 from berth.framework.status import SUCCESS, Status
 from berth.plugins.interpodaffinity.args import InterPodAffinityArgs
-from berth.plugins.interpodaffinity.index import AffinityIndex, SlotCounts, affinity_index
+from berth.plugins.interpodaffinity.index import (
+    AffinityIndex,
+    DenseCounts,
+    SlotCounts,
+    affinity_index,
+)
 from berth.plugins.interpodaffinity.terms import AffinityTerm, parsed_terms, pod_matches_all
 
 if TYPE_CHECKING:
@@ -330,7 +335,7 @@ def _add_slots(
     of its node, when the node has the key. Returns whether any had. Many
     slots are summed per value with numpy over the snapshot's label column
     of ``key``, few with a Python loop (cheaper below ~_VECTOR_SLOTS)."""
-    if len(slots) >= _VECTOR_SLOTS:
+    if slots.dense is not None or len(slots) >= _VECTOR_SLOTS:
         return _add_slots_vector(counts, snap, key, slots, weight)
     by_value: dict[str, int] | None = None
     slot = snap.slot
@@ -352,14 +357,19 @@ def _add_slots_vector(
     counts: Counts, snap: Snapshot, key: str, slots: SlotCounts, weight: int
 ) -> bool:
     column = snap.label_column(key)
-    m = len(slots)
-    codes = column.codes[np.fromiter(slots.keys(), np.int64, m)]
-    present = codes >= 0
-    if not present.any():
-        return False
-    per_pod = np.fromiter(slots.values(), np.int64, m)[present]
-    totals = np.bincount(codes[present], weights=per_pod, minlength=len(column.values))
+    if slots.dense is not None:
+        totals = _dense_sums(column, slots.dense, len(column.values))
+    else:
+        m = len(slots)
+        codes = column.codes[np.fromiter(slots.keys(), np.int64, m)]
+        present = codes >= 0
+        if not present.any():
+            return False
+        per_pod = np.fromiter(slots.values(), np.int64, m)[present]
+        totals = np.bincount(codes[present], weights=per_pod, minlength=len(column.values))
     held = np.flatnonzero(totals)
+    if not len(held):
+        return False
     added = zip(
         map(column.values.__getitem__, held.tolist()),
         (totals[held].astype(np.int64) * weight).tolist(),
@@ -389,6 +399,9 @@ def _sum_slots(snap: Snapshot, key: str, slots: SlotCounts, sums: CodeSums) -> N
         held = sums[key] = (column, np.zeros(len(column.values), dtype=np.int64))
     column, totals = held
     codes = column.codes
+    if slots.dense is not None:
+        totals += _dense_sums(column, slots.dense, len(totals))
+        return
     if len(slots) < _VECTOR_SLOTS:
         for i, n in slots.items():
             code = int(codes[i])
@@ -400,6 +413,16 @@ def _sum_slots(snap: Snapshot, key: str, slots: SlotCounts, sums: CodeSums) -> N
     present = at >= 0
     per_pod = np.fromiter(slots.values(), np.int64, m)[present]
     totals += np.bincount(at[present], weights=per_pod, minlength=len(totals)).astype(np.int64)
+
+
+def _dense_sums(column: LabelColumn, dense: DenseCounts, size: int) -> IntArray:
+    """A group's counts by code of ``column`` (at least ``size`` entries),
+    from its dense array over the slots: one bincount over the slots, the
+    codes shifted by one so that ABSENT (-1) falls in an entry dropped."""
+    n = min(len(dense), len(column.codes))
+    sums = np.bincount(column.codes[:n] + 1, weights=dense[:n], minlength=size + 1)
+    out: IntArray = sums[1:].astype(np.int64)
+    return out
 
 
 def _by_code(sums: CodeSums) -> dict[str, CodeCounts]:

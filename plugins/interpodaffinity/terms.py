@@ -165,13 +165,48 @@ def _parse(pod: pb.Pod) -> ParsedTerms:
     )
 
 
+# _parse's results by what they are parsed from (``_parse_key``): a workload's
+# pods carry the same terms, so each distinct set is parsed once, not once per
+# pod. Cleared when full, so a stream of distinct pods holds bounded memory.
+_PARSED: dict[tuple[str, bytes, bytes], ParsedTerms] = {}
+_PARSED_MAX: Final = 1024
+
+
+def _parse_key(pod: pb.Pod) -> tuple[str, bytes, bytes] | None:
+    """All that _parse reads of a pod with pod (anti-)affinity: its
+    namespace (a term's default namespace) and the two groups' serialized
+    form; None for a pod without either (no terms, nothing to parse)."""
+    if not pod.HasField("affinity"):
+        return None
+    a = pod.affinity
+    has_affinity, has_anti = a.HasField("pod_affinity"), a.HasField("pod_anti_affinity")
+    if not has_affinity and not has_anti:
+        return None
+    return (
+        pod.namespace,
+        a.pod_affinity.SerializeToString(deterministic=True) if has_affinity else b"",
+        a.pod_anti_affinity.SerializeToString(deterministic=True) if has_anti else b"",
+    )
+
+
 def parsed_terms(pod: PodInfo) -> ParsedTerms:
     """The pod's terms, parsed at the first call and kept on the PodInfo
-    (which lives as long as the pod's record in the snapshot)."""
+    (which lives as long as the pod's record in the snapshot); pods with
+    the same terms in one namespace share one ParsedTerms (immutable)."""
     cache = vars(pod)
     terms = cache.get(_CACHE_ATTR)
     if terms is None:
-        terms = cache[_CACHE_ATTR] = _parse(pod.proto)
+        key = _parse_key(pod.proto)
+        if key is None:
+            terms = _NO_TERMS
+        else:
+            terms = _PARSED.get(key)
+            if terms is None:
+                terms = _parse(pod.proto)
+                if len(_PARSED) >= _PARSED_MAX:
+                    _PARSED.clear()
+                _PARSED[key] = terms
+        cache[_CACHE_ATTR] = terms
     assert isinstance(terms, ParsedTerms)
     return terms
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Mapping
 
+import numpy as np
 import pytest
 
 from berth.api.v1 import cluster_pb2 as pb
@@ -22,7 +23,8 @@ from berth.plugins.interpodaffinity import (
     PRE_SCORE_STATE_KEY,
     inter_pod_affinity,
 )
-from berth.plugins.interpodaffinity.index import AffinityIndex, affinity_index
+from berth.plugins.interpodaffinity import index as index_module
+from berth.plugins.interpodaffinity.index import AffinityIndex, SlotCounts, affinity_index
 from berth.plugins.interpodaffinity.inter_pod_affinity import Counts
 from berth.plugins.interpodaffinity.terms import parsed_terms, pod_matches_all
 from tests.plugins.interpodaffinity.testutil import info, node, pod, selector, setup, term
@@ -70,6 +72,27 @@ def random_pod(rng: random.Random, name: str, node_name: str = "", terms: float 
         anti=some(),
         preferred=weighted(),
         preferred_anti=weighted(),
+    )
+
+
+def groups(index: AffinityIndex) -> list[SlotCounts]:
+    return [
+        *index.by_signature.values(),
+        *index.required_anti.values(),
+        *index.hard_affinity.values(),
+        *index.weighted.values(),
+    ]
+
+
+def dense_agrees(slots: SlotCounts) -> bool:
+    """A group's dense array, where it has one, holds its dict's counts."""
+    if slots.dense is None:
+        return True
+    want = np.zeros(max(len(slots.dense), max(slots) + 1), dtype=np.int64)
+    want[list(slots)] = list(slots.values())
+    return (
+        want[: len(slots.dense)].tolist() == slots.dense.tolist()
+        and not want[len(slots.dense) :].any()
     )
 
 
@@ -190,18 +213,29 @@ def random_deltas(rng: random.Random, snap: Snapshot, steps: int) -> Iterator[No
         yield
 
 
+@pytest.mark.parametrize("dense", [False, True], ids=["dicts", "dense"])
 @pytest.mark.parametrize("seed", range(6))
-def test_index_follows_deltas_like_a_rebuild(seed: int) -> None:
+def test_index_follows_deltas_like_a_rebuild(
+    seed: int, dense: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if dense:
+        # A group reaching 3 slots gets a dense array, one back on 1 drops it.
+        monkeypatch.setattr(index_module, "_DENSE_MIN", 3)
+        monkeypatch.setattr(index_module, "_DENSE_RATIO", 1_000)
     rng = random.Random(seed)
     nodes = [random_node(rng, i) for i in range(12)]
     pods = [random_pod(rng, f"p{i}", rng.choice(nodes).name) for i in range(60)]
     snap, _ = setup(nodes, pods)
     index = affinity_index(snap)
     assert affinity_index(snap) is index
+    seen: set[bool] = set()
     for _ in random_deltas(rng, snap, 40):
         rebuilt = AffinityIndex()
         rebuilt.add_all(snap)
         assert index_state(index) == index_state(rebuilt)
+        assert all(map(dense_agrees, groups(index)))
+        seen.update(g.dense is not None for g in groups(index))
+    assert (True in seen) is dense
     # The pods and terms it counts are the snapshot's, not ones it forgot.
     assert sum(sum(s.values()) for s in index.by_signature.values()) == sum(
         len(ni.pods) for ni in snap.nodes.values()
@@ -213,16 +247,26 @@ def test_index_follows_deltas_like_a_rebuild(seed: int) -> None:
 # (inter_pod_affinity._VECTOR_SLOTS); each path is checked on its own, and
 # mixed (some groups of one key by the loop, some with numpy, into the same
 # counts by code).
-@pytest.mark.parametrize("vector_slots", [1_000_000, 1, 3], ids=["loop", "numpy", "mixed"])
+# Groups on many slots also sum from their dense arrays ("dense": every group
+# on 2 slots or more has one).
+@pytest.mark.parametrize(
+    ("vector_slots", "dense_min"),
+    [(1_000_000, 1_000_000), (1, 1_000_000), (3, 1_000_000), (1_000_000, 2)],
+    ids=["loop", "numpy", "mixed", "dense"],
+)
 @pytest.mark.parametrize("seed", range(6))
 def test_counts_equal_upstreams_walk_over_every_pod(
-    seed: int, vector_slots: int, monkeypatch: pytest.MonkeyPatch
+    seed: int, vector_slots: int, dense_min: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(inter_pod_affinity, "_VECTOR_SLOTS", vector_slots)
+    monkeypatch.setattr(index_module, "_DENSE_MIN", dense_min)
+    monkeypatch.setattr(index_module, "_DENSE_RATIO", 1_000)
     rng = random.Random(100 + seed)
     nodes = [random_node(rng, i) for i in range(10)]
     pods = [random_pod(rng, f"p{i}", rng.choice(nodes).name) for i in range(50)]
     snap, plugin = setup(nodes, pods)
+    if dense_min < 1_000_000:
+        assert any(g.dense is not None for g in groups(affinity_index(snap)))
     hard = plugin.hard_pod_affinity_weight
     checked = 0
     for _ in random_deltas(rng, snap, 15):
@@ -301,6 +345,50 @@ def test_pods_are_counted_per_group_not_per_pod() -> None:
     index = affinity_index(snap)
     (slots,) = index.by_signature.values()
     assert len(slots) == 50 and set(slots.values()) == {4}
+
+
+def test_a_dense_group_follows_the_snapshot_growing() -> None:
+    # One workload with anti-affinity on 40 of 40 nodes: its groups keep
+    # dense arrays over the snapshot's slots. Nodes added past the snapshot's
+    # capacity, and the workload's pods on them, lengthen the arrays; pods
+    # deleted until few slots are left drop them. PreFilter counts as the
+    # walk over every pod all along.
+    group = {"app": "web"}
+    anti = term("hostname", selector(group))
+    nodes = [node(f"n{i}", hostname=f"h{i}") for i in range(40)]
+    pods = [pod(f"p{i}", labels=group, node=f"n{i}", anti=[anti]) for i in range(40)]
+    snap, plugin = setup(nodes, pods)
+    index = affinity_index(snap)
+    first = groups(index)
+    assert len(first) == 2 and all(g.dense is not None for g in first)
+    short = max(len(g.dense) for g in first if g.dense is not None)
+    incoming = info(pod("in", labels=group, anti=[anti]))
+
+    def check() -> None:
+        assert all(map(dense_agrees, groups(index)))
+        state = fresh_state()
+        _, st = plugin.pre_filter(state, incoming, snap.all_nodes())
+        assert st.is_success
+        s = state.read(PRE_FILTER_STATE_KEY)
+        existing, _, anti_counts = walked_pre_filter(snap, incoming)
+        assert (s.existing_anti_affinity, s.anti_affinity) == (
+            positive(existing),
+            positive(anti_counts),
+        )
+
+    check()
+    delta = pb.ClusterDelta()
+    for i in range(40, 3 * short):
+        delta.upsert_nodes.append(node(f"n{i}", hostname=f"h{i}"))
+        delta.upsert_pods.append(pod(f"p{i}", labels=group, node=f"n{i}", anti=[anti]))
+    snap.apply(delta)
+    assert all(g.dense is not None and len(g.dense) >= 3 * short for g in groups(index))
+    check()
+    delta = pb.ClusterDelta()
+    delta.delete_pods.extend(f"default/p{i}" for i in range(3, 3 * short))
+    snap.apply(delta)
+    assert all(g.dense is None and len(g) == 3 for g in groups(index))
+    check()
 
 
 def test_batch_filter_follows_nodes_relabelled_after_pre_filter() -> None:

@@ -8,6 +8,7 @@ import pytest
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.labels import EVERYTHING, NOTHING
 from berth.plugins.interpodaffinity.terms import (
+    ParsedTerms,
     TermError,
     compile_selector,
     parsed_terms,
@@ -123,6 +124,35 @@ def test_pod_matches_all_needs_at_least_one_term() -> None:
 def test_terms_are_parsed_once_per_pod_info() -> None:
     pi = info(pod(labels={"a": "x"}, affinity=[term_in("a", "zone", "x")]))
     assert parsed_terms(pi) is parsed_terms(pi)
+
+
+def test_pods_with_the_same_terms_in_one_namespace_share_their_parse() -> None:
+    # A workload's replicas: parsed once. What the parse depends on (the
+    # namespace, a term's default; the terms; which group holds them) tells
+    # pods apart.
+    anti = [term_in("a", "zone", "x")]
+    first = parsed_terms(info(pod("a", labels={"a": "x"}, anti=anti)))
+    assert parsed_terms(info(pod("b", labels={"b": "y"}, anti=anti))) is first
+    (t,) = first.required_anti_affinity
+    assert t.namespaces == frozenset({"default"})
+    elsewhere = parsed_terms(info(pod("c", namespace="ns1", anti=anti)))
+    assert elsewhere is not first
+    assert elsewhere.required_anti_affinity[0].namespaces == frozenset({"ns1"})
+    as_affinity = parsed_terms(info(pod("d", affinity=anti)))
+    assert as_affinity.required_affinity == first.required_anti_affinity
+    assert as_affinity.required_anti_affinity == ()
+    other_key = parsed_terms(info(pod("e", anti=[term_in("a", "rack", "x")])))
+    assert other_key.required_anti_affinity[0].topology_key == "rack"
+    # A pod with affinity set but no pod (anti-)affinity has no terms.
+    bare = pod("f")
+    bare.affinity.node_affinity.SetInParent()
+    assert parsed_terms(info(bare)) == ParsedTerms()
+    # A group that does not parse is reported for every pod carrying it.
+    bad = [term("zone", selector(exprs=[("a", "Bad", [])]))]
+    for name in ("g", "h"):
+        assert parsed_terms(info(pod(name, affinity=bad))).errors == (
+            "requiredAffinityTerms: 'Bad' is not a valid label selector operator",
+        )
 
 
 def test_pods_of_one_workload_share_a_signature() -> None:
