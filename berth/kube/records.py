@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeGuard
 
+import orjson
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from berth.api.v1 import cluster_pb2 as pb
@@ -293,6 +294,39 @@ def _affinity(aff: Obj, into: pb.Affinity) -> None:
         _pod_affinity(_map(aff, "podAntiAffinity"), into.pod_anti_affinity)
 
 
+# Converted spec.affinity by its JSON text. A workload's pods carry the same
+# affinity, and converting its terms field by field (~40 us for one pod
+# anti-affinity term) was most of such a pod's decoding; a hit costs the
+# encoding of the key and a copy. Cleared when full.
+_AFFINITY: dict[bytes, pb.Affinity] = {}
+_AFFINITY_MAX = 1024
+
+
+def _affinity_record(aff: Obj) -> pb.Affinity:
+    """spec.affinity as a record, from the cache when it can: the message
+    returned is shared, for CopyFrom or reading only. Kept only where the
+    text tells the value apart: not for what orjson refuses (a YAML
+    manifest's dates, integers past 64 bits) nor for a text holding null,
+    which is also how orjson writes infinity and NaN (a JSON 1e400 decodes
+    as infinity, which the conversion refuses where an integer is due)."""
+    try:
+        key: bytes | None = orjson.dumps(aff)
+    except TypeError:
+        key = None
+    if key is not None and b"null" in key:
+        key = None
+    hit = None if key is None else _AFFINITY.get(key)
+    if hit is not None:
+        return hit
+    out = pb.Affinity()
+    _affinity(aff, out)
+    if key is not None:
+        if len(_AFFINITY) >= _AFFINITY_MAX:
+            _AFFINITY.clear()
+        _AFFINITY[key] = out
+    return out
+
+
 def _is_overcommit_allowed(name: str) -> bool:
     """v1 helper IsOvercommitAllowed, for the names pod-level resources
     support: cpu and memory, not hugepages."""
@@ -440,8 +474,7 @@ def pod_record(
     _resize_status(status, p, f"Pod {name} status")
     _update_strings(p.node_selector, _map(spec, "nodeSelector"))
     if _is_map(spec.get("affinity")):
-        p.affinity.SetInParent()
-        _affinity(_map(spec, "affinity"), p.affinity)
+        p.affinity.CopyFrom(_affinity_record(_map(spec, "affinity")))
     for t in _list(spec, "tolerations"):
         tol = p.tolerations.add(
             key=str(t.get("key") or ""),

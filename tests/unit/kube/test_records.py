@@ -687,3 +687,48 @@ def test_mappings_other_than_dicts_decode_as_dicts_and_non_mappings_as_absent() 
     odd["metadata"]["labels"] = 7
     rec = pod_record(odd)
     assert not rec.node_selector and not rec.labels and not rec.HasField("affinity")
+
+
+def test_repeated_affinities_decode_alike_and_bad_ones_still_fail() -> None:
+    """Converted affinities are reused by their JSON text (records._affinity_record):
+    the reuse gives what a first conversion gives, a record changed by its holder
+    changes no later one, and what the text cannot tell apart (infinity is written
+    as null) is converted every time."""
+    from berth.kube import records
+
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"color": "green"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                    "namespaces": ["bench"],
+                }
+            ]
+        }
+    }
+    first = pod_record(pod_obj(affinity=anti))
+    converted = pb.Affinity()
+    records._affinity(anti, converted)
+    assert first.affinity == converted
+    assert converted in records._AFFINITY.values()
+    first.affinity.pod_anti_affinity.required[0].topology_key = "changed"
+    again = pod_record(pod_obj(affinity=anti))
+    assert again.affinity == converted
+    assert again.affinity.pod_anti_affinity.required[0].topology_key == "kubernetes.io/hostname"
+    # An empty affinity is present, from the cache as on its first conversion.
+    for _ in range(2):
+        assert pod_record(pod_obj(affinity={})).HasField("affinity")
+
+    def weighted(weight: Any) -> dict[str, Any]:
+        term = {"weight": weight, "preference": {}}
+        return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+    # A null weight reads as 0; infinity, which orjson also writes as null, is refused.
+    for _ in range(2):
+        assert (
+            pod_record(pod_obj(affinity=weighted(None))).affinity.node_affinity.preferred[0].weight
+            == 0
+        )
+        with pytest.raises(ObjectError, match="weight: integer out of range"):
+            pod_record(pod_obj(affinity=weighted(float("inf"))))
