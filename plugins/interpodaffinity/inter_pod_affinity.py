@@ -801,15 +801,16 @@ class InterPodAffinity(
             if not s.keys("affinity") and s.self_match:
                 pods_exist[:] = True
             verdicts[~(has_keys & pods_exist)] = _AFFINITY
-        failed = verdicts >= 0
-        if not failed.any():
+        # Verdicts shifted by one (_PASS at 0): how many of each, then each
+        # node's index among the rejections that occur, in upstream's order,
+        # by one lookup (-1 where the node passes).
+        shifted = verdicts + 1
+        used = np.flatnonzero(np.bincount(shifted, minlength=len(_REJECTIONS) + 1)[1:])
+        if not len(used):
             return NodeVerdicts.all_pass(n)
-        # Only the rejections that occur, in upstream's order.
-        used = np.flatnonzero(np.bincount(verdicts[failed], minlength=len(_REJECTIONS)))
-        table = np.full(len(_REJECTIONS), -1, dtype=np.int32)
-        table[used] = np.arange(len(used), dtype=np.int32)
-        index = np.where(failed, table[np.where(failed, verdicts, 0)], -1).astype(np.int32)
-        return NodeVerdicts(index, [_REJECTIONS[int(k)] for k in used])
+        table = np.full(len(_REJECTIONS) + 1, -1, dtype=np.int32)
+        table[used + 1] = np.arange(len(used), dtype=np.int32)
+        return NodeVerdicts(table[shifted], [_REJECTIONS[int(k)] for k in used.tolist()])
 
     # -- PreScore -------------------------------------------------------------
 
