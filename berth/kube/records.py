@@ -297,9 +297,12 @@ def _affinity(aff: Obj, into: pb.Affinity) -> None:
 # Converted spec.affinity by its JSON text. A workload's pods carry the same
 # affinity, and converting its terms field by field (~40 us for one pod
 # anti-affinity term) was most of such a pod's decoding; a hit costs the
-# encoding of the key and a copy. Cleared when full.
+# encoding of the key and a copy. Cleared when full; texts longer than
+# _AFFINITY_KEY_MAX are converted every time, so that what a pod creator can
+# make the cache hold stays bounded (1024 x 8 KiB of keys).
 _AFFINITY: dict[bytes, pb.Affinity] = {}
 _AFFINITY_MAX = 1024
+_AFFINITY_KEY_MAX = 8192
 
 
 def _affinity_record(aff: Obj) -> pb.Affinity:
@@ -313,7 +316,7 @@ def _affinity_record(aff: Obj) -> pb.Affinity:
         key: bytes | None = orjson.dumps(aff)
     except TypeError:
         key = None
-    if key is not None and b"null" in key:
+    if key is not None and (len(key) > _AFFINITY_KEY_MAX or b"null" in key):
         key = None
     hit = None if key is None else _AFFINITY.get(key)
     if hit is not None:

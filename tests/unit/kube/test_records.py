@@ -716,6 +716,28 @@ def test_repeated_affinities_decode_alike_and_bad_ones_still_fail() -> None:
     again = pod_record(pod_obj(affinity=anti))
     assert again.affinity == converted
     assert again.affinity.pod_anti_affinity.required[0].topology_key == "kubernetes.io/hostname"
+    # A text past the key bound is converted, never kept (bounded memory).
+    big = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 1,
+                    "preference": {
+                        "matchExpressions": [
+                            {
+                                "key": "k" * 60,
+                                "operator": "In",
+                                "values": [str(i) for i in range(2000)],
+                            }
+                        ]
+                    },
+                }
+            ]
+        }
+    }
+    kept = len(records._AFFINITY)
+    assert len(pod_record(pod_obj(affinity=big)).affinity.node_affinity.preferred) == 1
+    assert len(records._AFFINITY) == kept
     # An empty affinity is present, from the cache as on its first conversion.
     for _ in range(2):
         assert pod_record(pod_obj(affinity={})).HasField("affinity")
