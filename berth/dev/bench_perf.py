@@ -1466,6 +1466,15 @@ def run_one(
                 raise
             stopped = False
             record["ready_seconds"] = time.monotonic() - began
+            # What start-up cost, apart: the per-pod CPU below spreads it over the measured
+            # pods, so workloads of different sizes compare only with it shown.
+            # A kept berth serve counts from the window's start, as below.
+            record["ready_cpu_seconds"] = {
+                k: round(cpu_seconds(p) - (kept_cpu if k == "serve" else 0.0), 3)
+                for k, p in running.processes.items()
+            }
+            if len(running.processes) > 1:
+                record["ready_cpu_seconds"]["total"] = sum(record["ready_cpu_seconds"].values())
             say(f"ready in {record['ready_seconds']:.1f}s; draining")
             # A fresh process: everything it has done is the measured window's.
             before = {}
@@ -1916,6 +1925,7 @@ def summarize_rounds(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         first = runs[0]
         cpu = [r["cpu_seconds_per_1000_pods"] for r in runs if r.get("cpu_seconds_per_1000_pods")]
         rss = [r["peak_rss_mib"] for r in runs if r.get("peak_rss_mib")]
+        ready = [r["ready_cpu_seconds"] for r in runs if r.get("ready_cpu_seconds")]
         summary: dict[str, Any] = {
             "workload": first["workload"],
             "scheduler": name,
@@ -1941,6 +1951,11 @@ def summarize_rounds(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "peak_rss_mib": {k: max(float(m[k]) for m in rss if k in m) for k in rss[0]}
             if rss
             else None,
+            "ready_cpu_seconds": {
+                k: statistics.median(float(c[k]) for c in ready if k in c) for k in ready[0]
+            }
+            if ready
+            else None,
         }
         if name != "kube-scheduler":
             ratios = [r.get("ratio_to_kube_scheduler") for r in runs]
@@ -1955,8 +1970,8 @@ def format_rounds(summaries: Sequence[dict[str, Any]]) -> str:
         return ""
     lines = [
         "| scheduler | pods/s by round | median | x kube-scheduler by round | median | "
-        "CPU s / 1000 pods (median) | peak RSS MiB (max) |",
-        "|---|---|---:|---|---:|---|---|",
+        "CPU s / 1000 pods (median) | CPU s to ready (median) | peak RSS MiB (max) |",
+        "|---|---|---:|---|---:|---|---|---|",
     ]
     for s in summaries:
         by_round = ", ".join(_num(v) for v in s["pods_per_second_avg_by_round"])
@@ -1966,6 +1981,7 @@ def format_rounds(summaries: Sequence[dict[str, Any]]) -> str:
             f"{'-' if ratios is None else ', '.join(_num(v, '.2f') for v in ratios)} | "
             f"{_num(s.get('ratio_to_kube_scheduler'), '.2f')} | "
             f"{_per_process(s.get('cpu_seconds_per_1000_pods'), '.1f')} | "
+            f"{_per_process(s.get('ready_cpu_seconds'), '.2f')} | "
             f"{_per_process(s.get('peak_rss_mib'), '.0f')} |"
         )
     return "\n".join(lines)
@@ -2001,13 +2017,13 @@ def format_table(records: Sequence[dict[str, Any]], rounds: int = 1) -> str:
         f"| workload | scheduler | {'pods/s drained, start-up incl.' if drain else 'pods/s avg'} "
         "| p50 | p90 | p99 | attempt ms p50 / p99 | "
         f"{'start' if drain else 'e2e'} ms p50 / p99 | x kube-scheduler | of bind-only | "
-        "CPU s / 1000 pods | peak RSS MiB |"
+        "CPU s / 1000 pods | CPU s to ready | peak RSS MiB |"
     )
-    lines = [head, "|" + "---|" * 12]
+    lines = [head, "|" + "---|" * 13]
     for r in records:
         if r.get("status") != "ok":
             lines.append(
-                f"| {r['workload']} | {run_label(r, rounds)} | {r.get('status')} |" + " |" * 9
+                f"| {r['workload']} | {run_label(r, rounds)} | {r.get('status')} |" + " |" * 10
             )
             continue
         lines.append(
@@ -2019,6 +2035,7 @@ def format_table(records: Sequence[dict[str, Any]], rounds: int = 1) -> str:
             f"{_num(r.get('ratio_to_kube_scheduler'), '.2f')} | "
             f"{_num(None if r.get('share_of_bind_only') is None else 100 * r['share_of_bind_only'])}% | "
             f"{_per_process(r.get('cpu_seconds_per_1000_pods'), '.1f')} | "
+            f"{_per_process(r.get('ready_cpu_seconds'), '.2f')} | "
             f"{_per_process(r.get('peak_rss_mib'), '.0f')} |"
         )
     return "\n".join(lines)

@@ -266,6 +266,9 @@ def _run(scheduler: str, rnd: int, avg: float, cpu: float) -> dict[str, Any]:
         if scheduler.startswith("berth")
         else {scheduler: cpu},
         "peak_rss_mib": {scheduler: 100.0 + rnd},
+        "ready_cpu_seconds": {"shim": 0.5 + rnd / 10, "serve": 0.0, "total": 0.5 + rnd / 10}
+        if scheduler.startswith("berth")
+        else {scheduler: 0.25},
     }
 
 
@@ -300,10 +303,12 @@ def test_each_ratio_is_taken_against_kube_scheduler_in_the_same_round() -> None:
 
     table = format_rounds(list(summaries.values())).splitlines()
     assert table[2] == (
-        "| kube-scheduler | 300, 200 | 250 | - | - | kube-scheduler 2.3 | kube-scheduler 102 |"
+        "| kube-scheduler | 300, 200 | 250 | - | - | kube-scheduler 2.3 | kube-scheduler 0.25 "
+        "| kube-scheduler 102 |"
     )
     assert table[3] == (
-        "| berth | 330, 280 | 305 | 1.10, 1.40 | 1.25 | shim 1.0 + serve 1.0 = 2.0 | berth 102 |"
+        "| berth | 330, 280 | 305 | 1.10, 1.40 | 1.25 | shim 1.0 + serve 1.0 = 2.0 "
+        "| shim 0.65 + serve 0.00 = 0.65 | berth 102 |"
     )
     # Per-run rows name their round.
     assert "| SchedulingBasic | berth #2 | 280 |" in format_table(records, rounds=2)
@@ -444,6 +449,11 @@ def test_drain_mode_times_a_fresh_scheduler_draining_a_backlog(tmp_path: Path) -
         assert by[name]["server_kept"] is True
         assert set(by[name]["cpu_seconds_per_1000_pods"]) == {"shim", "serve", "total"}
         assert by[name]["ready_seconds"] > 0
+        # Start-up CPU apart: the shim's own, and the kept server's from the window's start.
+        ready_cpu = by[name]["ready_cpu_seconds"]
+        assert set(ready_cpu) == {"shim", "serve", "total"} and ready_cpu["shim"] > 0
+        assert 0 <= ready_cpu["serve"] < ready_cpu["shim"]
+        assert ready_cpu["shim"] / 0.24 < by[name]["cpu_seconds_per_1000_pods"]["shim"] * 1.001
     assert "stopped the shim (berth serve keeps running)" in proc.stdout
     # The variant's shim got its arguments: -v=2 logs a line per scheduled pod.
     assert by["berth-noexplain"]["shim_args"] == ["--explain-max-pods", "0", "-v=2"]
