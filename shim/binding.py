@@ -128,9 +128,11 @@ class WaitingPods(dict[str, WaitingPod]):
         metrics.PERMIT_WAITING.set(len(self))
 
     def remove(self, uid: str) -> None:
-        self.pop(uid, None)
         self.pre_bind.pop(uid, None)
-        metrics.PERMIT_WAITING.set(len(self))
+        # Every pod's binding cycle ends here, most never having waited: the
+        # gauge (a locked write) changes only when a waiting pod leaves.
+        if self.pop(uid, None) is not None:
+            metrics.PERMIT_WAITING.set(len(self))
 
     def pod_deleted(self, uid: str) -> None:
         """The pod was deleted (or is being deleted): a wait at Permit is

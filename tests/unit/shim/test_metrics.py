@@ -81,7 +81,11 @@ async def test_waiting_pods_are_counted_in_the_berth_gauge() -> None:
     pods.add(waiting("w1"))
     pods.add(waiting("w2"))
     assert sample("berth_shim_permit_waiting_pods") == 2
+    # A binding cycle of a pod that never waited leaves the count as it is.
+    pods.remove("never-waited")
+    assert sample("berth_shim_permit_waiting_pods") == 2
     pods.remove("w1")
+    assert sample("berth_shim_permit_waiting_pods") == 1
     pods.remove("w2")
     assert sample("berth_shim_permit_waiting_pods") == 0
 
