@@ -375,8 +375,12 @@ class SchedulingCycle:
                 for qp, resp in zip(batch, results, strict=True):
                     await self._extender_preemption(qp, resp)
             for qp, resp, span in zip(batch, results, spans, strict=True):
-                # In the attempt's span, so its log lines carry its trace id.
-                with trace.use_span(span, end_on_exit=False):
+                if self._traced:
+                    # In the attempt's span, so its log lines carry its trace id.
+                    with trace.use_span(span, end_on_exit=False):
+                        self.handle_result(qp, profile, resp, span, start)
+                else:
+                    # Untraced, every span is INVALID_SPAN, already the current one.
                     self.handle_result(qp, profile, resp, span, start)
         except BaseException:
             for span in spans:
