@@ -207,14 +207,25 @@ def node_record(obj: Obj) -> pb.Node:
     return n
 
 
-def _container(c: Obj, where: str, restartable: bool = False) -> pb.Container:
+def _container(
+    c: Obj,
+    where: str,
+    into: RepeatedCompositeFieldContainer[pb.Container],
+    restartable: bool = False,
+) -> None:
+    """A container, added to ``into`` (a pod's containers or init containers):
+    built in place, not as a message of its own copied in (with the upb runtime
+    a message of its own has its own arena, and copying it in costs more than
+    building it)."""
     res = _map(c, "resources")
-    requests = dict(_map(res, "requests"))
+    requests = _map(res, "requests")
     limits = _map(res, "limits")
-    # SetDefaults_Pod: a resource with a limit and no request requests its limit.
-    for name, value in limits.items():
-        requests.setdefault(name, value)
-    out = pb.Container(
+    if limits:
+        # SetDefaults_Pod: a resource with a limit and no request requests its limit.
+        requests = dict(requests)
+        for name, value in limits.items():
+            requests.setdefault(name, value)
+    out = into.add(
         name=str(c.get("name", "")), image=str(c.get("image", "")), restartable=restartable
     )
     out.requests.CopyFrom(_resources(requests, f"{where}.resources.requests"))
@@ -229,7 +240,6 @@ def _container(c: Obj, where: str, restartable: bool = False) -> pb.Container:
     rules = c.get("restartPolicyRules")
     if rules:
         out.restart_rule_actions.extend(str(r.get("action") or "") for r in rules)
-    return out
 
 
 def _requirements(items: list[Any], into: Any) -> None:
@@ -461,12 +471,13 @@ def pod_record(
         # it must not look like a change of the pod.
         del p.annotations[EXPLAIN_RESULT_ANNOTATION]
     for i, c in enumerate(_list(spec, "containers")):
-        p.containers.append(_container(c, f"{where}.containers[{i}]"))
+        _container(c, f"{where}.containers[{i}]", p.containers)
     for i, c in enumerate(_list(spec, "initContainers")):
-        p.init_containers.append(
-            _container(
-                c, f"{where}.initContainers[{i}]", restartable=c.get("restartPolicy") == "Always"
-            )
+        _container(
+            c,
+            f"{where}.initContainers[{i}]",
+            p.init_containers,
+            restartable=c.get("restartPolicy") == "Always",
         )
     if spec.get("hostUsers") is not None:
         p.host_users = bool(spec["hostUsers"])

@@ -70,6 +70,16 @@ def test_requests_default_to_limits_as_the_api_server_does() -> None:
     assert (r.milli_cpu, r.memory) == (2000, 2**30)
 
 
+def test_defaulting_requests_leaves_the_object_as_it_was() -> None:
+    """The requests a limit defaults are the record's, not written into the
+    decoded object (an informer keeps no copy of it, but a caller may)."""
+    res = {"requests": {"memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}}
+    obj = pod_obj(containers=[{"name": "c", "resources": res}])
+    c = pod_record(obj).containers[0]
+    assert (c.requests.milli_cpu, c.requests.memory, c.limits.memory) == (2000, 2**30, 2 * 2**30)
+    assert res == {"requests": {"memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}}
+
+
 def test_pod_spec_fields_the_plugins_read() -> None:
     p = pod_record(
         pod_obj(
