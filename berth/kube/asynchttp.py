@@ -7,8 +7,13 @@ the loop through its self-pipe; both cost more CPU than the request itself. ``As
 sends the same request from the event loop instead, through an ``Http1Pool`` that keeps at
 most ``connections`` persistent connections (one request at a time on each, as client-go's
 HTTP/1.1 transport does when HTTP/2 is off), so a request costs its bytes and a few
-callbacks. The shim's event recorder writes its events the same way, through a second
-``AsyncApi`` with connections of its own, so that events never wait behind bindings.
+callbacks. The shim's event recorder writes its events through the same pool, as
+background requests (``AsyncApi.background``): the events hold at most half of the
+connections and the other half is the bindings' own, so events never hold up a binding
+that is within its half, and a backlog of bindings does not starve the events (the
+recorder drops what does not fit its queue). One pool rather than one each
+opens fewer connections: in a drain every connection a pool may open gets opened, and a
+TLS handshake costs more client CPU than a hundred requests on an open connection.
 
 TLS is configured from the same ``kubernetes`` client configuration as ``KubeApi``'s
 urllib3 pool (CA, client certificate and key, verification on or off,
@@ -35,6 +40,7 @@ read in more than one step (``tls_read_buffer``).
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import ssl
 import time
@@ -86,6 +92,7 @@ class AsyncApi:
         (see ``request``)."""
         self._api = api
         self._decode = decode
+        self._background = False
         # rest_client_* metrics' host label: the server's, as KubeApi's.
         self._metric_host: str = getattr(api, "metric_host", None) or f"{host}:{port}"
         # No connection, no loop needed until the first request.
@@ -139,6 +146,17 @@ class AsyncApi:
             timeout=api.timeout,
             decode=decode,
         )
+
+    def background(self, *, decode: bool | None = None) -> AsyncApi:
+        """This AsyncApi's connections, for background requests: they hold at
+        most half of them, the other half is this AsyncApi's own (``Http1Pool``).
+        ``decode``: as the constructor's (None: this one's). Closing either
+        closes the pool."""
+        view = copy.copy(self)
+        view._background = True
+        if decode is not None:
+            view._decode = decode
+        return view
 
     async def close(self) -> None:
         """Closes the connections; later requests fail (status 0)."""
@@ -201,7 +219,12 @@ class AsyncApi:
         before_send = None if check is None else functools.partial(check, method, path)
         try:
             status, payload = await self._pool.request(
-                method, path, body=data, headers=headers, before_send=before_send
+                method,
+                path,
+                body=data,
+                headers=headers,
+                before_send=before_send,
+                background=self._background,
             )
         except HttpError as exc:
             metrics.request_done(method, self._metric_host, 0, time.perf_counter() - start)

@@ -12,7 +12,12 @@ rate (two requests per pod: the binding and the Scheduled event).
 What it does (tests/unit/kube/test_http1.py, tests/unit/kube/test_asynchttp.py):
 
 - at most ``connections`` requests at a time, one per connection, as
-  client-go's HTTP/1.1 transport; idle connections are reused newest first,
+  client-go's HTTP/1.1 transport; a request waiting for one is served in
+  turn; background requests hold at most ``background_share`` connections
+  (half by default) and foreground ones have the rest to themselves (the
+  shim's events are background requests beside its bindings: events never
+  hold the connections kept for bindings, and a backlog of bindings does not
+  starve the events); idle connections are reused newest first,
   one the server closed (``Connection: close``, an idle timeout) is never
   reused, and one idle for ``idle_timeout`` (90 s, client-go's: net/http's
   DefaultTransport value, which k8s.io/apimachinery/pkg/util/net/http.go
@@ -34,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import ssl
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -227,10 +233,14 @@ class Http1Pool:
         idle_timeout: float = 90.0,
         headers: Mapping[str, str] | None = None,
         max_body: int | None = None,
+        background_share: int | None = None,
     ) -> None:
         """``max_body``: the longest answer body taken, in bytes (a longer
         one fails the request with HttpError and closes its connection);
-        None for no bound."""
+        None for no bound. ``background_share``: the connections background
+        requests (``request(background=True)``) hold at most, and are sure
+        of (None: half of ``connections``, at least one); the others are the
+        foreground requests' own."""
         self._max_body = max_body
         self._host = host
         self._port = port
@@ -248,7 +258,18 @@ class Http1Pool:
         # Idle connections, the longest idle first.
         self._idle: list[_Connection] = []
         self._open: set[_Connection] = set()
-        self._slots: asyncio.Semaphore | None = None
+        share = max(1, connections // 2) if background_share is None else background_share
+        if not 1 <= share <= connections:
+            raise ValueError(f"background_share must be in 1..{connections}, got {share}")
+        self._background_share = share
+        self._foreground_own = connections - share
+        # Slots: requests that hold a connection (or are opening one); the
+        # background requests among them; the requests waiting for a slot, in
+        # order (``_grant`` says who goes next).
+        self._busy = 0
+        self._busy_background = 0
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._waiting_background: deque[asyncio.Future[None]] = deque()
         self._reaper: asyncio.TimerHandle | None = None
         self._deadlines = _Deadlines()
         self._closed = False
@@ -265,16 +286,17 @@ class Http1Pool:
         body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         before_send: Callable[[], None] | None = None,
+        background: bool = False,
     ) -> tuple[int, bytes]:
         """(status, body) of one request. Raises HttpError when there is no
         complete answer (nothing is resent). ``before_send`` is called once the
         request has its connection, right before its bytes go out; what it
-        raises ends the request unsent (the connection stays in the pool)."""
+        raises ends the request unsent (the connection stays in the pool).
+        ``background``: the request holds one of ``background_share``
+        connections; a foreground request waiting for a connection of its own
+        share goes first."""
         if self._closed:
             raise HttpError("the pool is closed")
-        slots = self._slots
-        if slots is None:
-            slots = self._slots = asyncio.Semaphore(self._connections)
         head = [f"{method} {path} HTTP/1.1\r\n", self._fixed]
         if headers:
             head.extend(f"{k}: {v}\r\n" for k, v in headers.items())
@@ -284,7 +306,8 @@ class Http1Pool:
         data = "".join(head).encode("latin-1")
         if body:
             data += body
-        async with slots:
+        await self._acquire(background)
+        try:
             conn: _Connection | None = None
             deadline = asyncio.get_running_loop().time() + self._timeout
             try:
@@ -325,6 +348,64 @@ class Http1Pool:
             else:
                 self._discard(conn)
             return status, payload
+        finally:
+            self._release(background)
+
+    async def _acquire(self, background: bool) -> None:
+        """A slot: at once when one is free and nobody waits ahead of this
+        request, else in turn (``_grant``)."""
+        ahead = self._waiting_background if background else None
+        if self._may_start(background) and not self._waiting and not ahead:
+            self._take_slot(background)
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self._waiting_background if background else self._waiting
+        queue.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                # Granted, then cancelled before it could run: the slot goes on.
+                self._release(background)
+            elif waiter in queue:
+                queue.remove(waiter)
+            raise
+
+    def _may_start(self, background: bool) -> bool:
+        if self._busy >= self._connections:
+            return False
+        return not background or self._busy_background < self._background_share
+
+    def _take_slot(self, background: bool) -> None:
+        self._busy += 1
+        if background:
+            self._busy_background += 1
+
+    def _release(self, background: bool) -> None:
+        self._busy -= 1
+        if background:
+            self._busy_background -= 1
+        self._grant()
+
+    def _grant(self) -> None:
+        """Free slots to the waiting requests, each kind in order: a foreground
+        request while the foreground ones hold fewer than their own share, then
+        a background one within its share (so that a backlog of foreground
+        requests does not starve them), then foreground ones on what is left."""
+        while self._busy < self._connections:
+            foreground = self._busy - self._busy_background
+            if self._waiting and foreground < self._foreground_own:
+                queue, background = self._waiting, False
+            elif self._waiting_background and self._may_start(True):
+                queue, background = self._waiting_background, True
+            elif self._waiting:
+                queue, background = self._waiting, False
+            else:
+                return
+            waiter = queue.popleft()
+            if not waiter.done():  # a cancelled one leaves on its own
+                self._take_slot(background)
+                waiter.set_result(None)
 
     async def close(self) -> None:
         self._closed = True

@@ -101,6 +101,7 @@ async def running(
     server: FakeServer,
     token: Callable[[], str | None] = lambda: "Bearer t0k",
     api_timeout: float = 30.0,
+    connections: int = 4,
 ) -> AsyncIterator[AsyncApi]:
     srv = await asyncio.start_server(server.serve, "127.0.0.1", 0)
     port = srv.sockets[0].getsockname()[1]
@@ -115,7 +116,7 @@ async def running(
         configuration=(cfg, None),
         timeout=api_timeout,
     )
-    asy = AsyncApi.from_kubeapi(api, connections=4)
+    asy = AsyncApi.from_kubeapi(api, connections=connections)
     assert asy is not None
     try:
         yield asy
@@ -168,6 +169,25 @@ async def test_waiting_for_a_connection_does_not_count_against_the_timeout() -> 
     assert [r for r in results if isinstance(r, BaseException)] == []
     assert len(server.requests) == 24
     assert server.most_busy <= 4
+
+
+EVENTS = "/apis/events.k8s.io/v1/namespaces/ns/events"
+
+
+async def test_a_background_view_holds_half_of_the_connections_and_shares_them() -> None:
+    server = FakeServer(created, delay=0.05)
+    async with running(server, connections=4) as api:
+        events = api.background(decode=False)
+        results = await asyncio.gather(*(events.request("POST", EVENTS, body={}) for _ in range(6)))
+        assert server.most_busy <= 2
+        assert server.connections <= 2
+        # A binding then reuses a connection the events opened.
+        out = await api.request("POST", PATH, body=BINDING)
+    assert server.connections <= 2
+    assert [path for _, path, _, _ in server.requests] == [EVENTS] * 6 + [PATH]
+    # The view decodes as it was told, the AsyncApi as before.
+    assert results == [{}] * 6
+    assert out["status"] == "Success"
 
 
 async def test_a_request_slower_than_the_timeout_still_times_out() -> None:

@@ -255,3 +255,154 @@ async def test_an_interim_answer_is_skipped_for_the_final_one() -> None:
         assert await pool.request("POST", "/x", body=b"{}") == (201, b"done")
         await pool.close()
     assert seen == [1, 1]
+
+
+@asynccontextmanager
+async def gated_server(
+    hold: Callable[[str], asyncio.Event | None],
+) -> AsyncIterator[tuple[int, list[tuple[int, str]], asyncio.Event]]:
+    """A server that answers a request once ``hold(path)`` is set (None: at
+    once); yields its port, the (connection number, path) of each request read,
+    and an event set whenever one is read."""
+    counter = 0
+    seen: list[tuple[int, str]] = []
+    arrived = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal counter
+        counter += 1
+        number = counter
+        try:
+            while True:
+                try:
+                    head = await read_request(reader)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                path = head.split(b" ", 2)[1].decode()
+                seen.append((number, path))
+                arrived.set()
+                gate = hold(path)
+                if gate is not None:
+                    await gate.wait()
+                writer.write(OK)
+                await writer.drain()
+        finally:
+            writer.close()
+
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield srv.sockets[0].getsockname()[1], seen, arrived
+    finally:
+        srv.close()
+        await srv.wait_closed()
+
+
+async def test_a_foreground_request_short_of_its_own_share_goes_before_background_ones() -> None:
+    gates = {"/fg1": asyncio.Event(), "/bg0": asyncio.Event()}
+    async with gated_server(gates.get) as (port, seen, arrived):
+        # Two connections, one for each kind: /bg0 and /fg1 hold them.
+        pool = Http1Pool("127.0.0.1", port, connections=2, background_share=1)
+        held = [
+            asyncio.create_task(pool.request("POST", "/bg0", background=True)),
+            asyncio.create_task(pool.request("POST", "/fg1")),
+        ]
+        while len(seen) < 2:
+            arrived.clear()
+            await arrived.wait()
+        queued = [
+            asyncio.create_task(pool.request("POST", "/bg1", background=True)),
+            asyncio.create_task(pool.request("POST", "/fg2")),
+        ]
+        await asyncio.sleep(0)
+        # The foreground connection frees: /fg2 has it, though /bg1 waited longer.
+        gates["/fg1"].set()
+        assert await queued[1] == (200, b"{}")
+        assert [path for _, path in seen[2:]] == ["/fg2"]
+        gates["/bg0"].set()
+        await asyncio.gather(*held, queued[0])
+        await pool.close()
+    assert [path for _, path in seen[2:]] == ["/fg2", "/bg1"]
+
+
+async def test_a_backlog_of_foreground_requests_does_not_starve_background_ones() -> None:
+    gates = {"/fg0": asyncio.Event(), "/fg1": asyncio.Event()}
+    async with gated_server(gates.get) as (port, seen, arrived):
+        pool = Http1Pool("127.0.0.1", port, connections=2, background_share=1)
+        held = [asyncio.create_task(pool.request("POST", f"/fg{i}")) for i in range(2)]
+        while len(seen) < 2:
+            arrived.clear()
+            await arrived.wait()
+        # Both connections are foreground; a background request waits, then
+        # foreground ones queue behind it.
+        queued = [asyncio.create_task(pool.request("POST", "/bg", background=True))]
+        await asyncio.sleep(0)
+        queued += [asyncio.create_task(pool.request("POST", f"/fg{i}")) for i in (2, 3)]
+        await asyncio.sleep(0)
+        # The first free connection goes to the background request: the
+        # foreground ones hold their own share already.
+        gates["/fg1"].set()
+        assert await queued[0] == (200, b"{}")
+        assert [path for _, path in seen[2:3]] == ["/bg"]
+        gates["/fg0"].set()
+        await asyncio.gather(*held, *queued)
+        await pool.close()
+    assert sorted(path for _, path in seen[3:]) == ["/fg2", "/fg3"]
+
+
+async def test_background_requests_hold_at_most_their_share_and_leave_the_rest() -> None:
+    release = asyncio.Event()
+
+    def hold(path: str) -> asyncio.Event | None:
+        return release if path.startswith("/bg") else None
+
+    async with gated_server(hold) as (port, seen, arrived):
+        pool = Http1Pool("127.0.0.1", port, connections=3, background_share=1)
+        background = [
+            asyncio.create_task(pool.request("POST", f"/bg{i}", background=True)) for i in range(3)
+        ]
+        await arrived.wait()
+        # One background request is held by the server, the other two wait for
+        # the share: a foreground request still has a connection at once.
+        assert await pool.request("POST", "/fg") == (200, b"{}")
+        assert [path for _, path in seen] == ["/bg0", "/fg"]
+        release.set()
+        await asyncio.gather(*background)
+        await pool.close()
+    assert sorted(path for _, path in seen) == ["/bg0", "/bg1", "/bg2", "/fg"]
+    # The background requests never held a second connection: two in all.
+    assert {number for number, _ in seen} == {1, 2}
+
+
+async def test_a_cancelled_waiting_request_leaves_no_slot_taken() -> None:
+    release = asyncio.Event()
+
+    def hold(path: str) -> asyncio.Event | None:
+        return release if path == "/first" else None
+
+    async with gated_server(hold) as (port, seen, arrived):
+        pool = Http1Pool("127.0.0.1", port, connections=1)
+        first = asyncio.create_task(pool.request("POST", "/first"))
+        await arrived.wait()
+        waiting = [
+            asyncio.create_task(pool.request("POST", "/never", background=background))
+            for background in (False, True)
+        ]
+        await asyncio.sleep(0)
+        for task in waiting:
+            task.cancel()
+        release.set()
+        assert await first == (200, b"{}")
+        for task in waiting:
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        # The only connection is free again, for either kind of request.
+        assert await pool.request("POST", "/next") == (200, b"{}")
+        assert await pool.request("POST", "/last", background=True) == (200, b"{}")
+        await pool.close()
+    assert [path for _, path in seen] == ["/first", "/next", "/last"]
+
+
+def test_the_background_share_is_within_the_pool() -> None:
+    for share in (0, 3):
+        with pytest.raises(ValueError, match="background_share"):
+            Http1Pool("127.0.0.1", 1, connections=2, background_share=share)
