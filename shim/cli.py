@@ -140,9 +140,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=int,
         default=64,
         metavar="N",
-        help="binding POSTs go from the event loop over at most N keep-alive connections to the "
-        "API server; 0 sends them from worker threads through the kubernetes client's pool "
-        "(default %(default)s; a proxy or an assert_hostname in the kubeconfig means threads)",
+        help="binding POSTs and the scheduler's events go from the event loop over at most N "
+        "keep-alive connections to the API server, the events on at most half of them and the "
+        "other half the bindings' own; 0 sends both from worker threads through the kubernetes "
+        "client's pool (default %(default)s; a proxy or an assert_hostname in the kubeconfig "
+        "means threads)",
     )
     p.add_argument(
         "--explain-max-pods",

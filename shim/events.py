@@ -28,8 +28,10 @@ other thread at the cost of a lock and an append. Every write goes through one p
 (``_process``: cache, then ``_attempt``: retries, then ``_write_once``: one PATCH or
 create) over one transport, an ``EventSink`` whose two calls are awaited:
 
-- ``berth.shim.asynchttp.AsyncApi``, the shim's: connections of its own, so events
-  never wait behind bindings, and no thread has to win the GIL back for each answer.
+- ``berth.kube.asynchttp.AsyncApi``, the shim's: the bindings' connections, the
+  events as background requests (they hold at most half of them, and the other
+  half is the bindings' own), and no thread has to win the GIL back for each
+  answer.
 - ``ThreadedSink`` around a blocking client (``KubeApi``), where ``AsyncApi``
   cannot serve the API access configuration (a proxy, an ``assert_hostname``
   override): each call runs in a worker thread.

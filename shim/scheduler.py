@@ -47,7 +47,7 @@ from berth.shim.background import ApiWorkers, Tasks
 from berth.shim.binding import Binder, BindingCycle, WaitingPods
 from berth.shim.cache import DEFAULT_ASSUMED_TTL, Assumed, SchedulerCache
 from berth.shim.eventhandlers import EventHandlers
-from berth.shim.events import DEFAULT_WRITERS, EventRecorder, ThreadedSink
+from berth.shim.events import EventRecorder, ThreadedSink
 from berth.shim.explain import DEFAULT_MAX_ENTRIES, AttemptStore, Explainer
 from berth.shim.extenders import EXTENDER_PLUGIN, Extenders
 from berth.shim.hints import HintMap
@@ -87,7 +87,8 @@ class ShimOptions:
     # PostBind writes; bindings too when not sent from the event loop).
     bind_workers: int = 16
     # Binding POSTs from the event loop over keep-alive connections
-    # (berth.kube.asynchttp), this many at a time; 0: from the worker threads.
+    # (berth.kube.asynchttp), this many at a time, shared with the events (which
+    # hold at most half of them); 0: both from the worker threads.
     # kube-scheduler has a binding in flight per bound pod (one goroutine each,
     # over HTTP/2); fewer connections queue the bindings of a burst of pods
     # behind one another (docs/benchmarks.md).
@@ -139,7 +140,8 @@ class Scheduler:
         # Spans per pod only when they go somewhere.
         traced = tracing()
         self._async_api: AsyncApi | None = None
-        # The events' own connections, so that events never hold up a binding.
+        # The events share the bindings' connections as background requests:
+        # they hold at most half of them, the other half is the bindings' own.
         events_api: AsyncApi | None = None
         if self.options.bind_connections > 0:
             self._async_api = AsyncApi.from_kubeapi(api, connections=self.options.bind_connections)
@@ -152,7 +154,7 @@ class Scheduler:
             else:
                 # The recorder needs only to know an Event was written, not
                 # the Event the API server sends back.
-                events_api = AsyncApi.from_kubeapi(api, connections=DEFAULT_WRITERS, decode=False)
+                events_api = self._async_api.background(decode=False)
         self._events_api: AsyncApi | ThreadedSink = events_api or ThreadedSink(api)
         # One recorder per profile, reporting as the profile's schedulerName, as
         # kube-scheduler's profile.NewMap does (the "From" of kubectl describe).

@@ -102,7 +102,7 @@ ATTEMPTS_TOTAL = "scheduler_schedule_attempts_total"
 # (pkg/registry/core/pod/storage/storage.go, assignPod); every scheduler here logs it.
 CONFLICT_TEXT = "is already assigned to node"
 # shim.scheduler.ShimOptions.bind_connections: the bind-only loop binds over as many
-# connections, as the shim does.
+# connections, and writes its events on them, as the shim does.
 BIND_CONNECTIONS = 64
 # Threads creating the nodes and the initial pods (not measured; the measured pods come from
 # PodCreator).
@@ -2758,7 +2758,7 @@ def bind_only_main(argv: Sequence[str]) -> int:
     from berth.kube.asynchttp import AsyncApi
     from berth.kube.errors import ApiError
     from berth.kube.rest import KubeApi, pod_path
-    from berth.shim.events import DEFAULT_WRITERS, EventRecorder, ObjectRef
+    from berth.shim.events import EventRecorder, ObjectRef
 
     p = argparse.ArgumentParser(prog="python -m berth.dev.bench_perf bind-only")
     p.add_argument("--kubeconfig", required=True)
@@ -2777,11 +2777,11 @@ def bind_only_main(argv: Sequence[str]) -> int:
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, name="bind-only-loop", daemon=True).start()
     # The shim's write path (shim/scheduler.py, shim/binding.py Binder.bind): bindings
-    # POSTed from an event loop through the asyncio client on their own connections,
-    # events through an EventRecorder on others, the reporting controller the
-    # scheduler's name.
+    # POSTed from an event loop through the asyncio client, events through an
+    # EventRecorder as background requests on the same connections, the reporting
+    # controller the scheduler's name.
     binder = AsyncApi.from_kubeapi(api, connections=BIND_CONNECTIONS)
-    sink = AsyncApi.from_kubeapi(api, connections=DEFAULT_WRITERS)
+    sink = None if binder is None else binder.background(decode=False)
     if binder is None or sink is None:
         print("bind-only: the kubeconfig needs the kubernetes client's pool", flush=True)
         return 2

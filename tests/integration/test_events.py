@@ -19,7 +19,6 @@ from berth.kube.asynchttp import AsyncApi
 from berth.kube.errors import ApiError
 from berth.kube.rest import JSON, KubeApi
 from berth.shim.events import (
-    DEFAULT_WRITERS,
     FINISH_TIME,
     NOTE_LENGTH_LIMIT,
     EventRecorder,
@@ -28,6 +27,7 @@ from berth.shim.events import (
     events_path,
     micro_time,
 )
+from berth.shim.scheduler import ShimOptions
 
 pytestmark = pytest.mark.integration
 
@@ -59,11 +59,12 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 async def sink(api: KubeApi) -> AsyncIterator[AsyncApi]:
-    """The shim's EventSink: connections of the recorder's own, on the event loop."""
-    sink = AsyncApi.from_kubeapi(api, connections=DEFAULT_WRITERS)
-    assert sink is not None
-    yield sink
-    await sink.close()
+    """The shim's EventSink (shim/scheduler.py): background requests on the
+    bindings' connections, on the event loop."""
+    bindings = AsyncApi.from_kubeapi(api, connections=ShimOptions().bind_connections)
+    assert bindings is not None
+    yield bindings.background(decode=False)
+    await bindings.close()
 
 
 @pytest.fixture
