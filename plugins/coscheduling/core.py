@@ -24,6 +24,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from berth.framework.cycle_state import CycleState
 from berth.framework.model import PodInfo
 from berth.framework.objects import ClusterObject, ObjectKind
 from berth.framework.snapshot import Snapshot
@@ -42,6 +43,7 @@ __all__ = [
     "label_group",
     "lookup_pod_group",
     "resource_gap",
+    "signal_waiting",
 ]
 
 # apis/scheduling/v1alpha1/types.go: PodGroupLabel.
@@ -190,6 +192,22 @@ def _member(obj: ClusterObject, snapshot: Snapshot) -> Member | None:
     placed = snapshot.pods.get(uid) if uid else None
     assigned = bound or (placed is not None and bool(placed.node_name))
     return Member(uid, obj.name, bool(spec.get("schedulingGates")), bound, assigned)
+
+
+def signal_waiting(
+    state: CycleState, members: Iterable[Member], allow: bool, message: str = ""
+) -> int:
+    """Asks the caller to allow (or reject, with ``message``) the members
+    that may wait at Permit: assumed on a node, not bound (the caller ignores
+    pods that do not wait). upstream: coscheduling.go Permit and Unreserve,
+    gangscheduling.go Permit, which walk the framework's waiting pods of the
+    group. Returns how many were named."""
+    n = 0
+    for m in members:
+        if m.assigned and not m.bound and m.uid:
+            state.signal_waiting_pod(m.uid, allow, message)
+            n += 1
+    return n
 
 
 def label_group(obj: ClusterObject) -> str:

@@ -70,6 +70,7 @@ from berth.plugins.coscheduling.core import (
     group_name,
     lookup_pod_group,
     resource_gap,
+    signal_waiting,
 )
 
 if TYPE_CHECKING:
@@ -253,7 +254,7 @@ class Coscheduling(
         not_assigned = (pg.min_member - assigned) / pg.min_member
         if not_assigned <= self.reject_threshold:
             return None, Status(Code.UNSCHEDULABLE)
-        waiting = self._reject_waiting(state, others, REJECTED_IN_POST_FILTER)
+        waiting = signal_waiting(state, others, False, REJECTED_IN_POST_FILTER)
         msg = post_filter_message(pg.full_name, pod.name)
         log.info("pod %s: %s; rejecting %d waiting member(s)", pod.key, msg, waiting)
         return None, Status.unschedulable(msg)
@@ -278,7 +279,7 @@ class Coscheduling(
             return
         members = group_members(self.handle.snapshot, pod.namespace, group)
         others = [m for m in members if m.uid != pod.uid]
-        waiting = self._reject_waiting(state, others, REJECTED_IN_UNRESERVE)
+        waiting = signal_waiting(state, others, False, REJECTED_IN_UNRESERVE)
         if waiting:
             log.info(
                 "pod %s of PodGroup %s unreserved: rejecting %d waiting member(s)",
@@ -286,18 +287,6 @@ class Coscheduling(
                 pg.full_name,
                 waiting,
             )
-
-    @staticmethod
-    def _reject_waiting(state: CycleState, members: list[Member], message: str) -> int:
-        """Asks the caller to reject the members that may wait at Permit:
-        assumed on a node, not bound (the caller ignores pods that do not
-        wait). Returns how many were named."""
-        n = 0
-        for m in members:
-            if m.assigned and not m.bound and m.uid:
-                state.signal_waiting_pod(m.uid, False, message)
-                n += 1
-        return n
 
     # -- Permit ----------------------------------------------------------------
 
@@ -318,11 +307,7 @@ class Coscheduling(
         # This pod is not in the snapshot yet: it counts itself.
         assigned = 1 + sum(1 for m in others if m.assigned)
         if assigned >= pg.min_member:
-            allowed = 0
-            for m in others:
-                if m.assigned and not m.bound and m.uid:
-                    state.signal_waiting_pod(m.uid, True)
-                    allowed += 1
+            allowed = signal_waiting(state, others, True)
             log.info(
                 "pod %s on %s: PodGroup %s has %d/%d members assigned; allowing it and %d "
                 "waiting member(s)",

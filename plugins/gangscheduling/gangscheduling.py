@@ -39,7 +39,12 @@ from berth.framework.model import PodInfo
 from berth.framework.objects import ClusterObject, ObjectKind
 from berth.framework.runtime import go_quote
 from berth.framework.status import SUCCESS, Status
-from berth.plugins.coscheduling.core import Member, PodGroupError, group_members
+from berth.plugins.coscheduling.core import (
+    Member,
+    PodGroupError,
+    group_members,
+    signal_waiting,
+)
 from berth.plugins.gangscheduling.core import (
     ALL_PODS,
     PODGROUP,
@@ -198,11 +203,7 @@ class GangScheduling(PreEnqueuePlugin, PermitPlugin):
                 activated,
             )
             return Status.wait(WAITING_AT_PERMIT), PERMIT_TIMEOUT_SECONDS
-        allowed = 0
-        for m in others:
-            if m.assigned and not m.bound and m.uid:
-                state.signal_waiting_pod(m.uid, True)
-                allowed += 1
+        allowed = signal_waiting(state, others, True)
         log.info(
             "pod %s on %s: PodGroup %s has %d/%d members scheduled; allowing it and %d "
             "waiting member(s)",
