@@ -190,7 +190,34 @@ def object_key(obj: JSON) -> str:
     return f"{meta.get('namespace') or ''}/{name}"
 
 
-class Poller:
+class _Runner:
+    """A kind's runner whose work is one task on the event loop: ``start``
+    creates it, ``stop`` cancels it, and ``synced`` is set by the task once
+    the kind's objects are in (or it has given up on them)."""
+
+    def __init__(self) -> None:
+        self._synced = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    async def wait_synced(self) -> None:
+        await self._synced.wait()
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+
+class Poller(_Runner):
     """Lists a kind every ``poll_seconds`` (for APIs without watch), and
     delivers the differences as informer events: ADDED/MODIFIED when an
     object is new or its JSON changed, DELETED when a list no longer has it.
@@ -203,6 +230,7 @@ class Poller:
         source: Source,
         on_events: Callable[[list[Event[cpb.ClusterObject]]], None],
     ) -> None:
+        super().__init__()
         self.api = api
         self.source = source
         self.on_events = on_events
@@ -210,23 +238,10 @@ class Poller:
         self.errors = 0
         self._known: dict[str, cpb.ClusterObject] = {}
         self._stop = asyncio.Event()
-        self._synced = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
 
     def stop(self) -> None:
         self._stop.set()
-        if self._task is not None:
-            self._task.cancel()
-
-    @property
-    def synced(self) -> bool:
-        return self._synced.is_set()
-
-    async def wait_synced(self) -> None:
-        await self._synced.wait()
+        super().stop()
 
     async def _run(self) -> None:
         while not self._stop.is_set():
@@ -294,7 +309,7 @@ def served(api: KubeApi, source: Source) -> bool:
     return any(isinstance(r, dict) and r.get("name") == source.resource for r in resources)
 
 
-class IfServed:
+class IfServed(_Runner):
     """Runs ``runner`` only when the API server serves the source
     (ObjectKind.if_served): an alpha API that is off (Kubernetes v1.36's
     scheduling.k8s.io/v1alpha2 without ``--runtime-config``) costs one
@@ -303,28 +318,16 @@ class IfServed:
     which retries as for any kind. Asked once per start."""
 
     def __init__(self, api: KubeApi, source: Source, runner: Informer[cpb.ClusterObject]) -> None:
+        super().__init__()
         self.api = api
         self.source = source
         self.runner = runner
         self.started = False
-        self._synced = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
 
     def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        super().stop()
         if self.started:
             self.runner.stop()
-
-    @property
-    def synced(self) -> bool:
-        return self._synced.is_set()
-
-    async def wait_synced(self) -> None:
-        await self._synced.wait()
 
     async def _run(self) -> None:
         src = self.source
