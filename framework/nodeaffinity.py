@@ -65,7 +65,6 @@ __all__ = [
     "compile_preferred_terms",
     "compile_term",
     "preferred_score",
-    "references",
     "required_node_affinity",
     "selector_matches",
 ]
@@ -185,18 +184,6 @@ class SelectorTerm(msgspec.Struct, frozen=True, array_like=True):
         return True
 
 
-def references(terms: Sequence[SelectorTerm]) -> tuple[set[str], bool]:
-    """The label keys ``terms`` read, and whether they read node fields: the
-    only facts of a node their outcome depends on."""
-    keys: set[str] = set()
-    fields = False
-    for t in terms:
-        if t.expressions is not None:
-            keys.update(r.key for r in t.expressions)
-        fields = fields or t.fields is not None
-    return keys, fields
-
-
 def selector_matches(
     terms: Sequence[SelectorTerm], labels: Mapping[str, str], node_name: str
 ) -> bool:
@@ -219,12 +206,6 @@ class RequiredNodeAffinity(msgspec.Struct, frozen=True):
 
     node_selector: tuple[tuple[str, str], ...] | None = None
     terms: tuple[SelectorTerm, ...] | None = None
-
-    def references(self) -> tuple[set[str], bool]:
-        """The label keys this reads, and whether it reads node fields."""
-        keys, fields = references(self.terms or ())
-        keys.update(key for key, _ in self.node_selector or ())
-        return keys, fields
 
     def matches(self, labels: Mapping[str, str], node_name: str) -> bool:
         """RequiredNodeAffinity.Match, parse errors read as no match."""
