@@ -110,6 +110,8 @@ class Limits:
 # How long answers already handed to gRPC get to leave before its shutdown
 # closes the connections (RunningServer.stop).
 DRAIN_FLUSH_SECONDS = 0.2
+# How long RunningServer.stop waits at least for the worker thread to end.
+WORKER_JOIN_SECONDS = 5.0
 
 
 @dataclass
@@ -140,6 +142,15 @@ class RunningServer:
         if self.health_server is not None:
             await self.health_server.stop(0)
         self.service.close()
+        # The worker ends with the job it is on (a call cancelled at the grace
+        # stops at its deadline or next slice) and those queued before close.
+        timeout = max(WORKER_JOIN_SECONDS, deadline - loop.time())
+        if not await asyncio.to_thread(self.service.worker.join, timeout):
+            log.warning(
+                "plugin work still runs %.1fs after the server stopped; the process "
+                "exits when it ends (its call's deadline stops it at the next plugin)",
+                timeout,
+            )
 
 
 async def start_server(
@@ -181,6 +192,8 @@ async def start_server(
         slice_seconds=slice_seconds,
         callers=Callers(caller_tokens),
         admission=Admission(lim.max_inflight_calls, lim.max_inflight_bytes),
+        # RunningServer.stop closes and joins it.
+        daemon_worker=False,
     )
     interceptors = [telemetry.server_interceptor()] if trace else []
     server = grpc.aio.server(

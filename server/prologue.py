@@ -221,8 +221,14 @@ class Worker:
     slice is queued behind whatever came meanwhile, so another call waits at
     most one slice, as the health checks on the loop do."""
 
-    def __init__(self, slice_seconds: float = DEFAULT_SLICE_SECONDS) -> None:
+    def __init__(
+        self, slice_seconds: float = DEFAULT_SLICE_SECONDS, *, daemon: bool = True
+    ) -> None:
         self.slice_seconds = slice_seconds
+        # A daemon thread ends with its process, for owners that never close
+        # the worker (tests, in-process callers); ``berth serve``'s is not
+        # one: its stop closes and joins it, so no job is cut off at exit.
+        self.daemon = daemon
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -247,7 +253,9 @@ class Worker:
         # continued).
         job.fn = functools.partial(contextvars.copy_context().run, fn)
         if self._thread is None:
-            self._thread = threading.Thread(target=self._serve, name="berth-cycle", daemon=True)
+            self._thread = threading.Thread(
+                target=self._serve, name="berth-cycle", daemon=self.daemon
+            )
             self._thread.start()
         self._jobs.put(job)
 
@@ -327,6 +335,14 @@ class Worker:
         """Stops the thread once the work queued on it is done."""
         self._closed = True
         self._jobs.put(None)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """After ``close``: waits up to ``timeout`` for the thread to end.
+        True when no thread is left."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        return thread is None or not thread.is_alive()
 
 
 class Prologue:

@@ -72,6 +72,8 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
         slice_seconds: float = DEFAULT_SLICE_SECONDS,
         callers: Callers | None = None,
         admission: Admission | None = None,
+        *,
+        daemon_worker: bool = True,
     ) -> None:
         self.config = config
         self.callers = callers or Callers()
@@ -83,7 +85,7 @@ class SchedulingService(pb_grpc.SchedulingServiceServicer):
         self.replica = replica or Replica()
         self.locks = ClusterLocks()
         # The one thread plugin work runs on (server/prologue.py).
-        self.worker = Worker(slice_seconds)
+        self.worker = Worker(slice_seconds, daemon=daemon_worker)
         # An upload whose next part does not come within this long ends.
         self.upload_idle_seconds = DEFAULT_UPLOAD_IDLE_SECONDS
         self.prologue = Prologue(

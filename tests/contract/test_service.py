@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -435,3 +438,36 @@ async def test_malformed_message_on_the_stream_is_answered_in_stream(
         await call.write(good.SerializeToString())
         assert pb.ScheduleStreamResponse.FromString(await call.read()).response.node == "c"
         await call.done_writing()
+
+
+async def test_stop_ends_the_worker_thread_once_its_work_in_flight_is_done(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An orderly stop: the worker thread (not a daemon, so never cut off in
+    the middle of a job at exit) finishes the work in flight and ends before
+    ``stop`` returns, even past the grace. The work is let go only once the
+    worker is closed, after the gRPC server stopped."""
+    running = await start_server(CONFIG, REGISTRY, "127.0.0.1:0", trace=False)
+    worker = running.service.worker
+    gate = threading.Event()
+    finished: list[str] = []
+
+    def work() -> str:
+        assert gate.wait(30)
+        finished.append("work")
+        return "done"
+
+    close = worker.close
+
+    def close_then_release() -> None:
+        close()
+        threading.Timer(0.1, gate.set).start()
+
+    monkeypatch.setattr(worker, "close", close_then_release)
+    in_flight = asyncio.ensure_future(worker.run(work))
+    await asyncio.sleep(0)
+    await running.stop(0.05)
+    assert finished == ["work"]
+    assert worker.join(0)
+    assert not worker.daemon
+    assert await in_flight == "done"
