@@ -436,7 +436,8 @@ def pod_record(
     """A Pod object as a record. ``assign_uid`` gives a pod that was never
     created (a manifest) a random uid. ``into``: the record is added to this
     repeated field and shares its message's memory (``PodSlabs``) instead of
-    being a message of its own; on ObjectError a partial entry stays there."""
+    being a message of its own; on ObjectError a partial entry stays there
+    (``PodSlabs`` removes it)."""
     meta = _map(obj, "metadata")
     spec = _map(obj, "spec")
     status = _map(obj, "status")
@@ -561,14 +562,19 @@ class PodSlabs:
     def __init__(self, size: int = POD_SLAB) -> None:
         self._size = size
         self._slab: RepeatedCompositeFieldContainer[pb.Pod] | None = None
-        self._count = 0
 
     def __call__(self, obj: Obj) -> pb.Pod:
-        if self._slab is None or self._count >= self._size:
-            self._slab = pb.ClusterDelta().upsert_pods
-            self._count = 0
-        self._count += 1
-        return pod_record(obj, into=self._slab)
+        """``pod_record(obj)``, all or nothing: a pod that fails leaves no
+        entry in the shared message: it holds whole records only."""
+        slab = self._slab
+        if slab is None or len(slab) >= self._size:
+            slab = self._slab = pb.ClusterDelta().upsert_pods
+        whole = len(slab)
+        try:
+            return pod_record(obj, into=slab)
+        except BaseException:
+            del slab[whole:]
+            raise
 
 
 # The inline sources (spec.volumes[] other than a claim) that volume plugins

@@ -244,6 +244,25 @@ def test_pods_decoded_into_shared_messages_are_the_records_pod_record_makes() ->
     assert copy == want[0] and copy.affinity.pod_anti_affinity.required[0].topology_key == "zone"
 
 
+def test_a_pod_that_fails_leaves_nothing_in_its_shared_message() -> None:
+    """PodSlabs is all or nothing: a malformed pod (its error found part-way,
+    after its entry was added) leaves no partial entry in the slab, so the
+    slab holds whole records only and the next pods take its place."""
+    good = [pod_obj() for _ in range(3)]
+    for i, o in enumerate(good):
+        o["metadata"] = {**o["metadata"], "uid": f"u{i}", "name": f"p{i}"}
+    bad = pod_obj(containers=[{"name": "c", "resources": {"requests": {"cpu": "lots"}}}])
+    slabs = PodSlabs(3)
+    first = slabs(good[0])
+    with pytest.raises(ObjectError):
+        slabs(bad)
+    rest = [slabs(o) for o in good[1:]]
+    slab = slabs._slab
+    assert slab is not None
+    assert [p.name for p in slab] == ["p0", "p1", "p2"]
+    assert [first, *rest] == [pod_record(o) for o in good]
+
+
 def test_finished_pods_do_not_occupy_their_node() -> None:
     """The scheduler cache ignores Succeeded and Failed pods."""
     assert occupies_node(pod_record(pod_obj(nodeName="n")))
