@@ -1383,6 +1383,23 @@ class PodWatch:
         with self.lock:
             return self.pods.get(key)
 
+    def wait_absent(self, key: str, timeout: float = 30.0) -> None:
+        """Until the watch has delivered ``key``'s deletion. The API server answers a
+        deleted pod's GET with 404 before its watch stream carries the DELETED event (late
+        under load): a step that took its ``before`` meanwhile would see the harness's own
+        deletion arrive during it and count the pod among its victims."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check()
+            with self.lock:
+                if key not in self.pods:
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"pod {key}: its deletion did not reach the watch in {timeout:g}s"
+                )
+            time.sleep(0.01)
+
     def stop(self) -> None:
         self.halt.set()
         for thread in self.threads:
@@ -1726,6 +1743,7 @@ def _run_once(
                 # A pending pod with no nomination counts for nothing later: remove it, as the
                 # interleaved mode does, so it cannot take room freed for a later pod.
                 delete_pod(kube, world.namespace, name)
+                watch.wait_absent(world.key(world.namespace, name))
     finally:
         watch.stop()
         controller.stop()

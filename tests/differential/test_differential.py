@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from berth.kube.rest import KubeApi
+from berth.kube.rest import JSON, KubeApi
 from tests.differential.harness import (
     ALWAYS_OUT,
     BERTH_PROFILES,
@@ -239,3 +241,27 @@ def test_every_side_runs_the_real_default_profile() -> None:
     assert NOT_COMPARED == () and ALWAYS_OUT == ()
     for profile in (UPSTREAM, *BERTH_PROFILES):
         assert config(profile)["profiles"] == [{"schedulerName": profile}]
+
+
+def test_a_pending_pod_the_harness_removes_is_no_victim_of_the_next_step(
+    schedulers: bool, diff_kube: KubeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The harness deletes a pending pod that has no nomination before the next step; with
+    the watch stream's deletion events late (as under load), the next step must not start
+    until the watch saw that deletion, or it counts the pod among its victims
+    (preempt-policy-never: p, deleted after its step, beside q's real victim low-a)."""
+    watch = diff_kube.watch
+
+    def late_deletions(path: str, **params: Any) -> Iterator[JSON]:
+        for event in watch(path, **params):
+            obj = event.get("object") or {}
+            if event.get("type") == "DELETED" or obj.get("metadata", {}).get("deletionTimestamp"):
+                time.sleep(1.0)
+            yield event
+
+    monkeypatch.setattr(diff_kube, "watch", late_deletions)
+    path = next(p for p in all_scenarios() if p.stem == "preempt-policy-never")
+    scenario = Scenario.load(path)
+    comparisons = run(diff_kube, scenario, namespace_of(scenario) + "-late", berth=())
+    wrong = [u for c in comparisons for u in c.unexpected]
+    assert not wrong, "\n".join(wrong)
