@@ -105,9 +105,11 @@ class PreScoreState(msgspec.Struct, frozen=True):
 
 
 # Upstream's keys: "PreFilter" / "PreScore" + the plugin name. The
-# PreFilter state is the parsed RequiredNodeAffinity itself.
-PRE_FILTER_STATE_KEY = StateKey("PreFilter" + NAME, RequiredNodeAffinity)
-PRE_SCORE_STATE_KEY = StateKey("PreScore" + NAME, PreScoreState)
+# PreFilter state is the parsed RequiredNodeAffinity itself. Both are
+# scheduling-only: upstream reads them only in Filter and Score
+# (node_affinity.go, getPreFilterState and getPreScoreState).
+PRE_FILTER_STATE_KEY = StateKey("PreFilter" + NAME, RequiredNodeAffinity, scheduling_only=True)
+PRE_SCORE_STATE_KEY = StateKey("PreScore" + NAME, PreScoreState, scheduling_only=True)
 
 
 def _required_terms(pod: pb.Pod) -> pb.NodeSelector | None:

@@ -112,7 +112,9 @@ class PreFilterState(msgspec.Struct, frozen=True):
     required: tuple[str, ...]
 
 
-PRE_FILTER_STATE_KEY = StateKey("PreFilter" + NAME, PreFilterState)
+# Scheduling-only: upstream reads it only in Filter (nodedeclaredfeatures.go,
+# getPreFilterState).
+PRE_FILTER_STATE_KEY = StateKey("PreFilter" + NAME, PreFilterState, scheduling_only=True)
 
 
 def _declares(node: pb.Node, required: tuple[str, ...]) -> bool:

@@ -97,8 +97,9 @@ class PreFilterState(msgspec.Struct, frozen=True):
     ports: tuple[HostPort, ...]
 
 
-# Upstream's key: "PreFilter" + the plugin name.
-PRE_FILTER_STATE_KEY = StateKey("PreFilter" + NAME, PreFilterState)
+# Upstream's key: "PreFilter" + the plugin name. Scheduling-only: upstream reads
+# it only in Filter (node_ports.go, getPreFilterState).
+PRE_FILTER_STATE_KEY = StateKey("PreFilter" + NAME, PreFilterState, scheduling_only=True)
 
 
 def _sanitized(p: pb.ContainerPort) -> HostPort:

@@ -103,8 +103,9 @@ class PreScoreState(msgspec.Struct):
     tolerations_prefer_no_schedule: list[TolerationRecord]
 
 
-# Upstream's key: "PreScore" + the plugin name.
-PRE_SCORE_STATE_KEY = StateKey("PreScore" + NAME, PreScoreState)
+# Upstream's key: "PreScore" + the plugin name. Scheduling-only: upstream reads
+# it only in Score (taint_toleration.go, getPreScoreState).
+PRE_SCORE_STATE_KEY = StateKey("PreScore" + NAME, PreScoreState, scheduling_only=True)
 
 
 def find_untolerated_taint(

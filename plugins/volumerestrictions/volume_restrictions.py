@@ -121,7 +121,9 @@ class PreFilterState(msgspec.Struct, frozen=True):
 
 
 # Upstream's key: "PreFilter" + the plugin name.
-PRE_FILTER_STATE_KEY: Final = StateKey("PreFilter" + NAME, PreFilterState)
+# Scheduling-only: upstream reads it only in Filter, AddPod and RemovePod
+# (volume_restrictions.go, getPreFilterState).
+PRE_FILTER_STATE_KEY: Final = StateKey("PreFilter" + NAME, PreFilterState, scheduling_only=True)
 
 
 def _missing_state() -> Status:

@@ -117,7 +117,8 @@ class PreFilterState(msgspec.Struct, frozen=True):
     pod_pv_topologies: tuple[PVTopology, ...]
 
 
-PRE_FILTER_STATE_KEY: Final = StateKey("PreFilter" + NAME, PreFilterState)
+# Scheduling-only: upstream reads it only in Filter (volume_zone.go, Filter).
+PRE_FILTER_STATE_KEY: Final = StateKey("PreFilter" + NAME, PreFilterState, scheduling_only=True)
 
 
 def translate_to_ga_label(label: str) -> str:
