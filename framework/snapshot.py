@@ -89,11 +89,18 @@ _INT_COLUMNS = (
     "nz_mem",
     "pod_count",
 )
+# Row of each integer column in ``NodeColumns.ints``.
+INT_ROWS: Mapping[str, int] = MappingProxyType({name: i for i, name in enumerate(_INT_COLUMNS)})
 
 
 class NodeColumns:
     """Numpy columns with one row per node slot. Rows of deleted nodes are
-    reused; ``valid`` marks live rows."""
+    reused; ``valid`` marks live rows. The integer columns are the rows of
+    one matrix, ``ints`` (row numbers in INT_ROWS), so a plugin that reads
+    several of them over its candidates gathers them with one indexing
+    (``ints[rows, idx]``) instead of one per column."""
+
+    ints: npt.NDArray[np.int64]
 
     alloc_cpu: IntArray
     alloc_mem: IntArray
@@ -110,18 +117,26 @@ class NodeColumns:
 
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
-        for name in _INT_COLUMNS:
-            setattr(self, name, np.zeros(capacity, dtype=np.int64))
+        self._bind(np.zeros((len(_INT_COLUMNS), capacity), dtype=np.int64))
         self.unschedulable = np.zeros(capacity, dtype=np.bool_)
         self.valid = np.zeros(capacity, dtype=np.bool_)
         # Extended resources: name -> (allocatable, requested).
         self.scalar: dict[str, tuple[IntArray, IntArray]] = {}
 
+    def _bind(self, ints: npt.NDArray[np.int64]) -> None:
+        """Take ``ints`` as the integer columns, each name a view of its row."""
+        self.ints = ints
+        for row, name in enumerate(_INT_COLUMNS):
+            setattr(self, name, ints[row])
+
     def grow(self, needed: int) -> None:
         if needed <= self.capacity:
             return
         new = max(needed, self.capacity * 2)
-        for name in (*_INT_COLUMNS, "unschedulable", "valid"):
+        ints = np.zeros((len(_INT_COLUMNS), new), dtype=np.int64)
+        ints[:, : self.capacity] = self.ints
+        self._bind(ints)
+        for name in ("unschedulable", "valid"):
             old = getattr(self, name)
             arr = np.zeros(new, dtype=old.dtype)
             arr[: self.capacity] = old
@@ -172,8 +187,7 @@ class NodeColumns:
                 req[i] = _int64(r.scalar.get(name, 0))
 
     def clear(self, i: int) -> None:
-        for name in _INT_COLUMNS:
-            getattr(self, name)[i] = 0
+        self.ints[:, i] = 0
         self.unschedulable[i] = False
         self.valid[i] = False
         for alloc, req in self.scalar.values():

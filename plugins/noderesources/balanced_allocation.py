@@ -83,6 +83,7 @@ __all__ = [
     "balanced_resource_scores",
     "balanced_score_functions",
     "improvement_scores",
+    "improvement_scores_two",
 ]
 
 NAME = "NodeResourcesBalancedAllocation"
@@ -328,6 +329,39 @@ def improvement_scores(
     return out
 
 
+def improvement_scores_two(
+    used: IntArray, alloc: IntArray, pod_requests: Sequence[int], scratch: Scratch | None = None
+) -> IntArray:
+    """improvement_scores for two resources every candidate has, from (2, n)
+    matrices of the amounts requested without the pod and the allocatable:
+    the same float64 steps, on both balances (with and without the pod) at
+    once."""
+    scratch = Scratch() if scratch is None else scratch
+    n = alloc.shape[1]
+    # Rows: resource 0 and 1 with the pod, then resource 0 and 1 without.
+    fractions = scratch.rows(4, n)
+    np.true_divide(used, alloc, out=fractions[2:])
+    used += np.array(pod_requests, dtype=np.int64).reshape(2, 1)
+    np.true_divide(used, alloc, out=fractions[:2])
+    np.minimum(fractions, 1.0, out=fractions)
+    # balancedResourceScore's std for two, abs((f1 - f2) / 2), then
+    # trunc((1 - std) * 100): row 0 with the pod, row 1 without.
+    balance = fractions[0::2] - fractions[1::2]
+    balance /= 2
+    np.abs(balance, out=balance)
+    np.subtract(1.0, balance, out=balance)
+    balance *= _MAX
+    np.trunc(balance, out=balance)
+    change = balance[0]
+    change -= balance[1]
+    change += _HALF
+    change /= 2
+    np.trunc(change, out=change)
+    change += _HALF
+    out: IntArray = change.astype(np.int64)
+    return out
+
+
 def balanced_score_functions() -> ScoreFunctions:
     """balancedResourceScore in the shape resource_allocation.py's scorer
     takes: the balance with the pod. The plugin evaluates it twice, with and
@@ -430,5 +464,9 @@ class BalancedAllocation(
             return np.zeros(n, dtype=np.int64)
         if n == 0:
             return np.zeros(0, dtype=np.int64)
+        if len(pod_requests) == 2:
+            matrices = self.scorer.stacked(nodes)
+            if matrices is not None:
+                return improvement_scores_two(*matrices, pod_requests, self._scratch)
         cols = self.scorer.columns(nodes, pod_requests)
         return improvement_scores(cols, pod_requests, n, self._scratch)

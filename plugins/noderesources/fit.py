@@ -541,7 +541,7 @@ class Fit(
                 continue
             alloc = alloc_col[idx]
             short = alloc - used_col[idx] < want
-            if not short.any():
+            if not np.count_nonzero(short):
                 continue
             key |= np.left_shift(short, bit, dtype=np.int64)
             beyond = short & (alloc < want)

@@ -9,7 +9,8 @@ has, all in int64 division.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -52,6 +53,42 @@ def least_requested_scores(requested: IntArray, capacity: IntArray) -> tuple[Int
     return score, False
 
 
+def least_requested_stacked(
+    weights: Sequence[int],
+) -> Callable[[IntArray, IntArray], IntArray | None]:
+    """leastResourceScorer over (k, n) matrices where every node has every
+    resource: each row's leastRequestedScore, weighted, summed, divided by
+    the weights' sum. None when some allocatable is negative (the columns'
+    form then takes Go's exact path)."""
+    weight_sum = sum(weights)
+    weight_col = (
+        None if all(w == 1 for w in weights) else np.array(weights, dtype=np.int64).reshape(-1, 1)
+    )
+
+    def stacked(requested: IntArray, capacity: IntArray) -> IntArray | None:
+        if np.count_nonzero(capacity < 0):
+            return None
+        n = capacity.shape[1]
+        if weight_sum == 0:
+            return np.zeros(n, dtype=np.int64)
+        # As least_requested_scores' usual case, every capacity positive.
+        free = capacity - requested
+        np.maximum(free, 0, out=free)
+        free *= MAX_NODE_SCORE
+        free //= capacity
+        if weight_col is not None:
+            free *= weight_col
+        total: IntArray = free[0]
+        for row in free[1:]:
+            total += row
+        # Non-negative over a positive sum: floor division is Go's.
+        total //= weight_sum
+        return total
+
+    return stacked
+
+
 def least_resource_scorer(weights: Sequence[int]) -> ScoreFunctions:
     """leastResourceScorer over resources with these weights."""
-    return weighted_mean_scorer(weights, least_requested_score, least_requested_scores)
+    functions = weighted_mean_scorer(weights, least_requested_score, least_requested_scores)
+    return replace(functions, stacked=least_requested_stacked(weights))
