@@ -715,7 +715,7 @@ class Framework:
                     # No statuses: every index is -1, nothing to look at.
                     if verdicts.statuses:
                         failed = verdicts.status_index >= 0
-                        any_failed = bool(failed.any())
+                        any_failed = bool(np.count_nonzero(failed))
                     else:
                         any_failed = False
                     box.append(verdicts.statuses[0] if any_failed else SUCCESS)
@@ -891,7 +891,7 @@ class Framework:
         # as unsigned, a score below the range wraps to a huge number.
         shifted = matrix - MIN_NODE_SCORE if MIN_NODE_SCORE else matrix
         bad = shifted.view(np.uint64) > MAX_NODE_SCORE - MIN_NODE_SCORE
-        if bad.any():
+        if np.count_nonzero(bad):
             # The first node with a bad score, then the first plugin at it.
             k = int(np.argmax(bad.any(axis=0)))
             rank = int(np.argmax(bad[:, k]))

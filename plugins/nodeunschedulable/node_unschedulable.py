@@ -96,6 +96,6 @@ class NodeUnschedulable(FilterPlugin, SignPlugin):
         if tolerates_unschedulable(pod):
             return NodeVerdicts.all_pass(len(nodes))
         cordoned = nodes.columns.unschedulable[nodes.idx]
-        if not np.any(cordoned):
+        if not np.count_nonzero(cordoned):
             return NodeVerdicts.all_pass(len(nodes))
         return NodeVerdicts.from_mask(cordoned, _REJECTED)
