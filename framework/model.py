@@ -348,7 +348,7 @@ def _sum_containers_with_non_zero(pod: pb.Pod) -> PodResource:
         if r.scalar:
             for name, value in r.scalar.items():
                 scalar[name] = scalar.get(name, 0) + value
-    return PodResource(Resource(cpu, mem, eph, 0, scalar), non0_cpu, non0_mem)
+    return PodResource(Resource(cpu, mem, eph, 0, scalar), non0_cpu, non0_mem, plain=True)
 
 
 def pod_requests(pod: pb.Pod, opts: PodResourcesOptions | None = None) -> Resource:
@@ -373,6 +373,11 @@ class PodResource:
     resource: Resource
     non0_cpu: int
     non0_mem: int
+    # The pod is plain under CALCULATE_RESOURCE_OPTIONS (see _is_plain): no
+    # init containers, overhead, pod-level requests or resize status, so its
+    # requests under any options are ``resource`` (no defaults) or
+    # ``resource`` with ``non0_cpu``/``non0_mem`` (NON_ZERO_DEFAULTS).
+    plain: bool = field(default=False, compare=False)
 
 
 def non_missing_container_requests(
@@ -475,7 +480,7 @@ class PodInfo:
         computePodResourceRequest: PodRequests with pod-level requests and no
         status). The same as ``requests`` unless the record carries resize
         status."""
-        if not has_status_resources(self.proto):
+        if self.resource.plain or not has_status_resources(self.proto):
             return self.requests
         return pod_requests(self.proto)
 

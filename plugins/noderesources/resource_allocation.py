@@ -196,6 +196,7 @@ class ResourceAllocationScorer:
     to a strategy."""
 
     __slots__ = (
+        "_defaults",
         "_kinds",
         "_rows",
         "_scalar",
@@ -241,6 +242,11 @@ class ResourceAllocationScorer:
             non_missing_container_requests=() if use_requested else NON_ZERO_DEFAULTS,
         )
         self._kinds = tuple(_KINDS.get(r.name, _SCALAR) for r in self.resources)
+        # For a plain pod: True when the options count upstream's non-zero
+        # defaults, False when they count none, None when some other set
+        # (then the options' own computation serves).
+        nm = self.request_options.non_missing_container_requests
+        self._defaults = None if nm not in ((), NON_ZERO_DEFAULTS) else bool(nm)
         self._scalar = tuple(is_scalar_resource_name(r.name) for r in self.resources)
         # The rows of NodeColumns.ints to gather, the resources' requested
         # amounts then their allocatable, when every resource has columns.
@@ -273,7 +279,30 @@ class ResourceAllocationScorer:
 
     def pod_requests(self, pod: PodInfo) -> list[int]:
         """calculatePodResourceRequestList, in the order of ``resources``."""
-        return [self.pod_request(pod, r.name) for r in self.resources]
+        summed = pod.resource
+        if summed.plain and self._defaults is not None:
+            # The containers' sums NodeInfo keeps are the requests under any
+            # options (see PodResource.plain): no second pass over them.
+            requests = summed.resource
+            cpu, memory = (
+                (summed.non0_cpu, summed.non0_mem)
+                if self._defaults
+                else (requests.milli_cpu, requests.memory)
+            )
+        else:
+            requests = pod.requests_with(self.request_options)
+            cpu, memory = requests.milli_cpu, requests.memory
+        out: list[int] = []
+        for kind, spec in zip(self._kinds, self.resources, strict=True):
+            if kind == _CPU:
+                out.append(cpu)
+            elif kind == _MEMORY:
+                out.append(memory)
+            elif kind == _EPHEMERAL:
+                out.append(requests.ephemeral_storage)
+            else:
+                out.append(requests.scalar.get(spec.name, 0))
+        return out
 
     # -- one node ---------------------------------------------------------
 
