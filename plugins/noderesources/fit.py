@@ -37,6 +37,7 @@ DRAExtendedResource yet.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -72,7 +73,7 @@ from berth.framework.interfaces import (
 )
 from berth.framework.model import CALCULATE_RESOURCE_OPTIONS, NodeInfo, PodInfo, pod_request_list
 from berth.framework.objects import ClusterObject, ObjectKind
-from berth.framework.snapshot import IntArray, NodeBatch
+from berth.framework.snapshot import INT_ROWS, IntArray, NodeBatch
 from berth.framework.status import SUCCESS, Code, Status
 from berth.plugins.noderesources.args import (
     LEAST_ALLOCATED,
@@ -501,23 +502,37 @@ class Fit(
         cols = nodes.columns
         idx = nodes.idx
 
-        # (reason, allocatable column, requested column, request); None
-        # columns: no node has the resource.
-        checks: list[tuple[str, IntArray | None, IntArray | None, int]] = []
-        if not request.is_zero:
-            if request.milli_cpu > 0:
-                checks.append((_REASON_CPU, cols.alloc_cpu, cols.req_cpu, request.milli_cpu))
-            if request.memory > 0:
-                checks.append((_REASON_MEMORY, cols.alloc_mem, cols.req_mem, request.memory))
-            if request.ephemeral_storage > 0:
-                checks.append(
-                    (_REASON_EPHEMERAL, cols.alloc_eph, cols.req_eph, request.ephemeral_storage)
+        # The pod count, then (allocatable, requested) of each of CPU, memory
+        # and ephemeral storage the pod requests, over the candidates in one
+        # indexing of the integer columns.
+        wants = (
+            ()
+            if request.is_zero
+            else tuple(
+                (reason, want)
+                for reason, want in (
+                    (_REASON_CPU, request.milli_cpu),
+                    (_REASON_MEMORY, request.memory),
+                    (_REASON_EPHEMERAL, request.ephemeral_storage),
                 )
+                if want > 0
+            )
+        )
+        gathered = cols.ints[_gather_rows(tuple(r for r, _ in wants)), idx]
+        # (reason, allocatable, requested, request) over the candidates;
+        # None: no node has the resource.
+        checks: list[tuple[str, IntArray | None, IntArray | None, int]] = [
+            (reason, gathered[2 + 2 * i], gathered[3 + 2 * i], want)
+            for i, (reason, want) in enumerate(wants)
+        ]
+        if not request.is_zero:
             for name, want in _checked_scalars(
                 request, self.ignored_resources, self.ignored_resource_groups
             ):
                 scalar = cols.scalar.get(name)
                 alloc_col, used_col = scalar if scalar is not None else (None, None)
+                if alloc_col is not None and used_col is not None:
+                    alloc_col, used_col = alloc_col[idx], used_col[idx]
                 if name in request.dra_backed:
                     if alloc_col is None or used_col is None:
                         continue  # no node has it: DynamicResources' part
@@ -531,7 +546,7 @@ class Fit(
 
         # One int64 key per candidate: bit 0 "unresolvable", bit 1 "Too many
         # pods" (len(pods)+1 > allowed), bit 2+i the i-th check.
-        key = np.left_shift(cols.pod_count[idx] >= cols.alloc_pods[idx], 1, dtype=np.int64)
+        key = np.left_shift(gathered[0] >= gathered[1], 1, dtype=np.int64)
         unresolvable: npt.NDArray[np.bool_] | None = None
         reasons = [REASON_TOO_MANY_PODS]
         for bit, (reason, alloc_col, used_col, want) in enumerate(checks, start=2):
@@ -539,12 +554,11 @@ class Fit(
             if alloc_col is None or used_col is None:
                 key |= (1 << bit) | 1  # short everywhere, and beyond allocatable
                 continue
-            alloc = alloc_col[idx]
-            short = alloc - used_col[idx] < want
+            short = alloc_col - used_col < want
             if not np.count_nonzero(short):
                 continue
             key |= np.left_shift(short, bit, dtype=np.int64)
-            beyond = short & (alloc < want)
+            beyond = short & (alloc_col < want)
             unresolvable = beyond if unresolvable is None else unresolvable | beyond
         if unresolvable is not None:
             key |= unresolvable
@@ -568,6 +582,23 @@ class Fit(
 
     def score_nodes(self, state: CycleState, pod: PodInfo, nodes: NodeBatch) -> ScoreArray:
         return self.scorer.score_batch(nodes, self._pod_requests(state, pod))
+
+
+_CHECK_ROWS = {
+    _REASON_CPU: (INT_ROWS["alloc_cpu"], INT_ROWS["req_cpu"]),
+    _REASON_MEMORY: (INT_ROWS["alloc_mem"], INT_ROWS["req_mem"]),
+    _REASON_EPHEMERAL: (INT_ROWS["alloc_eph"], INT_ROWS["req_eph"]),
+}
+
+
+@functools.cache
+def _gather_rows(reasons: tuple[str, ...]) -> npt.NDArray[np.intp]:
+    """Rows of NodeColumns.ints for Filter: pod count, allowed pods, then
+    (allocatable, requested) of each resource named by its reason."""
+    rows = [INT_ROWS["pod_count"], INT_ROWS["alloc_pods"]]
+    for reason in reasons:
+        rows.extend(_CHECK_ROWS[reason])
+    return np.array(rows, dtype=np.intp)[:, None]
 
 
 # Keys below 2**16 are tallied with bincount; wider ones are sorted.
