@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from berth import version_text
 from berth.client.tls import add_client_tls_flags
+from berth.kube.eventloop import new_event_loop
 from berth.shim.securedefaults import DEFAULT_ALWAYS_ALLOW_PATHS, DEFAULT_CACHE_TTL
 
 if TYPE_CHECKING:
@@ -482,7 +483,8 @@ def _run(args: argparse.Namespace) -> int:
     gc.freeze()
     gc.enable()
     try:
-        return asyncio.run(run_shim(settings))
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+            return runner.run(run_shim(settings))
     except ConfigurationError as exc:
         print(f"berth shim: {exc}", file=sys.stderr)
         return 2

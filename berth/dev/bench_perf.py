@@ -84,6 +84,7 @@ from typing import Any
 
 import orjson
 
+from berth.kube.eventloop import new_event_loop
 from berth.kube.flowcontrol import TokenBucket
 from berth.kube.rest import JSON, KubeApi
 
@@ -2774,7 +2775,7 @@ def bind_only_main(argv: Sequence[str]) -> int:
     selector = f"spec.schedulerName={args.scheduler_name},spec.nodeName="
     # The shim's event path (shim/scheduler.py): an EventRecorder writing from an event
     # loop through the asyncio client, the reporting controller the scheduler's name.
-    loop = asyncio.new_event_loop()
+    loop = new_event_loop()
     threading.Thread(target=loop.run_forever, name="bind-only-loop", daemon=True).start()
     # The shim's write path (shim/scheduler.py, shim/binding.py Binder.bind): bindings
     # POSTed from an event loop through the asyncio client, events through an
