@@ -1013,7 +1013,7 @@ def start_berth_run(
     """``server``: a ``berth serve`` left running by an earlier run's ``detach_server``,
     used (and stopped with this run) instead of starting one."""
     from berth.dev.localcluster.ports import free_port
-    from berth.dev.localcluster.process import ProcessRecord, spawn, stop
+    from berth.dev.localcluster.process import ProcessRecord, local_serve_command, spawn, stop
 
     work.mkdir(parents=True, exist_ok=True)
     config = _berth_config(work / "scheduler-config.yaml", profile, config_base)
@@ -1037,16 +1037,7 @@ def start_berth_run(
             serve_log = work / "serve.log"
             proc, rec = spawn(
                 "berth serve",
-                [
-                    *berth,
-                    "serve",
-                    "--config",
-                    str(config),
-                    "--listen",
-                    f"127.0.0.1:{port}",
-                    # One machine, loopback only: plaintext, said explicitly.
-                    "--insecure-plaintext",
-                ],
+                local_serve_command(config, port),
                 serve_log,
                 die_with_parent=True,
             )

@@ -225,6 +225,7 @@ def run_shim(args: argparse.Namespace) -> int:
     from berth.dev.localcluster.binaries import default_bin_dir
     from berth.dev.localcluster.cluster import ClusterConfig
     from berth.dev.localcluster.ports import free_port
+    from berth.dev.localcluster.process import local_serve_command
 
     profile = "berth-bench"
     with tempfile.TemporaryDirectory(prefix="berth-bench-") as tmp:
@@ -265,15 +266,7 @@ def run_shim(args: argparse.Namespace) -> int:
                 if args.grpc:
                     port = free_port()
                     serve = subprocess.Popen(
-                        [
-                            *berth,
-                            "serve",
-                            "--config",
-                            str(config),
-                            "--listen",
-                            f"127.0.0.1:{port}",
-                            "--insecure-plaintext",
-                        ],
+                        local_serve_command(config, port),
                         stdout=open(root / "serve.log", "wb"),  # noqa: SIM115
                         stderr=subprocess.STDOUT,
                     )

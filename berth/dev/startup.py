@@ -134,18 +134,11 @@ class ShimTimes:
 
 def _start_server(config: Path) -> tuple[subprocess.Popen[str], int]:
     from berth.dev.localcluster.ports import free_port
+    from berth.dev.localcluster.process import local_serve_command
 
     port = free_port()
     proc = subprocess.Popen(
-        [
-            *_berth(),
-            "serve",
-            "--config",
-            str(config),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--insecure-plaintext",
-        ],
+        local_serve_command(config, port),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

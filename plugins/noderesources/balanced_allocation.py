@@ -319,8 +319,14 @@ def improvement_scores(
     block = scratch.rows(2 * k + 2, n)
     change = _balance(*_fractions(columns, None, block[:k], scratch), block[2 * k])
     change -= _balance(*_fractions(columns, pod_requests, block[k : 2 * k], scratch), block[-1])
-    # 50 + (50 + with - without) / 2: the balances are integers in float64,
-    # so every step is exact, and trunc is Go's int64 division by 2.
+    return _improvement(change)
+
+
+def _improvement(change: FloatArray) -> IntArray:
+    """The score from each candidate's balance with the pod minus its balance
+    without: 50 + (50 + with - without) / 2. The balances are integers in
+    float64, so every step is exact, and trunc is Go's int64 division by 2.
+    ``change`` is overwritten."""
     change += _HALF
     change /= 2
     np.trunc(change, out=change)
@@ -354,12 +360,7 @@ def improvement_scores_two(
     np.trunc(balance, out=balance)
     change = balance[0]
     change -= balance[1]
-    change += _HALF
-    change /= 2
-    np.trunc(change, out=change)
-    change += _HALF
-    out: IntArray = change.astype(np.int64)
-    return out
+    return _improvement(change)
 
 
 def balanced_score_functions() -> ScoreFunctions:

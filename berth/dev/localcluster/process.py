@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -54,6 +55,23 @@ class ProcessRecord:
             )
         except (KeyError, TypeError, ValueError) as err:
             raise StateError(f"malformed process record {data!r}: {err}") from err
+
+
+def local_serve_command(config: str | os.PathLike[str], port: int) -> list[str]:
+    """``berth serve`` from this interpreter with ``config``, on loopback ``port``, in
+    plaintext (said explicitly: one machine, no network between the processes), as the
+    benchmarks and start-up probes run it."""
+    return [
+        sys.executable,
+        "-m",
+        "berth",
+        "serve",
+        "--config",
+        str(config),
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--insecure-plaintext",
+    ]
 
 
 def _stat_fields(pid: int) -> list[str] | None:
