@@ -215,11 +215,32 @@ def _name(obj: JSON) -> str:
     return str(obj["metadata"]["name"])
 
 
+# A creation whose connection dropped before any answer (the API server closed a
+# keep-alive connection the pool reused, or restarted) is sent again this many times.
+CREATE_ATTEMPTS = 4
+
+
+def create_once(client: KubeApi, path: str, obj: JSON) -> JSON:
+    """POST ``obj`` to the collection ``path``, sent again while the server
+    gave no answer or a temporary one; when a repeat finds the object already
+    there (409), the first attempt created it, and the object is read back."""
+    for attempt in range(CREATE_ATTEMPTS):
+        try:
+            return client.create(path, obj)
+        except ApiError as err:
+            if attempt and err.conflict:
+                return client.get(f"{path}/{segment(_name(obj))}")
+            if not err.temporary or attempt == CREATE_ATTEMPTS - 1:
+                raise
+            time.sleep(0.1 * 2**attempt)
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
 def create_nodes(
     client: KubeApi, nodes: Iterable[JSON], *, concurrency: int = DEFAULT_CONCURRENCY
 ) -> list[JSON]:
     return run_concurrently(
-        lambda n: client.create("/api/v1/nodes", n),
+        lambda n: create_once(client, "/api/v1/nodes", n),
         nodes,
         what="node creations",
         key=_name,
@@ -232,7 +253,7 @@ def create_pods(
 ) -> list[JSON]:
     def create(p: JSON) -> JSON:
         ns = segment(p["metadata"]["namespace"])
-        return client.create(f"/api/v1/namespaces/{ns}/pods", p)
+        return create_once(client, f"/api/v1/namespaces/{ns}/pods", p)
 
     return run_concurrently(create, pods, what="pod creations", key=_name, concurrency=concurrency)
 

@@ -102,3 +102,51 @@ def test_api_error_carries_status_reason_and_message() -> None:
 def test_api_error_with_a_non_json_body() -> None:
     err = ApiError("GET", "/x", 502, b"bad gateway")
     assert err.message == "bad gateway"
+
+
+class _DroppingApi:
+    """Stands in for KubeApi's create/get: drops the first ``drops`` creations
+    (status 0, as a connection closed before any answer), after having stored
+    the object when ``landed``."""
+
+    def __init__(self, drops: int, landed: bool = False) -> None:
+        self.drops = drops
+        self.landed = landed
+        self.stored: dict[str, dict[str, object]] = {}
+        self.posts = 0
+
+    def create(self, path: str, obj: dict[str, object]) -> dict[str, object]:
+        self.posts += 1
+        key = f"{path}/{obj['metadata']['name']}"  # type: ignore[index]
+        if key in self.stored:
+            raise ApiError("POST", path, 409, b'{"reason": "AlreadyExists"}')
+        if self.drops:
+            self.drops -= 1
+            if self.landed:
+                self.stored[key] = obj
+            raise ApiError("POST", path, 0, b"Connection aborted")
+        self.stored[key] = obj
+        return obj
+
+    def get(self, path: str) -> dict[str, object]:
+        return self.stored[path]
+
+
+def test_a_creation_without_an_answer_is_sent_again() -> None:
+    pod = objects.pod("p", namespace="ns")
+    api = _DroppingApi(drops=2)
+    assert objects.create_pods(api, [pod]) == [pod]  # type: ignore[arg-type]
+    assert api.posts == 3
+    # The dropped attempt had created it: the repeat's 409 reads it back.
+    api = _DroppingApi(drops=1, landed=True)
+    assert objects.create_pods(api, [pod]) == [pod]  # type: ignore[arg-type]
+    # A server that never answers fails the creation after CREATE_ATTEMPTS.
+    api = _DroppingApi(drops=objects.CREATE_ATTEMPTS)
+    with pytest.raises(objects.BulkError, match="unreachable"):
+        objects.create_pods(api, [pod])  # type: ignore[arg-type]
+    assert api.posts == objects.CREATE_ATTEMPTS
+    # A first answer of 409 is the caller's conflict, not a repeat's.
+    api = _DroppingApi(drops=0)
+    api.stored["/api/v1/namespaces/ns/pods/p"] = pod
+    with pytest.raises(objects.BulkError, match="409"):
+        objects.create_pods(api, [pod])  # type: ignore[arg-type]
