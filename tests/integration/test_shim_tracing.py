@@ -18,10 +18,10 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as tgr
 
 from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.ports import free_port
+from berth.dev.localcluster.process import local_serve_command
 from berth.dev.localcluster.testing import NodeFactory
 from berth.kube.rest import KubeApi
 from tests.integration.shimtools import (
-    BERTH,
     Proc,
     Shim,
     profile_for,
@@ -89,17 +89,7 @@ def test_one_trace_holds_the_shims_and_the_servers_spans(
     fake_nodes(2, cpu="4")
     port = free_port()
     serve = Proc(
-        [
-            *BERTH,
-            "serve",
-            "--config",
-            str(config),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--insecure-plaintext",
-            "--otlp-endpoint",
-            endpoint,
-        ],
+        [*local_serve_command(config, port), "--otlp-endpoint", endpoint],
         tmp_path / "serve.log",
     ).start()
     shim = Shim(
