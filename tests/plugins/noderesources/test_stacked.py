@@ -71,20 +71,26 @@ def _pod(rng: random.Random) -> PodInfo:
 
 @pytest.mark.parametrize("resources", [CPU_MEMORY, WEIGHTED], ids=["cpu-memory", "weighted"])
 def test_fit_stacked_scores_equal_the_per_node_form(resources: list[ResourceSpec]) -> None:
-    rng = random.Random(20261128)
     fit = Fit(NodeResourcesFitArgs(scoring_strategy=ScoringStrategy(LEAST_ALLOCATED, resources)))
+    _assert_stacked_equals_per_node(fit, random.Random(20261128))
+
+
+def _assert_stacked_equals_per_node(plugin: Fit | BalancedAllocation, rng: random.Random) -> None:
+    """On random clusters, the plugin's scores over all nodes and over a subset
+    equal its per-node Score, with its stacked form in use."""
     for _ in range(20):
         snap = snapshot_of(*_cluster(rng, 40))
         batch = snap.all_nodes()
-        assert fit.scorer.stacked(batch) is not None
+        assert plugin.scorer.stacked(batch) is not None
         part = batch.take(rng.sample(range(len(batch)), 13))
         for _ in range(4):
             pod = _pod(rng)
             state = fresh_state()
-            fit.pre_score(state, pod, batch)
+            if not plugin.pre_score(state, pod, batch).is_success:
+                continue
             for nodes in (batch, part):
-                want = [fit.score(state, pod, ni) for ni in nodes]
-                assert fit.score_nodes(state, pod, nodes).tolist() == want
+                want = [plugin.score(state, pod, ni) for ni in nodes]
+                assert plugin.score_nodes(state, pod, nodes).tolist() == want
 
 
 def test_least_allocated_stacked_form_equals_the_columns_form() -> None:
@@ -119,21 +125,8 @@ def test_a_node_without_a_scored_resource_takes_the_columns_form() -> None:
 
 
 def test_balanced_allocation_stacked_scores_equal_the_per_node_form() -> None:
-    rng = random.Random(26)
     plugin = BalancedAllocation(NodeResourcesBalancedAllocationArgs(CPU_MEMORY))
-    for _ in range(20):
-        snap = snapshot_of(*_cluster(rng, 40))
-        batch = snap.all_nodes()
-        assert plugin.scorer.stacked(batch) is not None
-        part = batch.take(rng.sample(range(len(batch)), 13))
-        for _ in range(4):
-            pod = _pod(rng)
-            state = fresh_state()
-            if not plugin.pre_score(state, pod, batch).is_success:
-                continue
-            for nodes in (batch, part):
-                want = [plugin.score(state, pod, ni) for ni in nodes]
-                assert plugin.score_nodes(state, pod, nodes).tolist() == want
+    _assert_stacked_equals_per_node(plugin, random.Random(26))
 
 
 def test_improvement_scores_two_equals_the_general_form() -> None:
