@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -259,3 +260,39 @@ def test_shim_help_answers() -> None:
     ).stdout
     assert out.startswith("usage: berth shim")
     assert "--plugin-server" in out and "--authorization-always-allow-paths" in out
+
+
+def _threads_after_numpy(env_value: str | None) -> tuple[str, int]:
+    """OPENBLAS_NUM_THREADS and the process's thread count after ``berth.cli.main``
+    ran a command and numpy was then imported, in a fresh interpreter."""
+    script = (
+        "import os\n"
+        "from berth.cli import main\n"
+        "try:\n"
+        "    main(['--version'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "import numpy\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS', ''), len(os.listdir('/proc/self/task')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if env_value is not None:
+        env["OPENBLAS_NUM_THREADS"] = env_value
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    ).stdout.split()
+    return out[-2], int(out[-1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+def test_berth_runs_numpy_with_one_blas_thread_unless_the_environment_says() -> None:
+    # berth/cli/__init__.py single_threaded_blas: OpenBLAS would start a thread per
+    # core at numpy's import; berth's commands ask for one (the main thread).
+    assert _threads_after_numpy(None) == ("1", 1)
+    value, _ = _threads_after_numpy("2")
+    assert value == "2"
