@@ -2,13 +2,20 @@
 pkg/scheduler/framework/plugins/noderesources): NodeResourcesFit and
 NodeResourcesBalancedAllocation, sharing resource_allocation.py."""
 
-from berth.plugins.noderesources.args import (
-    BalancedAllocationArgs,
-    NodeResourcesBalancedAllocationArgs,
-    NodeResourcesFitArgs,
-)
-from berth.plugins.noderesources.balanced_allocation import BalancedAllocation
-from berth.plugins.noderesources.fit import Fit
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from berth.framework.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from berth.plugins.noderesources.args import (
+        BalancedAllocationArgs,
+        NodeResourcesBalancedAllocationArgs,
+        NodeResourcesFitArgs,
+    )
+    from berth.plugins.noderesources.balanced_allocation import BalancedAllocation
+    from berth.plugins.noderesources.fit import Fit
 
 __all__ = [
     "BalancedAllocation",
@@ -17,3 +24,6 @@ __all__ = [
     "NodeResourcesBalancedAllocationArgs",
     "NodeResourcesFitArgs",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(globals())
