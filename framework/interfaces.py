@@ -13,20 +13,26 @@ plugin overrides exactly one.
 
 from __future__ import annotations
 
+import enum
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, cast
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, cast
 
 from berth.framework.cycle_state import CycleState
 from berth.framework.events import ClusterEventWithHint, unroll_wildcard_resource
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ObjectKind
-from berth.framework.snapshot import NodeBatch
 from berth.framework.status import SUCCESS, Status
+
+if TYPE_CHECKING:
+    # numpy and the snapshot are imported where a method needs them, not here: a
+    # process that only reads plugin classes (the shim checking its configuration
+    # for a plugin server) never loads them.
+    import numpy as np
+    import numpy.typing as npt
+
+    from berth.framework.snapshot import NodeBatch
 
 if TYPE_CHECKING:
     # PEP 696 defaults (typing.TypeVar has them from Python 3.13): a plugin
@@ -218,16 +224,22 @@ class NodeVerdicts:
 
     @classmethod
     def all_pass(cls, n: int) -> NodeVerdicts:
+        import numpy as np
+
         return cls(np.full(n, -1, dtype=np.int32), [])
 
     @classmethod
     def uniform(cls, n: int, status: Status) -> NodeVerdicts:
         if status.is_success:
             return cls.all_pass(n)
+        import numpy as np
+
         return cls(np.zeros(n, dtype=np.int32), [status])
 
     @classmethod
     def from_statuses(cls, statuses: list[Status]) -> NodeVerdicts:
+        import numpy as np
+
         table: dict[Status, int] = {}
         index = np.full(len(statuses), -1, dtype=np.int32)
         for k, st in enumerate(statuses):
@@ -239,6 +251,8 @@ class NodeVerdicts:
     def from_mask(cls, rejected: npt.NDArray[np.bool_], status: Status) -> NodeVerdicts:
         # 0 where rejected, -1 where passed, in one conversion and one
         # in-place subtraction (cheaper than np.where and a cast).
+        import numpy as np
+
         index = rejected.astype(np.int32)
         index -= 1
         return cls(index, [status])
@@ -262,6 +276,16 @@ class FilterPlugin(Plugin[ArgsT]):
         if type(self).filter is FilterPlugin.filter:
             raise NotImplementedError(f"{self.name} implements neither filter nor filter_nodes")
         return NodeVerdicts.from_statuses([self.filter(state, pod, ni) for ni in nodes])
+
+
+class NominatingMode(enum.IntEnum):
+    """fwk.NominatingMode: whether a failed cycle changes the pod's
+    nominated node. A PostFilterResult is always OVERRIDE (upstream's
+    NewPostFilterResultWithNominatedNode); a plugin that means NOOP returns
+    None."""
+
+    NOOP = 0
+    OVERRIDE = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +321,7 @@ class PreScorePlugin(Plugin[ArgsT]):
         raise NotImplementedError
 
 
-ScoreArray = npt.NDArray[np.int64]
+ScoreArray: TypeAlias = "npt.NDArray[np.int64]"
 
 
 class ScorePlugin(Plugin[ArgsT]):
@@ -309,6 +333,8 @@ class ScorePlugin(Plugin[ArgsT]):
         """Batch form: one score per candidate, aligned with ``nodes``."""
         if type(self).score is ScorePlugin.score:
             raise NotImplementedError(f"{self.name} implements neither score nor score_nodes")
+        import numpy as np
+
         return np.fromiter(
             (self.score(state, pod, ni) for ni in nodes), dtype=np.int64, count=len(nodes)
         )
@@ -417,7 +443,9 @@ class PostBindPlugin(Plugin[ArgsT]):
 
 def _single(node: NodeInfo) -> NodeBatch:
     """A one-node batch, to call a batch method for one node."""
-    from berth.framework.snapshot import Snapshot
+    import numpy as np
+
+    from berth.framework.snapshot import NodeBatch, Snapshot
 
     if not isinstance(node.owner, Snapshot):
         raise RuntimeError(

@@ -37,6 +37,7 @@ from typing import Final, Protocol
 import msgspec
 
 from berth.api.v1 import cluster_pb2 as pb
+from berth.framework.goquote import go_quote
 from berth.framework.labels import (
     DOES_NOT_EXIST,
     EXISTS,
@@ -50,7 +51,6 @@ from berth.framework.labels import (
     new_requirement,
     requirement_errors,
 )
-from berth.framework.runtime import go_quote
 
 __all__ = [
     "NODE_NAME_FIELD",

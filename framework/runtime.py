@@ -34,6 +34,7 @@ from berth.framework.events import (
     Registration,
     build_registrations,
 )
+from berth.framework.goquote import go_quote
 from berth.framework.handle import Handle
 from berth.framework.interfaces import (
     ENQUEUE_EXTENSION_POINTS,
@@ -84,39 +85,6 @@ Signal = tuple[str, str, bool, str]
 
 class ProfileError(ValueError):
     """A profile the runtime cannot run (upstream's NewFramework errors)."""
-
-
-_GO_ESCAPES = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-    "\\": "\\\\",
-    '"': '\\"',
-}
-
-
-def go_quote(s: str) -> str:
-    """``s`` as Go's %q prints a string (strconv.Quote): double quotes,
-    backslash escapes, non-printable runes as \\x, \\u or \\U escapes."""
-    out = ['"']
-    for ch in s:
-        esc = _GO_ESCAPES.get(ch)
-        if esc is not None:
-            out.append(esc)
-        elif ch.isprintable():
-            out.append(ch)
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ord(ch) < 0x10000:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    out.append('"')
-    return "".join(out)
 
 
 def plugin_error_message(point: str, plugin: str, detail: str) -> str:

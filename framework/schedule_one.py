@@ -33,7 +33,6 @@ prioritizeNodes).
 
 from __future__ import annotations
 
-import enum
 import logging
 import random
 import time
@@ -46,12 +45,12 @@ import numpy as np
 from berth.framework import observe
 from berth.framework.batch import OpportunisticBatch, Signature, sign_pod, sorted_other_nodes
 from berth.framework.cycle_state import CycleState
-from berth.framework.interfaces import ScoreArray
+from berth.framework.interfaces import NominatingMode, ScoreArray
 from berth.framework.model import PodInfo
 from berth.framework.objects import ObjectWrite
 from berth.framework.runtime import CycleError, Framework, ScoreOutcome, Signal
 from berth.framework.snapshot import NodeBatch, Snapshot
-from berth.framework.status import SUCCESS, Code, Status
+from berth.framework.status import SUCCESS, Code, Status, fit_error_message
 
 __all__ = [
     "MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND",
@@ -85,44 +84,6 @@ def num_feasible_nodes_to_find(percentage: int, num_all_nodes: int) -> int:
         percentage = max(percentage, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
     num = num_all_nodes * percentage // 100
     return max(num, MIN_FEASIBLE_NODES_TO_FIND)
-
-
-def fit_error_message(
-    num_all_nodes: int,
-    rejected: Mapping[str, Status],
-    pre_filter_msg: str = "",
-    post_filter_msg: str = "",
-    absent_status: Status | None = None,
-) -> str:
-    """Upstream's FitError.Error (pkg/scheduler/framework/types.go): "0/N nodes
-    are available: <PreFilterMsg>. <reason histogram>. <PostFilterMsg>"."""
-    msg = f"0/{num_all_nodes} nodes are available:"
-    if pre_filter_msg:
-        msg += f" {pre_filter_msg}."
-    else:
-        counts: dict[str, int] = {}
-        for st in rejected.values():
-            for reason in st.reasons:
-                counts[reason] = counts.get(reason, 0) + 1
-        if absent_status is not None and len(rejected) < num_all_nodes:
-            for reason in absent_status.reasons:
-                counts[reason] = counts.get(reason, 0) + num_all_nodes - len(rejected)
-        histogram = sorted(f"{n} {reason}" for reason, n in counts.items())
-        if histogram:
-            msg += " " + ", ".join(histogram) + "."
-    if post_filter_msg:
-        msg += f" {post_filter_msg}"
-    return msg
-
-
-class NominatingMode(enum.IntEnum):
-    """fwk.NominatingMode: whether a failed cycle changes the pod's
-    nominated node. A PostFilterResult is always OVERRIDE (upstream's
-    NewPostFilterResultWithNominatedNode); a plugin that means NOOP returns
-    None."""
-
-    NOOP = 0
-    OVERRIDE = 1
 
 
 @dataclass(slots=True)

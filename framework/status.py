@@ -8,6 +8,7 @@ values are the same, and they equal berth.v1.Code on the wire.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -111,3 +112,31 @@ class Status:
 
 SUCCESS = Status()
 SKIP = Status(Code.SKIP)
+
+
+def fit_error_message(
+    num_all_nodes: int,
+    rejected: Mapping[str, Status],
+    pre_filter_msg: str = "",
+    post_filter_msg: str = "",
+    absent_status: Status | None = None,
+) -> str:
+    """Upstream's FitError.Error (pkg/scheduler/framework/types.go): "0/N nodes
+    are available: <PreFilterMsg>. <reason histogram>. <PostFilterMsg>"."""
+    msg = f"0/{num_all_nodes} nodes are available:"
+    if pre_filter_msg:
+        msg += f" {pre_filter_msg}."
+    else:
+        counts: dict[str, int] = {}
+        for st in rejected.values():
+            for reason in st.reasons:
+                counts[reason] = counts.get(reason, 0) + 1
+        if absent_status is not None and len(rejected) < num_all_nodes:
+            for reason in absent_status.reasons:
+                counts[reason] = counts.get(reason, 0) + num_all_nodes - len(rejected)
+        histogram = sorted(f"{n} {reason}" for reason, n in counts.items())
+        if histogram:
+            msg += " " + ", ".join(histogram) + "."
+    if post_filter_msg:
+        msg += f" {post_filter_msg}"
+    return msg

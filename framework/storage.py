@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
 from berth.api.v1 import cluster_pb2 as pb
 from berth.framework.objects import ClusterObject, ObjectKind
-from berth.framework.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from berth.framework.snapshot import Snapshot
 
 __all__ = [
     "BETA_STORAGE_CLASS_ANNOTATION",

@@ -4,14 +4,17 @@ Status, CycleState, and a whole cycle's ScheduleResponse."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.framework.cycle_state import CycleState
+from berth.framework.interfaces import NominatingMode
 from berth.framework.model import PodInfo
-from berth.framework.runtime import Signal
-from berth.framework.schedule_one import NominatingMode, ScheduleResult
 from berth.framework.status import Code, Status
+
+if TYPE_CHECKING:
+    from berth.framework.runtime import Signal
+    from berth.framework.schedule_one import ScheduleResult
 
 
 def status_to_pb(st: Status) -> pb.Status:

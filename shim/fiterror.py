@@ -6,8 +6,7 @@ plugin registered retry it."""
 from __future__ import annotations
 
 from berth.api.v1 import scheduling_pb2 as pb
-from berth.framework.schedule_one import fit_error_message
-from berth.framework.status import Code, Status
+from berth.framework.status import Code, Status, fit_error_message
 
 _REJECTED_CODES = frozenset(
     {pb.CODE_UNSCHEDULABLE, pb.CODE_UNSCHEDULABLE_AND_UNRESOLVABLE, pb.CODE_PENDING}

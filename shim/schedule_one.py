@@ -37,8 +37,7 @@ from opentelemetry import trace
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
-from berth.framework.schedule_one import fit_error_message
-from berth.framework.status import Code, Status
+from berth.framework.status import Code, Status, fit_error_message
 from berth.logs import V
 from berth.server.convert import status_from_pb, status_to_pb
 from berth.shim import metrics

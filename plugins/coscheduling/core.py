@@ -19,16 +19,19 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, Final
 
 from berth.framework.cycle_state import CycleState
 from berth.framework.model import PodInfo
 from berth.framework.objects import ClusterObject, ObjectKind
-from berth.framework.snapshot import Snapshot
 from berth.framework.units import QuantityError, parse_quantity, shorten
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from berth.framework.snapshot import Snapshot
+
 
 __all__ = [
     "GROUPED_PODS",
@@ -260,6 +263,8 @@ def _amount(name: str, text: str) -> int:
 def _free_column(
     snapshot: Snapshot, name: str, order: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.int64]:
+    import numpy as np
+
     c = snapshot.columns
     free: npt.NDArray[np.int64]
     if name == _CPU:
@@ -321,7 +326,7 @@ def resource_gap(snapshot: Snapshot, pg: PodGroup, group_uids: Iterable[str]) ->
         if len(free) == 0:
             gap[name] = want
             continue
-        running = np.cumsum(free)
+        running = free.cumsum()
         if int(running.max()) < want:
             gap[name] = want - int(running[-1])
     return gap

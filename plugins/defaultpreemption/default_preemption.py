@@ -40,13 +40,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from berth.framework.cycle_state import CycleState
+from berth.framework.goquote import go_quote
 from berth.framework.interfaces import PostFilterPlugin, PostFilterResult
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ObjectKind
-from berth.framework.runtime import go_quote
-from berth.framework.schedule_one import fit_error_message
 from berth.framework.snapshot import Snapshot
-from berth.framework.status import SUCCESS, Code, Status
+from berth.framework.status import SUCCESS, Code, Status, fit_error_message
 from berth.plugins.defaultpreemption.args import DefaultPreemptionArgs
 from berth.plugins.defaultpreemption.pdb import PDB_KIND, PodDisruptionBudget, pdbs_of
 

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from berth.framework.objects import ClusterObject, ObjectKind
-from berth.framework.snapshot import Snapshot
 from berth.framework.units import shorten
 from berth.plugins.coscheduling.core import PodGroupError
+
+if TYPE_CHECKING:
+    from berth.framework.snapshot import Snapshot
+
 
 __all__ = [
     "ALL_PODS",

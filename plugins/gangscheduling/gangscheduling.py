@@ -34,10 +34,10 @@ from berth.framework.events import (
     EventResource,
     QueueingHint,
 )
+from berth.framework.goquote import go_quote
 from berth.framework.interfaces import PermitPlugin, PreEnqueuePlugin
 from berth.framework.model import PodInfo
 from berth.framework.objects import ClusterObject, ObjectKind
-from berth.framework.runtime import go_quote
 from berth.framework.status import SUCCESS, Status
 from berth.plugins.coscheduling.core import (
     Member,

@@ -14,8 +14,8 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
+from berth.framework.goquote import go_quote
 from berth.framework.labels import label_key_errors
-from berth.framework.runtime import go_quote
 
 __all__ = [
     "DO_NOT_SCHEDULE",

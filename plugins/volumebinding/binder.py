@@ -30,9 +30,9 @@ from berth.framework.csi_translation import (
     migration_on_pv_plugin,
     translated_node_affinity,
 )
+from berth.framework.goquote import go_quote
 from berth.framework.nodeaffinity import SelectorTerm
 from berth.framework.objects import ClusterObject, ObjectKind, ObjectWrite
-from berth.framework.runtime import go_quote
 from berth.framework.snapshot import Snapshot
 from berth.framework.storage import (
     BETA_STORAGE_CLASS_ANNOTATION,

@@ -12,7 +12,8 @@ from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.framework import Code, CycleState, PostFilterResult, Status
 from berth.framework.config import default_config
-from berth.framework.runtime import CycleError, DeadlineExceeded, Framework, ProfileError, go_quote
+from berth.framework.goquote import go_quote
+from berth.framework.runtime import CycleError, DeadlineExceeded, Framework, ProfileError
 from berth.framework.schedule_one import (
     NominatingMode,
     schedule_pod,
