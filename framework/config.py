@@ -66,7 +66,6 @@ from berth.framework.interfaces import (
     BindPlugin,
     Plugin,
     QueueSortPlugin,
-    ScorePlugin,
 )
 from berth.framework.profile import (
     ClientConnectionConfig,
@@ -75,7 +74,7 @@ from berth.framework.profile import (
     ProfileConfig,
     SchedulerConfig,
 )
-from berth.framework.registry import RegistryLike
+from berth.framework.registry import RegistryLike, args_type_of, points_of
 
 if TYPE_CHECKING:
     from typing import NoReturn
@@ -814,8 +813,8 @@ class _Parser:
         # report every other problem of the profile too.
         self._check_multi_point_duplicates(merged[MULTI_POINT])
         enabled = {
-            point: self._expand(point, iface, merged[point], merged[MULTI_POINT])
-            for point, iface in EXTENSION_POINTS.items()
+            point: self._expand(point, merged[point], merged[MULTI_POINT])
+            for point in EXTENSION_POINTS
         }
 
         plugin_args, args_fields = self._plugin_config(path, raw.plugin_config or [])
@@ -981,18 +980,20 @@ class _Parser:
             else:
                 first[e.name] = e
 
-    def _expand(self, point: str, iface: type[Plugin], specific: _Set, multi: _Set) -> list[_Entry]:
+    def _implements(self, name: str, point: str) -> bool:
+        return point in points_of(self.registry, name)
+
+    def _expand(self, point: str, specific: _Set, multi: _Set) -> list[_Entry]:
         """framework.go, updatePluginList then expandMultiPointPlugins for one
         extension point."""
         chosen: list[_Entry] = []
         seen: dict[str, _Entry] = {}
         for e in specific.enabled:
-            cls = self.registry[e.name]
-            if not issubclass(cls, iface):
+            if not self._implements(e.name, point):
                 self.error(
                     f"{e.field}.name",
                     f'plugin "{e.name}" does not extend {point} plugin '
-                    f"(it extends: {', '.join(_points_of(cls)) or 'none'})",
+                    f"(it extends: {', '.join(points_of(self.registry, e.name)) or 'none'})",
                 )
                 continue
             if e.name in seen:
@@ -1009,7 +1010,7 @@ class _Parser:
         overrides: set[str] = set()
         from_multi: dict[str, _Entry] = {}
         for e in multi.enabled:
-            if not issubclass(self.registry[e.name], iface) or e.name in disabled:
+            if not self._implements(e.name, point) or e.name in disabled:
                 continue
             if e.name in seen:
                 # Set explicitly at this point: the user's entry wins.
@@ -1029,7 +1030,7 @@ class _Parser:
         over multiPoint's; 0 or absent means 1."""
         weights: dict[str, int] = {}
         for e in [*merged["score"].enabled, *merged[MULTI_POINT].enabled]:
-            if e.name in weights or not issubclass(self.registry[e.name], ScorePlugin):
+            if e.name in weights or not self._implements(e.name, "score"):
                 continue
             weights[e.name] = e.weight or 1
         return weights
@@ -1061,8 +1062,7 @@ class _Parser:
             if name in _REMOVED_PLUGINS:
                 self._check_enabled_name(name, f"{where}.name")
                 continue
-            cls = self.registry.get(name)
-            if cls is None:
+            if name not in self.registry:
                 if name in UPSTREAM_PLUGIN_NAMES:
                     log.warning(
                         "%s: %s: args for upstream plugin %s ignored: Berth does not provide it",
@@ -1073,15 +1073,13 @@ class _Parser:
                 else:
                     self.error(f"{where}.name", self._unknown(name))
                 continue
-            ok, value = self._decode_args(name, cls, pc.args, f"{where}.args")
+            ok, value = self._decode_args(name, pc.args, f"{where}.args")
             if ok and value is not None:
                 args[name] = value
                 fields[name] = f"{where}.args"
         return args, fields
 
-    def _decode_args(
-        self, name: str, cls: type[Plugin], raw: object, where: str
-    ) -> tuple[bool, Any]:
+    def _decode_args(self, name: str, raw: object, where: str) -> tuple[bool, Any]:
         if raw is None:
             raw = {}
         if not isinstance(raw, Mapping):
@@ -1098,7 +1096,7 @@ class _Parser:
         if api_version is not None and api_version != API_VERSION:
             self.error(f"{where}.apiVersion", f'must be "{API_VERSION}", got {api_version!r}')
             return False, None
-        args_type = getattr(cls, "Args", None)
+        args_type = args_type_of(self.registry, name)
         if args_type is None:
             if body:
                 keys = ", ".join(f'"{k}"' for k in body)
@@ -1129,7 +1127,7 @@ class _Parser:
         pluginConfig entry gets its default args."""
         if name in args:
             return
-        args_type = getattr(self.registry[name], "Args", None)
+        args_type = args_type_of(self.registry, name)
         if args_type is None:
             return
         where = f"{path}.pluginConfig"
@@ -1238,10 +1236,6 @@ def _split_validate_message(text: str) -> list[tuple[str, str]]:
         return [(m.group(1), m.group(2)) for m in parts if m]
     whole = _FIELD_PREFIX.match(text)
     return [(whole.group(1), whole.group(2))] if whole else [("", text)]
-
-
-def _points_of(cls: type[Plugin]) -> list[str]:
-    return [point for point, iface in EXTENSION_POINTS.items() if issubclass(cls, iface)]
 
 
 def _kind_of(value: object) -> str:

@@ -43,8 +43,8 @@ from typing import Any, Protocol, TextIO
 
 import msgspec
 
-from berth.framework.interfaces import EXTENSION_POINTS, Plugin
-from berth.framework.registry import Registry
+from berth.framework.interfaces import Plugin
+from berth.framework.registry import Registry, extension_points
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -242,7 +242,8 @@ def discover(
         if entry_points is None
         else entry_points
     )
-    plugins: dict[str, type[Plugin]] = dict(in_tree)
+    # The in-tree entries as they are (a PluginSpec stays one until its class is read).
+    plugins = Registry(in_tree)
     sources = dict.fromkeys(in_tree, IN_TREE)
     broken: dict[str, BrokenPlugin] = {}
     clashes: list[Clash] = []
@@ -316,10 +317,6 @@ def _kind(obj: object) -> str:
     if isinstance(obj, type):
         return f"the class {obj.__module__}.{obj.__qualname__}"
     return f"a {type(obj).__name__}"
-
-
-def extension_points(cls: type[Plugin]) -> list[str]:
-    return [point for point, iface in EXTENSION_POINTS.items() if issubclass(cls, iface)]
 
 
 # -- listing ----------------------------------------------------------------------

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from berth.framework.interfaces import Plugin
 from berth.framework.objects import ObjectKind
 from berth.framework.profile import ProfileConfig, SchedulerConfig
+from berth.framework.registry import writes_of
 
 # Plugin name to the kinds it declares it writes.
 PluginWrites = Mapping[str, tuple[ObjectKind, ...]]
@@ -33,10 +34,9 @@ def profile_writes(
     out: dict[str, tuple[ObjectKind, ...]] = {}
     for refs in profile.plugins.values():
         for ref in refs:
-            cls = registry.get(ref.name)
-            if cls is None or ref.name in out:
+            if ref.name not in registry or ref.name in out:
                 continue
-            kinds = tuple(cls.writes(profile.plugin_args.get(ref.name)))
+            kinds = writes_of(registry, ref.name, profile.plugin_args.get(ref.name))
             for kind in kinds:
                 if not isinstance(kind, ObjectKind):
                     raise ValueError(

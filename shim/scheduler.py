@@ -41,7 +41,6 @@ from berth.kube.asynchttp import AsyncApi
 from berth.kube.errors import ApiError
 from berth.kube.records import PodSlabs, node_record, pod_record
 from berth.kube.rest import JSON, KubeApi, pod_path
-from berth.plugins.gangscheduling import NAME as GANG_SCHEDULING
 from berth.shim import metrics
 from berth.shim.background import ApiWorkers, Tasks
 from berth.shim.binding import Binder, BindingCycle, WaitingPods
@@ -58,7 +57,7 @@ from berth.shim.podstatus import PodStatusWriter
 from berth.shim.preemption import PreemptionExecutor
 from berth.shim.queue import SchedulingQueue
 from berth.shim.schedule_one import FailureHandler, SchedulingCycle
-from berth.shim.service import PluginService, ServiceUnavailable
+from berth.shim.service import GangSchedulingGate, PluginService, ServiceUnavailable
 
 if TYPE_CHECKING:
     # berth shim --record only; app.py imports it then.
@@ -368,7 +367,7 @@ class Scheduler:
         ]
         self.objects.update(reads)
         self.event_handlers.move_on_unscheduled_add = any(
-            GANG_SCHEDULING in info.points.get("preEnqueue", ())
+            GangSchedulingGate.name in info.points.get("preEnqueue", ())
             for name, info in self.service.profiles.items()
             if name in self.profiles
         )

@@ -41,15 +41,21 @@ from berth.framework.interfaces import PreEnqueuePlugin, QueuedPodInfo, QueueSor
 from berth.framework.model import PodInfo
 from berth.framework.status import SUCCESS, Status
 from berth.framework.writes import PluginWrites
-from berth.plugins.dynamicresources import DynamicResources
-from berth.plugins.gangscheduling import GangScheduling
-from berth.plugins.queuesort import PrioritySort
-from berth.plugins.schedulinggates import SchedulingGates
+from berth.plugins.queuesort.priority_sort import PrioritySort
+from berth.plugins.schedulinggates.scheduling_gates import SchedulingGates
 
 log = logging.getLogger(__name__)
 
 
-class PreemptionGate(PreEnqueuePlugin):
+class _SuccessGate(PreEnqueuePlugin):
+    """A PreEnqueue plugin whose answer, for every pod the shim asks it about,
+    is Success."""
+
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        return SUCCESS
+
+
+class PreemptionGate(_SuccessGate):
     """DefaultPreemption's PreEnqueue turns a pod away while its asynchronous
     preemption runs (executor.go IsPodRunningPreemption). The preemption runs
     in the shim, so only the shim knows: ``PreemptionExecutor.gate``
@@ -58,8 +64,22 @@ class PreemptionGate(PreEnqueuePlugin):
 
     name = "DefaultPreemption"
 
-    def pre_enqueue(self, pod: PodInfo) -> Status:
-        return SUCCESS
+
+class DynamicResourcesGate(_SuccessGate):
+    """DynamicResources' PreEnqueue for a pod that names no claim: Success
+    before any lookup (dynamicresources.go PreEnqueue; plugins/dynamicresources
+    ``pre_enqueue``). Pods with claims are sent to the plugin service
+    (LOCAL_PRE_ENQUEUE_UNLESS), so the shim never loads the plugin's code."""
+
+    name = "DynamicResources"
+
+
+class GangSchedulingGate(_SuccessGate):
+    """GangScheduling's PreEnqueue for a pod without spec.schedulingGroup:
+    Success (gangscheduling.go PreEnqueue; plugins/gangscheduling
+    ``pre_enqueue``). Pods of a gang are sent to the plugin service."""
+
+    name = "GangScheduling"
 
 
 # Plugins whose answer depends on the pod alone (no args, no cluster state, no
@@ -72,10 +92,10 @@ LOCAL_PRE_ENQUEUE: dict[str, type[PreEnqueuePlugin]] = {
     "DefaultPreemption": PreemptionGate,
     # Its PreEnqueue reads the pod's claims: for a pod without claims the
     # answer is Success whatever the cluster holds (LOCAL_PRE_ENQUEUE_UNLESS).
-    "DynamicResources": DynamicResources,
+    "DynamicResources": DynamicResourcesGate,
     # Its PreEnqueue counts a gang's pods: Success for a pod without
     # spec.schedulingGroup whatever the cluster holds.
-    "GangScheduling": GangScheduling,
+    "GangScheduling": GangSchedulingGate,
 }
 # Local PreEnqueue plugins whose answer depends on objects for some pods: for
 # those pods the shim asks the plugin service, with the cluster state

@@ -112,3 +112,31 @@ def test_a_pod_that_fits_nowhere_gets_an_upstream_style_message() -> None:
     assert result.message == (
         "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu."
     )
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_each_in_tree_spec_says_what_its_class_does(name: str) -> None:
+    """plugins/registry.py declares each plugin's extension points, Args type and
+    writes beside its class's path (framework/registry.py PluginSpec), so the
+    configuration is checked without importing plugins: each must be its class's."""
+    from berth.framework.registry import extension_points
+
+    spec = REGISTRY.spec(name)
+    assert spec is not None, f"{name} is registered by its class, not by a PluginSpec"
+    cls = spec.load()
+    assert cls.name == name
+    assert spec.points == tuple(extension_points(cls))
+    args_type = getattr(cls, "Args", None)
+    if spec.args is None:
+        assert args_type is None
+    else:
+        module, _, attr = spec.args.partition(":")
+        assert args_type is not None
+        assert (args_type.__module__, args_type.__qualname__) == (module, attr)
+    if spec.writes is not None:
+        default_args = args_type() if args_type is not None else None
+        assert spec.writes == tuple(cls.writes(default_args))
+        assert spec.writes == tuple(cls.writes(None))
+    else:
+        # Only a plugin whose writes follow its args says so.
+        assert cls.writes.__func__ is not Plugin.writes.__func__  # type: ignore[attr-defined]

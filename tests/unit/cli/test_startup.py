@@ -296,3 +296,40 @@ def test_berth_runs_numpy_with_one_blas_thread_unless_the_environment_says() -> 
     assert _threads_after_numpy(None) == ("1", 1)
     value, _ = _threads_after_numpy("2")
     assert value == "2"
+
+
+# What ``berth shim --plugin-server`` does before its informers start (shim/cli.py _run,
+# shim/app.py run): the registry, the configuration checked against it, the writes its
+# plugins declare, the shim's own modules and the plugins it runs itself at PreEnqueue
+# and QueueSort (shim/service.py).
+_SHIM_OVER_GRPC = """
+from berth.framework.config import default_config
+from berth.framework.writes import config_writes
+from berth.plugins.registry import load_registry
+import berth.shim.app, berth.shim.cli, berth.shim.scheduler, berth.shim.serving
+from berth.shim.service import LOCAL_PRE_ENQUEUE, LOCAL_QUEUE_SORT
+registry = load_registry()
+config = default_config(registry)
+config_writes(config, registry)
+local = [cls() for cls in (*LOCAL_PRE_ENQUEUE.values(), *LOCAL_QUEUE_SORT.values())]
+"""
+
+
+def test_the_shim_over_a_plugin_server_loads_neither_numpy_nor_plugin_code() -> None:
+    """The plugin server runs the plugins; the shim reads what it checks from the
+    registry's specs (plugins/registry.py), so its start imports no plugin
+    implementation but the two it runs itself, and not numpy (~0.1 s of CPU)."""
+    script = (
+        "import sys, json\n"
+        f"{_SHIM_OVER_GRPC}\n"
+        "from berth.plugins.registry import REGISTRY\n"
+        "modules = {REGISTRY.spec(n).target.partition(':')[0] for n in REGISTRY}\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m in modules or m == 'numpy')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], check=True, capture_output=True, text=True, timeout=120
+    ).stdout
+    assert json.loads(out.splitlines()[-1]) == [
+        "berth.plugins.queuesort.priority_sort",
+        "berth.plugins.schedulinggates.scheduling_gates",
+    ]

@@ -57,3 +57,34 @@ def test_the_framework_builds_a_profile_without_importing_a_plugin() -> None:
         """
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_spec_entry_is_its_class_once_read_and_its_facts_before() -> None:
+    """framework/registry.py PluginSpec: points, Args and writes come from the
+    spec while the class is not loaded; reading the entry loads and keeps the
+    class."""
+    from berth.framework.registry import PluginSpec, args_type_of, points_of, writes_of
+
+    spec = PluginSpec("tests.unit.framework.fakes:RejectLabel", ("filter",))
+    registry = Registry({"RejectLabel": spec})
+    assert registry.spec("RejectLabel") is spec
+    assert points_of(registry, "RejectLabel") == ("filter",)
+    assert args_type_of(registry, "RejectLabel") is None
+    assert writes_of(registry, "RejectLabel", None) == ()
+    assert registry["RejectLabel"] is FAKES["RejectLabel"]
+    assert registry["RejectLabel"] is FAKES["RejectLabel"]
+    assert dict(registry.items()) == {"RejectLabel": FAKES["RejectLabel"]}
+
+
+def test_registry_copies_and_merges_keep_specs_unloaded() -> None:
+    from berth.framework.registry import PluginSpec
+
+    spec = PluginSpec("no.such.module:Plugin", ("filter",))
+    registry = Registry({"Unloaded": spec})
+    copy = Registry(registry)
+    merged = Registry()
+    merged.merge(registry)
+    assert copy.spec("Unloaded") is spec and merged.spec("Unloaded") is spec
+    assert "Unloaded" in merged and len(merged) == 1
+    with pytest.raises(ModuleNotFoundError):
+        merged["Unloaded"]

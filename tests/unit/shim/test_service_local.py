@@ -230,3 +230,31 @@ def test_shim_binds_only_for_default_binder_alone() -> None:
     assert not info(bind=("Other", "DefaultBinder")).shim_binds
     assert not info(bind=("Other",), preBind=("VolumeBinding",)).shim_binds
     assert not info().shim_binds
+
+
+def test_pre_enqueue_gates_answer_as_their_plugins_for_the_pods_the_shim_keeps() -> None:
+    """shim/service.py answers DynamicResources' and GangScheduling's PreEnqueue
+    itself (Success) for the pods LOCAL_PRE_ENQUEUE_UNLESS keeps in the shim, without
+    loading either plugin: the plugins answer the same for those pods
+    (dynamicresources.go and gangscheduling.go PreEnqueue return early)."""
+    from berth.plugins.dynamicresources import DynamicResources
+    from berth.plugins.gangscheduling import GangScheduling
+    from berth.shim.service import LOCAL_PRE_ENQUEUE, LOCAL_PRE_ENQUEUE_UNLESS
+
+    plain = pod("plain", priority=5)
+    gated = pod("gated", "example.com/gate")
+    labelled = pod("labelled")
+    labelled.labels["pod-group.scheduling.sigs.k8s.io"] = "g"
+    with_claim = pod("claims")
+    with_claim.resource_claims.add(name="gpu", resource_claim_name="claim-1")
+    in_gang = pod("gang")
+    in_gang.scheduling_group = "g"
+    for plugin in (DynamicResources, GangScheduling):
+        gate = LOCAL_PRE_ENQUEUE[plugin.name]
+        unless = LOCAL_PRE_ENQUEUE_UNLESS[plugin.name]
+        assert gate.name == plugin.name
+        kept = [p for p in (plain, gated, labelled, with_claim, in_gang) if not unless(p)]
+        assert len(kept) == 4, [p.name for p in kept]
+        for p in kept:
+            assert plugin().pre_enqueue(PodInfo(p)) == SUCCESS
+            assert gate().pre_enqueue(PodInfo(p)) == SUCCESS
