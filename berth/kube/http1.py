@@ -308,6 +308,10 @@ class Http1Pool:
             data += body
         await self._acquire(background)
         try:
+            if self._closed:
+                # Closed while this request waited for a connection: it must not
+                # open one on a pool nobody will close again.
+                raise HttpError("the pool was closed while the request waited for a connection")
             conn: _Connection | None = None
             deadline = asyncio.get_running_loop().time() + self._timeout
             try:

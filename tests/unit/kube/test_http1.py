@@ -406,3 +406,26 @@ def test_the_background_share_is_within_the_pool() -> None:
     for share in (0, 3):
         with pytest.raises(ValueError, match="background_share"):
             Http1Pool("127.0.0.1", 1, connections=2, background_share=share)
+
+
+async def test_a_request_waiting_for_a_connection_when_the_pool_closes_opens_none() -> None:
+    release = asyncio.Event()
+
+    def hold(path: str) -> asyncio.Event | None:
+        return release if path == "/first" else None
+
+    async with gated_server(hold) as (port, seen, arrived):
+        pool = Http1Pool("127.0.0.1", port, connections=1)
+        first = asyncio.create_task(pool.request("POST", "/first"))
+        await arrived.wait()
+        waiting = asyncio.create_task(pool.request("POST", "/after-close"))
+        await asyncio.sleep(0)
+        await pool.close()
+        release.set()
+        with pytest.raises(HttpError):
+            await first
+        with pytest.raises(HttpError, match="closed while the request waited"):
+            await waiting
+    # The waiting request neither reached the server nor opened a connection.
+    assert [path for _, path in seen] == ["/first"]
+    assert not pool._open
