@@ -238,10 +238,16 @@ class Worker:
         while (job := jobs.get()) is not None:
             value: Any = None
             error: BaseException | None = None
-            try:
-                value = job.fn()
-            except BaseException as exc:  # handed to the call that awaits it
-                error = exc
+            if job.stop:
+                # Its call was cancelled before the work began (the caller went
+                # away, its deadline passed, or the server is stopping): it never
+                # runs, and the call, which waits for it, is let go.
+                error = asyncio.CancelledError()
+            else:
+                try:
+                    value = job.fn()
+                except BaseException as exc:  # handed to the call that awaits it
+                    error = exc
             # RuntimeError: the loop closed, and no one awaits the outcome any more.
             with suppress(RuntimeError):
                 job.loop.call_soon_threadsafe(job.settle, value, error)

@@ -199,3 +199,36 @@ async def test_a_cancelled_call_stops_its_slices_and_waits_for_the_one_running()
         assert await worker.run(lambda: 7) == 7
     finally:
         worker.close()
+
+
+async def test_a_call_cancelled_while_its_work_is_queued_never_runs_it() -> None:
+    worker = Worker()
+    try:
+        started = threading.Event()
+        release = threading.Event()
+        ran: list[str] = []
+
+        def first() -> str:
+            started.set()
+            release.wait(5)
+            ran.append("first")
+            return "first"
+
+        def queued() -> str:
+            ran.append("queued")
+            return "queued"
+
+        running = asyncio.create_task(worker.run(first))
+        await asyncio.to_thread(started.wait, 5)
+        cancelled = asyncio.create_task(worker.run(queued))
+        await asyncio.sleep(0.01)
+        cancelled.cancel()
+        await asyncio.sleep(0.01)
+        release.set()
+        assert await asyncio.wait_for(running, 5) == "first"
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(cancelled, 5)
+        assert ran == ["first"]
+        assert await worker.run(lambda: 7) == 7
+    finally:
+        worker.close()
