@@ -152,17 +152,50 @@ class Resume:
     evaluated: int = 0
 
 
-@dataclass(slots=True)
-class FilterOutcome:
-    """Result of filtering: feasible candidates and the rejected nodes."""
+# The rejected nodes of one chunk of the filter walk, not yet named: the chunk's
+# batch, the positions in it of the rejected nodes and the index of each one's
+# Status in ``statuses``.
+_RejectedPart = tuple[NodeBatch, np.ndarray[Any, np.dtype[np.int64]], list[int], list[Status]]
 
-    feasible: NodeBatch
-    rejected: dict[str, Status]
-    # How many candidates were evaluated (for nextStartNodeIndex).
-    processed: int
-    # A Filter plugin's Error: the walk stopped at the node that hit it;
-    # ``processed`` counts the nodes decided before it.
-    error: Status | None = None
+
+class FilterOutcome:
+    """Result of filtering: feasible candidates and the rejected nodes.
+
+    ``rejected`` (node name to Status, in walk order) is built on first read
+    from the parts the walk kept: a pod that is placed, the common case, never
+    needs the names of the nodes that rejected it (upstream's Diagnosis is read
+    only when no node fits)."""
+
+    __slots__ = ("_parts", "_rejected", "error", "feasible", "processed")
+
+    def __init__(
+        self,
+        feasible: NodeBatch,
+        rejected: dict[str, Status],
+        processed: int,
+        error: Status | None = None,
+        parts: list[_RejectedPart] | None = None,
+    ) -> None:
+        self.feasible = feasible
+        # How many candidates were evaluated (for nextStartNodeIndex).
+        self.processed = processed
+        # A Filter plugin's Error: the walk stopped at the node that hit it;
+        # ``processed`` counts the nodes decided before it.
+        self.error = error
+        self._rejected = rejected
+        self._parts = parts
+
+    @property
+    def rejected(self) -> dict[str, Status]:
+        parts = self._parts
+        if parts:
+            self._parts = None
+            rejected = self._rejected
+            for batch, bad, shown, statuses in parts:
+                rejected.update(
+                    zip(batch.take(bad).names, map(statuses.__getitem__, shown), strict=True)
+                )
+        return self._rejected
 
 
 def schedule_pod(
@@ -353,17 +386,16 @@ def _schedule_pod(
         num_to_find = len(candidates)
     outcome = find_nodes_that_pass_filters(fw, state, pod, candidates, start_index, num_to_find)
     feasible = outcome.feasible
-    rejected = outcome.rejected
     processed = outcome.processed
     if (
         nominated_rejection is not None
-        and nominated not in rejected
+        and nominated not in outcome.rejected
         and nominated not in feasible.names
     ):
         # The nominated node's rejection stays in the diagnosis even when
         # the walk did not reach it again (upstream's NodeToStatus is
         # shared), and counts as processed.
-        rejected = {**rejected, nominated: nominated_rejection}
+        outcome.rejected[nominated] = nominated_rejection
         processed += 1
     # findNodesThatFitPod: the walk wraps over the candidates, the next
     # start over all nodes (len(allNodes)), even when PreFilter narrowed
@@ -381,6 +413,7 @@ def _schedule_pod(
         # Diagnosis: the PreFilterResult plugins, then every plugin that
         # rejected a node (AddPluginStatus); Pending ones also go to
         # PendingPlugins.
+        rejected = outcome.rejected
         plugins = set(restricting)
         pending: set[str] = set()
         for rejection in set(rejected.values()):
@@ -410,6 +443,7 @@ def _schedule_pod(
         return result
 
     if stop_after_filter:
+        rejected = outcome.rejected
         plugins = set(restricting)
         pending = set()
         for rejection in set(rejected.values()):
@@ -440,7 +474,7 @@ def _schedule_pod(
         evaluated=processed,
         feasible=len(feasible),
         next_start_index=next_start,
-        rejected=rejected if explain else {},
+        rejected=outcome.rejected if explain else {},
     )
     if len(feasible) == 1 and not explain:
         # schedulePod: one feasible node needs no scoring.
@@ -681,7 +715,7 @@ def find_nodes_that_pass_filters(
         return FilterOutcome(candidates.take(chosen), {}, len(chosen))
     feasible_parts: list[np.ndarray[Any, np.dtype[np.int64]]] = []
     found = 0
-    rejected: dict[str, Status] = {}
+    rejected_parts: list[_RejectedPart] = []
     error: Status | None = None
     pos = 0
     chunk = max(num_to_find, 64)
@@ -708,22 +742,16 @@ def find_nodes_that_pass_filters(
             found += len(ok_pos)
             bad = np.flatnonzero(~ok[:cut])
             if len(bad):
-                # Each rejected node's Status by its index in the verdicts
-                # (all >= 0 here), one map over the batch, no call per node.
+                # Each rejected node's Status by its index in the verdicts (all
+                # >= 0 here); the names only when ``rejected`` is read.
                 shown = verdicts.status_index[bad].tolist()
-                rejected.update(
-                    zip(
-                        batch.take(bad).names,
-                        map(verdicts.statuses.__getitem__, shown),
-                        strict=True,
-                    )
-                )
+                rejected_parts.append((batch, bad, shown, verdicts.statuses))
             pos += cut
             chunk = max(chunk * 2, 64)
         if error is not None:
             ep.append(error)
     feasible = np.concatenate(feasible_parts) if feasible_parts else np.empty(0, np.int64)
-    return FilterOutcome(candidates.take(feasible), rejected, pos, error)
+    return FilterOutcome(candidates.take(feasible), {}, pos, error, rejected_parts)
 
 
 def select_host(nodes: NodeBatch, totals: ScoreArray, rng: random.Random | None = None) -> str:

@@ -236,3 +236,26 @@ def test_scheduling_algorithm_clears_the_nomination_without_a_post_filter_result
     f = fw(filter=("RejectLabel",), post_filter=("QuietPostFilter",))
     r = schedule_pod(f, snap, CycleState(), make_pod().info())
     assert (r.nominated_node, r.nominating_mode) == ("", NominatingMode.NOOP)
+
+
+def test_the_filter_walk_names_rejected_nodes_in_walk_order_when_read() -> None:
+    """find_nodes_that_pass_filters keeps each chunk's rejections unnamed; read,
+    ``rejected`` names every rejected node the walk reached, in walk order and
+    across chunks, and a cycle that fails reports them all."""
+    from berth.framework.schedule_one import find_nodes_that_pass_filters
+
+    specs = [(f"n{i:03d}", {"reject": "RejectLabel"} if i % 3 else {}) for i in range(300)]
+    snap = snapshot_of(nodes(*specs))
+    f = fw(filter=("RejectLabel",), score=(("LabelScore", 1),))
+    pod = make_pod().info()
+    state = CycleState()
+    f.run_pre_filter(state, pod, snap.all_nodes())
+    out = find_nodes_that_pass_filters(f, state, pod, snap.all_nodes(), 250, 100)
+    walk = [f"n{(250 + k) % 300:03d}" for k in range(out.processed)]
+    assert list(out.rejected) == [n for n in walk if int(n[1:]) % 3]
+    assert len(out.feasible) == 100 and out.processed > 64  # more than one chunk
+    assert {st.plugin for st in out.rejected.values()} == {"RejectLabel"}
+    assert out.rejected is out.rejected
+    all_rejected = snapshot_of(nodes(*[(f"m{i}", {"reject": "RejectLabel"}) for i in range(150)]))
+    r = schedule_pod(f, all_rejected, CycleState(), make_pod().info())
+    assert sorted(r.rejected) == sorted(f"m{i}" for i in range(150))
