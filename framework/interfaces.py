@@ -213,6 +213,11 @@ class PreFilterPlugin(Plugin[ArgsT]):
         )
 
 
+# NodeVerdicts.all_pass's shared index: -1 for as many candidates as were
+# asked for so far (read-only).
+_ALL_PASS: npt.NDArray[np.int32] | None = None
+
+
 @dataclass(slots=True)
 class NodeVerdicts:
     """Filter results for a batch: ``status_index[k]`` is -1 when candidate k
@@ -224,9 +229,19 @@ class NodeVerdicts:
 
     @classmethod
     def all_pass(cls, n: int) -> NodeVerdicts:
-        import numpy as np
+        """Every candidate passed. The index is a read-only view of one shared
+        array of -1 (no allocation per plugin and batch); code that builds
+        verdicts to change starts from its own array."""
+        global _ALL_PASS
+        shared = _ALL_PASS
+        if shared is None or len(shared) < n:
+            import numpy as np
 
-        return cls(np.full(n, -1, dtype=np.int32), [])
+            grow = 0 if shared is None else 2 * len(shared)
+            shared = np.full(max(n, 1024, grow), -1, dtype=np.int32)
+            shared.setflags(write=False)
+            _ALL_PASS = shared
+        return cls(shared[:n], [])
 
     @classmethod
     def uniform(cls, n: int, status: Status) -> NodeVerdicts:
