@@ -373,7 +373,13 @@ async def test_background_requests_hold_at_most_their_share_and_leave_the_rest()
     assert {number for number, _ in seen} == {1, 2}
 
 
-async def test_a_cancelled_waiting_request_leaves_no_slot_taken() -> None:
+@asynccontextmanager
+async def first_request_held() -> AsyncIterator[
+    tuple[Http1Pool, asyncio.Task[tuple[int, bytes]], asyncio.Event, list[tuple[int, str]]]
+]:
+    """A one-connection pool whose request "/first" reached the server and is held
+    there until the yielded event is set; yields the pool, that request's task,
+    the event and the requests the server read."""
     release = asyncio.Event()
 
     def hold(path: str) -> asyncio.Event | None:
@@ -383,6 +389,11 @@ async def test_a_cancelled_waiting_request_leaves_no_slot_taken() -> None:
         pool = Http1Pool("127.0.0.1", port, connections=1)
         first = asyncio.create_task(pool.request("POST", "/first"))
         await arrived.wait()
+        yield pool, first, release, seen
+
+
+async def test_a_cancelled_waiting_request_leaves_no_slot_taken() -> None:
+    async with first_request_held() as (pool, first, release, seen):
         waiting = [
             asyncio.create_task(pool.request("POST", "/never", background=background))
             for background in (False, True)
@@ -409,15 +420,7 @@ def test_the_background_share_is_within_the_pool() -> None:
 
 
 async def test_a_request_waiting_for_a_connection_when_the_pool_closes_opens_none() -> None:
-    release = asyncio.Event()
-
-    def hold(path: str) -> asyncio.Event | None:
-        return release if path == "/first" else None
-
-    async with gated_server(hold) as (port, seen, arrived):
-        pool = Http1Pool("127.0.0.1", port, connections=1)
-        first = asyncio.create_task(pool.request("POST", "/first"))
-        await arrived.wait()
+    async with first_request_held() as (pool, first, release, seen):
         waiting = asyncio.create_task(pool.request("POST", "/after-close"))
         await asyncio.sleep(0)
         await pool.close()
