@@ -56,7 +56,7 @@ class PluginSpec:
     points it implements (EXTENSION_POINTS' names, in that order), where its
     ``Args`` type lives (None: it takes no args) and the kinds it writes
     (None: they depend on its args, so the class is read). The in-tree specs
-    are checked against their classes by tests/unit/plugins/test_registry.py."""
+    are checked against their classes by tests/plugins/test_registry.py."""
 
     target: str
     points: tuple[str, ...]
