@@ -28,18 +28,15 @@ from berth.framework.status import SUCCESS, Status
 if TYPE_CHECKING:
     # numpy and the snapshot are imported where a method needs them, not here: a
     # process that only reads plugin classes (the shim checking its configuration
-    # for a plugin server) never loads them.
+    # for a plugin server) never loads them. TypeVar: PEP 696 defaults
+    # (typing.TypeVar has them from Python 3.13): a plugin class that names no
+    # args type is Plugin[Any], as before typed args.
     import numpy as np
     import numpy.typing as npt
-
-    from berth.framework.snapshot import NodeBatch
-
-if TYPE_CHECKING:
-    # PEP 696 defaults (typing.TypeVar has them from Python 3.13): a plugin
-    # class that names no args type is Plugin[Any], as before typed args.
     from typing_extensions import TypeVar
 
     from berth.framework.handle import Handle
+    from berth.framework.snapshot import NodeBatch
 
     ArgsT = TypeVar("ArgsT", default=Any)
 else:
