@@ -74,7 +74,7 @@ from berth.framework.profile import (
     ProfileConfig,
     SchedulerConfig,
 )
-from berth.framework.registry import RegistryLike, args_type_of, points_of
+from berth.framework.registry import RegistryLike, args_type_of, implements, points_of
 
 if TYPE_CHECKING:
     from typing import NoReturn
@@ -980,16 +980,13 @@ class _Parser:
             else:
                 first[e.name] = e
 
-    def _implements(self, name: str, point: str) -> bool:
-        return point in points_of(self.registry, name)
-
     def _expand(self, point: str, specific: _Set, multi: _Set) -> list[_Entry]:
         """framework.go, updatePluginList then expandMultiPointPlugins for one
         extension point."""
         chosen: list[_Entry] = []
         seen: dict[str, _Entry] = {}
         for e in specific.enabled:
-            if not self._implements(e.name, point):
+            if not implements(self.registry, e.name, point):
                 self.error(
                     f"{e.field}.name",
                     f'plugin "{e.name}" does not extend {point} plugin '
@@ -1010,7 +1007,7 @@ class _Parser:
         overrides: set[str] = set()
         from_multi: dict[str, _Entry] = {}
         for e in multi.enabled:
-            if not self._implements(e.name, point) or e.name in disabled:
+            if not implements(self.registry, e.name, point) or e.name in disabled:
                 continue
             if e.name in seen:
                 # Set explicitly at this point: the user's entry wins.
@@ -1030,7 +1027,7 @@ class _Parser:
         over multiPoint's; 0 or absent means 1."""
         weights: dict[str, int] = {}
         for e in [*merged["score"].enabled, *merged[MULTI_POINT].enabled]:
-            if e.name in weights or not self._implements(e.name, "score"):
+            if e.name in weights or not implements(self.registry, e.name, "score"):
                 continue
             weights[e.name] = e.weight or 1
         return weights

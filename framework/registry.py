@@ -33,6 +33,7 @@ __all__ = [
     "RegistryLike",
     "args_type_of",
     "extension_points",
+    "implements",
     "points_of",
     "writes_of",
 ]
@@ -148,6 +149,14 @@ def _spec(registry: RegistryLike, name: str) -> PluginSpec | None:
 def extension_points(cls: PluginFactory) -> list[str]:
     """The extension points ``cls`` implements, in EXTENSION_POINTS' order."""
     return [point for point, iface in EXTENSION_POINTS.items() if issubclass(cls, iface)]
+
+
+def implements(registry: RegistryLike, name: str, point: str) -> bool:
+    """Does the plugin ``name`` implement extension point ``point``?"""
+    spec = _spec(registry, name)
+    if spec is not None:
+        return point in spec.points
+    return issubclass(registry[name], EXTENSION_POINTS[point])
 
 
 def points_of(registry: RegistryLike, name: str) -> tuple[str, ...]:
