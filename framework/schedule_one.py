@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -414,13 +414,7 @@ def _schedule_pod(
         # rejected a node (AddPluginStatus); Pending ones also go to
         # PendingPlugins.
         rejected = outcome.rejected
-        plugins = set(restricting)
-        pending: set[str] = set()
-        for rejection in set(rejected.values()):
-            if rejection.plugin and rejection.is_rejected:
-                plugins.add(rejection.plugin)
-                if rejection.code is Code.PENDING:
-                    pending.add(rejection.plugin)
+        plugins, pending, absent = _diagnosis(restricting, rejected, len(candidates), num_all)
         # A FitError is Unschedulable whatever the per-node codes
         # (schedulingCycle); those stay in the diagnosis for PostFilter.
         result = ScheduleResult(
@@ -431,12 +425,6 @@ def _schedule_pod(
             unschedulable_plugins=plugins,
             pending_plugins=pending,
         )
-        absent = None
-        if len(candidates) < num_all:
-            # Nodes PreFilterResult excluded count as unresolvable.
-            absent = Status.unresolvable(
-                f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(restricting))}]"
-            )
         _post_filter(fw, state, pod, result, rejected)
         result.message = fit_error_message(num_all, rejected, "", _post_filter_msg(result), absent)
         result.status = Status(result.status.code, (result.message,), result.status.plugin)
@@ -444,18 +432,7 @@ def _schedule_pod(
 
     if stop_after_filter:
         rejected = outcome.rejected
-        plugins = set(restricting)
-        pending = set()
-        for rejection in set(rejected.values()):
-            if rejection.plugin and rejection.is_rejected:
-                plugins.add(rejection.plugin)
-                if rejection.code is Code.PENDING:
-                    pending.add(rejection.plugin)
-        absent = None
-        if len(candidates) < num_all:
-            absent = Status.unresolvable(
-                f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(restricting))}]"
-            )
+        plugins, pending, absent = _diagnosis(restricting, rejected, len(candidates), num_all)
         return ScheduleResult(
             SUCCESS,
             evaluated=processed,
@@ -679,6 +656,29 @@ def _reserve_and_permit(
     pre_flight = fw.run_pre_bind_pre_flights(state, pod, result.node)
     result.pre_bind_pre_flight_status = pre_flight
     result.pre_bind_skip = pre_flight.is_skip
+
+
+def _diagnosis(
+    restricting: Iterable[str], rejected: Mapping[str, Status], candidates: int, num_all: int
+) -> tuple[set[str], set[str], Status | None]:
+    """Diagnosis's plugins (upstream's AddPluginStatus): the PreFilterResult
+    plugins, then every plugin that rejected a node, the Pending ones also as
+    PendingPlugins; and, when PreFilterResult excluded nodes, the status those
+    nodes count with (unresolvable)."""
+    plugins = set(restricting)
+    pending: set[str] = set()
+    for rejection in set(rejected.values()):
+        if rejection.plugin and rejection.is_rejected:
+            plugins.add(rejection.plugin)
+            if rejection.code is Code.PENDING:
+                pending.add(rejection.plugin)
+    absent = None
+    if candidates < num_all:
+        # Nodes PreFilterResult excluded count as unresolvable.
+        absent = Status.unresolvable(
+            f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(restricting))}]"
+        )
+    return plugins, pending, absent
 
 
 def find_nodes_that_pass_filters(
