@@ -12,7 +12,10 @@ def default_normalize_score(max_priority: int, reverse: bool, scores: ScoreArray
     [0, max(scores)] to [0, max_priority] with Go's truncating integer division;
     ``reverse`` then subtracts from max_priority. When the largest score is 0 (or below)
     nothing is scaled, and ``reverse`` gives every node max_priority."""
-    if len(scores) == 0:
+    if not np.count_nonzero(scores):
+        # All 0 (or none): a quicker test than the max below, same outcome.
+        if reverse:
+            scores.fill(max_priority)
         return
     top = max(int(scores.max()), 0)
     if top == 0:

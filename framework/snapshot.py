@@ -258,6 +258,9 @@ class Snapshot:
         # for pods): an index over node records (TaintToleration's taints,
         # ImageLocality's images) built at one value is current while it holds.
         self.node_generation = 0
+        # Bumped whenever an object of ``objects`` is upserted or deleted: a
+        # result computed from them at one value is current while it holds.
+        self.object_generation = 0
         # Nominated pods (status.nominatedNodeName set, not bound): node name
         # -> uid -> pod, in the order they were nominated. They are in
         # ``pods`` but in no NodeInfo (upstream keeps them in the scheduling
@@ -499,11 +502,13 @@ class Snapshot:
         self.settle(keep={pod.uid for pod in delta.upsert_pods})
 
     def _upsert_object(self, obj: pb.ClusterObject) -> None:
+        self.object_generation += 1
         ref = obj.ref
         kind = self._objects.setdefault((ref.group, ref.resource), {})
         kind[(ref.namespace, ref.name)] = ClusterObject.from_proto(obj)
 
     def _delete_object(self, ref: pb.ObjectRef) -> None:
+        self.object_generation += 1
         key = (ref.group, ref.resource)
         kind = self._objects.get(key)
         if kind is None:

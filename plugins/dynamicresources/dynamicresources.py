@@ -361,6 +361,10 @@ class DynamicResources(
         self, state: CycleState, pod: PodInfo, nodes: NodeBatch
     ) -> tuple[PreFilterResult | None, Status]:
         state.write(STATE, DraState())
+        if not pod.proto.resource_claims and not pod.spec_requests.scalar:
+            # The Skip below, without resolving device classes: no claims and
+            # no extended resource a class could back.
+            return None, Status.skip()
         snapshot = self.handle.snapshot
         claims: list[tuple[str, Claim]] = []
         if pod.proto.resource_claims:
@@ -762,8 +766,11 @@ class DynamicResources(
     def normalize_score(
         self, state: CycleState, pod: PodInfo, nodes: NodeBatch, scores: ScoreArray
     ) -> Status:
-        """NormalizeScore: helper.DefaultNormalizeScore(MaxNodeScore, false)."""
-        default_normalize_score(MAX_NODE_SCORE, False, scores)
+        """NormalizeScore: helper.DefaultNormalizeScore(MaxNodeScore, false).
+        Without prioritized-list scores every score is 0, which it leaves as is."""
+        saved = state.get(STATE)
+        if saved is not None and saved.scoring:
+            default_normalize_score(MAX_NODE_SCORE, False, scores)
         return SUCCESS
 
     # -- Reserve / Unreserve -------------------------------------------------------------

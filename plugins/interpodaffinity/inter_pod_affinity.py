@@ -653,6 +653,12 @@ class InterPodAffinity(
             return None, Status.unresolvable("parsing pod: " + _aggregate(terms.errors))
         snap = nodes.snapshot
         index = affinity_index(snap)
+        if not index.required_anti and not (
+            terms.required_affinity or terms.required_anti_affinity
+        ):
+            # The Skip below without the work: no existing pod has a required
+            # anti-affinity term and the pod has no required terms.
+            return None, Status.skip()
         affinity, anti = self._required_terms(snap, pod)
         ns_labels = self._namespace_labels(snap, pod.namespace)
         incoming = pod.proto
@@ -839,6 +845,13 @@ class InterPodAffinity(
             return Status.error("failed to parse pod: " + _aggregate(terms.errors))
         snap = nodes.snapshot
         index = affinity_index(snap)
+        if (
+            not has_constraints
+            and not index.weighted
+            and not (self.hard_pod_affinity_weight > 0 and index.hard_affinity)
+        ):
+            # The Skip below without the work: nothing can be counted.
+            return Status.skip()
         score: Counts = {}
         counted = False
         if has_constraints:

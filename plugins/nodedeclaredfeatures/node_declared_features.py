@@ -77,10 +77,11 @@ _RESTART_ALL_CONTAINERS = "RestartAllContainers"
 
 def _restart_all_containers(pod: pb.Pod) -> bool:
     """restart_all_containers.go InferForScheduling."""
-    for c in (*pod.containers, *pod.init_containers):
-        if _RESTART_ALL_CONTAINERS in c.restart_rule_actions:
-            return True
-    return False
+    return any(
+        c.restart_rule_actions and _RESTART_ALL_CONTAINERS in c.restart_rule_actions
+        for containers in (pod.containers, pod.init_containers)
+        for c in containers
+    )
 
 
 def _user_namespaces_host_network(pod: pb.Pod) -> bool:
@@ -100,10 +101,16 @@ FEATURES: tuple[tuple[str, Callable[[pb.Pod], bool] | None], ...] = (
 )
 
 
+# The features that infer something, in registry order.
+_INFERRED: tuple[tuple[str, Callable[[pb.Pod], bool]], ...] = tuple(
+    (name, infer) for name, infer in FEATURES if infer is not None
+)
+
+
 def required_features(pod: pb.Pod) -> tuple[str, ...]:
     """framework.go InferForPodScheduling: the registered features the pod's
     spec needs, in registry order."""
-    return tuple(name for name, infer in FEATURES if infer is not None and infer(pod))
+    return tuple(name for name, infer in _INFERRED if infer(pod))
 
 
 class PreFilterState(msgspec.Struct, frozen=True):

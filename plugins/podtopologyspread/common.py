@@ -11,6 +11,7 @@ TaintTolerationComparisonOperators (alpha) off.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
@@ -45,6 +46,7 @@ __all__ = [
     "SERVICES",
     "STATEFULSETS",
     "Constraint",
+    "compute_default_selector",
     "count_pods_match_selector",
     "default_selector",
     "filter_constraints",
@@ -256,7 +258,29 @@ def _string_map(value: object) -> dict[str, str] | None:
     return {str(k): str(v) for k, v in value.items()}
 
 
+# Per snapshot: its object_generation and the default selectors computed at
+# it, by what they read of a pod (namespace, labels, controller).
+_SelectorKey = tuple[str, frozenset[tuple[str, str]], str, str]
+_SELECTORS: Final[weakref.WeakKeyDictionary[Snapshot, tuple[int, dict[_SelectorKey, Selector]]]] = (
+    weakref.WeakKeyDictionary()
+)
+_SELECTORS_MAX: Final = 4096
+
+
 def default_selector(pod: pb.Pod, snapshot: Snapshot) -> Selector:
+    """``compute_default_selector``, computed once per kind of pod while the
+    snapshot's objects stay as they are (pods of one workload share it)."""
+    key = (pod.namespace, frozenset(pod.labels.items()), pod.owner_kind, pod.owner_name)
+    held = _SELECTORS.get(snapshot)
+    if held is None or held[0] != snapshot.object_generation or len(held[1]) >= _SELECTORS_MAX:
+        held = _SELECTORS[snapshot] = (snapshot.object_generation, {})
+    selector = held[1].get(key)
+    if selector is None:
+        selector = held[1][key] = compute_default_selector(pod, snapshot)
+    return selector
+
+
+def compute_default_selector(pod: pb.Pod, snapshot: Snapshot) -> Selector:
     """helper.DefaultSelector: the selectors of the Services selecting the
     pod (GetPodServices: a Service without a selector selects nothing),
     merged, then the selector of the pod's controlling ReplicationController

@@ -542,6 +542,43 @@ def test_default_selector_merges_services_and_the_statefulset() -> None:
     )
 
 
+def test_default_selector_follows_the_services_of_the_snapshot() -> None:
+    """default_selector keeps a pod kind's selector while the snapshot's
+    objects stay as they were: a Service added, changed or deleted later is
+    seen by the next cycle (Snapshot.object_generation)."""
+    snap = snapshot_of([node(hn("node-a"))])
+    incoming = spread_pod("app=web")
+
+    def selected() -> set[tuple[str, frozenset[str]]]:
+        state = CycleState()
+        st = PodTopologySpread(SYSTEM).pre_score(state, incoming, snap.all_nodes())
+        if st.is_skip:
+            return set()
+        sel = state.read(PRE_SCORE_STATE_KEY).constraints[0].selector
+        return {(r.key, r.values) for r in sel.requirements}
+
+    assert selected() == set()
+    delta = pb.ClusterDelta()
+    delta.upsert_objects.append(make_object(SERVICES, "svc", spec={"selector": {"app": "web"}}))
+    snap.apply(delta)
+    assert selected() == {("app", frozenset({"web"}))}
+    delta = pb.ClusterDelta()
+    delta.upsert_objects.append(
+        make_object(SERVICES, "svc", spec={"selector": {"app": "web", "tier": "a"}})
+    )
+    snap.apply(delta)
+    assert selected() == set()  # the Service no longer selects the pod
+    svc2 = make_object(SERVICES, "svc2", spec={"selector": {"app": "web"}})
+    delta = pb.ClusterDelta()
+    delta.upsert_objects.append(svc2)
+    snap.apply(delta)
+    assert selected() == {("app", frozenset({"web"}))}
+    delta = pb.ClusterDelta()
+    delta.delete_objects.append(svc2.ref)
+    snap.apply(delta)
+    assert selected() == set()
+
+
 def test_normalize_score_gives_ignored_nodes_zero() -> None:
     got = run_score(
         spread_pod("foo=", C(1, "zone", SA, "foo")),
