@@ -369,6 +369,41 @@ def test_batch_filter_shares_one_status_per_distinct_reason_set() -> None:
     assert int((~verdicts.passed()).sum()) == 50
 
 
+@pytest.mark.parametrize(
+    ("crowded", "want"),
+    [
+        ("", []),  # every node has room: the quick all-pass answer
+        ("pods", [Status(Code.UNSCHEDULABLE, ("Too many pods",))]),
+        ("cpu", [unsched(CPU)]),
+        ("memory", [unsched(MEM)]),
+    ],
+)
+def test_batch_filter_all_pass_only_when_every_node_has_room(
+    crowded: str, want: list[Status]
+) -> None:
+    """filter_nodes answers "every node passes" before building per-node
+    reasons; one node short of pods, CPU or memory (exactly at the limit)
+    still gets its reason, as the per-node form gives it."""
+    nodes = [make_node(f"n{i}").capacity(cpu="2", memory="2Gi", pods="3").obj() for i in range(8)]
+    bound = [make_pod(f"b{i}").node(f"n{i}").req(cpu="1", memory="1Gi").obj() for i in range(8)]
+    extra = {
+        "": [],
+        "pods": [make_pod(f"x{i}").node("n5").obj() for i in range(2)],
+        "cpu": [make_pod("x").node("n5").req(cpu="501m").obj()],
+        "memory": [make_pod("x").node("n5").req(memory="513Mi").obj()],
+    }[crowded]
+    snap = snapshot_of(nodes, bound + extra)
+    plugin = Fit()
+    state = fresh_state()
+    pod = make_pod().req(cpu="500m", memory="512Mi").info()
+    plugin.pre_filter(state, pod, snap.all_nodes())
+    verdicts = plugin.filter_nodes(state, pod, snap.all_nodes())
+    assert verdicts.statuses == want
+    for k, ni in enumerate(snap.all_nodes()):
+        assert verdicts.status_of(k) == plugin.filter(state, pod, ni), ni.name
+    assert int((~verdicts.passed()).sum()) == (1 if crowded else 0)
+
+
 # -- the batch form agrees with the per-node form ------------------------------
 
 SCALARS = [EXT_A, EXT_B, "nvidia.com/gpu", HUGE_A, K8S_IO_A]
