@@ -100,6 +100,10 @@ _REJECT_EXISTING = Status.unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY)
 # Filter's verdict per node, as an index into _REJECTIONS (-1: passes).
 _REJECTIONS: Final = (_REJECT_AFFINITY, _REJECT_ANTI_AFFINITY, _REJECT_EXISTING)
 _PASS, _AFFINITY, _ANTI, _EXISTING = -1, 0, 1, 2
+# The batch Filter's "no check failed" (above every rejection, so that the
+# lowest code over several keys is the first check failed).
+_NONE: Final = 3
+VerdictArray = npt.NDArray[np.int32]
 
 # The namespaces a namespaceSelector is resolved against (plugin.go, New:
 # the Namespace informer's lister).
@@ -180,6 +184,7 @@ class PreFilterState:
         "_by_code",
         "_counts",
         "_tables",
+        "_verdict_tables",
         "affinity_keys",
         "anti_affinity_keys",
         "namespace_labels",
@@ -216,6 +221,7 @@ class PreFilterState:
         self.self_match = self_match
         self.namespace_labels = namespace_labels or {}
         self._tables: dict[tuple[str, str], _Table] = {}
+        self._verdict_tables: dict[tuple[str, str], _VerdictTable] = {}
 
     def counts(self, which: str) -> Counts:
         """The counts ``which`` by topology value."""
@@ -260,6 +266,32 @@ class PreFilterState:
             )
         assert entry is not None
         out: BoolArray = entry[3][labels.codes]
+        return out
+
+    def verdicts(self, column: NodeLabels, anti: bool, existing: bool) -> VerdictArray:
+        """Each node's first failed check of ``anti`` (the incoming pod's
+        anti-affinity) and ``existing`` (the existing pods' anti-affinity)
+        over the key of ``column``, _NONE where it fails neither: a lookup
+        in a table over the label column's codes, built once per state and
+        column."""
+        table_key = "verdicts" + ("-anti" if anti else "") + ("-existing" if existing else "")
+        col = column.column
+        entry = self._verdict_tables.get((table_key, col.key))
+        if not _valid(entry, col):
+            table = np.full(len(col.values) + 1, _NONE, dtype=np.int32)
+            # The later check first, so that the earlier one overwrites it.
+            if existing:
+                table[self._table("existing", col)] = _EXISTING
+            if anti:
+                table[self._table("anti", col)] = _ANTI
+            entry = self._verdict_tables[table_key, col.key] = (
+                col,
+                col.values,
+                len(col.values),
+                table,
+            )
+        assert entry is not None
+        out: VerdictArray = entry[3][column.codes]
         return out
 
     def _table(self, which: str, column: LabelColumn) -> BoolArray:
@@ -779,7 +811,6 @@ class InterPodAffinity(
         n = len(nodes)
         if s is None:
             return NodeVerdicts.uniform(n, _NOT_FOUND)
-        verdicts = np.full(n, _PASS, dtype=np.int32)
         columns: dict[str, NodeLabels] = {}
 
         def labels(key: str) -> NodeLabels:
@@ -788,14 +819,18 @@ class InterPodAffinity(
                 column = columns[key] = nodes.labels(key)
             return column
 
-        # The checks in reverse order, so that a node keeps the first it fails.
-        for key in s.keys("existing"):
-            verdicts[s.hits("existing", labels(key))] = _EXISTING
+        # Per topology key, each node's first failed check of the pod's
+        # anti-affinity and the existing pods' anti-affinity (one lookup per
+        # key); over several keys the earliest check wins (the lowest code).
+        existing_keys = s.keys("existing")
         anti_keys = s.keys("anti")
-        if anti_keys:
-            for key in dict.fromkeys(s.anti_affinity_keys):
-                if key in anti_keys:
-                    verdicts[s.hits("anti", labels(key))] = _ANTI
+        anti_checked = [k for k in dict.fromkeys(s.anti_affinity_keys) if k in anti_keys]
+        verdicts: VerdictArray | None = None
+        for key in dict.fromkeys([*anti_checked, *existing_keys]):
+            got = s.verdicts(labels(key), key in anti_checked, key in existing_keys)
+            verdicts = got if verdicts is None else np.minimum(verdicts, got)
+        if verdicts is None:
+            verdicts = np.full(n, _NONE, dtype=np.int32)
         if s.affinity_keys:
             has_keys = np.ones(n, dtype=np.bool_)
             pods_exist = np.ones(n, dtype=np.bool_)
@@ -807,16 +842,15 @@ class InterPodAffinity(
             if not s.keys("affinity") and s.self_match:
                 pods_exist[:] = True
             verdicts[~(has_keys & pods_exist)] = _AFFINITY
-        # Verdicts shifted by one (_PASS at 0): how many of each, then each
-        # node's index among the rejections that occur, in upstream's order,
-        # by one lookup (-1 where the node passes).
-        shifted = verdicts + 1
-        used = np.flatnonzero(np.bincount(shifted, minlength=len(_REJECTIONS) + 1)[1:])
+        # How many of each rejection, then each node's index among the
+        # rejections that occur, in upstream's order, by one lookup (-1
+        # where the node passes).
+        used = np.flatnonzero(np.bincount(verdicts, minlength=_NONE + 1)[:_NONE])
         if not len(used):
             return NodeVerdicts.all_pass(n)
-        table = np.full(len(_REJECTIONS) + 1, -1, dtype=np.int32)
-        table[used + 1] = np.arange(len(used), dtype=np.int32)
-        return NodeVerdicts(table[shifted], [_REJECTIONS[int(k)] for k in used.tolist()])
+        table = np.full(_NONE + 1, -1, dtype=np.int32)
+        table[used] = np.arange(len(used), dtype=np.int32)
+        return NodeVerdicts(table[verdicts], [_REJECTIONS[int(k)] for k in used.tolist()])
 
     # -- PreScore -------------------------------------------------------------
 
@@ -967,7 +1001,11 @@ def _aggregate(errors: tuple[str, ...]) -> str:
 _Table = tuple[LabelColumn, list[str], int, BoolArray]
 
 
-def _valid(entry: _Table | None, column: LabelColumn) -> bool:
+# The batch Filter's verdict table over a label column's codes, as _Table.
+_VerdictTable = tuple[LabelColumn, list[str], int, VerdictArray]
+
+
+def _valid(entry: _Table | _VerdictTable | None, column: LabelColumn) -> bool:
     return (
         entry is not None
         and entry[0] is column
