@@ -395,7 +395,7 @@ def _add_slots_vector(
         m = len(slots)
         codes = column.codes[np.fromiter(slots.keys(), np.int64, m)]
         present = codes >= 0
-        if not present.any():
+        if not np.count_nonzero(present):
             return False
         per_pod = np.fromiter(slots.values(), np.int64, m)[present]
         totals = np.bincount(codes[present], weights=per_pod, minlength=len(column.values))
@@ -459,7 +459,7 @@ def _dense_sums(column: LabelColumn, dense: DenseCounts, size: int) -> IntArray:
 
 def _by_code(sums: CodeSums) -> dict[str, CodeCounts]:
     """The keys of ``sums`` with a positive count."""
-    return {key: CodeCounts(column, t) for key, (column, t) in sums.items() if t.any()}
+    return {key: CodeCounts(column, t) for key, (column, t) in sums.items() if np.count_nonzero(t)}
 
 
 def _has_counts(counts: Counts) -> bool:

@@ -374,11 +374,11 @@ class NodeAffinity(
         rejected = ~columns.required(self._required(state, pod))
         added = self.added_required
         enforced = None if added is None else ~columns.selector(added)
-        if enforced is None or not enforced.any():
-            if not rejected.any():
+        if enforced is None or not np.count_nonzero(enforced):
+            if not np.count_nonzero(rejected):
                 return NodeVerdicts.all_pass(len(nodes))
             return NodeVerdicts.from_mask(rejected, _REJECTED_POD)
-        if not (rejected & ~enforced).any():
+        if not np.count_nonzero(rejected & ~enforced):
             return NodeVerdicts.from_mask(enforced, _REJECTED_ENFORCED)
         # -1 passes, 0 and 1 index the statuses.
         codes = np.where(enforced, 0, np.where(rejected, 1, -1)).astype(np.int32)

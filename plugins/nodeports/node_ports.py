@@ -341,6 +341,6 @@ class NodePorts(PreFilterPlugin, FilterPlugin, SignPlugin):
         for k, ni in enumerate(nodes):
             if _node_conflicts(wanted, ni, entries):
                 rejected[k] = True
-        if not rejected.any():
+        if not np.count_nonzero(rejected):
             return NodeVerdicts.all_pass(n)
         return NodeVerdicts.from_mask(rejected, _REJECTED)

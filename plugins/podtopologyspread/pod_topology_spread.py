@@ -536,14 +536,14 @@ class PodTopologySpread(
             code = col.codes[nodes.idx]
             undecided = status_index < 0
             missing = undecided & (code < 0)
-            if missing.any():
+            if np.count_nonzero(missing):
                 status_index[missing] = _status_slot(statuses, _LABEL_MISSING)
             min_match = s.min_match_num(i, c.min_domains)
             self_match = 1 if c.selector.matches(pod_labels) else 0
             match = _per_code(s.tp_value_to_match_num[i], col)
             over = undecided & (code >= 0)
             over[over] = match[code[over]] + self_match - min_match > c.max_skew
-            if over.any():
+            if np.count_nonzero(over):
                 status_index[over] = _status_slot(statuses, _NOT_MATCH)
         return NodeVerdicts(status_index, statuses)
 
@@ -745,7 +745,7 @@ def _per_code(by_value: dict[str, int], col: TopologyColumn) -> IntArray:
 def _missing_as_empty(codes: IntArray, col: TopologyColumn) -> IntArray:
     """``codes`` with -1 (no label) read as the code of "" (labels.get(key, ""))."""
     missing = codes < 0
-    if not missing.any():
+    if not np.count_nonzero(missing):
         return codes
     return np.where(missing, col.code(""), codes)
 

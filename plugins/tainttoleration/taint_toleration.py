@@ -310,7 +310,7 @@ class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin, SignPlugin):
                 if not ok:
                     rejected[k] = True
                     break
-        if not rejected.any():
+        if not np.count_nonzero(rejected):
             return NodeVerdicts.all_pass(len(nodes))
         return NodeVerdicts.from_mask(rejected, _REJECTED)
 
