@@ -172,6 +172,10 @@ class Framework:
         self.handle.bind_framework(self)
         pct = profile.percentage_of_nodes_to_score
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score if pct is None else pct
+        # The share of the nodes the last Filter walk evaluated that passed:
+        # how large the walk's first chunk is (schedule_one.py). Only the
+        # walk's cost depends on it, never its outcome.
+        self.filter_pass_ratio = 1.0
         self.record_plugin_metrics = False
         self.tracing = False
         # The current request's deadline on the time.perf_counter clock

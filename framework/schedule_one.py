@@ -718,7 +718,13 @@ def find_nodes_that_pass_filters(
     rejected_parts: list[_RejectedPart] = []
     error: Status | None = None
     pos = 0
-    chunk = max(num_to_find, 64)
+    # The first chunk: enough nodes to find num_to_find at the recent walks'
+    # pass ratio (fewer rounds of Filter calls when most nodes are
+    # rejected), from num_to_find to 4 times it. Evaluating nodes past the
+    # one that completes the set costs time only: the outcome and
+    # ``processed`` stop at that node.
+    ratio = max(fw.filter_pass_ratio, 0.25)
+    chunk = max(num_to_find, min(int(num_to_find / ratio), n), 64)
     with fw.extension_point("Filter") as ep:
         while pos < n and found < num_to_find and error is None:
             part = order(pos, pos + chunk)
@@ -750,6 +756,9 @@ def find_nodes_that_pass_filters(
             chunk = max(chunk * 2, 64)
         if error is not None:
             ep.append(error)
+    if pos:
+        # Smoothed over walks, so that one pod of another kind moves it half way.
+        fw.filter_pass_ratio = (fw.filter_pass_ratio + found / pos) / 2
     feasible = np.concatenate(feasible_parts) if feasible_parts else np.empty(0, np.int64)
     return FilterOutcome(candidates.take(feasible), {}, pos, error, rejected_parts)
 

@@ -259,3 +259,33 @@ def test_the_filter_walk_names_rejected_nodes_in_walk_order_when_read() -> None:
     all_rejected = snapshot_of(nodes(*[(f"m{i}", {"reject": "RejectLabel"}) for i in range(150)]))
     r = schedule_pod(f, all_rejected, CycleState(), make_pod().info())
     assert sorted(r.rejected) == sorted(f"m{i}" for i in range(150))
+
+
+@pytest.mark.parametrize("ratio", [1.0, 0.5, 0.25, 0.01])
+def test_the_filter_walks_first_chunk_changes_its_cost_not_its_outcome(ratio: float) -> None:
+    """The walk's first chunk is sized by the pass ratio of recent walks
+    (Framework.filter_pass_ratio): whatever its size, the feasible nodes, the
+    nodes processed and the rejections are findNodesThatPassFilters' (stop
+    at the node that completes the set), and a Filter Error on a node past
+    that one is never met."""
+    from berth.framework.schedule_one import find_nodes_that_pass_filters
+
+    specs: list[tuple[str, dict[str, str]]] = [
+        (f"n{i:03d}", {"reject": "RejectLabel"} if i % 4 else {}) for i in range(400)
+    ]
+    # Right after the node that completes the set (the 60th feasible, n248).
+    specs[249] = ("n249", {"error": "yes"})
+    snap = snapshot_of(nodes(*specs))
+    f = fw(filter=("RejectLabel", "LabelErrorFilter"), score=(("LabelScore", 1),))
+    f.filter_pass_ratio = ratio
+    pod = make_pod().info()
+    state = CycleState()
+    f.run_pre_filter(state, pod, snap.all_nodes())
+    out = find_nodes_that_pass_filters(f, state, pod, snap.all_nodes(), 10, 60)
+    walk = [f"n{10 + k:03d}" for k in range(out.processed)]
+    assert out.error is None
+    assert list(out.feasible.names) == [n for n in walk if int(n[1:]) % 4 == 0]
+    assert len(out.feasible) == 60
+    assert walk[-1] == out.feasible.names[-1] == "n248"  # stopped at the 60th feasible node
+    assert list(out.rejected) == [n for n in walk if int(n[1:]) % 4]
+    assert 0 < f.filter_pass_ratio <= 1
