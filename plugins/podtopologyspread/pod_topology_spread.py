@@ -529,20 +529,33 @@ class PodTopologySpread(
         snapshot = nodes.snapshot
         topology = topology_index(snapshot)
         pod_labels = pod.proto.labels
-        status_index = np.full(len(nodes), -1, dtype=np.int32)
-        statuses: list[Status] = []
+        # Per constraint: the candidates' codes, and each node's verdict
+        # (_per_code's extra last entry, 0, is what a node without the key
+        # reads; those are told apart by their code).
+        checks: list[tuple[Constraint, IntArray, BoolArray]] = []
+        clean = True
         for i, c in enumerate(s.constraints):
             col = topology.column(snapshot, c.topology_key)
             code = col.codes[nodes.idx]
+            min_match = s.min_match_num(i, c.min_domains)
+            self_match = 1 if c.selector.matches(pod_labels) else 0
+            match = _per_code(s.tp_value_to_match_num[i], col)
+            over = match[code] + self_match - min_match > c.max_skew
+            checks.append((c, code, over))
+            if clean and (np.count_nonzero(over) or np.count_nonzero(code < 0)):
+                clean = False
+        if clean:
+            return NodeVerdicts.all_pass(len(nodes))
+        # The first constraint a node fails, in order: the key missing, then
+        # the skew.
+        status_index = np.full(len(nodes), -1, dtype=np.int32)
+        statuses: list[Status] = []
+        for _, code, over in checks:
             undecided = status_index < 0
             missing = undecided & (code < 0)
             if np.count_nonzero(missing):
                 status_index[missing] = _status_slot(statuses, _LABEL_MISSING)
-            min_match = s.min_match_num(i, c.min_domains)
-            self_match = 1 if c.selector.matches(pod_labels) else 0
-            match = _per_code(s.tp_value_to_match_num[i], col)
-            over = undecided & (code >= 0)
-            over[over] = match[code[over]] + self_match - min_match > c.max_skew
+            over &= undecided & (code >= 0)
             if np.count_nonzero(over):
                 status_index[over] = _status_slot(statuses, _NOT_MATCH)
         return NodeVerdicts(status_index, statuses)
