@@ -365,8 +365,19 @@ class DefaultPreemption(PostFilterPlugin[DefaultPreemptionArgs]):
         statuses: dict[str, Status] = {}
         errors: list[str] = []
         n = len(potential_nodes)
+        # SelectVictimsOnNode's first answer, ErrNoVictims when no pod on the
+        # node may be preempted, found without copying the node and the state.
+        default_rule = type(self).is_preemption_allowed is DefaultPreemption.is_preemption_allowed
+        priority = pod.priority
         for i in range(n):
             ni = potential_nodes[(offset + i) % n]
+            if default_rule:
+                eligible = any(p.proto.priority < priority for p in ni.pods.values())
+            else:
+                eligible = any(self.is_preemption_allowed(ni, p, pod) for p in ni.pods.values())
+            if not eligible:
+                statuses[ni.name] = Status.unresolvable(ERR_NO_VICTIMS)
+                continue
             victims, num_violations, st = self.select_victims_on_node(
                 state.clone(), pod, ni.clone(), pdbs
             )

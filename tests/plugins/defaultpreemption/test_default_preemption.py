@@ -41,7 +41,7 @@ from berth.plugins.defaultpreemption import (
     pdb_from_object,
     pick_one_node_for_preemption,
 )
-from berth.plugins.defaultpreemption.default_preemption import aggregate_errors
+from berth.plugins.defaultpreemption.default_preemption import ERR_NO_VICTIMS, aggregate_errors
 from berth.plugins.noderesources import Fit
 from berth.plugins.registry import REGISTRY
 
@@ -815,6 +815,29 @@ def test_dry_run_leaves_the_snapshot_and_the_state_as_they_were() -> None:
     assert [v.name for c in got for v in c.victims] == ["p1"]
     assert set(ni.pods) == {"p1", "p2"}
     assert ni.requested.milli_cpu == requested == 400
+
+
+class _PreemptsEqualPriority(DefaultPreemption):
+    """A preemption rule of its own (upstream's PodEligibleToPreemptOthers
+    hook, IsEligiblePod): equal priority may be preempted too."""
+
+    def is_preemption_allowed(self, node: NodeInfo, victim: PodInfo, preemptor: PodInfo) -> bool:
+        return victim.priority <= preemptor.priority
+
+
+def test_dry_run_finds_no_victims_by_the_plugins_own_rule() -> None:
+    """A node whose pods the rule protects is ErrNoVictims without a dry run
+    on it; a plugin with its own is_preemption_allowed is asked for each pod."""
+    e = env((N("node1"),), (P("p1", "node1", HIGH, LARGE),))
+    pod = PodInfo(P("p", prio=HIGH, req=LARGE))
+    state = e.pre_filter(pod)
+    ni = e.snap.nodes["node1"]
+    got, statuses, err = e.pl.dry_run_preemption(state, pod, [ni], [], 0, 1)
+    assert (got, statuses, err) == ([], {"node1": Status.unresolvable(ERR_NO_VICTIMS)}, "")
+    e.pl.__class__ = _PreemptsEqualPriority
+    got, statuses, err = e.pl.dry_run_preemption(state, pod, [ni], [], 0, 1)
+    assert [(c.name, [v.name for v in c.victims]) for c in got] == [("node1", ["p1"])]
+    assert (statuses, err) == ({}, "")
 
 
 def test_dry_run_filters_a_clone_with_a_batch_only_plugin_through_a_scratch_snapshot() -> None:
