@@ -70,6 +70,7 @@ NAME: Final = "DefaultPreemption"
 
 # SelectVictimsOnNode's status when the node has no lower-priority pod.
 ERR_NO_VICTIMS: Final = "No preemption victims found for incoming pod"
+_NO_VICTIMS: Final = Status.unresolvable(ERR_NO_VICTIMS)
 # Preempt: the status of the nodes preemption did not try.
 MSG_NOT_HELPFUL: Final = "Preemption is not helpful for scheduling"
 
@@ -376,7 +377,7 @@ class DefaultPreemption(PostFilterPlugin[DefaultPreemptionArgs]):
             else:
                 eligible = any(self.is_preemption_allowed(ni, p, pod) for p in ni.pods.values())
             if not eligible:
-                statuses[ni.name] = Status.unresolvable(ERR_NO_VICTIMS)
+                statuses[ni.name] = _NO_VICTIMS
                 continue
             victims, num_violations, st = self.select_victims_on_node(
                 state.clone(), pod, ni.clone(), pdbs
