@@ -100,14 +100,15 @@ def schedule_response(
             fill_status(d.absent_status, result.absent_status)
     if not result.status.is_success or explain or result.stopped_feasible is not None:
         d = out.diagnosis
-        # Many nodes share one Status (a batch Filter's verdicts): each
-        # distinct one is built once and copied into its nodes' entries.
-        built: dict[Status, pb.Status] = {}
+        # Many nodes share one Status object (a batch Filter's verdicts):
+        # each is built once and copied into its nodes' entries (by identity:
+        # ``result`` holds every one for the loop's length).
+        built: dict[int, pb.Status] = {}
         add = d.rejected.add
         for name, st in result.rejected.items():
-            msg = built.get(st)
+            msg = built.get(id(st))
             if msg is None:
-                msg = built[st] = status_to_pb(st)
+                msg = built[id(st)] = status_to_pb(st)
             add(node=name, status=msg)
         d.unschedulable_plugins.extend(sorted(result.unschedulable_plugins))
         d.pending_plugins.extend(sorted(result.pending_plugins))
