@@ -153,7 +153,9 @@ def load_plain_kubeconfig(
     path = os.path.expanduser(path)
     try:
         with open(path, "rb") as f:
-            doc = yaml.safe_load(f)
+            # libyaml's parser when PyYAML has it: a kubeconfig's embedded
+            # certificates take the pure-Python scanner some milliseconds.
+            doc = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, yaml.YAMLError):
         return None
     if not isinstance(doc, dict):
