@@ -532,7 +532,7 @@ class PodTopologySpread(
         # Per constraint: the candidates' codes, and each node's verdict
         # (_per_code's extra last entry, 0, is what a node without the key
         # reads; those are told apart by their code).
-        checks: list[tuple[Constraint, IntArray, BoolArray]] = []
+        checks: list[tuple[IntArray, BoolArray]] = []
         clean = True
         for i, c in enumerate(s.constraints):
             col = topology.column(snapshot, c.topology_key)
@@ -541,7 +541,7 @@ class PodTopologySpread(
             self_match = 1 if c.selector.matches(pod_labels) else 0
             match = _per_code(s.tp_value_to_match_num[i], col)
             over = match[code] + self_match - min_match > c.max_skew
-            checks.append((c, code, over))
+            checks.append((code, over))
             if clean and (np.count_nonzero(over) or np.count_nonzero(code < 0)):
                 clean = False
         if clean:
@@ -550,7 +550,7 @@ class PodTopologySpread(
         # the skew.
         status_index = np.full(len(nodes), -1, dtype=np.int32)
         statuses: list[Status] = []
-        for _, code, over in checks:
+        for code, over in checks:
             undecided = status_index < 0
             missing = undecided & (code < 0)
             if np.count_nonzero(missing):
