@@ -452,20 +452,28 @@ class PodTopologySpread(
         idx = all_nodes.idx
         columns = [topology.column(snapshot, c.topology_key) for c in constraints]
         codes = [col.codes[idx] for col in columns]
-        # nodeLabelsMatchSpreadConstraints: every topology key present.
-        eligible = np.logical_and.reduce([c >= 0 for c in codes])
+        # nodeLabelsMatchSpreadConstraints: every topology key present. None
+        # when every node has them (no node to leave out).
+        has_keys: BoolArray = codes[0] >= 0
+        for code in codes[1:]:
+            has_keys &= code >= 0
+        eligible = None if np.count_nonzero(has_keys) == len(idx) else has_keys
         policy_masks: dict[tuple[str, str], BoolArray] = {}
         counts: list[dict[str, int]] = []
         paths: list[list[tuple[str, int]]] = []
         for c, col, code in zip(constraints, columns, codes, strict=True):
             keep = eligible
             if not c.admits_every_node(proto, required):
-                keep = keep & _inclusion_mask(
-                    policy_masks, c, proto, snapshot, idx, eligible, required
+                all_eligible = np.ones(len(idx), dtype=np.bool_) if eligible is None else eligible
+                keep = all_eligible & _inclusion_mask(
+                    policy_masks, c, proto, snapshot, idx, all_eligible, required
                 )
             # countPodsMatchSelector per node, from the table, summed by domain.
             table = index.table(proto.namespace, c.selector)
-            domain_counts, sums, domains = _sum_by_domain(code[keep], table[idx[keep]], col)
+            if keep is None:
+                domain_counts, sums, domains = _sum_by_domain(code, table[idx], col)
+            else:
+                domain_counts, sums, domains = _sum_by_domain(code[keep], table[idx[keep]], col)
             counts.append(domain_counts)
             paths.append(_critical_paths(domains, sums, col))
         return PreFilterState(constraints, counts, paths)
