@@ -366,19 +366,24 @@ class DefaultPreemption(PostFilterPlugin[DefaultPreemptionArgs]):
         statuses: dict[str, Status] = {}
         errors: list[str] = []
         n = len(potential_nodes)
-        # SelectVictimsOnNode's first answer, ErrNoVictims when no pod on the
-        # node may be preempted, found without copying the node and the state.
+        # select_victims_on_node's first answer, ErrNoVictims when no pod on
+        # the node may be preempted, found without copying the node and the
+        # state (unless a subclass selects victims its own way).
+        own_selection = (
+            type(self).select_victims_on_node is not DefaultPreemption.select_victims_on_node
+        )
         default_rule = type(self).is_preemption_allowed is DefaultPreemption.is_preemption_allowed
         priority = pod.priority
         for i in range(n):
             ni = potential_nodes[(offset + i) % n]
-            if default_rule:
-                eligible = any(p.proto.priority < priority for p in ni.pods.values())
-            else:
-                eligible = any(self.is_preemption_allowed(ni, p, pod) for p in ni.pods.values())
-            if not eligible:
-                statuses[ni.name] = _NO_VICTIMS
-                continue
+            if not own_selection:
+                if default_rule:
+                    eligible = any(p.proto.priority < priority for p in ni.pods.values())
+                else:
+                    eligible = any(self.is_preemption_allowed(ni, p, pod) for p in ni.pods.values())
+                if not eligible:
+                    statuses[ni.name] = _NO_VICTIMS
+                    continue
             victims, num_violations, st = self.select_victims_on_node(
                 state.clone(), pod, ni.clone(), pdbs
             )

@@ -825,6 +825,15 @@ class _PreemptsEqualPriority(DefaultPreemption):
         return victim.priority <= preemptor.priority
 
 
+class _SelectsEveryPod(DefaultPreemption):
+    """Victims selected its own way: every pod on the node, whatever its priority."""
+
+    def select_victims_on_node(
+        self, state: CycleState, pod: PodInfo, node: NodeInfo, pdbs: Sequence[PodDisruptionBudget]
+    ) -> tuple[list[PodInfo], int, Status]:
+        return list(node.pods.values()), 0, SUCCESS
+
+
 def test_dry_run_finds_no_victims_by_the_plugins_own_rule() -> None:
     """A node whose pods the rule protects is ErrNoVictims without a dry run
     on it; a plugin with its own is_preemption_allowed is asked for each pod."""
@@ -838,6 +847,10 @@ def test_dry_run_finds_no_victims_by_the_plugins_own_rule() -> None:
     got, statuses, err = e.pl.dry_run_preemption(state, pod, [ni], [], 0, 1)
     assert [(c.name, [v.name for v in c.victims]) for c in got] == [("node1", ["p1"])]
     assert (statuses, err) == ({}, "")
+    # A plugin that selects victims its own way is asked on every node.
+    e.pl.__class__ = _SelectsEveryPod
+    got, statuses, err = e.pl.dry_run_preemption(state, pod, [ni], [], 0, 1)
+    assert [(c.name, [v.name for v in c.victims]) for c in got] == [("node1", ["p1"])]
 
 
 def test_dry_run_filters_a_clone_with_a_batch_only_plugin_through_a_scratch_snapshot() -> None:
