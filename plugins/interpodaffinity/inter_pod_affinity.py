@@ -23,7 +23,7 @@ does not hold has no labels (upstream logs and assumes an empty set).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import msgspec
@@ -184,7 +184,6 @@ class PreFilterState:
         "_by_code",
         "_counts",
         "_tables",
-        "_verdict_tables",
         "affinity_keys",
         "anti_affinity_keys",
         "namespace_labels",
@@ -221,7 +220,6 @@ class PreFilterState:
         self.self_match = self_match
         self.namespace_labels = namespace_labels or {}
         self._tables: dict[tuple[str, str], _Table] = {}
-        self._verdict_tables: dict[tuple[str, str], _VerdictTable] = {}
 
     def counts(self, which: str) -> Counts:
         """The counts ``which`` by topology value."""
@@ -251,47 +249,46 @@ class PreFilterState:
             return list(self._by_code[which])
         return [k for k, by_value in self._counts[which].items() if by_value]
 
-    def hits(self, which: str, labels: NodeLabels) -> BoolArray:
-        """Which of the nodes sit in a pair (key, value) with a positive
-        count in ``which``: a lookup in a table over the label column's
-        codes, built once per state and column."""
+    def _lookup(
+        self, name: str, labels: NodeLabels, build: Callable[[LabelColumn], npt.NDArray[Any]]
+    ) -> npt.NDArray[Any]:
+        """The table ``build`` makes over the label column's codes (one entry
+        per value, then the ABSENT one), built once per state, ``name`` and
+        column, read at ``labels``' nodes."""
         column = labels.column
-        entry = self._tables.get((which, column.key))
+        entry = self._tables.get((name, column.key))
         if not _valid(entry, column):
-            entry = self._tables[which, column.key] = (
+            entry = self._tables[name, column.key] = (
                 column,
                 column.values,
                 len(column.values),
-                self._table(which, column),
+                build(column),
             )
         assert entry is not None
-        out: BoolArray = entry[3][labels.codes]
+        return entry[3][labels.codes]
+
+    def hits(self, which: str, labels: NodeLabels) -> BoolArray:
+        """Which of the nodes sit in a pair (key, value) with a positive
+        count in ``which``."""
+        out: BoolArray = self._lookup(which, labels, lambda column: self._table(which, column))
         return out
 
-    def verdicts(self, column: NodeLabels, anti: bool, existing: bool) -> VerdictArray:
+    def verdicts(self, labels: NodeLabels, anti: bool, existing: bool) -> VerdictArray:
         """Each node's first failed check of ``anti`` (the incoming pod's
         anti-affinity) and ``existing`` (the existing pods' anti-affinity)
-        over the key of ``column``, _NONE where it fails neither: a lookup
-        in a table over the label column's codes, built once per state and
-        column."""
-        table_key = "verdicts" + ("-anti" if anti else "") + ("-existing" if existing else "")
-        col = column.column
-        entry = self._verdict_tables.get((table_key, col.key))
-        if not _valid(entry, col):
-            table = np.full(len(col.values) + 1, _NONE, dtype=np.int32)
+        over the key of ``labels``, _NONE where it fails neither."""
+
+        def build(column: LabelColumn) -> VerdictArray:
+            table = np.full(len(column.values) + 1, _NONE, dtype=np.int32)
             # The later check first, so that the earlier one overwrites it.
             if existing:
-                table[self._table("existing", col)] = _EXISTING
+                table[self._table("existing", column)] = _EXISTING
             if anti:
-                table[self._table("anti", col)] = _ANTI
-            entry = self._verdict_tables[table_key, col.key] = (
-                col,
-                col.values,
-                len(col.values),
-                table,
-            )
-        assert entry is not None
-        out: VerdictArray = entry[3][column.codes]
+                table[self._table("anti", column)] = _ANTI
+            return table
+
+        name = "verdicts" + ("-anti" if anti else "") + ("-existing" if existing else "")
+        out: VerdictArray = self._lookup(name, labels, build)
         return out
 
     def _table(self, which: str, column: LabelColumn) -> BoolArray:
@@ -995,17 +992,13 @@ def _aggregate(errors: tuple[str, ...]) -> str:
     return errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
 
 
-# A table over a label column's codes (one entry per value, then False for
-# ABSENT), with what it is valid for: the column, its values list (a
+# A table over a label column's codes (one entry per value, then the ABSENT
+# one), with what it is valid for: the column, its values list (a
 # compaction replaces it) and that list's length (a new value lengthens it).
-_Table = tuple[LabelColumn, list[str], int, BoolArray]
+_Table = tuple[LabelColumn, list[str], int, npt.NDArray[Any]]
 
 
-# The batch Filter's verdict table over a label column's codes, as _Table.
-_VerdictTable = tuple[LabelColumn, list[str], int, VerdictArray]
-
-
-def _valid(entry: _Table | _VerdictTable | None, column: LabelColumn) -> bool:
+def _valid(entry: _Table | None, column: LabelColumn) -> bool:
     return (
         entry is not None
         and entry[0] is column
