@@ -372,18 +372,13 @@ class DefaultPreemption(PostFilterPlugin[DefaultPreemptionArgs]):
         own_selection = (
             type(self).select_victims_on_node is not DefaultPreemption.select_victims_on_node
         )
-        default_rule = type(self).is_preemption_allowed is DefaultPreemption.is_preemption_allowed
-        priority = pod.priority
         for i in range(n):
             ni = potential_nodes[(offset + i) % n]
-            if not own_selection:
-                if default_rule:
-                    eligible = any(p.proto.priority < priority for p in ni.pods.values())
-                else:
-                    eligible = any(self.is_preemption_allowed(ni, p, pod) for p in ni.pods.values())
-                if not eligible:
-                    statuses[ni.name] = _NO_VICTIMS
-                    continue
+            if not own_selection and not any(
+                self.is_preemption_allowed(ni, p, pod) for p in ni.pods.values()
+            ):
+                statuses[ni.name] = _NO_VICTIMS
+                continue
             victims, num_violations, st = self.select_victims_on_node(
                 state.clone(), pod, ni.clone(), pdbs
             )
