@@ -614,7 +614,6 @@ def _plan(milli_cpu: int, memory: int, ephemeral_storage: int) -> _Plan:
     return wants, _gather_rows(tuple(r for r, _ in wants)), column
 
 
-@functools.cache
 def _gather_rows(reasons: tuple[str, ...]) -> npt.NDArray[np.intp]:
     """Rows of NodeColumns.ints for Filter: pod count, allowed pods, then
     (allocatable, requested) of each resource named by its reason."""
