@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import sys
 from pathlib import Path
@@ -201,6 +202,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # As in berth shim (shim/cli.py run): the cyclic collector is off while start-up
+    # creates the objects that live as long as the process (modules, numpy, the plugins,
+    # the configuration and the profiles' frameworks), which are then frozen
+    # (gc.freeze: no collection traverses them again) once the server listens.
+    gc.disable()
+    try:
+        return _run(args)
+    finally:
+        gc.enable()
+
+
+def _run(args: argparse.Namespace) -> int:
     from berth.framework.config import ConfigError, default_config, load_config
     from berth.framework.discovery import print_listing
     from berth.framework.runtime import ProfileError
@@ -296,6 +309,8 @@ def run(args: argparse.Namespace) -> int:
             return 2
         # A line scripts can wait for.
         print(f"berth serve: listening on port {running.port}", flush=True)
+        gc.freeze()
+        gc.enable()
         await serve_forever(running, args.grace)
         return 0
 

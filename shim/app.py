@@ -4,6 +4,7 @@ in-process), leader election, health and metrics, the scheduler."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -105,6 +106,26 @@ def build_service(settings: ShimSettings, state: ClusterStateLog) -> PluginServi
     registry = _registry(settings)
     service = SchedulingService(settings.config, build_frameworks(settings.config, registry))
     return PluginService.in_process(service, state)
+
+
+# How long start-up may keep the cyclic collector paused waiting for the caches to
+# sync (shim/cli.py run): a standby that delays its cache until it leads, or an API
+# server that does not answer, gets it back after this.
+COLLECTOR_PAUSE_LIMIT = 60.0
+
+
+async def resume_collector(synced: asyncio.Event, limit: float = COLLECTOR_PAUSE_LIMIT) -> None:
+    """Once ``synced`` is set, or after ``limit`` seconds, freezes every object
+    that exists (start-up's modules and configuration, the first LISTs' nodes and
+    pods: gc.freeze, so no collection traverses them again) and turns the cyclic
+    collector back on; cancelled, it does so at once."""
+    try:
+        await asyncio.wait_for(synced.wait(), limit)
+    except TimeoutError:
+        log.info("caches not synced after %.0fs: cyclic garbage collection resumes", limit)
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 async def run(settings: ShimSettings) -> int:
@@ -236,6 +257,11 @@ async def run(settings: ShimSettings) -> int:
             await scheduler.start_cache()
         await elector.run(lead, on_lost)
 
+    # The process paused the cyclic collector for its start (shim/cli.py run): it
+    # resumes once the first LISTs are in.
+    collector: asyncio.Task[None] | None = None
+    if not gc.isenabled():
+        collector = asyncio.create_task(resume_collector(scheduler.synced))
     main: asyncio.Task[None]
     if elector is not None:
         main = asyncio.create_task(campaign(elector))
@@ -258,6 +284,9 @@ async def run(settings: ShimSettings) -> int:
         await elector.stop()
     main.cancel()
     stopper.cancel()
+    if collector is not None:
+        collector.cancel()
+        await asyncio.gather(collector, return_exceptions=True)
     await asyncio.gather(main, stopper, return_exceptions=True)
     await service.close()
     if health is not None:
@@ -281,4 +310,11 @@ async def run(settings: ShimSettings) -> int:
     return EXIT_LEADERSHIP_LOST if lost else code
 
 
-__all__ = ["EXIT_LEADERSHIP_LOST", "ShimSettings", "build_service", "run"]
+__all__ = [
+    "COLLECTOR_PAUSE_LIMIT",
+    "EXIT_LEADERSHIP_LOST",
+    "ShimSettings",
+    "build_service",
+    "resume_collector",
+    "run",
+]

@@ -326,11 +326,13 @@ def default_scheduler_refusal(
 
 def run(args: argparse.Namespace) -> int:
     # Start-up creates ~100,000 objects that live as long as the process (modules,
-    # classes, functions, the plugin registry, the configuration), and the cyclic
-    # collector would traverse them over a hundred times while they are being created
-    # (~10% of the start-up imports' CPU, measured with gc.callbacks). So it is off until
-    # they exist, then they are frozen (gc.freeze: a permanent generation that no
-    # collection traverses again, full ones included) and it is back on.
+    # classes, functions, the plugin registry, the configuration, then the first LISTs'
+    # nodes and pods), and the cyclic collector would traverse them over a hundred times
+    # while they are being created (~10% of the start-up imports' CPU, measured with
+    # gc.callbacks). So it is off until they exist: shim/app.py run freezes them
+    # (gc.freeze: a permanent generation no collection traverses again, full ones
+    # included) and turns it back on once the caches have synced, or after
+    # app.COLLECTOR_PAUSE_LIMIT if they have not.
     gc.disable()
     try:
         return _run(args)
@@ -480,8 +482,6 @@ def _run(args: argparse.Namespace) -> int:
     # A shorter interval lets those threads' answers in sooner while the loop is
     # busy (docs/benchmarks.md measures event writes at 5 ms and 1 ms).
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
-    gc.freeze()
-    gc.enable()
     try:
         with asyncio.Runner(loop_factory=new_event_loop) as runner:
             return runner.run(run_shim(settings))

@@ -136,6 +136,8 @@ class Scheduler:
         self._cache_task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self.ready = False
+        # Set once the informers' first lists are in the cache (start_cache).
+        self.synced = asyncio.Event()
         # Spans per pod only when they go somewhere.
         traced = tracing()
         self._async_api: AsyncApi | None = None
@@ -318,6 +320,7 @@ class Scheduler:
             sum(self.queue.counts().values()),
             ", ".join(sorted(self.profiles)),
         )
+        self.synced.set()
 
     async def run(self) -> None:
         """Starts the cache (unless ``start_cache`` already has), then
