@@ -544,10 +544,16 @@ class PodInfo:
         return f"PodInfo({self.key})"
 
 
+# NodeInfo.lowest_priority not counted yet: below every int64 priority, so no
+# comparison mistakes it for one.
+_UNKNOWN: int = -(2**63) - 1
+
+
 class NodeInfo:
     """A node, the pods on it and their sums (upstream's framework.NodeInfo)."""
 
     __slots__ = (
+        "_lowest_priority",
         "allocatable",
         "index",
         "node",
@@ -578,10 +584,25 @@ class NodeInfo:
         self.non_zero_requested = [0, 0]
         # (host IP, protocol, port) -> count of pods using it.
         self.used_ports: dict[tuple[str, str, int], int] = {}
+        # lowest_priority's answer while it holds (_UNKNOWN: to be counted).
+        self._lowest_priority: int | None = None
 
     @property
     def name(self) -> str:
         return self.node.name
+
+    @property
+    def lowest_priority(self) -> int | None:
+        """The lowest priority among the node's pods (None without pods): a
+        preemptor of this priority or below can evict none of them under
+        upstream's rule (preemption.go isPreemptionAllowed: a lower priority).
+        Counted when first asked and kept while pods are only added; removing
+        the pod that held it counts again at the next question."""
+        lowest = self._lowest_priority
+        if lowest == _UNKNOWN:
+            lowest = min((p.proto.priority for p in self.pods.values()), default=None)
+            self._lowest_priority = lowest
+        return lowest
 
     @property
     def labels(self) -> dict[str, str]:
@@ -589,6 +610,11 @@ class NodeInfo:
 
     def add_pod(self, pod: PodInfo) -> None:
         self.pods[pod.uid] = pod
+        lowest = self._lowest_priority
+        if lowest != _UNKNOWN:
+            priority = pod.proto.priority
+            if lowest is None or priority < lowest:
+                self._lowest_priority = priority
         if pod.has_pod_affinity:
             self.pods_with_affinity[pod.uid] = pod
             if pod.has_required_anti_affinity:
@@ -619,6 +645,8 @@ class NodeInfo:
         pod = self.pods.pop(uid, None)
         if pod is None:
             return None
+        if self._lowest_priority == pod.proto.priority:
+            self._lowest_priority = _UNKNOWN
         if pod.has_pod_affinity:
             self.pods_with_affinity.pop(uid, None)
             self.pods_with_required_anti_affinity.pop(uid, None)
@@ -662,6 +690,7 @@ class NodeInfo:
         other.requested = self.requested.copy()
         other.non_zero_requested = list(self.non_zero_requested)
         other.used_ports = dict(self.used_ports)
+        other._lowest_priority = self._lowest_priority
         return other
 
     def __repr__(self) -> str:

@@ -97,6 +97,12 @@ def _terminating_by_preemption(pod: PodInfo) -> bool:
     return pod.proto.terminating and pod.proto.preempted_by_scheduler
 
 
+def _none_lower(node: NodeInfo, priority: int) -> bool:
+    """No pod on ``node`` has a priority below ``priority``."""
+    lowest = node.lowest_priority
+    return lowest is None or lowest >= priority
+
+
 def pod_start_time(pod: PodInfo) -> float:
     """util.GetPodStartTime: status.startTime in microseconds; a pod that
     has not started (0) counts as started now, later than every known time."""
@@ -368,14 +374,21 @@ class DefaultPreemption(PostFilterPlugin[DefaultPreemptionArgs]):
         n = len(potential_nodes)
         # select_victims_on_node's first answer, ErrNoVictims when no pod on
         # the node may be preempted, found without copying the node and the
-        # state (unless a subclass selects victims its own way).
-        own_selection = (
-            type(self).select_victims_on_node is not DefaultPreemption.select_victims_on_node
-        )
+        # state (unless a subclass selects victims its own way). Under
+        # upstream's rule (a lower priority) that is one comparison with the
+        # node's lowest priority, so a full cluster of pods no lower than the
+        # preemptor costs a comparison per node, not one per pod; a subclass
+        # with its own rule is asked about each pod.
+        cls = type(self)
+        own_selection = cls.select_victims_on_node is not DefaultPreemption.select_victims_on_node
+        by_priority = cls.is_preemption_allowed is DefaultPreemption.is_preemption_allowed
+        priority = pod.priority
         for i in range(n):
             ni = potential_nodes[(offset + i) % n]
-            if not own_selection and not any(
-                self.is_preemption_allowed(ni, p, pod) for p in ni.pods.values()
+            if not own_selection and (
+                _none_lower(ni, priority)
+                if by_priority
+                else not any(self.is_preemption_allowed(ni, p, pod) for p in ni.pods.values())
             ):
                 statuses[ni.name] = _NO_VICTIMS
                 continue

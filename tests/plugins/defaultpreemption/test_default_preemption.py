@@ -853,6 +853,24 @@ def test_dry_run_finds_no_victims_by_the_plugins_own_rule() -> None:
     assert [(c.name, [v.name for v in c.victims]) for c in got] == [("node1", ["p1"])]
 
 
+def test_dry_run_sees_the_node_lose_and_gain_its_lower_priority_pods() -> None:
+    """The "no pod here may be preempted" test follows the node's pods: a node
+    whose only lower-priority pod leaves is ErrNoVictims, and one that gains a
+    lower-priority pod has it as the victim."""
+    e = env((N("node1"),), (P("p1", "node1", HIGH, SMALL), P("p2", "node1", MID, LARGE)))
+    pod = PodInfo(P("p", prio=HIGH, req=LARGE))
+    state = e.pre_filter(pod)
+    ni = e.snap.nodes["node1"]
+    got, _, _ = e.pl.dry_run_preemption(state, pod, [ni], [], 0, 1)
+    assert [v.name for c in got for v in c.victims] == ["p2"]
+    e.snap.apply(pb.ClusterDelta(delete_pods=["p2"]))
+    got, statuses, _ = e.pl.dry_run_preemption(state, pod, [ni], [], 0, 1)
+    assert (got, statuses) == ([], {"node1": Status.unresolvable(ERR_NO_VICTIMS)})
+    e.snap.apply(pb.ClusterDelta(upsert_pods=[P("p3", "node1", LOW, LARGE)]))
+    got, _, _ = e.pl.dry_run_preemption(state, pod, [ni], [], 0, 1)
+    assert [v.name for c in got for v in c.victims] == ["p3"]
+
+
 def test_dry_run_filters_a_clone_with_a_batch_only_plugin_through_a_scratch_snapshot() -> None:
     """A Filter plugin with only filter_nodes still sees the clone's pods."""
     e = env(

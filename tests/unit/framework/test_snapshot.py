@@ -64,6 +64,39 @@ def test_random_deltas_keep_columns_consistent() -> None:
         check_columns_match_nodeinfos(snap)
 
 
+def test_each_nodes_lowest_priority_follows_its_pods() -> None:
+    """NodeInfo.lowest_priority (DefaultPreemption's "no victims here" test) is
+    the minimum of the node's pods' priorities after any mix of adds, moves,
+    updates and deletes, asked at random moments (so both its kept answer and
+    its recount are exercised), on the nodes and on their clones."""
+    rng = random.Random(11)
+    snap = Snapshot()
+    snap.apply(delta(upsert_nodes=[make_node(f"n{i}").obj() for i in range(6)]))
+    live: list[pb.Pod] = []
+    for step in range(600):
+        d = pb.ClusterDelta()
+        for _ in range(rng.randint(0, 3)):
+            if live and rng.random() < 0.3:
+                # The same pod again: moved, or its priority changed.
+                pod = pb.Pod()
+                pod.CopyFrom(rng.choice(live))
+                pod.node_name = f"n{rng.randint(0, 5)}"
+                pod.priority = rng.randint(-3, 3)
+            else:
+                pod = make_pod(f"p{step}-{len(live)}").node(f"n{rng.randint(0, 5)}").obj()
+                pod.priority = rng.randint(-3, 3)
+                live.append(pod)
+            d.upsert_pods.append(pod)
+        if live and rng.random() < 0.4:
+            d.delete_pods.append(live.pop(rng.randrange(len(live))).uid)
+        snap.apply(d)
+        for ni in snap.nodes.values():
+            if rng.random() < 0.5:
+                want = min((p.proto.priority for p in ni.pods.values()), default=None)
+                assert ni.lowest_priority == want, (step, ni.name)
+                assert ni.clone().lowest_priority == want
+
+
 def test_pod_moves_between_nodes_on_upsert() -> None:
     snap = snapshot_of(
         [make_node("a").capacity(cpu="4").obj(), make_node("b").capacity(cpu="4").obj()]
