@@ -69,10 +69,12 @@ def schedule_response(
     generation: int,
     explain: bool,
     out: pb.ScheduleResponse | None = None,
+    group_rejected: bool = False,
 ) -> pb.ScheduleResponse:
     """The cycle's response, written into ``out`` when given (an empty
     ScheduleResponse inside the message that carries it, a batch's result
-    or a stream's answer, so it is built where it is sent, not copied there)."""
+    or a stream's answer, so it is built where it is sent, not copied there).
+    ``group_rejected``: the rejected nodes as Diagnosis.rejected_groups."""
     if out is None:
         out = pb.ScheduleResponse()
     fill_status(out.status, result.status)
@@ -103,13 +105,28 @@ def schedule_response(
         # Many nodes share one Status object (a batch Filter's verdicts):
         # each is built once and copied into its nodes' entries (by identity:
         # ``result`` holds every one for the loop's length).
-        built: dict[int, pb.Status] = {}
-        add = d.rejected.add
-        for name, st in result.rejected.items():
-            msg = built.get(id(st))
-            if msg is None:
-                msg = built[id(st)] = status_to_pb(st)
-            add(node=name, status=msg)
+        if group_rejected:
+            # One group per Status object, its nodes in the order met.
+            groups: dict[int, list[str]] = {}
+            first: dict[int, Status] = {}
+            for name, st in result.rejected.items():
+                names = groups.get(id(st))
+                if names is None:
+                    names = groups[id(st)] = []
+                    first[id(st)] = st
+                names.append(name)
+            for key, names in groups.items():
+                group = d.rejected_groups.add()
+                fill_status(group.status, first[key])
+                group.nodes.extend(names)
+        else:
+            built: dict[int, pb.Status] = {}
+            add = d.rejected.add
+            for name, st in result.rejected.items():
+                msg = built.get(id(st))
+                if msg is None:
+                    msg = built[id(st)] = status_to_pb(st)
+                add(node=name, status=msg)
         d.unschedulable_plugins.extend(sorted(result.unschedulable_plugins))
         d.pending_plugins.extend(sorted(result.pending_plugins))
         if result.pre_filter_status is not None:

@@ -62,7 +62,7 @@ def schedule(
         batch=batch_for(snap, fw.name) if request.cycle else None,
         cycle=request.cycle,
     )
-    return schedule_response(result, state, gen, request.explain, out)
+    return schedule_response(result, state, gen, request.explain, out, request.group_rejected)
 
 
 # Bounds the extenders' scores a caller adds (ScheduleResume.extra_scores), so
@@ -245,7 +245,7 @@ def _batch_slice(b: _Batch, request: pb.ScheduleBatchRequest, slice_seconds: flo
         took = time.perf_counter() - now
         b.fastest = took if not i else min(b.fastest, took)
         b.start = result.next_start_index
-        schedule_response(result, state, gen, False, b.out.results.add())
+        schedule_response(result, state, gen, False, b.out.results.add(), request.group_rejected)
         b.i += 1
         if result.node and _holds_node(result):
             held = snap.pods.get(pod.uid)

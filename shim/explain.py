@@ -35,12 +35,13 @@ import logging
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
+from berth.client.answers import rejected_count, rejected_nodes
 from berth.framework.model import CALCULATE_RESOURCE_OPTIONS, pod_request_list, resource_list
 from berth.framework.objects import ClusterObject
 from berth.kube.records import EXPLAIN_RESULT_ANNOTATION
@@ -186,24 +187,26 @@ class Attempt:
 
 
 def _group(
-    statuses: Iterable[tuple[str, pb.Status]],
+    statuses: Iterable[tuple[Sequence[str], pb.Status]],
 ) -> tuple[tuple[Rejection, ...], int]:
-    """Per-node statuses grouped by (plugin, code, reasons), at most
-    MAX_GROUPS groups of at most MAX_SAMPLE_NODES names; the nodes of
-    groups beyond that are counted."""
+    """Nodes and their status (several nodes of one status at a time, as the
+    answer's rejected_groups carry them, or one) grouped by (plugin, code,
+    reasons), at most MAX_GROUPS groups of at most MAX_SAMPLE_NODES names; the
+    nodes of groups beyond that are counted."""
     groups: dict[tuple[str, int, tuple[str, ...]], tuple[list[int], list[str]]] = {}
     other = 0
-    for node, st in statuses:
+    for nodes, st in statuses:
         key = (st.plugin, st.code, tuple(st.reasons))
         g = groups.get(key)
         if g is None:
             if len(groups) >= MAX_GROUPS:
-                other += 1
+                other += len(nodes)
                 continue
             g = groups[key] = ([0], [])
-        g[0][0] += 1
-        if len(g[1]) < MAX_SAMPLE_NODES:
-            g[1].append(node)
+        g[0][0] += len(nodes)
+        room = MAX_SAMPLE_NODES - len(g[1])
+        if room > 0:
+            g[1].extend(nodes[:room])
     out = tuple(
         Rejection(plugin, code, _cap("; ".join(reasons), 512), n[0], tuple(names))
         for (plugin, code, reasons), (n, names) in sorted(
@@ -241,14 +244,19 @@ def attempt_of(
                 ),
             )
         else:
-            rejections, other = _group((ns.node, ns.status) for ns in d.rejected)
+            rejections, other = _group(
+                [
+                    *(([ns.node], ns.status) for ns in d.rejected),
+                    *((g.nodes, g.status) for g in d.rejected_groups),
+                ]
+            )
         if resp.HasField("post_filter"):
             pf = resp.post_filter
             nominated = pf.nominated_node_name
             victims = tuple((v.namespace, v.name) for v in pf.victims[:MAX_VICTIMS])
             post_filter = _cap("; ".join(pf.status.reasons), 512)
     elif status is not None and node:
-        rejections, other = _group([(node, status)])
+        rejections, other = _group([([node], status)])
     return Attempt(
         at=time.time(),
         attempt=attempt,
@@ -316,9 +324,8 @@ def result_annotation(
     if resp is not None:
         if resp.node:
             doc["selectedNode"] = resp.node
-        for ns in resp.diagnosis.rejected:
-            st = ns.status
-            filters[ns.node] = f"{st.plugin}: {'; '.join(st.reasons)}"
+        for node, st in rejected_nodes(resp.diagnosis):
+            filters[node] = f"{st.plugin}: {'; '.join(st.reasons)}"
         for sc in resp.scores:
             scores[sc.node] = {"total": sc.total, **dict(sc.plugins)}
         message = message or resp.diagnosis.message
@@ -537,13 +544,12 @@ class Explainer:
         d = resp.diagnosis
         rows: list[dict[str, Any]] = []
         by_plugin: dict[str, list[str]] = {}
-        for ns in d.rejected:
-            st = ns.status
-            by_plugin.setdefault(st.plugin, []).append(ns.node)
+        for node, st in rejected_nodes(d):
+            by_plugin.setdefault(st.plugin, []).append(node)
             if len(rows) < MAX_LIVE_ROWS:
                 rows.append(
                     {
-                        "node": ns.node,
+                        "node": node,
                         "plugin": st.plugin,
                         "code": code_name(st.code),
                         "reason": _cap("; ".join(st.reasons), 512),
@@ -573,8 +579,9 @@ class Explainer:
             "rejected": rows,
             "scores": scores,
         }
-        if len(d.rejected) > len(rows):
-            live["rejectedNotShown"] = len(d.rejected) - len(rows)
+        rejected = rejected_count(d)
+        if rejected > len(rows):
+            live["rejectedNotShown"] = rejected - len(rows)
         if resp.node:
             live["node"] = resp.node
         if d.HasField("pre_filter_status") and d.pre_filter_status.code != pb.CODE_SUCCESS:

@@ -37,6 +37,7 @@ from opentelemetry import trace
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
+from berth.client.answers import rejected_nodes
 from berth.framework.status import Code, Status, fit_error_message
 from berth.logs import V
 from berth.server.convert import status_from_pb, status_to_pb
@@ -504,7 +505,7 @@ class SchedulingCycle:
         and the extenders' statuses, "Extender" among the rejecting plugins;
         PostFilter runs on it (preemption) when the profile has any."""
         d = first.diagnosis
-        rejected = {ns.node: status_from_pb(ns.status) for ns in d.rejected}
+        rejected = {node: status_from_pb(st) for node, st in rejected_nodes(d)}
         rejected.update(statuses)
         rejected_pb = [pb.NodeStatus(node=n, status=status_to_pb(st)) for n, st in rejected.items()]
         resp = pb.ScheduleResponse(

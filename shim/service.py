@@ -517,6 +517,7 @@ class PluginService:
                     explain=explain,
                     cycle=cycle,
                     seed=seed,
+                    group_rejected=True,
                 ),
             )
         else:
@@ -530,6 +531,7 @@ class PluginService:
                     explain=explain,
                     cycle=cycle,
                     seed=seed,
+                    group_rejected=True,
                 ),
             )
         return resp
@@ -540,7 +542,8 @@ class PluginService:
         reserved and the answer's signals and writes are not acted on."""
         self.state.commit()
         resp: pb.ScheduleResponse = await self._guard(
-            "Schedule", lambda: self.client.schedule(profile, pod, explain=True)
+            "Schedule",
+            lambda: self.client.schedule(profile, pod, explain=True, group_rejected=True),
         )
         return resp
 
@@ -564,6 +567,7 @@ class PluginService:
                 reserve_and_permit=True,
                 cycle=cycle,
                 seed=seed,
+                group_rejected=True,
             ),
         )
         return resp
@@ -601,6 +605,7 @@ class PluginService:
                 pod=pod,
                 start_index=start_index,
                 reserve_and_permit=True,
+                group_rejected=True,
                 **half,
             )
 

@@ -14,6 +14,7 @@
   channel credentials they make.
 """
 
+from berth.client.answers import rejected_count, rejected_nodes
 from berth.client.channel import (
     CHANNEL_OPTIONS,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -72,6 +73,8 @@ __all__ = [
     "load_service_config",
     "open_channel",
     "parse_target",
+    "rejected_count",
+    "rejected_nodes",
     "replica_generation",
     "resolve_dns",
 ]

@@ -150,6 +150,7 @@ def _schedule_request(
     reserve_and_permit: bool,
     seed: int,
     cycle: int = 0,
+    group_rejected: bool = False,
 ) -> Callable[[cpb.ClusterState], pb.ScheduleRequest]:
     def build(st: cpb.ClusterState) -> pb.ScheduleRequest:
         return pb.ScheduleRequest(
@@ -161,6 +162,7 @@ def _schedule_request(
             reserve_and_permit=reserve_and_permit,
             seed=seed,
             cycle=cycle,
+            group_rejected=group_rejected,
         )
 
     return build
@@ -634,11 +636,14 @@ class SchedulingClient:
         reserve_and_permit: bool = False,
         seed: int = 0,
         cycle: int = 0,
+        group_rejected: bool = False,
     ) -> pb.ScheduleResponse:
         """One scheduling cycle (Schedule). ``cycle``: the caller's cycle
-        number, for opportunistic batching (ScheduleRequest.cycle)."""
+        number, for opportunistic batching (ScheduleRequest.cycle).
+        ``group_rejected``: the rejected nodes as Diagnosis.rejected_groups
+        (read either form with ``rejected_nodes``)."""
         build = _schedule_request(
-            profile, pod, start_index, explain, reserve_and_permit, seed, cycle
+            profile, pod, start_index, explain, reserve_and_permit, seed, cycle, group_rejected
         )
         resp: pb.ScheduleResponse = await self.call("Schedule", build)
         return resp
@@ -652,10 +657,12 @@ class SchedulingClient:
         reserve_and_permit: bool = False,
         seed: int = 0,
         cycle: int = 0,
+        group_rejected: bool = False,
     ) -> pb.ScheduleBatchResponse:
         """Several cycles in one round trip (ScheduleBatch). The caller adds the
         placed pods to its state afterwards, like after single cycles.
-        ``cycle``: the first pod's cycle number (ScheduleBatchRequest.cycle)."""
+        ``cycle``: the first pod's cycle number (ScheduleBatchRequest.cycle);
+        ``group_rejected`` as for ``schedule``."""
 
         def build(st: cpb.ClusterState) -> pb.ScheduleBatchRequest:
             return pb.ScheduleBatchRequest(
@@ -666,6 +673,7 @@ class SchedulingClient:
                 reserve_and_permit=reserve_and_permit,
                 seed=seed,
                 cycle=cycle,
+                group_rejected=group_rejected,
             )
 
         resp: pb.ScheduleBatchResponse = await self.call("ScheduleBatch", build)
@@ -681,13 +689,14 @@ class SchedulingClient:
         reserve_and_permit: bool = False,
         seed: int = 0,
         cycle: int = 0,
+        group_rejected: bool = False,
     ) -> pb.ScheduleResponse:
         """``schedule`` over the ScheduleStream RPC: one stream per endpoint,
         opened on first use and kept. A refused request raises
         RequestRefused; a broken stream is reopened, on the next endpoint when
         the replica is unavailable."""
         build = _schedule_request(
-            profile, pod, start_index, explain, reserve_and_permit, seed, cycle
+            profile, pod, start_index, explain, reserve_and_permit, seed, cycle, group_rejected
         )
         resp: pb.ScheduleResponse = await self._over_endpoints(
             lambda e: self._streamed_on(e, build), stream=True

@@ -9,7 +9,7 @@ import pytest
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
-from berth.client import ClusterStateLog, SchedulingClient
+from berth.client import ClusterStateLog, SchedulingClient, rejected_count, rejected_nodes
 from berth.framework.testing import make_node, make_pod
 from berth.server.app import RunningServer
 
@@ -169,3 +169,37 @@ async def test_a_batch_over_the_servers_limit_is_resource_exhausted(
             pb.ScheduleBatchRequest(profile=PROFILE, state=log.full_state(), pods=pods[:4])
         )
         assert len(ok.results) == 4
+
+
+async def test_grouped_rejections_carry_what_the_per_node_form_does(
+    default_server: RunningServer,
+) -> None:
+    """ScheduleRequest/ScheduleBatchRequest.group_rejected: the same nodes and
+    statuses as Diagnosis.rejected, each status once with its nodes, and
+    `rejected` left empty."""
+    log = ClusterStateLog()
+    for i in range(6):
+        node = make_node(f"n{i}").capacity(cpu="1" if i % 2 else "2", memory="8Gi")
+        if i == 5:
+            node = node.unschedulable(True)
+        log.upsert_node(node.obj())
+    log.commit()
+    pod = make_pod("big").req(cpu="3").obj()  # fits nowhere
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{default_server.port}") as ch:
+        client = SchedulingClient(ch, log)
+        plain = await client.schedule(PROFILE, pod)
+        grouped = await client.schedule(PROFILE, pod, group_rejected=True)
+        batch = await client.schedule_batch(PROFILE, [pod], group_rejected=True)
+    per_node = {ns.node: ns.status for ns in plain.diagnosis.rejected}
+    assert set(per_node) == {f"n{i}" for i in range(6)}
+    for resp in (grouped, batch.results[0]):
+        assert resp.diagnosis.message == plain.diagnosis.message
+        d = resp.diagnosis
+        assert not d.rejected
+        assert dict(rejected_nodes(d)) == per_node
+        assert rejected_count(d) == 6
+        # Two verdicts: Insufficient cpu (n0 to n4), unschedulable (n5).
+        assert sorted(sorted(g.nodes) for g in d.rejected_groups) == [
+            ["n0", "n1", "n2", "n3", "n4"],
+            ["n5"],
+        ]

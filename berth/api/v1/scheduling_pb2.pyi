@@ -1373,6 +1373,36 @@ class NodeStatus(_message.Message):
 Global___NodeStatus: _TypeAlias = NodeStatus  # noqa: Y015
 
 @_typing.final
+class NodeGroupStatus(_message.Message):
+    """Nodes that got one verdict."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def status(self) -> Global___Status:
+        """The verdict, with the plugin that gave it."""
+
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The nodes, in the order the cycle met them."""
+
+    def __init__(
+        self,
+        *,
+        status: Global___Status | None = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["nodes", b"nodes", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeGroupStatus: _TypeAlias = NodeGroupStatus  # noqa: Y015
+
+@_typing.final
 class FilterResponse(_message.Message):
     """Filter's result over the request's nodes."""
 
@@ -2145,6 +2175,7 @@ class ScheduleRequest(_message.Message):
     STOP_AFTER_FILTER_FIELD_NUMBER: _builtins.int
     RESUME_FIELD_NUMBER: _builtins.int
     CYCLE_FIELD_NUMBER: _builtins.int
+    GROUP_REJECTED_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
     """The profile's schedulerName; required."""
     start_index: _builtins.int
@@ -2188,6 +2219,12 @@ class ScheduleRequest(_message.Message):
     cycle's ranking without evaluating the others (upstream's
     OpportunisticBatching, framework/batch.py).
     """
+    group_rejected: _builtins.bool
+    """Answer the rejected nodes as `diagnosis.rejected_groups` (the nodes that
+    share one status, under it once) instead of `diagnosis.rejected` (one
+    entry and one copy of its status per node): on a large cluster that many
+    nodes reject for one reason the answer is then a list of names.
+    """
     @_builtins.property
     def state(self) -> _cluster_pb2.ClusterState:
         """The cluster state the cycle reads; required."""
@@ -2218,10 +2255,11 @@ class ScheduleRequest(_message.Message):
         stop_after_filter: _builtins.bool = ...,
         resume: Global___ScheduleResume | None = ...,
         cycle: _builtins.int = ...,
+        group_rejected: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod", "resume", b"resume", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "explain", b"explain", "pod", b"pod", "profile", b"profile", "reserve_and_permit", b"reserve_and_permit", "resume", b"resume", "seed", b"seed", "start_index", b"start_index", "state", b"state", "stop_after_filter", b"stop_after_filter", "timeout_millis", b"timeout_millis"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "explain", b"explain", "group_rejected", b"group_rejected", "pod", b"pod", "profile", b"profile", "reserve_and_permit", b"reserve_and_permit", "resume", b"resume", "seed", b"seed", "start_index", b"start_index", "state", b"state", "stop_after_filter", b"stop_after_filter", "timeout_millis", b"timeout_millis"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2416,6 +2454,7 @@ class Diagnosis(_message.Message):
     PENDING_PLUGINS_FIELD_NUMBER: _builtins.int
     ABSENT_STATUS_FIELD_NUMBER: _builtins.int
     NUM_ALL_NODES_FIELD_NUMBER: _builtins.int
+    REJECTED_GROUPS_FIELD_NUMBER: _builtins.int
     message: _builtins.str
     """Upstream's FitError text, e.g. "0/5 nodes are available: 1 node(s) were
     unschedulable, 4 Insufficient cpu."
@@ -2452,6 +2491,13 @@ class Diagnosis(_message.Message):
         FitError should its extenders reject every node.
         """
 
+    @_builtins.property
+    def rejected_groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeGroupStatus]:
+        """`rejected` grouped by status, when the request asked for it
+        (ScheduleRequest.group_rejected); `rejected` is then empty. A node is in
+        one group at most.
+        """
+
     def __init__(
         self,
         *,
@@ -2462,10 +2508,11 @@ class Diagnosis(_message.Message):
         pending_plugins: _abc.Iterable[_builtins.str] | None = ...,
         absent_status: Global___Status | None = ...,
         num_all_nodes: _builtins.int = ...,
+        rejected_groups: _abc.Iterable[Global___NodeGroupStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["absent_status", b"absent_status", "pre_filter_status", b"pre_filter_status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["absent_status", b"absent_status", "message", b"message", "num_all_nodes", b"num_all_nodes", "pending_plugins", b"pending_plugins", "pre_filter_status", b"pre_filter_status", "rejected", b"rejected", "unschedulable_plugins", b"unschedulable_plugins"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["absent_status", b"absent_status", "message", b"message", "num_all_nodes", b"num_all_nodes", "pending_plugins", b"pending_plugins", "pre_filter_status", b"pre_filter_status", "rejected", b"rejected", "rejected_groups", b"rejected_groups", "unschedulable_plugins", b"unschedulable_plugins"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2484,6 +2531,7 @@ class ScheduleBatchRequest(_message.Message):
     RESERVE_AND_PERMIT_FIELD_NUMBER: _builtins.int
     SEED_FIELD_NUMBER: _builtins.int
     CYCLE_FIELD_NUMBER: _builtins.int
+    GROUP_REJECTED_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
     """The profile's schedulerName; required."""
     start_index: _builtins.int
@@ -2498,6 +2546,8 @@ class ScheduleBatchRequest(_message.Message):
     """The first pod's scheduling cycle number (ScheduleRequest.cycle); pod i's
     is cycle + i. With 0, only the batch's own pods batch with each other.
     """
+    group_rejected: _builtins.bool
+    """As ScheduleRequest.group_rejected, for every result."""
     @_builtins.property
     def state(self) -> _cluster_pb2.ClusterState:
         """The cluster state the cycles read; required."""
@@ -2518,10 +2568,11 @@ class ScheduleBatchRequest(_message.Message):
         reserve_and_permit: _builtins.bool = ...,
         seed: _builtins.int = ...,
         cycle: _builtins.int = ...,
+        group_rejected: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "pods", b"pods", "profile", b"profile", "reserve_and_permit", b"reserve_and_permit", "seed", b"seed", "start_index", b"start_index", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "group_rejected", b"group_rejected", "pods", b"pods", "profile", b"profile", "reserve_and_permit", b"reserve_and_permit", "seed", b"seed", "start_index", b"start_index", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

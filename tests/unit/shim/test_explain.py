@@ -39,14 +39,22 @@ GI = 1 << 30
 
 
 def _failed(
-    rejected: list[tuple[str, str, str]], message: str = "0/3 nodes"
+    rejected: list[tuple[str, str, str]], message: str = "0/3 nodes", *, grouped: bool = False
 ) -> pb.ScheduleResponse:
+    """A failed cycle's answer, its rejected nodes one entry each or, with
+    ``grouped``, as Diagnosis.rejected_groups (ScheduleRequest.group_rejected)."""
     resp = pb.ScheduleResponse(status=pb.Status(code=pb.CODE_UNSCHEDULABLE, reasons=[message]))
     resp.diagnosis.message = message
+    groups: dict[tuple[str, str], pb.NodeGroupStatus] = {}
     for node, plugin, reason in rejected:
-        resp.diagnosis.rejected.add(
-            node=node, status=pb.Status(code=pb.CODE_UNSCHEDULABLE, reasons=[reason], plugin=plugin)
-        )
+        status = pb.Status(code=pb.CODE_UNSCHEDULABLE, reasons=[reason], plugin=plugin)
+        if not grouped:
+            resp.diagnosis.rejected.add(node=node, status=status)
+            continue
+        group = groups.get((plugin, reason))
+        if group is None:
+            group = groups[(plugin, reason)] = resp.diagnosis.rejected_groups.add(status=status)
+        group.nodes.append(node)
     return resp
 
 
@@ -70,24 +78,31 @@ def test_store_refuses_a_cap_below_one() -> None:
         AttemptStore(0)
 
 
-def test_attempt_groups_nodes_by_plugin_and_reason_with_counts_and_capped_names() -> None:
+@pytest.mark.parametrize("grouped", [False, True])
+def test_attempt_groups_nodes_by_plugin_and_reason_with_counts_and_capped_names(
+    grouped: bool,
+) -> None:
     rejected = [(f"n{i}", "NodeResourcesFit", "Insufficient cpu") for i in range(20)]
     rejected += [("a1", "NodeAffinity", "node(s) didn't match Pod's node affinity/selector")]
-    a = attempt_of(3, "0/21 nodes are available", error=False, resp=_failed(rejected))
+    resp = _failed(rejected, grouped=grouped)
+    a = attempt_of(3, "0/21 nodes are available", error=False, resp=resp)
     assert [(r.plugin, r.count) for r in a.rejections] == [
         ("NodeResourcesFit", 20),
         ("NodeAffinity", 1),
     ]
-    assert len(a.rejections[0].nodes) == MAX_SAMPLE_NODES
+    assert a.rejections[0].nodes == tuple(f"n{i}" for i in range(MAX_SAMPLE_NODES))
     assert a.attempt == 3 and not a.error
     assert a.as_dict()["rejections"][0]["code"] == "Unschedulable"
 
 
-def test_attempt_size_is_bounded_however_many_distinct_reasons() -> None:
-    rejected = [(f"n{i}", "P", f"reason {i} " + "x" * 1000) for i in range(200)]
-    a = attempt_of(1, "m" * 100_000, error=False, resp=_failed(rejected, "m" * 100_000))
+@pytest.mark.parametrize("grouped", [False, True])
+def test_attempt_size_is_bounded_however_many_distinct_reasons(grouped: bool) -> None:
+    rejected = [(f"n{i}", "P", f"reason {i % 100} " + "x" * 1000) for i in range(200)]
+    resp = _failed(rejected, "m" * 100_000, grouped=grouped)
+    a = attempt_of(1, "m" * 100_000, error=False, resp=resp)
     assert len(a.rejections) == MAX_GROUPS
-    assert a.other_nodes == 200 - MAX_GROUPS
+    # Each reason has two nodes; the reasons past the first MAX_GROUPS are counted.
+    assert a.other_nodes == 200 - 2 * MAX_GROUPS
     assert all(len(r.reason) <= 512 for r in a.rejections)
     assert len(a.message) <= 2048 and a.message.endswith("(truncated)")
 

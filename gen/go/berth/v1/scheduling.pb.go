@@ -2371,6 +2371,61 @@ func (x *NodeStatus) GetStatus() *Status {
 	return nil
 }
 
+// Nodes that got one verdict.
+type NodeGroupStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The verdict, with the plugin that gave it.
+	Status *Status `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// The nodes, in the order the cycle met them.
+	Nodes         []string `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeGroupStatus) Reset() {
+	*x = NodeGroupStatus{}
+	mi := &file_berth_v1_scheduling_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeGroupStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeGroupStatus) ProtoMessage() {}
+
+func (x *NodeGroupStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_v1_scheduling_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeGroupStatus.ProtoReflect.Descriptor instead.
+func (*NodeGroupStatus) Descriptor() ([]byte, []int) {
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *NodeGroupStatus) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *NodeGroupStatus) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
 // Filter's result over the request's nodes.
 type FilterResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2386,7 +2441,7 @@ type FilterResponse struct {
 
 func (x *FilterResponse) Reset() {
 	*x = FilterResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[30]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2453,7 @@ func (x *FilterResponse) String() string {
 func (*FilterResponse) ProtoMessage() {}
 
 func (x *FilterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[30]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2466,7 @@ func (x *FilterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilterResponse.ProtoReflect.Descriptor instead.
 func (*FilterResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{30}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FilterResponse) GetFeasible() []string {
@@ -2455,7 +2510,7 @@ type PostFilterRequest struct {
 
 func (x *PostFilterRequest) Reset() {
 	*x = PostFilterRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[31]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2522,7 @@ func (x *PostFilterRequest) String() string {
 func (*PostFilterRequest) ProtoMessage() {}
 
 func (x *PostFilterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[31]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2535,7 @@ func (x *PostFilterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostFilterRequest.ProtoReflect.Descriptor instead.
 func (*PostFilterRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{31}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PostFilterRequest) GetProfile() string {
@@ -2570,7 +2625,7 @@ type PostFilterResponse struct {
 
 func (x *PostFilterResponse) Reset() {
 	*x = PostFilterResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[32]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2637,7 @@ func (x *PostFilterResponse) String() string {
 func (*PostFilterResponse) ProtoMessage() {}
 
 func (x *PostFilterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[32]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2650,7 @@ func (x *PostFilterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostFilterResponse.ProtoReflect.Descriptor instead.
 func (*PostFilterResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{32}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PostFilterResponse) GetStatus() *Status {
@@ -2690,7 +2745,7 @@ type Victim struct {
 
 func (x *Victim) Reset() {
 	*x = Victim{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[33]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +2757,7 @@ func (x *Victim) String() string {
 func (*Victim) ProtoMessage() {}
 
 func (x *Victim) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[33]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +2770,7 @@ func (x *Victim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Victim.ProtoReflect.Descriptor instead.
 func (*Victim) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{33}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Victim) GetUid() string {
@@ -2754,7 +2809,7 @@ type PreScoreResponse struct {
 
 func (x *PreScoreResponse) Reset() {
 	*x = PreScoreResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2766,7 +2821,7 @@ func (x *PreScoreResponse) String() string {
 func (*PreScoreResponse) ProtoMessage() {}
 
 func (x *PreScoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2779,7 +2834,7 @@ func (x *PreScoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreScoreResponse.ProtoReflect.Descriptor instead.
 func (*PreScoreResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{34}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PreScoreResponse) GetStatus() *Status {
@@ -2818,7 +2873,7 @@ type PluginScores struct {
 
 func (x *PluginScores) Reset() {
 	*x = PluginScores{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +2885,7 @@ func (x *PluginScores) String() string {
 func (*PluginScores) ProtoMessage() {}
 
 func (x *PluginScores) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +2898,7 @@ func (x *PluginScores) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginScores.ProtoReflect.Descriptor instead.
 func (*PluginScores) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{35}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PluginScores) GetPlugin() string {
@@ -2884,7 +2939,7 @@ type ScoreResponse struct {
 
 func (x *ScoreResponse) Reset() {
 	*x = ScoreResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2896,7 +2951,7 @@ func (x *ScoreResponse) String() string {
 func (*ScoreResponse) ProtoMessage() {}
 
 func (x *ScoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2909,7 +2964,7 @@ func (x *ScoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreResponse.ProtoReflect.Descriptor instead.
 func (*ScoreResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{36}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ScoreResponse) GetStatus() *Status {
@@ -2962,7 +3017,7 @@ type NormalizeScoreRequest struct {
 
 func (x *NormalizeScoreRequest) Reset() {
 	*x = NormalizeScoreRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3029,7 @@ func (x *NormalizeScoreRequest) String() string {
 func (*NormalizeScoreRequest) ProtoMessage() {}
 
 func (x *NormalizeScoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3042,7 @@ func (x *NormalizeScoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NormalizeScoreRequest.ProtoReflect.Descriptor instead.
 func (*NormalizeScoreRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{37}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *NormalizeScoreRequest) GetProfile() string {
@@ -3050,7 +3105,7 @@ type NormalizeScoreResponse struct {
 
 func (x *NormalizeScoreResponse) Reset() {
 	*x = NormalizeScoreResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3062,7 +3117,7 @@ func (x *NormalizeScoreResponse) String() string {
 func (*NormalizeScoreResponse) ProtoMessage() {}
 
 func (x *NormalizeScoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3075,7 +3130,7 @@ func (x *NormalizeScoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NormalizeScoreResponse.ProtoReflect.Descriptor instead.
 func (*NormalizeScoreResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{38}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NormalizeScoreResponse) GetStatus() *Status {
@@ -3140,7 +3195,7 @@ type ObjectWrite struct {
 
 func (x *ObjectWrite) Reset() {
 	*x = ObjectWrite{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3152,7 +3207,7 @@ func (x *ObjectWrite) String() string {
 func (*ObjectWrite) ProtoMessage() {}
 
 func (x *ObjectWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3165,7 +3220,7 @@ func (x *ObjectWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectWrite.ProtoReflect.Descriptor instead.
 func (*ObjectWrite) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{39}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ObjectWrite) GetRef() *ObjectRef {
@@ -3267,7 +3322,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3279,7 +3334,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3292,7 +3347,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{40}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -3370,7 +3425,7 @@ type WaitingPodSignal struct {
 
 func (x *WaitingPodSignal) Reset() {
 	*x = WaitingPodSignal{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3382,7 +3437,7 @@ func (x *WaitingPodSignal) String() string {
 func (*WaitingPodSignal) ProtoMessage() {}
 
 func (x *WaitingPodSignal) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3395,7 +3450,7 @@ func (x *WaitingPodSignal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitingPodSignal.ProtoReflect.Descriptor instead.
 func (*WaitingPodSignal) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{41}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WaitingPodSignal) GetPodUid() string {
@@ -3454,7 +3509,7 @@ type PermitResponse struct {
 
 func (x *PermitResponse) Reset() {
 	*x = PermitResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3466,7 +3521,7 @@ func (x *PermitResponse) String() string {
 func (*PermitResponse) ProtoMessage() {}
 
 func (x *PermitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3479,7 +3534,7 @@ func (x *PermitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermitResponse.ProtoReflect.Descriptor instead.
 func (*PermitResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{42}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PermitResponse) GetStatus() *Status {
@@ -3545,7 +3600,7 @@ type BindResponse struct {
 
 func (x *BindResponse) Reset() {
 	*x = BindResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3557,7 +3612,7 @@ func (x *BindResponse) String() string {
 func (*BindResponse) ProtoMessage() {}
 
 func (x *BindResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3570,7 +3625,7 @@ func (x *BindResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindResponse.ProtoReflect.Descriptor instead.
 func (*BindResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{43}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *BindResponse) GetStatus() *Status {
@@ -3656,14 +3711,19 @@ type ScheduleRequest struct {
 	// replica, with the same signature, may be placed on the next node of that
 	// cycle's ranking without evaluating the others (upstream's
 	// OpportunisticBatching, framework/batch.py).
-	Cycle         uint64 `protobuf:"varint,11,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	Cycle uint64 `protobuf:"varint,11,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	// Answer the rejected nodes as `diagnosis.rejected_groups` (the nodes that
+	// share one status, under it once) instead of `diagnosis.rejected` (one
+	// entry and one copy of its status per node): on a large cluster that many
+	// nodes reject for one reason the answer is then a list of names.
+	GroupRejected bool `protobuf:"varint,12,opt,name=group_rejected,json=groupRejected,proto3" json:"group_rejected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleRequest) Reset() {
 	*x = ScheduleRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[44]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3675,7 +3735,7 @@ func (x *ScheduleRequest) String() string {
 func (*ScheduleRequest) ProtoMessage() {}
 
 func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[44]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3688,7 +3748,7 @@ func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{44}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ScheduleRequest) GetProfile() string {
@@ -3768,6 +3828,13 @@ func (x *ScheduleRequest) GetCycle() uint64 {
 	return 0
 }
 
+func (x *ScheduleRequest) GetGroupRejected() bool {
+	if x != nil {
+		return x.GroupRejected
+	}
+	return false
+}
+
 // The rest of a cycle that stopped after Filter (ScheduleRequest.resume).
 type ScheduleResume struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3791,7 +3858,7 @@ type ScheduleResume struct {
 
 func (x *ScheduleResume) Reset() {
 	*x = ScheduleResume{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3803,7 +3870,7 @@ func (x *ScheduleResume) String() string {
 func (*ScheduleResume) ProtoMessage() {}
 
 func (x *ScheduleResume) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3816,7 +3883,7 @@ func (x *ScheduleResume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleResume.ProtoReflect.Descriptor instead.
 func (*ScheduleResume) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{45}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ScheduleResume) GetCycle() *CycleState {
@@ -3868,7 +3935,7 @@ type NodeScore struct {
 
 func (x *NodeScore) Reset() {
 	*x = NodeScore{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[46]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3880,7 +3947,7 @@ func (x *NodeScore) String() string {
 func (*NodeScore) ProtoMessage() {}
 
 func (x *NodeScore) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[46]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3893,7 +3960,7 @@ func (x *NodeScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeScore.ProtoReflect.Descriptor instead.
 func (*NodeScore) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{46}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *NodeScore) GetNode() string {
@@ -3955,14 +4022,18 @@ type Diagnosis struct {
 	AbsentStatus *Status `protobuf:"bytes,6,opt,name=absent_status,json=absentStatus,proto3" json:"absent_status,omitempty"`
 	// The nodes of the snapshot the cycle ran at (the N of "0/N nodes are
 	// available"); set on a stopped cycle.
-	NumAllNodes   int32 `protobuf:"varint,7,opt,name=num_all_nodes,json=numAllNodes,proto3" json:"num_all_nodes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NumAllNodes int32 `protobuf:"varint,7,opt,name=num_all_nodes,json=numAllNodes,proto3" json:"num_all_nodes,omitempty"`
+	// `rejected` grouped by status, when the request asked for it
+	// (ScheduleRequest.group_rejected); `rejected` is then empty. A node is in
+	// one group at most.
+	RejectedGroups []*NodeGroupStatus `protobuf:"bytes,8,rep,name=rejected_groups,json=rejectedGroups,proto3" json:"rejected_groups,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Diagnosis) Reset() {
 	*x = Diagnosis{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[47]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3974,7 +4045,7 @@ func (x *Diagnosis) String() string {
 func (*Diagnosis) ProtoMessage() {}
 
 func (x *Diagnosis) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[47]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3987,7 +4058,7 @@ func (x *Diagnosis) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnosis.ProtoReflect.Descriptor instead.
 func (*Diagnosis) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{47}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Diagnosis) GetRejected() []*NodeStatus {
@@ -4039,6 +4110,13 @@ func (x *Diagnosis) GetNumAllNodes() int32 {
 	return 0
 }
 
+func (x *Diagnosis) GetRejectedGroups() []*NodeGroupStatus {
+	if x != nil {
+		return x.RejectedGroups
+	}
+	return nil
+}
+
 // Several queued pods, one scheduling cycle each, in order.
 type ScheduleBatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4058,14 +4136,16 @@ type ScheduleBatchRequest struct {
 	Seed uint64 `protobuf:"varint,6,opt,name=seed,proto3" json:"seed,omitempty"`
 	// The first pod's scheduling cycle number (ScheduleRequest.cycle); pod i's
 	// is cycle + i. With 0, only the batch's own pods batch with each other.
-	Cycle         uint64 `protobuf:"varint,7,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	Cycle uint64 `protobuf:"varint,7,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	// As ScheduleRequest.group_rejected, for every result.
+	GroupRejected bool `protobuf:"varint,8,opt,name=group_rejected,json=groupRejected,proto3" json:"group_rejected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleBatchRequest) Reset() {
 	*x = ScheduleBatchRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[48]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4077,7 +4157,7 @@ func (x *ScheduleBatchRequest) String() string {
 func (*ScheduleBatchRequest) ProtoMessage() {}
 
 func (x *ScheduleBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[48]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4090,7 +4170,7 @@ func (x *ScheduleBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleBatchRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleBatchRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{48}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ScheduleBatchRequest) GetProfile() string {
@@ -4142,6 +4222,13 @@ func (x *ScheduleBatchRequest) GetCycle() uint64 {
 	return 0
 }
 
+func (x *ScheduleBatchRequest) GetGroupRejected() bool {
+	if x != nil {
+		return x.GroupRejected
+	}
+	return false
+}
+
 // The batch's results.
 type ScheduleBatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4157,7 +4244,7 @@ type ScheduleBatchResponse struct {
 
 func (x *ScheduleBatchResponse) Reset() {
 	*x = ScheduleBatchResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[49]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4169,7 +4256,7 @@ func (x *ScheduleBatchResponse) String() string {
 func (*ScheduleBatchResponse) ProtoMessage() {}
 
 func (x *ScheduleBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[49]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4182,7 +4269,7 @@ func (x *ScheduleBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleBatchResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleBatchResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{49}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ScheduleBatchResponse) GetResults() []*ScheduleResponse {
@@ -4230,7 +4317,7 @@ type RequestError struct {
 
 func (x *RequestError) Reset() {
 	*x = RequestError{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[50]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4242,7 +4329,7 @@ func (x *RequestError) String() string {
 func (*RequestError) ProtoMessage() {}
 
 func (x *RequestError) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[50]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4255,7 +4342,7 @@ func (x *RequestError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestError.ProtoReflect.Descriptor instead.
 func (*RequestError) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{50}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RequestError) GetGrpcCode() int32 {
@@ -4317,7 +4404,7 @@ type ScheduleStreamResponse struct {
 
 func (x *ScheduleStreamResponse) Reset() {
 	*x = ScheduleStreamResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[51]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4329,7 +4416,7 @@ func (x *ScheduleStreamResponse) String() string {
 func (*ScheduleStreamResponse) ProtoMessage() {}
 
 func (x *ScheduleStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[51]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4342,7 +4429,7 @@ func (x *ScheduleStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleStreamResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleStreamResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{51}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ScheduleStreamResponse) GetResult() isScheduleStreamResponse_Result {
@@ -4451,7 +4538,7 @@ type ScheduleResponse struct {
 
 func (x *ScheduleResponse) Reset() {
 	*x = ScheduleResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[52]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4463,7 +4550,7 @@ func (x *ScheduleResponse) String() string {
 func (*ScheduleResponse) ProtoMessage() {}
 
 func (x *ScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[52]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4476,7 +4563,7 @@ func (x *ScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{52}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ScheduleResponse) GetStatus() *Status {
@@ -4748,7 +4835,10 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\n" +
 	"NodeStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12(\n" +
-	"\x06status\x18\x02 \x01(\v2\x10.berth.v1.StatusR\x06status\"~\n" +
+	"\x06status\x18\x02 \x01(\v2\x10.berth.v1.StatusR\x06status\"Q\n" +
+	"\x0fNodeGroupStatus\x12(\n" +
+	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12\x14\n" +
+	"\x05nodes\x18\x02 \x03(\tR\x05nodes\"~\n" +
 	"\x0eFilterResponse\x12\x1a\n" +
 	"\bfeasible\x18\x01 \x03(\tR\bfeasible\x120\n" +
 	"\brejected\x18\x02 \x03(\v2\x14.berth.v1.NodeStatusR\brejected\x12\x1e\n" +
@@ -4858,7 +4948,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x05 \x01(\x03R\n" +
-	"generation\"\x92\x03\n" +
+	"generation\"\xb9\x03\n" +
 	"\x0fScheduleRequest\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12,\n" +
 	"\x05state\x18\x02 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\x12\x1f\n" +
@@ -4872,7 +4962,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x11stop_after_filter\x18\t \x01(\bR\x0fstopAfterFilter\x120\n" +
 	"\x06resume\x18\n" +
 	" \x01(\v2\x18.berth.v1.ScheduleResumeR\x06resume\x12\x14\n" +
-	"\x05cycle\x18\v \x01(\x04R\x05cycle\"\x89\x02\n" +
+	"\x05cycle\x18\v \x01(\x04R\x05cycle\x12%\n" +
+	"\x0egroup_rejected\x18\f \x01(\bR\rgroupRejected\"\x89\x02\n" +
 	"\x0eScheduleResume\x12*\n" +
 	"\x05cycle\x18\x01 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x12\x14\n" +
 	"\x05nodes\x18\x02 \x03(\tR\x05nodes\x12L\n" +
@@ -4897,7 +4988,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a=\n" +
 	"\x0fNormalizedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xce\x02\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x92\x03\n" +
 	"\tDiagnosis\x120\n" +
 	"\brejected\x18\x01 \x03(\v2\x14.berth.v1.NodeStatusR\brejected\x123\n" +
 	"\x15unschedulable_plugins\x18\x02 \x03(\tR\x14unschedulablePlugins\x12<\n" +
@@ -4905,7 +4996,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12'\n" +
 	"\x0fpending_plugins\x18\x05 \x03(\tR\x0ependingPlugins\x125\n" +
 	"\rabsent_status\x18\x06 \x01(\v2\x10.berth.v1.StatusR\fabsentStatus\x12\"\n" +
-	"\rnum_all_nodes\x18\a \x01(\x05R\vnumAllNodes\"\xfa\x01\n" +
+	"\rnum_all_nodes\x18\a \x01(\x05R\vnumAllNodes\x12B\n" +
+	"\x0frejected_groups\x18\b \x03(\v2\x19.berth.v1.NodeGroupStatusR\x0erejectedGroups\"\xa1\x02\n" +
 	"\x14ScheduleBatchRequest\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12,\n" +
 	"\x05state\x18\x02 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\x12!\n" +
@@ -4914,7 +5006,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"startIndex\x12,\n" +
 	"\x12reserve_and_permit\x18\x05 \x01(\bR\x10reserveAndPermit\x12\x12\n" +
 	"\x04seed\x18\x06 \x01(\x04R\x04seed\x12\x14\n" +
-	"\x05cycle\x18\a \x01(\x04R\x05cycle\"\x97\x01\n" +
+	"\x05cycle\x18\a \x01(\x04R\x05cycle\x12%\n" +
+	"\x0egroup_rejected\x18\b \x01(\bR\rgroupRejected\"\x97\x01\n" +
 	"\x15ScheduleBatchResponse\x124\n" +
 	"\aresults\x18\x01 \x03(\v2\x1a.berth.v1.ScheduleResponseR\aresults\x12(\n" +
 	"\x10next_start_index\x18\x02 \x01(\x05R\x0enextStartIndex\x12\x1e\n" +
@@ -5026,7 +5119,7 @@ func file_berth_v1_scheduling_proto_rawDescGZIP() []byte {
 }
 
 var file_berth_v1_scheduling_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_berth_v1_scheduling_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_berth_v1_scheduling_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_berth_v1_scheduling_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: berth.v1.ErrorReason
 	(Code)(0),                        // 1: berth.v1.Code
@@ -5061,188 +5154,191 @@ var file_berth_v1_scheduling_proto_goTypes = []any{
 	(*NodeRequest)(nil),              // 30: berth.v1.NodeRequest
 	(*PreFilterResponse)(nil),        // 31: berth.v1.PreFilterResponse
 	(*NodeStatus)(nil),               // 32: berth.v1.NodeStatus
-	(*FilterResponse)(nil),           // 33: berth.v1.FilterResponse
-	(*PostFilterRequest)(nil),        // 34: berth.v1.PostFilterRequest
-	(*PostFilterResponse)(nil),       // 35: berth.v1.PostFilterResponse
-	(*Victim)(nil),                   // 36: berth.v1.Victim
-	(*PreScoreResponse)(nil),         // 37: berth.v1.PreScoreResponse
-	(*PluginScores)(nil),             // 38: berth.v1.PluginScores
-	(*ScoreResponse)(nil),            // 39: berth.v1.ScoreResponse
-	(*NormalizeScoreRequest)(nil),    // 40: berth.v1.NormalizeScoreRequest
-	(*NormalizeScoreResponse)(nil),   // 41: berth.v1.NormalizeScoreResponse
-	(*ObjectWrite)(nil),              // 42: berth.v1.ObjectWrite
-	(*StatusResponse)(nil),           // 43: berth.v1.StatusResponse
-	(*WaitingPodSignal)(nil),         // 44: berth.v1.WaitingPodSignal
-	(*PermitResponse)(nil),           // 45: berth.v1.PermitResponse
-	(*BindResponse)(nil),             // 46: berth.v1.BindResponse
-	(*ScheduleRequest)(nil),          // 47: berth.v1.ScheduleRequest
-	(*ScheduleResume)(nil),           // 48: berth.v1.ScheduleResume
-	(*NodeScore)(nil),                // 49: berth.v1.NodeScore
-	(*Diagnosis)(nil),                // 50: berth.v1.Diagnosis
-	(*ScheduleBatchRequest)(nil),     // 51: berth.v1.ScheduleBatchRequest
-	(*ScheduleBatchResponse)(nil),    // 52: berth.v1.ScheduleBatchResponse
-	(*RequestError)(nil),             // 53: berth.v1.RequestError
-	(*ScheduleStreamResponse)(nil),   // 54: berth.v1.ScheduleStreamResponse
-	(*ScheduleResponse)(nil),         // 55: berth.v1.ScheduleResponse
-	nil,                              // 56: berth.v1.CycleState.DataEntry
-	nil,                              // 57: berth.v1.StatusResponse.AssumeAnnotationsEntry
-	nil,                              // 58: berth.v1.PermitResponse.WaitTimeoutMillisEntry
-	nil,                              // 59: berth.v1.ScheduleResume.ExtraScoresEntry
-	nil,                              // 60: berth.v1.NodeScore.PluginsEntry
-	nil,                              // 61: berth.v1.NodeScore.RawEntry
-	nil,                              // 62: berth.v1.NodeScore.NormalizedEntry
-	nil,                              // 63: berth.v1.RequestError.MetadataEntry
-	nil,                              // 64: berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	(*ClusterState)(nil),             // 65: berth.v1.ClusterState
-	(*Node)(nil),                     // 66: berth.v1.Node
-	(*Pod)(nil),                      // 67: berth.v1.Pod
-	(*ClusterObject)(nil),            // 68: berth.v1.ClusterObject
-	(*ObjectRef)(nil),                // 69: berth.v1.ObjectRef
+	(*NodeGroupStatus)(nil),          // 33: berth.v1.NodeGroupStatus
+	(*FilterResponse)(nil),           // 34: berth.v1.FilterResponse
+	(*PostFilterRequest)(nil),        // 35: berth.v1.PostFilterRequest
+	(*PostFilterResponse)(nil),       // 36: berth.v1.PostFilterResponse
+	(*Victim)(nil),                   // 37: berth.v1.Victim
+	(*PreScoreResponse)(nil),         // 38: berth.v1.PreScoreResponse
+	(*PluginScores)(nil),             // 39: berth.v1.PluginScores
+	(*ScoreResponse)(nil),            // 40: berth.v1.ScoreResponse
+	(*NormalizeScoreRequest)(nil),    // 41: berth.v1.NormalizeScoreRequest
+	(*NormalizeScoreResponse)(nil),   // 42: berth.v1.NormalizeScoreResponse
+	(*ObjectWrite)(nil),              // 43: berth.v1.ObjectWrite
+	(*StatusResponse)(nil),           // 44: berth.v1.StatusResponse
+	(*WaitingPodSignal)(nil),         // 45: berth.v1.WaitingPodSignal
+	(*PermitResponse)(nil),           // 46: berth.v1.PermitResponse
+	(*BindResponse)(nil),             // 47: berth.v1.BindResponse
+	(*ScheduleRequest)(nil),          // 48: berth.v1.ScheduleRequest
+	(*ScheduleResume)(nil),           // 49: berth.v1.ScheduleResume
+	(*NodeScore)(nil),                // 50: berth.v1.NodeScore
+	(*Diagnosis)(nil),                // 51: berth.v1.Diagnosis
+	(*ScheduleBatchRequest)(nil),     // 52: berth.v1.ScheduleBatchRequest
+	(*ScheduleBatchResponse)(nil),    // 53: berth.v1.ScheduleBatchResponse
+	(*RequestError)(nil),             // 54: berth.v1.RequestError
+	(*ScheduleStreamResponse)(nil),   // 55: berth.v1.ScheduleStreamResponse
+	(*ScheduleResponse)(nil),         // 56: berth.v1.ScheduleResponse
+	nil,                              // 57: berth.v1.CycleState.DataEntry
+	nil,                              // 58: berth.v1.StatusResponse.AssumeAnnotationsEntry
+	nil,                              // 59: berth.v1.PermitResponse.WaitTimeoutMillisEntry
+	nil,                              // 60: berth.v1.ScheduleResume.ExtraScoresEntry
+	nil,                              // 61: berth.v1.NodeScore.PluginsEntry
+	nil,                              // 62: berth.v1.NodeScore.RawEntry
+	nil,                              // 63: berth.v1.NodeScore.NormalizedEntry
+	nil,                              // 64: berth.v1.RequestError.MetadataEntry
+	nil,                              // 65: berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	(*ClusterState)(nil),             // 66: berth.v1.ClusterState
+	(*Node)(nil),                     // 67: berth.v1.Node
+	(*Pod)(nil),                      // 68: berth.v1.Pod
+	(*ClusterObject)(nil),            // 69: berth.v1.ClusterObject
+	(*ObjectRef)(nil),                // 70: berth.v1.ObjectRef
 }
 var file_berth_v1_scheduling_proto_depIdxs = []int32{
 	1,   // 0: berth.v1.Status.code:type_name -> berth.v1.Code
-	56,  // 1: berth.v1.CycleState.data:type_name -> berth.v1.CycleState.DataEntry
-	65,  // 2: berth.v1.SyncRequest.state:type_name -> berth.v1.ClusterState
-	65,  // 3: berth.v1.UploadStateRequest.state:type_name -> berth.v1.ClusterState
+	57,  // 1: berth.v1.CycleState.data:type_name -> berth.v1.CycleState.DataEntry
+	66,  // 2: berth.v1.SyncRequest.state:type_name -> berth.v1.ClusterState
+	66,  // 3: berth.v1.UploadStateRequest.state:type_name -> berth.v1.ClusterState
 	10,  // 4: berth.v1.ExtensionPoint.plugins:type_name -> berth.v1.PluginRef
 	11,  // 5: berth.v1.Profile.extension_points:type_name -> berth.v1.ExtensionPoint
 	12,  // 6: berth.v1.Profile.reads:type_name -> berth.v1.ObjectKind
 	14,  // 7: berth.v1.Profile.events:type_name -> berth.v1.RegisteredEvent
-	66,  // 8: berth.v1.EventObject.node:type_name -> berth.v1.Node
-	67,  // 9: berth.v1.EventObject.pod:type_name -> berth.v1.Pod
-	68,  // 10: berth.v1.EventObject.cluster_object:type_name -> berth.v1.ClusterObject
-	67,  // 11: berth.v1.HintPod.pod:type_name -> berth.v1.Pod
+	67,  // 8: berth.v1.EventObject.node:type_name -> berth.v1.Node
+	68,  // 9: berth.v1.EventObject.pod:type_name -> berth.v1.Pod
+	69,  // 10: berth.v1.EventObject.cluster_object:type_name -> berth.v1.ClusterObject
+	68,  // 11: berth.v1.HintPod.pod:type_name -> berth.v1.Pod
 	15,  // 12: berth.v1.QueueingHintsRequest.old_object:type_name -> berth.v1.EventObject
 	15,  // 13: berth.v1.QueueingHintsRequest.new_object:type_name -> berth.v1.EventObject
 	16,  // 14: berth.v1.QueueingHintsRequest.pods:type_name -> berth.v1.HintPod
 	18,  // 15: berth.v1.QueueingHintsResponse.pods:type_name -> berth.v1.PodHint
 	13,  // 16: berth.v1.DescribeProfilesResponse.profiles:type_name -> berth.v1.Profile
-	67,  // 17: berth.v1.PreEnqueueRequest.pod:type_name -> berth.v1.Pod
-	65,  // 18: berth.v1.PreEnqueueRequest.state:type_name -> berth.v1.ClusterState
+	68,  // 17: berth.v1.PreEnqueueRequest.pod:type_name -> berth.v1.Pod
+	66,  // 18: berth.v1.PreEnqueueRequest.state:type_name -> berth.v1.ClusterState
 	3,   // 19: berth.v1.PreEnqueueResponse.status:type_name -> berth.v1.Status
-	67,  // 20: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
+	68,  // 20: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
 	24,  // 21: berth.v1.SortKey.parts:type_name -> berth.v1.SortKeyPart
 	23,  // 22: berth.v1.QueueSortRequest.pods:type_name -> berth.v1.QueuedPod
-	65,  // 23: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
+	66,  // 23: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
 	25,  // 24: berth.v1.QueueSortResponse.keys:type_name -> berth.v1.SortKey
-	65,  // 25: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
-	67,  // 26: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
+	66,  // 25: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
+	68,  // 26: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
 	4,   // 27: berth.v1.CycleRequest.cycle:type_name -> berth.v1.CycleState
-	65,  // 28: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
-	67,  // 29: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
+	66,  // 28: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
+	68,  // 29: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
 	4,   // 30: berth.v1.NodesRequest.cycle:type_name -> berth.v1.CycleState
-	65,  // 31: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
-	67,  // 32: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
+	66,  // 31: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
+	68,  // 32: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
 	4,   // 33: berth.v1.NodeRequest.cycle:type_name -> berth.v1.CycleState
 	3,   // 34: berth.v1.PreFilterResponse.status:type_name -> berth.v1.Status
 	4,   // 35: berth.v1.PreFilterResponse.cycle:type_name -> berth.v1.CycleState
 	3,   // 36: berth.v1.NodeStatus.status:type_name -> berth.v1.Status
-	32,  // 37: berth.v1.FilterResponse.rejected:type_name -> berth.v1.NodeStatus
-	65,  // 38: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
-	67,  // 39: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
-	4,   // 40: berth.v1.PostFilterRequest.cycle:type_name -> berth.v1.CycleState
-	32,  // 41: berth.v1.PostFilterRequest.rejected:type_name -> berth.v1.NodeStatus
-	3,   // 42: berth.v1.PostFilterResponse.status:type_name -> berth.v1.Status
-	4,   // 43: berth.v1.PostFilterResponse.cycle:type_name -> berth.v1.CycleState
-	44,  // 44: berth.v1.PostFilterResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	36,  // 45: berth.v1.PostFilterResponse.victims:type_name -> berth.v1.Victim
-	2,   // 46: berth.v1.PostFilterResponse.nominating_mode:type_name -> berth.v1.NominatingMode
-	42,  // 47: berth.v1.PostFilterResponse.writes:type_name -> berth.v1.ObjectWrite
-	3,   // 48: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
-	4,   // 49: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
-	3,   // 50: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
-	38,  // 51: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	65,  // 52: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
-	67,  // 53: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
-	4,   // 54: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
-	38,  // 55: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
-	3,   // 56: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
-	38,  // 57: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	69,  // 58: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
-	3,   // 59: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
-	4,   // 60: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
-	42,  // 61: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
-	57,  // 62: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
-	44,  // 63: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	3,   // 64: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
-	4,   // 65: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
-	58,  // 66: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
-	44,  // 67: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	3,   // 68: berth.v1.BindResponse.status:type_name -> berth.v1.Status
-	65,  // 69: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
-	67,  // 70: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
-	48,  // 71: berth.v1.ScheduleRequest.resume:type_name -> berth.v1.ScheduleResume
-	4,   // 72: berth.v1.ScheduleResume.cycle:type_name -> berth.v1.CycleState
-	59,  // 73: berth.v1.ScheduleResume.extra_scores:type_name -> berth.v1.ScheduleResume.ExtraScoresEntry
-	60,  // 74: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
-	61,  // 75: berth.v1.NodeScore.raw:type_name -> berth.v1.NodeScore.RawEntry
-	62,  // 76: berth.v1.NodeScore.normalized:type_name -> berth.v1.NodeScore.NormalizedEntry
-	32,  // 77: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
-	3,   // 78: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
-	3,   // 79: berth.v1.Diagnosis.absent_status:type_name -> berth.v1.Status
-	65,  // 80: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
-	67,  // 81: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
-	55,  // 82: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
-	63,  // 83: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
-	55,  // 84: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
-	53,  // 85: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
-	3,   // 86: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
-	4,   // 87: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
-	50,  // 88: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
-	3,   // 89: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
-	45,  // 90: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
-	49,  // 91: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
-	35,  // 92: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
-	64,  // 93: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	44,  // 94: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
-	3,   // 95: berth.v1.ScheduleResponse.pre_bind_pre_flight_error:type_name -> berth.v1.Status
-	5,   // 96: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
-	9,   // 97: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
-	21,  // 98: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
-	26,  // 99: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
-	17,  // 100: berth.v1.SchedulingService.QueueingHints:input_type -> berth.v1.QueueingHintsRequest
-	28,  // 101: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
-	29,  // 102: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
-	34,  // 103: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
-	29,  // 104: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
-	29,  // 105: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
-	40,  // 106: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
-	30,  // 107: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
-	30,  // 108: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
-	30,  // 109: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
-	30,  // 110: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
-	30,  // 111: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
-	30,  // 112: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
-	47,  // 113: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
-	47,  // 114: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
-	51,  // 115: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
-	7,   // 116: berth.v1.SchedulingService.UploadState:input_type -> berth.v1.UploadStateRequest
-	6,   // 117: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
-	20,  // 118: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
-	22,  // 119: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
-	27,  // 120: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
-	19,  // 121: berth.v1.SchedulingService.QueueingHints:output_type -> berth.v1.QueueingHintsResponse
-	31,  // 122: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
-	33,  // 123: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
-	35,  // 124: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
-	37,  // 125: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
-	39,  // 126: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
-	41,  // 127: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
-	43,  // 128: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
-	43,  // 129: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
-	45,  // 130: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
-	43,  // 131: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
-	46,  // 132: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
-	43,  // 133: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
-	55,  // 134: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
-	54,  // 135: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
-	52,  // 136: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
-	8,   // 137: berth.v1.SchedulingService.UploadState:output_type -> berth.v1.UploadStateResponse
-	117, // [117:138] is the sub-list for method output_type
-	96,  // [96:117] is the sub-list for method input_type
-	96,  // [96:96] is the sub-list for extension type_name
-	96,  // [96:96] is the sub-list for extension extendee
-	0,   // [0:96] is the sub-list for field type_name
+	3,   // 37: berth.v1.NodeGroupStatus.status:type_name -> berth.v1.Status
+	32,  // 38: berth.v1.FilterResponse.rejected:type_name -> berth.v1.NodeStatus
+	66,  // 39: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
+	68,  // 40: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
+	4,   // 41: berth.v1.PostFilterRequest.cycle:type_name -> berth.v1.CycleState
+	32,  // 42: berth.v1.PostFilterRequest.rejected:type_name -> berth.v1.NodeStatus
+	3,   // 43: berth.v1.PostFilterResponse.status:type_name -> berth.v1.Status
+	4,   // 44: berth.v1.PostFilterResponse.cycle:type_name -> berth.v1.CycleState
+	45,  // 45: berth.v1.PostFilterResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	37,  // 46: berth.v1.PostFilterResponse.victims:type_name -> berth.v1.Victim
+	2,   // 47: berth.v1.PostFilterResponse.nominating_mode:type_name -> berth.v1.NominatingMode
+	43,  // 48: berth.v1.PostFilterResponse.writes:type_name -> berth.v1.ObjectWrite
+	3,   // 49: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
+	4,   // 50: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
+	3,   // 51: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
+	39,  // 52: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	66,  // 53: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
+	68,  // 54: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
+	4,   // 55: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
+	39,  // 56: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
+	3,   // 57: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
+	39,  // 58: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	70,  // 59: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
+	3,   // 60: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
+	4,   // 61: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
+	43,  // 62: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
+	58,  // 63: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
+	45,  // 64: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	3,   // 65: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
+	4,   // 66: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
+	59,  // 67: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
+	45,  // 68: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	3,   // 69: berth.v1.BindResponse.status:type_name -> berth.v1.Status
+	66,  // 70: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
+	68,  // 71: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
+	49,  // 72: berth.v1.ScheduleRequest.resume:type_name -> berth.v1.ScheduleResume
+	4,   // 73: berth.v1.ScheduleResume.cycle:type_name -> berth.v1.CycleState
+	60,  // 74: berth.v1.ScheduleResume.extra_scores:type_name -> berth.v1.ScheduleResume.ExtraScoresEntry
+	61,  // 75: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
+	62,  // 76: berth.v1.NodeScore.raw:type_name -> berth.v1.NodeScore.RawEntry
+	63,  // 77: berth.v1.NodeScore.normalized:type_name -> berth.v1.NodeScore.NormalizedEntry
+	32,  // 78: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
+	3,   // 79: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
+	3,   // 80: berth.v1.Diagnosis.absent_status:type_name -> berth.v1.Status
+	33,  // 81: berth.v1.Diagnosis.rejected_groups:type_name -> berth.v1.NodeGroupStatus
+	66,  // 82: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
+	68,  // 83: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
+	56,  // 84: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
+	64,  // 85: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
+	56,  // 86: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
+	54,  // 87: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
+	3,   // 88: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
+	4,   // 89: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
+	51,  // 90: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
+	3,   // 91: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
+	46,  // 92: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
+	50,  // 93: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
+	36,  // 94: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
+	65,  // 95: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	45,  // 96: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
+	3,   // 97: berth.v1.ScheduleResponse.pre_bind_pre_flight_error:type_name -> berth.v1.Status
+	5,   // 98: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
+	9,   // 99: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
+	21,  // 100: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
+	26,  // 101: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
+	17,  // 102: berth.v1.SchedulingService.QueueingHints:input_type -> berth.v1.QueueingHintsRequest
+	28,  // 103: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
+	29,  // 104: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
+	35,  // 105: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
+	29,  // 106: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
+	29,  // 107: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
+	41,  // 108: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
+	30,  // 109: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
+	30,  // 110: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
+	30,  // 111: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
+	30,  // 112: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
+	30,  // 113: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
+	30,  // 114: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
+	48,  // 115: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
+	48,  // 116: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
+	52,  // 117: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
+	7,   // 118: berth.v1.SchedulingService.UploadState:input_type -> berth.v1.UploadStateRequest
+	6,   // 119: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
+	20,  // 120: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
+	22,  // 121: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
+	27,  // 122: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
+	19,  // 123: berth.v1.SchedulingService.QueueingHints:output_type -> berth.v1.QueueingHintsResponse
+	31,  // 124: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
+	34,  // 125: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
+	36,  // 126: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
+	38,  // 127: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
+	40,  // 128: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
+	42,  // 129: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
+	44,  // 130: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
+	44,  // 131: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
+	46,  // 132: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
+	44,  // 133: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
+	47,  // 134: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
+	44,  // 135: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
+	56,  // 136: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
+	55,  // 137: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
+	53,  // 138: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
+	8,   // 139: berth.v1.SchedulingService.UploadState:output_type -> berth.v1.UploadStateResponse
+	119, // [119:140] is the sub-list for method output_type
+	98,  // [98:119] is the sub-list for method input_type
+	98,  // [98:98] is the sub-list for extension type_name
+	98,  // [98:98] is the sub-list for extension extendee
+	0,   // [0:98] is the sub-list for field type_name
 }
 
 func init() { file_berth_v1_scheduling_proto_init() }
@@ -5261,7 +5357,7 @@ func file_berth_v1_scheduling_proto_init() {
 		(*SortKeyPart_Float)(nil),
 		(*SortKeyPart_Str)(nil),
 	}
-	file_berth_v1_scheduling_proto_msgTypes[51].OneofWrappers = []any{
+	file_berth_v1_scheduling_proto_msgTypes[52].OneofWrappers = []any{
 		(*ScheduleStreamResponse_Response)(nil),
 		(*ScheduleStreamResponse_Error)(nil),
 	}
@@ -5271,7 +5367,7 @@ func file_berth_v1_scheduling_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_v1_scheduling_proto_rawDesc), len(file_berth_v1_scheduling_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   62,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
