@@ -37,6 +37,8 @@ PUBLIC = {
     "load_service_config": "channel",
     "open_channel": "channel",
     "parse_target": "endpoints",
+    "rejected_count": "answers",
+    "rejected_nodes": "answers",
     "replica_generation": "errors",
     "resolve_dns": "endpoints",
 }
