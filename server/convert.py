@@ -107,17 +107,15 @@ def schedule_response(
         # ``result`` holds every one for the loop's length).
         if group_rejected:
             # One group per Status object, its nodes in the order met.
-            groups: dict[int, list[str]] = {}
-            first: dict[int, Status] = {}
+            groups: dict[int, tuple[Status, list[str]]] = {}
             for name, st in result.rejected.items():
-                names = groups.get(id(st))
-                if names is None:
-                    names = groups[id(st)] = []
-                    first[id(st)] = st
-                names.append(name)
-            for key, names in groups.items():
+                entry = groups.get(id(st))
+                if entry is None:
+                    entry = groups[id(st)] = (st, [])
+                entry[1].append(name)
+            for st, names in groups.values():
                 group = d.rejected_groups.add()
-                fill_status(group.status, first[key])
+                fill_status(group.status, st)
                 group.nodes.extend(names)
         else:
             built: dict[int, pb.Status] = {}

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
-from berth.client.answers import rejected_count, rejected_nodes
+from berth.client.answers import rejected_by_status, rejected_count, rejected_nodes
 from berth.framework.model import CALCULATE_RESOURCE_OPTIONS, pod_request_list, resource_list
 from berth.framework.objects import ClusterObject
 from berth.kube.records import EXPLAIN_RESULT_ANNOTATION
@@ -244,12 +244,7 @@ def attempt_of(
                 ),
             )
         else:
-            rejections, other = _group(
-                [
-                    *(([ns.node], ns.status) for ns in d.rejected),
-                    *((g.nodes, g.status) for g in d.rejected_groups),
-                ]
-            )
+            rejections, other = _group(rejected_by_status(d))
         if resp.HasField("post_filter"):
             pf = resp.post_filter
             nominated = pf.nominated_node_name

@@ -14,7 +14,7 @@
   channel credentials they make.
 """
 
-from berth.client.answers import rejected_count, rejected_nodes
+from berth.client.answers import rejected_by_status, rejected_count, rejected_nodes
 from berth.client.channel import (
     CHANNEL_OPTIONS,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -73,6 +73,7 @@ __all__ = [
     "load_service_config",
     "open_channel",
     "parse_target",
+    "rejected_by_status",
     "rejected_count",
     "rejected_nodes",
     "replica_generation",

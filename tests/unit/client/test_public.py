@@ -37,6 +37,7 @@ PUBLIC = {
     "load_service_config": "channel",
     "open_channel": "channel",
     "parse_target": "endpoints",
+    "rejected_by_status": "answers",
     "rejected_count": "answers",
     "rejected_nodes": "answers",
     "replica_generation": "errors",
