@@ -50,7 +50,7 @@ from berth.framework.model import PodInfo
 from berth.framework.objects import ObjectWrite
 from berth.framework.runtime import CycleError, Framework, ScoreOutcome, Signal
 from berth.framework.snapshot import NodeBatch, Snapshot
-from berth.framework.status import SUCCESS, Code, Status, fit_error_message
+from berth.framework.status import SUCCESS, Code, Status, count_statuses, fit_error_message
 
 __all__ = [
     "MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND",
@@ -667,7 +667,7 @@ def _diagnosis(
     nodes count with (unresolvable)."""
     plugins = set(restricting)
     pending: set[str] = set()
-    for rejection in set(rejected.values()):
+    for rejection, _ in count_statuses(rejected.values()):
         if rejection.plugin and rejection.is_rejected:
             plugins.add(rejection.plugin)
             if rejection.code is Code.PENDING:

@@ -8,7 +8,8 @@ values are the same, and they equal berth.v1.Code on the wire.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 
@@ -114,6 +115,17 @@ SUCCESS = Status()
 SKIP = Status(Code.SKIP)
 
 
+def count_statuses(statuses: Collection[Status]) -> list[tuple[Status, int]]:
+    """Each distinct Status object among ``statuses`` with how many times it
+    occurs, in the order first met. Distinct by identity: a batch Filter's
+    verdicts share one Status object among all the nodes it rejects for one
+    reason, so a failed cycle over thousands of nodes has a handful of them
+    (counted here in C, where a set of them would hash each by value)."""
+    counts = Counter(map(id, statuses))
+    objects = dict(zip(map(id, statuses), statuses, strict=True))
+    return [(objects[key], n) for key, n in counts.items()]
+
+
 def fit_error_message(
     num_all_nodes: int,
     rejected: Mapping[str, Status],
@@ -128,9 +140,9 @@ def fit_error_message(
         msg += f" {pre_filter_msg}."
     else:
         counts: dict[str, int] = {}
-        for st in rejected.values():
+        for st, n in count_statuses(rejected.values()):
             for reason in st.reasons:
-                counts[reason] = counts.get(reason, 0) + 1
+                counts[reason] = counts.get(reason, 0) + n
         if absent_status is not None and len(rejected) < num_all_nodes:
             for reason in absent_status.reasons:
                 counts[reason] = counts.get(reason, 0) + num_all_nodes - len(rejected)

@@ -477,7 +477,7 @@ async def bench_cycles(
                 cpu_server = cpu_seconds(server.pid) if server.pid else 0.0
             kind, pod = next(pods)
             t0 = time.perf_counter()
-            resp = await call(profile, pod, start_index=start_index)
+            resp = await call(profile, pod, start_index=start_index, group_rejected=True)
             if i >= warmup:
                 lat.append((time.perf_counter() - t0) * 1000)
                 kinds.append(kind)
@@ -537,7 +537,9 @@ async def bench_batches(
             drawn = [next(source) for _ in range(batch)]
             pods = [pod for _, pod in drawn]
             t0 = time.perf_counter()
-            resp = await client.schedule_batch(profile, pods, start_index=start_index)
+            resp = await client.schedule_batch(
+                profile, pods, start_index=start_index, group_rejected=True
+            )
             per_pod = (time.perf_counter() - t0) * 1000 / batch
             start_index = resp.next_start_index
             for (kind, pod), res in zip(drawn, resp.results, strict=True):
@@ -644,7 +646,13 @@ def bench_inprocess(
             t0 = time.perf_counter()
             st = log.state_since(acked)
             resp = service.schedule_or_error(
-                pb.ScheduleRequest(profile=profile, state=st, pod=pod, start_index=start_index)
+                pb.ScheduleRequest(
+                    profile=profile,
+                    state=st,
+                    pod=pod,
+                    start_index=start_index,
+                    group_rejected=True,
+                )
             ).SerializeToString()
             acked = st.generation
             if i >= warmup:

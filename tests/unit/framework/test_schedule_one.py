@@ -21,6 +21,7 @@ from berth.framework.schedule_one import (
     schedule_pod,
     select_host,
 )
+from berth.framework.status import count_statuses
 from berth.framework.testing import make_node, make_pod, snapshot_of
 from tests.unit.framework.fakes import REGISTRY, CallLog, profile
 
@@ -88,6 +89,23 @@ def test_fit_error_message_reads_like_upstream() -> None:
         "0/3 nodes are available: 1 Insufficient memory, 1 node(s) were unschedulable, "
         "2 Insufficient cpu."
     )
+
+
+def test_fit_error_message_counts_shared_and_equal_statuses_alike() -> None:
+    """A batch Filter's verdicts share one Status object among the nodes it
+    rejects for one reason; other nodes may hold equal but distinct objects.
+    Both count once per node in the histogram."""
+    shared = Status.unschedulable("Insufficient cpu")
+    rejected = {f"n{i}": shared for i in range(1000)}
+    rejected.update({f"m{i}": Status.unschedulable("Insufficient cpu") for i in range(5)})
+    rejected["x"] = Status.unresolvable("node(s) were unschedulable")
+    assert fit_error_message(1010, rejected) == (
+        "0/1010 nodes are available: 1 node(s) were unschedulable, 1005 Insufficient cpu."
+    )
+    counted = count_statuses(list(rejected.values()))
+    assert counted[0] == (shared, 1000)
+    assert sum(n for _, n in counted) == len(rejected)
+    assert len(counted) == 7
 
 
 def test_cycle_with_no_feasible_node_reports_fit_error() -> None:
