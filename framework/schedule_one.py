@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,14 @@ from berth.framework.model import PodInfo
 from berth.framework.objects import ObjectWrite
 from berth.framework.runtime import CycleError, Framework, ScoreOutcome, Signal
 from berth.framework.snapshot import NodeBatch, Snapshot
-from berth.framework.status import SUCCESS, Code, Status, count_statuses, fit_error_message
+from berth.framework.status import (
+    SUCCESS,
+    Code,
+    Status,
+    count_statuses,
+    fit_error_message,
+    fit_error_message_counted,
+)
 
 __all__ = [
     "MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND",
@@ -155,7 +162,9 @@ class Resume:
 # The rejected nodes of one chunk of the filter walk, not yet named: the chunk's
 # batch, the positions in it of the rejected nodes and the index of each one's
 # Status in ``statuses``.
-_RejectedPart = tuple[NodeBatch, np.ndarray[Any, np.dtype[np.int64]], list[int], list[Status]]
+_RejectedPart = tuple[
+    NodeBatch, np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[Any]], list[Status]
+]
 
 
 class FilterOutcome:
@@ -193,9 +202,34 @@ class FilterOutcome:
             rejected = self._rejected
             for batch, bad, shown, statuses in parts:
                 rejected.update(
-                    zip(batch.take(bad).names, map(statuses.__getitem__, shown), strict=True)
+                    zip(
+                        batch.take(bad).names,
+                        map(statuses.__getitem__, shown.tolist()),
+                        strict=True,
+                    )
                 )
         return self._rejected
+
+    def rejected_counts(self) -> list[tuple[Status, int]]:
+        """Each distinct Status among the rejected nodes with how many nodes
+        it rejected (as ``count_statuses`` of ``rejected``'s values, in no
+        particular order). While the names are not built yet, counted from
+        the walk's parts by their status indices, without a pass over the
+        nodes: a failed cycle over thousands of nodes has a handful."""
+        parts = self._parts
+        if not parts or self._rejected:
+            return count_statuses(self.rejected.values())
+        counts: dict[int, list[Any]] = {}
+        for _, _, shown, statuses in parts:
+            per_index = np.bincount(shown, minlength=len(statuses))
+            for k in np.flatnonzero(per_index).tolist():
+                st = statuses[k]
+                entry = counts.get(id(st))
+                if entry is None:
+                    counts[id(st)] = [st, int(per_index[k])]
+                else:
+                    entry[1] += int(per_index[k])
+        return [(st, n) for st, n in counts.values()]
 
 
 def schedule_pod(
@@ -413,8 +447,9 @@ def _schedule_pod(
         # Diagnosis: the PreFilterResult plugins, then every plugin that
         # rejected a node (AddPluginStatus); Pending ones also go to
         # PendingPlugins.
+        counted = outcome.rejected_counts()
+        plugins, pending, absent = _diagnosis(restricting, counted, len(candidates), num_all)
         rejected = outcome.rejected
-        plugins, pending, absent = _diagnosis(restricting, rejected, len(candidates), num_all)
         # A FitError is Unschedulable whatever the per-node codes
         # (schedulingCycle); those stay in the diagnosis for PostFilter.
         result = ScheduleResult(
@@ -426,13 +461,17 @@ def _schedule_pod(
             pending_plugins=pending,
         )
         _post_filter(fw, state, pod, result, rejected)
-        result.message = fit_error_message(num_all, rejected, "", _post_filter_msg(result), absent)
+        result.message = fit_error_message_counted(
+            num_all, counted, "", _post_filter_msg(result), absent
+        )
         result.status = Status(result.status.code, (result.message,), result.status.plugin)
         return result
 
     if stop_after_filter:
+        plugins, pending, absent = _diagnosis(
+            restricting, outcome.rejected_counts(), len(candidates), num_all
+        )
         rejected = outcome.rejected
-        plugins, pending, absent = _diagnosis(restricting, rejected, len(candidates), num_all)
         return ScheduleResult(
             SUCCESS,
             evaluated=processed,
@@ -659,15 +698,19 @@ def _reserve_and_permit(
 
 
 def _diagnosis(
-    restricting: Iterable[str], rejected: Mapping[str, Status], candidates: int, num_all: int
+    restricting: Iterable[str],
+    counted: Sequence[tuple[Status, int]],
+    candidates: int,
+    num_all: int,
 ) -> tuple[set[str], set[str], Status | None]:
     """Diagnosis's plugins (upstream's AddPluginStatus): the PreFilterResult
-    plugins, then every plugin that rejected a node, the Pending ones also as
-    PendingPlugins; and, when PreFilterResult excluded nodes, the status those
-    nodes count with (unresolvable)."""
+    plugins, then every plugin that rejected a node (``counted``: the
+    rejected nodes' statuses, FilterOutcome.rejected_counts), the Pending
+    ones also as PendingPlugins; and, when PreFilterResult excluded nodes,
+    the status those nodes count with (unresolvable)."""
     plugins = set(restricting)
     pending: set[str] = set()
-    for rejection, _ in count_statuses(rejected.values()):
+    for rejection, _ in counted:
         if rejection.plugin and rejection.is_rejected:
             plugins.add(rejection.plugin)
             if rejection.code is Code.PENDING:
@@ -750,7 +793,7 @@ def find_nodes_that_pass_filters(
             if len(bad):
                 # Each rejected node's Status by its index in the verdicts (all
                 # >= 0 here); the names only when ``rejected`` is read.
-                shown = verdicts.status_index[bad].tolist()
+                shown = verdicts.status_index[bad]
                 rejected_parts.append((batch, bad, shown, verdicts.statuses))
             pos += cut
             chunk = max(chunk * 2, 64)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -122,7 +122,17 @@ def count_statuses(statuses: Collection[Status]) -> list[tuple[Status, int]]:
     reason, so a failed cycle over thousands of nodes has a handful of them
     (counted here in C, where a set of them would hash each by value)."""
     counts = Counter(map(id, statuses))
-    objects = dict(zip(map(id, statuses), statuses, strict=True))
+    # Each distinct object, looked for until all are found: most often they
+    # all show up among the first few.
+    missing = set(counts)
+    objects: dict[int, Status] = {}
+    for st in statuses:
+        key = id(st)
+        if key in missing:
+            objects[key] = st
+            missing.discard(key)
+            if not missing:
+                break
     return [(objects[key], n) for key, n in counts.items()]
 
 
@@ -135,17 +145,36 @@ def fit_error_message(
 ) -> str:
     """Upstream's FitError.Error (pkg/scheduler/framework/types.go): "0/N nodes
     are available: <PreFilterMsg>. <reason histogram>. <PostFilterMsg>"."""
+    return fit_error_message_counted(
+        num_all_nodes,
+        count_statuses(rejected.values()) if rejected else [],
+        pre_filter_msg,
+        post_filter_msg,
+        absent_status,
+    )
+
+
+def fit_error_message_counted(
+    num_all_nodes: int,
+    counted: Sequence[tuple[Status, int]],
+    pre_filter_msg: str = "",
+    post_filter_msg: str = "",
+    absent_status: Status | None = None,
+) -> str:
+    """``fit_error_message`` from the rejected nodes' statuses with how many
+    nodes each rejected (``count_statuses``)."""
     msg = f"0/{num_all_nodes} nodes are available:"
     if pre_filter_msg:
         msg += f" {pre_filter_msg}."
     else:
         counts: dict[str, int] = {}
-        for st, n in count_statuses(rejected.values()):
+        for st, n in counted:
             for reason in st.reasons:
                 counts[reason] = counts.get(reason, 0) + n
-        if absent_status is not None and len(rejected) < num_all_nodes:
+        rejected = sum(n for _, n in counted)
+        if absent_status is not None and rejected < num_all_nodes:
             for reason in absent_status.reasons:
-                counts[reason] = counts.get(reason, 0) + num_all_nodes - len(rejected)
+                counts[reason] = counts.get(reason, 0) + num_all_nodes - rejected
         histogram = sorted(f"{n} {reason}" for reason, n in counts.items())
         if histogram:
             msg += " " + ", ".join(histogram) + "."

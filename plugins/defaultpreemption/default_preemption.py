@@ -32,6 +32,7 @@ server), and the preemption metrics (the caller's).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import random
@@ -331,10 +332,13 @@ class DefaultPreemption(PostFilterPlugin[DefaultPreemptionArgs]):
         aggregated error message ("" for none)."""
         if not snapshot.nodes:
             return [], {}, "no nodes available"
+        # The member and the lookup read once: per node of a full cluster, an
+        # enum member read off its class is a metaclass call.
+        unschedulable, node_of = Code.UNSCHEDULABLE, snapshot.nodes.get
         potential = [
             ni
             for name, st in rejected.items()
-            if st.code is Code.UNSCHEDULABLE and (ni := snapshot.nodes.get(name)) is not None
+            if st.code is unschedulable and (ni := node_of(name)) is not None
         ]
         if not potential:
             log.debug("pod %s: preemption will not help schedule it on any node", pod.key)
@@ -383,14 +387,14 @@ class DefaultPreemption(PostFilterPlugin[DefaultPreemptionArgs]):
         own_selection = cls.select_victims_on_node is not DefaultPreemption.select_victims_on_node
         by_priority = cls.is_preemption_allowed is DefaultPreemption.is_preemption_allowed
         priority = pod.priority
-        for i in range(n):
-            ni = potential_nodes[(offset + i) % n]
+        offset %= max(n, 1)
+        for ni in itertools.chain(potential_nodes[offset:], potential_nodes[:offset]):
             if not own_selection and (
                 _none_lower(ni, priority)
                 if by_priority
                 else not any(self.is_preemption_allowed(ni, p, pod) for p in ni.pods.values())
             ):
-                statuses[ni.name] = _NO_VICTIMS
+                statuses[ni.node.name] = _NO_VICTIMS
                 continue
             victims, num_violations, st = self.select_victims_on_node(
                 state.clone(), pod, ni.clone(), pdbs

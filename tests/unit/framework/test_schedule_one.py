@@ -279,6 +279,43 @@ def test_the_filter_walk_names_rejected_nodes_in_walk_order_when_read() -> None:
     assert sorted(r.rejected) == sorted(f"m{i}" for i in range(150))
 
 
+def test_the_filter_walk_counts_its_rejections_without_naming_them() -> None:
+    """FilterOutcome.rejected_counts, read before ``rejected``, counts each
+    Status from the walk's parts as count_statuses counts the named nodes'
+    (the FitError histogram and the diagnosis read the counts), across
+    chunks and two plugins."""
+    from berth.framework.schedule_one import find_nodes_that_pass_filters
+
+    def label(i: int) -> dict[str, str]:
+        return {"reject": "RejectLabel" if i % 3 == 1 else "RejectLabel2"} if i % 3 else {}
+
+    snap = snapshot_of(nodes(*[(f"n{i:03d}", label(i)) for i in range(300)]))
+    f = fw(filter=("RejectLabel", "RejectLabel2"), score=(("LabelScore", 1),))
+    pod = make_pod().info()
+    state = CycleState()
+    f.run_pre_filter(state, pod, snap.all_nodes())
+    out = find_nodes_that_pass_filters(f, state, pod, snap.all_nodes(), 250, 100)
+    assert out.processed > 64  # more than one chunk
+
+    def by_value(counted: list[tuple[Status, int]]) -> dict[tuple[str, ...], int]:
+        totals: dict[tuple[str, ...], int] = {}
+        for st, n in counted:
+            key = (st.plugin, *st.reasons)
+            totals[key] = totals.get(key, 0) + n
+        return totals
+
+    early = out.rejected_counts()
+    named = out.rejected
+    assert by_value(early) == by_value(count_statuses(list(named.values())))
+    assert sum(n for _, n in early) == len(named) > 0
+    assert set(by_value(early)) == {
+        ("RejectLabel", "rejected by RejectLabel"),
+        ("RejectLabel2", "rejected by RejectLabel2"),
+    }
+    # Once named, the counts come from the names.
+    assert by_value(out.rejected_counts()) == by_value(early)
+
+
 @pytest.mark.parametrize("ratio", [1.0, 0.5, 0.25, 0.01])
 def test_the_filter_walks_first_chunk_changes_its_cost_not_its_outcome(ratio: float) -> None:
     """The walk's first chunk is sized by the pass ratio of recent walks
