@@ -147,7 +147,7 @@ def fit_error_message(
     are available: <PreFilterMsg>. <reason histogram>. <PostFilterMsg>"."""
     return fit_error_message_counted(
         num_all_nodes,
-        count_statuses(rejected.values()) if rejected else [],
+        count_statuses(rejected.values()),
         pre_filter_msg,
         post_filter_msg,
         absent_status,
