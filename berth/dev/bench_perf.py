@@ -1878,22 +1878,37 @@ def rate_of(r: Mapping[str, Any]) -> float | None:
     return float(v) if v else None
 
 
-def _add_ratios(records: list[dict[str, Any]]) -> None:
-    """Ratios to kube-scheduler and shares of bind-only's ceiling, each against the run of
-    the same round."""
+def cpu_total(r: Mapping[str, Any]) -> float | None:
+    """A run's CPU seconds per 1000 pods, all its processes together (the shim and the
+    plugin server's ``total``, or a single process's figure)."""
+    cpu = r.get("cpu_seconds_per_1000_pods")
+    if not cpu:
+        return None
+    if "total" in cpu:
+        return float(cpu["total"])
+    return float(next(iter(cpu.values()))) if len(cpu) == 1 else None
 
-    def avg_of(name: str, rnd: Any) -> float | None:
+
+def _add_ratios(records: list[dict[str, Any]]) -> None:
+    """Ratios to kube-scheduler (rate and CPU per pod) and shares of bind-only's ceiling,
+    each against the run of the same round."""
+
+    def run_of(name: str, rnd: Any) -> dict[str, Any] | None:
         for r in records:
             if r["scheduler"] == name and r.get("round") == rnd and r.get("status") == "ok":
-                return rate_of(r)
+                return r
         return None
 
     for r in records:
         rnd = r.get("round")
-        kube, ceiling = avg_of("kube-scheduler", rnd), avg_of("bind-only", rnd)
+        kube, bind_only = run_of("kube-scheduler", rnd), run_of("bind-only", rnd)
+        kube_rate = None if kube is None else rate_of(kube)
+        ceiling = None if bind_only is None else rate_of(bind_only)
         avg = rate_of(r)
         if r["scheduler"] != "kube-scheduler":
-            r["ratio_to_kube_scheduler"] = avg / kube if avg and kube else None
+            r["ratio_to_kube_scheduler"] = avg / kube_rate if avg and kube_rate else None
+            cpu, kube_cpu = cpu_total(r), None if kube is None else cpu_total(kube)
+            r["cpu_ratio_to_kube_scheduler"] = cpu / kube_cpu if cpu and kube_cpu else None
         r["share_of_bind_only"] = avg / ceiling if avg and ceiling else None
 
 
@@ -1950,29 +1965,44 @@ def summarize_rounds(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             else None,
         }
         if name != "kube-scheduler":
-            ratios = [r.get("ratio_to_kube_scheduler") for r in runs]
-            summary["ratio_to_kube_scheduler_by_round"] = ratios
-            summary["ratio_to_kube_scheduler"] = median_of("ratio_to_kube_scheduler")
+            for key in ("ratio_to_kube_scheduler", "cpu_ratio_to_kube_scheduler"):
+                summary[f"{key}_by_round"] = [r.get(key) for r in runs]
+                summary[key] = median_of(key)
+        summary["share_of_bind_only_by_round"] = [r.get("share_of_bind_only") for r in runs]
+        summary["share_of_bind_only"] = median_of("share_of_bind_only")
         out.append(summary)
     return out
 
 
 def format_rounds(summaries: Sequence[dict[str, Any]]) -> str:
+    """The rounds' table: each figure by round, then its median; the ratios and shares
+    are each against the run of the same round."""
     if not summaries:
         return ""
     lines = [
         "| scheduler | pods/s by round | median | x kube-scheduler by round | median | "
-        "CPU s / 1000 pods (median) | CPU s to ready (median) | peak RSS MiB (max) |",
-        "|---|---|---:|---|---:|---|---|---|",
+        "of bind-only by round | CPU s / 1000 pods (median) | "
+        "x kube-scheduler's CPU by round | median | CPU s to ready (median) | "
+        "peak RSS MiB (max) |",
+        "|---|---|---:|---|---:|---|---|---|---:|---|---|",
     ]
+
+    def by_round(values: Sequence[float | None] | None, fmt: str, scale: float = 1.0) -> str:
+        if values is None:
+            return "-"
+        return ", ".join(_num(None if v is None else v * scale, fmt) for v in values)
+
     for s in summaries:
-        by_round = ", ".join(_num(v) for v in s["pods_per_second_avg_by_round"])
-        ratios = s.get("ratio_to_kube_scheduler_by_round")
+        shares = s.get("share_of_bind_only_by_round")
         lines.append(
-            f"| {s['scheduler']} | {by_round} | {_num(rate_of(s))} | "
-            f"{'-' if ratios is None else ', '.join(_num(v, '.2f') for v in ratios)} | "
+            f"| {s['scheduler']} | {by_round(s['pods_per_second_avg_by_round'], '.0f')} | "
+            f"{_num(rate_of(s))} | "
+            f"{by_round(s.get('ratio_to_kube_scheduler_by_round'), '.2f')} | "
             f"{_num(s.get('ratio_to_kube_scheduler'), '.2f')} | "
+            f"{'-' if shares is None or all(v is None for v in shares) else by_round(shares, '.0f', 100) + '%'} | "
             f"{_per_process(s.get('cpu_seconds_per_1000_pods'), '.1f')} | "
+            f"{by_round(s.get('cpu_ratio_to_kube_scheduler_by_round'), '.2f')} | "
+            f"{_num(s.get('cpu_ratio_to_kube_scheduler'), '.2f')} | "
             f"{_per_process(s.get('ready_cpu_seconds'), '.2f')} | "
             f"{_per_process(s.get('peak_rss_mib'), '.0f')} |"
         )
@@ -2009,13 +2039,13 @@ def format_table(records: Sequence[dict[str, Any]], rounds: int = 1) -> str:
         f"| workload | scheduler | {'pods/s drained, start-up incl.' if drain else 'pods/s avg'} "
         "| p50 | p90 | p99 | attempt ms p50 / p99 | "
         f"{'start' if drain else 'e2e'} ms p50 / p99 | x kube-scheduler | of bind-only | "
-        "CPU s / 1000 pods | CPU s to ready | peak RSS MiB |"
+        "CPU s / 1000 pods | x kube-scheduler's CPU | CPU s to ready | peak RSS MiB |"
     )
-    lines = [head, "|" + "---|" * 13]
+    lines = [head, "|" + "---|" * 14]
     for r in records:
         if r.get("status") != "ok":
             lines.append(
-                f"| {r['workload']} | {run_label(r, rounds)} | {r.get('status')} |" + " |" * 10
+                f"| {r['workload']} | {run_label(r, rounds)} | {r.get('status')} |" + " |" * 11
             )
             continue
         lines.append(
@@ -2027,6 +2057,7 @@ def format_table(records: Sequence[dict[str, Any]], rounds: int = 1) -> str:
             f"{_num(r.get('ratio_to_kube_scheduler'), '.2f')} | "
             f"{_num(None if r.get('share_of_bind_only') is None else 100 * r['share_of_bind_only'])}% | "
             f"{_per_process(r.get('cpu_seconds_per_1000_pods'), '.1f')} | "
+            f"{_num(r.get('cpu_ratio_to_kube_scheduler'), '.2f')} | "
             f"{_per_process(r.get('ready_cpu_seconds'), '.2f')} | "
             f"{_per_process(r.get('peak_rss_mib'), '.0f')} |"
         )

@@ -284,6 +284,11 @@ def test_each_ratio_is_taken_against_kube_scheduler_in_the_same_round() -> None:
     _add_ratios(records)
     assert records[1]["ratio_to_kube_scheduler"] == pytest.approx(1.1)
     assert records[2]["ratio_to_kube_scheduler"] == pytest.approx(1.4)
+    # CPU per pod, the shim's and the server's together, against kube-scheduler's.
+    assert records[1]["cpu_ratio_to_kube_scheduler"] == pytest.approx(0.95)
+    assert records[2]["cpu_ratio_to_kube_scheduler"] == pytest.approx(2.1 / 2.6)
+    assert records[4]["cpu_ratio_to_kube_scheduler"] == pytest.approx(0.7 / 2.6)
+    assert "cpu_ratio_to_kube_scheduler" not in records[0]
     # bind-only ran in round 2 only: round 1 has no ceiling.
     assert records[0]["share_of_bind_only"] is None
     assert records[2]["share_of_bind_only"] == pytest.approx(0.7)
@@ -293,6 +298,10 @@ def test_each_ratio_is_taken_against_kube_scheduler_in_the_same_round() -> None:
     assert berth["round"] == "median" and berth["rounds"] == 2
     assert berth["ratio_to_kube_scheduler_by_round"] == pytest.approx([1.1, 1.4])
     assert berth["ratio_to_kube_scheduler"] == pytest.approx(1.25)
+    assert berth["cpu_ratio_to_kube_scheduler_by_round"] == pytest.approx([0.95, 2.1 / 2.6])
+    assert berth["cpu_ratio_to_kube_scheduler"] == pytest.approx((0.95 + 2.1 / 2.6) / 2)
+    assert berth["share_of_bind_only_by_round"] == [None, pytest.approx(0.7)]
+    assert berth["share_of_bind_only"] == pytest.approx(0.7)
     assert berth["pods_per_second_avg"] == pytest.approx(305.0)
     assert berth["cpu_seconds_per_1000_pods"] == pytest.approx(
         {"shim": 1.0, "serve": 1.0, "total": 2.0}
@@ -303,15 +312,16 @@ def test_each_ratio_is_taken_against_kube_scheduler_in_the_same_round() -> None:
 
     table = format_rounds(list(summaries.values())).splitlines()
     assert table[2] == (
-        "| kube-scheduler | 300, 200 | 250 | - | - | kube-scheduler 2.3 | kube-scheduler 0.25 "
-        "| kube-scheduler 102 |"
+        "| kube-scheduler | 300, 200 | 250 | - | - | -, 50% | kube-scheduler 2.3 | - | - "
+        "| kube-scheduler 0.25 | kube-scheduler 102 |"
     )
     assert table[3] == (
-        "| berth | 330, 280 | 305 | 1.10, 1.40 | 1.25 | shim 1.0 + serve 1.0 = 2.0 "
-        "| shim 0.65 + serve 0.00 = 0.65 | berth 102 |"
+        "| berth | 330, 280 | 305 | 1.10, 1.40 | 1.25 | -, 70% | shim 1.0 + serve 1.0 = 2.0 "
+        "| 0.95, 0.81 | 0.88 | shim 0.65 + serve 0.00 = 0.65 | berth 102 |"
     )
-    # Per-run rows name their round.
+    # Per-run rows name their round, and carry both ratios.
     assert "| SchedulingBasic | berth #2 | 280 |" in format_table(records, rounds=2)
+    assert "| 1.40 | 70% | shim 1.1 + serve 1.1 = 2.1 | 0.81 |" in format_table(records, rounds=2)
     assert "| SchedulingBasic | berth | 330 |" in format_table(records[:2])
 
 
