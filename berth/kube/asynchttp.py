@@ -132,9 +132,10 @@ class AsyncApi:
         context: ssl.SSLContext | None = None
         server_hostname: str | None = None
         if parts.scheme == "https":
-            # As KubeApi's pool: the certificate alone, as client-go sends it (with
-            # the CA beside it the API server checks more signatures per request).
-            context = tls_context(cfg)
+            # As KubeApi's pool (the same context when it has one): the certificate
+            # alone, as client-go sends it (with the CA beside it the API server checks
+            # more signatures per request).
+            context = api.tls or tls_context(cfg)
             server_hostname = cfg.tls_server_name or parts.hostname
         return cls(
             api,

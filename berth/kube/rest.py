@@ -98,6 +98,10 @@ class KubeApi:
     # With leader election, the leader's fence (berth.shim.fence): every write asks it right
     # before it is sent. None: writes are never refused.
     fence: WriteFence | None = None
+    # The client TLS context the pool's connections use when this was built from a
+    # configuration (``from_kubeconfig``), for other connections to the same server to
+    # share: loading the CA and the client certificate is a few milliseconds of start-up.
+    tls: ssl.SSLContext | None = None
 
     def __init__(
         self,
@@ -160,14 +164,16 @@ class KubeApi:
             # client certificate with the CA (berth/kube/tlschain.py); this one, loaded
             # once, sends the certificate alone, as client-go does.
             kw = pool.connection_pool_kw
-            kw["ssl_context"] = tls_context(cfg)
+            tls = kw["ssl_context"] = tls_context(cfg)
             for loaded in ("ca_certs", "ca_cert_data", "cert_file", "key_file"):
                 kw.pop(loaded, None)
+        else:
+            tls = None
 
         def auth_header() -> str | None:
             return authorization(cfg)
 
-        return cls(
+        api = cls(
             cfg.host,
             pool,
             auth_header,
@@ -176,6 +182,8 @@ class KubeApi:
             configuration=owner,
             user_agent=user_agent,
         )
+        api.tls = tls
+        return api
 
     def close(self) -> None:
         self._pool.clear()

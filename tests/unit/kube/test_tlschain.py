@@ -195,3 +195,25 @@ def test_the_shims_kubeapi_pool_sends_the_certificate_alone(pki: Pki, tmp_path: 
 
     assert _certificates_sent(pki, connect, tmp_path) == 1
     api.close()
+
+
+def test_the_write_pool_shares_the_kubeapi_pools_context(pki: Pki, tmp_path: Path) -> None:
+    """Built from a KubeApi made from a kubeconfig, AsyncApi's connections use the very
+    context KubeApi's pool loaded (the CA and the key pair are loaded once per process)."""
+    from berth.dev.localcluster.pki import write_kubeconfig
+    from berth.kube.asynchttp import AsyncApi
+    from berth.kube.rest import KubeApi
+
+    kubeconfig = write_kubeconfig(
+        tmp_path / "kubeconfig",
+        server="https://127.0.0.1:6443",
+        ca=pki.ca.cert,
+        client=pki.scheduler,
+        user="system:kube-scheduler",
+    )
+    api = KubeApi.from_kubeconfig(str(kubeconfig))
+    assert api.tls is not None
+    assert api._pool.connection_pool_kw["ssl_context"] is api.tls
+    writes = AsyncApi.from_kubeapi(api)
+    assert writes is not None and writes._pool._ssl is api.tls
+    api.close()
