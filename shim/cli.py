@@ -139,7 +139,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--bind-connections",
         type=int,
-        default=64,
+        default=32,
         metavar="N",
         help="binding POSTs and the scheduler's events go from the event loop over at most N "
         "keep-alive connections to the API server, the events on at most half of them and the "

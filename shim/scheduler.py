@@ -90,8 +90,11 @@ class ShimOptions:
     # hold at most half of them); 0: both from the worker threads.
     # kube-scheduler has a binding in flight per bound pod (one goroutine each,
     # over HTTP/2); fewer connections queue the bindings of a burst of pods
-    # behind one another (docs/benchmarks.md).
-    bind_connections: int = 64
+    # behind one another. Each connection costs a TLS handshake, ~1.5 ms of
+    # client CPU, and a drain opens every one: with 32 rather than 64 drains ran
+    # as fast or faster, on less CPU in the shim and the API server
+    # (docs/benchmarks.md, sessions 34 and 35).
+    bind_connections: int = 32
     # Pending pods whose last failed attempt is kept for explanations
     # (shim/explain.py, GET /debug/explain); 0 keeps none.
     explain_entries: int = DEFAULT_MAX_ENTRIES

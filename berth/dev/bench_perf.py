@@ -104,7 +104,7 @@ ATTEMPTS_TOTAL = "scheduler_schedule_attempts_total"
 CONFLICT_TEXT = "is already assigned to node"
 # shim.scheduler.ShimOptions.bind_connections: the bind-only loop binds over as many
 # connections, and writes its events on them, as the shim does.
-BIND_CONNECTIONS = 64
+BIND_CONNECTIONS = 32
 # Threads creating the nodes and the initial pods (not measured; the measured pods come from
 # PodCreator).
 CREATE_WORKERS = 16

@@ -168,3 +168,22 @@ def test_explain_max_pods_reaches_the_scheduler_and_a_negative_one_is_refused(
     assert main(["shim", "--allow-default-scheduler", "--explain-max-pods", "-1"]) == 2
     assert "--explain-max-pods must be >= 0, got -1" in capsys.readouterr().err
     assert len(started) == 1
+
+
+def test_bind_connections_default_is_the_schedulers_and_the_bind_only_loops(
+    monkeypatch: pytest.MonkeyPatch, switch_interval: None
+) -> None:
+    """`--bind-connections` left out gives ShimOptions' default, and the benchmarks'
+    bind-only loop binds over as many connections as the shim."""
+    from berth.dev.bench_perf import BIND_CONNECTIONS
+    from berth.shim.scheduler import ShimOptions
+
+    seen: list[int] = []
+
+    async def fake_run(settings: Any) -> int:
+        seen.append(settings.options.bind_connections)
+        return 0
+
+    monkeypatch.setattr(berth.shim.app, "run", fake_run)
+    assert main(["shim", "--allow-default-scheduler"]) == 0
+    assert seen == [ShimOptions().bind_connections] == [BIND_CONNECTIONS] == [32]
