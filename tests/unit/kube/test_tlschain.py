@@ -16,11 +16,15 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from berth.dev.localcluster.pki import Pki, generate_pki
 from berth.kube.tlschain import send_own_certificate_only
+
+if TYPE_CHECKING:
+    from berth.kube.rest import KubeApi
 
 
 @pytest.fixture(scope="module")
@@ -169,17 +173,7 @@ def test_the_shims_kubeapi_pool_sends_the_certificate_alone(pki: Pki, tmp_path: 
     that sends the client certificate alone; urllib3's own would send the CA too."""
     import urllib3
 
-    from berth.dev.localcluster.pki import write_kubeconfig
-    from berth.kube.rest import KubeApi
-
-    kubeconfig = write_kubeconfig(
-        tmp_path / "kubeconfig",
-        server="https://127.0.0.1:6443",
-        ca=pki.ca.cert,
-        client=pki.scheduler,
-        user="system:kube-scheduler",
-    )
-    api = KubeApi.from_kubeconfig(str(kubeconfig))
+    api = _scheduler_api(pki, tmp_path)
     kw = api._pool.connection_pool_kw
     assert isinstance(kw.get("ssl_context"), ssl.SSLContext)
     assert not {"cert_file", "key_file", "ca_certs", "ca_cert_data"} & set(kw)
@@ -200,8 +194,19 @@ def test_the_shims_kubeapi_pool_sends_the_certificate_alone(pki: Pki, tmp_path: 
 def test_the_write_pool_shares_the_kubeapi_pools_context(pki: Pki, tmp_path: Path) -> None:
     """Built from a KubeApi made from a kubeconfig, AsyncApi's connections use the very
     context KubeApi's pool loaded (the CA and the key pair are loaded once per process)."""
-    from berth.dev.localcluster.pki import write_kubeconfig
     from berth.kube.asynchttp import AsyncApi
+
+    api = _scheduler_api(pki, tmp_path)
+    assert api.tls is not None
+    assert api._pool.connection_pool_kw["ssl_context"] is api.tls
+    writes = AsyncApi.from_kubeapi(api)
+    assert writes is not None and writes._pool._ssl is api.tls
+    api.close()
+
+
+def _scheduler_api(pki: Pki, tmp_path: Path) -> KubeApi:
+    """KubeApi from a kubeconfig with the scheduler's client certificate."""
+    from berth.dev.localcluster.pki import write_kubeconfig
     from berth.kube.rest import KubeApi
 
     kubeconfig = write_kubeconfig(
@@ -211,9 +216,4 @@ def test_the_write_pool_shares_the_kubeapi_pools_context(pki: Pki, tmp_path: Pat
         client=pki.scheduler,
         user="system:kube-scheduler",
     )
-    api = KubeApi.from_kubeconfig(str(kubeconfig))
-    assert api.tls is not None
-    assert api._pool.connection_pool_kw["ssl_context"] is api.tls
-    writes = AsyncApi.from_kubeapi(api)
-    assert writes is not None and writes._pool._ssl is api.tls
-    api.close()
+    return KubeApi.from_kubeconfig(str(kubeconfig))
