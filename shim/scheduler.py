@@ -93,7 +93,7 @@ class ShimOptions:
     # behind one another. Each connection costs a TLS handshake, ~1.5 ms of
     # client CPU, and a drain opens every one: with 32 rather than 64 drains ran
     # as fast or faster, on less CPU in the shim and the API server
-    # (docs/benchmarks.md, sessions 34 and 35).
+    # (docs/benchmarks.md, "The write pool's connections: 32 by default").
     bind_connections: int = 32
     # Pending pods whose last failed attempt is kept for explanations
     # (shim/explain.py, GET /debug/explain); 0 keeps none.

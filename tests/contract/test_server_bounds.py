@@ -138,7 +138,7 @@ def schedule(
         return resp
 
 
-def test_health_answers_every_100ms_probe_while_a_cycle_burns_cpu_for_seconds(
+def test_health_answers_probes_within_100ms_while_a_cycle_burns_cpu_for_seconds(
     burn_server: tuple[Server, Path],
 ) -> None:
     server, scored = burn_server
