@@ -63,6 +63,7 @@ import concurrent.futures
 import logging
 import math
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -1230,6 +1231,24 @@ def _progress(workload: str, message: str) -> None:
     print(f"[bench {workload}] {message}", flush=True)
 
 
+def python_text() -> str:
+    """The interpreter every Python process of the benchmark runs on (Berth's, bind-only's,
+    the pod creator's): its version and path, and whether sysconfig says it was configured
+    with profile-guided or link-time optimization. Such a build (the official images',
+    deploy/Dockerfile's base) runs Berth 10-30% faster than a plain ``./configure``, so
+    the figures depend on it. Some distributions' optimized builds (Debian's) do not say
+    so in sysconfig."""
+    import sysconfig
+
+    flags = str(sysconfig.get_config_var("CONFIG_ARGS") or "")
+    said = [f for f in ("--enable-optimizations", "--with-lto") if f in flags]
+    build = f"configured {' '.join(said)}" if said else "sysconfig reports no PGO or LTO"
+    return (
+        f"{platform.python_implementation()} {platform.python_version()} at {sys.executable} "
+        f"({build})"
+    )
+
+
 def _wait_bound(
     watch: PodWatch,
     count: Callable[[], int],
@@ -1664,6 +1683,7 @@ def run_one(
                 "e2e_latency_ms_p50": percentile_ceil(e2e, 50) if e2e else None,
                 "e2e_latency_ms_p99": percentile_ceil(e2e, 99) if e2e else None,
                 "cpu_seconds_per_1000_pods": cpu,
+                "python": None if scheduler == "kube-scheduler" else python_text(),
                 "peak_rss_mib": rss,
                 "other_cpu_seconds_per_1000_pods": {
                     **{k: (cpu1[k] - cpu0[k]) * per_k for k in pids if k not in running.processes},
@@ -2444,6 +2464,7 @@ def run_perf(args: argparse.Namespace) -> int:
         f"for every scheduler; shim batch size {opts.batch_size}; {_creation_text(opts)}"
         + (f"; Berth configured by {opts.berth_config}" if opts.berth_config else ""),
     )
+    _progress(w.name, f"Python processes on {python_text()}")
     if any(s.startswith("berth") for s in opts.schedulers):
         # Every Berth process would otherwise compile its modules from source when the
         # environment says PYTHONDONTWRITEBYTECODE (the image sets it, and ships bytecode

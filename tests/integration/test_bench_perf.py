@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import platform
 import subprocess
 import sys
 import uuid
@@ -412,6 +413,13 @@ def test_scheduling_basic_runs_all_four_schedulers_and_checks_each_run(tmp_path:
     for name in ("kube-scheduler", "berth", "berth-inprocess"):
         assert by[name]["attempt_latency_ms_p50"] is not None, name
     assert by["bind-only"]["attempt_latency_ms_p50"] is None
+    # The interpreter of the Python processes is named in the header and on their records
+    # (its build moves their figures); kube-scheduler's record has none.
+    python = f"{platform.python_version()} at {sys.executable} ("
+    assert f"Python processes on CPython {python}" in proc.stdout
+    assert by["kube-scheduler"]["python"] is None
+    for name in ("berth", "berth-inprocess", "bind-only"):
+        assert python in by[name]["python"], name
     assert "| SchedulingBasic | berth |" in proc.stdout
     assert "Creating the measured pods (measured pods created by 1 process(es) x 30" in proc.stdout
 
