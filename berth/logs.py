@@ -201,6 +201,31 @@ class _BerthHandler(logging.StreamHandler[IO[str]]):
     """The handler ``configure`` installs, told apart from any other on the root."""
 
 
+def log_start(logger: logging.Logger, component: str) -> None:
+    """The first lines of a long-running command, as upstream components write theirs
+    (cmd/kube-scheduler/app/server.go, Run: "Starting Kubernetes Scheduler" with the
+    version, then "Golang settings"): Berth's version and the Kubernetes release it
+    follows, then the interpreter it runs on and the cyclic collector's thresholds. The
+    interpreter's build moves Berth's CPU per pod by a fifth (docs/benchmarks.md), so a log
+    says which one ran. Only ``sys`` and ``gc`` are read: nothing is imported for it."""
+    import gc
+
+    from berth import KUBERNETES_VERSION, __version__
+
+    logger.info(
+        "Starting %s", component, extra={"version": __version__, "follows": KUBERNETES_VERSION}
+    )
+    logger.info(
+        "Python settings",
+        extra={
+            "implementation": sys.implementation.name,
+            "version": ".".join(str(n) for n in sys.version_info[:3]),
+            "executable": sys.executable,
+            "gcThreshold": list(gc.get_threshold()),
+        },
+    )
+
+
 def configure(verbosity: int | None, fmt: str = "text", stream: IO[str] | None = None) -> None:
     """Sends log records to ``stream`` (stderr) in format ``fmt``. Berth's
     loggers show ``V(verbosity)`` and above; ``None`` (no ``-v`` given to a

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from berth import version_text
+from berth.logs import log_start
 
 if TYPE_CHECKING:
     from berth.tls.serving import ServerTLS
@@ -224,6 +225,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.list_plugins:
         return print_listing(load_registry(strict=False), sys.stdout)
+    log_start(log, "berth serve")
     for flag, value in (
         ("--max-clusters", args.max_clusters),
         ("--max-batch-pods", args.max_batch_pods),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from berth import version_text
 from berth.client.tls import add_client_tls_flags
 from berth.kube.eventloop import new_event_loop
+from berth.logs import log_start
 from berth.shim.securedefaults import DEFAULT_ALWAYS_ALLOW_PATHS, DEFAULT_CACHE_TTL
 
 if TYPE_CHECKING:
@@ -350,6 +351,7 @@ def _run(args: argparse.Namespace) -> int:
     from berth.shim.scheduler import ShimOptions
     from berth.shim.serving import SecureServingOptions
 
+    log_start(log, "berth shim")
     # The plugins the in-process service runs; with --server the server has
     # its own, and these only check the configuration's names.
     try:

@@ -18,6 +18,7 @@ import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from berth import __version__ as berth_version
 from berth.api.v1 import scheduling_pb2 as pb
 from berth.api.v1 import scheduling_pb2_grpc as pb_grpc
 from berth.client import ClusterStateLog
@@ -202,6 +203,16 @@ def _wait_until_in_flight(served: Served, timeout: float = 30.0) -> None:
                 return
         time.sleep(0.005)
     raise AssertionError(f"no call in flight on the server within {timeout}s")
+
+
+def test_serve_logs_its_version_then_its_interpreter_first(served: Served) -> None:
+    """As kube-scheduler starts its log (cmd/kube-scheduler/app/server.go Run: the
+    version, then "Golang settings")."""
+    served.proc.terminate()
+    _, err = served.proc.communicate(timeout=30)
+    first, second = err.splitlines()[:2]
+    assert "Starting berth serve" in first and f'version="{berth_version}"' in first
+    assert "Python settings" in second and f'executable="{sys.executable}"' in second
 
 
 def test_sigterm_lets_in_flight_requests_finish_then_exits(served: Served) -> None:

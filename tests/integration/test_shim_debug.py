@@ -18,11 +18,13 @@ import datetime as dt
 import json
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import berth
 from berth.dev.localcluster import Cluster, objects
 from berth.dev.localcluster.testing import TEST_LABEL, NodeFactory
 from berth.kube.errors import ApiError
@@ -124,6 +126,10 @@ def test_v2_json_logs_a_line_per_scheduled_and_unschedulable_pod(
     assert failed["plugin"] == "NodeResourcesFit" and failed["profile"] == profile
     # V(3) lines stay out at --v=2.
     assert not [r for r in records if r["msg"] == "Attempting to schedule pod"]
+    # Its first lines: the version, then the interpreter (as kube-scheduler's server.go Run).
+    started, settings = [r for r in records if r["logger"] == "berth.shim"][:2]
+    assert (started["msg"], started["version"]) == ("Starting berth shim", berth.__version__)
+    assert (settings["msg"], settings["executable"]) == ("Python settings", sys.executable)
 
 
 def test_sigusr2_dumps_the_cache_and_the_queue_to_the_log(

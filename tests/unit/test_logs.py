@@ -8,6 +8,7 @@ import argparse
 import io
 import logging
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from berth.logs import (
     KlogTextFormatter,
     V,
     configure,
+    log_start,
     verbosity_of,
 )
 
@@ -240,6 +242,28 @@ def test_json_lines_parse_one_by_one_with_the_trace_id(restore_logging: None) ->
     ]
     assert objs[0]["trace_id"] == want and len(want) == 32
     assert "trace_id" not in objs[1] and objs[2]["trace_id"] == "mine"
+
+
+def test_a_command_starts_by_logging_its_version_then_its_interpreter(
+    restore_logging: None,
+) -> None:
+    """cmd/kube-scheduler/app/server.go Run logs the version, then "Golang settings";
+    Berth's commands log the version and the release they follow, then the Python that runs
+    them (its build moves the figures) and the collector's thresholds."""
+    out = io.StringIO()
+    configure(0, "json", out)
+    log_start(logging.getLogger("berth.shim"), "berth shim")
+    started, settings = (orjson.loads(line) for line in out.getvalue().splitlines())
+    assert started["msg"] == "Starting berth shim" and started["logger"] == "berth.shim"
+    assert (started["version"], started["follows"]) == (
+        berth.__version__,
+        berth.KUBERNETES_VERSION,
+    )
+    assert settings["msg"] == "Python settings"
+    assert settings["executable"] == sys.executable
+    assert settings["implementation"] == sys.implementation.name
+    assert settings["version"] == "{}.{}.{}".format(*sys.version_info[:3])
+    assert len(settings["gcThreshold"]) == 3
 
 
 def test_every_command_takes_the_logging_flags() -> None:
