@@ -720,6 +720,10 @@ def run_cycle(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    from berth.dev.bench_perf import python_text
+
+    # The cycle's cost depends on the interpreter's build (docs/benchmarks.md, session 36).
+    print(f"[bench] Python: {python_text()}", flush=True)
     results: list[CycleStats] = []
     with contextlib.ExitStack() as stack:
         server: Server | None = None

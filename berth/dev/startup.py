@@ -340,6 +340,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_compile:
         for tree in trees:
             compile_berth(tree)
+    from berth.dev.bench_perf import python_text
+
+    # Start-up depends on the interpreter's build most of all (docs/benchmarks.md, session 36).
+    print(f"Python: {python_text()}", flush=True)
     if "import" in what:
         print(_summary("import berth.shim.app", measure_import(args.runs, args.top)), flush=True)
     if "serve" in what:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import signal
 import socket
@@ -272,6 +273,10 @@ def test_bench_cycle_runs_every_transport_and_places_every_pod() -> None:
     ]
     # placed == cycles, and no resync was needed on a single replica.
     assert all(r.split("|")[-3].strip() == "30" and r.split("|")[-2].strip() == "0" for r in rows)
+    # The interpreter it ran on is named (its build moves the figures).
+    assert (
+        f"[bench] Python: CPython {platform.python_version()} at {sys.executable} (" in out.stdout
+    )
 
 
 def test_place_asks_a_running_server(served: Served) -> None:
