@@ -5,7 +5,7 @@
 #
 # PYTHON: the interpreter to build it on (default python3); BERTH_VENV: where (default .venv).
 # For benchmarks, use a CPython built with PGO and LTO, as the image's is (deploy/Dockerfile):
-# a plain ./configure build costs Berth 20-25% more CPU (docs/benchmarks.md). On Debian:
+# a plain ./configure build costs Berth 20-30% more CPU (docs/benchmarks.md). On Debian:
 #   PYTHON=/usr/bin/python3.11 BERTH_VENV=.venv-opt ./hack/setup-venv.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
