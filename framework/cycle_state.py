@@ -178,6 +178,7 @@ class CycleState:
         "pre_bind_done",
         "pre_bind_pre_flight_error",
         "pre_bind_recheck_after",
+        "preemption_candidates",
         "skip_filter_plugins",
         "skip_pre_bind_plugins",
         "skip_score_plugins",
@@ -213,6 +214,12 @@ class CycleState:
         self._activate: dict[str, None] = {}
         # The plugin the runtime is calling, "" outside plugin calls.
         self.current_plugin = ""
+        # The caller's HTTP extenders process this cycle's preemption
+        # (upstream's Handle.Extenders, which a stateless server has not): a
+        # preempting PostFilter plugin answers every candidate unselected
+        # (PostFilterResult.candidates) and the caller selects after its
+        # extenders. Set from the request; not sent back.
+        self.preemption_candidates = False
 
     # -- what plugins ask the caller to do -----------------------------------
 
@@ -379,6 +386,7 @@ class CycleState:
         other.skip_pre_bind_plugins = set(self.skip_pre_bind_plugins)
         other.pre_bind_pre_flight_error = self.pre_bind_pre_flight_error
         other.pre_bind_done = set(self.pre_bind_done)
+        other.preemption_candidates = self.preemption_candidates
         return other
 
     # -- wire form ---------------------------------------------------------

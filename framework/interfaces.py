@@ -23,6 +23,7 @@ from berth.framework.cycle_state import CycleState
 from berth.framework.events import ClusterEventWithHint, unroll_wildcard_resource
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ObjectKind
+from berth.framework.preemption import Candidate
 from berth.framework.status import SUCCESS, Status
 
 if TYPE_CHECKING:
@@ -315,6 +316,11 @@ class PostFilterResult:
     # How many of the victims a PodDisruptionBudget protects
     # (extenderv1.Victims.NumPDBViolations).
     num_pdb_violations: int = 0
+    # Every candidate, none selected, when the caller asked for them
+    # (CycleState.preemption_candidates): its extenders narrow them and it
+    # selects one (preemption.go Preempt, steps 3 and 4). The fields above
+    # are then empty.
+    candidates: tuple[Candidate, ...] = ()
     plugin: str = field(default="", compare=False)
 
 

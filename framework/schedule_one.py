@@ -48,6 +48,7 @@ from berth.framework.cycle_state import CycleState
 from berth.framework.interfaces import NominatingMode, ScoreArray
 from berth.framework.model import PodInfo
 from berth.framework.objects import ObjectWrite
+from berth.framework.preemption import Candidate
 from berth.framework.runtime import CycleError, Framework, ScoreOutcome, Signal
 from berth.framework.snapshot import NodeBatch, Snapshot
 from berth.framework.status import (
@@ -116,6 +117,9 @@ class ScheduleResult:
     victims: tuple[PodInfo, ...] = ()
     clear_nomination_pod_uids: tuple[str, ...] = ()
     num_pdb_violations: int = 0
+    # Every preemption candidate, unselected, when the caller asked for them
+    # (CycleState.preemption_candidates; PostFilterResult.candidates).
+    preemption_candidates: tuple[Candidate, ...] = ()
     # ScheduleResult.nominatingInfo: OVERRIDE with an empty name clears the
     # pod's nominated node (clearNominatedNode); NOOP leaves it as it is.
     nominated_node: str = ""
@@ -633,6 +637,7 @@ def _post_filter(
             result.victims = pf.victims
             result.clear_nomination_pod_uids = pf.clear_nomination_pod_uids
             result.num_pdb_violations = pf.num_pdb_violations
+            result.preemption_candidates = pf.candidates
 
 
 def _post_filter_msg(result: ScheduleResult) -> str:

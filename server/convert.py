@@ -10,6 +10,7 @@ from berth.api.v1 import scheduling_pb2 as pb
 from berth.framework.cycle_state import CycleState
 from berth.framework.interfaces import NominatingMode
 from berth.framework.model import PodInfo
+from berth.framework.preemption import Candidate
 from berth.framework.status import Code, Status
 
 if TYPE_CHECKING:
@@ -147,6 +148,7 @@ def schedule_response(
             result.victims,
             result.clear_nomination_pod_uids,
             result.num_pdb_violations,
+            result.preemption_candidates,
         )
     if result.reserve_status is not None:
         fill_status(out.reserve_status, result.reserve_status)
@@ -233,14 +235,24 @@ def add_preemption(
     victims: Iterable[PodInfo],
     clear: Iterable[str],
     num_pdb_violations: int = 0,
+    candidates: Iterable[Candidate] = (),
 ) -> None:
     """A successful PostFilter's plugin and what it asks of the caller: the
-    victims to evict, in order, and the nominations to clear."""
+    victims to evict, in order, and the nominations to clear; or, when the
+    caller asked for them, every preemption candidate to select from."""
     out.plugin = plugin
     out.num_pdb_violations = num_pdb_violations
     for v in victims:
         out.victims.add(uid=v.uid, namespace=v.namespace, name=v.name)
     out.clear_nomination_pod_uids.extend(clear)
+    for c in candidates:
+        listed = out.candidates.add(
+            node_name=c.name,
+            num_pdb_violations=c.num_pdb_violations,
+            clear_nomination_pod_uids=c.clear_nomination_pod_uids,
+        )
+        for v in c.victims:
+            listed.victims.add(uid=v.uid, namespace=v.namespace, name=v.name)
 
 
 def add_writes(out: pb.StatusResponse, state: CycleState) -> None:

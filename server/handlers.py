@@ -282,6 +282,7 @@ def post_filter(call: Call, request: pb.PostFilterRequest) -> pb.PostFilterRespo
     snap, gen = call.cluster(request.HasField("state"), request.state)
     pod = pod_of(request.HasField("pod"), request.pod)
     state = cycle_from_pb(request.cycle)
+    state.preemption_candidates = request.preemption_candidates
     rejected = {ns.node: status_from_pb(ns.status) for ns in request.rejected}
     with _bound(fw, snap):
         res, st = _guard2(lambda: fw.run_post_filter(state, pod, rejected))
@@ -298,6 +299,7 @@ def post_filter(call: Call, request: pb.PostFilterRequest) -> pb.PostFilterRespo
                 res.victims,
                 res.clear_nomination_pod_uids,
                 res.num_pdb_violations,
+                res.candidates,
             )
     add_signals(out.signals, state.permit_signals)
     for plugin, write in state.take_writes():

@@ -46,6 +46,7 @@ def schedule(
         state = cycle_from_pb(request.resume.cycle)
     else:
         state = CycleState()
+    state.preemption_candidates = request.preemption_candidates
     result = schedule_pod(
         fw,
         snap,
@@ -230,6 +231,7 @@ def _batch_slice(b: _Batch, request: pb.ScheduleBatchRequest, slice_seconds: flo
             b.first = i
             return False  # other calls get a turn
         state = CycleState()
+        state.preemption_candidates = request.preemption_candidates
         rng = random.Random(request.seed + i) if request.seed else None
         result = schedule_pod(
             fw,

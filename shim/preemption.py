@@ -3,7 +3,9 @@
 SchedulerAsyncPreemption has it by default).
 
 The plugin service picks the node and the victims
-(PostFilterResponse.nominated_node_name, victims, clear_nomination_pod_uids).
+(PostFilterResponse.nominated_node_name, victims, clear_nomination_pod_uids),
+or, when the shim's extenders process preemption, lists every candidate and
+the shim selects after them (``run_extenders``).
 ``PreemptionExecutor.start`` checks them first (shim/guard.py: in the cache,
 on the nominated node, of lower priority, not the preemptor; one refused
 victim refuses the preemption whole), then, in a task of its own that never
@@ -22,12 +24,13 @@ import datetime as dt
 import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import orjson
 
 from berth.api.v1 import cluster_pb2 as cpb
 from berth.api.v1 import scheduling_pb2 as pb
+from berth.framework.preemption import RankedCandidate, VictimKey, pick_one_node, start_time
 from berth.kube.errors import ApiError
 from berth.kube.rest import KubeApi, pod_path
 from berth.shim import guard, metrics
@@ -93,45 +96,120 @@ class PreemptionExecutor:
     async def run_extenders(
         self, extenders: Extenders, qp: QueuedPod, resp: pb.ScheduleResponse
     ) -> None:
-        """preemption.go Preempt, step 3 (callExtenders), for the candidate the
-        plugin service chose: the interested extenders with a preempt verb
-        may keep the node, with the victims they name there, or drop it.
-        Dropped, or an extender failed: the preemption does not happen, the
-        pod's nomination stays as it was (no PostFilterResult) and its
-        FitError says why ("preemption: no candidate node for preemption",
-        or "preemption: <the error>"). Runs before ``start``, which then
-        checks the victims as ever (shim/guard.py).
+        """preemption.go Preempt, steps 3 and 4: the interested extenders
+        with a preempt verb narrow the candidates (callExtenders), then the
+        best of those left is selected (SelectCandidate). For a pod such
+        extenders are interested in, the shim asks the plugin service for
+        every candidate (ScheduleRequest.preemption_candidates, one pod per
+        cycle: SchedulingCycle.schedule); the answer is rewritten here
+        into a selected one (node, victims, nominations to clear) before
+        ``start`` checks and acts on it as on any other.
 
-        Upstream sends every candidate of the dry run and selects among
-        those the extenders keep; here the extenders see the chosen one
-        only (the plugin service selects before the shim can ask them)."""
+        No candidate left, or an extender failed: the preemption does not
+        happen, the pod's nomination stays as it was (no PostFilterResult)
+        and its FitError says why ("preemption: no candidate node for
+        preemption", or "preemption: <the error>").
+
+        A PostFilter plugin that selects its own way answers one candidate,
+        selected: the extenders see that one only."""
+        if not resp.HasField("post_filter"):
+            return
         pf = resp.post_filter
-        if not resp.HasField("post_filter") or not pf.nominated_node_name or not pf.victims:
+        if pf.candidates:
+            listed = {
+                c.node_name: ([v.uid for v in c.victims], int(c.num_pdb_violations))
+                for c in pf.candidates
+            }
+            names = {v.uid: (v.namespace, v.name) for c in pf.candidates for v in c.victims}
+            clear = {c.node_name: list(c.clear_nomination_pod_uids) for c in pf.candidates}
+        elif pf.nominated_node_name and pf.victims:
+            listed = {
+                pf.nominated_node_name: ([v.uid for v in pf.victims], int(pf.num_pdb_violations))
+            }
+            names = {v.uid: (v.namespace, v.name) for v in pf.victims}
+            clear = {pf.nominated_node_name: list(pf.clear_nomination_pod_uids)}
+        else:
             return
         pj = extenders.pod(qp.uid)
-        if not extenders.preempts(pj):
+        kept = listed
+        if extenders.preempts(pj):
+            assert pj is not None
+            try:
+                kept = await extenders.process_preemption(
+                    pj, listed, functools.partial(self._fetch, names), self._checker(names)
+                )
+            except ExtenderError as exc:
+                _no_preemption(resp, pb.CODE_ERROR, f"preemption: {exc}")
+                return
+        node = self._select(kept)
+        if not node:
+            _no_preemption(
+                resp, pb.CODE_UNSCHEDULABLE, "preemption: no candidate node for preemption"
+            )
             return
-        assert pj is not None
-        node = pf.nominated_node_name
-        pods = self._cache.state.pods
-        names = {v.uid: (v.namespace, v.name) for v in pf.victims}
+        uids, violations = kept[node]
+        del pf.candidates[:]
+        pf.nominated_node_name = node
+        pf.nominating_mode = pb.NOMINATING_MODE_OVERRIDE
+        del pf.victims[:]
+        for uid in uids:
+            ns, name = names[uid]
+            pf.victims.add(uid=uid, namespace=ns, name=name)
+        pf.num_pdb_violations = violations
+        pf.clear_nomination_pod_uids[:] = clear.get(node, [])
+        if len(listed) > 1 or len(kept) > 1:
+            log.info(
+                "pod %s/%s: preemption selects node %s of %d candidate(s) (%d after the extenders)",
+                qp.pod.namespace,
+                qp.pod.name,
+                node,
+                len(listed),
+                len(kept),
+            )
 
-        async def fetch(uids: list[str]) -> dict[str, bytes]:
-            """The victims' objects, from the API server (a preemption has a
-            few; the shim keeps no JSON of bound pods)."""
-            out: dict[str, bytes] = {}
+    def _select(self, kept: Mapping[str, tuple[list[str], int]]) -> str:
+        """SelectCandidate over the candidates left: one is taken as it is;
+        several are ranked by upstream's default criteria on the victims'
+        priorities and start times as the cache has them (the same pick the
+        DefaultPreemption plugin makes; berth.framework.preemption)."""
+        if len(kept) <= 1:
+            return next(iter(kept), "")
+        pods = self._cache.state.pods
+        ranked: list[RankedCandidate] = []
+        for node, (uids, violations) in kept.items():
+            victims = []
             for uid in uids:
-                ns, name = names[uid]
-                try:
-                    obj = await self._workers.call(self._api.get, pod_path(ns, name))
-                except ApiError as exc:
-                    raise ExtenderError(f"reading victim {ns}/{name}: {exc}") from exc
-                out[uid] = orjson.dumps(obj)
-            return out
+                # check() made sure every victim is in the cache.
+                p = pods[uid]
+                victims.append(VictimKey(p.priority, start_time(p.start_unix_micros)))
+            ranked.append(RankedCandidate(node, violations, victims))
+        return pick_one_node(ranked)
+
+    async def _fetch(
+        self, names: Mapping[str, tuple[str, str]], uids: list[str]
+    ) -> dict[str, bytes]:
+        """The victims' objects, from the API server, for the extenders sent
+        full pods (a preemption has a few; the shim keeps no JSON of bound
+        pods)."""
+        out: dict[str, bytes] = {}
+        for uid in uids:
+            ns, name = names[uid]
+            try:
+                obj = await self._workers.call(self._api.get, pod_path(ns, name))
+            except ApiError as exc:
+                raise ExtenderError(f"reading victim {ns}/{name}: {exc}") from exc
+            out[uid] = orjson.dumps(obj)
+        return out
+
+    def _checker(self, names: dict[str, tuple[str, str]]) -> Callable[[str, str, str], str | None]:
+        """extender.go convertToVictims / convertPodUIDToPod: why a victim an
+        extender names cannot be one (None when it can); a valid one not
+        proposed by the plugin service is added to ``names``."""
+        pods = self._cache.state.pods
+        nodes = self._cache.nodes
 
         def check(extender: str, at: str, uid: str) -> str | None:
-            # extender.go convertToVictims / convertPodUIDToPod.
-            if at not in self._cache.nodes:
+            if at not in nodes:
                 return f'nodeinfo not found for node name "{at}"'
             known = pods.get(uid)
             if known is None or known.node_name != at:
@@ -142,24 +220,7 @@ class PreemptionExecutor:
             names.setdefault(uid, (known.namespace, known.name))
             return None
 
-        try:
-            kept = await extenders.process_preemption(
-                pj, {node: ([v.uid for v in pf.victims], pf.num_pdb_violations)}, fetch, check
-            )
-        except ExtenderError as exc:
-            _no_preemption(resp, pb.CODE_ERROR, f"preemption: {exc}")
-            return
-        if node not in kept:
-            _no_preemption(
-                resp, pb.CODE_UNSCHEDULABLE, "preemption: no candidate node for preemption"
-            )
-            return
-        uids, violations = kept[node]
-        del pf.victims[:]
-        for uid in uids:
-            ns, name = names[uid]
-            pf.victims.add(uid=uid, namespace=ns, name=name)
-        pf.num_pdb_violations = violations
+        return check
 
     def start(self, qp: QueuedPod, pf: pb.PostFilterResponse) -> bool:
         """prepareCandidateAsync: victims already terminating need no call;
@@ -417,6 +478,7 @@ def _no_preemption(resp: pb.ScheduleResponse, code: int, message: str) -> None:
     pf.nominating_mode = pb.NOMINATING_MODE_NOOP
     del pf.victims[:]
     del pf.clear_nomination_pod_uids[:]
+    del pf.candidates[:]
     pf.num_pdb_violations = 0
     fit = resp.diagnosis.message
     if fit:

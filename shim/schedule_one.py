@@ -289,14 +289,18 @@ class SchedulingCycle:
         ext = self._extenders
         if ext is not None:
             jsons = [ext.pod(qp.uid) for qp in batch]
-            if any(ext.interested(pj) for pj in jsons):
+            if any(ext.interested(pj) or ext.preempts(pj) for pj in jsons):
                 # Pods the extenders see run one at a time, in queue order;
-                # the others of the batch around them as their own cycles.
+                # the others of the batch around them as their own cycles. A
+                # pod whose preemption the extenders process has every
+                # candidate answered and the shim selects after them
+                # (run_extenders), before the next pod's cycle, which sees
+                # the nomination (preemption.go Preempt).
                 for qp, pj in zip(batch, jsons, strict=True):
                     if pj is not None and ext.interested(pj):
                         await self._schedule_with_extenders(qp, ext, pj)
                     else:
-                        await self._schedule([qp])
+                        await self._schedule([qp], preemption_candidates=ext.preempts(pj))
                 return
         if (
             len(batch) > 1
@@ -311,7 +315,11 @@ class SchedulingCycle:
             return
         await self._schedule(batch)
 
-    async def _schedule(self, batch: list[QueuedPod]) -> None:
+    async def _schedule(self, batch: list[QueuedPod], preemption_candidates: bool = False) -> None:
+        """The cycles of ``batch`` in one call (ScheduleBatch, or a single
+        Schedule). ``preemption_candidates``: one pod whose preemption the
+        extenders process; its cycle is not recorded (--record), as the
+        answer it gets is not one a replay without the extenders gets."""
         profile = batch[0].profile
         start = time.perf_counter()
         pops = time.time()
@@ -334,13 +342,23 @@ class SchedulingCycle:
             explain = (
                 len(batch) == 1 and self._failed.attempts is not None and wants_explain(sent[0])
             )
-            seed, recorded = self._record_call(profile, sent, start_index, cycle, explain)
+            seed, recorded = (
+                (0, 0)
+                if preemption_candidates
+                else self._record_call(profile, sent, start_index, cycle, explain)
+            )
             try:
                 if len(batch) == 1:
                     pod = sent[0]
                     with trace.use_span(spans[0], end_on_exit=False):
                         resp = await self._service.schedule(
-                            profile, pod, start_index, cycle, explain=explain, seed=seed
+                            profile,
+                            pod,
+                            start_index,
+                            cycle,
+                            explain=explain,
+                            seed=seed,
+                            preemption_candidates=preemption_candidates,
                         )
                     results = [resp]
                     self._start_index[profile] = resp.next_start_index
@@ -447,7 +465,8 @@ class SchedulingCycle:
         takes, or None when an extender failed the cycle (already handled:
         an error, as upstream's schedulingCycle treats it)."""
         start_index = self._start_index.get(profile, 0)
-        first = await self._service.schedule_stopped(profile, pod, start_index)
+        candidates = ext.preempts(pj)
+        first = await self._service.schedule_stopped(profile, pod, start_index, candidates)
         self._start_index[profile] = first.next_start_index
         if not first.feasible:
             return first
@@ -467,7 +486,9 @@ class SchedulingCycle:
                 plain = cpb.Pod()
                 plain.CopyFrom(pod)
                 plain.nominated_node_name = ""
-                first = await self._service.schedule_stopped(profile, plain, start_index)
+                first = await self._service.schedule_stopped(
+                    profile, plain, start_index, candidates
+                )
                 self._start_index[profile] = first.next_start_index
                 if not first.feasible:
                     return first
@@ -476,7 +497,9 @@ class SchedulingCycle:
                     {n: st for n, st in earlier.items() if n not in outcome.statuses}
                 )
             if not outcome.nodes:
-                return await self._extenders_rejected_all(profile, pod, first, outcome.statuses)
+                return await self._extenders_rejected_all(
+                    profile, pod, first, outcome.statuses, candidates
+                )
             scores = await ext.prioritize(pj, outcome.nodes) if len(outcome.nodes) > 1 else {}
         except ExtenderError as exc:
             # findNodesThatFitPod returns the error: the cycle is an Error
@@ -500,10 +523,13 @@ class SchedulingCycle:
         pod: cpb.Pod,
         first: pb.ScheduleResponse,
         statuses: dict[str, Status],
+        preemption_candidates: bool = False,
     ) -> pb.ScheduleResponse:
         """The extenders left no node: a FitError over the Filter plugins'
         and the extenders' statuses, "Extender" among the rejecting plugins;
-        PostFilter runs on it (preemption) when the profile has any."""
+        PostFilter runs on it (preemption) when the profile has any, with
+        every candidate answered when the extenders process the pod's
+        preemption."""
         d = first.diagnosis
         rejected = {node: status_from_pb(st) for node, st in rejected_nodes(d)}
         rejected.update(statuses)
@@ -516,7 +542,9 @@ class SchedulingCycle:
         post_filter_msg = ""
         info = self._service.profiles.get(profile)
         if info is None or info.has("postFilter"):
-            pf = await self._service.post_filter(profile, pod, first.cycle, rejected_pb)
+            pf = await self._service.post_filter(
+                profile, pod, first.cycle, rejected_pb, preemption_candidates
+            )
             resp.post_filter.CopyFrom(pf)
             post_filter_msg = status_from_pb(pf.status).message
         absent = status_from_pb(d.absent_status) if d.HasField("absent_status") else None

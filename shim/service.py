@@ -499,12 +499,15 @@ class PluginService:
         *,
         explain: bool = False,
         seed: int = 0,
+        preemption_candidates: bool = False,
     ) -> pb.ScheduleResponse:
         """One scheduling cycle, Reserve and Permit included. ``cycle``: the
         scheduler's cycle number (opportunistic batching). ``explain``: over
         every node, answering every node's verdict and every score (for pods
         that asked for explanations, shim/explain.py). ``seed``: selectHost's
-        tie-break seed (0: unseeded)."""
+        tie-break seed (0: unseeded). ``preemption_candidates``: a preemption
+        answers every candidate, for the extenders that process the pod's
+        preemption (ScheduleRequest.preemption_candidates)."""
         self.state.commit()
         if self.stream:
             resp: pb.ScheduleResponse = await self._guard(
@@ -518,6 +521,7 @@ class PluginService:
                     cycle=cycle,
                     seed=seed,
                     group_rejected=True,
+                    preemption_candidates=preemption_candidates,
                 ),
             )
         else:
@@ -532,6 +536,7 @@ class PluginService:
                     cycle=cycle,
                     seed=seed,
                     group_rejected=True,
+                    preemption_candidates=preemption_candidates,
                 ),
             )
         return resp
@@ -573,12 +578,19 @@ class PluginService:
         return resp
 
     async def schedule_stopped(
-        self, profile: str, pod: cpb.Pod, start_index: int
+        self, profile: str, pod: cpb.Pod, start_index: int, preemption_candidates: bool = False
     ) -> pb.ScheduleResponse:
         """The first half of a cycle with extenders: PreFilter and Filter,
         stopped before Score when nodes pass (ScheduleRequest
-        .stop_after_filter)."""
-        return await self._split_cycle(profile, pod, start_index, stop_after_filter=True)
+        .stop_after_filter); PostFilter when none does, answering every
+        preemption candidate with ``preemption_candidates``."""
+        return await self._split_cycle(
+            profile,
+            pod,
+            start_index,
+            stop_after_filter=True,
+            preemption_candidates=preemption_candidates,
+        )
 
     async def schedule_resumed(
         self,
@@ -615,14 +627,25 @@ class PluginService:
         return resp
 
     async def post_filter(
-        self, profile: str, pod: cpb.Pod, cycle: pb.CycleState, rejected: Sequence[pb.NodeStatus]
+        self,
+        profile: str,
+        pod: cpb.Pod,
+        cycle: pb.CycleState,
+        rejected: Sequence[pb.NodeStatus],
+        preemption_candidates: bool = False,
     ) -> pb.PostFilterResponse:
-        """PostFilter for a cycle whose nodes the extenders all rejected."""
+        """PostFilter for a cycle whose nodes the extenders all rejected;
+        ``preemption_candidates`` as for ``schedule``."""
         self.state.commit()
 
         def build(st: cpb.ClusterState) -> pb.PostFilterRequest:
             return pb.PostFilterRequest(
-                profile=profile, state=st, pod=pod, cycle=cycle, rejected=rejected
+                profile=profile,
+                state=st,
+                pod=pod,
+                cycle=cycle,
+                rejected=rejected,
+                preemption_candidates=preemption_candidates,
             )
 
         resp: pb.PostFilterResponse = await self._guard(

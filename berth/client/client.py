@@ -151,6 +151,7 @@ def _schedule_request(
     seed: int,
     cycle: int = 0,
     group_rejected: bool = False,
+    preemption_candidates: bool = False,
 ) -> Callable[[cpb.ClusterState], pb.ScheduleRequest]:
     def build(st: cpb.ClusterState) -> pb.ScheduleRequest:
         return pb.ScheduleRequest(
@@ -163,6 +164,7 @@ def _schedule_request(
             seed=seed,
             cycle=cycle,
             group_rejected=group_rejected,
+            preemption_candidates=preemption_candidates,
         )
 
     return build
@@ -637,13 +639,24 @@ class SchedulingClient:
         seed: int = 0,
         cycle: int = 0,
         group_rejected: bool = False,
+        preemption_candidates: bool = False,
     ) -> pb.ScheduleResponse:
         """One scheduling cycle (Schedule). ``cycle``: the caller's cycle
         number, for opportunistic batching (ScheduleRequest.cycle).
         ``group_rejected``: the rejected nodes as Diagnosis.rejected_groups
-        (read either form with ``rejected_nodes``)."""
+        (read either form with ``rejected_nodes``). ``preemption_candidates``:
+        a preemption answers every candidate, none selected, for the
+        caller's extenders (ScheduleRequest.preemption_candidates)."""
         build = _schedule_request(
-            profile, pod, start_index, explain, reserve_and_permit, seed, cycle, group_rejected
+            profile,
+            pod,
+            start_index,
+            explain,
+            reserve_and_permit,
+            seed,
+            cycle,
+            group_rejected,
+            preemption_candidates,
         )
         resp: pb.ScheduleResponse = await self.call("Schedule", build)
         return resp
@@ -658,11 +671,12 @@ class SchedulingClient:
         seed: int = 0,
         cycle: int = 0,
         group_rejected: bool = False,
+        preemption_candidates: bool = False,
     ) -> pb.ScheduleBatchResponse:
         """Several cycles in one round trip (ScheduleBatch). The caller adds the
         placed pods to its state afterwards, like after single cycles.
         ``cycle``: the first pod's cycle number (ScheduleBatchRequest.cycle);
-        ``group_rejected`` as for ``schedule``."""
+        ``group_rejected`` and ``preemption_candidates`` as for ``schedule``."""
 
         def build(st: cpb.ClusterState) -> pb.ScheduleBatchRequest:
             return pb.ScheduleBatchRequest(
@@ -674,6 +688,7 @@ class SchedulingClient:
                 seed=seed,
                 cycle=cycle,
                 group_rejected=group_rejected,
+                preemption_candidates=preemption_candidates,
             )
 
         resp: pb.ScheduleBatchResponse = await self.call("ScheduleBatch", build)
@@ -690,13 +705,22 @@ class SchedulingClient:
         seed: int = 0,
         cycle: int = 0,
         group_rejected: bool = False,
+        preemption_candidates: bool = False,
     ) -> pb.ScheduleResponse:
         """``schedule`` over the ScheduleStream RPC: one stream per endpoint,
         opened on first use and kept. A refused request raises
         RequestRefused; a broken stream is reopened, on the next endpoint when
         the replica is unavailable."""
         build = _schedule_request(
-            profile, pod, start_index, explain, reserve_and_permit, seed, cycle, group_rejected
+            profile,
+            pod,
+            start_index,
+            explain,
+            reserve_and_permit,
+            seed,
+            cycle,
+            group_rejected,
+            preemption_candidates,
         )
         resp: pb.ScheduleResponse = await self._over_endpoints(
             lambda e: self._streamed_on(e, build), stream=True

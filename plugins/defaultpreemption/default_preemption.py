@@ -24,7 +24,14 @@ started now (util.GetPodStartTime). "Terminating by preemption"
 ``Pod.preempted_by_scheduler`` (the DisruptionTarget condition the caller
 sets on its victims).
 
-Not ported: extenders (Berth has none), workload-aware and topology-aware
+HTTP extenders are the caller's too (the server has none): a caller whose
+extenders process preemption asks for every candidate
+(``CycleState.preemption_candidates``); the plugin then stops after the dry
+run and answers them all, none selected, and the caller runs its extenders
+and selects among those they keep with the same criteria
+(berth.framework.preemption, berth.shim.preemption).
+
+Not ported: workload-aware and topology-aware
 pod group preemption (alpha gates, off), PreEnqueue of pods whose async
 preemption is still running (the caller's queue knows that, not a stateless
 server), and the preemption metrics (the caller's).
@@ -34,10 +41,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from berth.framework.cycle_state import CycleState
@@ -45,6 +50,13 @@ from berth.framework.goquote import go_quote
 from berth.framework.interfaces import PostFilterPlugin, PostFilterResult
 from berth.framework.model import NodeInfo, PodInfo
 from berth.framework.objects import ObjectKind
+from berth.framework.preemption import (
+    Candidate,
+    RankedCandidate,
+    VictimKey,
+    pick_one_node,
+    start_time,
+)
 from berth.framework.snapshot import Snapshot
 from berth.framework.status import SUCCESS, Code, Status, fit_error_message
 from berth.plugins.defaultpreemption.args import DefaultPreemptionArgs
@@ -75,21 +87,7 @@ _NO_VICTIMS: Final = Status.unresolvable(ERR_NO_VICTIMS)
 # Preempt: the status of the nodes preemption did not try.
 MSG_NOT_HELPFUL: Final = "Preemption is not helpful for scheduling"
 
-# A pod with no start time counts as started now: after any recorded time.
-_STARTED_NOW: Final = math.inf
-
 _ABSENT = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """preemption.Candidate: a node and the pods to evict there, most
-    important first, with how many of them violate a PDB
-    (extenderv1.Victims)."""
-
-    name: str
-    victims: tuple[PodInfo, ...]
-    num_pdb_violations: int = 0
 
 
 def _terminating_by_preemption(pod: PodInfo) -> bool:
@@ -107,21 +105,13 @@ def _none_lower(node: NodeInfo, priority: int) -> bool:
 def pod_start_time(pod: PodInfo) -> float:
     """util.GetPodStartTime: status.startTime in microseconds; a pod that
     has not started (0) counts as started now, later than every known time."""
-    t = pod.proto.start_unix_micros
-    return t if t > 0 else _STARTED_NOW
+    return start_time(pod.proto.start_unix_micros)
 
 
 def more_important_key(pod: PodInfo) -> tuple[int, float]:
     """util.MoreImportantPod as a sort key: higher priority first, then the
     earlier start."""
     return (-pod.priority, pod_start_time(pod))
-
-
-def earliest_pod_start_time(victims: Sequence[PodInfo]) -> float:
-    """util.GetEarliestPodStartTime: the earliest start among the victims of
-    the highest priority."""
-    top = max(v.priority for v in victims)
-    return min(pod_start_time(v) for v in victims if v.priority == top)
 
 
 def filter_pods_with_pdb_violation(
@@ -153,29 +143,19 @@ def filter_pods_with_pdb_violation(
 
 
 def pick_one_node_for_preemption(candidates: Sequence[Candidate]) -> str:
-    """preemption.go, pickOneNodeForPreemption with the default criteria, in
-    order, each applied to the nodes the previous ones tied: the fewest PDB
-    violations; the lowest highest-priority victim; the smallest sum of
-    priorities (each shifted by 2^31 so negative ones count); the fewest
-    victims; the latest earliest start among the highest-priority victims.
-    Still tied: the first candidate."""
-    if not candidates:
-        return ""
-    criteria: list[Callable[[Candidate], float]] = [
-        lambda c: -c.num_pdb_violations,
-        lambda c: -c.victims[0].priority,
-        lambda c: -sum(v.priority + 2**31 for v in c.victims),
-        lambda c: -len(c.victims),
-        lambda c: earliest_pod_start_time(c.victims),
-    ]
-    remaining = list(candidates)
-    for score in criteria:
-        scores = [score(c) for c in remaining]
-        best = max(scores)
-        remaining = [c for c, s in zip(remaining, scores, strict=True) if s == best]
-        if len(remaining) == 1:
-            break
-    return remaining[0].name
+    """preemption.go, pickOneNodeForPreemption with the default criteria
+    (berth.framework.preemption.pick_one_node) over the dry run's
+    candidates."""
+    return pick_one_node([ranked(c) for c in candidates])
+
+
+def ranked(candidate: Candidate) -> RankedCandidate:
+    """The candidate as the selection criteria read it."""
+    return RankedCandidate(
+        candidate.name,
+        candidate.num_pdb_violations,
+        [VictimKey(v.priority, pod_start_time(v)) for v in candidate.victims],
+    )
 
 
 def aggregate_errors(messages: Sequence[str]) -> str:
@@ -257,21 +237,36 @@ class DefaultPreemption(PostFilterPlugin[DefaultPreemptionArgs]):
             )
             return PostFilterResult(""), Status.unschedulable(msg)
 
-        # 3) Extenders: the caller runs them on the candidate chosen here
-        # (shim/preemption.py). 4) Find the best candidate.
+        # 3) Extenders are the caller's. When it has some that process
+        # preemption it asks for every candidate and selects itself, after
+        # them, with the default criteria; a subclass that selects its own
+        # way keeps selecting here, and the extenders see its choice.
+        if state.preemption_candidates and self._selects_by_default():
+            listed = tuple(
+                Candidate(
+                    c.name,
+                    c.victims,
+                    c.num_pdb_violations,
+                    self._nominations_to_clear(pod, c, snapshot),
+                )
+                for c in candidates
+            )
+            log.info(
+                "pod %s: %d preemption candidate(s) for the caller's extenders: %s",
+                pod.key,
+                len(listed),
+                ", ".join(c.name for c in listed),
+            )
+            return PostFilterResult(candidates=listed), SUCCESS
+
+        # 4) Find the best candidate.
         best = self.select_candidate(candidates)
         if best is None or not best.name:
             return None, Status.unschedulable("no candidate node for preemption")
 
         # 5) Actuation is the caller's (executor.go): the victims, and the
         # lower-priority nominations on the node to clear.
-        clear: tuple[str, ...] = ()
-        if any(not v.proto.terminating for v in best.victims):
-            clear = tuple(
-                p.uid
-                for p in snapshot.nominated_pods_for_node(best.name).values()
-                if p.priority < pod.priority
-            )
+        clear = self._nominations_to_clear(pod, best, snapshot)
         log.info(
             "pod %s: preemption nominates node %s, evicting %s",
             pod.key,
@@ -287,6 +282,25 @@ class DefaultPreemption(PostFilterPlugin[DefaultPreemptionArgs]):
             ),
             SUCCESS,
         )
+
+    def _nominations_to_clear(
+        self, pod: PodInfo, candidate: Candidate, snapshot: Snapshot
+    ) -> tuple[str, ...]:
+        """executor.go prepareCandidateAsync's getLowerPriorityNominatedPods:
+        the pods nominated to the candidate's node with a lower priority,
+        unless every victim is already terminating (it returns before)."""
+        if all(v.proto.terminating for v in candidate.victims):
+            return ()
+        return tuple(
+            p.uid
+            for p in snapshot.nominated_pods_for_node(candidate.name).values()
+            if p.priority < pod.priority
+        )
+
+    def _selects_by_default(self) -> bool:
+        """Does this plugin select with upstream's default criteria (no
+        SelectCandidate or candidate order of its own)?"""
+        return type(self).select_candidate is DefaultPreemption.select_candidate
 
     # -- eligibility ------------------------------------------------------------------
 

@@ -39,6 +39,38 @@ def cluster(*pods: cpb.Pod) -> ClusterStateLog:
     return log
 
 
+async def post_filter_rpc(
+    ch: grpc.aio.Channel, log: ClusterStateLog, p: cpb.Pod, preemption_candidates: bool = False
+) -> pb.PostFilterResponse:
+    """The failed cycle's calls one RPC each: PreFilter, Filter over every
+    node (none passes), then PostFilter on the rejected nodes, all at the
+    generation PreFilter answered with."""
+    stub = pb_grpc.SchedulingServiceStub(ch)
+    pre = await stub.PreFilter(pb.CycleRequest(profile=PROFILE, state=log.full_state(), pod=p))
+    pinned = cpb.ClusterState(
+        cluster_id=log.cluster_id,
+        generation=pre.generation,
+        base_generation=pre.generation,
+        incarnation=log.incarnation,
+        pinned=True,
+    )
+    filt = await stub.Filter(
+        pb.NodesRequest(profile=PROFILE, state=pinned, pod=p, cycle=pre.cycle, all_nodes=True)
+    )
+    assert not filt.feasible
+    post: pb.PostFilterResponse = await stub.PostFilter(
+        pb.PostFilterRequest(
+            profile=PROFILE,
+            state=pinned,
+            pod=p,
+            cycle=pre.cycle,
+            rejected=filt.rejected,
+            preemption_candidates=preemption_candidates,
+        )
+    )
+    return post
+
+
 async def test_schedule_returns_the_victims_of_the_preemption(
     default_server: RunningServer,
 ) -> None:
@@ -99,24 +131,7 @@ async def test_post_filter_rpc_carries_victims_nominations_and_plugin(
     log = cluster(pod("queued-low", 10, "100m", nominated="a"))
     p = pod("p", 100, "500m")
     async with grpc.aio.insecure_channel(f"127.0.0.1:{default_server.port}") as ch:
-        stub = pb_grpc.SchedulingServiceStub(ch)
-        pre = await stub.PreFilter(pb.CycleRequest(profile=PROFILE, state=log.full_state(), pod=p))
-        pinned = cpb.ClusterState(
-            cluster_id=log.cluster_id,
-            generation=pre.generation,
-            base_generation=pre.generation,
-            incarnation=log.incarnation,
-            pinned=True,
-        )
-        filt = await stub.Filter(
-            pb.NodesRequest(profile=PROFILE, state=pinned, pod=p, cycle=pre.cycle, all_nodes=True)
-        )
-        assert not filt.feasible
-        post = await stub.PostFilter(
-            pb.PostFilterRequest(
-                profile=PROFILE, state=pinned, pod=p, cycle=pre.cycle, rejected=filt.rejected
-            )
-        )
+        post = await post_filter_rpc(ch, log, p)
     assert post.status.code == pb.CODE_SUCCESS
     assert post.nominated_node_name == "a"
     assert post.plugin == "DefaultPreemption"
@@ -170,3 +185,56 @@ async def test_batch_counts_a_nomination_for_the_pods_after_it(
         # nominated there for later requests.
         again = await SchedulingClient(ch, cluster()).schedule_batch(PROFILE, [p2])
         assert again.results[0].post_filter.nominated_node_name == "a"
+
+
+def two_candidates() -> ClusterStateLog:
+    """Two 1-CPU nodes, each with one pod the preemptor may evict: a's of
+    priority 0, b's of priority 50; a pod of priority 10 nominated to b."""
+    log = ClusterStateLog()
+    for name in ("a", "b"):
+        log.upsert_node(make_node(name).capacity(cpu="1", memory="4Gi").obj())
+    log.upsert_pod(pod("low", 0, "800m", node="a"))
+    log.upsert_pod(pod("mid", 50, "800m", node="b"))
+    log.upsert_pod(pod("queued-low", 10, "100m", nominated="b"))
+    log.commit()
+    return log
+
+
+def candidates_of(pf: pb.PostFilterResponse) -> list[tuple[str, list[str], list[str]]]:
+    return sorted(
+        (c.node_name, [v.name for v in c.victims], list(c.clear_nomination_pod_uids))
+        for c in pf.candidates
+    )
+
+
+async def test_asked_for_candidates_the_preemption_answers_them_all_unselected(
+    default_server: RunningServer,
+) -> None:
+    """ScheduleRequest.preemption_candidates, for a caller whose extenders
+    process preemption (preemption.go Preempt: callExtenders sees every
+    candidate, SelectCandidate runs after it): Schedule, ScheduleBatch and
+    the PostFilter RPC answer every candidate with its victims and the
+    nominations it would clear; none is selected, nobody is nominated."""
+    want = [("a", ["low"], []), ("b", ["mid"], ["queued-low"])]
+    p = pod("p", 100, "500m")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{default_server.port}") as ch:
+        resp = await SchedulingClient(ch, two_candidates()).schedule(
+            PROFILE, p, preemption_candidates=True
+        )
+        batch = await SchedulingClient(ch, two_candidates()).schedule_batch(
+            PROFILE, [p], preemption_candidates=True
+        )
+        plain = await SchedulingClient(ch, two_candidates()).schedule(PROFILE, p)
+        post = await post_filter_rpc(ch, two_candidates(), p, preemption_candidates=True)
+    for pf in (resp.post_filter, batch.results[0].post_filter, post):
+        assert pf.status.code == pb.CODE_SUCCESS
+        assert pf.plugin == "DefaultPreemption"
+        assert candidates_of(pf) == want
+        assert (pf.nominated_node_name, list(pf.victims), list(pf.clear_nomination_pod_uids)) == (
+            "",
+            [],
+            [],
+        )
+    # Not asked: the plugin selects a (the lower-priority victim) as ever.
+    assert plain.post_filter.nominated_node_name == "a"
+    assert not plain.post_filter.candidates

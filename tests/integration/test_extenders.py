@@ -158,6 +158,30 @@ def extender(kube: KubeApi) -> Iterator[Callable[..., SmallExtender]]:
         ext.close()
 
 
+@pytest.fixture
+def priorities(kube: KubeApi, namespace: str) -> Iterator[None]:
+    """PriorityClasses ``<namespace>-low`` (10), ``-mid`` (20) and ``-high``
+    (1000), deleted afterwards."""
+    made = []
+    try:
+        for name, value in (("low", 10), ("mid", 20), ("high", 1000)):
+            kube.create(
+                "/apis/scheduling.k8s.io/v1/priorityclasses",
+                {
+                    "apiVersion": "scheduling.k8s.io/v1",
+                    "kind": "PriorityClass",
+                    "metadata": {"name": f"{namespace}-{name}"},
+                    "value": value,
+                },
+            )
+            made.append(f"{namespace}-{name}")
+        yield
+    finally:
+        for name in made:
+            with contextlib.suppress(ApiError):
+                kube.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
+
+
 def has_failed_scheduling(kube: KubeApi, namespace: str, pod: str) -> bool:
     return bool(failed_scheduling_notes(kube, namespace, pod))
 
@@ -331,24 +355,13 @@ def test_process_preemption_changes_the_victims(
     fake_nodes: NodeFactory,
     tmp_path: Path,
     extender: Callable[..., SmallExtender],
+    priorities: None,
 ) -> None:
     """preemption.go callExtenders: DefaultPreemption proposes the lowest-priority pod;
     the extender's preempt verb, sent the candidate with its victims as full objects,
     names another pod on that node, which is the one evicted; the preemptor binds."""
     profile = profile_for(namespace)
     (node,) = [n["metadata"]["name"] for n in fake_nodes(1, cpu="2")]
-    made = []
-    for name, value in (("low", 10), ("mid", 20), ("high", 1000)):
-        kube.create(
-            "/apis/scheduling.k8s.io/v1/priorityclasses",
-            {
-                "apiVersion": "scheduling.k8s.io/v1",
-                "kind": "PriorityClass",
-                "metadata": {"name": f"{namespace}-{name}"},
-                "value": value,
-            },
-        )
-        made.append(f"{namespace}-{name}")
 
     def pod(name: str, priority: str, node_name: str | None = None, **labels: str) -> Any:
         p = objects.pod(
@@ -364,37 +377,31 @@ def test_process_preemption_changes_the_victims(
         )
         return p
 
-    try:
-        objects.create_pods(
-            kube,
-            [
-                pod("low", "low", node),
-                pod("mid", "mid", node, **{"ext/victim": "true"}),
-            ],
-        )
-        ext = extender()
-        config = extenders_config(
-            tmp_path / "c.yaml", profile, f"- urlPrefix: {ext.url}\n  preemptVerb: preempt\n"
-        )
-        shim = Shim(config, cluster.kubeconfig, tmp_path / "shim.log")
-        with running(shim.start()):
-            objects.create_pods(kube, [pod("high", "high")])
-            assert wait_node_of(kube, namespace, "high", shim) == node
-            args = next(b for v, b in ext.calls if v == "preempt")
-            assert args["Pod"]["metadata"]["name"] == "high"
-            assert args["NodeNameToMetaVictims"] is None
-            proposed = args["NodeNameToVictims"][node]
-            assert [p["metadata"]["name"] for p in proposed["Pods"]] == ["low"]
-            assert proposed["NumPDBViolations"] == 0
-            names = {
-                p["metadata"]["name"]
-                for p in kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
-            }
-            assert names == {"low", "high"}
-    finally:
-        for name in made:
-            with contextlib.suppress(ApiError):
-                kube.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
+    objects.create_pods(
+        kube,
+        [
+            pod("low", "low", node),
+            pod("mid", "mid", node, **{"ext/victim": "true"}),
+        ],
+    )
+    ext = extender()
+    config = extenders_config(
+        tmp_path / "c.yaml", profile, f"- urlPrefix: {ext.url}\n  preemptVerb: preempt\n"
+    )
+    shim = Shim(config, cluster.kubeconfig, tmp_path / "shim.log")
+    with running(shim.start()):
+        objects.create_pods(kube, [pod("high", "high")])
+        assert wait_node_of(kube, namespace, "high", shim) == node
+        args = next(b for v, b in ext.calls if v == "preempt")
+        assert args["Pod"]["metadata"]["name"] == "high"
+        assert args["NodeNameToMetaVictims"] is None
+        proposed = args["NodeNameToVictims"][node]
+        assert [p["metadata"]["name"] for p in proposed["Pods"]] == ["low"]
+        assert proposed["NumPDBViolations"] == 0
+        names = {
+            p["metadata"]["name"] for p in kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+        }
+        assert names == {"low", "high"}
 
 
 def test_kube_scheduler_with_the_same_extender_agrees(
@@ -491,3 +498,103 @@ def test_unusable_extender_tls_stops_the_shim_at_start(
     text = shim.text()
     assert f"berth shim: {config}: couldn't build extenders: extenders[0] " in text, text
     assert "tlsConfig:" in text and "missing-ca.crt" in text, text
+
+
+class KeepingExtender(SmallExtender):
+    """An extender whose preempt verb keeps only the candidate nodes labelled
+    ``ext/preemptible``, each with the victims proposed for it."""
+
+    def preempt(self, args: Any) -> Any:
+        out = {}
+        for node, victims in (args["NodeNameToVictims"] or {}).items():
+            labels = self.kube.get(f"/api/v1/nodes/{node}")["metadata"]["labels"]
+            if "ext/preemptible" in labels:
+                out[node] = {
+                    "Pods": [{"UID": p["metadata"]["uid"]} for p in victims["Pods"]],
+                    "NumPDBViolations": victims["NumPDBViolations"],
+                }
+        return {"NodeNameToMetaVictims": out}
+
+
+@pytest.mark.parametrize(
+    "verbs", ["preemptVerb: preempt", "filterVerb: filter, preemptVerb: preempt"]
+)
+def test_extenders_see_every_preemption_candidate_and_the_best_they_keep_wins(
+    cluster: Cluster,
+    kube: KubeApi,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    tmp_path: Path,
+    k8s_bin_dir: Path,
+    verbs: str,
+    priorities: None,
+) -> None:
+    """Differential, preemption.go Preempt: DefaultPreemption finds two candidates, node a
+    (a victim of priority 10) and node b (priority 20); by itself it would choose a. The
+    extender's preempt verb is sent both (callExtenders) and keeps only b, so the preemptor
+    evicts b's pod and lands there, the other victim staying. kube-scheduler v1.36.3 and
+    berth shim, each on its own two nodes with the same extender, do the same; with a
+    filter verb too, the shim's cycle is the one split around the extenders."""
+    berth_profile = profile_for(namespace)
+    upstream_profile = f"upstream-{namespace}"[:63]
+    nodes: dict[str, tuple[str, str]] = {}
+    for who in ("berth", "upstream"):
+        group = {"ext/group": who}
+        (first,) = fake_nodes(1, prefix=f"{who}-a", cpu="1", labels=group)
+        (second,) = fake_nodes(
+            1, prefix=f"{who}-b", cpu="1", labels={**group, "ext/preemptible": "1"}
+        )
+        nodes[who] = (first["metadata"]["name"], second["metadata"]["name"])
+
+    def pod(name: str, who: str, priority: str, node_name: str | None = None) -> Any:
+        return objects.pod(
+            name,
+            namespace=namespace,
+            cpu="1",
+            memory=None,
+            scheduler_name=berth_profile if who == "berth" else upstream_profile,
+            node_selector={TEST_LABEL: namespace, "ext/group": who},
+            node_name=node_name,
+            priority_class_name=f"{namespace}-{priority}",
+        )
+
+    ext = KeepingExtender(kube)
+    entry = f"- urlPrefix: {ext.url}\n" + "".join(
+        f"  {verb.strip()}\n" for verb in verbs.split(",")
+    )
+    try:
+        for who, (a, b) in nodes.items():
+            objects.create_pods(
+                kube, [pod(f"{who}-low", who, "low", a), pod(f"{who}-mid", who, "mid", b)]
+            )
+        shim = Shim(
+            extenders_config(tmp_path / "berth.yaml", berth_profile, entry),
+            cluster.kubeconfig,
+            tmp_path / "shim.log",
+        )
+        upstream_config = extenders_config(tmp_path / "upstream.yaml", upstream_profile, entry)
+        with (
+            start_kube_scheduler(
+                cluster, tmp_path / "kube-scheduler", config=upstream_config, bin_dir=k8s_bin_dir
+            ),
+            running(shim.start()),
+        ):
+            objects.create_pods(
+                kube, [pod("berth-high", "berth", "high"), pod("upstream-high", "upstream", "high")]
+            )
+            for who, (a, b) in nodes.items():
+                assert wait_node_of(kube, namespace, f"{who}-high", shim, timeout=90) == b
+                sent = [
+                    sorted(body["NodeNameToVictims"])
+                    for verb, body in ext.calls
+                    if verb == "preempt" and body["Pod"]["metadata"]["name"] == f"{who}-high"
+                ]
+                assert sent and sent[0] == sorted([a, b]), (who, sent)
+                assert ("filter" in ext.verbs(f"{who}-high")) == ("filter" in verbs)
+            names = {
+                p["metadata"]["name"]
+                for p in kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+            }
+            assert names == {"berth-low", "berth-high", "upstream-low", "upstream-high"}
+    finally:
+        ext.close()

@@ -1447,8 +1447,11 @@ class PostFilterRequest(_message.Message):
     POD_FIELD_NUMBER: _builtins.int
     CYCLE_FIELD_NUMBER: _builtins.int
     REJECTED_FIELD_NUMBER: _builtins.int
+    PREEMPTION_CANDIDATES_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
     """The profile's schedulerName; required."""
+    preemption_candidates: _builtins.bool
+    """As ScheduleRequest.preemption_candidates."""
     @_builtins.property
     def state(self) -> _cluster_pb2.ClusterState:
         """The cluster state the cycle reads; required. Pinned (ClusterState.pinned)
@@ -1475,10 +1478,11 @@ class PostFilterRequest(_message.Message):
         pod: _cluster_pb2.Pod | None = ...,
         cycle: Global___CycleState | None = ...,
         rejected: _abc.Iterable[Global___NodeStatus] | None = ...,
+        preemption_candidates: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "pod", b"pod", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "pod", b"pod", "profile", b"profile", "rejected", b"rejected", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "pod", b"pod", "preemption_candidates", b"preemption_candidates", "profile", b"profile", "rejected", b"rejected", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1501,6 +1505,7 @@ class PostFilterResponse(_message.Message):
     NOMINATING_MODE_FIELD_NUMBER: _builtins.int
     WRITES_FIELD_NUMBER: _builtins.int
     NUM_PDB_VIOLATIONS_FIELD_NUMBER: _builtins.int
+    CANDIDATES_FIELD_NUMBER: _builtins.int
     nominated_node_name: _builtins.str
     """The node nominated for the pod; empty when none."""
     generation: _builtins.int
@@ -1564,6 +1569,18 @@ class PostFilterResponse(_message.Message):
         failed; a failure is only reported (the pod is unschedulable either way).
         """
 
+    @_builtins.property
+    def candidates(self) -> _containers.RepeatedCompositeFieldContainer[Global___PreemptionCandidate]:
+        """Asked for (ScheduleRequest.preemption_candidates): every candidate of the
+        preemption's dry run, in the order the dry run found them, none selected.
+        nominated_node_name, victims, clear_nomination_pod_uids and
+        num_pdb_violations are then empty, status is Success and plugin names the
+        plugin; the caller's extenders narrow the list and the caller selects one
+        (upstream's preemption.go Preempt, steps 3 and 4: callExtenders, then
+        SelectCandidate) and acts on it as on a selected answer. A plugin that
+        does not list candidates answers with its selection as ever.
+        """
+
     def __init__(
         self,
         *,
@@ -1578,14 +1595,60 @@ class PostFilterResponse(_message.Message):
         nominating_mode: Global___NominatingMode.ValueType = ...,
         writes: _abc.Iterable[Global___ObjectWrite] | None = ...,
         num_pdb_violations: _builtins.int = ...,
+        candidates: _abc.Iterable[Global___PreemptionCandidate] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["clear_nomination_pod_uids", b"clear_nomination_pod_uids", "cycle", b"cycle", "generation", b"generation", "nominated_node_name", b"nominated_node_name", "nominating_mode", b"nominating_mode", "num_pdb_violations", b"num_pdb_violations", "plugin", b"plugin", "signals", b"signals", "status", b"status", "victims", b"victims", "writes", b"writes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidates", b"candidates", "clear_nomination_pod_uids", b"clear_nomination_pod_uids", "cycle", b"cycle", "generation", b"generation", "nominated_node_name", b"nominated_node_name", "nominating_mode", b"nominating_mode", "num_pdb_violations", b"num_pdb_violations", "plugin", b"plugin", "signals", b"signals", "status", b"status", "victims", b"victims", "writes", b"writes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PostFilterResponse: _TypeAlias = PostFilterResponse  # noqa: Y015
+
+@_typing.final
+class PreemptionCandidate(_message.Message):
+    """A node where evicting `victims` would let a pod fit (upstream's
+    preemption.Candidate).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_NAME_FIELD_NUMBER: _builtins.int
+    VICTIMS_FIELD_NUMBER: _builtins.int
+    NUM_PDB_VIOLATIONS_FIELD_NUMBER: _builtins.int
+    CLEAR_NOMINATION_POD_UIDS_FIELD_NUMBER: _builtins.int
+    node_name: _builtins.str
+    """The node."""
+    num_pdb_violations: _builtins.int
+    """How many of the victims a PodDisruptionBudget protects."""
+    @_builtins.property
+    def victims(self) -> _containers.RepeatedCompositeFieldContainer[Global___Victim]:
+        """The pods to evict there, the most important first (higher priority,
+        then the earlier start).
+        """
+
+    @_builtins.property
+    def clear_nomination_pod_uids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Pods nominated to this node with a lower priority than the pod, whose
+        nomination the caller clears if it selects this candidate
+        (PostFilterResponse.clear_nomination_pod_uids).
+        """
+
+    def __init__(
+        self,
+        *,
+        node_name: _builtins.str = ...,
+        victims: _abc.Iterable[Global___Victim] | None = ...,
+        num_pdb_violations: _builtins.int = ...,
+        clear_nomination_pod_uids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clear_nomination_pod_uids", b"clear_nomination_pod_uids", "node_name", b"node_name", "num_pdb_violations", b"num_pdb_violations", "victims", b"victims"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PreemptionCandidate: _TypeAlias = PreemptionCandidate  # noqa: Y015
 
 @_typing.final
 class Victim(_message.Message):
@@ -2176,6 +2239,7 @@ class ScheduleRequest(_message.Message):
     RESUME_FIELD_NUMBER: _builtins.int
     CYCLE_FIELD_NUMBER: _builtins.int
     GROUP_REJECTED_FIELD_NUMBER: _builtins.int
+    PREEMPTION_CANDIDATES_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
     """The profile's schedulerName; required."""
     start_index: _builtins.int
@@ -2225,6 +2289,14 @@ class ScheduleRequest(_message.Message):
     entry and one copy of its status per node): on a large cluster that many
     nodes reject for one reason the answer is then a list of names.
     """
+    preemption_candidates: _builtins.bool
+    """For a caller whose HTTP extenders process preemption (extenders with a
+    preemptVerb): when the pod fits no node and a PostFilter plugin finds
+    preemption candidates, answer them all in `post_filter.candidates`
+    instead of one selected (PostFilterResponse.candidates). Upstream sends
+    every candidate to the extenders and selects among those they keep
+    (preemption.go Preempt).
+    """
     @_builtins.property
     def state(self) -> _cluster_pb2.ClusterState:
         """The cluster state the cycle reads; required."""
@@ -2256,10 +2328,11 @@ class ScheduleRequest(_message.Message):
         resume: Global___ScheduleResume | None = ...,
         cycle: _builtins.int = ...,
         group_rejected: _builtins.bool = ...,
+        preemption_candidates: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod", "resume", b"resume", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "explain", b"explain", "group_rejected", b"group_rejected", "pod", b"pod", "profile", b"profile", "reserve_and_permit", b"reserve_and_permit", "resume", b"resume", "seed", b"seed", "start_index", b"start_index", "state", b"state", "stop_after_filter", b"stop_after_filter", "timeout_millis", b"timeout_millis"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "explain", b"explain", "group_rejected", b"group_rejected", "pod", b"pod", "preemption_candidates", b"preemption_candidates", "profile", b"profile", "reserve_and_permit", b"reserve_and_permit", "resume", b"resume", "seed", b"seed", "start_index", b"start_index", "state", b"state", "stop_after_filter", b"stop_after_filter", "timeout_millis", b"timeout_millis"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2532,6 +2605,7 @@ class ScheduleBatchRequest(_message.Message):
     SEED_FIELD_NUMBER: _builtins.int
     CYCLE_FIELD_NUMBER: _builtins.int
     GROUP_REJECTED_FIELD_NUMBER: _builtins.int
+    PREEMPTION_CANDIDATES_FIELD_NUMBER: _builtins.int
     profile: _builtins.str
     """The profile's schedulerName; required."""
     start_index: _builtins.int
@@ -2548,6 +2622,8 @@ class ScheduleBatchRequest(_message.Message):
     """
     group_rejected: _builtins.bool
     """As ScheduleRequest.group_rejected, for every result."""
+    preemption_candidates: _builtins.bool
+    """As ScheduleRequest.preemption_candidates, for every result."""
     @_builtins.property
     def state(self) -> _cluster_pb2.ClusterState:
         """The cluster state the cycles read; required."""
@@ -2569,10 +2645,11 @@ class ScheduleBatchRequest(_message.Message):
         seed: _builtins.int = ...,
         cycle: _builtins.int = ...,
         group_rejected: _builtins.bool = ...,
+        preemption_candidates: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "group_rejected", b"group_rejected", "pods", b"pods", "profile", b"profile", "reserve_and_permit", b"reserve_and_permit", "seed", b"seed", "start_index", b"start_index", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cycle", b"cycle", "group_rejected", b"group_rejected", "pods", b"pods", "preemption_candidates", b"preemption_candidates", "profile", b"profile", "reserve_and_permit", b"reserve_and_permit", "seed", b"seed", "start_index", b"start_index", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

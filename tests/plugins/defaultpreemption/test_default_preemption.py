@@ -3,8 +3,10 @@ pkg/scheduler/framework/plugins/defaultpreemption/default_preemption_test.go
 (TestPostFilter, TestDryRunPreemption, TestSelectBestCandidate,
 TestPodEligibleToPreemptOthers, TestPreempt) and
 pkg/scheduler/apis/config/validation/validation_pluginargs_test.go
-(TestValidateDefaultPreemptionArgs). Extender and pod-group cases are left
-out: Berth has neither."""
+(TestValidateDefaultPreemptionArgs). Pod-group cases are left out (Berth
+does not port them); extender cases are the caller's: here the plugin
+answers every candidate when asked, and tests/unit/shim/test_extenders.py
+selects among those the extenders keep."""
 
 from __future__ import annotations
 
@@ -1273,6 +1275,68 @@ def test_preempt_with_only_terminating_victims_clears_nothing() -> None:
     assert st.is_success and result is not None
     assert [v.name for v in result.victims] == ["victim"]
     assert result.clear_nomination_pod_uids == ()
+
+
+def _two_candidates() -> tuple[Env, PodInfo, CycleState]:
+    """node1 holds a low-priority pod, node2 a mid-priority one; the pod fits
+    either once its victim goes, and a low pod nominated to node2 waits."""
+    e = env(
+        (N("node1"), N("node2")),
+        (
+            P("low", "node1", LOW, LARGE),
+            P("mid", "node2", MID, LARGE),
+            P("nominated-low", prio=LOW, req=SMALL, nominated="node2"),
+        ),
+    )
+    pod = PodInfo(P("p", prio=HIGH, req=LARGE))
+    return e, pod, e.pre_filter(pod)
+
+
+def test_preempt_answers_every_candidate_when_the_callers_extenders_select() -> None:
+    """preemption.go Preempt runs callExtenders over every candidate before
+    SelectCandidate. The extenders are the caller's: asked for candidates
+    (CycleState.preemption_candidates), the plugin answers them all in the
+    dry run's order, none selected, each with the nominations the caller
+    clears if it selects it."""
+    e, pod, state = _two_candidates()
+    state.preemption_candidates = True
+    result, st = e.pl.post_filter(state, pod, {"node1": U, "node2": U})
+    assert st == SUCCESS
+    assert result is not None
+    assert (result.nominated_node_name, result.victims, result.clear_nomination_pod_uids) == (
+        "",
+        (),
+        (),
+    )
+    assert [(c.name, [v.name for v in c.victims]) for c in result.candidates] == [
+        ("node1", ["low"]),
+        ("node2", ["mid"]),
+    ]
+    assert [c.clear_nomination_pod_uids for c in result.candidates] == [(), ("nominated-low",)]
+    # Without the flag the plugin selects node1 (the lower-priority victim).
+    state.preemption_candidates = False
+    selected, st = e.pl.post_filter(state, pod, {"node1": U, "node2": U})
+    assert st == SUCCESS and selected is not None
+    assert (selected.nominated_node_name, selected.candidates) == ("node1", ())
+    assert pick_one_node_for_preemption(result.candidates) == "node1"
+
+
+def test_a_plugin_that_selects_its_own_way_keeps_selecting() -> None:
+    """A DefaultPreemption subclass with its own SelectCandidate answers its
+    choice even when asked for candidates: the caller's default criteria
+    would not be its own."""
+
+    class LastCandidate(DefaultPreemption):
+        def select_candidate(self, candidates: Sequence[Candidate]) -> Candidate | None:
+            return candidates[-1] if candidates else None
+
+    e, pod, state = _two_candidates()
+    state.preemption_candidates = True
+    pl = LastCandidate(handle=e.fw.handle)
+    pl.offset_rand = lambda n: 0  # the dry run in node order
+    result, st = pl.post_filter(state, pod, {"node1": U, "node2": U})
+    assert st == SUCCESS and result is not None
+    assert (result.nominated_node_name, result.candidates) == ("node2", ())
 
 
 def test_nominated_pods_of_higher_priority_stay_in_the_dry_run() -> None:

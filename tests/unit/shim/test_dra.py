@@ -83,6 +83,7 @@ class PlaceEverywhere:
         *,
         explain: bool = False,
         seed: int = 0,
+        preemption_candidates: bool = False,
     ) -> pb.ScheduleResponse:
         return self._placed(pod)
 

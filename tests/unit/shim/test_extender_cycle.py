@@ -51,7 +51,9 @@ class FakeService:
     async def pre_enqueue(self, profile: str, pod: cpb.Pod) -> pb.Status:
         return pb.Status()
 
-    async def schedule_stopped(self, profile: str, pod: cpb.Pod, start: int) -> pb.ScheduleResponse:
+    async def schedule_stopped(
+        self, profile: str, pod: cpb.Pod, start: int, preemption_candidates: bool = False
+    ) -> pb.ScheduleResponse:
         self.calls.append(("stopped", pod.nominated_node_name))
         feasible = [pod.nominated_node_name] if pod.nominated_node_name else self.feasible
         resp = pb.ScheduleResponse(
@@ -76,7 +78,12 @@ class FakeService:
         )
 
     async def post_filter(
-        self, profile: str, pod: cpb.Pod, cycle: pb.CycleState, rejected: Sequence[pb.NodeStatus]
+        self,
+        profile: str,
+        pod: cpb.Pod,
+        cycle: pb.CycleState,
+        rejected: Sequence[pb.NodeStatus],
+        preemption_candidates: bool = False,
     ) -> pb.PostFilterResponse:
         self.calls.append(("postFilter", {r.node: list(r.status.reasons) for r in rejected}))
         return pb.PostFilterResponse(

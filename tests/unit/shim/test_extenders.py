@@ -2,7 +2,11 @@
 this process: what upstream's HTTPExtender sends (pkg/scheduler/extender.go
 Filter, Prioritize, Bind, send; k8s.io/kube-scheduler/extender/v1 types),
 how it reads answers, and findNodesThatPassExtenders / prioritizeNodes /
-extendersBinding's rules (schedule_one.go)."""
+extendersBinding's rules (schedule_one.go); and the shim's half of a
+preemption the extenders process (shim/preemption.py run_extenders): the
+plugin service answers every candidate, the interested extenders narrow them
+(preemption.go callExtenders) and the shim selects among those left with
+upstream's default criteria (SelectCandidate)."""
 
 from __future__ import annotations
 
@@ -16,8 +20,13 @@ from typing import Any
 import orjson
 import pytest
 
+from berth.api.v1 import cluster_pb2 as cpb
+from berth.api.v1 import scheduling_pb2 as pb
+from berth.client import ClusterStateLog
 from berth.framework.extenders import ExtenderConfig, ExtenderTLSConfig, ManagedResource
 from berth.framework.status import Code
+from berth.framework.testing import make_node, make_pod
+from berth.shim.cache import SchedulerCache
 from berth.shim.extenders import (
     ExtenderError,
     Extenders,
@@ -25,6 +34,8 @@ from berth.shim.extenders import (
     HTTPExtender,
     ObjectJson,
 )
+from berth.shim.preemption import PreemptionExecutor
+from berth.shim.queue import QueuedPod
 from berth.tls.pki import new_authority
 
 Answer = Callable[[str, Any], tuple[int, bytes]]
@@ -554,3 +565,165 @@ def test_unusable_tls_material_stops_the_start(tls: ExtenderTLSConfig) -> None:
         match=r"couldn't build extenders: extenders\[0\] \(https://e.test/x\): tlsConfig: ",
     ):
         Extenders([cfg], ["berth"])
+
+
+# -- selecting after the extenders (shim/preemption.py run_extenders) ------------
+
+
+def cached(*pods: cpb.Pod) -> SchedulerCache:
+    state = ClusterStateLog("c1")
+    for name in ("n1", "n2", "n3"):
+        state.upsert_node(make_node(name).capacity(cpu="1", memory="4Gi").obj())
+    for p in pods:
+        state.upsert_pod(p)
+    state.commit()
+    return SchedulerCache(state)
+
+
+def victim(name: str, node: str, priority: int) -> cpb.Pod:
+    p = make_pod(name, "ns").uid(name).priority(priority).obj()
+    p.node_name = node
+    return p
+
+
+def executor(cache: SchedulerCache) -> PreemptionExecutor:
+    # The API is only read for extenders sent full victims (not here).
+    return PreemptionExecutor(
+        api=None,  # type: ignore[arg-type]
+        workers=None,  # type: ignore[arg-type]
+        tasks=None,  # type: ignore[arg-type]
+        cache=cache,
+        queue=None,  # type: ignore[arg-type]
+        waiting=None,  # type: ignore[arg-type]
+        recorders={},
+        status=None,  # type: ignore[arg-type]
+    )
+
+
+def answer_with_candidates() -> pb.ScheduleResponse:
+    """A failed cycle whose DefaultPreemption listed n1 (a victim of
+    priority 10, the default criteria's choice) and n2 (priority 20, a
+    nomination to clear)."""
+    resp = pb.ScheduleResponse(status=pb.Status(code=pb.CODE_UNSCHEDULABLE))
+    resp.diagnosis.message = "0/3 nodes are available: 3 Insufficient cpu."
+    pf = resp.post_filter
+    pf.status.code = pb.CODE_SUCCESS
+    pf.plugin = "DefaultPreemption"
+    pf.nominating_mode = pb.NOMINATING_MODE_OVERRIDE
+    pf.candidates.add(node_name="n1").victims.add(uid="n1-low", namespace="ns", name="n1-low")
+    n2 = pf.candidates.add(node_name="n2", clear_nomination_pod_uids=["queued"])
+    n2.victims.add(uid="n2-mid", namespace="ns", name="n2-mid")
+    return resp
+
+
+def queued() -> QueuedPod:
+    pod = make_pod("p", "ns").uid("u1").priority(1000).obj()
+    return QueuedPod(pod=pod, profile="berth", timestamp=0.0, first_seen=0.0)
+
+
+def extenders(url: str, **kwargs: Any) -> Extenders:
+    cfg = ExtenderConfig(url_prefix=url, preempt_verb="preempt", node_cache_capable=True, **kwargs)
+    exts = Extenders([cfg], ["berth"])
+    exts.objects = objects_with()
+    return exts
+
+
+def summary(pf: pb.PostFilterResponse) -> tuple[Any, ...]:
+    return (
+        pf.status.code,
+        pf.nominated_node_name,
+        [v.name for v in pf.victims],
+        list(pf.clear_nomination_pod_uids),
+        len(pf.candidates),
+    )
+
+
+async def test_the_extender_sees_every_candidate_and_the_best_it_keeps_is_selected(
+    serve: Any,
+) -> None:
+    srv = serve(
+        lambda verb, body: json_answer(
+            {"NodeNameToMetaVictims": {"n2": body["NodeNameToMetaVictims"]["n2"]}}
+        )
+    )
+    exts = extenders(srv.url)
+    resp = answer_with_candidates()
+    cache = cached(victim("n1-low", "n1", 10), victim("n2-mid", "n2", 20))
+    await executor(cache).run_extenders(exts, queued(), resp)
+    await exts.close()
+    sent = srv.calls[0][1]["NodeNameToMetaVictims"]
+    assert sent == {
+        "n1": {"Pods": [{"UID": "n1-low"}], "NumPDBViolations": 0},
+        "n2": {"Pods": [{"UID": "n2-mid"}], "NumPDBViolations": 0},
+    }
+    assert summary(resp.post_filter) == (pb.CODE_SUCCESS, "n2", ["n2-mid"], ["queued"], 0)
+    assert resp.post_filter.nominating_mode == pb.NOMINATING_MODE_OVERRIDE
+
+
+async def test_among_several_kept_the_default_criteria_decide(
+    serve: Any,
+) -> None:
+    """The extender keeps both and swaps n2's victim for a lower-priority
+    pod there: n2's highest victim (5) is now lower than n1's (10)."""
+    srv = serve(
+        lambda verb, body: json_answer(
+            {
+                "NodeNameToMetaVictims": {
+                    "n1": {"Pods": [{"UID": "n1-low"}]},
+                    "n2": {"Pods": [{"UID": "n2-lowest"}]},
+                }
+            }
+        )
+    )
+    exts = extenders(srv.url)
+    resp = answer_with_candidates()
+    cache = cached(
+        victim("n1-low", "n1", 10), victim("n2-mid", "n2", 20), victim("n2-lowest", "n2", 5)
+    )
+    await executor(cache).run_extenders(exts, queued(), resp)
+    await exts.close()
+    assert summary(resp.post_filter) == (pb.CODE_SUCCESS, "n2", ["n2-lowest"], ["queued"], 0)
+
+
+async def test_without_an_interested_extender_the_shim_selects_as_the_plugin_would(
+    serve: Any,
+) -> None:
+    srv = serve(lambda verb, body: json_answer({}))
+    # The extender manages a resource the pod does not ask for.
+    exts = extenders(srv.url, managed_resources=(ManagedResource("example.com/gpu"),))
+    resp = answer_with_candidates()
+    cache = cached(victim("n1-low", "n1", 10), victim("n2-mid", "n2", 20))
+    await executor(cache).run_extenders(exts, queued(), resp)
+    await exts.close()
+    assert srv.calls == []
+    assert summary(resp.post_filter) == (pb.CODE_SUCCESS, "n1", ["n1-low"], [], 0)
+
+
+@pytest.mark.parametrize(
+    ("answer", "code", "why"),
+    [
+        ((200, b'{"NodeNameToMetaVictims": {}}'), pb.CODE_UNSCHEDULABLE, "no candidate node"),
+        ((500, b"{}"), pb.CODE_ERROR, "failed preempt with extender"),
+    ],
+    ids=["none kept", "extender failed"],
+)
+async def test_no_candidate_left_or_a_failed_extender_means_no_preemption(
+    serve: Any,
+    answer: tuple[int, bytes],
+    code: int,
+    why: str,
+) -> None:
+    """preemption.go Preempt: nothing selected, or callExtenders' error: no
+    PostFilterResult, so the nomination stays (ModeNoop) and the FitError
+    ends with why."""
+    srv = serve(lambda verb, body: answer)
+    exts = extenders(srv.url)
+    resp = answer_with_candidates()
+    cache = cached(victim("n1-low", "n1", 10), victim("n2-mid", "n2", 20))
+    await executor(cache).run_extenders(exts, queued(), resp)
+    await exts.close()
+    assert summary(resp.post_filter) == (code, "", [], [], 0)
+    assert resp.post_filter.nominating_mode == pb.NOMINATING_MODE_NOOP
+    assert resp.post_filter.status.reasons[0].startswith("preemption: ")
+    assert why in resp.post_filter.status.reasons[0]
+    assert resp.diagnosis.message.startswith("0/3 nodes are available: 3 Insufficient cpu. ")

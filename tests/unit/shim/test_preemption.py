@@ -67,6 +67,7 @@ class FakeService:
         *,
         explain: bool = False,
         seed: int = 0,
+        preemption_candidates: bool = False,
     ) -> pb.ScheduleResponse:
         self.scheduled.append(pod)
         return no_fit()

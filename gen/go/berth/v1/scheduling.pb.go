@@ -2503,9 +2503,11 @@ type PostFilterRequest struct {
 	// The cycle's state, as the previous call of the cycle returned it.
 	Cycle *CycleState `protobuf:"bytes,4,opt,name=cycle,proto3" json:"cycle,omitempty"`
 	// Filter results of the failed cycle.
-	Rejected      []*NodeStatus `protobuf:"bytes,5,rep,name=rejected,proto3" json:"rejected,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Rejected []*NodeStatus `protobuf:"bytes,5,rep,name=rejected,proto3" json:"rejected,omitempty"`
+	// As ScheduleRequest.preemption_candidates.
+	PreemptionCandidates bool `protobuf:"varint,6,opt,name=preemption_candidates,json=preemptionCandidates,proto3" json:"preemption_candidates,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *PostFilterRequest) Reset() {
@@ -2573,6 +2575,13 @@ func (x *PostFilterRequest) GetRejected() []*NodeStatus {
 	return nil
 }
 
+func (x *PostFilterRequest) GetPreemptionCandidates() bool {
+	if x != nil {
+		return x.PreemptionCandidates
+	}
+	return false
+}
+
 // PostFilter's result.
 type PostFilterResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2619,8 +2628,17 @@ type PostFilterResponse struct {
 	// extenderv1.Victims.NumPDBViolations), which a caller's HTTP extenders
 	// are sent with the victims (ExtenderPreemptionArgs).
 	NumPdbViolations int64 `protobuf:"varint,11,opt,name=num_pdb_violations,json=numPdbViolations,proto3" json:"num_pdb_violations,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Asked for (ScheduleRequest.preemption_candidates): every candidate of the
+	// preemption's dry run, in the order the dry run found them, none selected.
+	// nominated_node_name, victims, clear_nomination_pod_uids and
+	// num_pdb_violations are then empty, status is Success and plugin names the
+	// plugin; the caller's extenders narrow the list and the caller selects one
+	// (upstream's preemption.go Preempt, steps 3 and 4: callExtenders, then
+	// SelectCandidate) and acts on it as on a selected answer. A plugin that
+	// does not list candidates answers with its selection as ever.
+	Candidates    []*PreemptionCandidate `protobuf:"bytes,12,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PostFilterResponse) Reset() {
@@ -2730,6 +2748,90 @@ func (x *PostFilterResponse) GetNumPdbViolations() int64 {
 	return 0
 }
 
+func (x *PostFilterResponse) GetCandidates() []*PreemptionCandidate {
+	if x != nil {
+		return x.Candidates
+	}
+	return nil
+}
+
+// A node where evicting `victims` would let a pod fit (upstream's
+// preemption.Candidate).
+type PreemptionCandidate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node.
+	NodeName string `protobuf:"bytes,1,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	// The pods to evict there, the most important first (higher priority,
+	// then the earlier start).
+	Victims []*Victim `protobuf:"bytes,2,rep,name=victims,proto3" json:"victims,omitempty"`
+	// How many of the victims a PodDisruptionBudget protects.
+	NumPdbViolations int64 `protobuf:"varint,3,opt,name=num_pdb_violations,json=numPdbViolations,proto3" json:"num_pdb_violations,omitempty"`
+	// Pods nominated to this node with a lower priority than the pod, whose
+	// nomination the caller clears if it selects this candidate
+	// (PostFilterResponse.clear_nomination_pod_uids).
+	ClearNominationPodUids []string `protobuf:"bytes,4,rep,name=clear_nomination_pod_uids,json=clearNominationPodUids,proto3" json:"clear_nomination_pod_uids,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *PreemptionCandidate) Reset() {
+	*x = PreemptionCandidate{}
+	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreemptionCandidate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreemptionCandidate) ProtoMessage() {}
+
+func (x *PreemptionCandidate) ProtoReflect() protoreflect.Message {
+	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreemptionCandidate.ProtoReflect.Descriptor instead.
+func (*PreemptionCandidate) Descriptor() ([]byte, []int) {
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *PreemptionCandidate) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
+}
+
+func (x *PreemptionCandidate) GetVictims() []*Victim {
+	if x != nil {
+		return x.Victims
+	}
+	return nil
+}
+
+func (x *PreemptionCandidate) GetNumPdbViolations() int64 {
+	if x != nil {
+		return x.NumPdbViolations
+	}
+	return 0
+}
+
+func (x *PreemptionCandidate) GetClearNominationPodUids() []string {
+	if x != nil {
+		return x.ClearNominationPodUids
+	}
+	return nil
+}
+
 // A pod a preemption evicts.
 type Victim struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2745,7 +2847,7 @@ type Victim struct {
 
 func (x *Victim) Reset() {
 	*x = Victim{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +2859,7 @@ func (x *Victim) String() string {
 func (*Victim) ProtoMessage() {}
 
 func (x *Victim) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[34]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +2872,7 @@ func (x *Victim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Victim.ProtoReflect.Descriptor instead.
 func (*Victim) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{34}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Victim) GetUid() string {
@@ -2809,7 +2911,7 @@ type PreScoreResponse struct {
 
 func (x *PreScoreResponse) Reset() {
 	*x = PreScoreResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +2923,7 @@ func (x *PreScoreResponse) String() string {
 func (*PreScoreResponse) ProtoMessage() {}
 
 func (x *PreScoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[35]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +2936,7 @@ func (x *PreScoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreScoreResponse.ProtoReflect.Descriptor instead.
 func (*PreScoreResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{35}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PreScoreResponse) GetStatus() *Status {
@@ -2873,7 +2975,7 @@ type PluginScores struct {
 
 func (x *PluginScores) Reset() {
 	*x = PluginScores{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2885,7 +2987,7 @@ func (x *PluginScores) String() string {
 func (*PluginScores) ProtoMessage() {}
 
 func (x *PluginScores) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[36]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2898,7 +3000,7 @@ func (x *PluginScores) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginScores.ProtoReflect.Descriptor instead.
 func (*PluginScores) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{36}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PluginScores) GetPlugin() string {
@@ -2939,7 +3041,7 @@ type ScoreResponse struct {
 
 func (x *ScoreResponse) Reset() {
 	*x = ScoreResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2951,7 +3053,7 @@ func (x *ScoreResponse) String() string {
 func (*ScoreResponse) ProtoMessage() {}
 
 func (x *ScoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[37]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2964,7 +3066,7 @@ func (x *ScoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreResponse.ProtoReflect.Descriptor instead.
 func (*ScoreResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{37}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ScoreResponse) GetStatus() *Status {
@@ -3017,7 +3119,7 @@ type NormalizeScoreRequest struct {
 
 func (x *NormalizeScoreRequest) Reset() {
 	*x = NormalizeScoreRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3029,7 +3131,7 @@ func (x *NormalizeScoreRequest) String() string {
 func (*NormalizeScoreRequest) ProtoMessage() {}
 
 func (x *NormalizeScoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[38]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3042,7 +3144,7 @@ func (x *NormalizeScoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NormalizeScoreRequest.ProtoReflect.Descriptor instead.
 func (*NormalizeScoreRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{38}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NormalizeScoreRequest) GetProfile() string {
@@ -3105,7 +3207,7 @@ type NormalizeScoreResponse struct {
 
 func (x *NormalizeScoreResponse) Reset() {
 	*x = NormalizeScoreResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3117,7 +3219,7 @@ func (x *NormalizeScoreResponse) String() string {
 func (*NormalizeScoreResponse) ProtoMessage() {}
 
 func (x *NormalizeScoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[39]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3130,7 +3232,7 @@ func (x *NormalizeScoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NormalizeScoreResponse.ProtoReflect.Descriptor instead.
 func (*NormalizeScoreResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{39}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NormalizeScoreResponse) GetStatus() *Status {
@@ -3195,7 +3297,7 @@ type ObjectWrite struct {
 
 func (x *ObjectWrite) Reset() {
 	*x = ObjectWrite{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3207,7 +3309,7 @@ func (x *ObjectWrite) String() string {
 func (*ObjectWrite) ProtoMessage() {}
 
 func (x *ObjectWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[40]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3220,7 +3322,7 @@ func (x *ObjectWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectWrite.ProtoReflect.Descriptor instead.
 func (*ObjectWrite) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{40}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ObjectWrite) GetRef() *ObjectRef {
@@ -3322,7 +3424,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3334,7 +3436,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[41]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3347,7 +3449,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{41}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -3425,7 +3527,7 @@ type WaitingPodSignal struct {
 
 func (x *WaitingPodSignal) Reset() {
 	*x = WaitingPodSignal{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3437,7 +3539,7 @@ func (x *WaitingPodSignal) String() string {
 func (*WaitingPodSignal) ProtoMessage() {}
 
 func (x *WaitingPodSignal) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[42]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3450,7 +3552,7 @@ func (x *WaitingPodSignal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitingPodSignal.ProtoReflect.Descriptor instead.
 func (*WaitingPodSignal) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{42}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WaitingPodSignal) GetPodUid() string {
@@ -3509,7 +3611,7 @@ type PermitResponse struct {
 
 func (x *PermitResponse) Reset() {
 	*x = PermitResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3521,7 +3623,7 @@ func (x *PermitResponse) String() string {
 func (*PermitResponse) ProtoMessage() {}
 
 func (x *PermitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[43]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3534,7 +3636,7 @@ func (x *PermitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermitResponse.ProtoReflect.Descriptor instead.
 func (*PermitResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{43}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PermitResponse) GetStatus() *Status {
@@ -3600,7 +3702,7 @@ type BindResponse struct {
 
 func (x *BindResponse) Reset() {
 	*x = BindResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[44]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3612,7 +3714,7 @@ func (x *BindResponse) String() string {
 func (*BindResponse) ProtoMessage() {}
 
 func (x *BindResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[44]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3625,7 +3727,7 @@ func (x *BindResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindResponse.ProtoReflect.Descriptor instead.
 func (*BindResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{44}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *BindResponse) GetStatus() *Status {
@@ -3717,13 +3819,20 @@ type ScheduleRequest struct {
 	// entry and one copy of its status per node): on a large cluster that many
 	// nodes reject for one reason the answer is then a list of names.
 	GroupRejected bool `protobuf:"varint,12,opt,name=group_rejected,json=groupRejected,proto3" json:"group_rejected,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// For a caller whose HTTP extenders process preemption (extenders with a
+	// preemptVerb): when the pod fits no node and a PostFilter plugin finds
+	// preemption candidates, answer them all in `post_filter.candidates`
+	// instead of one selected (PostFilterResponse.candidates). Upstream sends
+	// every candidate to the extenders and selects among those they keep
+	// (preemption.go Preempt).
+	PreemptionCandidates bool `protobuf:"varint,13,opt,name=preemption_candidates,json=preemptionCandidates,proto3" json:"preemption_candidates,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *ScheduleRequest) Reset() {
 	*x = ScheduleRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3735,7 +3844,7 @@ func (x *ScheduleRequest) String() string {
 func (*ScheduleRequest) ProtoMessage() {}
 
 func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[45]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3748,7 +3857,7 @@ func (x *ScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{45}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ScheduleRequest) GetProfile() string {
@@ -3835,6 +3944,13 @@ func (x *ScheduleRequest) GetGroupRejected() bool {
 	return false
 }
 
+func (x *ScheduleRequest) GetPreemptionCandidates() bool {
+	if x != nil {
+		return x.PreemptionCandidates
+	}
+	return false
+}
+
 // The rest of a cycle that stopped after Filter (ScheduleRequest.resume).
 type ScheduleResume struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3858,7 +3974,7 @@ type ScheduleResume struct {
 
 func (x *ScheduleResume) Reset() {
 	*x = ScheduleResume{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[46]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3870,7 +3986,7 @@ func (x *ScheduleResume) String() string {
 func (*ScheduleResume) ProtoMessage() {}
 
 func (x *ScheduleResume) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[46]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3883,7 +3999,7 @@ func (x *ScheduleResume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleResume.ProtoReflect.Descriptor instead.
 func (*ScheduleResume) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{46}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ScheduleResume) GetCycle() *CycleState {
@@ -3935,7 +4051,7 @@ type NodeScore struct {
 
 func (x *NodeScore) Reset() {
 	*x = NodeScore{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[47]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3947,7 +4063,7 @@ func (x *NodeScore) String() string {
 func (*NodeScore) ProtoMessage() {}
 
 func (x *NodeScore) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[47]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3960,7 +4076,7 @@ func (x *NodeScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeScore.ProtoReflect.Descriptor instead.
 func (*NodeScore) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{47}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *NodeScore) GetNode() string {
@@ -4033,7 +4149,7 @@ type Diagnosis struct {
 
 func (x *Diagnosis) Reset() {
 	*x = Diagnosis{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[48]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4045,7 +4161,7 @@ func (x *Diagnosis) String() string {
 func (*Diagnosis) ProtoMessage() {}
 
 func (x *Diagnosis) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[48]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4058,7 +4174,7 @@ func (x *Diagnosis) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnosis.ProtoReflect.Descriptor instead.
 func (*Diagnosis) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{48}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Diagnosis) GetRejected() []*NodeStatus {
@@ -4139,13 +4255,15 @@ type ScheduleBatchRequest struct {
 	Cycle uint64 `protobuf:"varint,7,opt,name=cycle,proto3" json:"cycle,omitempty"`
 	// As ScheduleRequest.group_rejected, for every result.
 	GroupRejected bool `protobuf:"varint,8,opt,name=group_rejected,json=groupRejected,proto3" json:"group_rejected,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// As ScheduleRequest.preemption_candidates, for every result.
+	PreemptionCandidates bool `protobuf:"varint,9,opt,name=preemption_candidates,json=preemptionCandidates,proto3" json:"preemption_candidates,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *ScheduleBatchRequest) Reset() {
 	*x = ScheduleBatchRequest{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[49]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4157,7 +4275,7 @@ func (x *ScheduleBatchRequest) String() string {
 func (*ScheduleBatchRequest) ProtoMessage() {}
 
 func (x *ScheduleBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[49]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4170,7 +4288,7 @@ func (x *ScheduleBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleBatchRequest.ProtoReflect.Descriptor instead.
 func (*ScheduleBatchRequest) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{49}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ScheduleBatchRequest) GetProfile() string {
@@ -4229,6 +4347,13 @@ func (x *ScheduleBatchRequest) GetGroupRejected() bool {
 	return false
 }
 
+func (x *ScheduleBatchRequest) GetPreemptionCandidates() bool {
+	if x != nil {
+		return x.PreemptionCandidates
+	}
+	return false
+}
+
 // The batch's results.
 type ScheduleBatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4244,7 +4369,7 @@ type ScheduleBatchResponse struct {
 
 func (x *ScheduleBatchResponse) Reset() {
 	*x = ScheduleBatchResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[50]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4256,7 +4381,7 @@ func (x *ScheduleBatchResponse) String() string {
 func (*ScheduleBatchResponse) ProtoMessage() {}
 
 func (x *ScheduleBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[50]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4269,7 +4394,7 @@ func (x *ScheduleBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleBatchResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleBatchResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{50}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ScheduleBatchResponse) GetResults() []*ScheduleResponse {
@@ -4317,7 +4442,7 @@ type RequestError struct {
 
 func (x *RequestError) Reset() {
 	*x = RequestError{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[51]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4329,7 +4454,7 @@ func (x *RequestError) String() string {
 func (*RequestError) ProtoMessage() {}
 
 func (x *RequestError) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[51]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4342,7 +4467,7 @@ func (x *RequestError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestError.ProtoReflect.Descriptor instead.
 func (*RequestError) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{51}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RequestError) GetGrpcCode() int32 {
@@ -4404,7 +4529,7 @@ type ScheduleStreamResponse struct {
 
 func (x *ScheduleStreamResponse) Reset() {
 	*x = ScheduleStreamResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[52]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4416,7 +4541,7 @@ func (x *ScheduleStreamResponse) String() string {
 func (*ScheduleStreamResponse) ProtoMessage() {}
 
 func (x *ScheduleStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[52]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4429,7 +4554,7 @@ func (x *ScheduleStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleStreamResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleStreamResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{52}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ScheduleStreamResponse) GetResult() isScheduleStreamResponse_Result {
@@ -4538,7 +4663,7 @@ type ScheduleResponse struct {
 
 func (x *ScheduleResponse) Reset() {
 	*x = ScheduleResponse{}
-	mi := &file_berth_v1_scheduling_proto_msgTypes[53]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4550,7 +4675,7 @@ func (x *ScheduleResponse) String() string {
 func (*ScheduleResponse) ProtoMessage() {}
 
 func (x *ScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_berth_v1_scheduling_proto_msgTypes[53]
+	mi := &file_berth_v1_scheduling_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4563,7 +4688,7 @@ func (x *ScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleResponse.ProtoReflect.Descriptor instead.
 func (*ScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{53}
+	return file_berth_v1_scheduling_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ScheduleResponse) GetStatus() *Status {
@@ -4844,13 +4969,14 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\brejected\x18\x02 \x03(\v2\x14.berth.v1.NodeStatusR\brejected\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\x03R\n" +
-	"generation\"\xda\x01\n" +
+	"generation\"\x8f\x02\n" +
 	"\x11PostFilterRequest\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12,\n" +
 	"\x05state\x18\x02 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\x12\x1f\n" +
 	"\x03pod\x18\x03 \x01(\v2\r.berth.v1.PodR\x03pod\x12*\n" +
 	"\x05cycle\x18\x04 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x120\n" +
-	"\brejected\x18\x05 \x03(\v2\x14.berth.v1.NodeStatusR\brejected\"\x8f\x04\n" +
+	"\brejected\x18\x05 \x03(\v2\x14.berth.v1.NodeStatusR\brejected\x123\n" +
+	"\x15preemption_candidates\x18\x06 \x01(\bR\x14preemptionCandidates\"\xce\x04\n" +
 	"\x12PostFilterResponse\x12(\n" +
 	"\x06status\x18\x01 \x01(\v2\x10.berth.v1.StatusR\x06status\x12.\n" +
 	"\x13nominated_node_name\x18\x02 \x01(\tR\x11nominatedNodeName\x12*\n" +
@@ -4865,7 +4991,15 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x0fnominating_mode\x18\t \x01(\x0e2\x18.berth.v1.NominatingModeR\x0enominatingMode\x12-\n" +
 	"\x06writes\x18\n" +
 	" \x03(\v2\x15.berth.v1.ObjectWriteR\x06writes\x12,\n" +
-	"\x12num_pdb_violations\x18\v \x01(\x03R\x10numPdbViolations\"L\n" +
+	"\x12num_pdb_violations\x18\v \x01(\x03R\x10numPdbViolations\x12=\n" +
+	"\n" +
+	"candidates\x18\f \x03(\v2\x1d.berth.v1.PreemptionCandidateR\n" +
+	"candidates\"\xc7\x01\n" +
+	"\x13PreemptionCandidate\x12\x1b\n" +
+	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12*\n" +
+	"\avictims\x18\x02 \x03(\v2\x10.berth.v1.VictimR\avictims\x12,\n" +
+	"\x12num_pdb_violations\x18\x03 \x01(\x03R\x10numPdbViolations\x129\n" +
+	"\x19clear_nomination_pod_uids\x18\x04 \x03(\tR\x16clearNominationPodUids\"L\n" +
 	"\x06Victim\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -4948,7 +5082,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x05 \x01(\x03R\n" +
-	"generation\"\xb9\x03\n" +
+	"generation\"\xee\x03\n" +
 	"\x0fScheduleRequest\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12,\n" +
 	"\x05state\x18\x02 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\x12\x1f\n" +
@@ -4963,7 +5097,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x06resume\x18\n" +
 	" \x01(\v2\x18.berth.v1.ScheduleResumeR\x06resume\x12\x14\n" +
 	"\x05cycle\x18\v \x01(\x04R\x05cycle\x12%\n" +
-	"\x0egroup_rejected\x18\f \x01(\bR\rgroupRejected\"\x89\x02\n" +
+	"\x0egroup_rejected\x18\f \x01(\bR\rgroupRejected\x123\n" +
+	"\x15preemption_candidates\x18\r \x01(\bR\x14preemptionCandidates\"\x89\x02\n" +
 	"\x0eScheduleResume\x12*\n" +
 	"\x05cycle\x18\x01 \x01(\v2\x14.berth.v1.CycleStateR\x05cycle\x12\x14\n" +
 	"\x05nodes\x18\x02 \x03(\tR\x05nodes\x12L\n" +
@@ -4997,7 +5132,7 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x0fpending_plugins\x18\x05 \x03(\tR\x0ependingPlugins\x125\n" +
 	"\rabsent_status\x18\x06 \x01(\v2\x10.berth.v1.StatusR\fabsentStatus\x12\"\n" +
 	"\rnum_all_nodes\x18\a \x01(\x05R\vnumAllNodes\x12B\n" +
-	"\x0frejected_groups\x18\b \x03(\v2\x19.berth.v1.NodeGroupStatusR\x0erejectedGroups\"\xa1\x02\n" +
+	"\x0frejected_groups\x18\b \x03(\v2\x19.berth.v1.NodeGroupStatusR\x0erejectedGroups\"\xd6\x02\n" +
 	"\x14ScheduleBatchRequest\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12,\n" +
 	"\x05state\x18\x02 \x01(\v2\x16.berth.v1.ClusterStateR\x05state\x12!\n" +
@@ -5007,7 +5142,8 @@ const file_berth_v1_scheduling_proto_rawDesc = "" +
 	"\x12reserve_and_permit\x18\x05 \x01(\bR\x10reserveAndPermit\x12\x12\n" +
 	"\x04seed\x18\x06 \x01(\x04R\x04seed\x12\x14\n" +
 	"\x05cycle\x18\a \x01(\x04R\x05cycle\x12%\n" +
-	"\x0egroup_rejected\x18\b \x01(\bR\rgroupRejected\"\x97\x01\n" +
+	"\x0egroup_rejected\x18\b \x01(\bR\rgroupRejected\x123\n" +
+	"\x15preemption_candidates\x18\t \x01(\bR\x14preemptionCandidates\"\x97\x01\n" +
 	"\x15ScheduleBatchResponse\x124\n" +
 	"\aresults\x18\x01 \x03(\v2\x1a.berth.v1.ScheduleResponseR\aresults\x12(\n" +
 	"\x10next_start_index\x18\x02 \x01(\x05R\x0enextStartIndex\x12\x1e\n" +
@@ -5119,7 +5255,7 @@ func file_berth_v1_scheduling_proto_rawDescGZIP() []byte {
 }
 
 var file_berth_v1_scheduling_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_berth_v1_scheduling_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_berth_v1_scheduling_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_berth_v1_scheduling_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: berth.v1.ErrorReason
 	(Code)(0),                        // 1: berth.v1.Code
@@ -5158,187 +5294,190 @@ var file_berth_v1_scheduling_proto_goTypes = []any{
 	(*FilterResponse)(nil),           // 34: berth.v1.FilterResponse
 	(*PostFilterRequest)(nil),        // 35: berth.v1.PostFilterRequest
 	(*PostFilterResponse)(nil),       // 36: berth.v1.PostFilterResponse
-	(*Victim)(nil),                   // 37: berth.v1.Victim
-	(*PreScoreResponse)(nil),         // 38: berth.v1.PreScoreResponse
-	(*PluginScores)(nil),             // 39: berth.v1.PluginScores
-	(*ScoreResponse)(nil),            // 40: berth.v1.ScoreResponse
-	(*NormalizeScoreRequest)(nil),    // 41: berth.v1.NormalizeScoreRequest
-	(*NormalizeScoreResponse)(nil),   // 42: berth.v1.NormalizeScoreResponse
-	(*ObjectWrite)(nil),              // 43: berth.v1.ObjectWrite
-	(*StatusResponse)(nil),           // 44: berth.v1.StatusResponse
-	(*WaitingPodSignal)(nil),         // 45: berth.v1.WaitingPodSignal
-	(*PermitResponse)(nil),           // 46: berth.v1.PermitResponse
-	(*BindResponse)(nil),             // 47: berth.v1.BindResponse
-	(*ScheduleRequest)(nil),          // 48: berth.v1.ScheduleRequest
-	(*ScheduleResume)(nil),           // 49: berth.v1.ScheduleResume
-	(*NodeScore)(nil),                // 50: berth.v1.NodeScore
-	(*Diagnosis)(nil),                // 51: berth.v1.Diagnosis
-	(*ScheduleBatchRequest)(nil),     // 52: berth.v1.ScheduleBatchRequest
-	(*ScheduleBatchResponse)(nil),    // 53: berth.v1.ScheduleBatchResponse
-	(*RequestError)(nil),             // 54: berth.v1.RequestError
-	(*ScheduleStreamResponse)(nil),   // 55: berth.v1.ScheduleStreamResponse
-	(*ScheduleResponse)(nil),         // 56: berth.v1.ScheduleResponse
-	nil,                              // 57: berth.v1.CycleState.DataEntry
-	nil,                              // 58: berth.v1.StatusResponse.AssumeAnnotationsEntry
-	nil,                              // 59: berth.v1.PermitResponse.WaitTimeoutMillisEntry
-	nil,                              // 60: berth.v1.ScheduleResume.ExtraScoresEntry
-	nil,                              // 61: berth.v1.NodeScore.PluginsEntry
-	nil,                              // 62: berth.v1.NodeScore.RawEntry
-	nil,                              // 63: berth.v1.NodeScore.NormalizedEntry
-	nil,                              // 64: berth.v1.RequestError.MetadataEntry
-	nil,                              // 65: berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	(*ClusterState)(nil),             // 66: berth.v1.ClusterState
-	(*Node)(nil),                     // 67: berth.v1.Node
-	(*Pod)(nil),                      // 68: berth.v1.Pod
-	(*ClusterObject)(nil),            // 69: berth.v1.ClusterObject
-	(*ObjectRef)(nil),                // 70: berth.v1.ObjectRef
+	(*PreemptionCandidate)(nil),      // 37: berth.v1.PreemptionCandidate
+	(*Victim)(nil),                   // 38: berth.v1.Victim
+	(*PreScoreResponse)(nil),         // 39: berth.v1.PreScoreResponse
+	(*PluginScores)(nil),             // 40: berth.v1.PluginScores
+	(*ScoreResponse)(nil),            // 41: berth.v1.ScoreResponse
+	(*NormalizeScoreRequest)(nil),    // 42: berth.v1.NormalizeScoreRequest
+	(*NormalizeScoreResponse)(nil),   // 43: berth.v1.NormalizeScoreResponse
+	(*ObjectWrite)(nil),              // 44: berth.v1.ObjectWrite
+	(*StatusResponse)(nil),           // 45: berth.v1.StatusResponse
+	(*WaitingPodSignal)(nil),         // 46: berth.v1.WaitingPodSignal
+	(*PermitResponse)(nil),           // 47: berth.v1.PermitResponse
+	(*BindResponse)(nil),             // 48: berth.v1.BindResponse
+	(*ScheduleRequest)(nil),          // 49: berth.v1.ScheduleRequest
+	(*ScheduleResume)(nil),           // 50: berth.v1.ScheduleResume
+	(*NodeScore)(nil),                // 51: berth.v1.NodeScore
+	(*Diagnosis)(nil),                // 52: berth.v1.Diagnosis
+	(*ScheduleBatchRequest)(nil),     // 53: berth.v1.ScheduleBatchRequest
+	(*ScheduleBatchResponse)(nil),    // 54: berth.v1.ScheduleBatchResponse
+	(*RequestError)(nil),             // 55: berth.v1.RequestError
+	(*ScheduleStreamResponse)(nil),   // 56: berth.v1.ScheduleStreamResponse
+	(*ScheduleResponse)(nil),         // 57: berth.v1.ScheduleResponse
+	nil,                              // 58: berth.v1.CycleState.DataEntry
+	nil,                              // 59: berth.v1.StatusResponse.AssumeAnnotationsEntry
+	nil,                              // 60: berth.v1.PermitResponse.WaitTimeoutMillisEntry
+	nil,                              // 61: berth.v1.ScheduleResume.ExtraScoresEntry
+	nil,                              // 62: berth.v1.NodeScore.PluginsEntry
+	nil,                              // 63: berth.v1.NodeScore.RawEntry
+	nil,                              // 64: berth.v1.NodeScore.NormalizedEntry
+	nil,                              // 65: berth.v1.RequestError.MetadataEntry
+	nil,                              // 66: berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	(*ClusterState)(nil),             // 67: berth.v1.ClusterState
+	(*Node)(nil),                     // 68: berth.v1.Node
+	(*Pod)(nil),                      // 69: berth.v1.Pod
+	(*ClusterObject)(nil),            // 70: berth.v1.ClusterObject
+	(*ObjectRef)(nil),                // 71: berth.v1.ObjectRef
 }
 var file_berth_v1_scheduling_proto_depIdxs = []int32{
 	1,   // 0: berth.v1.Status.code:type_name -> berth.v1.Code
-	57,  // 1: berth.v1.CycleState.data:type_name -> berth.v1.CycleState.DataEntry
-	66,  // 2: berth.v1.SyncRequest.state:type_name -> berth.v1.ClusterState
-	66,  // 3: berth.v1.UploadStateRequest.state:type_name -> berth.v1.ClusterState
+	58,  // 1: berth.v1.CycleState.data:type_name -> berth.v1.CycleState.DataEntry
+	67,  // 2: berth.v1.SyncRequest.state:type_name -> berth.v1.ClusterState
+	67,  // 3: berth.v1.UploadStateRequest.state:type_name -> berth.v1.ClusterState
 	10,  // 4: berth.v1.ExtensionPoint.plugins:type_name -> berth.v1.PluginRef
 	11,  // 5: berth.v1.Profile.extension_points:type_name -> berth.v1.ExtensionPoint
 	12,  // 6: berth.v1.Profile.reads:type_name -> berth.v1.ObjectKind
 	14,  // 7: berth.v1.Profile.events:type_name -> berth.v1.RegisteredEvent
-	67,  // 8: berth.v1.EventObject.node:type_name -> berth.v1.Node
-	68,  // 9: berth.v1.EventObject.pod:type_name -> berth.v1.Pod
-	69,  // 10: berth.v1.EventObject.cluster_object:type_name -> berth.v1.ClusterObject
-	68,  // 11: berth.v1.HintPod.pod:type_name -> berth.v1.Pod
+	68,  // 8: berth.v1.EventObject.node:type_name -> berth.v1.Node
+	69,  // 9: berth.v1.EventObject.pod:type_name -> berth.v1.Pod
+	70,  // 10: berth.v1.EventObject.cluster_object:type_name -> berth.v1.ClusterObject
+	69,  // 11: berth.v1.HintPod.pod:type_name -> berth.v1.Pod
 	15,  // 12: berth.v1.QueueingHintsRequest.old_object:type_name -> berth.v1.EventObject
 	15,  // 13: berth.v1.QueueingHintsRequest.new_object:type_name -> berth.v1.EventObject
 	16,  // 14: berth.v1.QueueingHintsRequest.pods:type_name -> berth.v1.HintPod
 	18,  // 15: berth.v1.QueueingHintsResponse.pods:type_name -> berth.v1.PodHint
 	13,  // 16: berth.v1.DescribeProfilesResponse.profiles:type_name -> berth.v1.Profile
-	68,  // 17: berth.v1.PreEnqueueRequest.pod:type_name -> berth.v1.Pod
-	66,  // 18: berth.v1.PreEnqueueRequest.state:type_name -> berth.v1.ClusterState
+	69,  // 17: berth.v1.PreEnqueueRequest.pod:type_name -> berth.v1.Pod
+	67,  // 18: berth.v1.PreEnqueueRequest.state:type_name -> berth.v1.ClusterState
 	3,   // 19: berth.v1.PreEnqueueResponse.status:type_name -> berth.v1.Status
-	68,  // 20: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
+	69,  // 20: berth.v1.QueuedPod.pod:type_name -> berth.v1.Pod
 	24,  // 21: berth.v1.SortKey.parts:type_name -> berth.v1.SortKeyPart
 	23,  // 22: berth.v1.QueueSortRequest.pods:type_name -> berth.v1.QueuedPod
-	66,  // 23: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
+	67,  // 23: berth.v1.QueueSortRequest.state:type_name -> berth.v1.ClusterState
 	25,  // 24: berth.v1.QueueSortResponse.keys:type_name -> berth.v1.SortKey
-	66,  // 25: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
-	68,  // 26: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
+	67,  // 25: berth.v1.CycleRequest.state:type_name -> berth.v1.ClusterState
+	69,  // 26: berth.v1.CycleRequest.pod:type_name -> berth.v1.Pod
 	4,   // 27: berth.v1.CycleRequest.cycle:type_name -> berth.v1.CycleState
-	66,  // 28: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
-	68,  // 29: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
+	67,  // 28: berth.v1.NodesRequest.state:type_name -> berth.v1.ClusterState
+	69,  // 29: berth.v1.NodesRequest.pod:type_name -> berth.v1.Pod
 	4,   // 30: berth.v1.NodesRequest.cycle:type_name -> berth.v1.CycleState
-	66,  // 31: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
-	68,  // 32: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
+	67,  // 31: berth.v1.NodeRequest.state:type_name -> berth.v1.ClusterState
+	69,  // 32: berth.v1.NodeRequest.pod:type_name -> berth.v1.Pod
 	4,   // 33: berth.v1.NodeRequest.cycle:type_name -> berth.v1.CycleState
 	3,   // 34: berth.v1.PreFilterResponse.status:type_name -> berth.v1.Status
 	4,   // 35: berth.v1.PreFilterResponse.cycle:type_name -> berth.v1.CycleState
 	3,   // 36: berth.v1.NodeStatus.status:type_name -> berth.v1.Status
 	3,   // 37: berth.v1.NodeGroupStatus.status:type_name -> berth.v1.Status
 	32,  // 38: berth.v1.FilterResponse.rejected:type_name -> berth.v1.NodeStatus
-	66,  // 39: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
-	68,  // 40: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
+	67,  // 39: berth.v1.PostFilterRequest.state:type_name -> berth.v1.ClusterState
+	69,  // 40: berth.v1.PostFilterRequest.pod:type_name -> berth.v1.Pod
 	4,   // 41: berth.v1.PostFilterRequest.cycle:type_name -> berth.v1.CycleState
 	32,  // 42: berth.v1.PostFilterRequest.rejected:type_name -> berth.v1.NodeStatus
 	3,   // 43: berth.v1.PostFilterResponse.status:type_name -> berth.v1.Status
 	4,   // 44: berth.v1.PostFilterResponse.cycle:type_name -> berth.v1.CycleState
-	45,  // 45: berth.v1.PostFilterResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	37,  // 46: berth.v1.PostFilterResponse.victims:type_name -> berth.v1.Victim
+	46,  // 45: berth.v1.PostFilterResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	38,  // 46: berth.v1.PostFilterResponse.victims:type_name -> berth.v1.Victim
 	2,   // 47: berth.v1.PostFilterResponse.nominating_mode:type_name -> berth.v1.NominatingMode
-	43,  // 48: berth.v1.PostFilterResponse.writes:type_name -> berth.v1.ObjectWrite
-	3,   // 49: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
-	4,   // 50: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
-	3,   // 51: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
-	39,  // 52: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	66,  // 53: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
-	68,  // 54: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
-	4,   // 55: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
-	39,  // 56: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
-	3,   // 57: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
-	39,  // 58: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
-	70,  // 59: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
-	3,   // 60: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
-	4,   // 61: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
-	43,  // 62: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
-	58,  // 63: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
-	45,  // 64: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	3,   // 65: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
-	4,   // 66: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
-	59,  // 67: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
-	45,  // 68: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
-	3,   // 69: berth.v1.BindResponse.status:type_name -> berth.v1.Status
-	66,  // 70: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
-	68,  // 71: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
-	49,  // 72: berth.v1.ScheduleRequest.resume:type_name -> berth.v1.ScheduleResume
-	4,   // 73: berth.v1.ScheduleResume.cycle:type_name -> berth.v1.CycleState
-	60,  // 74: berth.v1.ScheduleResume.extra_scores:type_name -> berth.v1.ScheduleResume.ExtraScoresEntry
-	61,  // 75: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
-	62,  // 76: berth.v1.NodeScore.raw:type_name -> berth.v1.NodeScore.RawEntry
-	63,  // 77: berth.v1.NodeScore.normalized:type_name -> berth.v1.NodeScore.NormalizedEntry
-	32,  // 78: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
-	3,   // 79: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
-	3,   // 80: berth.v1.Diagnosis.absent_status:type_name -> berth.v1.Status
-	33,  // 81: berth.v1.Diagnosis.rejected_groups:type_name -> berth.v1.NodeGroupStatus
-	66,  // 82: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
-	68,  // 83: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
-	56,  // 84: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
-	64,  // 85: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
-	56,  // 86: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
-	54,  // 87: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
-	3,   // 88: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
-	4,   // 89: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
-	51,  // 90: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
-	3,   // 91: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
-	46,  // 92: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
-	50,  // 93: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
-	36,  // 94: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
-	65,  // 95: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
-	45,  // 96: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
-	3,   // 97: berth.v1.ScheduleResponse.pre_bind_pre_flight_error:type_name -> berth.v1.Status
-	5,   // 98: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
-	9,   // 99: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
-	21,  // 100: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
-	26,  // 101: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
-	17,  // 102: berth.v1.SchedulingService.QueueingHints:input_type -> berth.v1.QueueingHintsRequest
-	28,  // 103: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
-	29,  // 104: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
-	35,  // 105: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
-	29,  // 106: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
-	29,  // 107: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
-	41,  // 108: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
-	30,  // 109: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
-	30,  // 110: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
-	30,  // 111: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
-	30,  // 112: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
-	30,  // 113: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
-	30,  // 114: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
-	48,  // 115: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
-	48,  // 116: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
-	52,  // 117: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
-	7,   // 118: berth.v1.SchedulingService.UploadState:input_type -> berth.v1.UploadStateRequest
-	6,   // 119: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
-	20,  // 120: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
-	22,  // 121: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
-	27,  // 122: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
-	19,  // 123: berth.v1.SchedulingService.QueueingHints:output_type -> berth.v1.QueueingHintsResponse
-	31,  // 124: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
-	34,  // 125: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
-	36,  // 126: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
-	38,  // 127: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
-	40,  // 128: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
-	42,  // 129: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
-	44,  // 130: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
-	44,  // 131: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
-	46,  // 132: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
-	44,  // 133: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
-	47,  // 134: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
-	44,  // 135: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
-	56,  // 136: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
-	55,  // 137: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
-	53,  // 138: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
-	8,   // 139: berth.v1.SchedulingService.UploadState:output_type -> berth.v1.UploadStateResponse
-	119, // [119:140] is the sub-list for method output_type
-	98,  // [98:119] is the sub-list for method input_type
-	98,  // [98:98] is the sub-list for extension type_name
-	98,  // [98:98] is the sub-list for extension extendee
-	0,   // [0:98] is the sub-list for field type_name
+	44,  // 48: berth.v1.PostFilterResponse.writes:type_name -> berth.v1.ObjectWrite
+	37,  // 49: berth.v1.PostFilterResponse.candidates:type_name -> berth.v1.PreemptionCandidate
+	38,  // 50: berth.v1.PreemptionCandidate.victims:type_name -> berth.v1.Victim
+	3,   // 51: berth.v1.PreScoreResponse.status:type_name -> berth.v1.Status
+	4,   // 52: berth.v1.PreScoreResponse.cycle:type_name -> berth.v1.CycleState
+	3,   // 53: berth.v1.ScoreResponse.status:type_name -> berth.v1.Status
+	40,  // 54: berth.v1.ScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	67,  // 55: berth.v1.NormalizeScoreRequest.state:type_name -> berth.v1.ClusterState
+	69,  // 56: berth.v1.NormalizeScoreRequest.pod:type_name -> berth.v1.Pod
+	4,   // 57: berth.v1.NormalizeScoreRequest.cycle:type_name -> berth.v1.CycleState
+	40,  // 58: berth.v1.NormalizeScoreRequest.plugins:type_name -> berth.v1.PluginScores
+	3,   // 59: berth.v1.NormalizeScoreResponse.status:type_name -> berth.v1.Status
+	40,  // 60: berth.v1.NormalizeScoreResponse.plugins:type_name -> berth.v1.PluginScores
+	71,  // 61: berth.v1.ObjectWrite.ref:type_name -> berth.v1.ObjectRef
+	3,   // 62: berth.v1.StatusResponse.status:type_name -> berth.v1.Status
+	4,   // 63: berth.v1.StatusResponse.cycle:type_name -> berth.v1.CycleState
+	44,  // 64: berth.v1.StatusResponse.writes:type_name -> berth.v1.ObjectWrite
+	59,  // 65: berth.v1.StatusResponse.assume_annotations:type_name -> berth.v1.StatusResponse.AssumeAnnotationsEntry
+	46,  // 66: berth.v1.StatusResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	3,   // 67: berth.v1.PermitResponse.status:type_name -> berth.v1.Status
+	4,   // 68: berth.v1.PermitResponse.cycle:type_name -> berth.v1.CycleState
+	60,  // 69: berth.v1.PermitResponse.wait_timeout_millis:type_name -> berth.v1.PermitResponse.WaitTimeoutMillisEntry
+	46,  // 70: berth.v1.PermitResponse.signals:type_name -> berth.v1.WaitingPodSignal
+	3,   // 71: berth.v1.BindResponse.status:type_name -> berth.v1.Status
+	67,  // 72: berth.v1.ScheduleRequest.state:type_name -> berth.v1.ClusterState
+	69,  // 73: berth.v1.ScheduleRequest.pod:type_name -> berth.v1.Pod
+	50,  // 74: berth.v1.ScheduleRequest.resume:type_name -> berth.v1.ScheduleResume
+	4,   // 75: berth.v1.ScheduleResume.cycle:type_name -> berth.v1.CycleState
+	61,  // 76: berth.v1.ScheduleResume.extra_scores:type_name -> berth.v1.ScheduleResume.ExtraScoresEntry
+	62,  // 77: berth.v1.NodeScore.plugins:type_name -> berth.v1.NodeScore.PluginsEntry
+	63,  // 78: berth.v1.NodeScore.raw:type_name -> berth.v1.NodeScore.RawEntry
+	64,  // 79: berth.v1.NodeScore.normalized:type_name -> berth.v1.NodeScore.NormalizedEntry
+	32,  // 80: berth.v1.Diagnosis.rejected:type_name -> berth.v1.NodeStatus
+	3,   // 81: berth.v1.Diagnosis.pre_filter_status:type_name -> berth.v1.Status
+	3,   // 82: berth.v1.Diagnosis.absent_status:type_name -> berth.v1.Status
+	33,  // 83: berth.v1.Diagnosis.rejected_groups:type_name -> berth.v1.NodeGroupStatus
+	67,  // 84: berth.v1.ScheduleBatchRequest.state:type_name -> berth.v1.ClusterState
+	69,  // 85: berth.v1.ScheduleBatchRequest.pods:type_name -> berth.v1.Pod
+	57,  // 86: berth.v1.ScheduleBatchResponse.results:type_name -> berth.v1.ScheduleResponse
+	65,  // 87: berth.v1.RequestError.metadata:type_name -> berth.v1.RequestError.MetadataEntry
+	57,  // 88: berth.v1.ScheduleStreamResponse.response:type_name -> berth.v1.ScheduleResponse
+	55,  // 89: berth.v1.ScheduleStreamResponse.error:type_name -> berth.v1.RequestError
+	3,   // 90: berth.v1.ScheduleResponse.status:type_name -> berth.v1.Status
+	4,   // 91: berth.v1.ScheduleResponse.cycle:type_name -> berth.v1.CycleState
+	52,  // 92: berth.v1.ScheduleResponse.diagnosis:type_name -> berth.v1.Diagnosis
+	3,   // 93: berth.v1.ScheduleResponse.reserve_status:type_name -> berth.v1.Status
+	47,  // 94: berth.v1.ScheduleResponse.permit:type_name -> berth.v1.PermitResponse
+	51,  // 95: berth.v1.ScheduleResponse.scores:type_name -> berth.v1.NodeScore
+	36,  // 96: berth.v1.ScheduleResponse.post_filter:type_name -> berth.v1.PostFilterResponse
+	66,  // 97: berth.v1.ScheduleResponse.assume_annotations:type_name -> berth.v1.ScheduleResponse.AssumeAnnotationsEntry
+	46,  // 98: berth.v1.ScheduleResponse.unreserve_signals:type_name -> berth.v1.WaitingPodSignal
+	3,   // 99: berth.v1.ScheduleResponse.pre_bind_pre_flight_error:type_name -> berth.v1.Status
+	5,   // 100: berth.v1.SchedulingService.Sync:input_type -> berth.v1.SyncRequest
+	9,   // 101: berth.v1.SchedulingService.DescribeProfiles:input_type -> berth.v1.DescribeProfilesRequest
+	21,  // 102: berth.v1.SchedulingService.PreEnqueue:input_type -> berth.v1.PreEnqueueRequest
+	26,  // 103: berth.v1.SchedulingService.QueueSort:input_type -> berth.v1.QueueSortRequest
+	17,  // 104: berth.v1.SchedulingService.QueueingHints:input_type -> berth.v1.QueueingHintsRequest
+	28,  // 105: berth.v1.SchedulingService.PreFilter:input_type -> berth.v1.CycleRequest
+	29,  // 106: berth.v1.SchedulingService.Filter:input_type -> berth.v1.NodesRequest
+	35,  // 107: berth.v1.SchedulingService.PostFilter:input_type -> berth.v1.PostFilterRequest
+	29,  // 108: berth.v1.SchedulingService.PreScore:input_type -> berth.v1.NodesRequest
+	29,  // 109: berth.v1.SchedulingService.Score:input_type -> berth.v1.NodesRequest
+	42,  // 110: berth.v1.SchedulingService.NormalizeScore:input_type -> berth.v1.NormalizeScoreRequest
+	30,  // 111: berth.v1.SchedulingService.Reserve:input_type -> berth.v1.NodeRequest
+	30,  // 112: berth.v1.SchedulingService.Unreserve:input_type -> berth.v1.NodeRequest
+	30,  // 113: berth.v1.SchedulingService.Permit:input_type -> berth.v1.NodeRequest
+	30,  // 114: berth.v1.SchedulingService.PreBind:input_type -> berth.v1.NodeRequest
+	30,  // 115: berth.v1.SchedulingService.Bind:input_type -> berth.v1.NodeRequest
+	30,  // 116: berth.v1.SchedulingService.PostBind:input_type -> berth.v1.NodeRequest
+	49,  // 117: berth.v1.SchedulingService.Schedule:input_type -> berth.v1.ScheduleRequest
+	49,  // 118: berth.v1.SchedulingService.ScheduleStream:input_type -> berth.v1.ScheduleRequest
+	53,  // 119: berth.v1.SchedulingService.ScheduleBatch:input_type -> berth.v1.ScheduleBatchRequest
+	7,   // 120: berth.v1.SchedulingService.UploadState:input_type -> berth.v1.UploadStateRequest
+	6,   // 121: berth.v1.SchedulingService.Sync:output_type -> berth.v1.SyncResponse
+	20,  // 122: berth.v1.SchedulingService.DescribeProfiles:output_type -> berth.v1.DescribeProfilesResponse
+	22,  // 123: berth.v1.SchedulingService.PreEnqueue:output_type -> berth.v1.PreEnqueueResponse
+	27,  // 124: berth.v1.SchedulingService.QueueSort:output_type -> berth.v1.QueueSortResponse
+	19,  // 125: berth.v1.SchedulingService.QueueingHints:output_type -> berth.v1.QueueingHintsResponse
+	31,  // 126: berth.v1.SchedulingService.PreFilter:output_type -> berth.v1.PreFilterResponse
+	34,  // 127: berth.v1.SchedulingService.Filter:output_type -> berth.v1.FilterResponse
+	36,  // 128: berth.v1.SchedulingService.PostFilter:output_type -> berth.v1.PostFilterResponse
+	39,  // 129: berth.v1.SchedulingService.PreScore:output_type -> berth.v1.PreScoreResponse
+	41,  // 130: berth.v1.SchedulingService.Score:output_type -> berth.v1.ScoreResponse
+	43,  // 131: berth.v1.SchedulingService.NormalizeScore:output_type -> berth.v1.NormalizeScoreResponse
+	45,  // 132: berth.v1.SchedulingService.Reserve:output_type -> berth.v1.StatusResponse
+	45,  // 133: berth.v1.SchedulingService.Unreserve:output_type -> berth.v1.StatusResponse
+	47,  // 134: berth.v1.SchedulingService.Permit:output_type -> berth.v1.PermitResponse
+	45,  // 135: berth.v1.SchedulingService.PreBind:output_type -> berth.v1.StatusResponse
+	48,  // 136: berth.v1.SchedulingService.Bind:output_type -> berth.v1.BindResponse
+	45,  // 137: berth.v1.SchedulingService.PostBind:output_type -> berth.v1.StatusResponse
+	57,  // 138: berth.v1.SchedulingService.Schedule:output_type -> berth.v1.ScheduleResponse
+	56,  // 139: berth.v1.SchedulingService.ScheduleStream:output_type -> berth.v1.ScheduleStreamResponse
+	54,  // 140: berth.v1.SchedulingService.ScheduleBatch:output_type -> berth.v1.ScheduleBatchResponse
+	8,   // 141: berth.v1.SchedulingService.UploadState:output_type -> berth.v1.UploadStateResponse
+	121, // [121:142] is the sub-list for method output_type
+	100, // [100:121] is the sub-list for method input_type
+	100, // [100:100] is the sub-list for extension type_name
+	100, // [100:100] is the sub-list for extension extendee
+	0,   // [0:100] is the sub-list for field type_name
 }
 
 func init() { file_berth_v1_scheduling_proto_init() }
@@ -5357,7 +5496,7 @@ func file_berth_v1_scheduling_proto_init() {
 		(*SortKeyPart_Float)(nil),
 		(*SortKeyPart_Str)(nil),
 	}
-	file_berth_v1_scheduling_proto_msgTypes[52].OneofWrappers = []any{
+	file_berth_v1_scheduling_proto_msgTypes[53].OneofWrappers = []any{
 		(*ScheduleStreamResponse_Response)(nil),
 		(*ScheduleStreamResponse_Error)(nil),
 	}
@@ -5367,7 +5506,7 @@ func file_berth_v1_scheduling_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_berth_v1_scheduling_proto_rawDesc), len(file_berth_v1_scheduling_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   63,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
