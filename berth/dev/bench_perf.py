@@ -1676,6 +1676,11 @@ def run_one(
                 "backlog_p50": backlog_p50,
                 "backlog_max": max((n for _, n in backlog), default=None),
                 "samples": [[round(t, 3), round(r, 2)] for t, r in collector.result.points],
+                # [seconds since the window began, measured pods bound by then]: what
+                # --plot draws in drain mode.
+                "bound_timeline": bound_timeline(
+                    [bound_at[k] - began for k in expected[opts.init_pods :] if k in bound_at]
+                ),
                 # The shim's pods per scheduling call (its --batch-size is the most).
                 "shim_batch_pods_avg": _batch_average(before, after),
                 "attempt_latency_ms_p50": _ms(histogram_quantile(0.50, buckets)),
@@ -2147,7 +2152,29 @@ def format_creation(records: Sequence[dict[str, Any]], rounds: int = 1) -> str:
     return "\n".join(lines)
 
 
+# Points of a run's bound_timeline at the most.
+TIMELINE_POINTS = 200
+
+
+def bound_timeline(seconds: Sequence[float], points: int = TIMELINE_POINTS) -> list[list[float]]:
+    """The measured pods' binding times (seconds since the window began) as
+    ``[seconds, pods bound by then]`` points: every pod of a small run, evenly
+    spaced ranks of a large one, the first and the last always."""
+    ts = sorted(seconds)
+    n = len(ts)
+    if n <= points:
+        ranks: Sequence[int] = range(n)
+    else:
+        ranks = sorted({round(i * (n - 1) / (points - 1)) for i in range(points)})
+    return [[round(ts[i], 3), i + 1] for i in ranks]
+
+
 def write_plot(records: Sequence[dict[str, Any]], path: Path, title: str, rounds: int = 1) -> None:
+    """pods/s over time per run (1 s samples); in drain mode, the pods bound
+    since each scheduler's process started (write_drain_plot)."""
+    if any(r.get("mode") == "drain" for r in records):
+        write_drain_plot(records, path, title, rounds)
+        return
     import matplotlib
 
     matplotlib.use("Agg")
@@ -2178,6 +2205,54 @@ def write_plot(records: Sequence[dict[str, Any]], path: Path, title: str, rounds
         ax.legend()
     else:
         ax.text(0.5, 0.5, "no run lasted two 1 s samples", ha="center", transform=ax.transAxes)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_drain_plot(
+    records: Sequence[dict[str, Any]], path: Path, title: str, rounds: int = 1
+) -> None:
+    """Drain mode: measured pods bound against seconds since the scheduler's
+    process started, start-up included, one line per run (a colour per
+    scheduler, a dash pattern per round); a tick on the x axis marks when
+    each was ready."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5))
+    colours: dict[str, str] = {}
+    dashes = ("-", "--", ":", "-.")
+    drawn = 0
+    for r in records:
+        line = r.get("bound_timeline") or []
+        if r.get("status") != "ok" or not line:
+            continue
+        colour = colours.setdefault(str(r.get("scheduler")), f"C{len(colours)}")
+        style = dashes[(int(r.get("round") or 1) - 1) % len(dashes)]
+        ax.plot(
+            [0.0, *(p[0] for p in line)],
+            [0, *(p[1] for p in line)],
+            color=colour,
+            linestyle=style,
+            label=f"{run_label(r, rounds)} ({_num(rate_of(r))} pods/s)",
+        )
+        ready = r.get("ready_seconds")
+        if ready is not None:
+            ax.plot([ready], [0], marker="|", markersize=14, color=colour)
+        drawn += 1
+    ax.set_xlabel("seconds since the scheduler's process started (ticks: ready)")
+    ax.set_ylabel("measured pods bound")
+    ax.set_title(title)
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend(fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no run bound a pod", ha="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -2288,7 +2363,10 @@ def register(bsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         )
         p.add_argument("--json", metavar="FILE", help="write the records as a JSON list")
         p.add_argument(
-            "--plot", metavar="FILE", help="write a PNG of pods/s over time per scheduler"
+            "--plot",
+            metavar="FILE",
+            help="write a PNG of pods/s over time per scheduler; with --drain, of the pods "
+            "bound since each scheduler's process started",
         )
         p.add_argument(
             "--stall-timeout",

@@ -24,6 +24,7 @@ from berth.dev.bench_perf import (
     ThroughputCollector,
     _add_ratios,
     _delete_pods,
+    bound_timeline,
     check_run,
     format_creation,
     format_rounds,
@@ -182,6 +183,15 @@ def test_throughput_collector_follows_upstreams_sampling() -> None:
     s = c.result.summary()
     assert s["avg"] == pytest.approx(70 / 3)
     assert (s["p50"], s["p90"], s["p99"]) == (20.0, 30.0, 30.0)
+
+
+def test_the_bound_timeline_keeps_the_first_and_the_last_pod_and_evenly_spaced_ranks() -> None:
+    """What --plot draws in drain mode: [seconds, pods bound by then]."""
+    assert bound_timeline([0.3, 0.1, 0.2]) == [[0.1, 1], [0.2, 2], [0.3, 3]]
+    assert bound_timeline([]) == []
+    line = bound_timeline([i / 1000 for i in range(1000)], points=11)
+    assert [n for _, n in line] == [1, 101, 201, 301, 401, 501, 600, 700, 800, 900, 1000]
+    assert line[0] == [0.0, 1] and line[-1] == [0.999, 1000]
 
 
 def test_histogram_quantile_interpolates_within_buckets_like_prometheus() -> None:
@@ -437,9 +447,11 @@ def test_drain_mode_times_a_fresh_scheduler_draining_a_backlog(tmp_path: Path) -
         *("--work-dir", str(tmp_path / "work")),
         *("--nodes", "30", "--init-pods", "60", "--pods", "240"),
         *("--stall-timeout", "45", "--settle", "0.5", "--json", str(out_json)),
+        *("--plot", str(tmp_path / "drain.png")),
         timeout=480,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert (tmp_path / "drain.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     records = json.loads(out_json.read_text())
     assert [r["scheduler"] for r in records] == [
         "kube-scheduler",
@@ -456,6 +468,11 @@ def test_drain_mode_times_a_fresh_scheduler_draining_a_backlog(tmp_path: Path) -
         assert checks["scheduled_events"] == 300, r["scheduler"]
         assert r["pods_per_second_overall"] == pytest.approx(240 / r["measured_seconds"])
         assert r["creation_limited"] is False
+        # What --plot draws: every measured pod bound, in order, within the window.
+        line = r["bound_timeline"]
+        assert line[-1][1] == 240 and len(line) <= 200
+        assert [n for _, n in line] == sorted(n for _, n in line)
+        assert 0 < line[0][0] <= line[-1][0] <= r["measured_seconds"] + 0.01
         # The drain window holds the scheduler's start-up: its CPU counts from its start.
         assert r["cpu_seconds_per_1000_pods"], r
         assert f"starting a fresh {r['scheduler']} to drain them" in proc.stdout
