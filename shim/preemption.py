@@ -168,20 +168,24 @@ class PreemptionExecutor:
             )
 
     def _select(self, kept: Mapping[str, tuple[list[str], int]]) -> str:
-        """SelectCandidate over the candidates left: one is taken as it is;
-        several are ranked by upstream's default criteria on the victims'
-        priorities and start times as the cache has them (the same pick the
-        DefaultPreemption plugin makes; berth.framework.preemption)."""
+        """SelectCandidate over the candidates left: one is taken as it is
+        (the guard checks its victims in ``start``); several are ranked by
+        upstream's default criteria on the victims' priorities and start
+        times as the cache has them (the same pick the DefaultPreemption
+        plugin makes; berth.framework.preemption). "" when none is left."""
         if len(kept) <= 1:
             return next(iter(kept), "")
         pods = self._cache.state.pods
         ranked: list[RankedCandidate] = []
         for node, (uids, violations) in kept.items():
-            victims = []
-            for uid in uids:
-                # check() made sure every victim is in the cache.
-                p = pods[uid]
-                victims.append(VictimKey(p.priority, start_time(p.start_unix_micros)))
+            known = [pods.get(uid) for uid in uids]
+            if any(p is None for p in known):
+                # A victim deleted since the plugin service answered: the guard
+                # would refuse this candidate whole (shim/guard.py), so it is
+                # not one to select.
+                log.debug("preemption candidate %s: a victim is gone; not selected", node)
+                continue
+            victims = [VictimKey(p.priority, start_time(p.start_unix_micros)) for p in known if p]
             ranked.append(RankedCandidate(node, violations, victims))
         return pick_one_node(ranked)
 

@@ -727,3 +727,18 @@ async def test_no_candidate_left_or_a_failed_extender_means_no_preemption(
     assert resp.post_filter.status.reasons[0].startswith("preemption: ")
     assert why in resp.post_filter.status.reasons[0]
     assert resp.diagnosis.message.startswith("0/3 nodes are available: 3 Insufficient cpu. ")
+
+
+async def test_a_candidate_whose_victim_is_gone_is_not_selected(serve: Any) -> None:
+    """n1's victim left the cache while the extender answered: the shim's
+    guard would refuse n1 whole, so n2, the other candidate kept, is
+    selected though the criteria prefer n1's victims."""
+    srv = serve(
+        lambda verb, body: json_answer({"NodeNameToMetaVictims": body["NodeNameToMetaVictims"]})
+    )
+    exts = extenders(srv.url, managed_resources=(ManagedResource("example.com/gpu"),))
+    resp = answer_with_candidates()
+    cache = cached(victim("n2-mid", "n2", 20))
+    await executor(cache).run_extenders(exts, queued(), resp)
+    await exts.close()
+    assert summary(resp.post_filter) == (pb.CODE_SUCCESS, "n2", ["n2-mid"], ["queued"], 0)
