@@ -2170,89 +2170,53 @@ def bound_timeline(seconds: Sequence[float], points: int = TIMELINE_POINTS) -> l
 
 
 def write_plot(records: Sequence[dict[str, Any]], path: Path, title: str, rounds: int = 1) -> None:
-    """pods/s over time per run (1 s samples); in drain mode, the pods bound
-    since each scheduler's process started (write_drain_plot)."""
-    if any(r.get("mode") == "drain" for r in records):
-        write_drain_plot(records, path, title, rounds)
-        return
+    """A PNG with a line per run. Concurrent mode: pods/s over time (the 1 s
+    samples). Drain mode: measured pods bound against seconds since the
+    scheduler's process started, start-up included (``bound_timeline``), a
+    colour per scheduler and a dash pattern per round, and a tick on the x
+    axis where each was ready."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 5))
-    drawn = 0
-    for r in records:
-        points = r.get("samples") or []
-        if r.get("status") != "ok" or not points:
-            continue
-        xs = [p[0] for p in points]
-        ys = [p[1] for p in points]
-        ax.plot(
-            xs,
-            ys,
-            marker="o",
-            markersize=3,
-            label=f"{run_label(r, rounds)} ({_num(rate_of(r))} pods/s)",
-        )
-        drawn += 1
-    ax.set_xlabel("seconds since the measured pods began to be created")
-    ax.set_ylabel("pods bound per second (1 s samples)")
-    ax.set_title(title)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    if drawn:
-        ax.legend()
-    else:
-        ax.text(0.5, 0.5, "no run lasted two 1 s samples", ha="center", transform=ax.transAxes)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def write_drain_plot(
-    records: Sequence[dict[str, Any]], path: Path, title: str, rounds: int = 1
-) -> None:
-    """Drain mode: measured pods bound against seconds since the scheduler's
-    process started, start-up included, one line per run (a colour per
-    scheduler, a dash pattern per round); a tick on the x axis marks when
-    each was ready."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    drain = any(r.get("mode") == "drain" for r in records)
     fig, ax = plt.subplots(figsize=(9, 5))
     colours: dict[str, str] = {}
     dashes = ("-", "--", ":", "-.")
     drawn = 0
     for r in records:
-        line = r.get("bound_timeline") or []
-        if r.get("status") != "ok" or not line:
+        points = r.get("bound_timeline" if drain else "samples") or []
+        if r.get("status") != "ok" or not points:
+            continue
+        label = f"{run_label(r, rounds)} ({_num(rate_of(r))} pods/s)"
+        if not drain:
+            ax.plot(*zip(*points, strict=True), marker="o", markersize=3, label=label)
+            drawn += 1
             continue
         colour = colours.setdefault(str(r.get("scheduler")), f"C{len(colours)}")
         style = dashes[(int(r.get("round") or 1) - 1) % len(dashes)]
-        ax.plot(
-            [0.0, *(p[0] for p in line)],
-            [0, *(p[1] for p in line)],
-            color=colour,
-            linestyle=style,
-            label=f"{run_label(r, rounds)} ({_num(rate_of(r))} pods/s)",
-        )
+        xs, ys = zip(*points, strict=True)
+        ax.plot([0.0, *xs], [0, *ys], color=colour, linestyle=style, label=label)
         ready = r.get("ready_seconds")
         if ready is not None:
             ax.plot([ready], [0], marker="|", markersize=14, color=colour)
         drawn += 1
-    ax.set_xlabel("seconds since the scheduler's process started (ticks: ready)")
-    ax.set_ylabel("measured pods bound")
+    if drain:
+        ax.set_xlabel("seconds since the scheduler's process started (ticks: ready)")
+        ax.set_ylabel("measured pods bound")
+        ax.set_xlim(left=0)
+    else:
+        ax.set_xlabel("seconds since the measured pods began to be created")
+        ax.set_ylabel("pods bound per second (1 s samples)")
     ax.set_title(title)
-    ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     if drawn:
-        ax.legend(fontsize="small")
+        ax.legend(fontsize="small" if drain else None)
     else:
-        ax.text(0.5, 0.5, "no run bound a pod", ha="center", transform=ax.transAxes)
+        empty = "no run bound a pod" if drain else "no run lasted two 1 s samples"
+        ax.text(0.5, 0.5, empty, ha="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
