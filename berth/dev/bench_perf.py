@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import functools
 import logging
 import math
 import os
@@ -1231,13 +1232,15 @@ def _progress(workload: str, message: str) -> None:
     print(f"[bench {workload}] {message}", flush=True)
 
 
+@functools.cache
 def python_text() -> str:
     """The interpreter every Python process of the benchmark runs on (Berth's, bind-only's,
     the pod creator's): its version and path, and whether sysconfig says it was configured
     with profile-guided or link-time optimization. Such a build (the official images',
     deploy/Dockerfile's base) runs Berth 10-30% faster than a plain ``./configure``, so
     the figures depend on it. Some distributions' optimized builds (Debian's) do not say
-    so in sysconfig."""
+    so in sysconfig. The same for the whole process: worked out once (the header, then
+    every record, print it)."""
     import sysconfig
 
     flags = str(sysconfig.get_config_var("CONFIG_ARGS") or "")
